@@ -1,0 +1,69 @@
+// `dsl print FILE`: the canonical form of a .net or .sched file (or its syntax tree as JSON).
+#include "commands.hpp"
+#include "report.hpp"
+
+#include <dsl/frontend/parse.hpp>
+#include <dsl/frontend/print.hpp>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <iostream>
+#include <memory>
+
+namespace dsl::cli {
+
+namespace {
+
+struct PrintOptions {
+    std::string file;
+    bool json = false;
+    bool locations = false;
+};
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+int run_print(const PrintOptions& o) {
+    SourceManager sources;
+    Diagnostics diags;
+    const bool is_sched = ends_with(o.file, ".sched");
+    if (!is_sched && !ends_with(o.file, ".net")) {
+        std::cerr << fmt::format("error: cannot tell the language of '{}': name a .net or .sched file\n", o.file);
+        return usage;
+    }
+    const SourceFile* file = sources.load(o.file);
+    if (file == nullptr) {
+        diags.error({}, fmt::format("cannot read '{}': {}", o.file, sources.last_error()));
+        diags.render(std::cerr, stderr_color());
+        return user_error;
+    }
+    std::string out;
+    if (is_sched) {
+        if (auto tree = frontend::parse_sched(*file, diags))
+            out = o.json ? json_text(frontend::sched_to_json(*tree, o.locations)) : frontend::print_sched(*tree);
+    } else {
+        if (auto tree = frontend::parse_net(*file, diags))
+            out = o.json ? json_text(frontend::net_to_json(*tree, o.locations)) : frontend::print_net(*tree);
+    }
+    diags.render(std::cerr, stderr_color());
+    if (diags.has_errors()) return user_error;
+    std::cout << out;
+    return ok;
+}
+
+}  // namespace
+
+void setup_print(CLI::App& app, Action& action) {
+    auto o = std::make_shared<PrintOptions>();
+    CLI::App* sub = app.add_subcommand("print", "Print a .net or .sched file in canonical form");
+    sub->add_option("FILE", o->file, "The file (.net or .sched)")->required();
+    sub->add_flag("--json", o->json, "Print the syntax tree as JSON");
+    sub->add_flag("--locations", o->locations, "With --json: add each node's line and column");
+    sub->footer("Printing is syntactic: blocks stay blocks and comments are dropped. The output parses back to\n"
+                "the same tree.\nExample:\n  dsl print stdlib/resnet50.net");
+    sub->callback([o, &action] { action = [o] { return run_print(*o); }; });
+}
+
+}  // namespace dsl::cli

@@ -1,0 +1,25 @@
+// The verbs of the `dsl` command: each file adds one subcommand and the action it runs.
+#pragma once
+
+#include <functional>
+
+namespace CLI {
+class App;
+}
+
+namespace dsl::cli {
+
+// Exit codes of every verb.
+enum Exit : int { ok = 0, user_error = 1, usage = 2, internal = 3 };
+
+// A verb's action, run after the command line parsed; returns the exit code.
+using Action = std::function<int()>;
+
+void setup_check(CLI::App& app, Action& action);
+void setup_print(CLI::App& app, Action& action);
+void setup_planned(CLI::App& app, Action& action);  // run, schedule, explain, compare, calibrate
+
+// Whether diagnostics on stderr get colour: only on a terminal, never with NO_COLOR set.
+bool stderr_color();
+
+}  // namespace dsl::cli

@@ -1,0 +1,217 @@
+// The `check` report: per-layer shapes, parameters, FLOPs and memory, and with a schedule each layer's
+// distribution and tile.
+#include "report.hpp"
+
+#include <dsl/frontend/parse.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace dsl::cli {
+
+using frontend::Layer;
+using frontend::OpKind;
+
+std::optional<frontend::SchedFile> load_sched(const std::string& path, SourceManager& sources, Diagnostics& diags) {
+    const SourceFile* file = sources.load(path);
+    if (file == nullptr) {
+        diags.error({}, fmt::format("cannot read '{}': {}", path, sources.last_error()));
+        return std::nullopt;
+    }
+    return frontend::parse_sched(*file, diags);
+}
+
+std::optional<Checked> load_and_check(const std::string& net_path, const std::string& sched_path,
+                                      SourceManager& sources, Diagnostics& diags, const std::string& dump_after) {
+    auto net = frontend::load_network(net_path, sources, diags, dump_after);
+    // The schedule's syntax is checked even when the network has errors: they are independent.
+    std::optional<frontend::SchedFile> sched;
+    if (!sched_path.empty()) sched = load_sched(sched_path, sources, diags);
+    if (!net || (!sched_path.empty() && !sched)) return std::nullopt;
+    Checked c{std::move(*net), std::move(sched), std::nullopt};
+    if (c.sched_file) {
+        c.schedule = scheduler::apply_schedule(c.net.net, *c.sched_file, diags);
+        if (!c.schedule) return std::nullopt;
+    }
+    return c;
+}
+
+std::int64_t report_batch(const Checked& c, std::optional<std::int64_t> batch) {
+    if (batch) return *batch;
+    if (c.schedule && c.schedule->batch) return *c.schedule->batch;
+    std::int64_t n = 1;
+    if (c.schedule)
+        for (const auto& d : c.schedule->layers)
+            if (d.split) n = std::max(n, d.split->n);
+    return n;
+}
+
+namespace {
+
+// 1234567 -> "1,234,567"
+std::string grouped(std::int64_t v) {
+    std::string digits = std::to_string(v < 0 ? -v : v), out;
+    for (std::size_t i = 0; i < digits.size(); ++i) {
+        if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+        out += digits[i];
+    }
+    return v < 0 ? "-" + out : out;
+}
+
+// 4089184256 -> "4.09G"
+std::string si(double v) {
+    const char* suffix[] = {"", "K", "M", "G", "T", "P"};
+    int i = 0;
+    while (v >= 1000.0 && i < 5) {
+        v /= 1000.0;
+        ++i;
+    }
+    return i == 0 ? fmt::format("{:.0f}", v) : fmt::format("{:.2f}{}", v, suffix[i]);
+}
+
+std::string bytes(double v) {
+    const char* suffix[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int i = 0;
+    while (v >= 1024.0 && i < 4) {
+        v /= 1024.0;
+        ++i;
+    }
+    return i == 0 ? fmt::format("{:.0f} B", v) : fmt::format("{:.1f} {}", v, suffix[i]);
+}
+
+std::string tile_text(const Layer& l, const scheduler::Distribution& d, std::int64_t batch) {
+    if (!d.split) return "?";
+    std::int64_t n = 0;
+    const frontend::Shape tile = scheduler::tile_shape(l, *d.split, batch, &n);
+    std::string out = fmt::format("[{}", n);
+    for (auto v : tile.dims) out += fmt::format(", {}", v);
+    return out + "]";
+}
+
+std::string split_text(const scheduler::Distribution& d) { return d.split ? d.split->str() : "?"; }
+std::string overlap_text(const scheduler::Distribution& d) { return d.overlap ? (*d.overlap ? "on" : "off") : "?"; }
+std::string bn_text(const scheduler::Distribution& d) { return d.bn ? scheduler::bn_name(*d.bn) : "?"; }
+
+}  // namespace
+
+std::string json_text(const nlohmann::json& j) {
+    return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+std::string check_table(const Checked& c, std::int64_t batch) {
+    const auto& net = c.net.net;
+    const bool sched = c.schedule.has_value();
+    std::size_t name_w = 5, kind_w = 4, shape_w = 6, split_w = 5, tile_w = 4;
+    for (std::size_t i = 0; i < net.layers.size(); ++i) {
+        const Layer& l = net.layers[i];
+        name_w = std::max(name_w, l.name.size());
+        kind_w = std::max(kind_w, std::string(frontend::op_name(l.op)).size());
+        shape_w = std::max(shape_w, l.shape.str().size());
+        if (sched) {
+            split_w = std::max(split_w, split_text(c.schedule->layers[i]).size());
+            tile_w = std::max(tile_w, tile_text(l, c.schedule->layers[i], batch).size());
+        }
+    }
+    std::string out;
+    auto row = [&](const std::string& name, const std::string& kind, const std::string& shape, const std::string& params,
+                   const std::string& flops, const std::string& mem, const std::string& rest) {
+        std::string line = fmt::format("{:<{}}  {:<{}}  {:<{}}  {:>12}  {:>9}  {:>10}{}", name, name_w, kind, kind_w,
+                                       shape, shape_w, params, flops, mem, rest);
+        line.erase(line.find_last_not_of(' ') + 1);
+        out += line + "\n";
+    };
+    auto sched_cols = [&](const std::string& split, const std::string& overlap, const std::string& bn,
+                          const std::string& tile) {
+        return fmt::format("  {:<{}}  {:<7}  {:<7}  {:<{}}", split, split_w, overlap, bn, tile, tile_w);
+    };
+    row("layer", "kind", "output", "params", "FLOPs", "activation",
+        sched ? sched_cols("split", "overlap", "bn", fmt::format("tile (batch {})", batch)) : "");
+    for (std::size_t i = 0; i < net.layers.size(); ++i) {
+        const Layer& l = net.layers[i];
+        std::string rest;
+        if (sched) {
+            const auto& d = c.schedule->layers[i];
+            // Overlap matters only where there is a halo, and the statistics mode only for batch norm.
+            const bool halo = l.halo()[0] > 0 || l.halo()[1] > 0;
+            rest = sched_cols(split_text(d), halo ? overlap_text(d) : "-",
+                                        l.op == OpKind::batchnorm ? bn_text(d) : "-", tile_text(l, d, batch));
+        }
+        row(l.name, frontend::op_name(l.op), l.shape.str(), l.params ? grouped(l.params) : "-",
+            l.flops ? si(static_cast<double>(l.flops)) : "-", bytes(static_cast<double>(l.activation_bytes)), rest);
+    }
+    out += "(FLOPs and activation memory are per sample, forward)\n\n";
+    out += fmt::format("parameters        {} ({})\n", grouped(net.total_params()),
+                       bytes(4.0 * static_cast<double>(net.total_params())));
+    out += fmt::format("MACs per sample   {} ({})\n", grouped(net.total_macs()), si(static_cast<double>(net.total_macs())));
+    out += fmt::format("FLOPs per sample  {} (forward)\n", si(static_cast<double>(net.total_flops())));
+    out += fmt::format("activations       {} per sample\n", bytes(static_cast<double>(net.total_activation_bytes())));
+    if (sched) {
+        const auto& s = *c.schedule;
+        out += fmt::format("processes         {}\n", s.procs ? std::to_string(*s.procs) : "? (open)");
+        if (s.platform) out += fmt::format("platform          {}\n", *s.platform);
+        const auto open = std::count_if(s.layers.begin(), s.layers.end(), [](const auto& d) { return !d.complete(); });
+        if (open > 0 || !s.procs)
+            out += fmt::format("open              {} layers have fields left for the auto-scheduler ('?')\n", open);
+    }
+    return out;
+}
+
+nlohmann::json check_json(const Checked& c, std::int64_t batch) {
+    const auto& net = c.net.net;
+    nlohmann::json layers = nlohmann::json::array();
+    for (std::size_t i = 0; i < net.layers.size(); ++i) {
+        const Layer& l = net.layers[i];
+        nlohmann::json inputs = nlohmann::json::array();
+        for (int in : l.inputs) inputs.push_back(net.layers[static_cast<std::size_t>(in)].name);
+        nlohmann::json shape = nlohmann::json::array({"N"});
+        for (auto v : l.shape.dims) shape.push_back(v);
+        nlohmann::json j{{"name", l.name},
+                         {"kind", frontend::op_name(l.op)},
+                         {"inputs", inputs},
+                         {"shape", shape},
+                         {"params", l.params},
+                         {"macs", l.macs},
+                         {"flops", l.flops},
+                         {"activation_bytes", l.activation_bytes},
+                         {"halo", {l.halo()[0], l.halo()[1]}},
+                         {"blocks", l.blocks}};
+        if (c.schedule) {
+            const auto& d = c.schedule->layers[i];
+            nlohmann::json dist;
+            if (d.split) {
+                dist["split"] = {{"N", d.split->n}, {"H", d.split->h}, {"W", d.split->w}};
+                std::int64_t n = 0;
+                const frontend::Shape tile = scheduler::tile_shape(l, *d.split, batch, &n);
+                nlohmann::json t = nlohmann::json::array({n});
+                for (auto v : tile.dims) t.push_back(v);
+                dist["tile"] = t;
+            } else {
+                dist["split"] = nullptr;
+                dist["tile"] = nullptr;
+            }
+            dist["overlap"] = d.overlap ? nlohmann::json(*d.overlap) : nlohmann::json(nullptr);
+            dist["bn"] = d.bn ? nlohmann::json(scheduler::bn_name(*d.bn)) : nlohmann::json(nullptr);
+            j["distribution"] = dist;
+        }
+        layers.push_back(j);
+    }
+    nlohmann::json out{{"network", c.net.file.source ? c.net.file.source->path : ""},
+                       {"layers", layers},
+                       {"totals",
+                        {{"params", net.total_params()},
+                         {"macs", net.total_macs()},
+                         {"flops", net.total_flops()},
+                         {"activation_bytes", net.total_activation_bytes()}}}};
+    if (c.schedule) {
+        const auto& s = *c.schedule;
+        out["schedule"] = {{"file", c.sched_file->source ? c.sched_file->source->path : ""},
+                           {"procs", s.procs ? nlohmann::json(*s.procs) : nlohmann::json(nullptr)},
+                           {"platform", s.platform ? nlohmann::json(*s.platform) : nlohmann::json(nullptr)},
+                           {"batch", batch},
+                           {"complete", s.complete()}};
+    }
+    return out;
+}
+
+}  // namespace dsl::cli

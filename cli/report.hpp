@@ -1,0 +1,38 @@
+// Loading a network and its schedule through every pass, and the `check` report as a table or JSON.
+#pragma once
+
+#include <dsl/frontend/passes.hpp>
+#include <dsl/frontend/sched_ast.hpp>
+#include <dsl/scheduler/schedule.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+
+namespace dsl::cli {
+
+struct Checked {
+    frontend::LoadedNetwork net;
+    std::optional<frontend::SchedFile> sched_file;
+    std::optional<scheduler::Schedule> schedule;
+};
+
+// Runs the front end on `net_path` and, when `sched_path` is not empty, parses and applies the schedule.
+// Errors go to `diags`; nullopt when there was any.
+std::optional<Checked> load_and_check(const std::string& net_path, const std::string& sched_path,
+                                      SourceManager& sources, Diagnostics& diags, const std::string& dump_after);
+
+// Reads and parses one `.sched` file.
+std::optional<frontend::SchedFile> load_sched(const std::string& path, SourceManager& sources, Diagnostics& diags);
+
+// The mini-batch size the report uses for tiles: the given one, the schedule's, or one sample per process.
+std::int64_t report_batch(const Checked& c, std::optional<std::int64_t> batch);
+
+// Indented JSON and a newline; bytes that are not UTF-8 (names in a malformed file) become U+FFFD.
+std::string json_text(const nlohmann::json& j);
+
+std::string check_table(const Checked& c, std::int64_t batch);
+nlohmann::json check_json(const Checked& c, std::int64_t batch);
+
+}  // namespace dsl::cli

@@ -1,0 +1,93 @@
+// The checked network's small helpers: kind names, shape text, halos and totals.
+#include <dsl/frontend/network.hpp>
+
+#include <algorithm>
+#include <utility>
+
+namespace dsl::frontend {
+
+namespace {
+
+constexpr std::pair<OpKind, const char*> op_names[] = {
+    {OpKind::input, "input"},
+    {OpKind::label, "label"},
+    {OpKind::conv, "conv"},
+    {OpKind::batchnorm, "batchnorm"},
+    {OpKind::relu, "relu"},
+    {OpKind::leaky_relu, "leaky_relu"},
+    {OpKind::maxpool, "maxpool"},
+    {OpKind::avgpool, "avgpool"},
+    {OpKind::global_avgpool, "global_avgpool"},
+    {OpKind::fc, "fc"},
+    {OpKind::add, "add"},
+    {OpKind::concat, "concat"},
+    {OpKind::softmax_cross_entropy, "softmax_cross_entropy"},
+    {OpKind::pixel_cross_entropy, "pixel_cross_entropy"},
+};
+
+}  // namespace
+
+const char* op_name(OpKind op) {
+    for (const auto& [kind, name] : op_names)
+        if (kind == op) return name;
+    return "?";
+}
+
+std::optional<OpKind> op_from_name(const std::string& name) {
+    for (const auto& [kind, spelling] : op_names)
+        if (kind != OpKind::input && kind != OpKind::label && name == spelling) return kind;
+    return std::nullopt;
+}
+
+std::int64_t Shape::elements() const {
+    std::int64_t n = 1;
+    for (std::int64_t d : dims) n *= d;  // infer_shapes has checked that this does not overflow
+    return n;
+}
+
+std::string Shape::str() const {
+    std::string out = "[N";
+    for (std::int64_t d : dims) out += ", " + std::to_string(d);
+    return out + "]";
+}
+
+Pair Layer::halo() const {
+    // A tile's output rows need the input rows a kernel window reaches beyond the tile: `pad` rows on the
+    // side where padding is read, `dilation*(kernel-1) - pad` on the other; the halo is the larger.
+    if (op != OpKind::conv && op != OpKind::maxpool && op != OpKind::avgpool) return {0, 0};
+    Pair h{};
+    for (int i = 0; i < 2; ++i) h[i] = std::max(pad[i], dilation[i] * (kernel[i] - 1) - pad[i]);
+    return h;
+}
+
+int Network::find(const std::string& name) const {
+    for (std::size_t i = 0; i < layers.size(); ++i)
+        if (layers[i].name == name) return static_cast<int>(i);
+    return -1;
+}
+
+std::int64_t Network::total_params() const {
+    std::int64_t n = 0;
+    for (const Layer& l : layers) n += l.params;
+    return n;
+}
+
+std::int64_t Network::total_macs() const {
+    std::int64_t n = 0;
+    for (const Layer& l : layers) n += l.macs;
+    return n;
+}
+
+std::int64_t Network::total_flops() const {
+    std::int64_t n = 0;
+    for (const Layer& l : layers) n += l.flops;
+    return n;
+}
+
+std::int64_t Network::total_activation_bytes() const {
+    std::int64_t n = 0;
+    for (const Layer& l : layers) n += l.activation_bytes;
+    return n;
+}
+
+}  // namespace dsl::frontend

@@ -1,0 +1,41 @@
+// A schedule bound to a network: every layer's distribution, resolved from the `.sched` entries by the
+// precedence rule, and checked against the network and the processor count.
+#pragma once
+
+#include <dsl/frontend/diagnostics.hpp>
+#include <dsl/frontend/network.hpp>
+#include <dsl/frontend/sched_ast.hpp>
+#include <dsl/scheduler/distribution.hpp>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dsl::scheduler {
+
+struct Schedule {
+    std::optional<std::int64_t> procs;     // open when the file leaves it open
+    std::optional<std::string> platform;   // the platform file, found from a stdlib name or a path
+    std::optional<std::int64_t> batch;     // the mini-batch size N, when the schedule fixes it
+    std::vector<Distribution> layers;      // indexed like Network::layers; an input's is its first reader's
+    std::vector<int> source_entry;         // per layer: the entry that gave its split, -1 for none
+
+    bool complete() const;
+};
+
+// Precedence, most specific first, each field (split, overlap, bn) resolved on its own:
+//   1. `layer NAME` naming the layer exactly;
+//   2. `layer PATTERN` with '*': among those that match, the one with the most non-'*' characters;
+//   3. `block B`: B is the type of a block instance that encloses the layer; the innermost one wins;
+//   4. `default`.
+// Among entries of equal rank the later one in the file wins. An entry that sets any of N, C, F, D, H, W
+// sets the whole split, the dimensions it does not name being 1.
+// Returns nullopt when there were errors; all independent errors are reported.
+std::optional<Schedule> apply_schedule(const frontend::Network& net, const frontend::SchedFile& file,
+                                       Diagnostics& diags);
+
+// The largest per-process tile of `layer`'s output under `split` for a mini-batch of `batch`.
+frontend::Shape tile_shape(const frontend::Layer& layer, const Split& split, std::int64_t batch,
+                           std::int64_t* tile_batch);
+
+}  // namespace dsl::scheduler

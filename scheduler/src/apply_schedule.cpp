@@ -1,0 +1,418 @@
+// Binding a `.sched` file to a network: each layer's distribution by the precedence rule, then the checks.
+#include <dsl/scheduler/schedule.hpp>
+
+#include <dsl/frontend/passes.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+
+namespace dsl::scheduler {
+
+using frontend::Layer;
+using frontend::Network;
+using frontend::OpKind;
+using frontend::SchedEntry;
+using frontend::SchedFile;
+using frontend::SchedValue;
+using frontend::Setting;
+
+bool Schedule::complete() const {
+    return procs && std::all_of(layers.begin(), layers.end(), [](const Distribution& d) { return d.complete(); });
+}
+
+namespace {
+
+// Inputs and labels take the distribution of the layers that read them; entries never name them.
+bool schedulable(const Layer& layer) { return layer.op != OpKind::input && layer.op != OpKind::label; }
+
+bool glob_match(std::string_view pattern, std::string_view name) {
+    // Iterative matching with one backtrack point: linear in practice, never exponential.
+    std::size_t p = 0, n = 0, star = std::string_view::npos, mark = 0;
+    while (n < name.size()) {
+        if (p < pattern.size() && pattern[p] != '*' && pattern[p] == name[n]) {
+            ++p;
+            ++n;
+        } else if (p < pattern.size() && pattern[p] == '*') {
+            star = p++;
+            mark = n;
+        } else if (star != std::string_view::npos) {
+            p = star + 1;
+            n = ++mark;
+        } else {
+            return false;
+        }
+    }
+    while (p < pattern.size() && pattern[p] == '*') ++p;
+    return p == pattern.size();
+}
+
+bool is_glob(const std::string& pattern) { return pattern.find('*') != std::string::npos; }
+
+// How specifically an entry selects a layer: higher wins; nullopt when it does not select it.
+struct Rank {
+    int kind;         // 4 exact name, 3 pattern, 2 block, 1 default
+    std::size_t how;  // pattern: literal characters; block: nesting depth of the instance
+    std::size_t entry;
+    bool operator<(const Rank& o) const { return std::tie(kind, how, entry) < std::tie(o.kind, o.how, o.entry); }
+};
+
+std::optional<Rank> rank(const SchedEntry& e, std::size_t index, const Layer& layer) {
+    switch (e.selector) {
+        case SchedEntry::Selector::all: return Rank{1, 0, index};
+        case SchedEntry::Selector::layer:
+            if (!is_glob(e.pattern)) {
+                if (e.pattern == layer.name) return Rank{4, 0, index};
+                return std::nullopt;
+            }
+            if (glob_match(e.pattern, layer.name))
+                return Rank{3, static_cast<std::size_t>(std::count_if(e.pattern.begin(), e.pattern.end(),
+                                                                      [](char c) { return c != '*'; })),
+                            index};
+            return std::nullopt;
+        case SchedEntry::Selector::block:
+            for (std::size_t depth = layer.blocks.size(); depth-- > 0;)
+                if (layer.blocks[depth] == e.pattern) return Rank{2, depth + 1, index};
+            return std::nullopt;
+    }
+    return std::nullopt;
+}
+
+constexpr const char* split_keys[] = {"N", "C", "F", "D", "H", "W"};
+
+bool is_split_key(const std::string& key) {
+    return std::find(std::begin(split_keys), std::end(split_keys), key) != std::end(split_keys);
+}
+
+// An entry's settings, checked: a split (any dimension open makes the whole split open), overlap, bn.
+struct EntryFields {
+    bool sets_split = false;
+    std::optional<Split> split;  // nullopt with sets_split: left open
+    bool sets_overlap = false;
+    std::optional<bool> overlap;
+    bool sets_bn = false;
+    std::optional<BatchNormStats> bn;
+};
+
+std::string value_text(const SchedValue& v) {
+    switch (v.kind) {
+        case SchedValue::Kind::integer: return std::to_string(v.integer);
+        case SchedValue::Kind::word: return v.text;
+        case SchedValue::Kind::string: return fmt::format("\"{}\"", v.text);
+        case SchedValue::Kind::open: return "?";
+    }
+    return "";
+}
+
+const char* dimension_name(const std::string& key) {
+    if (key == "C") return "channel";
+    if (key == "F") return "filter";
+    return "depth";
+}
+
+EntryFields check_entry(const SchedEntry& e, Diagnostics& diags) {
+    EntryFields f;
+    Split split;
+    bool open = false;
+    std::map<std::string, const Setting*> seen;
+    for (const Setting& s : e.settings) {
+        if (auto [it, fresh] = seen.emplace(s.key, &s); !fresh) {
+            auto& d = diags.error(s.loc, fmt::format("'{}' is set twice in this entry", s.key));
+            Diagnostics::note(d, it->second->loc, "first set here");
+            continue;
+        }
+        const SchedValue& v = s.value;
+        if (is_split_key(s.key)) {
+            f.sets_split = true;
+            if (v.kind == SchedValue::Kind::open) {
+                open = true;
+                continue;
+            }
+            if (v.kind != SchedValue::Kind::integer || v.integer < 1) {
+                diags.error(v.loc, fmt::format("'{}' must be a positive integer or '?', not '{}'", s.key, value_text(v)));
+                open = true;
+                continue;
+            }
+            const std::int64_t n = v.integer;
+            if ((s.key == "C" || s.key == "F" || s.key == "D") && n != 1) {
+                diags.error(s.loc, fmt::format("{} splits ('{}') are not supported yet", dimension_name(s.key), s.key));
+                open = true;  // no split from this entry, so no second error about its product
+                continue;
+            }
+            if (s.key == "N") split.n = n;
+            if (s.key == "H") split.h = n;
+            if (s.key == "W") split.w = n;
+        } else if (s.key == "overlap") {
+            f.sets_overlap = true;
+            if (v.kind == SchedValue::Kind::word && (v.text == "on" || v.text == "off"))
+                f.overlap = v.text == "on";
+            else if (v.kind != SchedValue::Kind::open)
+                diags.error(v.loc, fmt::format("'overlap' must be 'on', 'off' or '?', not '{}'", value_text(v)));
+        } else if (s.key == "bn") {
+            f.sets_bn = true;
+            if (v.kind == SchedValue::Kind::word && (v.text == "spatial" || v.text == "local"))
+                f.bn = v.text == "spatial" ? BatchNormStats::spatial : BatchNormStats::local;
+            else if (v.kind != SchedValue::Kind::open)
+                diags.error(v.loc, fmt::format("'bn' must be 'spatial', 'local' or '?', not '{}'", value_text(v)));
+        } else if (s.key == "procs" || s.key == "platform" || s.key == "batch") {
+            auto& d = diags.error(s.loc, fmt::format("'{}' is a top-level setting, but here it follows an entry", s.key));
+            Diagnostics::note(d, e.loc, "top-level settings go before the first entry; this entry takes every setting "
+                                        "up to the next 'default', 'layer' or 'block'");
+        } else {
+            auto& d = diags.error(s.loc, fmt::format("unknown setting '{}' in a schedule entry", s.key));
+            std::vector<std::string> known(std::begin(split_keys), std::end(split_keys));
+            known.insert(known.end(), {"overlap", "bn"});
+            if (auto m = closest_match(s.key, known); !m.empty())
+                Diagnostics::note(d, s.loc, fmt::format("did you mean '{}'?", m));
+        }
+    }
+    if (f.sets_split && !open) f.split = split;
+    return f;
+}
+
+std::string quoted_list(const std::vector<std::string>& names, std::size_t limit) {
+    std::string out;
+    for (std::size_t i = 0; i < names.size() && i < limit; ++i) out += fmt::format("{}'{}'", i ? ", " : "", names[i]);
+    if (names.size() > limit) out += fmt::format(" and {} more", names.size() - limit);
+    return out;
+}
+
+// A platform by stdlib name (stdlib/platforms/NAME.platform) or by path, relative to the schedule's folder.
+std::string find_platform(const SchedValue& v, const std::string& sched_path) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (v.kind == SchedValue::Kind::string) {
+        const fs::path p = fs::path(sched_path).parent_path() / v.text;
+        return fs::is_regular_file(p, ec) ? p.string() : std::string();
+    }
+    for (const std::string& dir : frontend::stdlib_dirs()) {
+        const fs::path p = fs::path(dir) / "platforms" / (v.text + ".platform");
+        if (fs::is_regular_file(p, ec)) return p.string();
+    }
+    return {};
+}
+
+std::vector<std::string> stdlib_platforms() {
+    namespace fs = std::filesystem;
+    std::vector<std::string> out;
+    std::error_code ec;
+    for (const std::string& dir : frontend::stdlib_dirs())
+        for (const auto& e : fs::directory_iterator(fs::path(dir) / "platforms", ec))
+            if (e.path().extension() == ".platform") out.push_back(e.path().stem().string());
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+void check_globals(const SchedFile& file, Schedule& out, Diagnostics& diags) {
+    std::map<std::string, const Setting*> seen;
+    for (const Setting& s : file.globals) {
+        if (auto [it, fresh] = seen.emplace(s.key, &s); !fresh) {
+            auto& d = diags.error(s.loc, fmt::format("'{}' is set twice", s.key));
+            Diagnostics::note(d, it->second->loc, "first set here");
+            continue;
+        }
+        const SchedValue& v = s.value;
+        if (s.key == "procs" || s.key == "batch") {
+            if (v.kind == SchedValue::Kind::open) continue;
+            if (v.kind != SchedValue::Kind::integer || v.integer < 1) {
+                diags.error(v.loc, fmt::format("'{}' must be a positive integer{}, not '{}'", s.key,
+                                               s.key == "procs" ? " or '?'" : "", value_text(v)));
+                continue;
+            }
+            (s.key == "procs" ? out.procs : out.batch) = v.integer;
+        } else if (s.key == "platform") {
+            if (v.kind != SchedValue::Kind::word && v.kind != SchedValue::Kind::string) {
+                diags.error(v.loc, "'platform' must be a platform name or a quoted file path");
+                continue;
+            }
+            out.platform = find_platform(v, file.source ? file.source->path : "");
+            if (out.platform->empty()) {
+                auto& d = diags.error(v.loc, v.kind == SchedValue::Kind::word
+                                                 ? fmt::format("unknown platform '{}'", v.text)
+                                                 : fmt::format("cannot find the platform file '{}'", v.text));
+                if (v.kind == SchedValue::Kind::word) {
+                    const auto known = stdlib_platforms();
+                    Diagnostics::note(d, v.loc, known.empty() ? std::string("no platforms are installed")
+                                                              : fmt::format("known platforms: {}", quoted_list(known, 20)));
+                }
+            }
+        } else {
+            auto& d = diags.error(s.loc, fmt::format("unknown setting '{}'", s.key));
+            if (is_split_key(s.key) || s.key == "overlap" || s.key == "bn")
+                Diagnostics::note(d, s.loc, fmt::format("'{}' belongs to an entry: write 'default {}={}'", s.key, s.key,
+                                                        value_text(v)));
+            else if (auto m = closest_match(s.key, {"procs", "platform", "batch"}); !m.empty())
+                Diagnostics::note(d, s.loc, fmt::format("did you mean '{}'?", m));
+        }
+    }
+}
+
+// Each entry must select something; a name that selects nothing is almost always a typo.
+void check_selectors(const Network& net, const SchedFile& file, Diagnostics& diags) {
+    std::vector<std::string> names, blocks;
+    for (const Layer& l : net.layers) {
+        if (!schedulable(l)) continue;
+        names.push_back(l.name);
+        for (const std::string& b : l.blocks)
+            if (std::find(blocks.begin(), blocks.end(), b) == blocks.end()) blocks.push_back(b);
+    }
+    for (const SchedEntry& e : file.entries) {
+        if (e.selector == SchedEntry::Selector::all) continue;
+        if (e.selector == SchedEntry::Selector::block) {
+            if (std::find(blocks.begin(), blocks.end(), e.pattern) != blocks.end()) continue;
+            auto& d = diags.error(e.pattern_loc, fmt::format("the network has no instance of a block named '{}'", e.pattern));
+            if (auto m = closest_match(e.pattern, blocks); !m.empty())
+                Diagnostics::note(d, e.pattern_loc, fmt::format("did you mean '{}'?", m));
+            continue;
+        }
+        const bool any = std::any_of(names.begin(), names.end(), [&](const std::string& n) {
+            return is_glob(e.pattern) ? glob_match(e.pattern, n) : n == e.pattern;
+        });
+        if (any) continue;
+        if (is_glob(e.pattern)) {
+            diags.error(e.pattern_loc, fmt::format("no layer of the network matches '{}'", e.pattern));
+            continue;
+        }
+        auto& d = diags.error(e.pattern_loc, fmt::format("the network has no layer named '{}'", e.pattern));
+        if (auto m = closest_match(e.pattern, names); !m.empty())
+            Diagnostics::note(d, e.pattern_loc, fmt::format("did you mean '{}'?", m));
+    }
+}
+
+// The product of each fixed split must be the processor count (or, with procs open, one common count).
+void check_products(const SchedFile& file, const std::vector<EntryFields>& fields, const Schedule& out,
+                    Diagnostics& diags) {
+    const Setting* procs_setting = nullptr;
+    for (const Setting& s : file.globals)
+        if (s.key == "procs") procs_setting = &s;
+    std::optional<std::size_t> first;
+    for (std::size_t i = 0; i < fields.size(); ++i) {
+        if (!fields[i].split) continue;
+        const Split& split = *fields[i].split;
+        const SchedEntry& e = file.entries[i];
+        if (out.procs) {
+            if (split.procs() == *out.procs) continue;
+            auto& d = diags.error(e.loc, fmt::format("split {} uses {} processes, but the schedule has procs = {}",
+                                                     split.str(), split.procs(), *out.procs));
+            if (procs_setting) Diagnostics::note(d, procs_setting->loc, "processor count set here");
+        } else if (!first) {
+            first = i;
+        } else if (split.procs() != fields[*first].split->procs()) {
+            auto& d = diags.error(e.loc, fmt::format("split {} uses {} processes, but another entry's split uses {}",
+                                                     split.str(), split.procs(), fields[*first].split->procs()));
+            Diagnostics::note(d, file.entries[*first].loc, "that split is here");
+        }
+    }
+}
+
+// Why `split` cannot run `layer`, or empty. Tiles must hold at least the halo, so that a halo comes only
+// from the nearest neighbour, and at least one row or column.
+std::string split_problem(const Network& net, const Layer& layer, const Split& split, std::optional<std::int64_t> batch) {
+    if (batch && split.n > *batch) return fmt::format("the mini-batch has only {} samples", *batch);
+    if (!split.spatial()) return {};
+    const Layer* in = layer.inputs.empty() ? nullptr : &net.layers[static_cast<std::size_t>(layer.inputs[0])];
+    const frontend::Pair halo = layer.halo();
+    const std::int64_t parts[2] = {split.h, split.w};
+    const char* rows[2] = {"rows", "columns"};
+    const bool spatial_in = in && in->shape.dims.size() == 3;
+    const bool spatial_out = layer.shape.dims.size() == 3;
+    if (!spatial_in && !spatial_out)
+        return fmt::format("its tensors have no rows or columns to split ({})", layer.shape.str());
+    for (std::size_t i = 0; i < 2; ++i) {
+        if (parts[i] == 1) continue;
+        if (spatial_in) {
+            const std::int64_t extent = in->shape.dims[i + 1];
+            if (parts[i] > extent) return fmt::format("its input has only {} {}", extent, rows[i]);
+            if (const std::int64_t tile = min_block(extent, parts[i]); tile < halo[i])
+                return fmt::format("tiles of {} {} are smaller than its halo of {} {}", tile, rows[i], halo[i], rows[i]);
+        }
+        if (spatial_out && parts[i] > layer.shape.dims[i + 1])
+            return fmt::format("its output has only {} {}", layer.shape.dims[i + 1], rows[i]);
+    }
+    return {};
+}
+
+}  // namespace
+
+std::optional<Schedule> apply_schedule(const Network& net, const SchedFile& file, Diagnostics& diags) {
+    const std::size_t errors_before = diags.error_count();
+    Schedule out;
+    check_globals(file, out, diags);
+    std::vector<EntryFields> fields;
+    fields.reserve(file.entries.size());
+    for (const SchedEntry& e : file.entries) fields.push_back(check_entry(e, diags));
+    check_selectors(net, file, diags);
+    check_products(file, fields, out, diags);
+
+    out.layers.resize(net.layers.size());
+    out.source_entry.assign(net.layers.size(), -1);
+    std::map<int, std::vector<std::string>> failing;  // entry -> layers its split cannot run
+    std::map<int, std::pair<std::string, const Layer*>> first_problem;
+    for (std::size_t li = 0; li < net.layers.size(); ++li) {
+        const Layer& layer = net.layers[li];
+        if (!schedulable(layer)) continue;
+        std::optional<Rank> best_split, best_overlap, best_bn;
+        for (std::size_t ei = 0; ei < file.entries.size(); ++ei) {
+            const auto r = rank(file.entries[ei], ei, layer);
+            if (!r) continue;
+            if (fields[ei].sets_split && (!best_split || *best_split < *r)) best_split = r;
+            if (fields[ei].sets_overlap && (!best_overlap || *best_overlap < *r)) best_overlap = r;
+            if (fields[ei].sets_bn && (!best_bn || *best_bn < *r)) best_bn = r;
+        }
+        Distribution& d = out.layers[li];
+        if (best_split) {
+            d.split = fields[best_split->entry].split;
+            out.source_entry[li] = static_cast<int>(best_split->entry);
+        }
+        if (best_overlap) d.overlap = fields[best_overlap->entry].overlap;
+        if (best_bn) d.bn = fields[best_bn->entry].bn;
+
+        if (!d.split) continue;
+        if (std::string why = split_problem(net, layer, *d.split, out.batch); !why.empty()) {
+            const int entry = out.source_entry[li];
+            failing[entry].push_back(layer.name);
+            first_problem.emplace(entry, std::pair{std::move(why), &layer});
+        }
+    }
+    // Inputs and labels are made (or read) in the distribution of their first reader, so none is shuffled
+    // before the first layer.
+    for (std::size_t li = 0; li < net.layers.size(); ++li) {
+        if (schedulable(net.layers[li])) continue;
+        for (std::size_t reader = li + 1; reader < net.layers.size(); ++reader) {
+            const auto& ins = net.layers[reader].inputs;
+            if (std::find(ins.begin(), ins.end(), static_cast<int>(li)) == ins.end()) continue;
+            out.layers[li] = out.layers[reader];
+            out.source_entry[li] = out.source_entry[reader];
+            break;
+        }
+    }
+    // One error per entry: a default that cannot run deep layers would otherwise repeat for each of them.
+    for (const auto& [entry, layers] : failing) {
+        const auto& [why, layer] = first_problem.at(entry);
+        auto& d = diags.error(file.entries[static_cast<std::size_t>(entry)].loc,
+                              fmt::format("split {} does not fit layer '{}': {}",
+                                          fields[static_cast<std::size_t>(entry)].split->str(), layer->name, why));
+        Diagnostics::note(d, layer->loc, fmt::format("layer '{}' declared here", layer->name));
+        if (layers.size() > 1) {
+            const std::vector<std::string> others(layers.begin() + 1, layers.end());
+            Diagnostics::note(d, file.entries[static_cast<std::size_t>(entry)].loc,
+                              fmt::format("the same split does not fit layers {} either", quoted_list(others, 4)));
+        }
+    }
+    if (diags.error_count() > errors_before) return std::nullopt;
+    return out;
+}
+
+frontend::Shape tile_shape(const Layer& layer, const Split& split, std::int64_t batch, std::int64_t* tile_batch) {
+    if (tile_batch) *tile_batch = max_block(batch, split.n);
+    frontend::Shape tile = layer.shape;
+    if (tile.dims.size() == 3) {
+        tile.dims[1] = max_block(tile.dims[1], split.h);
+        tile.dims[2] = max_block(tile.dims[2], split.w);
+    }
+    return tile;
+}
+
+}  // namespace dsl::scheduler

@@ -1,0 +1,40 @@
+// Running the `dsl` command from a test, capturing its exit code, stdout and stderr.
+#pragma once
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+inline std::string read(const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    std::ostringstream s;
+    s << in.rdbuf();
+    return s.str();
+}
+
+struct Result {
+    int exit_code;
+    std::string out, err;
+};
+
+// Runs `dsl ARGS` from the repository root, so that file names in messages are the relative ones.
+inline Result run_dsl(const std::string& args) {
+    const fs::path dir = fs::temp_directory_path() / ("dsl_diag_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    const std::string cmd = "cd '" DSL_SOURCE_DIR "' && NO_COLOR=1 '" DSL_BINARY "' " + args + " >'" +
+                            (dir / "out").string() + "' 2>'" + (dir / "err").string() + "'";
+    const int status = std::system(cmd.c_str());
+    Result r{WIFEXITED(status) ? WEXITSTATUS(status) : -1, read(dir / "out"), read(dir / "err")};
+    fs::remove_all(dir);
+    return r;
+}
+
+}  // namespace

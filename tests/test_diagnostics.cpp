@@ -1,0 +1,72 @@
+// Golden diagnostics: every tests/diag/fail_*.net and fail_*.sched is checked by the `dsl` command and its
+// stderr compared with the .stderr file beside it. A .sched case is checked against samples/mesh_tiny.net.
+// DSL_UPDATE_GOLDEN=1 rewrites the .stderr files from the current output instead of comparing.
+#include "run_dsl.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<fs::path> cases() {
+    std::vector<fs::path> out;
+    for (const auto& e : fs::directory_iterator(fs::path(DSL_SOURCE_DIR) / "tests" / "diag")) {
+        const std::string name = e.path().filename().string();
+        if (name.rfind("fail_", 0) == 0 && (e.path().extension() == ".net" || e.path().extension() == ".sched"))
+            out.push_back(e.path());
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("golden diagnostics: each failing input gives exactly the expected errors", "[diag]") {
+    const auto all = cases();
+    REQUIRE(all.size() >= 20);
+    const bool update = std::getenv("DSL_UPDATE_GOLDEN") != nullptr;
+    for (const fs::path& input : all) {
+        const std::string rel = fs::relative(input, DSL_SOURCE_DIR).string();
+        const std::string args = input.extension() == ".sched" ? "check samples/mesh_tiny.net " + rel : "check " + rel;
+        SECTION(rel) {
+            const Result r = run_dsl(args);
+            fs::path expected = input;
+            expected.replace_extension(input.extension().string() + ".stderr");
+            if (update) {
+                std::ofstream(expected, std::ios::binary) << r.err;
+            } else {
+                INFO("dsl " << args);
+                REQUIRE(fs::exists(expected));
+                CHECK(r.err == read(expected));
+            }
+            // A user error: exit code 1, nothing on stdout, and never an internal error.
+            CHECK(r.exit_code == 1);
+            CHECK(r.out.empty());
+            CHECK(r.err.find("internal error") == std::string::npos);
+            CHECK(r.err.find(": error: ") != std::string::npos);
+        }
+    }
+}
+
+TEST_CASE("a missing file is a user error, not a crash", "[diag]") {
+    const Result net = run_dsl("check tests/diag/no_such_file.net");
+    CHECK(net.exit_code == 1);
+    CHECK(net.err.find("error: cannot read 'tests/diag/no_such_file.net'") != std::string::npos);
+    const Result sched = run_dsl("check samples/mesh_tiny.net tests/diag/no_such_file.sched");
+    CHECK(sched.exit_code == 1);
+    CHECK(sched.err.find("error: cannot read 'tests/diag/no_such_file.sched'") != std::string::npos);
+}
+
+TEST_CASE("usage errors exit with 2", "[diag]") {
+    CHECK(run_dsl("").exit_code == 2);
+    CHECK(run_dsl("check").exit_code == 2);
+    CHECK(run_dsl("frobnicate x.net").exit_code == 2);
+    CHECK(run_dsl("--help").exit_code == 0);
+}

@@ -1,0 +1,191 @@
+// Binding schedules to networks: the precedence rule, open fields and each legality check.
+#include <catch2/catch.hpp>
+
+#include <dsl/frontend/parse.hpp>
+#include <dsl/frontend/passes.hpp>
+#include <dsl/scheduler/schedule.hpp>
+
+using namespace dsl;
+using namespace dsl::frontend;
+using namespace dsl::scheduler;
+
+namespace {
+
+const char* net_text = R"(
+input x [N, 3, 32, 32]
+label y [N, 8, 8]
+block cbr(f, s = 1) {
+  conv = conv(f, kernel = 3, stride = s, pad = 1)
+  bn = batchnorm
+  relu = relu
+}
+stem = conv(8, kernel = 7, stride = 2, pad = 3)
+a = cbr(8)
+b = cbr(16, s = 2)
+pred = conv(2, kernel = 1)
+loss = pixel_cross_entropy from pred, y
+)";
+
+struct Fixture {
+    SourceManager sources;
+    Diagnostics diags;
+    Network net;
+
+    Fixture() {
+        auto file = parse_net(*sources.add("t.net", net_text), diags);
+        REQUIRE(file);
+        auto n = elaborate(*file, {}, diags);
+        REQUIRE(n);
+        REQUIRE(infer_shapes(*n, diags));
+        net = std::move(*n);
+    }
+
+    std::optional<Schedule> apply(const std::string& text) {
+        auto file = parse_sched(*sources.add("t.sched", text), diags);
+        REQUIRE(file);
+        return apply_schedule(net, *file, diags);
+    }
+
+    const Distribution& of(const Schedule& s, const std::string& layer) {
+        const int i = net.find(layer);
+        REQUIRE(i >= 0);
+        return s.layers[static_cast<std::size_t>(i)];
+    }
+
+    std::string errors() const {
+        std::string out;
+        for (const auto& d : diags.all()) out += format_diagnostic(d);
+        return out;
+    }
+};
+
+}  // namespace
+
+TEST_CASE("the most specific entry wins, field by field", "[schedule]") {
+    Fixture f;
+    auto s = f.apply(R"(
+procs = 4
+default N=4 overlap=off
+block cbr H=2 W=2 bn=local
+layer b.* N=2 H=2
+layer b.conv H=4 overlap=on
+layer *.bn N=1 H=4
+)");
+    INFO(f.errors());
+    REQUIRE(s);
+    CHECK(f.of(*s, "stem").split == Split{4, 1, 1, 1, 1, 1});
+    CHECK(f.of(*s, "a.conv").split == Split{1, 1, 1, 1, 2, 2});  // block beats default
+    CHECK(f.of(*s, "b.conv").split == Split{1, 1, 1, 1, 4, 1});  // exact name beats pattern
+    CHECK(f.of(*s, "b.relu").split == Split{2, 1, 1, 1, 2, 1});  // pattern beats block
+    CHECK(f.of(*s, "b.bn").split == Split{1, 1, 1, 1, 4, 1});    // '*.bn' has more literal characters than 'b.*'
+    CHECK(f.of(*s, "a.bn").split == Split{1, 1, 1, 1, 4, 1});    // a pattern beats the block
+    // Fields resolve on their own: b.conv's split from its exact entry, its bn mode from the block entry.
+    CHECK(*f.of(*s, "b.conv").overlap);
+    CHECK(!*f.of(*s, "b.relu").overlap);
+    CHECK(*f.of(*s, "b.conv").bn == BatchNormStats::local);
+    CHECK(*f.of(*s, "stem").bn == BatchNormStats::spatial);  // unset: exact statistics
+    CHECK(s->complete());
+}
+
+TEST_CASE("among entries of equal rank the later one wins", "[schedule]") {
+    Fixture f;
+    auto s = f.apply("procs = 2\ndefault N=2 overlap=off\nlayer stem H=2\nlayer stem W=2\n");
+    REQUIRE(s);
+    CHECK(f.of(*s, "stem").split == Split{1, 1, 1, 1, 1, 2});
+}
+
+TEST_CASE("open fields stay open and the schedule is partial", "[schedule]") {
+    Fixture f;
+    auto s = f.apply("default N=? H=2 overlap=?\nlayer pred N=4 overlap=off bn=?\n");
+    INFO(f.errors());
+    REQUIRE(s);
+    CHECK(!s->procs);
+    CHECK(!f.of(*s, "stem").split);
+    CHECK(!f.of(*s, "stem").overlap);
+    CHECK(f.of(*s, "pred").split == Split{4, 1, 1, 1, 1, 1});
+    CHECK(!f.of(*s, "pred").bn);
+    CHECK(!s->complete());
+}
+
+TEST_CASE("a split whose product is not the processor count is an error at its entry", "[schedule]") {
+    Fixture f;
+    CHECK(!f.apply("procs = 4\n\ndefault N=2 H=2 W=2\n"));
+    CHECK(f.errors() ==
+          "t.sched:3:1: error: split N=2 H=2 W=2 uses 8 processes, but the schedule has procs = 4\n"
+          "default N=2 H=2 W=2\n"
+          "^~~~~~~\n"
+          "t.sched:1:1: note: processor count set here\n"
+          "procs = 4\n"
+          "^~~~~\n");
+}
+
+TEST_CASE("with procs open, every fixed split must use the same count", "[schedule]") {
+    Fixture f;
+    CHECK(!f.apply("default N=2\nlayer stem N=4\n"));
+    CHECK(f.errors().find("split N=4 H=1 W=1 uses 4 processes, but another entry's split uses 2") != std::string::npos);
+}
+
+TEST_CASE("a tile smaller than the halo is an error naming the layer", "[schedule]") {
+    Fixture f;
+    // stem is a 7x7 convolution (halo 3) on 32 rows: 16 parts leave tiles of 2 rows.
+    CHECK(!f.apply("procs = 16\ndefault N=16\nlayer stem H=16\n"));
+    CHECK(f.errors().find("t.sched:3:1: error: split N=1 H=16 W=1 does not fit layer 'stem': tiles of 2 rows are "
+                          "smaller than its halo of 3 rows") != std::string::npos);
+    CHECK(f.errors().find("t.net:9:1: note: layer 'stem' declared here") != std::string::npos);
+}
+
+TEST_CASE("a split larger than the image, or than the mini-batch, is an error", "[schedule]") {
+    Fixture f;
+    CHECK(!f.apply("procs = 16\ndefault N=16\nlayer b.* H=16\n"));
+    CHECK(f.errors().find("split N=1 H=16 W=1 does not fit layer 'b.conv': its output has only 8 rows") !=
+          std::string::npos);
+    CHECK(f.errors().find("the same split does not fit layers 'b.bn', 'b.relu' either") != std::string::npos);
+
+    Fixture g;
+    CHECK(!g.apply("procs = 8\nbatch = 4\ndefault N=8\n"));
+    CHECK(g.errors().find("split N=8 H=1 W=1 does not fit layer 'stem': the mini-batch has only 4 samples") !=
+          std::string::npos);
+}
+
+TEST_CASE("names, patterns and blocks that select nothing are errors", "[schedule]") {
+    Fixture f;
+    CHECK(!f.apply("procs = 1\nlayer stme N=1\nlayer c.* N=1\nblock cbrr N=1\n"));
+    const std::string e = f.errors();
+    CHECK(e.find("t.sched:2:7: error: the network has no layer named 'stme'") != std::string::npos);
+    CHECK(e.find("note: did you mean 'stem'?") != std::string::npos);
+    CHECK(e.find("t.sched:3:7: error: no layer of the network matches 'c.*'") != std::string::npos);
+    CHECK(e.find("t.sched:4:7: error: the network has no instance of a block named 'cbrr'") != std::string::npos);
+    CHECK(e.find("did you mean 'cbr'?") != std::string::npos);
+}
+
+TEST_CASE("bad settings are reported, all of them", "[schedule]") {
+    Fixture f;
+    CHECK(!f.apply("procs = 0\nprocz = 2\ndefault N=2 C=2 overlap=maybe bn=global H=2 H=1 stride=2\n"));
+    const std::string e = f.errors();
+    CHECK(e.find("'procs' must be a positive integer or '?', not '0'") != std::string::npos);
+    CHECK(e.find("unknown setting 'procz'") != std::string::npos);
+    CHECK(e.find("did you mean 'procs'?") != std::string::npos);
+    CHECK(e.find("channel splits ('C') are not supported yet") != std::string::npos);
+    CHECK(e.find("'overlap' must be 'on', 'off' or '?', not 'maybe'") != std::string::npos);
+    CHECK(e.find("'bn' must be 'spatial', 'local' or '?', not 'global'") != std::string::npos);
+    CHECK(e.find("'H' is set twice in this entry") != std::string::npos);
+    CHECK(e.find("unknown setting 'stride' in a schedule entry") != std::string::npos);
+}
+
+TEST_CASE("a top-level setting after an entry is explained", "[schedule]") {
+    Fixture f;
+    CHECK(!f.apply("default N=2\nprocs = 2\n"));
+    CHECK(f.errors().find("'procs' is a top-level setting, but here it follows an entry") != std::string::npos);
+}
+
+TEST_CASE("tiles of uneven splits: the largest tile is reported", "[schedule]") {
+    Fixture f;
+    const Layer& stem = f.net.layers[static_cast<std::size_t>(f.net.find("stem"))];  // [N, 8, 16, 16]
+    std::int64_t n = 0;
+    const Shape tile = tile_shape(stem, Split{3, 1, 1, 1, 3, 5}, 8, &n);
+    CHECK(n == 3);
+    CHECK(tile.dims == std::vector<std::int64_t>{8, 6, 4});
+    CHECK(block_size(16, 3, 0) == 6);
+    CHECK(block_size(16, 3, 2) == 5);
+    CHECK(min_block(16, 5) == 3);
+}
