@@ -2,6 +2,8 @@
 #include <dsl/frontend/parse.hpp>
 #include <dsl/grammar/net.hpp>
 
+#include "syntax_error.hpp"
+
 #include <algorithm>
 #include <cctype>
 #include <charconv>
@@ -30,28 +32,6 @@ namespace g = dsl::grammar::net;
 // recursively, so the tree's depth has its own limit.
 constexpr int max_nesting = 64;
 constexpr int max_tree_depth = 256;
-
-// The offset just past the token before `pos`, skipping blanks and comments backwards, so that a missing
-// ')' or '=' is reported where it belongs, as clang does, rather than at the start of the next line.
-std::size_t end_of_previous_token(std::string_view text, std::size_t pos) {
-    while (true) {
-        while (pos > 0 && std::isspace(static_cast<unsigned char>(text[pos - 1]))) --pos;
-        if (pos == 0) return 0;
-        const auto line_start = text.rfind('\n', pos - 1);
-        const std::size_t from = line_start == std::string_view::npos ? 0 : line_start + 1;
-        bool in_string = false;
-        std::size_t hash = std::string_view::npos;
-        for (auto i = from; i < pos; ++i) {
-            if (text[i] == '"') in_string = !in_string;
-            if (text[i] == '#' && !in_string) {
-                hash = i;
-                break;
-            }
-        }
-        if (hash == std::string_view::npos) return pos;
-        pos = hash;
-    }
-}
 
 // A syntax error found by an action (a literal out of range, nesting too deep), with its exact span.
 struct SyntaxError {
@@ -542,26 +522,6 @@ bool is_language_char(char c) {
     return std::isalnum(u) || std::isspace(u) || (c != '\0' && std::strchr("_=()[]{},.+-*/\"#", c) != nullptr);
 }
 
-std::string quote_char(char c) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u >= 0x20 && u < 0x7f) return std::string(1, c);
-    static const char* hex = "0123456789ABCDEF";
-    return std::string("\\x") + hex[u >> 4] + hex[u & 15];
-}
-
-// Line and column of a byte offset.
-Location location_at(const SourceFile& file, std::size_t offset, unsigned length = 1) {
-    unsigned line = 1;
-    std::size_t line_start = 0;
-    for (std::size_t i = 0; i < offset && i < file.text.size(); ++i) {
-        if (file.text[i] == '\n') {
-            ++line;
-            line_start = i + 1;
-        }
-    }
-    return Location{&file, line, static_cast<unsigned>(offset - line_start + 1), length};
-}
-
 bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
 
 void replace_all(std::string& s, std::string_view from, std::string_view to) {
@@ -583,7 +543,7 @@ void report(const pegtl::parse_error& e, const SourceFile& file, const Builder& 
         return;
     }
     if (!is_language_char(c)) {
-        diags.error(location_at(file, at), "unexpected character '" + quote_char(c) + "'");
+        diags.error(location_at(file, at), unexpected_character(text, at));
         return;
     }
     if (starts_with(message, "expected a")) {
@@ -609,8 +569,7 @@ void report(const pegtl::parse_error& e, const SourceFile& file, const Builder& 
     }
     // A missing piece of punctuation, or anything missing at the end of the file, is reported just after the
     // token it should follow.
-    const bool at_end = at == text.size();
-    if (starts_with(message, "expected '") || at_end) at = end_of_previous_token(text, at);
+    at = error_offset(text, at, message);
     replace_all(message, "{name}", b.last_name);
     replace_all(message, "{block}", b.block.name);
     auto& d = diags.error(location_at(file, at), message);

@@ -2,6 +2,8 @@
 #include <dsl/frontend/parse.hpp>
 #include <dsl/grammar/sched.hpp>
 
+#include "syntax_error.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -152,14 +154,6 @@ unsigned rest_of_line(std::string_view line_text, unsigned col) {
     return std::max(1u, clamp_unsigned(line_text.size() - (col - 1)));
 }
 
-// "unexpected character '$'", naming the byte at the error; bytes that do not print are shown in hex.
-std::string unexpected_character(const std::string& text, std::size_t byte) {
-    if (byte >= text.size()) return "unexpected end of file";
-    const auto c = static_cast<unsigned char>(text[byte]);
-    if (c >= 0x21 && c < 0x7f) return fmt::format("unexpected character '{}'", static_cast<char>(c));
-    return fmt::format("unexpected byte 0x{:02x}", c);
-}
-
 }  // namespace
 
 std::optional<SchedFile> parse_sched(const SourceFile& file, Diagnostics& diags) {
@@ -170,14 +164,15 @@ std::optional<SchedFile> parse_sched(const SourceFile& file, Diagnostics& diags)
     try {
         pegtl::parse<g::grammar, action, g::control>(in, state);
     } catch (const pegtl::parse_error& e) {
-        const auto& p = e.positions().front();
+        const std::size_t at = e.positions().empty() ? 0 : e.positions().front().byte;
         std::string message(e.message());
-        Location loc{&file, clamp_unsigned(p.line), clamp_unsigned(p.column), state.error_length};
+        Location loc = location_at(file, error_offset(file.text, at, message), state.error_length);
         if (message == g::error_message<dsl::grammar::string_close> && state.open_string) {
             loc = *state.open_string;
             loc.length = rest_of_line(file.line_text(loc.line), loc.col);
         } else if (message == g::error_message<g::end_of_file>) {
-            message = unexpected_character(file.text, p.byte);
+            message = unexpected_character(file.text, at);
+            loc = location_at(file, at);
         }
         diags.error(loc, std::move(message));
         return std::nullopt;
