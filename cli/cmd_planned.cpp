@@ -3,8 +3,8 @@
 #include "commands.hpp"
 #include "report.hpp"
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <iostream>
 #include <memory>
@@ -36,9 +36,10 @@ int run_planned(const PlannedOptions& o) {
     }
     diags.render(std::cerr, stderr_color());
     if (!good) return user_error;
-    std::cerr << fmt::format("error: 'dsl {}' is not available in this version of dsl; the input files are valid "
-                             "('dsl check' reports on them)\n",
-                             o.verb);
+    std::cerr << fmt::format(
+        "error: 'dsl {}' is not available in this version of dsl; the input files are valid "
+        "('dsl check' reports on them)\n",
+        o.verb);
     return usage;
 }
 
@@ -58,8 +59,9 @@ CLI::App* add_verb(CLI::App& app, Action& action, const std::string& verb, const
 void setup_planned(CLI::App& app, Action& action) {
     std::shared_ptr<PlannedOptions> o;
 
-    CLI::App* run = add_verb(app, action, "run", "Train a network, on one process or under a schedule on many",
-                             "dsl run samples/mesh_tiny.net samples/mesh_tiny_spatial_h_2.sched --steps 20 --batch 4", o);
+    CLI::App* run =
+        add_verb(app, action, "run", "Train a network, on one process or under a schedule on many",
+                 "dsl run samples/mesh_tiny.net samples/mesh_tiny_spatial_h_2.sched --steps 20 --batch 4", o);
     run->add_option("SCHED", o->scheds, "A schedule (.sched); without one, one process")->expected(0, 1);
     run->add_option("--steps", o->steps, "Training steps")->check(CLI::PositiveNumber);
     run->add_option("--batch", o->batch, "Mini-batch size N")->check(CLI::PositiveNumber);
@@ -96,9 +98,9 @@ void setup_planned(CLI::App& app, Action& action) {
     compare->add_option("--steps", o->steps, "Steps to measure")->check(CLI::PositiveNumber);
     compare->add_flag("--json", o->json, "Print the comparison as JSON");
 
-    CLI::App* calibrate = add_verb(app, action, "calibrate",
-                                   "Measure kernel and communication times for the performance model",
-                                   "dsl calibrate stdlib/mesh1k.net -o stdlib/platforms/local.platform", o);
+    CLI::App* calibrate =
+        add_verb(app, action, "calibrate", "Measure kernel and communication times for the performance model",
+                 "dsl calibrate stdlib/mesh1k.net -o stdlib/platforms/local.platform", o);
     calibrate->add_option("-o,--output", o->output, "The platform file to write")->required();
     calibrate->add_option("--procs", o->procs, "Processes to calibrate for")->check(CLI::PositiveNumber);
 }

@@ -5,8 +5,8 @@
 #include <dsl/frontend/parse.hpp>
 #include <dsl/frontend/print.hpp>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <iostream>
 #include <memory>
@@ -61,8 +61,9 @@ void setup_print(CLI::App& app, Action& action) {
     sub->add_option("FILE", o->file, "The file (.net or .sched)")->required();
     sub->add_flag("--json", o->json, "Print the syntax tree as JSON");
     sub->add_flag("--locations", o->locations, "With --json: add each node's line and column");
-    sub->footer("Printing is syntactic: blocks stay blocks and comments are dropped. The output parses back to\n"
-                "the same tree.\nExample:\n  dsl print stdlib/resnet50.net");
+    sub->footer(
+        "Printing is syntactic: blocks stay blocks and comments are dropped. The output parses back to\n"
+        "the same tree.\nExample:\n  dsl print stdlib/resnet50.net");
     sub->callback([o, &action] { action = [o] { return run_print(*o); }; });
 }
 

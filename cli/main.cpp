@@ -5,9 +5,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include <unistd.h>
 #include <cstdlib>
 #include <iostream>
-#include <unistd.h>
 
 namespace dsl::cli {
 
@@ -17,16 +17,18 @@ bool stderr_color() { return ::isatty(STDERR_FILENO) && std::getenv("NO_COLOR") 
 
 int main(int argc, char** argv) {
     using namespace dsl::cli;
-    CLI::App app{"dsl: train convolutional networks whose samples are too big for one processor.\n"
-                 "A network is written in a .net file and how to parallelize it in a .sched file.",
-                 "dsl"};
+    CLI::App app{
+        "dsl: train convolutional networks whose samples are too big for one processor.\n"
+        "A network is written in a .net file and how to parallelize it in a .sched file.",
+        "dsl"};
     app.require_subcommand(1);
     app.set_version_flag("--version", "dsl 0.1.0");
-    app.footer("Examples:\n"
-               "  dsl check samples/mesh_tiny.net samples/mesh_tiny_hybrid_4.sched\n"
-               "  dsl print stdlib/resnet50.net\n"
-               "Run 'dsl VERB --help' for a verb's options. Exit codes: 0 ok, 1 error in the input, 2 usage,\n"
-               "3 internal error.");
+    app.footer(
+        "Examples:\n"
+        "  dsl check samples/mesh_tiny.net samples/mesh_tiny_hybrid_4.sched\n"
+        "  dsl print stdlib/resnet50.net\n"
+        "Run 'dsl VERB --help' for a verb's options. Exit codes: 0 ok, 1 error in the input, 2 usage,\n"
+        "3 internal error.");
 
     Action action;
     setup_check(app, action);

@@ -114,8 +114,9 @@ std::string check_table(const Checked& c, std::int64_t batch) {
         }
     }
     std::string out;
-    auto row = [&](const std::string& name, const std::string& kind, const std::string& shape, const std::string& params,
-                   const std::string& flops, const std::string& mem, const std::string& rest) {
+    auto row = [&](const std::string& name, const std::string& kind, const std::string& shape,
+                   const std::string& params, const std::string& flops, const std::string& mem,
+                   const std::string& rest) {
         std::string line = fmt::format("{:<{}}  {:<{}}  {:<{}}  {:>12}  {:>9}  {:>10}{}", name, name_w, kind, kind_w,
                                        shape, shape_w, params, flops, mem, rest);
         line.erase(line.find_last_not_of(' ') + 1);
@@ -134,8 +135,8 @@ std::string check_table(const Checked& c, std::int64_t batch) {
             const auto& d = c.schedule->layers[i];
             // Overlap matters only where there is a halo, and the statistics mode only for batch norm.
             const bool halo = l.halo()[0] > 0 || l.halo()[1] > 0;
-            rest = sched_cols(split_text(d), halo ? overlap_text(d) : "-",
-                                        l.op == OpKind::batchnorm ? bn_text(d) : "-", tile_text(l, d, batch));
+            rest = sched_cols(split_text(d), halo ? overlap_text(d) : "-", l.op == OpKind::batchnorm ? bn_text(d) : "-",
+                              tile_text(l, d, batch));
         }
         row(l.name, frontend::op_name(l.op), l.shape.str(), l.params ? grouped(l.params) : "-",
             l.flops ? si(static_cast<double>(l.flops)) : "-", bytes(static_cast<double>(l.activation_bytes)), rest);
@@ -143,7 +144,8 @@ std::string check_table(const Checked& c, std::int64_t batch) {
     out += "(FLOPs and activation memory are per sample, forward)\n\n";
     out += fmt::format("parameters        {} ({})\n", grouped(net.total_params()),
                        bytes(4.0 * static_cast<double>(net.total_params())));
-    out += fmt::format("MACs per sample   {} ({})\n", grouped(net.total_macs()), si(static_cast<double>(net.total_macs())));
+    out += fmt::format("MACs per sample   {} ({})\n", grouped(net.total_macs()),
+                       si(static_cast<double>(net.total_macs())));
     out += fmt::format("FLOPs per sample  {} (forward)\n", si(static_cast<double>(net.total_flops())));
     out += fmt::format("activations       {} per sample\n", bytes(static_cast<double>(net.total_activation_bytes())));
     if (sched) {

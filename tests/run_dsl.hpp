@@ -1,13 +1,13 @@
 // Running the `dsl` command from a test, capturing its exit code, stdout and stderr.
 #pragma once
 
+#include <sys/wait.h>
+#include <unistd.h>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
-#include <sys/wait.h>
-#include <unistd.h>
 
 namespace fs = std::filesystem;
 

@@ -58,8 +58,8 @@ TEST_CASE("print gives text that prints the same again", "[cli]") {
     for (const std::string file : {"samples/mesh_tiny.net", "samples/mesh_tiny_mixed_4.sched"}) {
         const Result first = run_dsl("print " + file);
         REQUIRE(first.exit_code == 0);
-        const fs::path copy = fs::temp_directory_path() / ("dsl_print_" + std::to_string(::getpid()) +
-                                                           fs::path(file).extension().string());
+        const fs::path copy = fs::temp_directory_path() /
+                              ("dsl_print_" + std::to_string(::getpid()) + fs::path(file).extension().string());
         std::ofstream(copy) << first.out;
         const Result second = run_dsl("print " + copy.string());
         fs::remove(copy);

@@ -4,9 +4,9 @@
 #include <dsl/frontend/parse.hpp>
 #include <dsl/frontend/passes.hpp>
 
+#include <unistd.h>
 #include <filesystem>
 #include <fstream>
-#include <unistd.h>
 
 using namespace dsl;
 using namespace dsl::frontend;
@@ -26,11 +26,7 @@ struct Elab {
         if (!diags.has_errors()) net = elaborate(*file, imports, diags);
     }
 
-    std::string errors() const {
-        std::string out;
-        for (const Diagnostic& d : diags.all()) out += format_diagnostic(d);
-        return out;
-    }
+    std::string errors() const { return diags.text(); }
 
     // The messages of the errors, and of their notes indented by two spaces.
     std::vector<std::string> messages() const {
@@ -78,8 +74,9 @@ const std::string head = "input x [N, 3, 32, 32]\nlabel y [N]\n";
 }  // namespace
 
 TEST_CASE("layers are named and chained in source order", "[elaborate]") {
-    Elab e(head + "a = conv(8, kernel = 3, pad = 1)\nb = relu\nc = global_avgpool\nd = fc(10)\n"
-                  "loss = softmax_cross_entropy from d, y\n");
+    Elab e(head +
+           "a = conv(8, kernel = 3, pad = 1)\nb = relu\nc = global_avgpool\nd = fc(10)\n"
+           "loss = softmax_cross_entropy from d, y\n");
     INFO(e.errors());
     REQUIRE(e.net);
     CHECK(e.names() == std::vector<std::string>{"x", "y", "a", "b", "c", "d", "loss"});
@@ -98,9 +95,10 @@ TEST_CASE("layers are named and chained in source order", "[elaborate]") {
 }
 
 TEST_CASE("arguments: positional, named, lists, defaults", "[elaborate]") {
-    Elab e(head + "a = conv(8, [3, 5], stride = [1, 2], pad = [1, 2], dilation = 2, bias = false)\n"
-                  "p = maxpool(3)\nq = maxpool(kernel = 2, stride = 1)\nb = batchnorm(eps = 0.001, momentum = 0.5)\n"
-                  "l = leaky_relu(0.2)\n");
+    Elab e(head +
+           "a = conv(8, [3, 5], stride = [1, 2], pad = [1, 2], dilation = 2, bias = false)\n"
+           "p = maxpool(3)\nq = maxpool(kernel = 2, stride = 1)\nb = batchnorm(eps = 0.001, momentum = 0.5)\n"
+           "l = leaky_relu(0.2)\n");
     INFO(e.errors());
     REQUIRE(e.net);
     const Layer& a = e.layer("a");
@@ -215,20 +213,22 @@ TEST_CASE("train options", "[elaborate]") {
 TEST_CASE("cycles are reported with their path", "[elaborate]") {
     one_error(head + "a = relu from b\nb = relu from a\n", "layers form a cycle: 'a' -> 'b' -> 'a'", 3, 1);
     one_error(head + "a = relu from a\n", "layers form a cycle: 'a' -> 'a'", 3, 1);
-    one_error(head + "a = relu\nb = add from a, d\nc = relu\nd = relu\n", "layers form a cycle: 'b' -> 'c' -> 'd' -> 'b'", 4, 1);
+    one_error(head + "a = relu\nb = add from a, d\nc = relu\nd = relu\n",
+              "layers form a cycle: 'b' -> 'c' -> 'd' -> 'b'", 4, 1);
 }
 
 TEST_CASE("unknown names get suggestions", "[elaborate]") {
     // Errors come in source order, although references are resolved after the layers are expanded.
-    Elab e(head + "block cbr(f) {\n  c = conv(f)\n}\na = convv(8)\nb = cbrr(8)\nc = conv(8, kernal = 3)\n"
-                  "d = relu from aa\ne = cbr(8, g = 1)\n");
+    Elab e(head +
+           "block cbr(f) {\n  c = conv(f)\n}\na = convv(8)\nb = cbrr(8)\nc = conv(8, kernal = 3)\n"
+           "d = relu from aa\ne = cbr(8, g = 1)\n");
     INFO(e.errors());
     CHECK_FALSE(e.net);
-    CHECK(e.messages() == std::vector<std::string>{
-                              "unknown layer kind or block 'convv'", "  did you mean 'conv'?",
-                              "unknown layer kind or block 'cbrr'", "  did you mean 'cbr'?",
-                              "'conv' has no parameter 'kernal'", "  did you mean 'kernel'?",
-                              "unknown layer 'aa'", "  did you mean 'a'?", "block 'cbr' has no parameter 'g'", "  did you mean 'f'?"});
+    CHECK(e.messages() == std::vector<std::string>{"unknown layer kind or block 'convv'", "  did you mean 'conv'?",
+                                                   "unknown layer kind or block 'cbrr'", "  did you mean 'cbr'?",
+                                                   "'conv' has no parameter 'kernal'", "  did you mean 'kernel'?",
+                                                   "unknown layer 'aa'", "  did you mean 'a'?",
+                                                   "block 'cbr' has no parameter 'g'", "  did you mean 'f'?"});
     CHECK(e.diags.all()[0].loc.line == 6);
     CHECK(e.diags.all()[0].loc.col == 5);
 }
@@ -241,9 +241,12 @@ TEST_CASE("argument errors", "[elaborate]") {
     one_error(head + "block b(f) {\n  c = conv(f)\n}\na = b(1, 2)\n",
               "too many positional arguments: block 'b' takes 1, got 2", 6, 10);
     one_error(head + "a = conv(8, filters = 3)\n", "duplicate argument 'filters'", 3, 13);
-    one_error(head + "a = conv(8, kernel = 0)\n", "'kernel' must be a positive integer or a [height, width] list", 3, 22);
-    one_error(head + "a = conv(8, kernel = [3, 3, 3])\n", "'kernel' must be a positive integer or a [height, width] list", 3, 22);
-    one_error(head + "a = conv(8, pad = -1)\n", "'pad' must be a non-negative integer or a [height, width] list", 3, 19);
+    one_error(head + "a = conv(8, kernel = 0)\n", "'kernel' must be a positive integer or a [height, width] list", 3,
+              22);
+    one_error(head + "a = conv(8, kernel = [3, 3, 3])\n",
+              "'kernel' must be a positive integer or a [height, width] list", 3, 22);
+    one_error(head + "a = conv(8, pad = -1)\n", "'pad' must be a non-negative integer or a [height, width] list", 3,
+              19);
     one_error(head + "a = conv(8.5)\n", "'filters' must be a positive integer", 3, 10);
     one_error(head + "a = conv(8, bias = 1)\n", "'bias' must be true or false", 3, 20);
     one_error(head + "a = batchnorm(eps = 0)\n", "'eps' must be a positive number", 3, 21);
@@ -252,8 +255,9 @@ TEST_CASE("argument errors", "[elaborate]") {
 }
 
 TEST_CASE("errors in instances point into the block, with a note per enclosing instance", "[elaborate]") {
-    Elab e(head + "block inner(f) {\n  c = conv(f)\n}\nblock outer(f) {\n  i = inner(f - 8)\n}\n"
-                  "a = outer(16)\nb = outer(8)\n");
+    Elab e(head +
+           "block inner(f) {\n  c = conv(f)\n}\nblock outer(f) {\n  i = inner(f - 8)\n}\n"
+           "a = outer(16)\nb = outer(8)\n");
     INFO(e.errors());
     CHECK_FALSE(e.net);
     REQUIRE(e.diags.all().size() == 1);
@@ -270,8 +274,8 @@ TEST_CASE("errors in instances point into the block, with a note per enclosing i
 TEST_CASE("arity and label checks", "[elaborate]") {
     one_error(head + "a = relu\nb = add\n", "'add' needs at least 2 inputs, got 1", 4, 1);
     one_error(head + "a = relu\nb = relu from a, x\n", "'relu' takes 1 input, got 2", 4, 18);
-    one_error(head + "a = fc(2)\nl = softmax_cross_entropy\n", "'softmax_cross_entropy' takes 2 inputs (logits and labels), got 1",
-              4, 1);
+    one_error(head + "a = fc(2)\nl = softmax_cross_entropy\n",
+              "'softmax_cross_entropy' takes 2 inputs (logits and labels), got 1", 4, 1);
     one_error(head + "a = relu from y\n", "label 'y' can only be the second input of a loss layer", 3, 15);
     one_error(head + "a = fc(2)\nl = softmax_cross_entropy from a, x\n",
               "the second input of 'softmax_cross_entropy' must be a label, got 'x'", 4, 35);
@@ -287,13 +291,15 @@ TEST_CASE("reference errors", "[elaborate]") {
     one_error(head + "a = relu from in\n", "unknown layer 'in'", 3, 15);
     one_error("input x [N, 3, 8, 8]\ninput z [N, 3, 8, 8]\na = relu\n",
               "the first layer cannot choose among 2 declared inputs: name one with 'from'", 3, 1);
-    one_error("label y [N]\na = relu\n", "the first layer has no input to read: declare an input or name one with 'from'", 2, 1);
+    one_error("label y [N]\na = relu\n",
+              "the first layer has no input to read: declare an input or name one with 'from'", 2, 1);
 }
 
 TEST_CASE("duplicates", "[elaborate]") {
     one_error(head + "a = relu\na = relu\n", "duplicate name 'a'", 4, 1);
     one_error(head + "x = relu\n", "duplicate name 'x'", 3, 1);
-    one_error(head + "block b(f) {\n  c = relu\n}\nblock b(g) {\n  c = relu\n}\na = b(1)\n", "duplicate block 'b'", 6, 7);
+    one_error(head + "block b(f) {\n  c = relu\n}\nblock b(g) {\n  c = relu\n}\na = b(1)\n", "duplicate block 'b'", 6,
+              7);
     one_error(head + "block b(f) {\n  0 = relu\n  repeat(2) b2\n}\nblock b2() {\n  c = relu\n}\na = b(1)\n",
               "duplicate name '0'", 5, 3);
 }
@@ -341,8 +347,9 @@ TEST_CASE("imports: relative to the file, then the stdlib; cycles and missing fi
     auto write = [&](const std::string& name, const std::string& text) { std::ofstream(dir / name) << text; };
     write("blocks.net", "import \"more.net\"\nblock cbr(f) {\n  c = conv(f)\n  r = relu\n}\n");
     write("more.net", "import \"blocks.net\"\nblock two(f) {\n  a = cbr(f)\n  b = cbr(f)\n}\n");
-    write("main.net", "import \"more.net\"\nimport \"resnet50.net\"\ninput x [N, 3, 8, 8]\nt = two(4)\n"
-                      "d = downsample(8, 2)\n");
+    write("main.net",
+          "import \"more.net\"\nimport \"resnet50.net\"\ninput x [N, 3, 8, 8]\nt = two(4)\n"
+          "d = downsample(8, 2)\n");
     write("cyc.net", "import \"cyc.net\"\ninput x [N, 3, 8, 8]\na = relu\n");
     write("missing.net", "import \"nowhere.net\"\ninput x [N, 3, 8, 8]\na = relu\n");
 
@@ -350,9 +357,7 @@ TEST_CASE("imports: relative to the file, then the stdlib; cycles and missing fi
         SourceManager sources;
         Diagnostics diags;
         auto loaded = load_network((dir / "main.net").string(), sources, diags);
-        std::string errors;
-        for (const Diagnostic& d : diags.all()) errors += format_diagnostic(d);
-        INFO(errors);
+        INFO(diags.text());
         // more.net imports blocks.net, which imports more.net back: a cycle.
         REQUIRE(diags.all().size() == 1);
         CHECK_THAT(diags.all()[0].message, Catch::StartsWith("import cycle: "));
@@ -381,9 +386,7 @@ TEST_CASE("imports: relative to the file, then the stdlib; cycles and missing fi
         SourceManager sources;
         Diagnostics diags;
         auto loaded = load_network((dir / "main.net").string(), sources, diags);
-        std::string errors;
-        for (const Diagnostic& d : diags.all()) errors += format_diagnostic(d);
-        INFO(errors);
+        INFO(diags.text());
         REQUIRE(loaded);
         CHECK(loaded->imports.size() == 3);
         CHECK(loaded->net.find("t.b.r") >= 0);

@@ -1,4 +1,6 @@
 // Tests of the `.net` grammar, parser and printer: trees, round trips and syntax errors at exact places.
+#include "support.hpp"
+
 #include <dsl/frontend/parse.hpp>
 #include <dsl/frontend/print.hpp>
 #include <dsl/grammar/net.hpp>
@@ -17,31 +19,9 @@ using namespace dsl::frontend;
 
 namespace {
 
-struct Parsed {
-    SourceManager sources;
-    Diagnostics diags;
-    std::optional<NetFile> file;
-};
+std::unique_ptr<test::Parsed<NetFile>> parse(const std::string& text) { return test::parse<NetFile>(text, "test.net"); }
 
-std::unique_ptr<Parsed> parse(const std::string& text) {
-    auto p = std::make_unique<Parsed>();
-    const SourceFile* f = p->sources.add("test.net", text);
-    p->file = parse_net(*f, p->diags);
-    return p;
-}
-
-// The tree of `text` must survive print -> parse, and printing must be idempotent.
-void check_round_trip(const std::string& text) {
-    INFO("source:\n" << text);
-    auto first = parse(text);
-    REQUIRE(first->file);
-    const std::string printed = print_net(*first->file);
-    INFO("printed:\n" << printed);
-    auto second = parse(printed);
-    REQUIRE(second->file);
-    CHECK(net_to_json(*second->file, false) == net_to_json(*first->file, false));
-    CHECK(print_net(*second->file) == printed);
-}
+void check_round_trip(const std::string& text) { test::check_round_trip<NetFile>(text, "test.net"); }
 
 // The first argument's value of the only top-level statement of `a = f(<expr>)`.
 Expr parse_expr(const std::string& expr) {
@@ -246,8 +226,7 @@ e = f ( )
 TEST_CASE("net parser: syntax errors at exact places", "[net][errors]") {
     using Row = std::tuple<std::string, unsigned, unsigned, std::string>;
     auto [text, line, col, message] = GENERATE(table<std::string, unsigned, unsigned, std::string>({
-        Row{"input x [N, 3, 32, 32]\nconv1 conv(8, kernel = 3)\n", 2, 6,
-            "expected '=' after the layer name 'conv1'"},
+        Row{"input x [N, 3, 32, 32]\nconv1 conv(8, kernel = 3)\n", 2, 6, "expected '=' after the layer name 'conv1'"},
         Row{"input x [N, 3, 32, 32\nconv1 = conv(8)\n", 1, 22, "expected ']' to close the shape"},
         Row{"block cbr(f) {\n  relu = relu\n\na = cbr(8)\n", 4, 11, "expected '}' to close the block 'cbr'"},
         Row{"conv1 = conv(8, kernel = 3) $\n", 1, 29, "unexpected character '$'"},
@@ -316,8 +295,17 @@ TEST_CASE("net parser: deep nesting is an error, not a crash", "[net][errors]") 
 }
 
 TEST_CASE("net parser: arbitrary bytes give one error and no crash", "[net][errors]") {
-    const std::string texts[] = {std::string("a = f(\0)", 8), "\xff\xfe", "a = f(1", "block b(", "\"", "[[[[", "a.b = c",
-                                 "a = f(1.)", "0 = 1", "repeat(", "x = repeat(1, start = ) y"};
+    const std::string texts[] = {std::string("a = f(\0)", 8),
+                                 "\xff\xfe",
+                                 "a = f(1",
+                                 "block b(",
+                                 "\"",
+                                 "[[[[",
+                                 "a.b = c",
+                                 "a = f(1.)",
+                                 "0 = 1",
+                                 "repeat(",
+                                 "x = repeat(1, start = ) y"};
     for (const auto& t : texts) {
         INFO(t);
         auto p = parse(t);

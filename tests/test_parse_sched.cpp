@@ -1,4 +1,6 @@
 // Tests of the `.sched` grammar, parser and printer: trees, round trips and syntax errors at exact places.
+#include "support.hpp"
+
 #include <dsl/frontend/parse.hpp>
 #include <dsl/frontend/print.hpp>
 #include <dsl/grammar/sched.hpp>
@@ -16,31 +18,11 @@ using namespace dsl::frontend;
 
 namespace {
 
-struct Parsed {
-    SourceManager sources;
-    Diagnostics diags;
-    std::optional<SchedFile> file;
-};
-
-std::unique_ptr<Parsed> parse(const std::string& text) {
-    auto p = std::make_unique<Parsed>();
-    const SourceFile* f = p->sources.add("test.sched", text);
-    p->file = parse_sched(*f, p->diags);
-    return p;
+std::unique_ptr<test::Parsed<SchedFile>> parse(const std::string& text) {
+    return test::parse<SchedFile>(text, "test.sched");
 }
 
-// The tree of `text` must survive print -> parse, and printing must be idempotent.
-void check_round_trip(const std::string& text) {
-    INFO("source:\n" << text);
-    auto first = parse(text);
-    REQUIRE(first->file);
-    const std::string printed = print_sched(*first->file);
-    INFO("printed:\n" << printed);
-    auto second = parse(printed);
-    REQUIRE(second->file);
-    CHECK(sched_to_json(*second->file, false) == sched_to_json(*first->file, false));
-    CHECK(print_sched(*second->file) == printed);
-}
+void check_round_trip(const std::string& text) { test::check_round_trip<SchedFile>(text, "test.sched"); }
 
 }  // namespace
 
@@ -185,15 +167,11 @@ TEST_CASE("sched: json", "[sched]") {
 }
 
 TEST_CASE("sched: round trips", "[sched]") {
-    const std::string text = GENERATE(as<std::string>{},
-        "",
-        "procs = 4",
-        "default",
-        "layer * N=1",
-        "procs = 4\nplatform = \"a b # c\"\nbatch = ?\ndefault N=2 H=2 overlap=on\nlayer pred N=4\nblock cbr bn=spatial\n",
-        "default N=? overlap=?\nlayer block1.* H=4 overlap=on\n",
-        "block b\nlayer 0.x.* x=\"\" y=0 z=007\n",
-        "a=1 b=2 c=3");
+    const std::string text = GENERATE(as<std::string>{}, "", "procs = 4", "default", "layer * N=1",
+                                      "procs = 4\nplatform = \"a b # c\"\nbatch = ?\ndefault N=2 H=2 overlap=on\nlayer "
+                                      "pred N=4\nblock cbr bn=spatial\n",
+                                      "default N=? overlap=?\nlayer block1.* H=4 overlap=on\n",
+                                      "block b\nlayer 0.x.* x=\"\" y=0 z=007\n", "a=1 b=2 c=3");
     check_round_trip(text);
 }
 
@@ -209,22 +187,23 @@ TEST_CASE("sched: sample schedules round-trip", "[sched]") {
 TEST_CASE("sched: syntax errors", "[sched]") {
     // source, line, col, length, message
     using Row = std::tuple<std::string, unsigned, unsigned, unsigned, std::string>;
-    const auto [text, line, col, length, message] = GENERATE(table<std::string, unsigned, unsigned, unsigned, std::string>({
-        Row{"procs = \n", 1, 8, 1, "expected a value after '='"},
-        Row{"procs = -4", 1, 9, 1, "expected a value after '='"},
-        Row{"procs 4", 1, 6, 1, "expected '=' after the setting name"},
-        Row{"default N=2\nlayer\n", 2, 6, 1, "expected a layer name or pattern after 'layer'"},
-        Row{"layer = 3", 1, 7, 1, "expected a layer name or pattern after 'layer'"},
-        Row{"block 3x", 1, 7, 1, "expected a block name after 'block'"},
-        Row{"platform = \"abc\nprocs = 4", 1, 12, 4, "unterminated string"},
-        Row{"procs = 4\n$", 2, 1, 1, "unexpected character '$'"},
-        Row{"layer a N=2 = 3", 1, 13, 1, "unexpected character '='"},
-        Row{"procs = 99999999999999999999", 1, 9, 20, "integer literal is too large"},
-        Row{"default N=2x", 1, 12, 1, "invalid integer literal"},
-        Row{"default N=2.5", 1, 12, 1, "invalid integer literal"},
-        Row{"procs = default", 1, 9, 1, "expected a value after '='"},
-        Row{std::string("procs = 4\n\x01"), 2, 1, 1, "unexpected character '\\x01'"},
-    }));
+    const auto [text, line, col, length, message] =
+        GENERATE(table<std::string, unsigned, unsigned, unsigned, std::string>({
+            Row{"procs = \n", 1, 8, 1, "expected a value after '='"},
+            Row{"procs = -4", 1, 9, 1, "expected a value after '='"},
+            Row{"procs 4", 1, 6, 1, "expected '=' after the setting name"},
+            Row{"default N=2\nlayer\n", 2, 6, 1, "expected a layer name or pattern after 'layer'"},
+            Row{"layer = 3", 1, 7, 1, "expected a layer name or pattern after 'layer'"},
+            Row{"block 3x", 1, 7, 1, "expected a block name after 'block'"},
+            Row{"platform = \"abc\nprocs = 4", 1, 12, 4, "unterminated string"},
+            Row{"procs = 4\n$", 2, 1, 1, "unexpected character '$'"},
+            Row{"layer a N=2 = 3", 1, 13, 1, "unexpected character '='"},
+            Row{"procs = 99999999999999999999", 1, 9, 20, "integer literal is too large"},
+            Row{"default N=2x", 1, 12, 1, "invalid integer literal"},
+            Row{"default N=2.5", 1, 12, 1, "invalid integer literal"},
+            Row{"procs = default", 1, 9, 1, "expected a value after '='"},
+            Row{std::string("procs = 4\n\x01"), 2, 1, 1, "unexpected character '\\x01'"},
+        }));
     INFO("source: " << text);
     auto p = parse(text);
     CHECK_FALSE(p->file);

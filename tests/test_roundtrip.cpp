@@ -1,4 +1,6 @@
 // Print/parse round trips over every file in stdlib/ and samples/, and every sample checked as a whole.
+#include "support.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <dsl/frontend/parse.hpp>
@@ -10,6 +12,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <type_traits>
 
 namespace fs = std::filesystem;
 using namespace dsl;
@@ -26,54 +30,18 @@ std::vector<fs::path> files_with(const std::string& ext) {
     return out;
 }
 
-std::string rendered(const Diagnostics& d) {
-    std::string out;
-    for (const auto& x : d.all()) out += format_diagnostic(x);
-    return out;
-}
-
 }  // namespace
 
-TEST_CASE("every .net file prints to text that parses back to the same tree", "[roundtrip]") {
-    const auto files = files_with(".net");
+TEMPLATE_TEST_CASE("every file of the language prints to text that parses back to the same tree", "[roundtrip]",
+                   NetFile, SchedFile) {
+    const std::string ext = std::is_same_v<TestType, NetFile> ? ".net" : ".sched";
+    const auto files = files_with(ext);
     REQUIRE(files.size() >= 5);
     for (const fs::path& p : files) {
         SECTION(p.filename().string()) {
-            SourceManager sources;
-            Diagnostics diags;
-            const SourceFile* file = sources.load(p.string());
-            REQUIRE(file != nullptr);
-            auto tree = parse_net(*file, diags);
-            INFO(rendered(diags));
-            REQUIRE(tree);
-            const std::string printed = print_net(*tree);
-            auto again = parse_net(*sources.add("printed.net", printed), diags);
-            INFO(printed);
-            REQUIRE(again);
-            CHECK(net_to_json(*again, false) == net_to_json(*tree, false));
-            CHECK(print_net(*again) == printed);
-        }
-    }
-}
-
-TEST_CASE("every .sched file prints to text that parses back to the same tree", "[roundtrip]") {
-    const auto files = files_with(".sched");
-    REQUIRE(files.size() >= 10);
-    for (const fs::path& p : files) {
-        SECTION(p.filename().string()) {
-            SourceManager sources;
-            Diagnostics diags;
-            const SourceFile* file = sources.load(p.string());
-            REQUIRE(file != nullptr);
-            auto tree = parse_sched(*file, diags);
-            INFO(rendered(diags));
-            REQUIRE(tree);
-            const std::string printed = print_sched(*tree);
-            auto again = parse_sched(*sources.add("printed.sched", printed), diags);
-            INFO(printed);
-            REQUIRE(again);
-            CHECK(sched_to_json(*again, false) == sched_to_json(*tree, false));
-            CHECK(print_sched(*again) == printed);
+            std::ifstream in(p, std::ios::binary);
+            const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+            test::check_round_trip<TestType>(text, p.string());
         }
     }
 }
@@ -84,7 +52,7 @@ TEST_CASE("every stdlib network and sample checks without errors", "[roundtrip]"
             SourceManager sources;
             Diagnostics diags;
             auto net = load_network(p.string(), sources, diags);
-            INFO(rendered(diags));
+            INFO(diags.text());
             REQUIRE(net);
             CHECK(diags.all().empty());
             CHECK(net->net.layers.size() > 3);
@@ -100,12 +68,12 @@ TEST_CASE("every sample schedule applies to its network", "[roundtrip]") {
             SourceManager sources;
             Diagnostics diags;
             auto net = load_network((p.parent_path() / net_name).string(), sources, diags);
-            INFO(rendered(diags));
+            INFO(diags.text());
             REQUIRE(net);
             auto tree = parse_sched(*sources.load(p.string()), diags);
             REQUIRE(tree);
             auto schedule = scheduler::apply_schedule(net->net, *tree, diags);
-            INFO(rendered(diags));
+            INFO(diags.text());
             REQUIRE(schedule);
             REQUIRE(schedule->procs);
             // The name says the process count: mesh_tiny_spatial_h_2 runs on 2.

@@ -52,11 +52,7 @@ struct Fixture {
         return s.layers[static_cast<std::size_t>(i)];
     }
 
-    std::string errors() const {
-        std::string out;
-        for (const auto& d : diags.all()) out += format_diagnostic(d);
-        return out;
-    }
+    std::string errors() const { return diags.text(); }
 };
 
 }  // namespace

@@ -24,11 +24,7 @@ struct Shapes {
         ok = infer_shapes(*net, diags);
     }
 
-    std::string errors() const {
-        std::string out;
-        for (const Diagnostic& d : diags.all()) out += format_diagnostic(d);
-        return out;
-    }
+    std::string errors() const { return diags.text(); }
 
     const Layer& layer(const std::string& name) const {
         const int i = net->find(name);
@@ -49,8 +45,7 @@ void one_error(const std::string& text, const std::string& message, unsigned lin
 
 std::optional<LoadedNetwork> stdlib(const std::string& name, SourceManager& sources, Diagnostics& diags) {
     auto loaded = load_network(std::string(DSL_SOURCE_DIR) + "/stdlib/" + name, sources, diags);
-    std::string errors;
-    for (const Diagnostic& d : diags.all()) errors += format_diagnostic(d);
+    const std::string errors = diags.text();
     INFO(errors);
     REQUIRE(loaded);
     return loaded;
@@ -113,7 +108,9 @@ TEST_CASE("shape errors", "[shapes]") {
     one_error(head + "a = conv(64)\nb = conv(128, stride = 2)\nc = add from a, b\n",
               "cannot add tensors of shapes [N, 64, 32, 32] ('a') and [N, 128, 16, 16] ('b')", 6);
     one_error(head + "a = conv(64)\nb = conv(8, kernel = 2, stride = 2) from x\nc = concat from a, b\n",
-              "cannot concatenate tensors of shapes [N, 64, 32, 32] ('a') and [N, 8, 16, 16] ('b'): only the channels may differ", 6);
+              "cannot concatenate tensors of shapes [N, 64, 32, 32] ('a') and [N, 8, 16, 16] ('b'): only the channels "
+              "may differ",
+              6);
     one_error(head + "a = conv(8, kernel = 7, stride = 8)\nb = conv(8, kernel = 7)\n",
               "kernel 7 does not fit the padded input of 4 rows", 5);
     one_error(head + "a = conv(8, kernel = [1, 3], dilation = 20)\n",
@@ -125,7 +122,8 @@ TEST_CASE("shape errors", "[shapes]") {
               "'softmax_cross_entropy' needs logits [N, K] or [N, K, 1, 1], got [N, 2, 32, 32] from 'a'", 5);
     one_error(head + "a = maxpool(2, pad = 2)\n", "the padding of 'maxpool' must be at most half its kernel", 4);
     // A later layer that reads a failed one is not reported again.
-    one_error(head + "a = conv(8, kernel = 99)\nb = relu\nc = add from b, x\n", "kernel 99 does not fit the padded input of 32 rows", 4);
+    one_error(head + "a = conv(8, kernel = 99)\nb = relu\nc = add from b, x\n",
+              "kernel 99 does not fit the padded input of 32 rows", 4);
 }
 
 TEST_CASE("absurd sizes are rejected, never overflowed", "[shapes]") {

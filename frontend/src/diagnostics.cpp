@@ -90,6 +90,12 @@ void Diagnostics::render(std::ostream& os, bool color) const {
     os << out;
 }
 
+std::string Diagnostics::text() const {
+    std::string out;
+    for (const Diagnostic& d : list_) render_one(out, d, false);
+    return out;
+}
+
 void internal_failure(const char* file, int line, const char* condition, const std::string& what) {
     throw InternalError(fmt::format("internal error at {}:{}: {} ({})", file, line, what, condition));
 }

@@ -20,8 +20,8 @@ namespace {
 
 // Bounds that keep absurd inputs from exhausting memory or the stack.
 constexpr std::int64_t max_repeat = 100000;
-constexpr std::size_t max_graph = 300000;   // layers plus instances
-constexpr std::size_t max_nesting = 100;    // block instances inside one another
+constexpr std::size_t max_graph = 300000;  // layers plus instances
+constexpr std::size_t max_nesting = 100;   // block instances inside one another
 constexpr int max_expr_depth = 200;
 
 // The value of an argument or block parameter.
@@ -42,8 +42,8 @@ using Env = std::map<std::string, Value>;
 // How a statement finds one of its inputs; resolved once every scope is complete.
 struct Spec {
     enum class Kind { prev, in, net_input, ref } kind = Kind::prev;
-    int scope = 0;           // where the statement is
-    int entry = -1;          // prev: the entry of `scope` whose output is read
+    int scope = 0;             // where the statement is
+    int entry = -1;            // prev: the entry of `scope` whose output is read
     const Ref* ref = nullptr;  // ref: a `from` name
     Location loc;
 };
@@ -82,32 +82,32 @@ struct ParamSpec {
 
 std::vector<ParamSpec> params_of(OpKind op) {
     switch (op) {
-    case OpKind::conv:
-        return {{"filters", ArgType::positive_int, true},   {"kernel", ArgType::positive_pair, false},
-                {"stride", ArgType::positive_pair, false},  {"pad", ArgType::nonneg_pair, false},
-                {"dilation", ArgType::positive_pair, false}, {"bias", ArgType::boolean, false}};
-    case OpKind::batchnorm:
-        return {{"eps", ArgType::positive_real, false}, {"momentum", ArgType::unit_real, false}};
-    case OpKind::leaky_relu: return {{"slope", ArgType::any_real, false}};
-    case OpKind::maxpool:
-    case OpKind::avgpool:
-        return {{"kernel", ArgType::positive_pair, true},
-                {"stride", ArgType::positive_pair, false},
-                {"pad", ArgType::nonneg_pair, false}};
-    case OpKind::fc: return {{"outputs", ArgType::positive_int, true}, {"bias", ArgType::boolean, false}};
-    default: return {};
+        case OpKind::conv:
+            return {{"filters", ArgType::positive_int, true},    {"kernel", ArgType::positive_pair, false},
+                    {"stride", ArgType::positive_pair, false},   {"pad", ArgType::nonneg_pair, false},
+                    {"dilation", ArgType::positive_pair, false}, {"bias", ArgType::boolean, false}};
+        case OpKind::batchnorm:
+            return {{"eps", ArgType::positive_real, false}, {"momentum", ArgType::unit_real, false}};
+        case OpKind::leaky_relu: return {{"slope", ArgType::any_real, false}};
+        case OpKind::maxpool:
+        case OpKind::avgpool:
+            return {{"kernel", ArgType::positive_pair, true},
+                    {"stride", ArgType::positive_pair, false},
+                    {"pad", ArgType::nonneg_pair, false}};
+        case OpKind::fc: return {{"outputs", ArgType::positive_int, true}, {"bias", ArgType::boolean, false}};
+        default: return {};
     }
 }
 
 const char* type_text(ArgType t) {
     switch (t) {
-    case ArgType::positive_int: return "a positive integer";
-    case ArgType::positive_pair: return "a positive integer or a [height, width] list";
-    case ArgType::nonneg_pair: return "a non-negative integer or a [height, width] list";
-    case ArgType::boolean: return "true or false";
-    case ArgType::positive_real: return "a positive number";
-    case ArgType::any_real: return "a number";
-    case ArgType::unit_real: return "a number between 0 and 1";
+        case ArgType::positive_int: return "a positive integer";
+        case ArgType::positive_pair: return "a positive integer or a [height, width] list";
+        case ArgType::nonneg_pair: return "a non-negative integer or a [height, width] list";
+        case ArgType::boolean: return "true or false";
+        case ArgType::positive_real: return "a positive number";
+        case ArgType::any_real: return "a number";
+        case ArgType::unit_real: return "a number between 0 and 1";
     }
     return "?";
 }
@@ -144,8 +144,8 @@ private:
     std::vector<Scope> scopes_;
     std::vector<Node> nodes_;
     std::map<std::string, int> tensors_;  // input and label nodes by name
-    std::vector<int> net_inputs_;          // nodes of kind input
-    std::vector<std::string> stack_;       // blocks being expanded, outermost first
+    std::vector<int> net_inputs_;         // nodes of kind input
+    std::vector<std::string> stack_;      // blocks being expanded, outermost first
     std::set<std::tuple<const SourceFile*, unsigned, unsigned, std::string>> reported_;
     bool too_big_ = false;
     TrainOptions train_;
@@ -268,7 +268,8 @@ private:
 
     void train(const TrainDecl& t) {
         if (t.call.callee != "sgd") {
-            report(t.call.loc, "unknown optimizer '" + t.call.callee + "'", -1, dsl::closest_match(t.call.callee, {"sgd"}));
+            report(t.call.loc, "unknown optimizer '" + t.call.callee + "'", -1,
+                   dsl::closest_match(t.call.callee, {"sgd"}));
             return;
         }
         static const std::vector<std::string> names = {"lr", "momentum", "weight_decay"};
@@ -279,8 +280,8 @@ private:
             std::string name = a.name;
             if (name.empty()) {
                 if (positional >= names.size()) {
-                    report(a.loc, "too many positional arguments: 'sgd' takes 3, got " +
-                                      std::to_string(positional + 1), -1);
+                    report(a.loc, "too many positional arguments: 'sgd' takes 3, got " + std::to_string(positional + 1),
+                           -1);
                     continue;
                 }
                 name = names[positional++];
@@ -295,9 +296,7 @@ private:
             auto v = eval(a.value, none, -1, 0);
             if (!v) continue;
             const double x = v->number();
-            const bool good = v->is_number() && (name == "lr"         ? x > 0
-                                                 : name == "momentum" ? x >= 0 && x <= 1
-                                                                      : x >= 0);
+            const bool good = v->is_number() && (name == "lr" ? x > 0 : name == "momentum" ? x >= 0 && x <= 1 : x >= 0);
             if (!good) {
                 const char* want = name == "lr"         ? "a positive number"
                                    : name == "momentum" ? "a number between 0 and 1"
@@ -319,46 +318,52 @@ private:
         Value v;
         v.loc = e.loc;
         switch (e.kind) {
-        case Expr::Kind::integer: v.integer = e.integer; return v;
-        case Expr::Kind::real: v.kind = Value::Kind::real; v.real = e.real; return v;
-        case Expr::Kind::boolean: v.kind = Value::Kind::boolean; v.boolean = e.boolean; return v;
-        case Expr::Kind::name: {
-            if (auto it = env.find(e.name); it != env.end()) {
-                Value found = it->second;
-                found.loc = e.loc;
-                return found;
-            }
-            std::vector<std::string> names;
-            for (const auto& [n, _] : env) names.push_back(n);
-            report(e.loc, "unknown name '" + e.name + "'", scope, dsl::closest_match(e.name, names));
-            return std::nullopt;
-        }
-        case Expr::Kind::list: {
-            v.kind = Value::Kind::list;
-            for (const Expr& op : e.operands) {
-                auto item = eval(op, env, scope, depth + 1);
-                if (!item) return std::nullopt;
-                v.items.push_back(std::move(*item));
-            }
-            return v;
-        }
-        case Expr::Kind::neg: {
-            if (e.operands.size() != 1) return std::nullopt;
-            auto a = eval(e.operands[0], env, scope, depth + 1);
-            if (!a) return std::nullopt;
-            if (a->kind == Value::Kind::integer && a->integer != std::numeric_limits<std::int64_t>::min()) {
-                v.integer = -a->integer;
-                return v;
-            }
-            if (a->kind == Value::Kind::real) {
+            case Expr::Kind::integer: v.integer = e.integer; return v;
+            case Expr::Kind::real:
                 v.kind = Value::Kind::real;
-                v.real = -a->real;
+                v.real = e.real;
+                return v;
+            case Expr::Kind::boolean:
+                v.kind = Value::Kind::boolean;
+                v.boolean = e.boolean;
+                return v;
+            case Expr::Kind::name: {
+                if (auto it = env.find(e.name); it != env.end()) {
+                    Value found = it->second;
+                    found.loc = e.loc;
+                    return found;
+                }
+                std::vector<std::string> names;
+                for (const auto& [n, _] : env) names.push_back(n);
+                report(e.loc, "unknown name '" + e.name + "'", scope, dsl::closest_match(e.name, names));
+                return std::nullopt;
+            }
+            case Expr::Kind::list: {
+                v.kind = Value::Kind::list;
+                for (const Expr& op : e.operands) {
+                    auto item = eval(op, env, scope, depth + 1);
+                    if (!item) return std::nullopt;
+                    v.items.push_back(std::move(*item));
+                }
                 return v;
             }
-            report(e.loc, a->kind == Value::Kind::integer ? "integer overflow" : "'-' needs a number", scope);
-            return std::nullopt;
-        }
-        default: return arithmetic(e, env, scope, depth);
+            case Expr::Kind::neg: {
+                if (e.operands.size() != 1) return std::nullopt;
+                auto a = eval(e.operands[0], env, scope, depth + 1);
+                if (!a) return std::nullopt;
+                if (a->kind == Value::Kind::integer && a->integer != std::numeric_limits<std::int64_t>::min()) {
+                    v.integer = -a->integer;
+                    return v;
+                }
+                if (a->kind == Value::Kind::real) {
+                    v.kind = Value::Kind::real;
+                    v.real = -a->real;
+                    return v;
+                }
+                report(e.loc, a->kind == Value::Kind::integer ? "integer overflow" : "'-' needs a number", scope);
+                return std::nullopt;
+            }
+            default: return arithmetic(e, env, scope, depth);
         }
     }
 
@@ -382,12 +387,12 @@ private:
             const std::int64_t x = a->integer, y = b->integer;
             bool overflow = false;
             switch (e.kind) {
-            case Expr::Kind::add: overflow = __builtin_add_overflow(x, y, &v.integer); break;
-            case Expr::Kind::sub: overflow = __builtin_sub_overflow(x, y, &v.integer); break;
-            case Expr::Kind::mul: overflow = __builtin_mul_overflow(x, y, &v.integer); break;
-            default:
-                overflow = x == std::numeric_limits<std::int64_t>::min() && y == -1;
-                if (!overflow) v.integer = x / y;  // truncates toward zero, as C does
+                case Expr::Kind::add: overflow = __builtin_add_overflow(x, y, &v.integer); break;
+                case Expr::Kind::sub: overflow = __builtin_sub_overflow(x, y, &v.integer); break;
+                case Expr::Kind::mul: overflow = __builtin_mul_overflow(x, y, &v.integer); break;
+                default:
+                    overflow = x == std::numeric_limits<std::int64_t>::min() && y == -1;
+                    if (!overflow) v.integer = x / y;  // truncates toward zero, as C does
             }
             if (overflow) {
                 report(e.loc, "integer overflow", scope);
@@ -397,7 +402,10 @@ private:
         }
         v.kind = Value::Kind::real;
         const double x = a->number(), y = b->number();
-        v.real = e.kind == Expr::Kind::add ? x + y : e.kind == Expr::Kind::sub ? x - y : e.kind == Expr::Kind::mul ? x * y : x / y;
+        v.real = e.kind == Expr::Kind::add   ? x + y
+                 : e.kind == Expr::Kind::sub ? x - y
+                 : e.kind == Expr::Kind::mul ? x * y
+                                             : x / y;
         return v;
     }
 
@@ -405,7 +413,8 @@ private:
 
     bool graph_full(Location loc, int scope) {
         if (nodes_.size() + scopes_.size() <= max_graph) return false;
-        if (!too_big_) report(loc, "the network has more than " + std::to_string(max_graph) + " layers and instances", scope);
+        if (!too_big_)
+            report(loc, "the network has more than " + std::to_string(max_graph) + " layers and instances", scope);
         too_big_ = true;
         return true;
     }
@@ -482,13 +491,14 @@ private:
         return static_cast<int>(scopes_.size()) - 1;
     }
 
-    std::optional<std::int64_t> integer_in(const Expr& e, const Env& env, int scope, std::int64_t lo,
-                                           std::int64_t hi, const std::string& what) {
+    std::optional<std::int64_t> integer_in(const Expr& e, const Env& env, int scope, std::int64_t lo, std::int64_t hi,
+                                           const std::string& what) {
         auto v = eval(e, env, scope, 0);
         if (!v) return std::nullopt;
         if (v->kind != Value::Kind::integer || v->integer < lo || v->integer > hi) {
             std::string got = v->kind == Value::Kind::integer ? ", got " + std::to_string(v->integer) : "";
-            report(e.loc, what + " must be an integer between " + std::to_string(lo) + " and " + std::to_string(hi) + got,
+            report(e.loc,
+                   what + " must be an integer between " + std::to_string(lo) + " and " + std::to_string(hi) + got,
                    scope);
             return std::nullopt;
         }
@@ -517,13 +527,14 @@ private:
         }
         if (!count || !start) return;
         for (std::int64_t i = 0; i < *count && !too_big_; ++i) {
-            call(st.call, std::to_string(*start + i), st.loc, scope, i == 0 ? specs : std::vector{default_input(scope, st.loc)},
-                 env);
+            call(st.call, std::to_string(*start + i), st.loc, scope,
+                 i == 0 ? specs : std::vector{default_input(scope, st.loc)}, env);
         }
     }
 
     // One layer or block instance named `name` in `scope`.
-    void call(const Call& c, const std::string& name, Location loc, int scope, std::vector<Spec> specs, const Env& env) {
+    void call(const Call& c, const std::string& name, Location loc, int scope, std::vector<Spec> specs,
+              const Env& env) {
         if (graph_full(loc, scope)) return;
         const int e = add_entry(scope, name, loc);
         if (e < 0) return;
@@ -548,10 +559,11 @@ private:
         auto it = blocks_.find(c.callee);
         if (it == blocks_.end()) {
             std::vector<std::string> candidates = block_names_;
-            for (const char* k : {"conv", "batchnorm", "relu", "leaky_relu", "maxpool", "avgpool", "global_avgpool", "fc",
-                                  "add", "concat", "softmax_cross_entropy", "pixel_cross_entropy"})
+            for (const char* k : {"conv", "batchnorm", "relu", "leaky_relu", "maxpool", "avgpool", "global_avgpool",
+                                  "fc", "add", "concat", "softmax_cross_entropy", "pixel_cross_entropy"})
                 candidates.emplace_back(k);
-            report(c.loc, "unknown layer kind or block '" + c.callee + "'", scope, dsl::closest_match(c.callee, candidates));
+            report(c.loc, "unknown layer kind or block '" + c.callee + "'", scope,
+                   dsl::closest_match(c.callee, candidates));
             return;
         }
         const BlockDef& block = *it->second;
@@ -567,7 +579,8 @@ private:
         }
         if (specs.size() != 1) {
             report(specs.size() > 1 ? specs[1].loc : loc,
-                   "an instance of block '" + block.name + "' takes 1 input, got " + std::to_string(specs.size()), scope);
+                   "an instance of block '" + block.name + "' takes 1 input, got " + std::to_string(specs.size()),
+                   scope);
             return;
         }
         auto bound = bind(c, block, scope, env);
@@ -591,8 +604,10 @@ private:
             std::string name = a.name;
             if (name.empty()) {
                 if (positional >= names.size()) {
-                    report(a.loc, "too many positional arguments: block '" + block.name + "' takes " +
-                                      std::to_string(names.size()) + ", got " + std::to_string(positional + 1), scope);
+                    report(a.loc,
+                           "too many positional arguments: block '" + block.name + "' takes " +
+                               std::to_string(names.size()) + ", got " + std::to_string(positional + 1),
+                           scope);
                     ok = false;
                     continue;
                 }
@@ -648,9 +663,11 @@ private:
             std::string name = a.name;
             if (name.empty()) {
                 if (positional >= params.size()) {
-                    report(a.loc, params.empty() ? kind + " takes no arguments"
-                                                 : "too many positional arguments: " + kind + " takes " +
-                                                       std::to_string(params.size()) + ", got " + std::to_string(positional + 1),
+                    report(a.loc,
+                           params.empty()
+                               ? kind + " takes no arguments"
+                               : "too many positional arguments: " + kind + " takes " + std::to_string(params.size()) +
+                                     ", got " + std::to_string(positional + 1),
                            scope);
                     continue;
                 }
@@ -663,7 +680,8 @@ private:
                 report(a.loc, "duplicate argument '" + name + "'", scope);
                 continue;
             }
-            const ParamSpec& p = *std::find_if(params.begin(), params.end(), [&](const ParamSpec& s) { return name == s.name; });
+            const ParamSpec& p =
+                *std::find_if(params.begin(), params.end(), [&](const ParamSpec& s) { return name == s.name; });
             auto v = eval(a.value, env, scope, 0);
             if (!v) continue;
             if (!assign(layer, p, *v)) {
@@ -673,47 +691,51 @@ private:
             stride_given = stride_given || name == "stride";
         }
         for (const ParamSpec& p : params)
-            if (p.required && !seen.count(p.name)) report(c.loc, "missing argument '" + std::string(p.name) + "' of " + kind, scope);
+            if (p.required && !seen.count(p.name))
+                report(c.loc, "missing argument '" + std::string(p.name) + "' of " + kind, scope);
         if ((layer.op == OpKind::maxpool || layer.op == OpKind::avgpool) && !stride_given) layer.stride = layer.kernel;
     }
 
     static bool assign(Layer& layer, const ParamSpec& p, const Value& v) {
         const std::string name = p.name;
         switch (p.type) {
-        case ArgType::positive_int:
-            if (v.kind != Value::Kind::integer || v.integer < 1) return false;
-            layer.filters = v.integer;
-            return true;
-        case ArgType::positive_pair:
-        case ArgType::nonneg_pair: {
-            const std::int64_t lo = p.type == ArgType::positive_pair ? 1 : 0;
-            Pair pair{};
-            if (v.kind == Value::Kind::integer) {
-                pair = {v.integer, v.integer};
-            } else if (v.kind == Value::Kind::list && v.items.size() == 2 && v.items[0].kind == Value::Kind::integer &&
-                       v.items[1].kind == Value::Kind::integer) {
-                pair = {v.items[0].integer, v.items[1].integer};
-            } else {
-                return false;
+            case ArgType::positive_int:
+                if (v.kind != Value::Kind::integer || v.integer < 1) return false;
+                layer.filters = v.integer;
+                return true;
+            case ArgType::positive_pair:
+            case ArgType::nonneg_pair: {
+                const std::int64_t lo = p.type == ArgType::positive_pair ? 1 : 0;
+                Pair pair{};
+                if (v.kind == Value::Kind::integer) {
+                    pair = {v.integer, v.integer};
+                } else if (v.kind == Value::Kind::list && v.items.size() == 2 &&
+                           v.items[0].kind == Value::Kind::integer && v.items[1].kind == Value::Kind::integer) {
+                    pair = {v.items[0].integer, v.items[1].integer};
+                } else {
+                    return false;
+                }
+                if (pair[0] < lo || pair[1] < lo) return false;
+                (name == "kernel"   ? layer.kernel
+                 : name == "stride" ? layer.stride
+                 : name == "pad"    ? layer.pad
+                                    : layer.dilation) = pair;
+                return true;
             }
-            if (pair[0] < lo || pair[1] < lo) return false;
-            (name == "kernel" ? layer.kernel : name == "stride" ? layer.stride : name == "pad" ? layer.pad : layer.dilation) = pair;
-            return true;
-        }
-        case ArgType::boolean:
-            if (v.kind != Value::Kind::boolean) return false;
-            layer.bias = v.boolean;
-            return true;
-        case ArgType::positive_real:
-        case ArgType::any_real:
-        case ArgType::unit_real: {
-            if (!v.is_number()) return false;
-            const double x = v.number();
-            if (p.type == ArgType::positive_real && !(x > 0)) return false;
-            if (p.type == ArgType::unit_real && !(x >= 0 && x <= 1)) return false;
-            (name == "eps" ? layer.eps : name == "momentum" ? layer.momentum : layer.slope) = x;
-            return true;
-        }
+            case ArgType::boolean:
+                if (v.kind != Value::Kind::boolean) return false;
+                layer.bias = v.boolean;
+                return true;
+            case ArgType::positive_real:
+            case ArgType::any_real:
+            case ArgType::unit_real: {
+                if (!v.is_number()) return false;
+                const double x = v.number();
+                if (p.type == ArgType::positive_real && !(x > 0)) return false;
+                if (p.type == ArgType::unit_real && !(x >= 0 && x <= 1)) return false;
+                (name == "eps" ? layer.eps : name == "momentum" ? layer.momentum : layer.slope) = x;
+                return true;
+            }
         }
         return false;
     }
@@ -737,17 +759,18 @@ private:
 
     int resolve(const Spec& s) {
         switch (s.kind) {
-        case Spec::Kind::prev: return output_of(entry(s.scope, s.entry));
-        case Spec::Kind::in: return resolve_in(s.scope);
-        case Spec::Kind::net_input:
-            if (net_inputs_.size() == 1) return net_inputs_[0];
-            report(s.loc, net_inputs_.empty()
-                              ? "the first layer has no input to read: declare an input or name one with 'from'"
-                              : "the first layer cannot choose among " + std::to_string(net_inputs_.size()) +
-                                    " declared inputs: name one with 'from'",
-                   -1);
-            return -1;
-        case Spec::Kind::ref: return resolve_ref(*s.ref, s.scope);
+            case Spec::Kind::prev: return output_of(entry(s.scope, s.entry));
+            case Spec::Kind::in: return resolve_in(s.scope);
+            case Spec::Kind::net_input:
+                if (net_inputs_.size() == 1) return net_inputs_[0];
+                report(s.loc,
+                       net_inputs_.empty()
+                           ? "the first layer has no input to read: declare an input or name one with 'from'"
+                           : "the first layer cannot choose among " + std::to_string(net_inputs_.size()) +
+                                 " declared inputs: name one with 'from'",
+                       -1);
+                return -1;
+            case Spec::Kind::ref: return resolve_ref(*s.ref, s.scope);
         }
         return -1;
     }
@@ -778,7 +801,8 @@ private:
         for (std::size_t i = 1; i < r.path.size(); ++i) {
             if (e->node < 0 && e->child < 0) return -1;  // failed, and reported
             if (e->child < 0) {
-                report(r.loc, "'" + prefix + "' is a layer, not an instance, and has no member '" + r.path[i] + "'", scope);
+                report(r.loc, "'" + prefix + "' is a layer, not an instance, and has no member '" + r.path[i] + "'",
+                       scope);
                 return -1;
             }
             const Scope& child = scopes_[static_cast<std::size_t>(e->child)];
@@ -863,7 +887,8 @@ private:
 
         Network net;
         std::vector<int> position(count, -1);
-        for (std::size_t k = 0; k < sorted.size(); ++k) position[static_cast<std::size_t>(sorted[k])] = static_cast<int>(k);
+        for (std::size_t k = 0; k < sorted.size(); ++k)
+            position[static_cast<std::size_t>(sorted[k])] = static_cast<int>(k);
         for (int i : sorted) {
             Layer l = nodes_[static_cast<std::size_t>(i)].layer;
             for (int& in : l.inputs) in = in < 0 ? -1 : position[static_cast<std::size_t>(in)];

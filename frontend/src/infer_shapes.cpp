@@ -81,7 +81,9 @@ private:
     std::vector<bool> ok_;
     std::int64_t sums_[4] = {0, 0, 0, 0};
 
-    const Layer& input(const Layer& l, std::size_t i) const { return net_.layers[static_cast<std::size_t>(l.inputs[i])]; }
+    const Layer& input(const Layer& l, std::size_t i) const {
+        return net_.layers[static_cast<std::size_t>(l.inputs[i])];
+    }
 
     bool fail(const Layer& l, const std::string& message) {
         diags_.error(l.loc, message);
@@ -122,95 +124,99 @@ private:
         const Shape& in = input(l, 0).shape;
         const std::int64_t in_elements = c.elements(in);
         switch (l.op) {
-        case OpKind::conv:
-        case OpKind::maxpool:
-        case OpKind::avgpool: {
-            if (in.dims.size() != 3)
-                return fail(l, kind(l) + " needs a 4-D input [N, C, H, W], got " + in.str() + " from '" + input(l, 0).name + "'");
-            if (l.op != OpKind::conv && (2 * l.pad[0] > l.kernel[0] || 2 * l.pad[1] > l.kernel[1]))
-                return fail(l, "the padding of " + kind(l) + " must be at most half its kernel");
-            auto h = window(l, 0, in.dims[1], c);
-            if (!h) return false;
-            auto w = window(l, 1, in.dims[2], c);
-            if (!w) return false;
-            const std::int64_t channels = in.dims[0];
-            const std::int64_t area = c.mul(l.kernel[0], l.kernel[1]);
-            if (l.op == OpKind::conv) {
-                l.shape.dims = {l.filters, *h, *w};
-                const std::int64_t weights = c.mul(c.mul(l.filters, channels), area);
-                l.params = c.add(weights, l.bias ? l.filters : 0);
-                l.macs = c.mul(c.mul(*h, *w), weights);
+            case OpKind::conv:
+            case OpKind::maxpool:
+            case OpKind::avgpool: {
+                if (in.dims.size() != 3)
+                    return fail(l, kind(l) + " needs a 4-D input [N, C, H, W], got " + in.str() + " from '" +
+                                       input(l, 0).name + "'");
+                if (l.op != OpKind::conv && (2 * l.pad[0] > l.kernel[0] || 2 * l.pad[1] > l.kernel[1]))
+                    return fail(l, "the padding of " + kind(l) + " must be at most half its kernel");
+                auto h = window(l, 0, in.dims[1], c);
+                if (!h) return false;
+                auto w = window(l, 1, in.dims[2], c);
+                if (!w) return false;
+                const std::int64_t channels = in.dims[0];
+                const std::int64_t area = c.mul(l.kernel[0], l.kernel[1]);
+                if (l.op == OpKind::conv) {
+                    l.shape.dims = {l.filters, *h, *w};
+                    const std::int64_t weights = c.mul(c.mul(l.filters, channels), area);
+                    l.params = c.add(weights, l.bias ? l.filters : 0);
+                    l.macs = c.mul(c.mul(*h, *w), weights);
+                    l.flops = c.mul(2, l.macs);
+                } else {
+                    l.shape.dims = {channels, *h, *w};
+                    l.flops = c.mul(c.elements(l.shape), area);
+                }
+                return true;
+            }
+            case OpKind::batchnorm:
+                if (in.dims.empty()) return fail(l, "'batchnorm' needs an input with channels, got " + in.str());
+                l.shape = in;
+                l.params = c.mul(2, in.dims[0]);
+                l.flops = in_elements;
+                return true;
+            case OpKind::relu:
+            case OpKind::leaky_relu:
+                l.shape = in;
+                l.flops = in_elements;
+                return true;
+            case OpKind::global_avgpool:
+                if (in.dims.size() != 3)
+                    return fail(l, "'global_avgpool' needs a 4-D input [N, C, H, W], got " + in.str() + " from '" +
+                                       input(l, 0).name + "'");
+                l.shape.dims = {in.dims[0], 1, 1};
+                l.flops = in_elements;
+                return true;
+            case OpKind::fc:
+                l.shape.dims = {l.filters};
+                l.params = c.add(c.mul(in_elements, l.filters), l.bias ? l.filters : 0);
+                l.macs = c.mul(in_elements, l.filters);
                 l.flops = c.mul(2, l.macs);
-            } else {
-                l.shape.dims = {channels, *h, *w};
-                l.flops = c.mul(c.elements(l.shape), area);
+                return true;
+            case OpKind::add:
+                for (std::size_t i = 1; i < l.inputs.size(); ++i)
+                    if (!(input(l, i).shape == in))
+                        return fail(l, "cannot add tensors of shapes " + in.str() + " ('" + input(l, 0).name +
+                                           "') and " + input(l, i).shape.str() + " ('" + input(l, i).name + "')");
+                l.shape = in;
+                l.flops = c.mul(in_elements, static_cast<std::int64_t>(l.inputs.size()) - 1);
+                return true;
+            case OpKind::concat: {
+                l.shape = in;
+                for (std::size_t i = 1; i < l.inputs.size(); ++i) {
+                    const Shape& other = input(l, i).shape;
+                    bool fits = !in.dims.empty() && other.dims.size() == in.dims.size();
+                    for (std::size_t d = 1; fits && d < in.dims.size(); ++d) fits = other.dims[d] == in.dims[d];
+                    if (!fits)
+                        return fail(l, "cannot concatenate tensors of shapes " + in.str() + " ('" + input(l, 0).name +
+                                           "') and " + other.str() + " ('" + input(l, i).name +
+                                           "'): only the channels may differ");
+                    l.shape.dims[0] = c.add(l.shape.dims[0], other.dims[0]);
+                }
+                return true;
             }
-            return true;
-        }
-        case OpKind::batchnorm:
-            if (in.dims.empty()) return fail(l, "'batchnorm' needs an input with channels, got " + in.str());
-            l.shape = in;
-            l.params = c.mul(2, in.dims[0]);
-            l.flops = in_elements;
-            return true;
-        case OpKind::relu:
-        case OpKind::leaky_relu:
-            l.shape = in;
-            l.flops = in_elements;
-            return true;
-        case OpKind::global_avgpool:
-            if (in.dims.size() != 3)
-                return fail(l, "'global_avgpool' needs a 4-D input [N, C, H, W], got " + in.str() + " from '" +
-                                   input(l, 0).name + "'");
-            l.shape.dims = {in.dims[0], 1, 1};
-            l.flops = in_elements;
-            return true;
-        case OpKind::fc:
-            l.shape.dims = {l.filters};
-            l.params = c.add(c.mul(in_elements, l.filters), l.bias ? l.filters : 0);
-            l.macs = c.mul(in_elements, l.filters);
-            l.flops = c.mul(2, l.macs);
-            return true;
-        case OpKind::add:
-            for (std::size_t i = 1; i < l.inputs.size(); ++i)
-                if (!(input(l, i).shape == in))
-                    return fail(l, "cannot add tensors of shapes " + in.str() + " ('" + input(l, 0).name + "') and " +
-                                       input(l, i).shape.str() + " ('" + input(l, i).name + "')");
-            l.shape = in;
-            l.flops = c.mul(in_elements, static_cast<std::int64_t>(l.inputs.size()) - 1);
-            return true;
-        case OpKind::concat: {
-            l.shape = in;
-            for (std::size_t i = 1; i < l.inputs.size(); ++i) {
-                const Shape& other = input(l, i).shape;
-                bool fits = !in.dims.empty() && other.dims.size() == in.dims.size();
-                for (std::size_t d = 1; fits && d < in.dims.size(); ++d) fits = other.dims[d] == in.dims[d];
-                if (!fits)
-                    return fail(l, "cannot concatenate tensors of shapes " + in.str() + " ('" + input(l, 0).name + "') and " +
-                                       other.str() + " ('" + input(l, i).name + "'): only the channels may differ");
-                l.shape.dims[0] = c.add(l.shape.dims[0], other.dims[0]);
+            case OpKind::softmax_cross_entropy:
+            case OpKind::pixel_cross_entropy: {
+                const Shape& labels = input(l, 1).shape;
+                const bool pixel = l.op == OpKind::pixel_cross_entropy;
+                const bool logits_ok =
+                    pixel ? in.dims.size() == 3
+                          : in.dims.size() == 1 || (in.dims.size() == 3 && in.dims[1] == 1 && in.dims[2] == 1);
+                if (!logits_ok)
+                    return fail(l, kind(l) + " needs logits " + (pixel ? "[N, K, H, W]" : "[N, K] or [N, K, 1, 1]") +
+                                       ", got " + in.str() + " from '" + input(l, 0).name + "'");
+                const bool labels_ok =
+                    pixel ? labels.dims.size() == 2 && labels.dims[0] == in.dims[1] && labels.dims[1] == in.dims[2]
+                          : labels.dims.empty();
+                if (!labels_ok)
+                    return fail(l, "labels " + labels.str() + " do not match logits " + in.str() + " of " + kind(l));
+                l.shape.dims.clear();
+                l.flops = in_elements;
+                return true;
             }
-            return true;
-        }
-        case OpKind::softmax_cross_entropy:
-        case OpKind::pixel_cross_entropy: {
-            const Shape& labels = input(l, 1).shape;
-            const bool pixel = l.op == OpKind::pixel_cross_entropy;
-            const bool logits_ok = pixel ? in.dims.size() == 3
-                                         : in.dims.size() == 1 || (in.dims.size() == 3 && in.dims[1] == 1 && in.dims[2] == 1);
-            if (!logits_ok)
-                return fail(l, kind(l) + " needs logits " + (pixel ? "[N, K, H, W]" : "[N, K] or [N, K, 1, 1]") + ", got " +
-                                   in.str() + " from '" + input(l, 0).name + "'");
-            const bool labels_ok = pixel ? labels.dims.size() == 2 && labels.dims[0] == in.dims[1] && labels.dims[1] == in.dims[2]
-                                         : labels.dims.empty();
-            if (!labels_ok)
-                return fail(l, "labels " + labels.str() + " do not match logits " + in.str() + " of " + kind(l));
-            l.shape.dims.clear();
-            l.flops = in_elements;
-            return true;
-        }
-        case OpKind::input:
-        case OpKind::label: break;
+            case OpKind::input:
+            case OpKind::label: break;
         }
         return true;
     }

@@ -22,18 +22,20 @@ std::string dump_network(const Network& net, bool shapes) {
         const Layer& l = net.layers[i];
         out += fmt::format("{:4} {} = {}", i, l.name, op_name(l.op));
         switch (l.op) {
-        case OpKind::conv:
-            out += fmt::format("(filters={}, kernel={}, stride={}, pad={}, dilation={}, bias={})", l.filters,
-                               pair_text(l.kernel), pair_text(l.stride), pair_text(l.pad), pair_text(l.dilation), l.bias);
-            break;
-        case OpKind::maxpool:
-        case OpKind::avgpool:
-            out += fmt::format("(kernel={}, stride={}, pad={})", pair_text(l.kernel), pair_text(l.stride), pair_text(l.pad));
-            break;
-        case OpKind::fc: out += fmt::format("(outputs={}, bias={})", l.filters, l.bias); break;
-        case OpKind::batchnorm: out += fmt::format("(eps={}, momentum={})", l.eps, l.momentum); break;
-        case OpKind::leaky_relu: out += fmt::format("(slope={})", l.slope); break;
-        default: break;
+            case OpKind::conv:
+                out += fmt::format("(filters={}, kernel={}, stride={}, pad={}, dilation={}, bias={})", l.filters,
+                                   pair_text(l.kernel), pair_text(l.stride), pair_text(l.pad), pair_text(l.dilation),
+                                   l.bias);
+                break;
+            case OpKind::maxpool:
+            case OpKind::avgpool:
+                out += fmt::format("(kernel={}, stride={}, pad={})", pair_text(l.kernel), pair_text(l.stride),
+                                   pair_text(l.pad));
+                break;
+            case OpKind::fc: out += fmt::format("(outputs={}, bias={})", l.filters, l.bias); break;
+            case OpKind::batchnorm: out += fmt::format("(eps={}, momentum={})", l.eps, l.momentum); break;
+            case OpKind::leaky_relu: out += fmt::format("(slope={})", l.slope); break;
+            default: break;
         }
         if (!l.inputs.empty()) {
             out += " from ";
@@ -51,14 +53,12 @@ std::string dump_network(const Network& net, bool shapes) {
         out += "\n";
     }
     if (shapes)
-        out += fmt::format("total: params={} macs={} flops={} activation_bytes={}\n", net.total_params(), net.total_macs(),
-                           net.total_flops(), net.total_activation_bytes());
+        out += fmt::format("total: params={} macs={} flops={} activation_bytes={}\n", net.total_params(),
+                           net.total_macs(), net.total_flops(), net.total_activation_bytes());
     return out;
 }
 
-void dump(const std::string& pass, const std::string& text) {
-    std::cerr << "// after " << pass << "\n" << text;
-}
+void dump(const std::string& pass, const std::string& text) { std::cerr << "// after " << pass << "\n" << text; }
 
 }  // namespace
 

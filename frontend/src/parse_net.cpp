@@ -320,9 +320,7 @@ struct action<g::arg_label> {
 
 template <>
 struct action<g::named_arg> {
-    static void apply0(Builder& b) {
-        b.call.args.push_back(Arg{std::move(b.arg_name), b.arg_loc, b.pop().expr});
-    }
+    static void apply0(Builder& b) { b.call.args.push_back(Arg{std::move(b.arg_name), b.arg_loc, b.pop().expr}); }
 };
 
 template <>

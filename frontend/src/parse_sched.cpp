@@ -20,8 +20,7 @@ namespace pegtl = tao::pegtl;
 namespace g = dsl::grammar::sched;
 
 unsigned clamp_unsigned(std::size_t n) {
-    return n > std::numeric_limits<unsigned>::max() ? std::numeric_limits<unsigned>::max()
-                                                     : static_cast<unsigned>(n);
+    return n > std::numeric_limits<unsigned>::max() ? std::numeric_limits<unsigned>::max() : static_cast<unsigned>(n);
 }
 
 struct State {
@@ -103,7 +102,8 @@ struct action<g::string_value> {
     static void apply(const ActionInput& in, State& s) {
         s.open_string.reset();
         const auto text = in.string_view();  // with its quotes
-        s.setting.value = SchedValue{SchedValue::Kind::string, 0, std::string(text.substr(1, text.size() - 2)), s.loc(in)};
+        s.setting.value =
+            SchedValue{SchedValue::Kind::string, 0, std::string(text.substr(1, text.size() - 2)), s.loc(in)};
     }
 };
 

@@ -15,12 +15,12 @@ enum Prec { sum = 1, product = 2, unary = 3, atom = 4 };
 
 Prec precedence(const Expr& e) {
     switch (e.kind) {
-    case Expr::Kind::add:
-    case Expr::Kind::sub: return sum;
-    case Expr::Kind::mul:
-    case Expr::Kind::div: return product;
-    case Expr::Kind::neg: return unary;
-    default: return atom;
+        case Expr::Kind::add:
+        case Expr::Kind::sub: return sum;
+        case Expr::Kind::mul:
+        case Expr::Kind::div: return product;
+        case Expr::Kind::neg: return unary;
+        default: return atom;
     }
 }
 
@@ -40,22 +40,24 @@ std::string operand_text(const Expr& e, int min_prec) {
 
 std::string expr_text(const Expr& e) {
     switch (e.kind) {
-    case Expr::Kind::integer: return std::to_string(e.integer);
-    case Expr::Kind::real: return real_text(e.real);
-    case Expr::Kind::boolean: return e.boolean ? "true" : "false";
-    case Expr::Kind::name: return e.name;
-    case Expr::Kind::list: {
-        std::string s = "[";
-        for (std::size_t i = 0; i < e.operands.size(); ++i) s += (i ? ", " : "") + expr_text(e.operands[i]);
-        return s + "]";
-    }
-    case Expr::Kind::neg: return "-" + operand_text(e.operands.at(0), unary);
-    default: break;
+        case Expr::Kind::integer: return std::to_string(e.integer);
+        case Expr::Kind::real: return real_text(e.real);
+        case Expr::Kind::boolean: return e.boolean ? "true" : "false";
+        case Expr::Kind::name: return e.name;
+        case Expr::Kind::list: {
+            std::string s = "[";
+            for (std::size_t i = 0; i < e.operands.size(); ++i) s += (i ? ", " : "") + expr_text(e.operands[i]);
+            return s + "]";
+        }
+        case Expr::Kind::neg: return "-" + operand_text(e.operands.at(0), unary);
+        default: break;
     }
     // Binary operators associate to the left: the right operand needs parentheses at equal precedence.
     const Prec p = precedence(e);
-    const char* op = e.kind == Expr::Kind::add ? " + " : e.kind == Expr::Kind::sub ? " - "
-                     : e.kind == Expr::Kind::mul ? " * " : " / ";
+    const char* op = e.kind == Expr::Kind::add   ? " + "
+                     : e.kind == Expr::Kind::sub ? " - "
+                     : e.kind == Expr::Kind::mul ? " * "
+                                                 : " / ";
     return operand_text(e.operands.at(0), p) + op + operand_text(e.operands.at(1), p + 1);
 }
 
@@ -95,24 +97,27 @@ void add_location(nlohmann::json& j, const Location& loc, bool with_locations) {
 nlohmann::json expr_json(const Expr& e, bool wl) {
     nlohmann::json j;
     switch (e.kind) {
-    case Expr::Kind::integer: j["int"] = e.integer; break;
-    case Expr::Kind::real: j["real"] = e.real; break;
-    case Expr::Kind::boolean: j["bool"] = e.boolean; break;
-    case Expr::Kind::name: j["name"] = e.name; break;
-    case Expr::Kind::list: {
-        auto& items = j["list"] = nlohmann::json::array();
-        for (const auto& o : e.operands) items.push_back(expr_json(o, wl));
-        break;
-    }
-    case Expr::Kind::neg:
-        j["op"] = "neg";
-        j["arg"] = expr_json(e.operands.at(0), wl);
-        break;
-    default:
-        j["op"] = e.kind == Expr::Kind::add ? "+" : e.kind == Expr::Kind::sub ? "-" : e.kind == Expr::Kind::mul ? "*" : "/";
-        j["lhs"] = expr_json(e.operands.at(0), wl);
-        j["rhs"] = expr_json(e.operands.at(1), wl);
-        break;
+        case Expr::Kind::integer: j["int"] = e.integer; break;
+        case Expr::Kind::real: j["real"] = e.real; break;
+        case Expr::Kind::boolean: j["bool"] = e.boolean; break;
+        case Expr::Kind::name: j["name"] = e.name; break;
+        case Expr::Kind::list: {
+            auto& items = j["list"] = nlohmann::json::array();
+            for (const auto& o : e.operands) items.push_back(expr_json(o, wl));
+            break;
+        }
+        case Expr::Kind::neg:
+            j["op"] = "neg";
+            j["arg"] = expr_json(e.operands.at(0), wl);
+            break;
+        default:
+            j["op"] = e.kind == Expr::Kind::add   ? "+"
+                      : e.kind == Expr::Kind::sub ? "-"
+                      : e.kind == Expr::Kind::mul ? "*"
+                                                  : "/";
+            j["lhs"] = expr_json(e.operands.at(0), wl);
+            j["rhs"] = expr_json(e.operands.at(1), wl);
+            break;
     }
     add_location(j, e.loc, wl);
     return j;

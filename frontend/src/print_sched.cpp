@@ -10,20 +10,20 @@ namespace {
 
 std::string value_text(const SchedValue& v) {
     switch (v.kind) {
-    case SchedValue::Kind::integer: return std::to_string(v.integer);
-    case SchedValue::Kind::word: return v.text;
-    // The grammar has no escapes and strings cannot hold '"', '\' or newlines, so the text goes back as is.
-    case SchedValue::Kind::string: return '"' + v.text + '"';
-    case SchedValue::Kind::open: return "?";
+        case SchedValue::Kind::integer: return std::to_string(v.integer);
+        case SchedValue::Kind::word: return v.text;
+        // The grammar has no escapes and strings cannot hold '"', '\' or newlines, so the text goes back as is.
+        case SchedValue::Kind::string: return '"' + v.text + '"';
+        case SchedValue::Kind::open: return "?";
     }
     return "?";
 }
 
 const char* selector_name(SchedEntry::Selector s) {
     switch (s) {
-    case SchedEntry::Selector::all: return "default";
-    case SchedEntry::Selector::layer: return "layer";
-    case SchedEntry::Selector::block: return "block";
+        case SchedEntry::Selector::all: return "default";
+        case SchedEntry::Selector::layer: return "layer";
+        case SchedEntry::Selector::block: return "block";
     }
     return "default";
 }
@@ -32,10 +32,10 @@ const char* selector_name(SchedEntry::Selector s) {
 // `on` and `"on"` stay apart.
 nlohmann::json value_json(const SchedValue& v) {
     switch (v.kind) {
-    case SchedValue::Kind::integer: return v.integer;
-    case SchedValue::Kind::word: return {{"word", v.text}};
-    case SchedValue::Kind::string: return {{"string", v.text}};
-    case SchedValue::Kind::open: return "?";
+        case SchedValue::Kind::integer: return v.integer;
+        case SchedValue::Kind::word: return {{"word", v.text}};
+        case SchedValue::Kind::string: return {{"string", v.text}};
+        case SchedValue::Kind::open: return "?";
     }
     return "?";
 }

@@ -1,11 +1,11 @@
 // Reading and owning source files.
 #include <dsl/frontend/source.hpp>
 
+#include <sys/stat.h>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <sstream>
-#include <sys/stat.h>
 
 namespace dsl {
 

@@ -16,8 +16,8 @@ Location location_at(const SourceFile& file, std::size_t offset, unsigned length
         }
     }
     const std::size_t col = offset - line_start + 1;
-    return Location{&file, line, static_cast<unsigned>(std::min<std::size_t>(col, std::numeric_limits<unsigned>::max())),
-                    length};
+    return Location{&file, line,
+                    static_cast<unsigned>(std::min<std::size_t>(col, std::numeric_limits<unsigned>::max())), length};
 }
 
 std::size_t end_of_previous_token(std::string_view text, std::size_t pos) {

@@ -68,8 +68,9 @@ std::optional<Rank> rank(const SchedEntry& e, std::size_t index, const Layer& la
                 return std::nullopt;
             }
             if (glob_match(e.pattern, layer.name))
-                return Rank{3, static_cast<std::size_t>(std::count_if(e.pattern.begin(), e.pattern.end(),
-                                                                      [](char c) { return c != '*'; })),
+                return Rank{3,
+                            static_cast<std::size_t>(
+                                std::count_if(e.pattern.begin(), e.pattern.end(), [](char c) { return c != '*'; })),
                             index};
             return std::nullopt;
         case SchedEntry::Selector::block:
@@ -131,7 +132,8 @@ EntryFields check_entry(const SchedEntry& e, Diagnostics& diags) {
                 continue;
             }
             if (v.kind != SchedValue::Kind::integer || v.integer < 1) {
-                diags.error(v.loc, fmt::format("'{}' must be a positive integer or '?', not '{}'", s.key, value_text(v)));
+                diags.error(v.loc,
+                            fmt::format("'{}' must be a positive integer or '?', not '{}'", s.key, value_text(v)));
                 open = true;
                 continue;
             }
@@ -157,9 +159,11 @@ EntryFields check_entry(const SchedEntry& e, Diagnostics& diags) {
             else if (v.kind != SchedValue::Kind::open)
                 diags.error(v.loc, fmt::format("'bn' must be 'spatial', 'local' or '?', not '{}'", value_text(v)));
         } else if (s.key == "procs" || s.key == "platform" || s.key == "batch") {
-            auto& d = diags.error(s.loc, fmt::format("'{}' is a top-level setting, but here it follows an entry", s.key));
-            Diagnostics::note(d, e.loc, "top-level settings go before the first entry; this entry takes every setting "
-                                        "up to the next 'default', 'layer' or 'block'");
+            auto& d =
+                diags.error(s.loc, fmt::format("'{}' is a top-level setting, but here it follows an entry", s.key));
+            Diagnostics::note(d, e.loc,
+                              "top-level settings go before the first entry; this entry takes every setting "
+                              "up to the next 'default', 'layer' or 'block'");
         } else {
             auto& d = diags.error(s.loc, fmt::format("unknown setting '{}' in a schedule entry", s.key));
             std::vector<std::string> known(std::begin(split_keys), std::end(split_keys));
@@ -234,15 +238,17 @@ void check_globals(const SchedFile& file, Schedule& out, Diagnostics& diags) {
                                                  : fmt::format("cannot find the platform file '{}'", v.text));
                 if (v.kind == SchedValue::Kind::word) {
                     const auto known = stdlib_platforms();
-                    Diagnostics::note(d, v.loc, known.empty() ? std::string("no platforms are installed")
-                                                              : fmt::format("known platforms: {}", quoted_list(known, 20)));
+                    Diagnostics::note(d, v.loc,
+                                      known.empty() ? std::string("no platforms are installed")
+                                                    : fmt::format("known platforms: {}", quoted_list(known, 20)));
                 }
             }
         } else {
             auto& d = diags.error(s.loc, fmt::format("unknown setting '{}'", s.key));
             if (is_split_key(s.key) || s.key == "overlap" || s.key == "bn")
-                Diagnostics::note(d, s.loc, fmt::format("'{}' belongs to an entry: write 'default {}={}'", s.key, s.key,
-                                                        value_text(v)));
+                Diagnostics::note(
+                    d, s.loc,
+                    fmt::format("'{}' belongs to an entry: write 'default {}={}'", s.key, s.key, value_text(v)));
             else if (auto m = closest_match(s.key, {"procs", "platform", "batch"}); !m.empty())
                 Diagnostics::note(d, s.loc, fmt::format("did you mean '{}'?", m));
         }
@@ -262,7 +268,8 @@ void check_selectors(const Network& net, const SchedFile& file, Diagnostics& dia
         if (e.selector == SchedEntry::Selector::all) continue;
         if (e.selector == SchedEntry::Selector::block) {
             if (std::find(blocks.begin(), blocks.end(), e.pattern) != blocks.end()) continue;
-            auto& d = diags.error(e.pattern_loc, fmt::format("the network has no instance of a block named '{}'", e.pattern));
+            auto& d =
+                diags.error(e.pattern_loc, fmt::format("the network has no instance of a block named '{}'", e.pattern));
             if (auto m = closest_match(e.pattern, blocks); !m.empty())
                 Diagnostics::note(d, e.pattern_loc, fmt::format("did you mean '{}'?", m));
             continue;
@@ -309,7 +316,8 @@ void check_products(const SchedFile& file, const std::vector<EntryFields>& field
 
 // Why `split` cannot run `layer`, or empty. Tiles must hold at least the halo, so that a halo comes only
 // from the nearest neighbour, and at least one row or column.
-std::string split_problem(const Network& net, const Layer& layer, const Split& split, std::optional<std::int64_t> batch) {
+std::string split_problem(const Network& net, const Layer& layer, const Split& split,
+                          std::optional<std::int64_t> batch) {
     if (batch && split.n > *batch) return fmt::format("the mini-batch has only {} samples", *batch);
     if (!split.spatial()) return {};
     const Layer* in = layer.inputs.empty() ? nullptr : &net.layers[static_cast<std::size_t>(layer.inputs[0])];
@@ -326,7 +334,8 @@ std::string split_problem(const Network& net, const Layer& layer, const Split& s
             const std::int64_t extent = in->shape.dims[i + 1];
             if (parts[i] > extent) return fmt::format("its input has only {} {}", extent, rows[i]);
             if (const std::int64_t tile = min_block(extent, parts[i]); tile < halo[i])
-                return fmt::format("tiles of {} {} are smaller than its halo of {} {}", tile, rows[i], halo[i], rows[i]);
+                return fmt::format("tiles of {} {} are smaller than its halo of {} {}", tile, rows[i], halo[i],
+                                   rows[i]);
         }
         if (spatial_out && parts[i] > layer.shape.dims[i + 1])
             return fmt::format("its output has only {} {}", layer.shape.dims[i + 1], rows[i]);

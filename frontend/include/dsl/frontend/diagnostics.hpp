@@ -15,7 +15,7 @@ enum class Severity { error, warning, note };
 struct Diagnostic {
     Severity severity = Severity::error;
     Location loc;
-    std::string message;           // lowercase, no trailing period
+    std::string message;            // lowercase, no trailing period
     std::vector<Diagnostic> notes;  // related places: "layer declared here", "did you mean 'conv2'?"
 };
 
@@ -34,6 +34,7 @@ public:
 
     // Writes every diagnostic in order; `color` adds ANSI bold and colours as clang does.
     void render(std::ostream& os, bool color) const;
+    std::string text() const;  // every diagnostic as `render` writes it without colour
 
 private:
     std::vector<Diagnostic> list_;
@@ -56,7 +57,7 @@ std::string closest_match(const std::string& name, const std::vector<std::string
 }  // namespace dsl
 
 // Internal consistency checks; never compiled out.
-#define DSL_INTERNAL_CHECK(cond, what)                                       \
-    do {                                                                     \
+#define DSL_INTERNAL_CHECK(cond, what)                                           \
+    do {                                                                         \
         if (!(cond)) ::dsl::internal_failure(__FILE__, __LINE__, #cond, (what)); \
     } while (false)

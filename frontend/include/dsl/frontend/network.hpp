@@ -13,8 +13,8 @@
 namespace dsl::frontend {
 
 enum class OpKind {
-    input,   // a declared input tensor
-    label,   // a declared label tensor
+    input,  // a declared input tensor
+    label,  // a declared label tensor
     conv,
     batchnorm,
     relu,
@@ -29,7 +29,7 @@ enum class OpKind {
     pixel_cross_entropy,    // logits [N, K, H, W] against labels [N, H, W]
 };
 
-const char* op_name(OpKind op);                  // the spelling in `.net` files
+const char* op_name(OpKind op);                               // the spelling in `.net` files
 std::optional<OpKind> op_from_name(const std::string& name);  // built-in layer kinds only (not input/label)
 
 // A shape without the mini-batch dimension: every activation is [N, dims...]. A loss is [N] (dims empty).
@@ -37,7 +37,7 @@ struct Shape {
     std::vector<std::int64_t> dims;
     std::int64_t elements() const;  // per sample
     bool operator==(const Shape& o) const { return dims == o.dims; }
-    std::string str() const;        // "[N, 64, 112, 112]"
+    std::string str() const;  // "[N, 64, 112, 112]"
 };
 
 // Height/width pairs: index 0 is H, 1 is W.
@@ -46,9 +46,9 @@ using Pair = std::array<std::int64_t, 2>;
 struct Layer {
     std::string name;  // "layer2.1.conv2": instance path and statement name
     OpKind op = OpKind::relu;
-    Location loc;                // the statement (or declaration) that made it
-    std::vector<int> inputs;     // indices into Network::layers, all smaller than this layer's
-    std::vector<std::string> blocks;  // types of the enclosing block instances, outermost first
+    Location loc;                        // the statement (or declaration) that made it
+    std::vector<int> inputs;             // indices into Network::layers, all smaller than this layer's
+    std::vector<std::string> blocks;     // types of the enclosing block instances, outermost first
     std::vector<std::string> instances;  // their paths ("layer1", "layer1.0"), parallel to `blocks`
 
     // Attributes; those a kind does not use keep their defaults.
@@ -57,16 +57,16 @@ struct Layer {
     Pair stride{1, 1};
     Pair pad{0, 0};
     Pair dilation{1, 1};
-    bool bias = true;          // conv, fc
-    double slope = 0.01;       // leaky_relu
-    double eps = 1e-5;         // batchnorm
-    double momentum = 0.1;     // batchnorm running averages
+    bool bias = true;       // conv, fc
+    double slope = 0.01;    // leaky_relu
+    double eps = 1e-5;      // batchnorm
+    double momentum = 0.1;  // batchnorm running averages
 
     // Filled by shape inference.
-    Shape shape;                      // output
-    std::int64_t params = 0;          // learnable parameters
-    std::int64_t macs = 0;            // multiply-accumulates per sample (conv, fc)
-    std::int64_t flops = 0;           // floating-point operations per sample, forward (2 per MAC)
+    Shape shape;                        // output
+    std::int64_t params = 0;            // learnable parameters
+    std::int64_t macs = 0;              // multiply-accumulates per sample (conv, fc)
+    std::int64_t flops = 0;             // floating-point operations per sample, forward (2 per MAC)
     std::int64_t activation_bytes = 0;  // output bytes per sample (float32)
 
     // The halo this layer needs on each side of its input tile, in rows (H) and columns (W).

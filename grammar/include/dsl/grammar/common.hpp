@@ -21,9 +21,9 @@ struct integer : pegtl::plus<pegtl::digit> {};
 
 // real ::= digit {digit} ('.' {digit} [exponent] | exponent)     exponent ::= ('e'|'E') ['+'|'-'] digit {digit}
 struct exponent : pegtl::seq<pegtl::one<'e', 'E'>, pegtl::opt<pegtl::one<'+', '-'>>, pegtl::plus<pegtl::digit>> {};
-struct real : pegtl::seq<pegtl::plus<pegtl::digit>,
-                         pegtl::sor<pegtl::seq<pegtl::one<'.'>, pegtl::star<pegtl::digit>, pegtl::opt<exponent>>,
-                                    exponent>> {};
+struct real
+    : pegtl::seq<pegtl::plus<pegtl::digit>,
+                 pegtl::sor<pegtl::seq<pegtl::one<'.'>, pegtl::star<pegtl::digit>, pegtl::opt<exponent>>, exponent>> {};
 
 // string_literal ::= '"' {any printable but '"' and '\'} '"'
 struct string_body : pegtl::star<pegtl::not_one<'"', '\\', '\n', '\r'>> {};

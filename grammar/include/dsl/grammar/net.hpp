@@ -121,9 +121,9 @@ struct start_equals : tok<equals> {};
 struct repeat_start : expr {};
 struct repeat_close : tok<one<')'>> {};
 struct repeat_call : call {};
-struct repeat_clause : seq<if_must<tok<repeat_kw>, repeat_open, repeat_count>,
-                           opt<if_must<tok<comma>, start_word, start_equals, repeat_start>>,
-                           must<repeat_close, repeat_call>> {};
+struct repeat_clause
+    : seq<if_must<tok<repeat_kw>, repeat_open, repeat_count>,
+          opt<if_must<tok<comma>, start_word, start_equals, repeat_start>>, must<repeat_close, repeat_call>> {};
 
 // named_stmt ::= (name | integer) '=' (repeat | call) [from]
 struct stmt_name : sor<ident, integer> {};
@@ -173,11 +173,9 @@ struct params_close : tok<one<')'>> {};
 struct body_brace : one<'{'> {};
 struct body_open : tok<body_brace> {};
 struct body_close : tok<one<'}'>> {};
-struct block_def : seq<if_must<tok<kw_block>, tok<block_name>, params_open>,
-                       opt<param, star<if_must<tok<comma>, param_next>>>,
-                       must<params_close, body_open>,
-                       star<stmt>,
-                       must<body_close>> {};
+struct block_def
+    : seq<if_must<tok<kw_block>, tok<block_name>, params_open>, opt<param, star<if_must<tok<comma>, param_next>>>,
+          must<params_close, body_open>, star<stmt>, must<body_close>> {};
 
 // file ::= {import | tensor | train | block | stmt} end-of-file
 struct item : sor<import_decl, input_decl, label_decl, train_decl, block_def, stmt> {};

@@ -76,14 +76,21 @@ struct grammar : pegtl::seq<sep, pegtl::star<global_setting>, pegtl::star<entry>
 template <typename Rule>
 inline constexpr const char* error_message = nullptr;
 
-template <> inline constexpr const char* error_message<tok<equals>> = "expected '=' after the setting name";
-template <> inline constexpr const char* error_message<tok<value>> = "expected a value after '='";
-template <> inline constexpr const char* error_message<tok<pattern>> = "expected a layer name or pattern after 'layer'";
-template <> inline constexpr const char* error_message<tok<block_name>> = "expected a block name after 'block'";
-template <> inline constexpr const char* error_message<integer_end> = "invalid integer literal";
-template <> inline constexpr const char* error_message<string_close> = "unterminated string";
+template <>
+inline constexpr const char* error_message<tok<equals>> = "expected '=' after the setting name";
+template <>
+inline constexpr const char* error_message<tok<value>> = "expected a value after '='";
+template <>
+inline constexpr const char* error_message<tok<pattern>> = "expected a layer name or pattern after 'layer'";
+template <>
+inline constexpr const char* error_message<tok<block_name>> = "expected a block name after 'block'";
+template <>
+inline constexpr const char* error_message<integer_end> = "invalid integer literal";
+template <>
+inline constexpr const char* error_message<string_close> = "unterminated string";
 // The parser adds the character found, which a static text cannot name.
-template <> inline constexpr const char* error_message<end_of_file> = "unexpected character";
+template <>
+inline constexpr const char* error_message<end_of_file> = "unexpected character";
 
 struct error {
     template <typename Rule>

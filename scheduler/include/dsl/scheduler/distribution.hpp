@@ -25,7 +25,7 @@ enum class BatchNormStats { spatial, local };  // aggregate over a sample's spat
 // One layer's resolved distribution. A field is nullopt when the schedule leaves it open.
 struct Distribution {
     std::optional<Split> split;
-    std::optional<bool> overlap;         // overlap halo exchange with interior compute
+    std::optional<bool> overlap;  // overlap halo exchange with interior compute
     std::optional<BatchNormStats> bn = BatchNormStats::spatial;
     bool complete() const { return split && overlap && bn; }
 };

@@ -14,11 +14,11 @@
 namespace dsl::scheduler {
 
 struct Schedule {
-    std::optional<std::int64_t> procs;     // open when the file leaves it open
-    std::optional<std::string> platform;   // the platform file, found from a stdlib name or a path
-    std::optional<std::int64_t> batch;     // the mini-batch size N, when the schedule fixes it
-    std::vector<Distribution> layers;      // indexed like Network::layers; an input's is its first reader's
-    std::vector<int> source_entry;         // per layer: the entry that gave its split, -1 for none
+    std::optional<std::int64_t> procs;    // open when the file leaves it open
+    std::optional<std::string> platform;  // the platform file, found from a stdlib name or a path
+    std::optional<std::int64_t> batch;    // the mini-batch size N, when the schedule fixes it
+    std::vector<Distribution> layers;     // indexed like Network::layers; an input's is its first reader's
+    std::vector<int> source_entry;        // per layer: the entry that gave its split, -1 for none
 
     bool complete() const;
 };
