@@ -1,4 +1,4 @@
-// The verbs whose command lines are settled but whose work lands later: run, schedule, explain, compare and
+// The verbs whose command lines are settled but whose work lands later: schedule, explain, compare and
 // calibrate. Each checks its input files like `check` does, then says that it is not available yet.
 #include "commands.hpp"
 #include "report.hpp"
@@ -19,10 +19,9 @@ struct PlannedOptions {
     std::string net;
     std::vector<std::string> scheds;
     // Options of the verbs, accepted now so that scripts written against them keep working.
-    std::int64_t steps = 10, batch = 0, procs = 0, seed = 0;
-    double lr = 0, momentum = 0, weight_decay = 0;
-    std::string log, save, load, output, platform, device = "cpu", inputs, labels;
-    bool auto_schedule = false, json = false, measure = false;
+    std::int64_t steps = 10, batch = 0, procs = 0;
+    std::string output, platform;
+    bool json = false, measure = false;
 };
 
 int run_planned(const PlannedOptions& o) {
@@ -58,25 +57,6 @@ CLI::App* add_verb(CLI::App& app, Action& action, const std::string& verb, const
 
 void setup_planned(CLI::App& app, Action& action) {
     std::shared_ptr<PlannedOptions> o;
-
-    CLI::App* run =
-        add_verb(app, action, "run", "Train a network, on one process or under a schedule on many",
-                 "dsl run samples/mesh_tiny.net samples/mesh_tiny_spatial_h_2.sched --steps 20 --batch 4", o);
-    run->add_option("SCHED", o->scheds, "A schedule (.sched); without one, one process")->expected(0, 1);
-    run->add_option("--steps", o->steps, "Training steps")->check(CLI::PositiveNumber);
-    run->add_option("--batch", o->batch, "Mini-batch size N")->check(CLI::PositiveNumber);
-    run->add_option("--lr", o->lr, "Learning rate (overrides the network's 'train' line)");
-    run->add_option("--momentum", o->momentum, "SGD momentum");
-    run->add_option("--weight-decay", o->weight_decay, "Weight decay");
-    run->add_option("--seed", o->seed, "Seed for initialization and synthetic data");
-    run->add_option("--log", o->log, "Write one JSON object per step to this file");
-    run->add_option("--save", o->save, "Write a checkpoint to this folder at the end");
-    run->add_option("--load", o->load, "Resume from the checkpoint in this folder");
-    run->add_option("--inputs", o->inputs, "Inputs from a .npy file [S, C, H, W] (default: synthetic data)");
-    run->add_option("--labels", o->labels, "Labels from a .npy file");
-    run->add_option("--procs", o->procs, "Processes, where the schedule leaves the count open");
-    run->add_flag("--auto-schedule", o->auto_schedule, "Fill what the schedule leaves open with the auto-scheduler");
-    run->add_option("--device", o->device, "cpu or gpu")->check(CLI::IsMember({"cpu", "gpu"}));
 
     CLI::App* schedule = add_verb(app, action, "schedule", "Write the auto-scheduler's schedule for a network",
                                   "dsl schedule stdlib/mesh1k.net --procs 64 --platform lassen -o mesh1k_64.sched", o);

@@ -17,7 +17,8 @@ using Action = std::function<int()>;
 
 void setup_check(CLI::App& app, Action& action);
 void setup_print(CLI::App& app, Action& action);
-void setup_planned(CLI::App& app, Action& action);  // run, schedule, explain, compare, calibrate
+void setup_run(CLI::App& app, Action& action);
+void setup_planned(CLI::App& app, Action& action);  // schedule, explain, compare, calibrate
 
 // Whether diagnostics on stderr get colour: only on a terminal, never with NO_COLOR set.
 bool stderr_color();

@@ -33,6 +33,7 @@ int main(int argc, char** argv) {
     Action action;
     setup_check(app, action);
     setup_print(app, action);
+    setup_run(app, action);
     setup_planned(app, action);
 
     try {

@@ -4,6 +4,8 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include <vector>
+
 TEST_CASE("check prints every layer with its shape, and totals", "[cli]") {
     const Result r = run_dsl("check samples/mesh_tiny.net");
     INFO(r.err);
@@ -70,12 +72,65 @@ TEST_CASE("print gives text that prints the same again", "[cli]") {
 }
 
 TEST_CASE("the planned verbs check their inputs and say they are not available yet", "[cli]") {
-    const Result run = run_dsl("run samples/mesh_tiny.net samples/mesh_tiny_sample_2.sched --steps 3");
-    CHECK(run.exit_code == 2);
-    CHECK(run.err.find("'dsl run' is not available") != std::string::npos);
+    const Result explain = run_dsl("explain samples/mesh_tiny.net samples/mesh_tiny_sample_2.sched");
+    CHECK(explain.exit_code == 2);
+    CHECK(explain.err.find("'dsl explain' is not available") != std::string::npos);
     const Result bad = run_dsl("explain samples/mesh_tiny.net tests/diag/fail_sched_product.sched");
     CHECK(bad.exit_code == 1);
     CHECK(bad.err.find("fail_sched_product.sched:3:1: error:") != std::string::npos);
+}
+
+namespace {
+
+std::vector<double> logged_losses(const fs::path& log) {
+    std::vector<double> out;
+    std::ifstream in(log);
+    for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line)["loss"].get<double>());
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("run trains, logs every step, and resumes exactly from a checkpoint", "[cli][run]") {
+    const fs::path dir = fs::temp_directory_path() / ("dsl_run_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    const std::string d = dir.string();
+    const std::string common = "run samples/mesh_tiny.net --batch 2 --seed 3 ";
+
+    const Result whole = run_dsl(common + "--steps 4 --log " + d + "/whole.jsonl");
+    INFO(whole.err);
+    REQUIRE(whole.exit_code == 0);
+    CHECK(whole.out.find("step     4  loss") != std::string::npos);
+    CHECK(whole.out.find("samples/s") != std::string::npos);
+    const auto losses = logged_losses(dir / "whole.jsonl");
+    REQUIRE(losses.size() == 4);
+
+    REQUIRE(run_dsl(common + "--steps 2 --save " + d + "/ckpt").exit_code == 0);
+    CHECK(fs::exists(dir / "ckpt" / "manifest.json"));
+    CHECK(fs::exists(dir / "ckpt" / "block1.0.conv.weight.npy"));
+    const Result resumed = run_dsl(common + "--steps 2 --load " + d + "/ckpt --log " + d + "/resumed.jsonl");
+    INFO(resumed.err);
+    REQUIRE(resumed.exit_code == 0);
+    const auto after = logged_losses(dir / "resumed.jsonl");
+    REQUIRE(after.size() == 2);
+    CHECK(after[0] == losses[2]);
+    CHECK(after[1] == losses[3]);
+
+    // A log never replaces a file that is not one of ours.
+    std::ofstream(dir / "notes.txt") << "my notes\n";
+    const Result refused = run_dsl(common + "--steps 1 --log " + d + "/notes.txt");
+    CHECK(refused.exit_code == 1);
+    CHECK(read(dir / "notes.txt") == "my notes\n");
+    fs::remove_all(dir);
+}
+
+TEST_CASE("run refuses a schedule for several processes with a clear message", "[cli][run]") {
+    const Result r = run_dsl("run samples/mesh_tiny.net samples/mesh_tiny_hybrid_4.sched --steps 1");
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find("the schedule's procs = 4 asks for several processes") != std::string::npos);
+    const Result one = run_dsl("run samples/mesh_tiny.net samples/mesh_tiny_serial_1.sched --steps 1");
+    INFO(one.err);
+    CHECK(one.exit_code == 0);
 }
 
 TEST_CASE("every verb has help with an example", "[cli]") {

@@ -1,0 +1,63 @@
+// Checkpoints: a folder with one .npy file per named tensor and a manifest.json, written atomically (a
+// temporary sibling renamed into place), and the trainer's save and restore on top of them.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace dsl::backend {
+
+class Trainer;
+
+// A tensor to save: its name ("layer1.0.conv1.weight", "bn1.running_mean", "conv1.weight.momentum"), which
+// is also its file name with ".npy" added, its shape, and its elements in C order.
+struct CheckpointTensorRef {
+    std::string name;
+    std::vector<std::int64_t> shape;
+    std::span<const float> data;
+};
+
+// A tensor as loaded.
+struct CheckpointTensor {
+    std::string name;
+    std::vector<std::int64_t> shape;
+    std::vector<float> data;
+};
+
+struct Checkpoint {
+    std::vector<CheckpointTensor> tensors;  // in the manifest's order
+    nlohmann::json meta = nlohmann::json::object();
+
+    const CheckpointTensor* find(const std::string& name) const;
+};
+
+// Writes `dir`: <name>.npy per tensor and manifest.json {"format": "dsl-checkpoint", "version": 1,
+// "tensors": [{"name", "file", "shape", "dtype"}], "meta": meta}. Everything is written into a fresh
+// ".DIR.tmp-<pid>" beside `dir` and renamed into place, so a reader sees the old checkpoint or the new one,
+// never a mix. An existing `dir` is replaced only if it is empty or a dsl checkpoint holding nothing but its
+// own files; anything else is refused and left as it is. False with the reason on failure.
+bool save_checkpoint(const std::string& dir, const std::vector<CheckpointTensorRef>& tensors,
+                     const nlohmann::json& meta, std::string& error);
+bool save_checkpoint(const std::string& dir, const std::vector<CheckpointTensor>& tensors, const nlohmann::json& meta,
+                     std::string& error);
+
+// Reads a checkpoint; nullopt with the reason (missing file, bad manifest, shape or size mismatch).
+std::optional<Checkpoint> load_checkpoint(const std::string& dir, std::string& error);
+
+// Whether `dir` holds a dsl checkpoint's manifest.
+bool is_checkpoint(const std::string& dir);
+
+// The trainer's state (Trainer::state()) with meta {"step", "seed", "network"}.
+bool save(Trainer& trainer, const std::string& dir, std::int64_t step, std::uint64_t seed, const std::string& network,
+          std::string& error);
+
+// Copies every tensor of the trainer's state from `ckpt` (each must be there, with the same shape, and the
+// checkpoint must hold nothing else) and sets `step` from the meta. On failure the trainer is unchanged.
+bool restore(Trainer& trainer, const Checkpoint& ckpt, std::int64_t& step, std::string& error);
+
+}  // namespace dsl::backend

@@ -1,0 +1,131 @@
+// The kernels of every layer kind, one interface per kind, over views of tiles. Two implementations:
+// the reference (plain loops, the tests' oracle) and the CPU one (oneDNN convolutions, Halide for the rest).
+//
+// Kernels never pad and never communicate. A tile's margins hold its padding (or its halo), and views
+// passed in cover exactly the elements a kernel reads: a convolution's input view has the rows its output
+// rows read. Reductions that must span tiles or processes (batch-norm statistics, global pooling, the
+// loss) are split into a local part that adds into caller-owned sums and a part that applies the sums.
+#pragma once
+
+#include <dsl/backend/tensor.hpp>
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+namespace dsl::backend {
+
+// Kernel size, stride and dilation of a convolution or pooling, per dimension (index 0 is H, 1 is W).
+struct Window {
+    std::array<std::int64_t, 2> kernel{1, 1}, stride{1, 1}, dilation{1, 1};
+
+    // The input extent that `out` outputs read along dimension `d`.
+    std::int64_t input_extent(int d, std::int64_t out) const {
+        return (out - 1) * stride[d] + dilation[d] * (kernel[d] - 1) + 1;
+    }
+};
+
+class ConvKernels {
+public:
+    virtual ~ConvKernels() = default;
+    // y(n,f,i,j) = bias(f) + sum_{c,a,b} x(n, c, i*sh + a*dh, j*sw + b*dw) * w(f, c, a, b), over y's dims.
+    // w is {F, C, KH, KW}; bias may be null. x spans exactly window.input_extent of y's rows and columns.
+    virtual void forward(ConstView x, ConstView w, const float* bias, View y, const Window& window) = 0;
+    // The transpose: dx (x's dims) receives, for each element, the sum of dy * w over the outputs that read
+    // it. Overwrites dx.
+    virtual void backward_data(ConstView dy, ConstView w, View dx, const Window& window) = 0;
+    // dw(f,c,a,b) = sum_{n,i,j} dy(n,f,i,j) * x(n, c, i*sh + a*dh, j*sw + b*dw); db(f) = sum dy(n,f,i,j) when
+    // db is not null. Overwrites both.
+    virtual void backward_weights(ConstView x, ConstView dy, View dw, float* db, const Window& window) = 0;
+};
+
+class BatchNormKernels {
+public:
+    virtual ~BatchNormKernels() = default;
+    // Adds the per-channel sums of x and x^2 over n, h, w into sum[c] and sum_sq[c].
+    virtual void statistics(ConstView x, double* sum, double* sum_sq) = 0;
+    // y = gamma[c] * (x - mean[c]) * inv_std[c] + beta[c]
+    virtual void forward(ConstView x, const float* mean, const float* inv_std, const float* gamma, const float* beta,
+                         View y) = 0;
+    // Adds the per-channel sums of dy and of dy * x_hat (x_hat = (x - mean) * inv_std) into sum_dy[c] and
+    // sum_dy_xhat[c]: once summed over the group they are d(beta) and d(gamma).
+    virtual void backward_statistics(ConstView x, ConstView dy, const float* mean, const float* inv_std,
+                                     double* sum_dy, double* sum_dy_xhat) = 0;
+    // dx = gamma * inv_std * (dy - sum_dy / count - x_hat * sum_dy_xhat / count), with the group's sums and
+    // `count` the number of elements per channel over the whole group.
+    virtual void backward(ConstView x, ConstView dy, const float* mean, const float* inv_std, const float* gamma,
+                          const double* sum_dy, const double* sum_dy_xhat, double count, View dx) = 0;
+};
+
+class ActivationKernels {
+public:
+    virtual ~ActivationKernels() = default;
+    // y = x where x > 0, slope * x elsewhere (ReLU is slope 0).
+    virtual void forward(ConstView x, float slope, View y) = 0;
+    // dx = dy where x > 0, slope * dy elsewhere.
+    virtual void backward(ConstView x, ConstView dy, float slope, View dx) = 0;
+};
+
+enum class PoolKind { max, average };
+
+class PoolKernels {
+public:
+    virtual ~PoolKernels() = default;
+    // y(n,c,i,j) = the max (or mean) of x(n, c, i*sh + a, j*sw + b) over a < kh, b < kw. Padding in the
+    // margins must be -infinity for max pooling and zero for average (which divides by kh*kw, as PyTorch's
+    // default count_include_pad does).
+    virtual void forward(PoolKind kind, ConstView x, View y, const Window& window) = 0;
+    // dx (x's dims, overwritten): max routes each dy to the first maximum of its window; average spreads
+    // dy / (kh*kw) over the window.
+    virtual void backward(PoolKind kind, ConstView x, ConstView dy, View dx, const Window& window) = 0;
+    // Adds the sum over h, w of x(n, c) into sums[n * C + c] (global average pooling, before the division).
+    virtual void global_sum(ConstView x, double* sums) = 0;
+    // dx(n, c, y, x) = values[n * C + c] * scale, for every element of dx.
+    virtual void broadcast(const float* values, float scale, View dx) = 0;
+};
+
+class FcKernels {
+public:
+    virtual ~FcKernels() = default;
+    // y(n, k) = bias(k) + sum_i x(n, i) * w(k, i), where i runs over x's c, h, w in order; y is {N, K, 1, 1}
+    // and w is {K, I, 1, 1}. bias may be null.
+    virtual void forward(ConstView x, ConstView w, const float* bias, View y) = 0;
+    virtual void backward_data(ConstView dy, ConstView w, View dx) = 0;                     // overwrites dx
+    virtual void backward_weights(ConstView x, ConstView dy, View dw, float* db) = 0;        // overwrites both
+};
+
+class EltwiseKernels {
+public:
+    virtual ~EltwiseKernels() = default;
+    virtual void add(const std::vector<ConstView>& xs, View y) = 0;  // y = the sum of xs
+    virtual void copy(ConstView x, View y) = 0;                        // y = x (concat writes channel ranges)
+    virtual void accumulate(ConstView x, View y) = 0;                  // y += x (gradients of shared tensors)
+    // SGD with momentum and weight decay, as PyTorch's: g' = g + decay * w; m = momentum * m + g'; w -= lr * m.
+    virtual void sgd(float* w, float* m, const float* g, std::int64_t count, float lr, float momentum,
+                     float decay) = 0;
+};
+
+class LossKernels {
+public:
+    virtual ~LossKernels() = default;
+    // Softmax cross-entropy over the channels, for every sample and pixel of `logits` ([N, K] is {n, k, 1, 1};
+    // labels are {n, 1, h, w}). Returns the sum of -log softmax(logits)[label] over the view, and, when
+    // dlogits.base is not null, writes dlogits = (softmax - one_hot(label)) * scale.
+    virtual double cross_entropy(ConstView logits, LabelView labels, float scale, View dlogits) = 0;
+};
+
+// One implementation of every kind; tests may mix them.
+struct Kernels {
+    ConvKernels* conv = nullptr;
+    BatchNormKernels* batchnorm = nullptr;
+    ActivationKernels* activation = nullptr;
+    PoolKernels* pool = nullptr;
+    FcKernels* fc = nullptr;
+    EltwiseKernels* eltwise = nullptr;
+    LossKernels* loss = nullptr;
+};
+
+Kernels reference_kernels();  // plain loops: slow, obviously right
+Kernels cpu_kernels();        // oneDNN convolutions, Halide generators for the rest
+
+}  // namespace dsl::backend

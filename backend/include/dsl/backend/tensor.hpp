@@ -1,0 +1,87 @@
+// Tiles of tensors: owned NCHW buffers with halo margins around the interior, and strided views into them
+// that kernels read and write.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace dsl::backend {
+
+// Sizes of a 4-D block, NCHW. A matrix [N, K] is {n, k, 1, 1}.
+struct Dims {
+    std::int64_t n = 0, c = 0, h = 0, w = 0;
+    std::int64_t elements() const { return n * c * h * w; }
+    bool operator==(const Dims& o) const { return n == o.n && c == o.c && h == o.h && w == o.w; }
+};
+
+// Rows and columns around a tile's interior: the halo that neighbours send, or zero padding at the
+// tensor's border. Kernels never pad; the margins hold the padding, so the same kernel runs on a whole
+// tensor and on a tile of it.
+struct Margins {
+    std::int64_t top = 0, bottom = 0, left = 0, right = 0;
+    bool operator==(const Margins& o) const {
+        return top == o.top && bottom == o.bottom && left == o.left && right == o.right;
+    }
+};
+
+// A strided window over floats (or labels): element (n, c, y, x) is at
+// base[n * stride_n + c * stride_c + y * stride_h + x]; rows are contiguous in x.
+template <typename T>
+struct BasicView {
+    T* base = nullptr;
+    Dims dims;
+    std::int64_t stride_n = 0, stride_c = 0, stride_h = 0;
+
+    T& at(std::int64_t n, std::int64_t c, std::int64_t y, std::int64_t x) const {
+        return base[n * stride_n + c * stride_c + y * stride_h + x];
+    }
+    // The window of `d` elements starting at (n, c, y, x) of this one.
+    BasicView sub(std::int64_t n, std::int64_t c, std::int64_t y, std::int64_t x, Dims d) const {
+        return BasicView{&at(n, c, y, x), d, stride_n, stride_c, stride_h};
+    }
+    bool dense() const { return stride_h == dims.w && stride_c == dims.h * dims.w && stride_n == dims.c * stride_c; }
+    operator BasicView<const T>() const { return {base, dims, stride_n, stride_c, stride_h}; }
+};
+
+using View = BasicView<float>;
+using ConstView = BasicView<const float>;
+using LabelView = BasicView<const std::int32_t>;  // class indices; a label [N] is {n, 1, 1, 1}
+
+// An owned tile: the interior (`dims`) with `margins` around it in H and W, stored densely (margins
+// included) so that a view of any part of it is a plain strided view.
+class Tensor {
+public:
+    Tensor() = default;
+    explicit Tensor(Dims dims, Margins margins = {});
+
+    const Dims& dims() const { return dims_; }
+    const Margins& margins() const { return margins_; }
+    Dims padded_dims() const;  // interior and margins
+
+    View interior();
+    ConstView interior() const;
+    View padded();  // interior and margins
+    ConstView padded() const;
+
+    // Element at interior coordinates; y may reach into the margins: -top <= y < h + bottom.
+    float& at(std::int64_t n, std::int64_t c, std::int64_t y, std::int64_t x);
+    float at(std::int64_t n, std::int64_t c, std::int64_t y, std::int64_t x) const;
+
+    float* data() { return storage_.data(); }
+    const float* data() const { return storage_.data(); }
+    std::int64_t size() const { return static_cast<std::int64_t>(storage_.size()); }
+
+    void fill(float v);
+    void fill_margins(float v);  // zero for padding, -infinity before max pooling
+
+private:
+    Dims dims_;
+    Margins margins_;
+    std::vector<float> storage_;
+};
+
+// A view of a whole dense buffer of `dims`.
+View dense_view(float* data, Dims dims);
+ConstView dense_view(const float* data, Dims dims);
+
+}  // namespace dsl::backend

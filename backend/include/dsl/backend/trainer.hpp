@@ -1,0 +1,68 @@
+// The interpreter that trains: a checked network's layers run in order over tiles, forward then backward,
+// then an SGD step. On one process every tile is the whole tensor, its margins the padding; the
+// distributed runtime gives each process its own tiles and fills margins with halos instead.
+#pragma once
+
+#include <dsl/backend/kernels.hpp>
+#include <dsl/frontend/network.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace dsl::backend {
+
+struct TrainConfig {
+    std::int64_t batch = 1;
+    double lr = 0.01;
+    double momentum = 0.9;
+    double weight_decay = 0.0;
+    std::uint64_t seed = 0;  // initialization
+};
+
+// Where a step's samples come from. `first` is the global index of the tile's first sample; y0 and x0 the
+// global row and column of its first element, so that a source can make or read just that tile.
+class DataSource {
+public:
+    virtual ~DataSource() = default;
+    virtual void inputs(const frontend::Layer& input, std::int64_t first, std::int64_t y0, std::int64_t x0,
+                        View tile) = 0;
+    virtual void labels(const frontend::Layer& label, std::int64_t first, std::int64_t y0, std::int64_t x0,
+                        BasicView<std::int32_t> tile) = 0;
+};
+
+// A named tensor the trainer owns, for checkpoints: weights, biases, batch-norm running statistics and
+// the optimizer's momentum. Names are the layer's name and a suffix: "conv1.weight", "bn1.running_mean",
+// "conv1.weight.momentum".
+struct StateTensor {
+    std::string name;
+    std::vector<std::int64_t> shape;
+    float* data;
+    std::int64_t size;
+};
+
+class Trainer {
+public:
+    Trainer(const frontend::Network& net, Kernels kernels, TrainConfig config);
+    ~Trainer();
+    Trainer(const Trainer&) = delete;
+    Trainer& operator=(const Trainer&) = delete;
+
+    // One step on the samples [first, first + batch): forward, backward, SGD. Returns the mean loss.
+    double step(DataSource& data, std::int64_t first);
+
+    // Forward only, with batch-norm running statistics (inference); returns the mean loss.
+    double evaluate(DataSource& data, std::int64_t first);
+
+    std::vector<StateTensor> state();  // every tensor a checkpoint holds, in layer order
+
+    // Bytes of every buffer the trainer holds now (activations, gradients, parameters, workspace).
+    std::int64_t memory_bytes() const;
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dsl::backend

@@ -1,0 +1,302 @@
+// The synthetic generator (hashes of global coordinates, documented in data.hpp) and the data sources of
+// `dsl run`: synthetic, or tiles copied out of memory-mapped .npy files.
+#include <dsl/backend/data.hpp>
+
+#include <dsl/backend/npy.hpp>
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <map>
+#include <stdexcept>
+
+namespace dsl::backend {
+
+using frontend::Layer;
+using frontend::OpKind;
+
+namespace {
+
+std::uint64_t splitmix64(std::uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+// Streams, so that noise, fields and classes of the same coordinates are independent.
+enum Tag : std::uint64_t { tag_class = 1, tag_noise = 2, tag_field = 3 };
+
+template <typename... Ts>
+std::uint64_t hash(std::uint64_t seed, Tag tag, Ts... values) {
+    std::uint64_t h = splitmix64(seed ^ splitmix64(tag));
+    ((h = splitmix64(h ^ static_cast<std::uint64_t>(values))), ...);
+    return h;
+}
+
+// Uniform in [-1, 1), exactly representable as a float.
+float symmetric(std::uint64_t h) { return static_cast<float>(static_cast<double>(h >> 40) * 0x1.0p-23 - 1.0); }
+// Uniform in [0, 1).
+double unit(std::uint64_t h) { return static_cast<double>(h >> 11) * 0x1.0p-53; }
+
+std::int64_t floor_div(std::int64_t a, std::int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+// The smooth field of one (sample, channel): amplitude in [0.5, 1), frequencies of at most 0.3 radians per
+// pixel (a period of 20 pixels or more), any phase.
+struct Field {
+    double amplitude, fy, fx, phase;
+    Field(std::uint64_t seed, std::int64_t s, std::int64_t c)
+        : amplitude(0.5 + 0.5 * unit(hash(seed, tag_field, s, c, 0))),
+          fy(0.3 * (2.0 * unit(hash(seed, tag_field, s, c, 1)) - 1.0)),
+          fx(0.3 * (2.0 * unit(hash(seed, tag_field, s, c, 2)) - 1.0)),
+          phase(2.0 * M_PI * unit(hash(seed, tag_field, s, c, 3))) {}
+    double at(std::int64_t y, std::int64_t x) const {
+        return amplitude * std::sin(fy * static_cast<double>(y) + fx * static_cast<double>(x) + phase);
+    }
+};
+
+// The per-sample shape of a layer as C, H, W, as the trainer maps it: [C] is {C, 1, 1}, [H, W] is {1, H, W}.
+Dims chw(const frontend::Shape& s) {
+    const auto& d = s.dims;
+    switch (d.size()) {
+        case 0: return Dims{1, 1, 1, 1};
+        case 1: return Dims{1, d[0], 1, 1};
+        case 2: return Dims{1, 1, d[0], d[1]};
+        default: return Dims{1, d[0], d[1], d[2]};
+    }
+}
+
+// The classes of a label: the channel count of the logits that the loss reading it compares it with.
+std::int64_t classes_of(const frontend::Network& net, int label) {
+    for (const Layer& l : net.layers)
+        if ((l.op == OpKind::softmax_cross_entropy || l.op == OpKind::pixel_cross_entropy) && l.inputs.size() >= 2 &&
+            l.inputs[1] == label) {
+            const auto& logits = net.layers[static_cast<std::size_t>(l.inputs[0])].shape.dims;
+            if (!logits.empty() && logits[0] > 0) return logits[0];
+        }
+    return 2;
+}
+
+SyntheticData spec_for(const frontend::Network& net, int input, int label, std::uint64_t seed) {
+    SyntheticData d;
+    d.seed = seed;
+    if (input >= 0) {
+        const Dims in = chw(net.layers[static_cast<std::size_t>(input)].shape);
+        d.channels = in.c;
+        d.height = in.h;
+        d.width = in.w;
+    }
+    if (label >= 0) {
+        const auto& ld = net.layers[static_cast<std::size_t>(label)].shape.dims;
+        d.classes = classes_of(net, label);
+        if (ld.size() == 2) {
+            d.label_h = ld[0];
+            d.label_w = ld[1];
+            // Squares of about 8 input pixels, whatever the labels' resolution.
+            const std::int64_t scale = std::max<std::int64_t>(1, d.height / std::max<std::int64_t>(1, ld[0]));
+            d.block = std::max<std::int64_t>(1, (8 + scale - 1) / scale);
+        }
+    }
+    return d;
+}
+
+std::vector<int> layers_of(const frontend::Network& net, OpKind op) {
+    std::vector<int> out;
+    for (std::size_t i = 0; i < net.layers.size(); ++i)
+        if (net.layers[i].op == op) out.push_back(static_cast<int>(i));
+    return out;
+}
+
+class SyntheticSource : public DataSource {
+public:
+    SyntheticSource(const frontend::Network& net, std::uint64_t seed) {
+        const auto inputs = layers_of(net, OpKind::input), labels = layers_of(net, OpKind::label);
+        const int first_label = labels.empty() ? -1 : labels[0];
+        // The first input carries the first label's classes; further inputs are independent streams of it.
+        for (std::size_t i = 0; i < inputs.size(); ++i)
+            specs_[net.layers[static_cast<std::size_t>(inputs[i])].name] =
+                spec_for(net, inputs[i], first_label, seed + i * 0x632be59bd9b4e019ull);
+        const int first_input = inputs.empty() ? -1 : inputs[0];
+        for (int l : labels) specs_[net.layers[static_cast<std::size_t>(l)].name] = spec_for(net, first_input, l, seed);
+    }
+
+    void inputs(const Layer& input, std::int64_t first, std::int64_t y0, std::int64_t x0, View tile) override {
+        spec(input).fill_inputs(first, 0, y0, x0, tile);
+    }
+    void labels(const Layer& label, std::int64_t first, std::int64_t y0, std::int64_t x0,
+                BasicView<std::int32_t> tile) override {
+        spec(label).fill_labels(first, y0, x0, tile);
+    }
+
+private:
+    const SyntheticData& spec(const Layer& l) const {
+        const auto it = specs_.find(l.name);
+        if (it == specs_.end()) throw std::logic_error("synthetic data: no layer '" + l.name + "'");
+        return it->second;
+    }
+    std::map<std::string, SyntheticData> specs_;
+};
+
+class NpySource : public DataSource {
+public:
+    NpySource(NpyFile inputs, NpyFile labels, std::string input_name, std::string label_name)
+        : inputs_(std::move(inputs)),
+          labels_(std::move(labels)),
+          input_name_(std::move(input_name)),
+          label_name_(std::move(label_name)),
+          samples_(inputs_.shape()[0]) {}
+
+    void inputs(const Layer& input, std::int64_t first, std::int64_t y0, std::int64_t x0, View tile) override {
+        check(input.name == input_name_, "no input '" + input.name + "'");
+        std::string error;
+        for (std::int64_t n = 0; n < tile.dims.n; ++n) {
+            const Dims one{1, tile.dims.c, tile.dims.h, tile.dims.w};
+            check(copy_sample_tile(inputs_, (first + n) % samples_, 0, y0, x0, tile.sub(n, 0, 0, 0, one), error),
+                  error);
+        }
+    }
+    void labels(const Layer& label, std::int64_t first, std::int64_t y0, std::int64_t x0,
+                BasicView<std::int32_t> tile) override {
+        check(label.name == label_name_, "no label '" + label.name + "'");
+        std::string error;
+        for (std::int64_t n = 0; n < tile.dims.n; ++n) {
+            const Dims one{1, 1, tile.dims.h, tile.dims.w};
+            check(copy_label_tile(labels_, (first + n) % samples_, y0, x0, tile.sub(n, 0, 0, 0, one), error), error);
+        }
+    }
+
+private:
+    // The files were checked against the network when the source was made: a failure here is ours.
+    static void check(bool ok, const std::string& why) {
+        if (!ok) throw std::logic_error("npy data source: " + why);
+    }
+    NpyFile inputs_, labels_;
+    std::string input_name_, label_name_;
+    std::int64_t samples_;
+};
+
+}  // namespace
+
+std::int32_t SyntheticData::label(std::int64_t sample) const {
+    return static_cast<std::int32_t>(hash(seed, tag_class, sample) % static_cast<std::uint64_t>(classes));
+}
+
+std::int32_t SyntheticData::label(std::int64_t sample, std::int64_t y, std::int64_t x) const {
+    return static_cast<std::int32_t>(hash(seed, tag_class, sample, floor_div(y, block), floor_div(x, block)) %
+                                     static_cast<std::uint64_t>(classes));
+}
+
+float SyntheticData::input(std::int64_t sample, std::int64_t c, std::int64_t y, std::int64_t x) const {
+    const std::int32_t k =
+        per_pixel() ? label(sample, floor_div(y * label_h, height), floor_div(x * label_w, width)) : label(sample);
+    const float mark = (c == k % channels) ? signal * static_cast<float>(1 + k / channels) : 0.0f;
+    return 0.5f * symmetric(hash(seed, tag_noise, sample, c, y, x)) +
+           static_cast<float>(0.5 * Field(seed, sample, c).at(y, x)) + mark;
+}
+
+void SyntheticData::fill_inputs(std::int64_t sample0, std::int64_t c0, std::int64_t y0, std::int64_t x0,
+                                View tile) const {
+    const Dims d = tile.dims;
+    std::vector<std::int32_t> row_class(static_cast<std::size_t>(d.w));
+    for (std::int64_t n = 0; n < d.n; ++n) {
+        const std::int64_t s = sample0 + n;
+        const std::int32_t sample_class = per_pixel() ? 0 : label(s);
+        for (std::int64_t c = 0; c < d.c; ++c) {
+            const std::int64_t gc = c0 + c;
+            const Field field(seed, s, gc);  // once per (sample, channel), not per element
+            for (std::int64_t y = 0; y < d.h; ++y) {
+                const std::int64_t gy = y0 + y;
+                const std::int64_t ly = floor_div(gy * label_h, height);
+                for (std::int64_t x = 0; x < d.w; ++x) {
+                    const std::int64_t gx = x0 + x;
+                    const std::int32_t k = per_pixel() ? label(s, ly, floor_div(gx * label_w, width)) : sample_class;
+                    const float mark = (gc == k % channels) ? signal * static_cast<float>(1 + k / channels) : 0.0f;
+                    tile.at(n, c, y, x) = 0.5f * symmetric(hash(seed, tag_noise, s, gc, gy, gx)) +
+                                          static_cast<float>(0.5 * field.at(gy, gx)) + mark;
+                }
+            }
+        }
+    }
+}
+
+void SyntheticData::fill_labels(std::int64_t sample0, std::int64_t y0, std::int64_t x0,
+                                BasicView<std::int32_t> tile) const {
+    const Dims d = tile.dims;
+    for (std::int64_t n = 0; n < d.n; ++n)
+        for (std::int64_t y = 0; y < d.h; ++y)
+            for (std::int64_t x = 0; x < d.w; ++x)
+                tile.at(n, 0, y, x) = per_pixel() ? label(sample0 + n, y0 + y, x0 + x) : label(sample0 + n);
+}
+
+SyntheticData synthetic_for(const frontend::Network& net, std::uint64_t seed) {
+    const auto inputs = layers_of(net, OpKind::input), labels = layers_of(net, OpKind::label);
+    return spec_for(net, inputs.empty() ? -1 : inputs[0], labels.empty() ? -1 : labels[0], seed);
+}
+
+std::unique_ptr<DataSource> make_data_source(const frontend::Network& net, std::uint64_t seed,
+                                             const std::string& inputs_path, const std::string& labels_path,
+                                             std::string& error) {
+    if (inputs_path.empty() && labels_path.empty()) return std::make_unique<SyntheticSource>(net, seed);
+    if (inputs_path.empty()) {
+        error = "--labels needs --inputs (the samples those labels belong to)";
+        return nullptr;
+    }
+    if (labels_path.empty()) {
+        error = "--inputs needs --labels (the class of every sample, or of every pixel)";
+        return nullptr;
+    }
+    const auto inputs = layers_of(net, OpKind::input), labels = layers_of(net, OpKind::label);
+    if (inputs.size() != 1 || labels.size() != 1) {
+        error = fmt::format(
+            "--inputs and --labels feed a network with one input and one label; this one has {} "
+            "and {}",
+            inputs.size(), labels.size());
+        return nullptr;
+    }
+    const Layer& in = net.layers[static_cast<std::size_t>(inputs[0])];
+    const Layer& lab = net.layers[static_cast<std::size_t>(labels[0])];
+    if (in.shape.dims.size() != 3) {
+        error = fmt::format("--inputs: input '{}' is {}; only [N, C, H, W] inputs can come from a file", in.name,
+                            in.shape.str());
+        return nullptr;
+    }
+    auto xf = NpyFile::open(inputs_path, error);
+    if (!xf) return nullptr;
+    auto yf = NpyFile::open(labels_path, error);
+    if (!yf) return nullptr;
+
+    std::vector<std::int64_t> want{xf->shape().empty() ? 0 : xf->shape()[0]};
+    want.insert(want.end(), in.shape.dims.begin(), in.shape.dims.end());
+    if (xf->shape() != want || want[0] == 0) {
+        error = fmt::format("{}: holds {}, but input '{}' is {}: expected [S, {}] with S > 0", inputs_path,
+                            shape_str(xf->shape()), in.name, in.shape.str(),
+                            shape_str(in.shape.dims).substr(1, shape_str(in.shape.dims).size() - 2));
+        return nullptr;
+    }
+    std::vector<std::int64_t> want_labels{want[0]};
+    want_labels.insert(want_labels.end(), lab.shape.dims.begin(), lab.shape.dims.end());
+    if (yf->shape() != want_labels) {
+        error =
+            fmt::format("{}: holds {}, but label '{}' is {} and the inputs hold {} samples: expected {}", labels_path,
+                        shape_str(yf->shape()), lab.name, lab.shape.str(), want[0], shape_str(want_labels));
+        return nullptr;
+    }
+    if (!npy_is_integer(yf->dtype())) {
+        error = fmt::format("{}: labels must have an integer dtype, not '{}'", labels_path, npy_descr(yf->dtype()));
+        return nullptr;
+    }
+    // Every label is checked once here, so a bad one is a user error before training, not a crash in the loss.
+    const std::int64_t classes = classes_of(net, labels[0]);
+    const std::int64_t per_sample = yf->elements() / want[0];
+    for (std::int64_t i = 0; i < yf->elements(); ++i) {
+        const std::int64_t v = yf->integer_at(i);
+        if (v < 0 || v >= classes) {
+            error = fmt::format("{}: label {} of sample {} is outside [0, {}): the loss compares '{}' with {} classes",
+                                labels_path, v, i / per_sample, classes, lab.name, classes);
+            return nullptr;
+        }
+    }
+    return std::make_unique<NpySource>(std::move(*xf), std::move(*yf), in.name, lab.name);
+}
+
+}  // namespace dsl::backend

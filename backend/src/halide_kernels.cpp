@@ -1,0 +1,370 @@
+// The CPU kernels other than convolution and fc: views wrapped as Halide buffers and handed to the
+// pipelines of backend/halide; the loss is plain C++.
+#include "halide_kernels.hpp"
+
+#include <dsl/frontend/diagnostics.hpp>
+
+#include <HalideRuntime.h>
+
+#include <dsl_halide_add2.h>
+#include <dsl_halide_average_pool_backward.h>
+#include <dsl_halide_average_pool_forward.h>
+#include <dsl_halide_batchnorm_backward.h>
+#include <dsl_halide_batchnorm_backward_statistics.h>
+#include <dsl_halide_batchnorm_forward.h>
+#include <dsl_halide_broadcast.h>
+#include <dsl_halide_channel_statistics.h>
+#include <dsl_halide_copy.h>
+#include <dsl_halide_leaky_relu_backward.h>
+#include <dsl_halide_leaky_relu_forward.h>
+#include <dsl_halide_max_pool_backward.h>
+#include <dsl_halide_max_pool_forward.h>
+#include <dsl_halide_plane_sum.h>
+#include <dsl_halide_sgd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace dsl::backend {
+namespace {
+
+std::string dims_text(const Dims& d) {
+    return "{" + std::to_string(d.n) + ", " + std::to_string(d.c) + ", " + std::to_string(d.h) + ", " +
+           std::to_string(d.w) + "}";
+}
+
+void check_same_dims(const Dims& a, const Dims& b, const char* what) {
+    DSL_INTERNAL_CHECK(a == b, std::string(what) + ": " + dims_text(a) + " vs " + dims_text(b));
+}
+
+// Halide's runtime reports errors through a process-wide handler; keep the last message of this thread so
+// that a failed call says why (the default handler only prints it).
+thread_local std::string last_halide_error;
+
+void keep_halide_error(void*, const char* message) { last_halide_error = message; }
+
+struct InstallErrorHandler {
+    InstallErrorHandler() { halide_set_error_handler(keep_halide_error); }
+} install_error_handler;
+
+void check_halide(int result, const char* pipeline) {
+    DSL_INTERNAL_CHECK(result == 0, std::string("halide pipeline ") + pipeline + " failed (" + std::to_string(result) +
+                                        "): " + last_halide_error);
+}
+
+std::int32_t narrow(std::int64_t v, const char* what) {
+    DSL_INTERNAL_CHECK(v >= 0 && v <= std::numeric_limits<std::int32_t>::max(),
+                       std::string(what) + " does not fit Halide's 32-bit extents and strides");
+    return static_cast<std::int32_t>(v);
+}
+
+// A halide_buffer_t over caller memory, with dimensions innermost first. Not copyable: the buffer points at
+// its own dimension array.
+template <int Rank>
+struct HalideBuffer {
+    halide_dimension_t dim[Rank];
+    halide_buffer_t buffer{};
+
+    HalideBuffer(const void* host, halide_type_t type, const std::int64_t (&extents)[Rank],
+                 const std::int64_t (&strides)[Rank]) {
+        for (int d = 0; d < Rank; ++d)
+            dim[d] = halide_dimension_t(0, narrow(extents[d], "an extent"), narrow(strides[d], "a stride"));
+        // Halide takes inputs and outputs alike through non-const buffers; inputs are only read.
+        buffer.host = static_cast<std::uint8_t*>(const_cast<void*>(host));
+        buffer.type = type;
+        buffer.dimensions = Rank;
+        buffer.dim = dim;
+    }
+    HalideBuffer(const HalideBuffer&) = delete;
+    HalideBuffer& operator=(const HalideBuffer&) = delete;
+
+    halide_buffer_t* raw() { return &buffer; }
+};
+
+constexpr halide_type_t float32{halide_type_float, 32, 1};
+constexpr halide_type_t float64{halide_type_float, 64, 1};
+
+// A 4-D view in Halide's order (x, y, c, n); x is contiguous.
+struct TileBuffer : HalideBuffer<4> {
+    template <typename T>
+    explicit TileBuffer(BasicView<T> v)
+        : HalideBuffer<4>(v.base, float32, {v.dims.w, v.dims.h, v.dims.c, v.dims.n},
+                          {1, v.stride_h, v.stride_c, v.stride_n}) {}
+};
+
+// A dense array of `count` elements of `type`.
+struct ArrayBuffer : HalideBuffer<1> {
+    ArrayBuffer(const void* data, halide_type_t type, std::int64_t count) : HalideBuffer<1>(data, type, {count}, {1}) {}
+};
+
+// A dense (c, n) array of per-plane values, as the caller's sums[n * C + c] are laid out.
+struct PlaneBuffer : HalideBuffer<2> {
+    PlaneBuffer(const void* data, halide_type_t type, std::int64_t c, std::int64_t n)
+        : HalideBuffer<2>(data, type, {c, n}, {1, c}) {}
+};
+
+bool empty(const Dims& d) { return d.elements() == 0; }
+
+class HalideActivation final : public ActivationKernels {
+public:
+    void forward(ConstView x, float slope, View y) override {
+        check_same_dims(x.dims, y.dims, "activation forward");
+        if (empty(y.dims)) return;
+        TileBuffer xb(x), yb(y);
+        check_halide(dsl_halide_leaky_relu_forward(xb.raw(), slope, yb.raw()), "leaky_relu_forward");
+    }
+
+    void backward(ConstView x, ConstView dy, float slope, View dx) override {
+        check_same_dims(x.dims, dy.dims, "activation backward");
+        check_same_dims(x.dims, dx.dims, "activation backward");
+        if (empty(dx.dims)) return;
+        TileBuffer xb(x), dyb(dy), dxb(dx);
+        check_halide(dsl_halide_leaky_relu_backward(xb.raw(), dyb.raw(), slope, dxb.raw()), "leaky_relu_backward");
+    }
+};
+
+// Adds per-(c, n) partial sums into the caller's per-channel sums.
+void add_over_samples(const std::vector<double>& planes, std::int64_t channels, std::int64_t samples, double* into) {
+    for (std::int64_t n = 0; n < samples; ++n)
+        for (std::int64_t c = 0; c < channels; ++c) into[c] += planes[static_cast<std::size_t>(n * channels + c)];
+}
+
+class HalideBatchNorm final : public BatchNormKernels {
+public:
+    void statistics(ConstView x, double* sum, double* sum_sq) override {
+        if (empty(x.dims)) return;
+        const auto planes = static_cast<std::size_t>(x.dims.c * x.dims.n);
+        std::vector<double> s(planes), s2(planes);
+        TileBuffer xb(x);
+        PlaneBuffer sb(s.data(), float64, x.dims.c, x.dims.n), s2b(s2.data(), float64, x.dims.c, x.dims.n);
+        check_halide(dsl_halide_channel_statistics(xb.raw(), sb.raw(), s2b.raw()), "channel_statistics");
+        add_over_samples(s, x.dims.c, x.dims.n, sum);
+        add_over_samples(s2, x.dims.c, x.dims.n, sum_sq);
+    }
+
+    void forward(ConstView x, const float* mean, const float* inv_std, const float* gamma, const float* beta,
+                 View y) override {
+        check_same_dims(x.dims, y.dims, "batchnorm forward");
+        if (empty(y.dims)) return;
+        const std::int64_t c = x.dims.c;
+        TileBuffer xb(x), yb(y);
+        ArrayBuffer mb(mean, float32, c), ib(inv_std, float32, c), gb(gamma, float32, c), bb(beta, float32, c);
+        check_halide(dsl_halide_batchnorm_forward(xb.raw(), mb.raw(), ib.raw(), gb.raw(), bb.raw(), yb.raw()),
+                     "batchnorm_forward");
+    }
+
+    void backward_statistics(ConstView x, ConstView dy, const float* mean, const float* inv_std, double* sum_dy,
+                             double* sum_dy_xhat) override {
+        check_same_dims(x.dims, dy.dims, "batchnorm backward_statistics");
+        if (empty(x.dims)) return;
+        const std::int64_t c = x.dims.c;
+        const auto planes = static_cast<std::size_t>(c * x.dims.n);
+        std::vector<double> s(planes), s2(planes);
+        TileBuffer xb(x), dyb(dy);
+        ArrayBuffer mb(mean, float32, c), ib(inv_std, float32, c);
+        PlaneBuffer sb(s.data(), float64, c, x.dims.n), s2b(s2.data(), float64, c, x.dims.n);
+        check_halide(
+            dsl_halide_batchnorm_backward_statistics(xb.raw(), dyb.raw(), mb.raw(), ib.raw(), sb.raw(), s2b.raw()),
+            "batchnorm_backward_statistics");
+        add_over_samples(s, c, x.dims.n, sum_dy);
+        add_over_samples(s2, c, x.dims.n, sum_dy_xhat);
+    }
+
+    void backward(ConstView x, ConstView dy, const float* mean, const float* inv_std, const float* gamma,
+                  const double* sum_dy, const double* sum_dy_xhat, double count, View dx) override {
+        check_same_dims(x.dims, dy.dims, "batchnorm backward");
+        check_same_dims(x.dims, dx.dims, "batchnorm backward");
+        DSL_INTERNAL_CHECK(count > 0, "batchnorm backward: empty group");
+        if (empty(dx.dims)) return;
+        const std::int64_t c = x.dims.c;
+        TileBuffer xb(x), dyb(dy), dxb(dx);
+        ArrayBuffer mb(mean, float32, c), ib(inv_std, float32, c), gb(gamma, float32, c);
+        ArrayBuffer sb(sum_dy, float64, c), s2b(sum_dy_xhat, float64, c);
+        check_halide(dsl_halide_batchnorm_backward(xb.raw(), dyb.raw(), mb.raw(), ib.raw(), gb.raw(), sb.raw(),
+                                                   s2b.raw(), count, dxb.raw()),
+                     "batchnorm_backward");
+    }
+};
+
+class HalidePool final : public PoolKernels {
+public:
+    void forward(PoolKind kind, ConstView x, View y, const Window& window) override {
+        check(x.dims, y.dims, window);
+        if (empty(y.dims)) return;
+        TileBuffer xb(x), yb(y);
+        const auto [kh, kw, sh, sw] = params(window);
+        if (kind == PoolKind::max)
+            check_halide(dsl_halide_max_pool_forward(xb.raw(), kh, kw, sh, sw, yb.raw()), "max_pool_forward");
+        else
+            check_halide(dsl_halide_average_pool_forward(xb.raw(), kh, kw, sh, sw, yb.raw()), "average_pool_forward");
+    }
+
+    void backward(PoolKind kind, ConstView x, ConstView dy, View dx, const Window& window) override {
+        check(x.dims, dy.dims, window);
+        check_same_dims(x.dims, dx.dims, "pool backward");
+        if (empty(dx.dims)) return;
+        if (empty(dy.dims)) {  // no window reads x (the pipeline could not clamp into an empty dy): all zero
+            for (std::int64_t n = 0; n < dx.dims.n; ++n)
+                for (std::int64_t c = 0; c < dx.dims.c; ++c)
+                    for (std::int64_t i = 0; i < dx.dims.h; ++i) std::fill_n(&dx.at(n, c, i, 0), dx.dims.w, 0.0f);
+            return;
+        }
+        TileBuffer xb(x), dyb(dy), dxb(dx);
+        const auto [kh, kw, sh, sw] = params(window);
+        if (kind == PoolKind::max)
+            check_halide(dsl_halide_max_pool_backward(xb.raw(), dyb.raw(), kh, kw, sh, sw, dxb.raw()),
+                         "max_pool_backward");
+        else
+            check_halide(dsl_halide_average_pool_backward(xb.raw(), dyb.raw(), kh, kw, sh, sw, dxb.raw()),
+                         "average_pool_backward");
+    }
+
+    void global_sum(ConstView x, double* sums) override {
+        if (empty(x.dims)) return;
+        std::vector<double> planes(static_cast<std::size_t>(x.dims.c * x.dims.n));
+        TileBuffer xb(x);
+        PlaneBuffer pb(planes.data(), float64, x.dims.c, x.dims.n);
+        check_halide(dsl_halide_plane_sum(xb.raw(), pb.raw()), "plane_sum");
+        for (std::size_t i = 0; i < planes.size(); ++i) sums[i] += planes[i];
+    }
+
+    void broadcast(const float* values, float scale, View dx) override {
+        if (empty(dx.dims)) return;
+        TileBuffer dxb(dx);
+        PlaneBuffer vb(values, float32, dx.dims.c, dx.dims.n);
+        check_halide(dsl_halide_broadcast(vb.raw(), scale, dxb.raw()), "broadcast");
+    }
+
+private:
+    static void check(const Dims& x, const Dims& y, const Window& window) {
+        DSL_INTERNAL_CHECK(window.dilation[0] == 1 && window.dilation[1] == 1, "pool: dilation is not supported");
+        DSL_INTERNAL_CHECK(
+            window.kernel[0] >= 1 && window.kernel[1] >= 1 && window.stride[0] >= 1 && window.stride[1] >= 1,
+            "pool: empty kernel or stride");
+        DSL_INTERNAL_CHECK(
+            x.n == y.n && x.c == y.c && x.h == window.input_extent(0, y.h) && x.w == window.input_extent(1, y.w),
+            "pool: input " + dims_text(x) + " does not match output " + dims_text(y));
+    }
+
+    struct Params {
+        std::int32_t kh, kw, sh, sw;
+    };
+    static Params params(const Window& w) {
+        return {narrow(w.kernel[0], "kernel"), narrow(w.kernel[1], "kernel"), narrow(w.stride[0], "stride"),
+                narrow(w.stride[1], "stride")};
+    }
+};
+
+class HalideEltwise final : public EltwiseKernels {
+public:
+    // Two inputs sum in double and round once, as the reference does; more inputs fold pairwise, rounding to
+    // float after each (within a few ulps of the reference). y may alias xs[0] or xs[1] but not a later input,
+    // which the fold reads after y is written.
+    void add(const std::vector<ConstView>& xs, View y) override {
+        DSL_INTERNAL_CHECK(!xs.empty(), "add: no inputs");
+        for (const ConstView& x : xs) check_same_dims(x.dims, y.dims, "add");
+        if (empty(y.dims)) return;
+        if (xs.size() == 1) return copy(xs[0], y);
+        TileBuffer yb(y);
+        {
+            TileBuffer ab(xs[0]), bb(xs[1]);
+            check_halide(dsl_halide_add2(ab.raw(), bb.raw(), yb.raw()), "add2");
+        }
+        for (std::size_t k = 2; k < xs.size(); ++k) {
+            TileBuffer ab(y), bb(xs[k]);
+            check_halide(dsl_halide_add2(ab.raw(), bb.raw(), yb.raw()), "add2");
+        }
+    }
+
+    void copy(ConstView x, View y) override {
+        check_same_dims(x.dims, y.dims, "copy");
+        if (empty(y.dims)) return;
+        TileBuffer xb(x), yb(y);
+        check_halide(dsl_halide_copy(xb.raw(), yb.raw()), "copy");
+    }
+
+    // y += x in place: the pipeline reads each element of y before writing it, and never recomputes one.
+    void accumulate(ConstView x, View y) override {
+        check_same_dims(x.dims, y.dims, "accumulate");
+        if (empty(y.dims)) return;
+        TileBuffer yin(y), xb(x), yb(y);
+        check_halide(dsl_halide_add2(yin.raw(), xb.raw(), yb.raw()), "add2");
+    }
+
+    void sgd(float* w, float* m, const float* g, std::int64_t count, float lr, float momentum, float decay) override {
+        if (count == 0) return;
+        ArrayBuffer wb(w, float32, count), mb(m, float32, count), gb(g, float32, count);
+        ArrayBuffer w_out(w, float32, count), m_out(m, float32, count);
+        check_halide(dsl_halide_sgd(wb.raw(), mb.raw(), gb.raw(), lr, momentum, decay, w_out.raw(), m_out.raw()),
+                     "sgd");
+    }
+};
+
+class CpuLoss final : public LossKernels {
+public:
+    double cross_entropy(ConstView logits, LabelView labels, float scale, View dlogits) override {
+        const Dims& d = logits.dims;
+        DSL_INTERNAL_CHECK(labels.dims == (Dims{d.n, 1, d.h, d.w}),
+                           "cross_entropy: labels " + dims_text(labels.dims) + " for logits " + dims_text(d));
+        if (dlogits.base) check_same_dims(logits.dims, dlogits.dims, "cross_entropy");
+        double total = 0.0;
+        std::vector<double> shifted(static_cast<std::size_t>(d.c));
+        for (std::int64_t n = 0; n < d.n; ++n)
+            for (std::int64_t i = 0; i < d.h; ++i)
+                for (std::int64_t j = 0; j < d.w; ++j) {
+                    const std::int32_t label = labels.at(n, 0, i, j);
+                    DSL_INTERNAL_CHECK(label >= 0 && label < d.c, "cross_entropy: label " + std::to_string(label) +
+                                                                      " outside [0, " + std::to_string(d.c) + ")");
+                    // Shift by the largest logit so that exp never overflows.
+                    double max_logit = -std::numeric_limits<double>::infinity();
+                    for (std::int64_t k = 0; k < d.c; ++k)
+                        max_logit = std::max(max_logit, double(logits.at(n, k, i, j)));
+                    double sum_exp = 0.0;
+                    for (std::int64_t k = 0; k < d.c; ++k) {
+                        shifted[k] = double(logits.at(n, k, i, j)) - max_logit;
+                        sum_exp += std::exp(shifted[k]);
+                    }
+                    const double log_sum_exp = std::log(sum_exp);
+                    total += log_sum_exp - shifted[label];
+                    if (!dlogits.base) continue;
+                    for (std::int64_t k = 0; k < d.c; ++k) {
+                        const double p = std::exp(shifted[k] - log_sum_exp);
+                        dlogits.at(n, k, i, j) = static_cast<float>((p - (k == label ? 1.0 : 0.0)) * scale);
+                    }
+                }
+        return total;
+    }
+};
+
+}  // namespace
+
+ActivationKernels& halide_activation() {
+    static HalideActivation instance;
+    return instance;
+}
+
+BatchNormKernels& halide_batchnorm() {
+    static HalideBatchNorm instance;
+    return instance;
+}
+
+PoolKernels& halide_pool() {
+    static HalidePool instance;
+    return instance;
+}
+
+EltwiseKernels& halide_eltwise() {
+    static HalideEltwise instance;
+    return instance;
+}
+
+LossKernels& cpu_loss() {
+    static CpuLoss instance;
+    return instance;
+}
+
+}  // namespace dsl::backend

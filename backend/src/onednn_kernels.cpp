@@ -1,0 +1,423 @@
+// Convolution and fully connected kernels through oneDNN primitives (f32, CPU), cached per problem.
+#include "onednn_kernels.hpp"
+
+#include <dsl/frontend/diagnostics.hpp>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace dsl::backend {
+namespace {
+
+using dnnl::memory;
+using Key = std::vector<std::int64_t>;
+
+memory::desc view_desc(const ConstView& v) {
+    return memory::desc({v.dims.n, v.dims.c, v.dims.h, v.dims.w}, memory::data_type::f32,
+                        memory::dims{v.stride_n, v.stride_c, v.stride_h, 1});
+}
+
+// The primitive chooses its own layout for every tensor argument.
+memory::desc any_desc(const memory::dims& dims) {
+    return memory::desc(dims, memory::data_type::f32, memory::format_tag::any);
+}
+
+memory::dims dims_of(const Dims& d) { return {d.n, d.c, d.h, d.w}; }
+
+memory::desc vector_desc(std::int64_t size) {
+    return memory::desc({size}, memory::data_type::f32, memory::format_tag::x);
+}
+
+void append(Key& key, const ConstView& v) {
+    key.insert(key.end(), {v.dims.n, v.dims.c, v.dims.h, v.dims.w, v.stride_n, v.stride_c, v.stride_h});
+}
+
+void append(Key& key, const Window& w) {
+    key.insert(key.end(), {w.kernel[0], w.kernel[1], w.stride[0], w.stride[1], w.dilation[0], w.dilation[1]});
+}
+
+void zero(View v) {
+    for (std::int64_t n = 0; n < v.dims.n; ++n)
+        for (std::int64_t c = 0; c < v.dims.c; ++c)
+            for (std::int64_t y = 0; y < v.dims.h; ++y) std::fill_n(&v.at(n, c, y, 0), v.dims.w, 0.0f);
+}
+
+std::string dims_text(const Dims& d) {
+    // Appended piece by piece: GCC 12 warns falsely (-Wrestrict) on "literal" + std::string.
+    std::string s = "{";
+    s += std::to_string(d.n);
+    for (std::int64_t v : {d.c, d.h, d.w}) s += ", ", s += std::to_string(v);
+    s += "}";
+    return s;
+}
+
+// Memory for arguments in a primitive's own layout. Calls are serialised, so all problems share one arena
+// per argument position, sized by the largest problem, rather than each cached problem holding a copy of
+// its activations.
+class Arena {
+public:
+    Arena() = default;
+    Arena(const Arena&) = delete;
+    Arena& operator=(const Arena&) = delete;
+    ~Arena() { std::free(data_); }
+
+    void* get(std::size_t bytes) {
+        if (bytes > size_) {
+            std::free(data_);
+            data_ = nullptr;
+            size_ = 0;
+            const std::size_t rounded = (bytes + alignment - 1) / alignment * alignment;
+            data_ = std::aligned_alloc(alignment, rounded);
+            if (!data_) throw std::bad_alloc();
+            size_ = rounded;
+        }
+        return data_;
+    }
+
+private:
+    static constexpr std::size_t alignment = 64;  // a cache line, as oneDNN allocates its own buffers
+    void* data_ = nullptr;
+    std::size_t size_ = 0;
+};
+
+// One CPU engine and stream for the process. A stream is not thread-safe, so calls hold the mutex; oneDNN
+// threads each primitive itself (OpenMP here), so serialising calls costs little.
+struct Context {
+    std::mutex mutex;
+    dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+    dnnl::stream stream{engine};
+    std::array<Arena, 3> arenas;  // one per tensor argument of a primitive (see Slot)
+};
+
+Context& context() {
+    static Context ctx;
+    return ctx;
+}
+
+// One tensor argument of a primitive. Views are strided (a tile's interior skips its margins), and oneDNN 2.6
+// runs only its reference kernel ("ref:any", many times slower) on a non-dense layout, so the primitive is
+// created with format_tag::any and the view is reordered into or out of a buffer in the layout it chose. A
+// reorder reads or writes exactly the view's elements, so margins outside a view are never touched. When the
+// chosen layout is the view's own, the primitive uses the caller's memory directly.
+struct Slot {
+    int arg = 0;
+    bool input = true;
+    memory::desc user;
+    memory::desc chosen;
+    bool via_buffer = false;  // false when the primitive reads or writes the caller's memory
+    dnnl::primitive reorder;  // view -> buffer for inputs, buffer -> view for outputs
+};
+
+// A primitive ready to run a problem: its tensor arguments in the order `run` receives the pointers, and the
+// bias (or bias gradient), which is always a dense vector and so needs no slot.
+struct Planned {
+    dnnl::primitive primitive;
+    std::vector<Slot> slots;
+    int bias_arg = 0;  // DNNL_ARG_BIAS or DNNL_ARG_DIFF_BIAS; 0 when there is none
+    memory::desc bias;
+};
+
+void add_slot(Planned& p, const Context& ctx, int arg, bool input, const memory::desc& user,
+              const memory::desc& chosen) {
+    Slot s{arg, input, user, chosen, user != chosen, {}};
+    if (s.via_buffer) {
+        s.reorder = input ? dnnl::reorder(dnnl::reorder::primitive_desc(ctx.engine, user, ctx.engine, chosen))
+                          : dnnl::reorder(dnnl::reorder::primitive_desc(ctx.engine, chosen, ctx.engine, user));
+    }
+    p.slots.push_back(std::move(s));
+}
+
+// Runs `p` on the caller's buffers, one pointer per slot, in the slots' order.
+void run(Context& ctx, Planned& p, const std::vector<const void*>& pointers, const float* bias) {
+    DSL_INTERNAL_CHECK(pointers.size() == p.slots.size(), "oneDNN kernel: wrong number of arguments");
+    std::unordered_map<int, memory> args;
+    DSL_INTERNAL_CHECK(p.slots.size() <= ctx.arenas.size(), "oneDNN kernel: too many arguments");
+    std::vector<memory> user(p.slots.size()), buffer(p.slots.size());
+    for (std::size_t i = 0; i < p.slots.size(); ++i) {
+        Slot& s = p.slots[i];
+        // oneDNN takes void* for every buffer; inputs are only read.
+        user[i] = memory(s.user, ctx.engine, const_cast<void*>(pointers[i]));
+        if (!s.via_buffer) {
+            args[s.arg] = user[i];
+            continue;
+        }
+        buffer[i] = memory(s.chosen, ctx.engine, ctx.arenas[i].get(s.chosen.get_size()));
+        if (s.input) s.reorder.execute(ctx.stream, {{DNNL_ARG_FROM, user[i]}, {DNNL_ARG_TO, buffer[i]}});
+        args[s.arg] = buffer[i];
+    }
+    if (p.bias_arg != 0) args[p.bias_arg] = memory(p.bias, ctx.engine, const_cast<float*>(bias));
+    p.primitive.execute(ctx.stream, args);
+    for (std::size_t i = 0; i < p.slots.size(); ++i) {
+        Slot& s = p.slots[i];
+        if (s.via_buffer && !s.input)
+            s.reorder.execute(ctx.stream, {{DNNL_ARG_FROM, buffer[i]}, {DNNL_ARG_TO, user[i]}});
+    }
+    ctx.stream.wait();
+}
+
+// Problems already planned. Our own map rather than oneDNN's primitive cache: that one skips only the
+// primitive's creation, while a hit here also skips building the descriptors, choosing the implementation and
+// creating the reorders. A network has a few dozen distinct problems; the cap only bounds
+// pathological use (every problem different), where we start over.
+class Cache {
+public:
+    Planned& get(const Key& key, const std::function<Planned()>& plan) {
+        auto it = entries_.find(key);
+        if (it != entries_.end()) return *it->second;
+        if (entries_.size() >= max_entries) entries_.clear();
+        return *entries_.emplace(key, std::make_unique<Planned>(plan())).first->second;
+    }
+
+private:
+    static constexpr std::size_t max_entries = 1024;
+    std::map<Key, std::unique_ptr<Planned>> entries_;
+};
+
+enum Op : std::int64_t {
+    conv_forward,
+    conv_backward_data,
+    conv_backward_weights,
+    fc_forward,
+    fc_backward_data,
+    fc_backward_weights
+};
+
+class OnednnConv final : public ConvKernels {
+public:
+    void forward(ConstView x, ConstView w, const float* bias, View y, const Window& window) override {
+        check(x, w, y, window);
+        if (y.dims.elements() == 0) return;
+        std::lock_guard lock(ctx_.mutex);
+        Key key{conv_forward, bias != nullptr};
+        append(key, x), append(key, w), append(key, y), append(key, window);
+        Planned& p = cache_.get(key, [&] {
+            auto pd = forward_pd(x.dims, w.dims, y.dims, window, bias != nullptr);
+            Planned q;
+            q.primitive = dnnl::convolution_forward(pd);
+            add_slot(q, ctx_, DNNL_ARG_SRC, true, view_desc(x), pd.src_desc());
+            add_slot(q, ctx_, DNNL_ARG_WEIGHTS, true, view_desc(w), pd.weights_desc());
+            add_slot(q, ctx_, DNNL_ARG_DST, false, view_desc(y), pd.dst_desc());
+            if (bias) q.bias_arg = DNNL_ARG_BIAS, q.bias = vector_desc(w.dims.n);
+            return q;
+        });
+        run(ctx_, p, {x.base, w.base, y.base}, bias);
+    }
+
+    void backward_data(ConstView dy, ConstView w, View dx, const Window& window) override {
+        check(dx, w, dy, window);
+        if (dy.dims.elements() == 0 || w.dims.elements() == 0) return zero(dx);
+        std::lock_guard lock(ctx_.mutex);
+        Key key{conv_backward_data};
+        append(key, dy), append(key, w), append(key, dx), append(key, window);
+        Planned& p = cache_.get(key, [&] {
+            auto hint = forward_pd(dx.dims, w.dims, dy.dims, window, false);
+            dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, any_desc(dims_of(dx.dims)),
+                                                    any_desc(dims_of(w.dims)), any_desc(dims_of(dy.dims)),
+                                                    strides(window), dilates(window), {0, 0}, {0, 0});
+            dnnl::convolution_backward_data::primitive_desc pd(d, ctx_.engine, hint);
+            Planned q;
+            q.primitive = dnnl::convolution_backward_data(pd);
+            add_slot(q, ctx_, DNNL_ARG_DIFF_DST, true, view_desc(dy), pd.diff_dst_desc());
+            add_slot(q, ctx_, DNNL_ARG_WEIGHTS, true, view_desc(w), pd.weights_desc());
+            add_slot(q, ctx_, DNNL_ARG_DIFF_SRC, false, view_desc(dx), pd.diff_src_desc());
+            return q;
+        });
+        run(ctx_, p, {dy.base, w.base, dx.base}, nullptr);
+    }
+
+    void backward_weights(ConstView x, ConstView dy, View dw, float* db, const Window& window) override {
+        check(x, dw, dy, window);
+        if (dy.dims.elements() == 0) {
+            zero(dw);
+            if (db) std::fill_n(db, dw.dims.n, 0.0f);
+            return;
+        }
+        std::lock_guard lock(ctx_.mutex);
+        Key key{conv_backward_weights, db != nullptr};
+        append(key, x), append(key, dy), append(key, dw), append(key, window);
+        Planned& p = cache_.get(key, [&] {
+            const bool bias = db != nullptr;
+            auto hint = forward_pd(x.dims, dw.dims, dy.dims, window, bias);
+            const auto src = any_desc(dims_of(x.dims)), weights = any_desc(dims_of(dw.dims)),
+                       dst = any_desc(dims_of(dy.dims));
+            const auto d =
+                bias ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src, weights,
+                                                                vector_desc(dw.dims.n), dst, strides(window),
+                                                                dilates(window), {0, 0}, {0, 0})
+                     : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src, weights, dst,
+                                                                strides(window), dilates(window), {0, 0}, {0, 0});
+            dnnl::convolution_backward_weights::primitive_desc pd(d, ctx_.engine, hint);
+            Planned q;
+            q.primitive = dnnl::convolution_backward_weights(pd);
+            add_slot(q, ctx_, DNNL_ARG_SRC, true, view_desc(x), pd.src_desc());
+            add_slot(q, ctx_, DNNL_ARG_DIFF_DST, true, view_desc(dy), pd.diff_dst_desc());
+            add_slot(q, ctx_, DNNL_ARG_DIFF_WEIGHTS, false, view_desc(dw), pd.diff_weights_desc());
+            if (bias) q.bias_arg = DNNL_ARG_DIFF_BIAS, q.bias = vector_desc(dw.dims.n);
+            return q;
+        });
+        run(ctx_, p, {x.base, dy.base, dw.base}, db);
+    }
+
+private:
+    // The kernels' contract: x spans exactly the rows and columns that y's outputs read.
+    static void check(const ConstView& x, const ConstView& w, const ConstView& y, const Window& window) {
+        const bool ok = x.dims.n == y.dims.n && x.dims.c == w.dims.c && y.dims.c == w.dims.n &&
+                        w.dims.h == window.kernel[0] && w.dims.w == window.kernel[1] &&
+                        x.dims.h == window.input_extent(0, y.dims.h) && x.dims.w == window.input_extent(1, y.dims.w);
+        DSL_INTERNAL_CHECK(ok, "convolution of x " + dims_text(x.dims) + " with w " + dims_text(w.dims) + " into y " +
+                                   dims_text(y.dims) + " does not match its window");
+    }
+
+    static memory::dims strides(const Window& w) { return {w.stride[0], w.stride[1]}; }
+    // oneDNN counts the elements skipped between taps: 0 is a dense kernel.
+    static memory::dims dilates(const Window& w) { return {w.dilation[0] - 1, w.dilation[1] - 1}; }
+
+    // Padding is always zero: it lives in the tile's margins, so the convolution is valid over the view.
+    dnnl::convolution_forward::primitive_desc forward_pd(const Dims& x, const Dims& w, const Dims& y,
+                                                         const Window& window, bool bias) {
+        const auto src = any_desc(dims_of(x)), weights = any_desc(dims_of(w)), dst = any_desc(dims_of(y));
+        const auto prop = dnnl::prop_kind::forward_training;
+        const auto alg = dnnl::algorithm::convolution_direct;
+        const auto d = bias ? dnnl::convolution_forward::desc(prop, alg, src, weights, vector_desc(w.n), dst,
+                                                              strides(window), dilates(window), {0, 0}, {0, 0})
+                            : dnnl::convolution_forward::desc(prop, alg, src, weights, dst, strides(window),
+                                                              dilates(window), {0, 0}, {0, 0});
+        return dnnl::convolution_forward::primitive_desc(d, ctx_.engine);
+    }
+
+    Context& ctx_ = context();
+    Cache cache_;
+};
+
+// x is {N, C, H, W} and flattens in c, h, w order, which is how oneDNN's inner product reads a 4-D source
+// against 4-D weights {K, C, H, W}: so w {K, C*H*W, 1, 1} is described as {K, C, H, W} over the same memory.
+class OnednnFc final : public FcKernels {
+public:
+    void forward(ConstView x, ConstView w, const float* bias, View y) override {
+        check(x, w, y);
+        if (y.dims.elements() == 0) return;
+        std::lock_guard lock(ctx_.mutex);
+        Key key{fc_forward, bias != nullptr};
+        append(key, x), append(key, w), append(key, y);
+        Planned& p = cache_.get(key, [&] {
+            auto pd = forward_pd(x.dims, w.dims.n, bias != nullptr);
+            Planned q;
+            q.primitive = dnnl::inner_product_forward(pd);
+            add_slot(q, ctx_, DNNL_ARG_SRC, true, view_desc(x), pd.src_desc());
+            add_slot(q, ctx_, DNNL_ARG_WEIGHTS, true, weights_desc(w, x.dims), pd.weights_desc());
+            add_slot(q, ctx_, DNNL_ARG_DST, false, matrix_desc(y), pd.dst_desc());
+            if (bias) q.bias_arg = DNNL_ARG_BIAS, q.bias = vector_desc(w.dims.n);
+            return q;
+        });
+        run(ctx_, p, {x.base, w.base, y.base}, bias);
+    }
+
+    void backward_data(ConstView dy, ConstView w, View dx) override {
+        check(dx, w, dy);
+        if (dy.dims.elements() == 0 || w.dims.elements() == 0) return zero(dx);
+        std::lock_guard lock(ctx_.mutex);
+        Key key{fc_backward_data};
+        append(key, dy), append(key, w), append(key, dx);
+        Planned& p = cache_.get(key, [&] {
+            auto hint = forward_pd(dx.dims, w.dims.n, false);
+            dnnl::inner_product_backward_data::desc d(
+                any_desc(dims_of(dx.dims)), any_desc(fc_weights(w.dims.n, dx.dims)), any_desc({dy.dims.n, dy.dims.c}));
+            dnnl::inner_product_backward_data::primitive_desc pd(d, ctx_.engine, hint);
+            Planned q;
+            q.primitive = dnnl::inner_product_backward_data(pd);
+            add_slot(q, ctx_, DNNL_ARG_DIFF_DST, true, matrix_desc(dy), pd.diff_dst_desc());
+            add_slot(q, ctx_, DNNL_ARG_WEIGHTS, true, weights_desc(w, dx.dims), pd.weights_desc());
+            add_slot(q, ctx_, DNNL_ARG_DIFF_SRC, false, view_desc(dx), pd.diff_src_desc());
+            return q;
+        });
+        run(ctx_, p, {dy.base, w.base, dx.base}, nullptr);
+    }
+
+    void backward_weights(ConstView x, ConstView dy, View dw, float* db) override {
+        check(x, dw, dy);
+        if (dy.dims.elements() == 0 || x.dims.elements() == 0) {
+            zero(dw);
+            if (db) std::fill_n(db, dw.dims.n, 0.0f);
+            return;
+        }
+        std::lock_guard lock(ctx_.mutex);
+        Key key{fc_backward_weights, db != nullptr};
+        append(key, x), append(key, dy), append(key, dw);
+        Planned& p = cache_.get(key, [&] {
+            const bool bias = db != nullptr;
+            auto hint = forward_pd(x.dims, dw.dims.n, bias);
+            const auto src = any_desc(dims_of(x.dims)), weights = any_desc(fc_weights(dw.dims.n, x.dims)),
+                       dst = any_desc({dy.dims.n, dy.dims.c});
+            const auto d = bias ? dnnl::inner_product_backward_weights::desc(src, weights, vector_desc(dw.dims.n), dst)
+                                : dnnl::inner_product_backward_weights::desc(src, weights, dst);
+            dnnl::inner_product_backward_weights::primitive_desc pd(d, ctx_.engine, hint);
+            Planned q;
+            q.primitive = dnnl::inner_product_backward_weights(pd);
+            add_slot(q, ctx_, DNNL_ARG_SRC, true, view_desc(x), pd.src_desc());
+            add_slot(q, ctx_, DNNL_ARG_DIFF_DST, true, matrix_desc(dy), pd.diff_dst_desc());
+            add_slot(q, ctx_, DNNL_ARG_DIFF_WEIGHTS, false, weights_desc(dw, x.dims), pd.diff_weights_desc());
+            if (bias) q.bias_arg = DNNL_ARG_DIFF_BIAS, q.bias = vector_desc(dw.dims.n);
+            return q;
+        });
+        run(ctx_, p, {x.base, dy.base, dw.base}, db);
+    }
+
+private:
+    static void check(const ConstView& x, const ConstView& w, const ConstView& y) {
+        const bool ok = w.dims.c == x.dims.c * x.dims.h * x.dims.w && w.dims.h == 1 && w.dims.w == 1 &&
+                        y.dims.n == x.dims.n && y.dims.c == w.dims.n && y.dims.h == 1 && y.dims.w == 1;
+        DSL_INTERNAL_CHECK(ok, "fully connected layer of x " + dims_text(x.dims) + " with w " + dims_text(w.dims) +
+                                   " into y " + dims_text(y.dims) + " does not match");
+    }
+
+    static memory::dims fc_weights(std::int64_t k, const Dims& x) { return {k, x.c, x.h, x.w}; }
+
+    // w {K, I, 1, 1}: input i = (c, h, w) of row k is at k * stride_n + i * stride_c.
+    static memory::desc weights_desc(const ConstView& w, const Dims& x) {
+        const std::int64_t s = w.stride_c;
+        return memory::desc(fc_weights(w.dims.n, x), memory::data_type::f32,
+                            memory::dims{w.stride_n, s * x.h * x.w, s * x.w, s});
+    }
+
+    // y {N, K, 1, 1} as the [N, K] matrix the inner product writes.
+    static memory::desc matrix_desc(const ConstView& y) {
+        return memory::desc({y.dims.n, y.dims.c}, memory::data_type::f32, memory::dims{y.stride_n, y.stride_c});
+    }
+
+    dnnl::inner_product_forward::primitive_desc forward_pd(const Dims& x, std::int64_t k, bool bias) {
+        const auto src = any_desc(dims_of(x)), weights = any_desc(fc_weights(k, x)), dst = any_desc({x.n, k});
+        const auto prop = dnnl::prop_kind::forward_training;
+        const auto d = bias ? dnnl::inner_product_forward::desc(prop, src, weights, vector_desc(k), dst)
+                            : dnnl::inner_product_forward::desc(prop, src, weights, dst);
+        return dnnl::inner_product_forward::primitive_desc(d, ctx_.engine);
+    }
+
+    Context& ctx_ = context();
+    Cache cache_;
+};
+
+}  // namespace
+
+ConvKernels& onednn_conv() {
+    static OnednnConv kernels;
+    return kernels;
+}
+
+FcKernels& onednn_fc() {
+    static OnednnFc kernels;
+    return kernels;
+}
+
+}  // namespace dsl::backend

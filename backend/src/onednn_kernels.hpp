@@ -1,0 +1,14 @@
+// Convolution and fully connected kernels through oneDNN (CPU), for the CPU kernel set.
+#pragma once
+
+#include <dsl/backend/kernels.hpp>
+
+namespace dsl::backend {
+
+// Process-wide instances: one CPU engine and stream, and a cache of primitives keyed by the whole problem
+// (shapes, strides, window, bias or not), because a training step repeats the same problems and creating a
+// primitive costs far more than running a small one. Calls are serialised; oneDNN threads each one.
+ConvKernels& onednn_conv();
+FcKernels& onednn_fc();
+
+}  // namespace dsl::backend

@@ -1,0 +1,445 @@
+// The reference kernels: plain loops over strided views, accumulating in double; the oracle that the CPU
+// kernels and the distributed runs are tested against, so every loop reads like its formula in kernels.hpp.
+#include <dsl/backend/kernels.hpp>
+#include <dsl/frontend/diagnostics.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace dsl::backend {
+namespace {
+
+std::string dims_text(const Dims& d) {
+    return "{" + std::to_string(d.n) + ", " + std::to_string(d.c) + ", " + std::to_string(d.h) + ", " +
+           std::to_string(d.w) + "}";
+}
+
+// Callers size views from the plan; a mismatch is a bug in dsl, so it is an internal error, never silent.
+template <typename A, typename B>
+void check_same_dims(const A& a, const B& b, const char* what) {
+    DSL_INTERNAL_CHECK(a.dims == b.dims, std::string(what) + ": " + dims_text(a.dims) + " vs " + dims_text(b.dims));
+}
+
+// x must span exactly the input that y's outputs read (kernels never pad: padding is in x's margins).
+void check_window_input(const Dims& x, const Dims& y, const Window& window, const char* what) {
+    DSL_INTERNAL_CHECK(x.n == y.n && x.h == window.input_extent(0, y.h) && x.w == window.input_extent(1, y.w),
+                       std::string(what) + ": input " + dims_text(x) + " does not match output " + dims_text(y));
+}
+
+// Element (n, c, y, x) of a dense double buffer shaped like `d`: where transposes gather before writing once.
+struct DoubleBuffer {
+    Dims d;
+    std::vector<double> values;
+    explicit DoubleBuffer(Dims dims) : d(dims), values(static_cast<std::size_t>(dims.elements()), 0.0) {}
+    double& at(std::int64_t n, std::int64_t c, std::int64_t y, std::int64_t x) {
+        return values[static_cast<std::size_t>(((n * d.c + c) * d.h + y) * d.w + x)];
+    }
+    void store(View v) {
+        for (std::int64_t n = 0; n < d.n; ++n)
+            for (std::int64_t c = 0; c < d.c; ++c)
+                for (std::int64_t y = 0; y < d.h; ++y)
+                    for (std::int64_t x = 0; x < d.w; ++x) v.at(n, c, y, x) = static_cast<float>(at(n, c, y, x));
+    }
+};
+
+class ReferenceConv final : public ConvKernels {
+public:
+    void forward(ConstView x, ConstView w, const float* bias, View y, const Window& win) override {
+        check(x, w, y, win);
+        for (std::int64_t n = 0; n < y.dims.n; ++n)
+            for (std::int64_t f = 0; f < y.dims.c; ++f)
+                for (std::int64_t i = 0; i < y.dims.h; ++i)
+                    for (std::int64_t j = 0; j < y.dims.w; ++j) {
+                        double acc = bias ? bias[f] : 0.0;
+                        for (std::int64_t c = 0; c < x.dims.c; ++c)
+                            for (std::int64_t a = 0; a < win.kernel[0]; ++a)
+                                for (std::int64_t b = 0; b < win.kernel[1]; ++b)
+                                    acc += double(x.at(n, c, i * win.stride[0] + a * win.dilation[0],
+                                                       j * win.stride[1] + b * win.dilation[1])) *
+                                           w.at(f, c, a, b);
+                        y.at(n, f, i, j) = static_cast<float>(acc);
+                    }
+    }
+
+    void backward_data(ConstView dy, ConstView w, View dx, const Window& win) override {
+        check(dx, w, dy, win);
+        DoubleBuffer acc(dx.dims);
+        for (std::int64_t n = 0; n < dy.dims.n; ++n)
+            for (std::int64_t f = 0; f < dy.dims.c; ++f)
+                for (std::int64_t i = 0; i < dy.dims.h; ++i)
+                    for (std::int64_t j = 0; j < dy.dims.w; ++j)
+                        for (std::int64_t c = 0; c < dx.dims.c; ++c)
+                            for (std::int64_t a = 0; a < win.kernel[0]; ++a)
+                                for (std::int64_t b = 0; b < win.kernel[1]; ++b)
+                                    acc.at(n, c, i * win.stride[0] + a * win.dilation[0],
+                                           j * win.stride[1] + b * win.dilation[1]) +=
+                                        double(dy.at(n, f, i, j)) * w.at(f, c, a, b);
+        acc.store(dx);
+    }
+
+    void backward_weights(ConstView x, ConstView dy, View dw, float* db, const Window& win) override {
+        check(x, dw, dy, win);
+        for (std::int64_t f = 0; f < dw.dims.n; ++f) {
+            for (std::int64_t c = 0; c < dw.dims.c; ++c)
+                for (std::int64_t a = 0; a < win.kernel[0]; ++a)
+                    for (std::int64_t b = 0; b < win.kernel[1]; ++b) {
+                        double acc = 0.0;
+                        for (std::int64_t n = 0; n < dy.dims.n; ++n)
+                            for (std::int64_t i = 0; i < dy.dims.h; ++i)
+                                for (std::int64_t j = 0; j < dy.dims.w; ++j)
+                                    acc +=
+                                        double(dy.at(n, f, i, j)) * x.at(n, c, i * win.stride[0] + a * win.dilation[0],
+                                                                         j * win.stride[1] + b * win.dilation[1]);
+                        dw.at(f, c, a, b) = static_cast<float>(acc);
+                    }
+            if (db) {
+                double acc = 0.0;
+                for (std::int64_t n = 0; n < dy.dims.n; ++n)
+                    for (std::int64_t i = 0; i < dy.dims.h; ++i)
+                        for (std::int64_t j = 0; j < dy.dims.w; ++j) acc += dy.at(n, f, i, j);
+                db[f] = static_cast<float>(acc);
+            }
+        }
+    }
+
+private:
+    static void check(const auto& x, const auto& w, const auto& y, const Window& win) {
+        check_window_input(x.dims, y.dims, win, "conv");
+        DSL_INTERNAL_CHECK(
+            w.dims.n == y.dims.c && w.dims.c == x.dims.c && w.dims.h == win.kernel[0] && w.dims.w == win.kernel[1],
+            "conv: weights " + dims_text(w.dims) + " do not match input " + dims_text(x.dims) + " and output " +
+                dims_text(y.dims));
+    }
+};
+
+class ReferenceBatchNorm final : public BatchNormKernels {
+public:
+    void statistics(ConstView x, double* sum, double* sum_sq) override {
+        for (std::int64_t n = 0; n < x.dims.n; ++n)
+            for (std::int64_t c = 0; c < x.dims.c; ++c)
+                for (std::int64_t i = 0; i < x.dims.h; ++i)
+                    for (std::int64_t j = 0; j < x.dims.w; ++j) {
+                        const double v = x.at(n, c, i, j);
+                        sum[c] += v;
+                        sum_sq[c] += v * v;
+                    }
+    }
+
+    void forward(ConstView x, const float* mean, const float* inv_std, const float* gamma, const float* beta,
+                 View y) override {
+        check_same_dims(x, y, "batchnorm forward");
+        for (std::int64_t n = 0; n < x.dims.n; ++n)
+            for (std::int64_t c = 0; c < x.dims.c; ++c)
+                for (std::int64_t i = 0; i < x.dims.h; ++i)
+                    for (std::int64_t j = 0; j < x.dims.w; ++j)
+                        y.at(n, c, i, j) = static_cast<float>(
+                            double(gamma[c]) * (double(x.at(n, c, i, j)) - mean[c]) * inv_std[c] + beta[c]);
+    }
+
+    void backward_statistics(ConstView x, ConstView dy, const float* mean, const float* inv_std, double* sum_dy,
+                             double* sum_dy_xhat) override {
+        check_same_dims(x, dy, "batchnorm backward_statistics");
+        for (std::int64_t n = 0; n < x.dims.n; ++n)
+            for (std::int64_t c = 0; c < x.dims.c; ++c)
+                for (std::int64_t i = 0; i < x.dims.h; ++i)
+                    for (std::int64_t j = 0; j < x.dims.w; ++j) {
+                        const double g = dy.at(n, c, i, j);
+                        const double x_hat = (double(x.at(n, c, i, j)) - mean[c]) * inv_std[c];
+                        sum_dy[c] += g;
+                        sum_dy_xhat[c] += g * x_hat;
+                    }
+    }
+
+    void backward(ConstView x, ConstView dy, const float* mean, const float* inv_std, const float* gamma,
+                  const double* sum_dy, const double* sum_dy_xhat, double count, View dx) override {
+        check_same_dims(x, dy, "batchnorm backward");
+        check_same_dims(x, dx, "batchnorm backward");
+        DSL_INTERNAL_CHECK(count > 0, "batchnorm backward: empty group");
+        for (std::int64_t n = 0; n < x.dims.n; ++n)
+            for (std::int64_t c = 0; c < x.dims.c; ++c)
+                for (std::int64_t i = 0; i < x.dims.h; ++i)
+                    for (std::int64_t j = 0; j < x.dims.w; ++j) {
+                        const double x_hat = (double(x.at(n, c, i, j)) - mean[c]) * inv_std[c];
+                        dx.at(n, c, i, j) = static_cast<float>(
+                            double(gamma[c]) * inv_std[c] *
+                            (double(dy.at(n, c, i, j)) - sum_dy[c] / count - x_hat * sum_dy_xhat[c] / count));
+                    }
+    }
+};
+
+class ReferenceActivation final : public ActivationKernels {
+public:
+    void forward(ConstView x, float slope, View y) override {
+        check_same_dims(x, y, "activation forward");
+        for (std::int64_t n = 0; n < x.dims.n; ++n)
+            for (std::int64_t c = 0; c < x.dims.c; ++c)
+                for (std::int64_t i = 0; i < x.dims.h; ++i)
+                    for (std::int64_t j = 0; j < x.dims.w; ++j) {
+                        const float v = x.at(n, c, i, j);
+                        y.at(n, c, i, j) = v > 0.0f ? v : slope * v;
+                    }
+    }
+
+    void backward(ConstView x, ConstView dy, float slope, View dx) override {
+        check_same_dims(x, dy, "activation backward");
+        check_same_dims(x, dx, "activation backward");
+        for (std::int64_t n = 0; n < x.dims.n; ++n)
+            for (std::int64_t c = 0; c < x.dims.c; ++c)
+                for (std::int64_t i = 0; i < x.dims.h; ++i)
+                    for (std::int64_t j = 0; j < x.dims.w; ++j) {
+                        const float g = dy.at(n, c, i, j);
+                        dx.at(n, c, i, j) = x.at(n, c, i, j) > 0.0f ? g : slope * g;
+                    }
+    }
+};
+
+// Pooling windows honour the dilation as convolutions do (input_extent includes it); the layers the front
+// end accepts pool with dilation 1, where this is the formula of kernels.hpp.
+class ReferencePool final : public PoolKernels {
+public:
+    void forward(PoolKind kind, ConstView x, View y, const Window& win) override {
+        check(x, y, win);
+        const double area = double(win.kernel[0] * win.kernel[1]);
+        for (std::int64_t n = 0; n < y.dims.n; ++n)
+            for (std::int64_t c = 0; c < y.dims.c; ++c)
+                for (std::int64_t i = 0; i < y.dims.h; ++i)
+                    for (std::int64_t j = 0; j < y.dims.w; ++j) {
+                        if (kind == PoolKind::max) {
+                            const auto [a, b] = first_max(x, n, c, i, j, win);
+                            y.at(n, c, i, j) = input(x, n, c, i, j, a, b, win);
+                        } else {
+                            double acc = 0.0;
+                            for (std::int64_t a = 0; a < win.kernel[0]; ++a)
+                                for (std::int64_t b = 0; b < win.kernel[1]; ++b) acc += input(x, n, c, i, j, a, b, win);
+                            y.at(n, c, i, j) = static_cast<float>(acc / area);
+                        }
+                    }
+    }
+
+    void backward(PoolKind kind, ConstView x, ConstView dy, View dx, const Window& win) override {
+        check(x, dy, win);
+        check_same_dims(x, dx, "pool backward");
+        const double area = double(win.kernel[0] * win.kernel[1]);
+        DoubleBuffer acc(dx.dims);
+        for (std::int64_t n = 0; n < dy.dims.n; ++n)
+            for (std::int64_t c = 0; c < dy.dims.c; ++c)
+                for (std::int64_t i = 0; i < dy.dims.h; ++i)
+                    for (std::int64_t j = 0; j < dy.dims.w; ++j) {
+                        const double g = dy.at(n, c, i, j);
+                        if (kind == PoolKind::max) {
+                            const auto [a, b] = first_max(x, n, c, i, j, win);
+                            acc.at(n, c, i * win.stride[0] + a * win.dilation[0],
+                                   j * win.stride[1] + b * win.dilation[1]) += g;
+                        } else {
+                            for (std::int64_t a = 0; a < win.kernel[0]; ++a)
+                                for (std::int64_t b = 0; b < win.kernel[1]; ++b)
+                                    acc.at(n, c, i * win.stride[0] + a * win.dilation[0],
+                                           j * win.stride[1] + b * win.dilation[1]) += g / area;
+                        }
+                    }
+        acc.store(dx);
+    }
+
+    void global_sum(ConstView x, double* sums) override {
+        for (std::int64_t n = 0; n < x.dims.n; ++n)
+            for (std::int64_t c = 0; c < x.dims.c; ++c) {
+                double acc = 0.0;
+                for (std::int64_t i = 0; i < x.dims.h; ++i)
+                    for (std::int64_t j = 0; j < x.dims.w; ++j) acc += x.at(n, c, i, j);
+                sums[n * x.dims.c + c] += acc;
+            }
+    }
+
+    void broadcast(const float* values, float scale, View dx) override {
+        for (std::int64_t n = 0; n < dx.dims.n; ++n)
+            for (std::int64_t c = 0; c < dx.dims.c; ++c) {
+                const float v = values[n * dx.dims.c + c] * scale;
+                for (std::int64_t i = 0; i < dx.dims.h; ++i)
+                    for (std::int64_t j = 0; j < dx.dims.w; ++j) dx.at(n, c, i, j) = v;
+            }
+    }
+
+private:
+    static void check(const ConstView& x, const auto& y, const Window& win) {
+        check_window_input(x.dims, y.dims, win, "pool");
+        DSL_INTERNAL_CHECK(x.dims.c == y.dims.c,
+                           "pool: channels of " + dims_text(x.dims) + " and " + dims_text(y.dims));
+    }
+
+    static float input(const ConstView& x, std::int64_t n, std::int64_t c, std::int64_t i, std::int64_t j,
+                       std::int64_t a, std::int64_t b, const Window& win) {
+        return x.at(n, c, i * win.stride[0] + a * win.dilation[0], j * win.stride[1] + b * win.dilation[1]);
+    }
+
+    // The window offset of the first maximum in scan order (a, then b): ties go to the earliest, as the
+    // backward must agree with every implementation on where the gradient goes.
+    static std::array<std::int64_t, 2> first_max(const ConstView& x, std::int64_t n, std::int64_t c, std::int64_t i,
+                                                 std::int64_t j, const Window& win) {
+        std::array<std::int64_t, 2> best{0, 0};
+        float best_value = input(x, n, c, i, j, 0, 0, win);
+        for (std::int64_t a = 0; a < win.kernel[0]; ++a)
+            for (std::int64_t b = 0; b < win.kernel[1]; ++b) {
+                const float v = input(x, n, c, i, j, a, b, win);
+                if (v > best_value) {
+                    best_value = v;
+                    best = {a, b};
+                }
+            }
+        return best;
+    }
+};
+
+// FC sees x as a matrix [N, C*H*W]; feature i of x is (c, y, x) in row-major order.
+class ReferenceFc final : public FcKernels {
+public:
+    void forward(ConstView x, ConstView w, const float* bias, View y) override {
+        check(x, w, y);
+        for (std::int64_t n = 0; n < y.dims.n; ++n)
+            for (std::int64_t k = 0; k < y.dims.c; ++k) {
+                double acc = bias ? bias[k] : 0.0;
+                for_each_feature(x.dims, [&](std::int64_t i, std::int64_t c, std::int64_t h, std::int64_t ww) {
+                    acc += double(x.at(n, c, h, ww)) * w.at(k, i, 0, 0);
+                });
+                y.at(n, k, 0, 0) = static_cast<float>(acc);
+            }
+    }
+
+    void backward_data(ConstView dy, ConstView w, View dx) override {
+        check(dx, w, dy);
+        for (std::int64_t n = 0; n < dx.dims.n; ++n)
+            for_each_feature(dx.dims, [&](std::int64_t i, std::int64_t c, std::int64_t h, std::int64_t ww) {
+                double acc = 0.0;
+                for (std::int64_t k = 0; k < dy.dims.c; ++k) acc += double(dy.at(n, k, 0, 0)) * w.at(k, i, 0, 0);
+                dx.at(n, c, h, ww) = static_cast<float>(acc);
+            });
+    }
+
+    void backward_weights(ConstView x, ConstView dy, View dw, float* db) override {
+        check(x, dw, dy);
+        for (std::int64_t k = 0; k < dy.dims.c; ++k) {
+            for_each_feature(x.dims, [&](std::int64_t i, std::int64_t c, std::int64_t h, std::int64_t ww) {
+                double acc = 0.0;
+                for (std::int64_t n = 0; n < x.dims.n; ++n) acc += double(dy.at(n, k, 0, 0)) * x.at(n, c, h, ww);
+                dw.at(k, i, 0, 0) = static_cast<float>(acc);
+            });
+            if (db) {
+                double acc = 0.0;
+                for (std::int64_t n = 0; n < dy.dims.n; ++n) acc += dy.at(n, k, 0, 0);
+                db[k] = static_cast<float>(acc);
+            }
+        }
+    }
+
+private:
+    template <typename F>
+    static void for_each_feature(const Dims& d, F&& f) {
+        std::int64_t i = 0;
+        for (std::int64_t c = 0; c < d.c; ++c)
+            for (std::int64_t h = 0; h < d.h; ++h)
+                for (std::int64_t ww = 0; ww < d.w; ++ww) f(i++, c, h, ww);
+    }
+
+    static void check(const auto& x, const auto& w, const auto& y) {
+        DSL_INTERNAL_CHECK(
+            y.dims.h == 1 && y.dims.w == 1 && x.dims.n == y.dims.n && w.dims.n == y.dims.c &&
+                w.dims.c == x.dims.c * x.dims.h * x.dims.w && w.dims.h == 1 && w.dims.w == 1,
+            "fc: input " + dims_text(x.dims) + ", weights " + dims_text(w.dims) + ", output " + dims_text(y.dims));
+    }
+};
+
+class ReferenceEltwise final : public EltwiseKernels {
+public:
+    // y may be one of xs (an in-place sum): each element reads every input before it is written.
+    void add(const std::vector<ConstView>& xs, View y) override {
+        for (const ConstView& x : xs) check_same_dims(x, y, "add");
+        for (std::int64_t n = 0; n < y.dims.n; ++n)
+            for (std::int64_t c = 0; c < y.dims.c; ++c)
+                for (std::int64_t i = 0; i < y.dims.h; ++i)
+                    for (std::int64_t j = 0; j < y.dims.w; ++j) {
+                        double acc = 0.0;
+                        for (const ConstView& x : xs) acc += x.at(n, c, i, j);
+                        y.at(n, c, i, j) = static_cast<float>(acc);
+                    }
+    }
+
+    void copy(ConstView x, View y) override {
+        check_same_dims(x, y, "copy");
+        for (std::int64_t n = 0; n < y.dims.n; ++n)
+            for (std::int64_t c = 0; c < y.dims.c; ++c)
+                for (std::int64_t i = 0; i < y.dims.h; ++i)
+                    for (std::int64_t j = 0; j < y.dims.w; ++j) y.at(n, c, i, j) = x.at(n, c, i, j);
+    }
+
+    void accumulate(ConstView x, View y) override {
+        check_same_dims(x, y, "accumulate");
+        for (std::int64_t n = 0; n < y.dims.n; ++n)
+            for (std::int64_t c = 0; c < y.dims.c; ++c)
+                for (std::int64_t i = 0; i < y.dims.h; ++i)
+                    for (std::int64_t j = 0; j < y.dims.w; ++j) y.at(n, c, i, j) += x.at(n, c, i, j);
+    }
+
+    void sgd(float* w, float* m, const float* g, std::int64_t count, float lr, float momentum, float decay) override {
+        for (std::int64_t i = 0; i < count; ++i) {
+            const float grad = g[i] + decay * w[i];
+            m[i] = momentum * m[i] + grad;
+            w[i] -= lr * m[i];
+        }
+    }
+};
+
+class ReferenceLoss final : public LossKernels {
+public:
+    double cross_entropy(ConstView logits, LabelView labels, float scale, View dlogits) override {
+        const Dims& d = logits.dims;
+        DSL_INTERNAL_CHECK(labels.dims == (Dims{d.n, 1, d.h, d.w}),
+                           "cross_entropy: labels " + dims_text(labels.dims) + " for logits " + dims_text(d));
+        if (dlogits.base) check_same_dims(logits, dlogits, "cross_entropy");
+        double total = 0.0;
+        std::vector<double> probabilities;
+        for (std::int64_t n = 0; n < d.n; ++n)
+            for (std::int64_t i = 0; i < d.h; ++i)
+                for (std::int64_t j = 0; j < d.w; ++j) {
+                    const std::int32_t label = labels.at(n, 0, i, j);
+                    DSL_INTERNAL_CHECK(label >= 0 && label < d.c, "cross_entropy: label " + std::to_string(label) +
+                                                                      " outside [0, " + std::to_string(d.c) + ")");
+                    // log-sum-exp shifted by the maximum, so large logits do not overflow.
+                    double max_logit = -std::numeric_limits<double>::infinity();
+                    for (std::int64_t k = 0; k < d.c; ++k)
+                        max_logit = std::max(max_logit, double(logits.at(n, k, i, j)));
+                    double sum_exp = 0.0;
+                    for (std::int64_t k = 0; k < d.c; ++k)
+                        sum_exp += std::exp(double(logits.at(n, k, i, j)) - max_logit);
+                    const double log_sum_exp = max_logit + std::log(sum_exp);
+                    total += log_sum_exp - double(logits.at(n, label, i, j));
+                    if (!dlogits.base) continue;
+                    // Every probability is read before any is written, so dlogits may be logits itself.
+                    probabilities.resize(static_cast<std::size_t>(d.c));
+                    for (std::int64_t k = 0; k < d.c; ++k)
+                        probabilities[k] = std::exp(double(logits.at(n, k, i, j)) - log_sum_exp);
+                    for (std::int64_t k = 0; k < d.c; ++k)
+                        dlogits.at(n, k, i, j) =
+                            static_cast<float>((probabilities[k] - (k == label ? 1.0 : 0.0)) * scale);
+                }
+        return total;
+    }
+};
+
+ReferenceConv conv_instance;
+ReferenceBatchNorm batchnorm_instance;
+ReferenceActivation activation_instance;
+ReferencePool pool_instance;
+ReferenceFc fc_instance;
+ReferenceEltwise eltwise_instance;
+ReferenceLoss loss_instance;
+
+}  // namespace
+
+Kernels reference_kernels() {
+    return Kernels{&conv_instance, &batchnorm_instance, &activation_instance, &pool_instance,
+                   &fc_instance,   &eltwise_instance,   &loss_instance};
+}
+
+}  // namespace dsl::backend

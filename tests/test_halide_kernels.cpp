@@ -1,0 +1,298 @@
+// The Halide kernels (and the CPU loss) against the reference kernels, on odd shapes and non-dense views of
+// tiles with margins.
+#include "../backend/src/halide_kernels.hpp"
+
+#include <dsl/backend/kernels.hpp>
+#include <dsl/backend/tensor.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+namespace {
+
+using namespace dsl::backend;
+
+// A tile with margins filled with random values, margins included, so that a kernel that read or wrote
+// outside its view would be caught. `levels` > 0 draws from that many integers instead, to make ties.
+Tensor random_tensor(Dims d, Margins m, std::mt19937& rng, int levels = 0) {
+    Tensor t(d, m);
+    std::uniform_real_distribution<float> uniform(-2.0f, 2.0f);
+    std::uniform_int_distribution<int> level(0, std::max(levels - 1, 0));
+    for (std::int64_t i = 0; i < t.size(); ++i) t.data()[i] = levels > 0 ? float(level(rng)) : uniform(rng);
+    return t;
+}
+
+constexpr Margins some_margins{2, 1, 3, 2};
+
+// Every element of `a` and `b` (same dims) within `rel` of each other (relative, with a floor of 1e-6 for
+// values near zero); rel = 0 asks for bit-exact equality. Returns the number of elements that differ.
+std::int64_t mismatches(ConstView a, ConstView b, double rel) {
+    REQUIRE(a.dims == b.dims);
+    std::int64_t bad = 0;
+    for (std::int64_t n = 0; n < a.dims.n; ++n)
+        for (std::int64_t c = 0; c < a.dims.c; ++c)
+            for (std::int64_t y = 0; y < a.dims.h; ++y)
+                for (std::int64_t x = 0; x < a.dims.w; ++x) {
+                    const double u = a.at(n, c, y, x), v = b.at(n, c, y, x);
+                    const bool same = rel == 0 ? u == v : std::abs(u - v) <= rel * std::max(std::abs(v), 1e-6 / rel);
+                    if (!same) ++bad;
+                }
+    return bad;
+}
+
+// The whole storage of two tensors (margins included) is equal: what a kernel must not touch stayed as it was.
+bool same_storage(const Tensor& a, const Tensor& b) {
+    if (a.size() != b.size()) return false;
+    for (std::int64_t i = 0; i < a.size(); ++i)
+        if (a.data()[i] != b.data()[i]) return false;
+    return true;
+}
+
+// Outside the interior, `a` and `b` hold the same values: a kernel wrote only into its view.
+bool same_margins(const Tensor& a, const Tensor& b) {
+    Tensor t = a;
+    const ConstView from = b.interior();
+    const View to = t.interior();
+    for (std::int64_t n = 0; n < from.dims.n; ++n)
+        for (std::int64_t c = 0; c < from.dims.c; ++c)
+            for (std::int64_t y = 0; y < from.dims.h; ++y)
+                for (std::int64_t x = 0; x < from.dims.w; ++x) to.at(n, c, y, x) = from.at(n, c, y, x);
+    return same_storage(t, b);
+}
+
+const std::vector<Dims> shapes = {{1, 1, 1, 1}, {2, 3, 5, 7}, {1, 4, 9, 17}, {3, 2, 16, 8}, {2, 5, 1, 33}};
+
+}  // namespace
+
+TEST_CASE("halide activation matches the reference bit for bit", "[halide]") {
+    const Dims d = GENERATE(from_range(shapes));
+    const float slope = GENERATE(0.0f, 0.1f);
+    std::mt19937 rng(7);
+    const Tensor x = random_tensor(d, some_margins, rng), dy = random_tensor(d, {1, 0, 0, 1}, rng);
+    Tensor expected = random_tensor(d, some_margins, rng), got = expected;
+
+    reference_kernels().activation->forward(x.interior(), slope, expected.interior());
+    halide_activation().forward(x.interior(), slope, got.interior());
+    CHECK(same_storage(got, expected));
+
+    reference_kernels().activation->backward(x.interior(), dy.interior(), slope, expected.interior());
+    halide_activation().backward(x.interior(), dy.interior(), slope, got.interior());
+    CHECK(same_storage(got, expected));
+}
+
+TEST_CASE("halide batch norm matches the reference", "[halide]") {
+    const Dims d = GENERATE(from_range(shapes));
+    std::mt19937 rng(11);
+    const Tensor x = random_tensor(d, some_margins, rng), dy = random_tensor(d, {0, 2, 1, 0}, rng);
+    const auto c = static_cast<std::size_t>(d.c);
+
+    // Statistics add into what the caller holds.
+    std::vector<double> sum_ref(c, 1.5), sq_ref(c, -0.5), sum(c, 1.5), sq(c, -0.5);
+    reference_kernels().batchnorm->statistics(x.interior(), sum_ref.data(), sq_ref.data());
+    halide_batchnorm().statistics(x.interior(), sum.data(), sq.data());
+    for (std::size_t k = 0; k < c; ++k) {
+        CHECK(sum[k] == Approx(sum_ref[k]).epsilon(1e-12));
+        CHECK(sq[k] == Approx(sq_ref[k]).epsilon(1e-12));
+    }
+
+    std::vector<float> mean(c), inv_std(c), gamma(c), beta(c);
+    const double count = double(d.n * d.h * d.w);
+    for (std::size_t k = 0; k < c; ++k) {
+        const double m = (sum_ref[k] - 1.5) / count;
+        mean[k] = float(m);
+        inv_std[k] = float(1.0 / std::sqrt((sq_ref[k] + 0.5) / count - m * m + 1e-5));
+        gamma[k] = 0.5f + 0.25f * float(k);
+        beta[k] = 0.1f * float(k) - 0.2f;
+    }
+
+    Tensor expected = random_tensor(d, some_margins, rng), got = expected;
+    reference_kernels().batchnorm->forward(x.interior(), mean.data(), inv_std.data(), gamma.data(), beta.data(),
+                                           expected.interior());
+    halide_batchnorm().forward(x.interior(), mean.data(), inv_std.data(), gamma.data(), beta.data(), got.interior());
+    CHECK(mismatches(got.interior(), expected.interior(), 1e-6) == 0);
+    CHECK(same_margins(got, expected));
+
+    std::vector<double> sdy_ref(c, 0.25), sdx_ref(c, 0.0), sdy(c, 0.25), sdx(c, 0.0);
+    reference_kernels().batchnorm->backward_statistics(x.interior(), dy.interior(), mean.data(), inv_std.data(),
+                                                       sdy_ref.data(), sdx_ref.data());
+    halide_batchnorm().backward_statistics(x.interior(), dy.interior(), mean.data(), inv_std.data(), sdy.data(),
+                                           sdx.data());
+    for (std::size_t k = 0; k < c; ++k) {
+        CHECK(sdy[k] == Approx(sdy_ref[k]).epsilon(1e-12).margin(1e-12));
+        CHECK(sdx[k] == Approx(sdx_ref[k]).epsilon(1e-12).margin(1e-12));
+    }
+
+    reference_kernels().batchnorm->backward(x.interior(), dy.interior(), mean.data(), inv_std.data(), gamma.data(),
+                                            sdy_ref.data(), sdx_ref.data(), count, expected.interior());
+    halide_batchnorm().backward(x.interior(), dy.interior(), mean.data(), inv_std.data(), gamma.data(), sdy_ref.data(),
+                                sdx_ref.data(), count, got.interior());
+    CHECK(mismatches(got.interior(), expected.interior(), 1e-6) == 0);
+    CHECK(same_margins(got, expected));
+}
+
+namespace {
+
+struct PoolCase {
+    Window window;
+    Dims out;
+};
+
+Window pool_window(std::int64_t kh, std::int64_t kw, std::int64_t sh, std::int64_t sw) {
+    Window w;
+    w.kernel = {kh, kw};
+    w.stride = {sh, sw};
+    return w;
+}
+
+}  // namespace
+
+TEST_CASE("halide pooling matches the reference bit for bit", "[halide]") {
+    // Disjoint windows, overlapping ones (3x3 stride 2 and stride 1), gaps (stride > kernel), non-square.
+    const PoolCase pc =
+        GENERATE(PoolCase{pool_window(2, 2, 2, 2), {2, 3, 4, 5}}, PoolCase{pool_window(3, 3, 2, 2), {2, 3, 5, 7}},
+                 PoolCase{pool_window(3, 3, 1, 1), {1, 4, 6, 9}}, PoolCase{pool_window(2, 2, 3, 3), {2, 2, 3, 4}},
+                 PoolCase{pool_window(3, 2, 2, 1), {3, 2, 4, 11}}, PoolCase{pool_window(1, 1, 1, 1), {1, 2, 3, 3}},
+                 PoolCase{pool_window(5, 5, 1, 1), {1, 1, 1, 1}});
+    const PoolKind kind = GENERATE(PoolKind::max, PoolKind::average);
+    // Few levels make ties, so that routing to the first maximum is tested.
+    const int levels = GENERATE(0, 3);
+    const Window& w = pc.window;
+    const Dims in{pc.out.n, pc.out.c, w.input_extent(0, pc.out.h), w.input_extent(1, pc.out.w)};
+    CAPTURE(w.kernel[0], w.kernel[1], w.stride[0], w.stride[1], pc.out.h, pc.out.w, kind == PoolKind::max, levels);
+
+    std::mt19937 rng(13);
+    // The input view spans the top/left margins as padding would: a non-dense window of a bigger tile.
+    const Tensor xt = random_tensor({in.n, in.c, in.h, in.w + 1}, some_margins, rng, levels);
+    const ConstView x = xt.padded().sub(0, 0, 1, 2, in);
+    const Tensor dyt = random_tensor(pc.out, {1, 1, 1, 1}, rng);
+
+    Tensor expected = random_tensor(pc.out, some_margins, rng), got = expected;
+    reference_kernels().pool->forward(kind, x, expected.interior(), w);
+    halide_pool().forward(kind, x, got.interior(), w);
+    CHECK(mismatches(got.interior(), expected.interior(), 0) == 0);
+    CHECK(same_storage(got, expected));
+
+    Tensor dx_expected = random_tensor(in, some_margins, rng), dx_got = dx_expected;
+    reference_kernels().pool->backward(kind, x, dyt.interior(), dx_expected.interior(), w);
+    halide_pool().backward(kind, x, dyt.interior(), dx_got.interior(), w);
+    CHECK(mismatches(dx_got.interior(), dx_expected.interior(), 0) == 0);
+    CHECK(same_storage(dx_got, dx_expected));
+}
+
+TEST_CASE("halide global pooling sums and broadcasts as the reference", "[halide]") {
+    const Dims d = GENERATE(from_range(shapes));
+    std::mt19937 rng(17);
+    const Tensor x = random_tensor(d, some_margins, rng);
+    const auto planes = static_cast<std::size_t>(d.n * d.c);
+    std::vector<double> expected(planes, 2.0), got(planes, 2.0);
+    reference_kernels().pool->global_sum(x.interior(), expected.data());
+    halide_pool().global_sum(x.interior(), got.data());
+    for (std::size_t i = 0; i < planes; ++i) CHECK(got[i] == Approx(expected[i]).epsilon(1e-12));
+
+    std::vector<float> values(planes);
+    for (std::size_t i = 0; i < planes; ++i) values[i] = float(i) - 1.5f;
+    Tensor dx_expected = random_tensor(d, some_margins, rng), dx_got = dx_expected;
+    reference_kernels().pool->broadcast(values.data(), 0.125f, dx_expected.interior());
+    halide_pool().broadcast(values.data(), 0.125f, dx_got.interior());
+    CHECK(same_storage(dx_got, dx_expected));
+}
+
+TEST_CASE("halide element-wise kernels match the reference", "[halide]") {
+    const Dims d = GENERATE(from_range(shapes));
+    const int inputs = GENERATE(1, 2, 3, 4);
+    std::mt19937 rng(19);
+    std::vector<Tensor> xs;
+    std::vector<ConstView> views;
+    for (int k = 0; k < inputs; ++k) xs.push_back(random_tensor(d, {k, 1, 0, k + 1}, rng));
+    for (const Tensor& t : xs) views.push_back(t.interior());
+
+    Tensor expected = random_tensor(d, some_margins, rng), got = expected;
+    reference_kernels().eltwise->add(views, expected.interior());
+    halide_eltwise().add(views, got.interior());
+    // Up to two inputs round once, as the reference; more fold with a rounding per input.
+    CHECK(mismatches(got.interior(), expected.interior(), inputs <= 2 ? 0.0 : 1e-5) == 0);
+
+    // Copy into a channel range of a bigger tensor, as concat does.
+    Tensor wide = random_tensor({d.n, d.c + 2, d.h, d.w}, some_margins, rng), wide_got = wide;
+    reference_kernels().eltwise->copy(xs[0].interior(), wide.interior().sub(0, 1, 0, 0, d));
+    halide_eltwise().copy(xs[0].interior(), wide_got.interior().sub(0, 1, 0, 0, d));
+    CHECK(same_storage(wide_got, wide));
+
+    // Accumulate in place into a non-dense view.
+    reference_kernels().eltwise->accumulate(xs.back().interior(), expected.interior());
+    halide_eltwise().accumulate(xs.back().interior(), got.interior());
+    CHECK(mismatches(got.interior(), expected.interior(), inputs <= 2 ? 0.0 : 1e-5) == 0);
+    CHECK(same_margins(got, expected));
+}
+
+TEST_CASE("halide add and accumulate may write into an input", "[halide]") {
+    std::mt19937 rng(23);
+    const Dims d{2, 3, 5, 9};
+    Tensor a = random_tensor(d, some_margins, rng);
+    const Tensor b = random_tensor(d, {}, rng);
+    Tensor expected = a;
+    reference_kernels().eltwise->add({a.interior(), b.interior()}, expected.interior());
+    halide_eltwise().add({a.interior(), b.interior()}, a.interior());
+    CHECK(same_storage(a, expected));
+
+    reference_kernels().eltwise->accumulate(b.interior(), expected.interior());
+    halide_eltwise().accumulate(b.interior(), a.interior());
+    CHECK(same_storage(a, expected));
+}
+
+TEST_CASE("halide sgd matches the reference", "[halide]") {
+    const std::int64_t count = GENERATE(1, 7, 100, 40009);
+    std::mt19937 rng(29);
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    std::vector<float> w(static_cast<std::size_t>(count)), m(w.size()), g(w.size());
+    for (std::size_t i = 0; i < w.size(); ++i) {
+        w[i] = uniform(rng);
+        m[i] = uniform(rng);
+        g[i] = uniform(rng);
+    }
+    std::vector<float> w_ref = w, m_ref = m;
+    for (int step = 0; step < 3; ++step) {
+        reference_kernels().eltwise->sgd(w_ref.data(), m_ref.data(), g.data(), count, 0.05f, 0.9f, 1e-4f);
+        halide_eltwise().sgd(w.data(), m.data(), g.data(), count, 0.05f, 0.9f, 1e-4f);
+    }
+    std::int64_t bad = 0;
+    for (std::size_t i = 0; i < w.size(); ++i) {
+        if (std::abs(w[i] - w_ref[i]) > 1e-6f * std::max(std::abs(w_ref[i]), 1.0f)) ++bad;
+        if (std::abs(m[i] - m_ref[i]) > 1e-6f * std::max(std::abs(m_ref[i]), 1.0f)) ++bad;
+    }
+    CHECK(bad == 0);
+    CHECK(w != std::vector<float>(w.size(), 0.0f));
+}
+
+TEST_CASE("cpu cross-entropy matches the reference", "[halide]") {
+    const Dims d = GENERATE(Dims{4, 10, 1, 1}, Dims{2, 3, 5, 6});
+    std::mt19937 rng(31);
+    const Tensor logits = random_tensor(d, {1, 1, 2, 2}, rng);
+    std::vector<std::int32_t> labels(static_cast<std::size_t>(d.n * d.h * d.w));
+    std::uniform_int_distribution<std::int32_t> label(0, static_cast<std::int32_t>(d.c - 1));
+    for (auto& l : labels) l = label(rng);
+    const LabelView lv{labels.data(), {d.n, 1, d.h, d.w}, d.h * d.w, d.h * d.w, d.w};
+
+    Tensor expected(d), got(d);
+    const double loss_ref = reference_kernels().loss->cross_entropy(logits.interior(), lv, 0.25f, expected.interior());
+    const double loss = cpu_loss().cross_entropy(logits.interior(), lv, 0.25f, got.interior());
+    CHECK(loss == Approx(loss_ref).epsilon(1e-12));
+    CHECK(loss > 0.0);
+    CHECK(mismatches(got.interior(), expected.interior(), 1e-6) == 0);
+    CHECK(cpu_loss().cross_entropy(logits.interior(), lv, 0.25f, View{}) == Approx(loss_ref).epsilon(1e-12));
+}
+
+TEST_CASE("the cpu kernel set uses the halide kernels", "[halide]") {
+    const Kernels k = cpu_kernels();
+    CHECK(k.conv != nullptr);
+    CHECK(k.fc != nullptr);
+    CHECK(k.activation == &halide_activation());
+    CHECK(k.batchnorm == &halide_batchnorm());
+    CHECK(k.pool == &halide_pool());
+    CHECK(k.eltwise == &halide_eltwise());
+    CHECK(k.loss == &cpu_loss());
+}

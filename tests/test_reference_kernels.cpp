@@ -1,0 +1,859 @@
+// The reference kernels against central finite differences of their own forwards, and against values worked
+// out by hand, so that the oracle of every other backend is itself checked both ways.
+//
+// Finite differences run in float (the kernels' storage type) with a step of 1e-2: smaller steps drown in
+// the rounding of the forward's float outputs (about 1e-7 relative), larger ones in the curvature of batch
+// norm and the softmax. The objective is L = sum(forward(x) * R) in double for a fixed random R, so
+// dL/dx = backward(R). A gradient element passes when |numeric - analytic| <= 1e-2 * max(|analytic|,
+// 0.1 * max|analytic|) + 1e-5: a wrong index or a missing term is off by O(max|analytic|) and fails.
+#include <dsl/backend/kernels.hpp>
+#include <dsl/frontend/diagnostics.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace dsl::backend;
+using std::int64_t;
+
+constexpr double kStep = 1e-2;
+constexpr double kRelative = 1e-2;
+
+float uniform(std::mt19937& rng, float lo, float hi) { return std::uniform_real_distribution<float>(lo, hi)(rng); }
+
+// |v| in [0.1, 1] with a random sign: a finite-difference step never crosses an activation's kink.
+float off_zero(std::mt19937& rng) {
+    const float v = uniform(rng, 0.1f, 1.0f);
+    return rng() % 2 ? v : -v;
+}
+
+template <typename F>
+void for_each(const Dims& d, F&& f) {
+    for (int64_t n = 0; n < d.n; ++n)
+        for (int64_t c = 0; c < d.c; ++c)
+            for (int64_t y = 0; y < d.h; ++y)
+                for (int64_t x = 0; x < d.w; ++x) f(n, c, y, x);
+}
+
+// A view that is not dense: `dims` inside a tensor with margins and an extra batch and channels, filled with
+// random values everywhere, so that a kernel that assumes dense strides reads the wrong elements and one that
+// writes outside its view is caught by `changed_outside`.
+struct Tile {
+    Tensor storage;
+    View view;
+    std::vector<float> saved;
+
+    Tile(Dims d, std::mt19937& rng, float lo = -1.0f, float hi = 1.0f)
+        : storage(Dims{d.n + 1, d.c + 2, d.h + 1, d.w + 2}, Margins{2, 1, 1, 3}) {
+        for (int64_t i = 0; i < storage.size(); ++i) storage.data()[i] = uniform(rng, lo, hi);
+        view = storage.padded().sub(1, 1, 1, 2, d);
+        REQUIRE_FALSE(view.dense());
+    }
+
+    template <typename F>
+    void fill(F&& value) {
+        for_each(view.dims, [&](int64_t n, int64_t c, int64_t y, int64_t x) { view.at(n, c, y, x) = value(); });
+    }
+    void save() { saved.assign(storage.data(), storage.data() + storage.size()); }
+
+    // How many elements outside the view differ from the last `save`.
+    int64_t changed_outside() const {
+        std::vector<bool> inside(static_cast<std::size_t>(storage.size()), false);
+        for_each(view.dims, [&](int64_t n, int64_t c, int64_t y, int64_t x) {
+            inside[static_cast<std::size_t>(&view.at(n, c, y, x) - storage.data())] = true;
+        });
+        int64_t changed = 0;
+        for (std::size_t i = 0; i < inside.size(); ++i)
+            if (!inside[i] && storage.data()[i] != saved[i]) ++changed;
+        return changed;
+    }
+};
+
+std::vector<double> to_vector(ConstView v) {
+    std::vector<double> out;
+    for_each(v.dims, [&](int64_t n, int64_t c, int64_t y, int64_t x) { out.push_back(v.at(n, c, y, x)); });
+    return out;
+}
+
+std::vector<double> to_vector(const float* p, int64_t count) { return std::vector<double>(p, p + count); }
+std::vector<double> to_vector(const double* p, int64_t count) { return std::vector<double>(p, p + count); }
+
+// A dense copy of a view. Finite differences cannot see a stride bug that forward and backward share, so
+// each kernel must also give on the strided tiles exactly what it gives on dense copies of them (and the
+// hand-computed cases pin down the dense results).
+struct Dense {
+    std::vector<float> data;
+    View view;
+    explicit Dense(ConstView v) : data(static_cast<std::size_t>(v.dims.elements())) {
+        view = dense_view(data.data(), v.dims);
+        for_each(v.dims, [&](int64_t n, int64_t c, int64_t y, int64_t x) { view.at(n, c, y, x) = v.at(n, c, y, x); });
+        REQUIRE(view.dense());
+    }
+};
+
+View vector_view(std::vector<float>& v) { return dense_view(v.data(), Dims{1, static_cast<int64_t>(v.size()), 1, 1}); }
+
+double dot(ConstView a, ConstView b) {
+    double acc = 0.0;
+    for_each(a.dims,
+             [&](int64_t n, int64_t c, int64_t y, int64_t x) { acc += double(a.at(n, c, y, x)) * b.at(n, c, y, x); });
+    return acc;
+}
+
+// Central differences of `objective` over every element of `v`, in view order. The step actually taken is
+// what float rounding leaves of +-kStep; non-finite elements (-infinity padding) have no derivative.
+std::vector<double> numeric_gradient(View v, const std::function<double()>& objective) {
+    std::vector<double> out;
+    for_each(v.dims, [&](int64_t n, int64_t c, int64_t y, int64_t x) {
+        float& e = v.at(n, c, y, x);
+        const float original = e;
+        if (!std::isfinite(original)) {
+            out.push_back(0.0);
+            return;
+        }
+        e = static_cast<float>(original + kStep);
+        const double up = e, loss_up = objective();
+        e = static_cast<float>(original - kStep);
+        const double down = e, loss_down = objective();
+        e = original;
+        out.push_back((loss_up - loss_down) / (up - down));
+    });
+    return out;
+}
+
+void check_gradient(const char* what, const std::vector<double>& analytic, const std::vector<double>& numeric) {
+    REQUIRE(analytic.size() == numeric.size());
+    double max_abs = 0.0;
+    for (double a : analytic) max_abs = std::max(max_abs, std::abs(a));
+    int64_t bad = 0, first_bad = -1;
+    for (std::size_t i = 0; i < analytic.size(); ++i) {
+        const double tolerance = kRelative * std::max(std::abs(analytic[i]), 0.1 * max_abs) + 1e-5;
+        if (std::abs(analytic[i] - numeric[i]) > tolerance) {
+            if (first_bad < 0) first_bad = static_cast<int64_t>(i);
+            ++bad;
+        }
+    }
+    INFO(what << ": " << bad << " of " << analytic.size() << " elements off; first at " << first_bad
+              << (first_bad >= 0 ? ": analytic " + std::to_string(analytic[first_bad]) + ", numeric " +
+                                       std::to_string(numeric[first_bad])
+                                 : std::string()));
+    CHECK(bad == 0);
+    // A vanishing gradient passes any comparison; the random cases must exercise the kernel.
+    CHECK(max_abs > 1e-3);
+}
+
+Window make_window(int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw) {
+    Window w;
+    w.kernel = {kh, kw};
+    w.stride = {sh, sw};
+    w.dilation = {dh, dw};
+    return w;
+}
+
+struct ConvCase {
+    int64_t n, c, f, out_h, out_w, kh, kw, sh, sw, dh, dw;
+};
+
+}  // namespace
+
+TEST_CASE("reference conv: backward_data and backward_weights are the transposes of forward", "[reference]") {
+    const ConvCase k = GENERATE(values<ConvCase>({
+        {1, 1, 1, 3, 3, 3, 3, 1, 1, 1, 1},  // the plain case
+        {2, 3, 4, 3, 5, 3, 2, 1, 1, 1, 1},  // non-square kernel, rectangular input
+        {2, 2, 3, 2, 3, 3, 3, 2, 2, 1, 1},  // stride 2, odd input
+        {1, 3, 2, 3, 2, 2, 3, 1, 2, 2, 1},  // dilation 2 in H, stride 2 in W
+        {2, 2, 2, 2, 2, 3, 3, 2, 1, 2, 2},  // stride and dilation together
+        {1, 2, 3, 3, 2, 1, 1, 2, 2, 1, 1},  // 1x1 stride 2: inputs no output reads get zero gradient
+    }));
+    const Window win = make_window(k.kh, k.kw, k.sh, k.sw, k.dh, k.dw);
+    CAPTURE(k.n, k.c, k.f, k.out_h, k.out_w, k.kh, k.kw, k.sh, k.sw, k.dh, k.dw);
+    std::mt19937 rng(1234);
+    const Dims xd{k.n, k.c, win.input_extent(0, k.out_h), win.input_extent(1, k.out_w)};
+    const Dims yd{k.n, k.f, k.out_h, k.out_w}, wd{k.f, k.c, k.kh, k.kw};
+    Tile x(xd, rng), w(wd, rng), y(yd, rng), r(yd, rng), dx(xd, rng), dw(wd, rng);
+    std::vector<float> bias(static_cast<std::size_t>(k.f));
+    for (float& b : bias) b = uniform(rng, -1, 1);
+    ConvKernels& conv = *reference_kernels().conv;
+
+    auto objective = [&] {
+        conv.forward(x.view, w.view, bias.data(), y.view, win);
+        return dot(y.view, r.view);
+    };
+    y.save();
+    objective();
+    CHECK(y.changed_outside() == 0);
+
+    // dx and dw hold random values before: the backward must overwrite, not accumulate.
+    dx.save();
+    conv.backward_data(r.view, w.view, dx.view, win);
+    CHECK(dx.changed_outside() == 0);
+    std::vector<float> db(bias.size() + 2, 7.0f);  // guards on either side
+    dw.save();
+    conv.backward_weights(x.view, r.view, dw.view, db.data() + 1, win);
+    CHECK(dw.changed_outside() == 0);
+    CHECK(db.front() == 7.0f);
+    CHECK(db.back() == 7.0f);
+
+    {
+        Dense xs(x.view), ws(w.view), rs(r.view), ys(y.view), dxs(dx.view), dws(dw.view);
+        conv.forward(xs.view, ws.view, bias.data(), ys.view, win);
+        conv.backward_data(rs.view, ws.view, dxs.view, win);
+        conv.backward_weights(xs.view, rs.view, dws.view, nullptr, win);
+        CHECK(to_vector(ys.view) == to_vector(y.view));
+        CHECK(to_vector(dxs.view) == to_vector(dx.view));
+        CHECK(to_vector(dws.view) == to_vector(dw.view));
+    }
+
+    check_gradient("dx", to_vector(dx.view), numeric_gradient(x.view, objective));
+    check_gradient("dw", to_vector(dw.view), numeric_gradient(w.view, objective));
+    check_gradient("db", to_vector(db.data() + 1, k.f), numeric_gradient(vector_view(bias), objective));
+
+    // Without bias: the same outputs less the bias, and the same dw. (The last finite difference left y at
+    // a perturbed bias, so run the forward again first.)
+    objective();
+    const std::vector<double> with_bias = to_vector(y.view);
+    conv.forward(x.view, w.view, nullptr, y.view, win);
+    const std::vector<double> without_bias = to_vector(y.view);
+    const int64_t per_map = k.out_h * k.out_w;
+    for (std::size_t i = 0; i < with_bias.size(); ++i)
+        CHECK(without_bias[i] + bias[(i / per_map) % k.f] == Approx(with_bias[i]).margin(1e-5));
+    const std::vector<double> dw_before = to_vector(dw.view);
+    conv.backward_weights(x.view, r.view, dw.view, nullptr, win);
+    CHECK(to_vector(dw.view) == dw_before);
+}
+
+TEST_CASE("reference conv: hand-computed outputs", "[reference]") {
+    ConvKernels& conv = *reference_kernels().conv;
+    std::vector<float> xs(25);
+    std::iota(xs.begin(), xs.end(), 1.0f);  // x(y, x) = 1 + 4y + x on 4x4, 1 + 5y + x on 5x5
+
+    SECTION("3x3 on 4x4, weights 1..9 (catches flipped or transposed kernels)") {
+        std::vector<float> ws(9);
+        std::iota(ws.begin(), ws.end(), 1.0f);
+        std::vector<float> ys(4);
+        const float bias = 0.5f;
+        conv.forward(dense_view(xs.data(), {1, 1, 4, 4}), dense_view(ws.data(), {1, 1, 3, 3}), &bias,
+                     dense_view(ys.data(), {1, 1, 2, 2}), make_window(3, 3, 1, 1, 1, 1));
+        // y(0,0) = 1*1+2*2+3*3 + 5*4+6*5+7*6 + 9*7+10*8+11*9 = 14 + 92 + 242 = 348; each step right adds sum(w) = 45,
+        // each step down 4 * 45.
+        CHECK(ys == std::vector<float>{348.5f, 393.5f, 528.5f, 573.5f});
+
+        // The transpose of a single output: dx = dy * w placed at the window.
+        std::vector<float> dy{0, 0, 0, 2}, dx(16, -1.0f);
+        conv.backward_data(dense_view(dy.data(), {1, 1, 2, 2}), dense_view(ws.data(), {1, 1, 3, 3}),
+                           dense_view(dx.data(), {1, 1, 4, 4}), make_window(3, 3, 1, 1, 1, 1));
+        CHECK(dx == std::vector<float>{0, 0, 0, 0, 0, 2, 4, 6, 0, 8, 10, 12, 0, 14, 16, 18});
+    }
+    SECTION("2x2 stride 2: block sums") {
+        std::vector<float> ws(4, 1.0f), ys(4);
+        conv.forward(dense_view(xs.data(), {1, 1, 4, 4}), dense_view(ws.data(), {1, 1, 2, 2}), nullptr,
+                     dense_view(ys.data(), {1, 1, 2, 2}), make_window(2, 2, 2, 2, 1, 1));
+        CHECK(ys == std::vector<float>{14, 22, 46, 54});
+    }
+    SECTION("2x2 dilation 2 on 5x5: corners of 3x3 blocks") {
+        std::vector<float> ws(4, 1.0f), ys(9);
+        conv.forward(dense_view(xs.data(), {1, 1, 5, 5}), dense_view(ws.data(), {1, 1, 2, 2}), nullptr,
+                     dense_view(ys.data(), {1, 1, 3, 3}), make_window(2, 2, 1, 1, 2, 2));
+        // y(i, j) = x(i,j) + x(i,j+2) + x(i+2,j) + x(i+2,j+2) = 4 * x(i,j) + 24 = 28 + 4 * (5i + j)
+        for (int i = 0; i < 3; ++i)
+            for (int j = 0; j < 3; ++j) CHECK(ys[i * 3 + j] == float(28 + 4 * (5 * i + j)));
+    }
+    SECTION("two channels in, two filters out") {
+        // x channel 0 = 1..4, channel 1 = 5..8 on 2x2; 1x1 filters mix the channels.
+        std::vector<float> ws{1, 10, -1, 2}, ys(8);
+        conv.forward(dense_view(xs.data(), {1, 2, 2, 2}), dense_view(ws.data(), {2, 2, 1, 1}), nullptr,
+                     dense_view(ys.data(), {1, 2, 2, 2}), make_window(1, 1, 1, 1, 1, 1));
+        CHECK(ys == std::vector<float>{51, 62, 73, 84, 9, 10, 11, 12});
+    }
+    SECTION("same padding lives in zero margins") {
+        Tensor x({1, 1, 3, 3}, {1, 1, 1, 1});
+        x.fill(1.0f);
+        x.fill_margins(0.0f);
+        std::vector<float> ws(9, 1.0f), ys(9);
+        conv.forward(x.padded(), dense_view(ws.data(), {1, 1, 3, 3}), nullptr, dense_view(ys.data(), {1, 1, 3, 3}),
+                     make_window(3, 3, 1, 1, 1, 1));
+        CHECK(ys == std::vector<float>{4, 6, 4, 6, 9, 6, 4, 6, 4});
+    }
+}
+
+TEST_CASE("reference batchnorm: statistics, forward and backward compose to the gradient", "[reference]") {
+    const Dims d = GENERATE(Dims{2, 3, 3, 5}, Dims{3, 2, 1, 1}, Dims{1, 2, 4, 3});
+    CAPTURE(d.n, d.c, d.h, d.w);
+    std::mt19937 rng(99);
+    const float eps = 1e-5f;
+    Tile x(d, rng, -2.0f, 2.0f), y(d, rng), r(d, rng), dx(d, rng);
+    std::vector<float> gamma(d.c), beta(d.c), mean(d.c), inv_std(d.c);
+    for (float& g : gamma) g = uniform(rng, 0.5f, 1.5f);
+    for (float& b : beta) b = uniform(rng, -0.5f, 0.5f);
+    BatchNormKernels& bn = *reference_kernels().batchnorm;
+    const double count = double(d.n * d.h * d.w);
+
+    auto batch_statistics = [&] {
+        std::vector<double> sum(d.c, 0.0), sum_sq(d.c, 0.0);
+        bn.statistics(x.view, sum.data(), sum_sq.data());
+        for (int64_t c = 0; c < d.c; ++c) {
+            const double m = sum[c] / count;
+            mean[c] = static_cast<float>(m);
+            inv_std[c] = static_cast<float>(1.0 / std::sqrt(sum_sq[c] / count - m * m + eps));
+        }
+    };
+    auto objective = [&] {
+        batch_statistics();
+        bn.forward(x.view, mean.data(), inv_std.data(), gamma.data(), beta.data(), y.view);
+        return dot(y.view, r.view);
+    };
+    y.save();
+    objective();
+    CHECK(y.changed_outside() == 0);
+
+    // The forward normalises: per channel, (y - beta) / gamma has mean 0 and variance 1 (less eps).
+    for (int64_t c = 0; c < d.c; ++c) {
+        double s = 0.0, s2 = 0.0;
+        for_each(Dims{d.n, 1, d.h, d.w}, [&](int64_t n, int64_t, int64_t i, int64_t j) {
+            const double z = (y.view.at(n, c, i, j) - beta[c]) / gamma[c];
+            s += z;
+            s2 += z * z;
+        });
+        CHECK(s / count == Approx(0.0).margin(1e-5));
+        CHECK(s2 / count == Approx(1.0).epsilon(1e-3));
+    }
+
+    std::vector<double> sum_dy(d.c, 0.0), sum_dy_xhat(d.c, 0.0);
+    bn.backward_statistics(x.view, r.view, mean.data(), inv_std.data(), sum_dy.data(), sum_dy_xhat.data());
+    dx.save();
+    bn.backward(x.view, r.view, mean.data(), inv_std.data(), gamma.data(), sum_dy.data(), sum_dy_xhat.data(), count,
+                dx.view);
+    CHECK(dx.changed_outside() == 0);
+    {
+        Dense xs(x.view), rs(r.view), ys(y.view), dxs(dx.view);
+        std::vector<double> sum(d.c, 0.0), sum_sq(d.c, 0.0), dense_dy(d.c, 0.0), dense_dy_xhat(d.c, 0.0);
+        bn.statistics(xs.view, sum.data(), sum_sq.data());
+        bn.forward(xs.view, mean.data(), inv_std.data(), gamma.data(), beta.data(), ys.view);
+        bn.backward_statistics(xs.view, rs.view, mean.data(), inv_std.data(), dense_dy.data(), dense_dy_xhat.data());
+        bn.backward(xs.view, rs.view, mean.data(), inv_std.data(), gamma.data(), dense_dy.data(), dense_dy_xhat.data(),
+                    count, dxs.view);
+        CHECK(to_vector(ys.view) == to_vector(y.view));
+        CHECK(to_vector(dxs.view) == to_vector(dx.view));
+        CHECK(dense_dy == sum_dy);
+        CHECK(dense_dy_xhat == sum_dy_xhat);
+    }
+
+    check_gradient("dx", to_vector(dx.view), numeric_gradient(x.view, objective));
+    check_gradient("dgamma", to_vector(sum_dy_xhat.data(), d.c), numeric_gradient(vector_view(gamma), objective));
+    check_gradient("dbeta", to_vector(sum_dy.data(), d.c), numeric_gradient(vector_view(beta), objective));
+}
+
+TEST_CASE("reference batchnorm: the local sums add into the caller's and split across tiles", "[reference]") {
+    std::mt19937 rng(7);
+    const Dims d{2, 3, 5, 4};
+    Tile x(d, rng), dy(d, rng);
+    BatchNormKernels& bn = *reference_kernels().batchnorm;
+    std::vector<float> mean{0.1f, -0.2f, 0.3f}, inv_std{1.5f, 0.8f, 2.0f};
+
+    std::vector<double> sum(3, 0.0), sum_sq(3, 0.0), sum_dy(3, 0.0), sum_dy_xhat(3, 0.0);
+    bn.statistics(x.view, sum.data(), sum_sq.data());
+    bn.backward_statistics(x.view, dy.view, mean.data(), inv_std.data(), sum_dy.data(), sum_dy_xhat.data());
+
+    // Two tiles of rows 0..1 and 2..4, into sums that already hold 1.
+    std::vector<double> split_sum(3, 1.0), split_sq(3, 1.0), split_dy(3, 1.0), split_dy_xhat(3, 1.0);
+    for (auto [row, rows] : {std::pair<int64_t, int64_t>{0, 2}, {2, 3}}) {
+        const Dims part{d.n, d.c, rows, d.w};
+        bn.statistics(x.view.sub(0, 0, row, 0, part), split_sum.data(), split_sq.data());
+        bn.backward_statistics(x.view.sub(0, 0, row, 0, part), dy.view.sub(0, 0, row, 0, part), mean.data(),
+                               inv_std.data(), split_dy.data(), split_dy_xhat.data());
+    }
+    for (int c = 0; c < 3; ++c) {
+        double s = 0.0, s2 = 0.0, g = 0.0, gx = 0.0;
+        for_each(Dims{d.n, 1, d.h, d.w}, [&](int64_t n, int64_t, int64_t i, int64_t j) {
+            const double v = x.view.at(n, c, i, j), dv = dy.view.at(n, c, i, j);
+            s += v;
+            s2 += v * v;
+            g += dv;
+            gx += dv * (v - mean[c]) * inv_std[c];
+        });
+        CHECK(sum[c] == Approx(s).margin(1e-9));
+        CHECK(sum_sq[c] == Approx(s2).margin(1e-9));
+        CHECK(sum_dy[c] == Approx(g).margin(1e-9));
+        CHECK(sum_dy_xhat[c] == Approx(gx).margin(1e-6));
+        CHECK(split_sum[c] - 1.0 == Approx(s).margin(1e-9));
+        CHECK(split_sq[c] - 1.0 == Approx(s2).margin(1e-9));
+        CHECK(split_dy[c] - 1.0 == Approx(g).margin(1e-9));
+        CHECK(split_dy_xhat[c] - 1.0 == Approx(gx).margin(1e-6));
+    }
+}
+
+TEST_CASE("reference batchnorm: hand-computed forward", "[reference]") {
+    BatchNormKernels& bn = *reference_kernels().batchnorm;
+    std::vector<float> xs{1, 2, 3, 4}, ys(4);
+    std::vector<double> sum(1, 0.0), sum_sq(1, 0.0);
+    bn.statistics(dense_view(xs.data(), {1, 1, 2, 2}), sum.data(), sum_sq.data());
+    CHECK(sum[0] == 10.0);
+    CHECK(sum_sq[0] == 30.0);
+    // mean 2.5, variance 1.25: x_hat = (x - 2.5) / sqrt(1.25); y = 2 x_hat + 1
+    const float mean = 2.5f, inv_std = static_cast<float>(1.0 / std::sqrt(1.25)), gamma = 2.0f, beta = 1.0f;
+    bn.forward(dense_view(xs.data(), {1, 1, 2, 2}), &mean, &inv_std, &gamma, &beta,
+               dense_view(ys.data(), {1, 1, 2, 2}));
+    CHECK(ys[0] == Approx(-1.6832816));
+    CHECK(ys[1] == Approx(0.1055728));
+    CHECK(ys[2] == Approx(1.8944272));
+    CHECK(ys[3] == Approx(3.6832816));
+}
+
+TEST_CASE("reference activation: relu and leaky relu", "[reference]") {
+    ActivationKernels& act = *reference_kernels().activation;
+    const float slope = GENERATE(0.0f, 0.1f);
+    CAPTURE(slope);
+
+    SECTION("forward by hand") {
+        std::vector<float> xs{-2.0f, -0.5f, 0.0f, 0.5f, 3.0f}, ys(5), dy{1, 2, 3, 4, 5}, dx(5);
+        act.forward(dense_view(xs.data(), {1, 5, 1, 1}), slope, dense_view(ys.data(), {1, 5, 1, 1}));
+        CHECK(ys == std::vector<float>{-2.0f * slope, -0.5f * slope, 0.0f, 0.5f, 3.0f});
+        // x = 0 is not above zero: it takes the slope, as PyTorch's relu gradient does.
+        act.backward(dense_view(xs.data(), {1, 5, 1, 1}), dense_view(dy.data(), {1, 5, 1, 1}), slope,
+                     dense_view(dx.data(), {1, 5, 1, 1}));
+        CHECK(dx == std::vector<float>{1 * slope, 2 * slope, 3 * slope, 4, 5});
+    }
+    SECTION("backward by finite differences") {
+        std::mt19937 rng(5);
+        const Dims d{2, 3, 3, 4};
+        Tile x(d, rng), y(d, rng), r(d, rng), dx(d, rng);
+        x.fill([&] { return off_zero(rng); });
+        auto objective = [&] {
+            act.forward(x.view, slope, y.view);
+            return dot(y.view, r.view);
+        };
+        y.save();
+        objective();
+        CHECK(y.changed_outside() == 0);
+        dx.save();
+        act.backward(x.view, r.view, slope, dx.view);
+        CHECK(dx.changed_outside() == 0);
+        Dense xs(x.view), rs(r.view), ys(y.view), dxs(dx.view);
+        act.forward(xs.view, slope, ys.view);
+        act.backward(xs.view, rs.view, slope, dxs.view);
+        CHECK(to_vector(ys.view) == to_vector(y.view));
+        CHECK(to_vector(dxs.view) == to_vector(dx.view));
+        check_gradient("dx", to_vector(dx.view), numeric_gradient(x.view, objective));
+    }
+}
+
+namespace {
+struct PoolCase {
+    int64_t n, c, out_h, out_w, kh, kw, sh, sw, dh, dw;
+};
+}  // namespace
+
+TEST_CASE("reference pool: backward is the transpose of forward", "[reference]") {
+    const PoolKind kind = GENERATE(PoolKind::max, PoolKind::average);
+    const PoolCase k = GENERATE(values<PoolCase>({
+        {2, 2, 3, 3, 2, 2, 2, 2, 1, 1},  // disjoint windows
+        {1, 3, 2, 3, 3, 3, 2, 2, 1, 1},  // overlapping 3x3 stride 2, odd input
+        {2, 1, 3, 2, 3, 2, 1, 1, 1, 1},  // non-square window, stride 1
+        {1, 2, 2, 2, 2, 2, 1, 1, 2, 2},  // dilation 2
+    }));
+    const Window win = make_window(k.kh, k.kw, k.sh, k.sw, k.dh, k.dw);
+    CAPTURE(kind == PoolKind::max, k.n, k.c, k.out_h, k.out_w, k.kh, k.kw, k.sh, k.sw, k.dh, k.dw);
+    std::mt19937 rng(42);
+    const Dims xd{k.n, k.c, win.input_extent(0, k.out_h), win.input_extent(1, k.out_w)}, yd{k.n, k.c, k.out_h, k.out_w};
+    Tile x(xd, rng), y(yd, rng), r(yd, rng), dx(xd, rng);
+    // Distinct values 0.05 apart: a step of 1e-2 never changes which element is a window's maximum.
+    std::vector<float> distinct(static_cast<std::size_t>(xd.elements()));
+    for (std::size_t i = 0; i < distinct.size(); ++i) distinct[i] = 0.05f * (float(i) - float(distinct.size()) / 2);
+    std::shuffle(distinct.begin(), distinct.end(), rng);
+    std::size_t next = 0;
+    x.fill([&] { return distinct[next++]; });
+    PoolKernels& pool = *reference_kernels().pool;
+
+    auto objective = [&] {
+        pool.forward(kind, x.view, y.view, win);
+        return dot(y.view, r.view);
+    };
+    y.save();
+    objective();
+    CHECK(y.changed_outside() == 0);
+    dx.save();
+    pool.backward(kind, x.view, r.view, dx.view, win);
+    CHECK(dx.changed_outside() == 0);
+    {
+        Dense xs(x.view), rs(r.view), ys(y.view), dxs(dx.view);
+        pool.forward(kind, xs.view, ys.view, win);
+        pool.backward(kind, xs.view, rs.view, dxs.view, win);
+        CHECK(to_vector(ys.view) == to_vector(y.view));
+        CHECK(to_vector(dxs.view) == to_vector(dx.view));
+    }
+    check_gradient("dx", to_vector(dx.view), numeric_gradient(x.view, objective));
+}
+
+TEST_CASE("reference pool: hand-computed values", "[reference]") {
+    PoolKernels& pool = *reference_kernels().pool;
+    std::vector<float> xs{1, 3, 2, 0,  //
+                          4, 2, 1, 5,  //
+                          0, 1, 7, 6,  //
+                          2, 8, 3, 3};
+    const ConstView x = dense_view(xs.data(), {1, 1, 4, 4});
+    const Window w2 = make_window(2, 2, 2, 2, 1, 1);
+    std::vector<float> ys(4), dy{1, 2, 3, 4}, dx(16, -1.0f);
+
+    SECTION("max") {
+        pool.forward(PoolKind::max, x, dense_view(ys.data(), {1, 1, 2, 2}), w2);
+        CHECK(ys == std::vector<float>{4, 5, 8, 7});
+        pool.backward(PoolKind::max, x, dense_view(dy.data(), {1, 1, 2, 2}), dense_view(dx.data(), {1, 1, 4, 4}), w2);
+        CHECK(dx == std::vector<float>{0, 0, 0, 0, 1, 0, 0, 2, 0, 0, 4, 0, 0, 3, 0, 0});
+    }
+    SECTION("average divides by the window") {
+        pool.forward(PoolKind::average, x, dense_view(ys.data(), {1, 1, 2, 2}), w2);
+        CHECK(ys == std::vector<float>{2.5f, 2.0f, 2.75f, 4.75f});
+        pool.backward(PoolKind::average, x, dense_view(dy.data(), {1, 1, 2, 2}), dense_view(dx.data(), {1, 1, 4, 4}),
+                      w2);
+        CHECK(dx == std::vector<float>{0.25f, 0.25f, 0.5f, 0.5f, 0.25f, 0.25f, 0.5f, 0.5f,  //
+                                       0.75f, 0.75f, 1.0f, 1.0f, 0.75f, 0.75f, 1.0f, 1.0f});
+    }
+    SECTION("max routes ties to the first maximum in scan order") {
+        std::vector<float> ties{5, 5, 1, 6,  //
+                                5, 5, 6, 0};
+        std::vector<float> y2(2), dy2{1, 2}, dx2(8, -1.0f);
+        pool.forward(PoolKind::max, dense_view(ties.data(), {1, 1, 2, 4}), dense_view(y2.data(), {1, 1, 1, 2}), w2);
+        CHECK(y2 == std::vector<float>{5, 6});
+        pool.backward(PoolKind::max, dense_view(ties.data(), {1, 1, 2, 4}), dense_view(dy2.data(), {1, 1, 1, 2}),
+                      dense_view(dx2.data(), {1, 1, 2, 4}), w2);
+        CHECK(dx2 == std::vector<float>{1, 0, 0, 2, 0, 0, 0, 0});
+    }
+    SECTION("overlapping windows add their gradients") {
+        // 3x1 windows, stride 1, over a column 1, 9, 2, 3: both windows containing 9 send it their gradient.
+        std::vector<float> col{1, 9, 2, 3}, dy2{1, 10}, dx2(4, -1.0f);
+        const Window w31 = make_window(3, 1, 1, 1, 1, 1);
+        pool.backward(PoolKind::max, dense_view(col.data(), {1, 1, 4, 1}), dense_view(dy2.data(), {1, 1, 2, 1}),
+                      dense_view(dx2.data(), {1, 1, 4, 1}), w31);
+        CHECK(dx2 == std::vector<float>{0, 11, 0, 0});
+    }
+}
+
+TEST_CASE("reference pool: padding in the margins", "[reference]") {
+    PoolKernels& pool = *reference_kernels().pool;
+    const Window w3 = make_window(3, 3, 2, 2, 1, 1);
+    std::mt19937 rng(3);
+
+    SECTION("max with -infinity margins: 3x3 stride 2 over 5x5 padded by 1") {
+        Tensor x({2, 2, 5, 5}, {1, 1, 1, 1});
+        std::vector<float> distinct(100);
+        for (std::size_t i = 0; i < distinct.size(); ++i) distinct[i] = 0.05f * float(i) - 2.5f;
+        std::shuffle(distinct.begin(), distinct.end(), rng);
+        std::size_t next = 0;
+        for_each(x.dims(), [&](int64_t n, int64_t c, int64_t i, int64_t j) { x.at(n, c, i, j) = distinct[next++]; });
+        x.fill_margins(-std::numeric_limits<float>::infinity());
+        Tile y({2, 2, 3, 3}, rng), r({2, 2, 3, 3}, rng);
+        Tensor dx({2, 2, 5, 5}, {1, 1, 1, 1});
+        dx.fill(-1.0f);
+
+        auto objective = [&] {
+            pool.forward(PoolKind::max, x.padded(), y.view, w3);
+            return dot(y.view, r.view);
+        };
+        objective();
+        // Against the maximum over the window clipped to the interior, computed independently.
+        for_each(y.view.dims, [&](int64_t n, int64_t c, int64_t i, int64_t j) {
+            float best = -std::numeric_limits<float>::infinity();
+            for (int64_t a = std::max<int64_t>(0, 2 * i - 1); a <= std::min<int64_t>(4, 2 * i + 1); ++a)
+                for (int64_t b = std::max<int64_t>(0, 2 * j - 1); b <= std::min<int64_t>(4, 2 * j + 1); ++b)
+                    best = std::max(best, x.at(n, c, a, b));
+            CHECK(y.view.at(n, c, i, j) == best);
+        });
+        pool.backward(PoolKind::max, x.padded(), r.view, dx.padded(), w3);
+        int64_t nonzero_margin = 0;
+        for_each(dx.padded_dims(), [&](int64_t n, int64_t c, int64_t i, int64_t j) {
+            const bool margin = i == 0 || j == 0 || i == 6 || j == 6;
+            if (margin && dx.padded().at(n, c, i, j) != 0.0f) ++nonzero_margin;
+        });
+        CHECK(nonzero_margin == 0);
+        check_gradient("dx", to_vector(dx.padded()), numeric_gradient(x.padded(), objective));
+    }
+    SECTION("average with zero margins counts the padding") {
+        Tensor x({1, 1, 5, 5}, {1, 1, 1, 1});
+        x.fill(1.0f);
+        x.fill_margins(0.0f);
+        std::vector<float> ys(9);
+        pool.forward(PoolKind::average, x.padded(), dense_view(ys.data(), {1, 1, 3, 3}), w3);
+        const std::vector<float> expected{4, 6, 4, 6, 9, 6, 4, 6, 4};
+        for (std::size_t i = 0; i < ys.size(); ++i) CHECK(ys[i] == Approx(expected[i] / 9.0f));
+    }
+}
+
+TEST_CASE("reference pool: global average pooling by global_sum and broadcast", "[reference]") {
+    std::mt19937 rng(11);
+    const Dims d{2, 3, 3, 4};
+    Tile x(d, rng), dx(d, rng);
+    std::vector<float> r(6);
+    for (float& v : r) v = uniform(rng, -1, 1);
+    PoolKernels& pool = *reference_kernels().pool;
+    const double area = double(d.h * d.w);
+
+    // global_sum adds into what the sums hold, and two column tiles give the whole.
+    std::vector<double> sums(6, 0.5), split(6, 0.0);
+    pool.global_sum(x.view, sums.data());
+    pool.global_sum(x.view.sub(0, 0, 0, 0, {2, 3, 3, 1}), split.data());
+    pool.global_sum(x.view.sub(0, 0, 0, 1, {2, 3, 3, 3}), split.data());
+    for (int64_t n = 0; n < 2; ++n)
+        for (int64_t c = 0; c < 3; ++c) {
+            double s = 0.0;
+            for (int64_t i = 0; i < d.h; ++i)
+                for (int64_t j = 0; j < d.w; ++j) s += x.view.at(n, c, i, j);
+            CHECK(sums[n * 3 + c] - 0.5 == Approx(s).margin(1e-9));
+            CHECK(split[n * 3 + c] == Approx(s).margin(1e-9));
+        }
+
+    auto objective = [&] {
+        std::vector<double> s(6, 0.0);
+        pool.global_sum(x.view, s.data());
+        double loss = 0.0;
+        for (std::size_t i = 0; i < s.size(); ++i) loss += float(s[i] / area) * double(r[i]);
+        return loss;
+    };
+    dx.save();
+    pool.broadcast(r.data(), static_cast<float>(1.0 / area), dx.view);
+    CHECK(dx.changed_outside() == 0);
+    CHECK(dx.view.at(1, 2, 2, 3) == Approx(r[5] / 12.0f));
+    check_gradient("dx", to_vector(dx.view), numeric_gradient(x.view, objective));
+}
+
+namespace {
+struct FcCase {
+    int64_t n, c, h, w, k;
+};
+}  // namespace
+
+TEST_CASE("reference fc: backward is the transpose of forward", "[reference]") {
+    const FcCase k = GENERATE(values<FcCase>({{2, 3, 2, 3, 4}, {3, 5, 1, 1, 2}, {1, 2, 3, 1, 3}}));
+    CAPTURE(k.n, k.c, k.h, k.w, k.k);
+    std::mt19937 rng(8);
+    const Dims xd{k.n, k.c, k.h, k.w}, yd{k.n, k.k, 1, 1}, wd{k.k, k.c * k.h * k.w, 1, 1};
+    Tile x(xd, rng), w(wd, rng), y(yd, rng), r(yd, rng), dx(xd, rng), dw(wd, rng);
+    std::vector<float> bias(static_cast<std::size_t>(k.k));
+    for (float& b : bias) b = uniform(rng, -1, 1);
+    FcKernels& fc = *reference_kernels().fc;
+
+    auto objective = [&] {
+        fc.forward(x.view, w.view, bias.data(), y.view);
+        return dot(y.view, r.view);
+    };
+    y.save();
+    objective();
+    CHECK(y.changed_outside() == 0);
+    dx.save();
+    fc.backward_data(r.view, w.view, dx.view);
+    CHECK(dx.changed_outside() == 0);
+    std::vector<float> db(bias.size() + 2, 7.0f);
+    dw.save();
+    fc.backward_weights(x.view, r.view, dw.view, db.data() + 1);
+    CHECK(dw.changed_outside() == 0);
+    CHECK(db.front() == 7.0f);
+    CHECK(db.back() == 7.0f);
+
+    {
+        Dense xs(x.view), ws(w.view), rs(r.view), ys(y.view), dxs(dx.view), dws(dw.view);
+        fc.forward(xs.view, ws.view, bias.data(), ys.view);
+        fc.backward_data(rs.view, ws.view, dxs.view);
+        fc.backward_weights(xs.view, rs.view, dws.view, nullptr);
+        CHECK(to_vector(ys.view) == to_vector(y.view));
+        CHECK(to_vector(dxs.view) == to_vector(dx.view));
+        CHECK(to_vector(dws.view) == to_vector(dw.view));
+    }
+
+    check_gradient("dx", to_vector(dx.view), numeric_gradient(x.view, objective));
+    check_gradient("dw", to_vector(dw.view), numeric_gradient(w.view, objective));
+    check_gradient("db", to_vector(db.data() + 1, k.k), numeric_gradient(vector_view(bias), objective));
+}
+
+TEST_CASE("reference fc: hand-computed outputs", "[reference]") {
+    FcKernels& fc = *reference_kernels().fc;
+    SECTION("a matrix product with bias") {
+        std::vector<float> xs{1, 2, 3}, ws{1, 0, -1, 2, 1, 0}, bias{0.5f, -1.0f}, ys(2);
+        fc.forward(dense_view(xs.data(), {1, 3, 1, 1}), dense_view(ws.data(), {2, 3, 1, 1}), bias.data(),
+                   dense_view(ys.data(), {1, 2, 1, 1}));
+        CHECK(ys == std::vector<float>{-1.5f, 3.0f});
+    }
+    SECTION("x flattens c, h, w in order") {
+        std::vector<float> xs{1, 2, 3, 4, 5, 6, 7, 8}, ws{1, 10, 100, 1000}, ys(2);
+        // Two samples of {C=2, H=1, W=2}: features (c0,w0), (c0,w1), (c1,w0), (c1,w1).
+        fc.forward(dense_view(xs.data(), {2, 2, 1, 2}), dense_view(ws.data(), {1, 4, 1, 1}), nullptr,
+                   dense_view(ys.data(), {2, 1, 1, 1}));
+        CHECK(ys == std::vector<float>{4321.0f, 8765.0f});
+        std::vector<float> dy{1, 2}, dx(8), dw(4);
+        fc.backward_data(dense_view(dy.data(), {2, 1, 1, 1}), dense_view(ws.data(), {1, 4, 1, 1}),
+                         dense_view(dx.data(), {2, 2, 1, 2}));
+        CHECK(dx == std::vector<float>{1, 10, 100, 1000, 2, 20, 200, 2000});
+        fc.backward_weights(dense_view(xs.data(), {2, 2, 1, 2}), dense_view(dy.data(), {2, 1, 1, 1}),
+                            dense_view(dw.data(), {1, 4, 1, 1}), nullptr);
+        CHECK(dw == std::vector<float>{11, 14, 17, 20});
+    }
+}
+
+TEST_CASE("reference eltwise: add, copy, accumulate on strided views", "[reference]") {
+    std::mt19937 rng(21);
+    const Dims d{2, 3, 4, 5};
+    Tile a(d, rng), b(d, rng), c(d, rng), y(d, rng);
+    EltwiseKernels& elt = *reference_kernels().eltwise;
+    const std::vector<double> va = to_vector(a.view), vb = to_vector(b.view), vc = to_vector(c.view),
+                              vy = to_vector(y.view);
+    auto check_all = [&](const std::vector<double>& got, auto expected) {
+        int64_t bad = 0;
+        for (std::size_t i = 0; i < got.size(); ++i)
+            if (std::abs(got[i] - expected(i)) > 1e-6) ++bad;
+        CHECK(bad == 0);
+    };
+
+    SECTION("add") {
+        y.save();
+        elt.add({a.view, b.view, c.view}, y.view);
+        CHECK(y.changed_outside() == 0);
+        check_all(to_vector(y.view), [&](std::size_t i) { return va[i] + vb[i] + vc[i]; });
+    }
+    SECTION("add in place") {
+        a.save();
+        elt.add({a.view, b.view}, a.view);
+        CHECK(a.changed_outside() == 0);
+        check_all(to_vector(a.view), [&](std::size_t i) { return va[i] + vb[i]; });
+    }
+    SECTION("copy into a channel range, as concat does") {
+        Tile wide({2, 7, 4, 5}, rng);
+        wide.save();
+        elt.copy(a.view, wide.view.sub(0, 2, 0, 0, d));
+        check_all(to_vector(wide.view.sub(0, 2, 0, 0, d)), [&](std::size_t i) { return va[i]; });
+        // Channels 0, 1, 5, 6 of the wide view keep their values.
+        int64_t changed = 0;
+        for_each(wide.view.dims, [&](int64_t n, int64_t ch, int64_t i, int64_t j) {
+            const auto offset = static_cast<std::size_t>(&wide.view.at(n, ch, i, j) - wide.storage.data());
+            if ((ch < 2 || ch >= 5) && wide.view.at(n, ch, i, j) != wide.saved[offset]) ++changed;
+        });
+        CHECK(changed == 0);
+        CHECK(wide.changed_outside() == 0);
+    }
+    SECTION("accumulate") {
+        y.save();
+        elt.accumulate(a.view, y.view);
+        CHECK(y.changed_outside() == 0);
+        check_all(to_vector(y.view), [&](std::size_t i) { return vy[i] + va[i]; });
+    }
+}
+
+TEST_CASE("reference eltwise: sgd with momentum and weight decay, two steps by hand", "[reference]") {
+    EltwiseKernels& elt = *reference_kernels().eltwise;
+    std::vector<float> w{1.0f, -2.0f}, m{0.0f, 0.5f};
+    const std::vector<float> g{0.5f, 1.0f};
+    elt.sgd(w.data(), m.data(), g.data(), 2, 0.1f, 0.9f, 0.01f);
+    // w0: g' = 0.5 + 0.01 * 1 = 0.51; m = 0.51; w = 1 - 0.051 = 0.949
+    // w1: g' = 1 + 0.01 * -2 = 0.98; m = 0.45 + 0.98 = 1.43; w = -2 - 0.143 = -2.143
+    CHECK(m[0] == Approx(0.51));
+    CHECK(w[0] == Approx(0.949));
+    CHECK(m[1] == Approx(1.43));
+    CHECK(w[1] == Approx(-2.143));
+    elt.sgd(w.data(), m.data(), g.data(), 2, 0.1f, 0.9f, 0.01f);
+    // w0: g' = 0.5 + 0.00949 = 0.50949; m = 0.459 + 0.50949 = 0.96849; w = 0.949 - 0.096849 = 0.852151
+    // w1: g' = 1 - 0.02143 = 0.97857; m = 1.287 + 0.97857 = 2.26557; w = -2.143 - 0.226557 = -2.369557
+    CHECK(m[0] == Approx(0.96849));
+    CHECK(w[0] == Approx(0.852151));
+    CHECK(m[1] == Approx(2.26557));
+    CHECK(w[1] == Approx(-2.369557));
+
+    // No momentum, no decay: plain gradient descent; count limits the update.
+    std::vector<float> w2{1.0f, 1.0f}, m2{0.0f, 0.0f};
+    elt.sgd(w2.data(), m2.data(), g.data(), 1, 0.5f, 0.0f, 0.0f);
+    CHECK(w2[0] == Approx(0.75));
+    CHECK(w2[1] == 1.0f);
+    CHECK(m2[1] == 0.0f);
+}
+
+namespace {
+LabelView label_view(const std::vector<std::int32_t>& labels, Dims d) {
+    return LabelView{labels.data(), d, d.c * d.h * d.w, d.h * d.w, d.w};
+}
+}  // namespace
+
+TEST_CASE("reference loss: cross-entropy by hand", "[reference]") {
+    LossKernels& loss = *reference_kernels().loss;
+    // Sample 0: logits 1, 2, 3, label 2; sample 1: logits 0, 0, 0, label 0.
+    std::vector<float> logits{1, 2, 3, 0, 0, 0}, dlogits(6);
+    const std::vector<std::int32_t> labels{2, 0};
+    const double lse = std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0));
+    const double total = loss.cross_entropy(dense_view(logits.data(), {2, 3, 1, 1}), label_view(labels, {2, 1, 1, 1}),
+                                            0.5f, dense_view(dlogits.data(), {2, 3, 1, 1}));
+    CHECK(total == Approx((lse - 3.0) + std::log(3.0)));
+    CHECK(total == Approx(0.4076059644 + 1.0986122887));
+    for (int k = 0; k < 3; ++k) {
+        CHECK(dlogits[k] == Approx(0.5 * (std::exp(k + 1.0 - lse) - (k == 2 ? 1.0 : 0.0))));
+        CHECK(dlogits[3 + k] == Approx(0.5 * (1.0 / 3.0 - (k == 0 ? 1.0 : 0.0))));
+    }
+    // Without dlogits only the loss; large logits do not overflow: log(e^1000 + e^1001) - 1000 = log(1 + e).
+    std::vector<float> big{1000.0f, 1001.0f};
+    const std::vector<std::int32_t> zero{0};
+    CHECK(loss.cross_entropy(dense_view(big.data(), {1, 2, 1, 1}), label_view(zero, {1, 1, 1, 1}), 1.0f, View{}) ==
+          Approx(std::log(1.0 + std::exp(1.0))));
+}
+
+TEST_CASE("reference loss: cross-entropy gradient by finite differences", "[reference]") {
+    const Dims d = GENERATE(Dims{3, 5, 1, 1}, Dims{2, 4, 3, 2});  // classification and per pixel
+    CAPTURE(d.n, d.c, d.h, d.w);
+    std::mt19937 rng(17);
+    Tile logits(d, rng, -2.0f, 2.0f), dlogits(d, rng);
+    std::vector<std::int32_t> labels(static_cast<std::size_t>(d.n * d.h * d.w));
+    for (auto& l : labels) l = static_cast<std::int32_t>(rng() % d.c);
+    const LabelView lv = label_view(labels, {d.n, 1, d.h, d.w});
+    LossKernels& loss = *reference_kernels().loss;
+    auto objective = [&] { return loss.cross_entropy(logits.view, lv, 1.0f, View{}); };
+
+    dlogits.save();
+    const double total = loss.cross_entropy(logits.view, lv, 1.0f, dlogits.view);
+    CHECK(dlogits.changed_outside() == 0);
+    CHECK(total == Approx(objective()));
+    // The loss and its gradient written out independently, pixel by pixel, so that a kernel reading the
+    // wrong label or pixel (which finite differences of itself cannot see) is caught.
+    double expected = 0.0;
+    int64_t wrong_gradient = 0;
+    for_each(Dims{d.n, 1, d.h, d.w}, [&](int64_t n, int64_t, int64_t i, int64_t j) {
+        const std::int32_t label = labels[static_cast<std::size_t>((n * d.h + i) * d.w + j)];
+        double sum_exp = 0.0;
+        for (int64_t k = 0; k < d.c; ++k) sum_exp += std::exp(double(logits.view.at(n, k, i, j)));
+        expected += std::log(sum_exp) - logits.view.at(n, label, i, j);
+        for (int64_t k = 0; k < d.c; ++k) {
+            const double g = std::exp(double(logits.view.at(n, k, i, j))) / sum_exp - (k == label ? 1.0 : 0.0);
+            if (std::abs(dlogits.view.at(n, k, i, j) - g) > 1e-6) ++wrong_gradient;
+        }
+    });
+    CHECK(total == Approx(expected).epsilon(1e-9));
+    CHECK(wrong_gradient == 0);
+    // A sum over samples and pixels: each loss is positive and below log(K) + 4 (logits in [-2, 2]).
+    CHECK(total > 0.0);
+    CHECK(total < double(labels.size()) * (std::log(double(d.c)) + 4.0));
+    check_gradient("dlogits", to_vector(dlogits.view), numeric_gradient(logits.view, objective));
+
+    // scale multiplies the gradient and leaves the loss alone.
+    const std::vector<double> unscaled = to_vector(dlogits.view);
+    CHECK(loss.cross_entropy(logits.view, lv, 0.25f, dlogits.view) == Approx(total));
+    const std::vector<double> scaled = to_vector(dlogits.view);
+    for (std::size_t i = 0; i < scaled.size(); ++i) CHECK(scaled[i] == Approx(0.25 * unscaled[i]).margin(1e-7));
+}
+
+TEST_CASE("reference kernels: mismatched views are internal errors", "[reference]") {
+    std::vector<float> buffer(64, 1.0f), out(64), ws(9, 1.0f);
+    const Kernels k = reference_kernels();
+    // A 3x3 convolution to 2x2 reads 4x4; a 5x5 input means the caller sized the views wrongly.
+    CHECK_THROWS_AS(k.conv->forward(dense_view(buffer.data(), {1, 1, 5, 5}), dense_view(ws.data(), {1, 1, 3, 3}),
+                                    nullptr, dense_view(out.data(), {1, 1, 2, 2}), make_window(3, 3, 1, 1, 1, 1)),
+                    dsl::InternalError);
+    CHECK_THROWS_AS(
+        k.activation->forward(dense_view(buffer.data(), {1, 2, 2, 2}), 0.0f, dense_view(out.data(), {1, 2, 2, 3})),
+        dsl::InternalError);
+    const std::vector<std::int32_t> labels{3};
+    CHECK_THROWS_AS(
+        k.loss->cross_entropy(dense_view(buffer.data(), {1, 3, 1, 1}), label_view(labels, {1, 1, 1, 1}), 1.0f, View{}),
+        dsl::InternalError);
+}

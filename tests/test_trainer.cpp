@@ -1,0 +1,165 @@
+// The trainer end to end on one process: whole-network gradients against finite differences, the CPU
+// kernels against the reference ones, determinism, and a decreasing loss.
+#include <dsl/backend/trainer.hpp>
+#include <dsl/frontend/parse.hpp>
+#include <dsl/frontend/passes.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+using namespace dsl;
+using namespace dsl::backend;
+
+namespace {
+
+// Inputs and labels from a hash of the global index, so any tile of them is the same numbers.
+class HashData : public DataSource {
+public:
+    explicit HashData(std::uint64_t seed) : seed_(seed) {}
+
+    void inputs(const frontend::Layer&, std::int64_t first, std::int64_t y0, std::int64_t x0, View t) override {
+        for (std::int64_t n = 0; n < t.dims.n; ++n)
+            for (std::int64_t c = 0; c < t.dims.c; ++c)
+                for (std::int64_t y = 0; y < t.dims.h; ++y)
+                    for (std::int64_t x = 0; x < t.dims.w; ++x)
+                        t.at(n, c, y, x) = value(first + n, c, y0 + y, x0 + x);
+    }
+    void labels(const frontend::Layer&, std::int64_t first, std::int64_t y0, std::int64_t x0,
+                BasicView<std::int32_t> t) override {
+        for (std::int64_t n = 0; n < t.dims.n; ++n)
+            for (std::int64_t y = 0; y < t.dims.h; ++y)
+                for (std::int64_t x = 0; x < t.dims.w; ++x)
+                    t.at(n, 0, y, x) = value(first + n, 7, y0 + y, x0 + x) > 0 ? 1 : 0;
+    }
+
+private:
+    float value(std::int64_t n, std::int64_t c, std::int64_t y, std::int64_t x) const {
+        std::uint64_t h = seed_ * 0x9e3779b97f4a7c15ull ^ static_cast<std::uint64_t>(((n * 31 + c) * 1009 + y) * 1013 + x);
+        h ^= h >> 33;
+        h *= 0xff51afd7ed558ccdull;
+        h ^= h >> 33;
+        return static_cast<float>(static_cast<double>(h % 20001) / 10000.0 - 1.0);
+    }
+    std::uint64_t seed_;
+};
+
+struct Loaded {
+    SourceManager sources;
+    Diagnostics diags;
+    frontend::Network net;
+
+    explicit Loaded(const std::string& text) {
+        auto file = frontend::parse_net(*sources.add("t.net", text), diags);
+        REQUIRE(file);
+        auto n = frontend::elaborate(*file, {}, diags);
+        REQUIRE(n);
+        REQUIRE(frontend::infer_shapes(*n, diags));
+        net = std::move(*n);
+    }
+};
+
+// Every kind of layer but batch norm (whose training statistics make a finite difference of one weight
+// move every output): stride and padding, overlapping max pooling, average pooling, a residual add, a
+// concat, global pooling and a fully connected head.
+const char* small_net = R"(
+input x [N, 2, 9, 7]
+label y [N]
+c1 = conv(3, kernel = 3, stride = 2, pad = 1)
+r1 = leaky_relu(slope = 0.1)
+c2 = conv(3, kernel = [3, 1], pad = [1, 0], dilation = 1)
+s = add from r1, c2
+p = maxpool(kernel = 3, stride = 1, pad = 1)
+q = avgpool(kernel = 2, stride = 2) from s
+cat = concat from p, s
+c3 = conv(4, kernel = 1, bias = false) from cat
+g = global_avgpool
+f = fc(3)
+loss = softmax_cross_entropy from f, y
+)";
+
+double loss_at(const frontend::Network& net, Kernels k, std::vector<std::vector<float>>* weights, HashData& data) {
+    TrainConfig cfg;
+    cfg.batch = 3;
+    cfg.lr = 0.0;
+    Trainer t(net, k, cfg);
+    if (weights) {
+        auto st = t.state();
+        for (std::size_t i = 0; i < weights->size(); ++i) std::copy((*weights)[i].begin(), (*weights)[i].end(), st[i].data);
+    }
+    return t.step(data, 0);
+}
+
+}  // namespace
+
+TEST_CASE("whole-network gradients agree with finite differences", "[trainer]") {
+    Loaded l(small_net);
+    HashData data(3);
+    const Kernels k = reference_kernels();
+    // With lr = 1 and no momentum or decay, one step subtracts the gradient: g = w0 - w1.
+    TrainConfig cfg;
+    cfg.batch = 3;
+    cfg.lr = 1.0;
+    cfg.momentum = 0.0;
+    Trainer t(l.net, k, cfg);
+    std::vector<std::vector<float>> w0;
+    for (const auto& s : t.state()) w0.emplace_back(s.data, s.data + s.size);
+    t.step(data, 0);
+    const auto st = t.state();
+    int checked = 0;
+    for (std::size_t i = 0; i < st.size(); ++i) {
+        if (st[i].name.find("momentum") != std::string::npos) continue;
+        for (std::int64_t j = 0; j < st[i].size; j += std::max<std::int64_t>(1, st[i].size / 5)) {
+            const double grad = w0[i][static_cast<std::size_t>(j)] - st[i].data[j];
+            const float eps = 2e-3f;  // small enough not to cross a ReLU kink or change a max
+            auto plus = w0, minus = w0;
+            plus[i][static_cast<std::size_t>(j)] += eps;
+            minus[i][static_cast<std::size_t>(j)] -= eps;
+            const double fd = (loss_at(l.net, k, &plus, data) - loss_at(l.net, k, &minus, data)) / (2 * eps);
+            INFO(st[i].name << "[" << j << "] gradient " << grad << " finite difference " << fd);
+            CHECK(grad == Approx(fd).margin(2e-3).epsilon(2e-2));
+            ++checked;
+        }
+    }
+    CHECK(checked > 20);
+}
+
+TEST_CASE("the CPU kernels train like the reference kernels", "[trainer]") {
+    Loaded l(small_net);
+    TrainConfig cfg;
+    cfg.batch = 3;
+    cfg.lr = 0.05;
+    Trainer ref(l.net, reference_kernels(), cfg), cpu(l.net, cpu_kernels(), cfg);
+    HashData data(5);
+    for (int step = 0; step < 4; ++step) {
+        const double a = ref.step(data, step * 3), b = cpu.step(data, step * 3);
+        CHECK(b == Approx(a).epsilon(1e-4));
+    }
+    const auto sa = ref.state(), sb = cpu.state();
+    REQUIRE(sa.size() == sb.size());
+    for (std::size_t i = 0; i < sa.size(); ++i) {
+        INFO(sa[i].name);
+        for (std::int64_t j = 0; j < sa[i].size; ++j) REQUIRE(sb[i].data[j] == Approx(sa[i].data[j]).margin(1e-4));
+    }
+}
+
+TEST_CASE("training the tiny mesh network lowers the loss, the same on every run", "[trainer]") {
+    SourceManager sources;
+    Diagnostics diags;
+    auto net = frontend::load_network(std::string(DSL_SOURCE_DIR) + "/samples/mesh_tiny.net", sources, diags);
+    REQUIRE(net);
+    auto run = [&] {
+        TrainConfig cfg;
+        cfg.batch = 4;
+        cfg.lr = 0.05;
+        cfg.seed = 11;
+        Trainer t(net->net, cpu_kernels(), cfg);
+        HashData data(1);
+        std::vector<double> losses;
+        for (int step = 0; step < 8; ++step) losses.push_back(t.step(data, 0));  // the same 4 samples
+        return losses;
+    };
+    const auto first = run(), second = run();
+    CHECK(first == second);
+    CHECK(first.back() < 0.8 * first.front());
+}
