@@ -122,6 +122,8 @@ int run_training(const RunOptions& o) {
     using clock = std::chrono::steady_clock;
     const auto start = clock::now();
     double last_loss = 0.0;
+    const std::int64_t every = o.steps <= 50 ? 1 : o.steps / 25;
+    const bool progress = o.steps > 50 && stderr_color();
     for (std::int64_t step = first_step; step < first_step + o.steps; ++step) {
         const auto t0 = clock::now();
         last_loss = trainer.step(*data, step * cfg.batch);
@@ -131,9 +133,18 @@ int run_training(const RunOptions& o) {
                                      step + 1);
             return user_error;
         }
-        std::cout << fmt::format("step {:>5}  loss {:.6f}  {:.3f} s  {:.1f} samples/s\n", step + 1, last_loss, seconds,
-                                 static_cast<double>(cfg.batch) / seconds)
-                  << std::flush;
+        // Long runs print every `every`-th step, and on a terminal a progress line with the time left.
+        const std::int64_t done = step + 1 - first_step;
+        if (done % every == 0 || done == o.steps || done == 1)
+            std::cout << fmt::format("step {:>5}  loss {:.6f}  {:.3f} s  {:.1f} samples/s\n", step + 1, last_loss,
+                                     seconds, static_cast<double>(cfg.batch) / seconds)
+                      << std::flush;
+        if (progress && done < o.steps) {
+            const double elapsed = std::chrono::duration<double>(clock::now() - start).count();
+            std::cerr << fmt::format("\r{:>5}/{} steps, {:.0f} s left ", done, o.steps,
+                                     elapsed / static_cast<double>(done) * static_cast<double>(o.steps - done))
+                      << std::flush;
+        }
         if (log)
             *log << nlohmann::json{{"step", step + 1},
                                    {"loss", last_loss},
@@ -143,6 +154,7 @@ int run_training(const RunOptions& o) {
                  << "\n"
                  << std::flush;
     }
+    if (progress) std::cerr << "\r" << std::string(40, ' ') << "\r";
     const double total = std::chrono::duration<double>(clock::now() - start).count();
     std::cout << fmt::format("{} steps in {:.2f} s: {:.2f} steps/s, {:.1f} samples/s; peak memory {:.1f} MiB\n",
                              o.steps, total, static_cast<double>(o.steps) / total,

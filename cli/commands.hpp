@@ -20,7 +20,7 @@ void setup_print(CLI::App& app, Action& action);
 void setup_run(CLI::App& app, Action& action);
 void setup_planned(CLI::App& app, Action& action);  // schedule, explain, compare, calibrate
 
-// Whether diagnostics on stderr get colour: only on a terminal, never with NO_COLOR set.
+// Whether stderr is a terminal that takes colour and progress lines (never with NO_COLOR set).
 bool stderr_color();
 
 }  // namespace dsl::cli

@@ -93,6 +93,7 @@ struct Trainer::Impl {
     std::vector<Slot> slots;
     std::vector<double> sums_a, sums_b;  // per-channel reductions
     std::vector<float> scratch_values;
+    std::vector<float> scratch;  // gradients of tensors with several readers, before they are added
 
     Impl(const frontend::Network& n, Kernels kernels, TrainConfig c) : net(n), k(kernels), config(c) {
         slots.resize(net.layers.size());
@@ -327,8 +328,9 @@ struct Trainer::Impl {
             compute(target);
             return;
         }
-        Tensor scratch(dims);
-        compute(scratch.interior());
+        scratch.resize(static_cast<std::size_t>(dims.elements()));
+        const View computed = dense_view(scratch.data(), dims);
+        compute(computed);
         // Only the part over the interior is a gradient here; the part over the margins is padding's.
         const Margins& m = in.need;
         const Dims interior = in.dy.dims();
@@ -336,7 +338,7 @@ struct Trainer::Impl {
         const std::int64_t x0 = std::max(x, m.left), x1 = std::min(x + dims.w, m.left + interior.w);
         if (y1 <= y0 || x1 <= x0) return;
         const Dims overlap{dims.n, dims.c, y1 - y0, x1 - x0};
-        k.eltwise->accumulate(scratch.interior().sub(0, 0, y0 - y, x0 - x, overlap),
+        k.eltwise->accumulate(computed.sub(0, 0, y0 - y, x0 - x, overlap),
                               in.dy.padded().sub(0, 0, y0, x0, overlap));
     }
 
