@@ -3,6 +3,8 @@
 
 #include "languages.hpp"
 
+#include <dsl/frontend/passes.hpp>
+
 #include <catch2/catch.hpp>
 
 #include <memory>
@@ -40,5 +42,22 @@ void check_round_trip(const std::string& text, const std::string& path) {
     CHECK(tree_json(*second->file) == tree_json(*first->file));
     CHECK(print_tree(*second->file) == printed);
 }
+
+// A checked network from text: parsed, elaborated (without imports) and its shapes inferred.
+struct NetworkFromText {
+    SourceManager sources;
+    Diagnostics diags;
+    frontend::Network net;
+
+    explicit NetworkFromText(const std::string& text) {
+        auto file = frontend::parse_net(*sources.add("t.net", text), diags);
+        INFO(diags.text());
+        REQUIRE(file);
+        auto n = frontend::elaborate(*file, {}, diags);
+        REQUIRE(n);
+        REQUIRE(frontend::infer_shapes(*n, diags));
+        net = std::move(*n);
+    }
+};
 
 }  // namespace dsl::test

@@ -7,6 +7,8 @@
 #include <dsl/frontend/parse.hpp>
 #include <dsl/frontend/passes.hpp>
 
+#include "support.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -86,20 +88,7 @@ std::string open_error(const std::string& path) {
     return error;
 }
 
-struct Loaded {
-    SourceManager sources;
-    Diagnostics diags;
-    frontend::Network net;
-
-    explicit Loaded(const std::string& text) {
-        auto file = frontend::parse_net(*sources.add("t.net", text), diags);
-        REQUIRE(file);
-        auto n = frontend::elaborate(*file, {}, diags);
-        REQUIRE(n);
-        REQUIRE(frontend::infer_shapes(*n, diags));
-        net = std::move(*n);
-    }
-};
+using Loaded = test::NetworkFromText;
 
 }  // namespace
 

@@ -296,3 +296,62 @@ TEST_CASE("the cpu kernel set uses the halide kernels", "[halide]") {
     CHECK(k.eltwise == &halide_eltwise());
     CHECK(k.loss == &cpu_loss());
 }
+
+TEST_CASE("halide kernels split big tensors into parallel tasks as the reference", "[halide]") {
+    // Planes bigger than a task (runs of rows, the last one short) and many small planes per task (the last
+    // task short): the shapes above fit in one task.
+    const Dims d = GENERATE(Dims{1, 2, 150, 130}, Dims{1, 1, 300, 70}, Dims{2, 70, 16, 16}, Dims{3, 200, 5, 7});
+    CAPTURE(d.n, d.c, d.h, d.w);
+    std::mt19937 rng(37);
+    const Tensor x = random_tensor(d, some_margins, rng), dy = random_tensor(d, {1, 0, 2, 1}, rng);
+    const auto c = static_cast<std::size_t>(d.c);
+
+    Tensor expected = random_tensor(d, some_margins, rng), got = expected;
+    reference_kernels().activation->backward(x.interior(), dy.interior(), 0.1f, expected.interior());
+    halide_activation().backward(x.interior(), dy.interior(), 0.1f, got.interior());
+    CHECK(same_storage(got, expected));
+    reference_kernels().eltwise->add({x.interior(), dy.interior()}, expected.interior());
+    halide_eltwise().add({x.interior(), dy.interior()}, got.interior());
+    CHECK(same_storage(got, expected));
+
+    std::vector<double> sum_ref(c, 0.5), sq_ref(c, 0.5), sum(c, 0.5), sq(c, 0.5);
+    reference_kernels().batchnorm->statistics(x.interior(), sum_ref.data(), sq_ref.data());
+    halide_batchnorm().statistics(x.interior(), sum.data(), sq.data());
+    for (std::size_t k = 0; k < c; ++k) {
+        CHECK(sum[k] == Approx(sum_ref[k]).epsilon(1e-12));
+        CHECK(sq[k] == Approx(sq_ref[k]).epsilon(1e-12));
+    }
+    std::vector<float> mean(c), inv_std(c), gamma(c, 1.25f), beta(c, -0.5f);
+    const double count = double(d.n * d.h * d.w);
+    for (std::size_t k = 0; k < c; ++k) {
+        mean[k] = float((sum_ref[k] - 0.5) / count);
+        inv_std[k] = 0.75f + 0.01f * float(k);
+    }
+    reference_kernels().batchnorm->forward(x.interior(), mean.data(), inv_std.data(), gamma.data(), beta.data(),
+                                           expected.interior());
+    halide_batchnorm().forward(x.interior(), mean.data(), inv_std.data(), gamma.data(), beta.data(), got.interior());
+    CHECK(mismatches(got.interior(), expected.interior(), 1e-6) == 0);
+    CHECK(same_margins(got, expected));
+
+    std::vector<double> sdy_ref(c, 0.0), sdx_ref(c, 0.0), sdy(c, 0.0), sdx(c, 0.0);
+    reference_kernels().batchnorm->backward_statistics(x.interior(), dy.interior(), mean.data(), inv_std.data(),
+                                                       sdy_ref.data(), sdx_ref.data());
+    halide_batchnorm().backward_statistics(x.interior(), dy.interior(), mean.data(), inv_std.data(), sdy.data(),
+                                           sdx.data());
+    for (std::size_t k = 0; k < c; ++k) {
+        CHECK(sdy[k] == Approx(sdy_ref[k]).epsilon(1e-12).margin(1e-12));
+        CHECK(sdx[k] == Approx(sdx_ref[k]).epsilon(1e-12).margin(1e-12));
+    }
+    reference_kernels().batchnorm->backward(x.interior(), dy.interior(), mean.data(), inv_std.data(), gamma.data(),
+                                            sdy_ref.data(), sdx_ref.data(), count, expected.interior());
+    halide_batchnorm().backward(x.interior(), dy.interior(), mean.data(), inv_std.data(), gamma.data(), sdy_ref.data(),
+                                sdx_ref.data(), count, got.interior());
+    CHECK(mismatches(got.interior(), expected.interior(), 1e-6) == 0);
+    CHECK(same_margins(got, expected));
+
+    const auto planes = static_cast<std::size_t>(d.n * d.c);
+    std::vector<double> plane_ref(planes, 1.0), plane(planes, 1.0);
+    reference_kernels().pool->global_sum(x.interior(), plane_ref.data());
+    halide_pool().global_sum(x.interior(), plane.data());
+    for (std::size_t i = 0; i < planes; ++i) CHECK(plane[i] == Approx(plane_ref[i]).epsilon(1e-12));
+}

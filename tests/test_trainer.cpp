@@ -4,6 +4,8 @@
 #include <dsl/frontend/parse.hpp>
 #include <dsl/frontend/passes.hpp>
 
+#include "support.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -44,20 +46,7 @@ private:
     std::uint64_t seed_;
 };
 
-struct Loaded {
-    SourceManager sources;
-    Diagnostics diags;
-    frontend::Network net;
-
-    explicit Loaded(const std::string& text) {
-        auto file = frontend::parse_net(*sources.add("t.net", text), diags);
-        REQUIRE(file);
-        auto n = frontend::elaborate(*file, {}, diags);
-        REQUIRE(n);
-        REQUIRE(frontend::infer_shapes(*n, diags));
-        net = std::move(*n);
-    }
-};
+using Loaded = test::NetworkFromText;
 
 // Every kind of layer but batch norm (whose training statistics make a finite difference of one weight
 // move every output): stride and padding, overlapping max pooling, average pooling, a residual add, a

@@ -15,21 +15,40 @@ using namespace Halide;
 // else what the target offers.
 int vector_width(const Target& t) { return t.has_feature(Target::AVX2) ? 8 : t.natural_vector_size<float>(); }
 
-// Rows of a 4-D pointwise output, in parallel tasks of a few rows across channels and samples.
+// Elements per parallel task: enough that a task's fixed costs (the call, the divisions that split a fused
+// index, a row's tail) vanish beside its work, few enough that small tensors still spread over the cores.
+constexpr int task_elements = 1 << 14;
+
+// A 4-D pointwise output in parallel tasks of about task_elements: runs of rows of a plane when planes are
+// large, runs of whole planes when they are small (a task per row or per plane would be mostly overhead on
+// tensors of 8x8 planes).
 void schedule_pointwise(Func f, const Var& x, const Var& y, const Var& c, const Var& n, int vec) {
-    Var cn("cn"), ycn("ycn");
-    f.vectorize(x, vec, TailStrategy::GuardWithIf)
-        .fuse(c, n, cn)
-        .fuse(y, cn, ycn)
-        .parallel(ycn, 8, TailStrategy::GuardWithIf);
+    const Expr width = f.output_buffer().dim(0).extent(), height = f.output_buffer().dim(1).extent();
+    Var yo("yo"), yi("yi"), ycn("ycn"), cn("cn"), cno("cno"), cni("cni");
+    f.vectorize(x, vec, TailStrategy::GuardWithIf);
+    f.specialize(width * height >= task_elements)
+        .split(y, yo, yi, max(task_elements / width, 1), TailStrategy::GuardWithIf)
+        .fuse(yo, c, ycn)
+        .fuse(ycn, n, ycn)
+        .parallel(ycn);
+    f.fuse(c, n, cn).split(cn, cno, cni, task_elements / (width * height), TailStrategy::GuardWithIf).parallel(cno);
 }
 
-// Per-(channel, sample) reductions over a plane run in parallel over channels and samples; each plane is a
-// serial sum in double (the caller adds the planes into its own sums).
-void schedule_plane_sums(Func f, const Var& c, const Var& n) {
-    Var cn("cn");
-    f.compute_root().fuse(c, n, cn).parallel(cn);
-    f.update().fuse(c, n, cn).parallel(cn);
+// Per-(channel, sample) sums over a plane, in double: `out` (pure, over c and n) reads `plane`, whose update
+// reduces over r (r.x along a row, r.y over rows). Planes run in parallel, in tasks of about task_elements;
+// within a plane, the lanes of a vector along x keep sums of their own (rfactor) that are added once at the
+// end, so that the loop over a row is vectorized (a serial sum in double is bound by the latency of the add).
+// The last vector of a row is predicated (masked loads), never read past the row.
+void schedule_plane_sums(Func out, Func plane, const RDom& r, const Var& c, const Var& n, int lanes) {
+    Var cn("cn"), cno("cno"), cni("cni"), u("u");
+    RVar rxo("rxo"), rxi("rxi");
+    const Expr planes_per_task = max(task_elements / (r.x.extent() * r.y.extent()), 1);
+    out.fuse(c, n, cn).split(cn, cno, cni, planes_per_task, TailStrategy::GuardWithIf).parallel(cno);
+    plane.compute_at(out, cni);
+    Func by_lane = plane.update().split(r.x, rxo, rxi, lanes).rfactor(rxi, u);
+    by_lane.compute_at(out, cni).vectorize(u);
+    by_lane.update().vectorize(u);
+    plane.update().atomic().vectorize(rxi);  // the lanes' sums, added as a tree of vector halves
 }
 
 // Pooling windows of the common CNNs get code of their own (constant strides make strided loads shuffles
@@ -155,9 +174,11 @@ public:
     void generate() {
         RDom r(0, x.dim(0).extent(), 0, x.dim(1).extent());
         Expr v = cast<double>(x(r.x, r.y, c, n));
-        sums(c, n) = Tuple(cast<double>(0), cast<double>(0));
-        sums(c, n) = Tuple(sums(c, n)[0] + v, sums(c, n)[1] + v * v);
-        schedule_plane_sums(sums, c, n);
+        Func plane("plane");
+        plane(c, n) = Tuple(cast<double>(0), cast<double>(0));
+        plane(c, n) = Tuple(plane(c, n)[0] + v, plane(c, n)[1] + v * v);
+        sums(c, n) = plane(c, n);
+        schedule_plane_sums(sums, plane, r, c, n, 2 * vector_width(get_target()));
     }
 
 private:
@@ -172,9 +193,11 @@ public:
 
     void generate() {
         RDom r(0, x.dim(0).extent(), 0, x.dim(1).extent());
-        sums(c, n) = cast<double>(0);
-        sums(c, n) += cast<double>(x(r.x, r.y, c, n));
-        schedule_plane_sums(sums, c, n);
+        Func plane("plane");
+        plane(c, n) = cast<double>(0);
+        plane(c, n) += cast<double>(x(r.x, r.y, c, n));
+        sums(c, n) = plane(c, n);
+        schedule_plane_sums(sums, plane, r, c, n, 2 * vector_width(get_target()));
     }
 
 private:
@@ -214,9 +237,11 @@ public:
         RDom r(0, x.dim(0).extent(), 0, x.dim(1).extent());
         Expr x_hat = (cast<double>(x(r.x, r.y, c, n)) - mean(c)) * inv_std(c);
         Expr d = cast<double>(dy(r.x, r.y, c, n));
-        sums(c, n) = Tuple(cast<double>(0), cast<double>(0));
-        sums(c, n) = Tuple(sums(c, n)[0] + d, sums(c, n)[1] + d * x_hat);
-        schedule_plane_sums(sums, c, n);
+        Func plane("plane");
+        plane(c, n) = Tuple(cast<double>(0), cast<double>(0));
+        plane(c, n) = Tuple(plane(c, n)[0] + d, plane(c, n)[1] + d * x_hat);
+        sums(c, n) = plane(c, n);
+        schedule_plane_sums(sums, plane, r, c, n, 2 * vector_width(get_target()));
     }
 
 private:
@@ -237,9 +262,11 @@ public:
     Output<Buffer<float>> dx{"dx", 4};
 
     void generate() {
+        // The divisions by count are per channel (x_hat * (s / count), not (x_hat * s) / count: a vector division
+        // per element would dominate); in double the two differ far below float's precision.
         Expr x_hat = (cast<double>(x(i, j, c, n)) - mean(c)) * inv_std(c);
         Expr v = cast<double>(gamma(c)) * inv_std(c) *
-                 (cast<double>(dy(i, j, c, n)) - sum_dy(c) / count - x_hat * sum_dy_xhat(c) / count);
+                 (cast<double>(dy(i, j, c, n)) - sum_dy(c) / count - x_hat * (sum_dy_xhat(c) / count));
         dx(i, j, c, n) = cast<float>(v);
         schedule_pointwise(dx, i, j, c, n, vector_width(get_target()));
     }
@@ -301,6 +328,7 @@ public:
     void generate() {
         const int vec = vector_width(get_target());
         Expr out_w = dy.dim(0).extent(), out_h = dy.dim(1).extent();
+        const Region plane = {{0, out_w}, {0, out_h}};
 
         // The position a*kw + b of each window's first maximum.
         Func first_max("first_max");
@@ -313,27 +341,45 @@ public:
                                           select(better, v, first_max(j, i, c, n)[1]));
         }
 
+        // What each window sends, and to which position (max only): computed per plane, with a border of
+        // windows outside dy that send nothing, so that the gather below reads it unclamped (dense vectors,
+        // where clamped indices would be gathers).
+        Func sent("sent"), target("target");
+        Func dy_or_zero = BoundaryConditions::constant_exterior(dy, 0.0f, plane);
+        if (average) {
+            sent(j, i, c, n) = cast<double>(dy_or_zero(j, i, c, n)) / cast<double>(kh * kw);
+        } else {
+            Func position("position");
+            position(j, i, c, n) = first_max(j, i, c, n)[0];
+            Func position_or_none = BoundaryConditions::constant_exterior(position, -1, plane);
+            sent(j, i, c, n) = Tuple(position_or_none(j, i, c, n), cast<double>(dy_or_zero(j, i, c, n)));
+        }
+
         // Windows (i, j) with i*sh <= yy < i*sh + kh: i runs from yy/sh - (windows_h - 1) to yy/sh.
         Expr windows_h = (kh + sh - 1) / sh, windows_w = (kw + sw - 1) / sw;
         RDom w(0, windows_w, 0, windows_h);
         Expr wi = yy / sh - (windows_h - 1) + w.y;
         Expr wj = xx / sw - (windows_w - 1) + w.x;
         Expr a = yy - wi * sh, b = xx - wj * sw;
-        Expr inside = wi >= 0 && wi < out_h && wj >= 0 && wj < out_w && a < kh && b < kw;
-        Expr ci = clamp(wi, 0, out_h - 1), cj = clamp(wj, 0, out_w - 1);
-        Expr sent;
+        Expr in_window = a < kh && b < kw;  // not in a gap between windows (stride > kernel)
+        Expr received;
         if (average) {
-            sent = select(inside, cast<double>(dy(cj, ci, c, n)) / cast<double>(kh * kw), Expr(0.0));
+            received = select(in_window, sent(wj, wi, c, n), Expr(0.0));
         } else {
-            sent =
-                select(inside && first_max(cj, ci, c, n)[0] == a * kw + b, cast<double>(dy(cj, ci, c, n)), Expr(0.0));
+            received = select(in_window && sent(wj, wi, c, n)[0] == a * kw + b, sent(wj, wi, c, n)[1], Expr(0.0));
         }
-        dx(xx, yy, c, n) = cast<float>(sum(sent));
+        dx(xx, yy, c, n) = cast<float>(sum(received));
 
-        Var cn("cn");
-        dx.vectorize(xx, vec, TailStrategy::GuardWithIf).fuse(c, n, cn).parallel(cn);
+        // Tasks of whole planes, several when planes are small; the windows' buffers are allocated once per task.
+        Var cn("cn"), cno("cno"), cni("cni");
+        const Expr planes_per_task = max(task_elements / (dx.dim(0).extent() * dx.dim(1).extent()), 1);
+        dx.vectorize(xx, vec, TailStrategy::GuardWithIf)
+            .fuse(c, n, cn)
+            .split(cn, cno, cni, planes_per_task, TailStrategy::GuardWithIf)
+            .parallel(cno);
+        sent.compute_at(dx, cno).vectorize(j, vec, TailStrategy::GuardWithIf);
         if (!average) {
-            first_max.compute_at(dx, cn).vectorize(j, vec, TailStrategy::GuardWithIf);
+            first_max.compute_at(dx, cno).vectorize(j, vec, TailStrategy::GuardWithIf);
             first_max.update().vectorize(j, vec, TailStrategy::GuardWithIf);
             specialize_common_windows(first_max.update(), kh, kw, sh, sw);
         }

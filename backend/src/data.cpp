@@ -2,6 +2,8 @@
 // `dsl run`: synthetic, or tiles copied out of memory-mapped .npy files.
 #include <dsl/backend/data.hpp>
 
+#include "splitmix.hpp"
+
 #include <dsl/backend/npy.hpp>
 
 #include <fmt/format.h>
@@ -16,13 +18,6 @@ using frontend::Layer;
 using frontend::OpKind;
 
 namespace {
-
-std::uint64_t splitmix64(std::uint64_t x) {
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
 
 // Streams, so that noise, fields and classes of the same coordinates are independent.
 enum Tag : std::uint64_t { tag_class = 1, tag_noise = 2, tag_field = 3 };

@@ -47,9 +47,31 @@ thread_local std::string last_halide_error;
 
 void keep_halide_error(void*, const char* message) { last_halide_error = message; }
 
-struct InstallErrorHandler {
-    InstallErrorHandler() { halide_set_error_handler(keep_halide_error); }
-} install_error_handler;
+// Halide's parallel loops run on OpenMP's thread team, the one oneDNN's convolutions use: with Halide's own
+// pool beside it, the two teams would take turns on the same cores (OpenMP's threads also spin a while after
+// each region, against Halide's workers). Each thread takes one contiguous range of tasks: handing them out
+// one by one (schedule(dynamic)) made small calls several times slower, the shared counter bouncing between
+// the cores; guided did as well as static.
+int openmp_do_par_for(void* user_context, halide_task_t task, int min, int size, std::uint8_t* closure) {
+    if (size == 1) return task(user_context, min, closure);
+    int result = 0;
+#pragma omp parallel for schedule(static)
+    for (int i = min; i < min + size; ++i) {
+        const int r = task(user_context, i, closure);
+        if (r != 0) {
+#pragma omp atomic write
+            result = r;
+        }
+    }
+    return result;
+}
+
+struct InstallHandlers {
+    InstallHandlers() {
+        halide_set_error_handler(keep_halide_error);
+        halide_set_custom_do_par_for(openmp_do_par_for);
+    }
+} install_handlers;
 
 void check_halide(int result, const char* pipeline) {
     DSL_INTERNAL_CHECK(result == 0, std::string("halide pipeline ") + pipeline + " failed (" + std::to_string(result) +

@@ -2,6 +2,8 @@
 // parameters from the seed, and runs forward, backward and SGD through the kernel interfaces.
 #include <dsl/backend/trainer.hpp>
 
+#include "splitmix.hpp"
+
 #include <dsl/frontend/diagnostics.hpp>
 
 #include <algorithm>
@@ -17,13 +19,6 @@ namespace {
 
 // Deterministic initialization: every parameter element is a pure function of (seed, layer name, index),
 // so that any process can make any part of any parameter without communicating.
-std::uint64_t splitmix64(std::uint64_t x) {
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 std::uint64_t name_hash(const std::string& s) {
     std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
     for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
