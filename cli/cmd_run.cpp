@@ -4,6 +4,7 @@
 #include "report.hpp"
 
 #include <dsl/backend/checkpoint.hpp>
+#include <dsl/backend/comm.hpp>
 #include <dsl/backend/data.hpp>
 #include <dsl/backend/trainer.hpp>
 
@@ -16,6 +17,11 @@
 #include <iostream>
 #include <memory>
 #include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cerrno>
+#include <cstring>
+#include <thread>
 
 namespace dsl::cli {
 
@@ -47,98 +53,247 @@ bool safe_to_write_log(const std::string& path) {
     return j.is_object() && j.contains("step") && j.contains("loss");
 }
 
-// Where one process's run stands: the schedule must keep everything on one process until distributed
-// training lands.
-std::string single_process_problem(const Checked& c, const RunOptions& o) {
-    if (o.procs && *o.procs != 1) return fmt::format("--procs {}", *o.procs);
-    if (!c.schedule) return {};
-    const auto& s = *c.schedule;
-    if (s.procs && *s.procs != 1) return fmt::format("the schedule's procs = {}", *s.procs);
-    for (const auto& d : s.layers)
-        if (d.split && d.split->procs() != 1) return fmt::format("the split {}", d.split->str());
+// What the schedule leaves open that a run needs, or empty. `procs` may come from --procs.
+std::string open_fields(const frontend::Network& net, const scheduler::Schedule& s) {
+    if (!s.procs) return "the processor count (set 'procs' in the schedule, or --procs)";
+    for (std::size_t i = 0; i < s.layers.size(); ++i) {
+        const auto op = net.layers[i].op;
+        if (op == frontend::OpKind::input || op == frontend::OpKind::label) continue;  // their readers' splits
+        const auto& d = s.layers[i];
+        const char* what = !d.split ? "the split" : !d.overlap ? "overlap" : !d.bn ? "bn" : nullptr;
+        if (what) return fmt::format("{} of layer '{}'", what, net.layers[i].name);
+    }
     return {};
 }
 
+// The mini-batch size: --batch, the schedule's, or 4.
+std::int64_t run_batch(const Checked& c, const RunOptions& o) {
+    return o.batch.value_or(c.schedule && c.schedule->batch ? *c.schedule->batch : 4);
+}
+
+// The schedule a run trains under: the file's, with --procs where it leaves the count open; on one process
+// without a file, everything on that process. Empty with the reason when it cannot run.
+std::optional<scheduler::Schedule> run_schedule(const Checked& c, const RunOptions& o, std::string& why) {
+    const auto& net = c.net.net;
+    if (!c.schedule) {
+        if (o.procs && *o.procs != 1) {
+            why = fmt::format("--procs {} needs a schedule that says how to split the network (a .sched file)",
+                              *o.procs);
+            return std::nullopt;
+        }
+        scheduler::Schedule s;
+        s.procs = 1;
+        s.layers.assign(net.layers.size(), scheduler::Distribution{scheduler::Split{}, false, {}});
+        for (auto& d : s.layers) d.bn = scheduler::BatchNormStats::batch;
+        return s;
+    }
+    scheduler::Schedule s = *c.schedule;
+    if (o.procs) {
+        if (s.procs && *s.procs != *o.procs) {
+            why = fmt::format("--procs {} differs from the schedule's procs = {}", *o.procs, *s.procs);
+            return std::nullopt;
+        }
+        s.procs = o.procs;
+    }
+    if (std::string open = open_fields(net, s); !open.empty()) {
+        why = fmt::format("the schedule leaves {} open; this version has no auto-scheduler to fill it, so set "
+                          "it in the schedule (run 'dsl check' to see what is open)",
+                          open);
+        return std::nullopt;
+    }
+    const std::int64_t batch = run_batch(c, o);
+    for (std::size_t i = 0; i < s.layers.size(); ++i) {
+        const scheduler::Split& split = *s.layers[i].split;
+        if (split.procs() != *s.procs) {
+            why = fmt::format("the split {} uses {} processes, but the run has {}", split.str(), split.procs(),
+                              *s.procs);
+            return std::nullopt;
+        }
+        const auto op = net.layers[i].op;
+        if (split.n > batch && op != frontend::OpKind::input && op != frontend::OpKind::label) {
+            why = fmt::format("layer '{}' splits the samples {} ways, but the mini-batch has {} (--batch, or "
+                              "'batch' in the schedule)",
+                              net.layers[i].name, split.n, batch);
+            return std::nullopt;
+        }
+    }
+    return s;
+}
+
+// Starts `procs` copies of this very command under mpirun, one thread each where the cores allow, and
+// returns mpirun's exit code.
+int launch(std::int64_t procs) {
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    const std::int64_t threads = std::max<std::int64_t>(1, static_cast<std::int64_t>(cores) / procs);
+    // Quiet: a process that stops with an error has said why; mpirun's banner about it would only repeat it.
+    std::vector<std::string> args{"mpirun", "-q", "-np", std::to_string(procs)};
+    if (procs > static_cast<std::int64_t>(cores)) args.push_back("--oversubscribe");
+    if (::geteuid() == 0) args.push_back("--allow-run-as-root");
+    // One process per core, bound to it; several threads per process share the machine unbound.
+    args.insert(args.end(), {"--bind-to", threads == 1 && procs <= static_cast<std::int64_t>(cores) ? "core" : "none"});
+    if (!std::getenv("OMP_NUM_THREADS")) args.insert(args.end(), {"-x", fmt::format("OMP_NUM_THREADS={}", threads)});
+    std::error_code ec;
+    const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+    const auto& argv = program_arguments();
+    args.push_back(ec ? argv.front() : self.string());
+    args.insert(args.end(), argv.begin() + 1, argv.end());
+    std::vector<char*> c_args;
+    for (auto& a : args) c_args.push_back(a.data());
+    c_args.push_back(nullptr);
+    std::cout << std::flush;
+    const pid_t child = ::fork();
+    if (child == 0) {
+        ::execvp("mpirun", c_args.data());
+        std::cerr << fmt::format("error: cannot start mpirun ({}): install Open MPI (openmpi-bin), or start the run "
+                                 "with 'mpirun -np {} dsl run ...'\n",
+                                 std::strerror(errno), procs);
+        std::_Exit(user_error);
+    }
+    int status = 0;
+    while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : internal;
+}
+
+// Output only on the first process: the others train silently.
+struct Output {
+    bool on = true;
+    std::ostream& out() { return on ? std::cout : null; }
+    std::ostream& err() { return on ? std::cerr : null; }
+    std::ostream null{nullptr};
+};
+
+int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule& schedule, backend::Comm& comm,
+          Output& io);
+
+// Whether every process succeeded; where some did not, the first of them prints `message`, so that it is
+// printed once.
+bool agree(backend::Comm& comm, bool ok, const std::string& message) {
+    const double none = -static_cast<double>(comm.size());
+    const double first = -comm.max(ok ? none : -static_cast<double>(comm.rank()));
+    if (first == -none) return true;
+    if (!ok && static_cast<int>(first) == comm.rank()) std::cerr << message;
+    return false;
+}
+
 int run_training(const RunOptions& o) {
+    const bool mpi = backend::under_mpi();
+    Output io;
+    io.on = !mpi || backend::launched_rank() == 0;
+
     SourceManager sources;
     Diagnostics diags;
     auto checked = load_and_check(o.net, o.sched, sources, diags, "");
-    diags.render(std::cerr, stderr_color());
+    diags.render(io.err(), stderr_color());
     if (!checked) return user_error;
-    const auto& net = checked->net.net;
 
-    if (const std::string why = single_process_problem(*checked, o); !why.empty()) {
-        std::cerr << fmt::format("error: {} asks for several processes, but this version of dsl trains on one "
-                                 "only; run 'dsl check' to see the distribution\n",
-                                 why);
+    std::string why;
+    const auto schedule = run_schedule(*checked, o, why);
+    if (!schedule) {
+        io.err() << "error: " << why << "\n";
         return usage;
     }
+    const std::int64_t procs = *schedule->procs;
     if (o.device != "cpu") {
-        std::cerr << "error: --device gpu: this build has no GPU backend\n";
+        io.err() << "error: --device gpu: this build has no GPU backend\n";
         return usage;
     }
-    if (o.auto_schedule) std::cerr << "note: --auto-schedule: on one process there is nothing to schedule\n";
+    if (o.auto_schedule) io.err() << "note: --auto-schedule: this version has no auto-scheduler; the schedule is used as it is\n";
+    if (procs > 1 && !mpi) return launch(procs);
 
+    std::unique_ptr<backend::Comm> comm = mpi ? backend::mpi_world() : backend::self_comm();
+    int code = ok;
+    try {
+        code = train(o, *checked, *schedule, *comm, io);
+    } catch (const std::exception& e) {
+        if (!mpi || comm->size() == 1) throw;
+        // The others wait for this process in a collective or an exchange: end them all, having said why.
+        std::cerr << fmt::format("dsl: internal error on process {} of {}: {}\nThis is a bug in dsl; please report "
+                                 "it.\n",
+                                 comm->rank(), comm->size(), e.what());
+        backend::mpi_abort(internal);
+    }
+    comm.reset();
+    if (mpi) backend::mpi_finalize();
+    return code;
+}
+
+int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule& schedule, backend::Comm& comm,
+          Output& io) {
+    const auto& net = checked.net.net;
+    if (comm.size() != *schedule.procs) {
+        io.err() << fmt::format("error: the run has {} processes, but the schedule needs {}: start it with "
+                                "'mpirun -np {}', or as plain 'dsl run' to let dsl start them\n",
+                                comm.size(), *schedule.procs, *schedule.procs);
+        return usage;
+    }
     backend::TrainConfig cfg;
-    cfg.batch = o.batch.value_or(checked->schedule && checked->schedule->batch ? *checked->schedule->batch : 4);
+    cfg.batch = run_batch(checked, o);
     cfg.lr = o.lr.value_or(net.train.lr.value_or(0.01));
     cfg.momentum = o.momentum.value_or(net.train.momentum.value_or(0.9));
     cfg.weight_decay = o.weight_decay.value_or(net.train.weight_decay.value_or(0.0));
     cfg.seed = o.seed;
 
+    // Every check before the first step runs on every process alike (the same files, the same answer), so
+    // they all stop together; where one could differ (a file that one process cannot read), they agree first.
     std::string error;
     auto data = backend::make_data_source(net, o.seed, o.inputs, o.labels, error);
     if (!data) {
-        std::cerr << "error: " << error << "\n";
+        io.err() << "error: " << error << "\n";
         return user_error;
     }
-
-    backend::Trainer trainer(net, o.kernels == "reference" ? backend::reference_kernels() : backend::cpu_kernels(),
-                             cfg);
-    std::int64_t first_step = 0;
-    if (!o.load.empty()) {
-        auto loaded = backend::load_checkpoint(o.load, error);
-        if (!loaded || !backend::restore(trainer, *loaded, first_step, error)) {
-            std::cerr << fmt::format("error: cannot resume from '{}': {}\n", o.load, error);
-            return user_error;
-        }
+    std::unique_ptr<backend::Trainer> trainer;
+    try {
+        trainer = std::make_unique<backend::Trainer>(
+            net, o.kernels == "reference" ? backend::reference_kernels() : backend::cpu_kernels(), cfg, schedule,
+            comm);
+    } catch (const std::invalid_argument& e) {
+        io.err() << fmt::format("error: {} (--batch, or 'batch' in the schedule)\n", e.what());
+        return user_error;
     }
+    std::int64_t first_step = 0;
+    bool loaded = true;
+    if (!o.load.empty()) {
+        auto checkpoint = backend::load_checkpoint(o.load, error);
+        loaded = checkpoint && backend::restore(*trainer, *checkpoint, first_step, error);
+    }
+    if (!agree(comm, loaded, fmt::format("error: cannot resume from '{}': {}\n", o.load, error))) return user_error;
 
     std::unique_ptr<std::ofstream> log;
-    if (!o.log.empty()) {
+    if (!o.log.empty() && io.on) {
         if (!safe_to_write_log(o.log)) {
             std::cerr << fmt::format("error: --log '{}' exists and is not a dsl log; it is left as it is\n", o.log);
-            return user_error;
-        }
-        log = std::make_unique<std::ofstream>(o.log, std::ios::trunc);
-        if (!*log) {
-            std::cerr << fmt::format("error: cannot write --log '{}'\n", o.log);
-            return user_error;
+            log = nullptr;
+        } else {
+            log = std::make_unique<std::ofstream>(o.log, std::ios::trunc);
+            if (!*log) std::cerr << fmt::format("error: cannot write --log '{}'\n", o.log);
         }
     }
+    if (!comm.all(o.log.empty() || !io.on || (log && *log))) return user_error;
 
-    std::cout << fmt::format("training {} on 1 process: batch {}, lr {}, momentum {}, weight decay {}, seed {}\n",
-                             o.net, cfg.batch, cfg.lr, cfg.momentum, cfg.weight_decay, cfg.seed);
+    io.out() << fmt::format("training {} on {} process{}: batch {}, lr {}, momentum {}, weight decay {}, seed {}\n",
+                            o.net, comm.size(), comm.size() == 1 ? "" : "es", cfg.batch, cfg.lr, cfg.momentum,
+                            cfg.weight_decay, cfg.seed);
     using clock = std::chrono::steady_clock;
     const auto start = clock::now();
     double last_loss = 0.0;
     const std::int64_t every = o.steps <= 50 ? 1 : o.steps / 25;
-    const bool progress = o.steps > 50 && stderr_color();
+    const bool progress = o.steps > 50 && stderr_color() && io.on;
     for (std::int64_t step = first_step; step < first_step + o.steps; ++step) {
         const auto t0 = clock::now();
-        last_loss = trainer.step(*data, step * cfg.batch);
+        last_loss = trainer->step(*data, step * cfg.batch);
         const double seconds = std::chrono::duration<double>(clock::now() - t0).count();
-        if (!std::isfinite(last_loss)) {
-            std::cerr << fmt::format("error: the loss is {} at step {}: lower the learning rate (--lr)\n", last_loss,
-                                     step + 1);
+        if (!std::isfinite(last_loss)) {  // the same loss on every process: they all stop here
+            io.err() << fmt::format("error: the loss is {} at step {}: lower the learning rate (--lr)\n", last_loss,
+                                    step + 1);
             return user_error;
         }
         // Long runs print every `every`-th step, and on a terminal a progress line with the time left.
         const std::int64_t done = step + 1 - first_step;
         if (done % every == 0 || done == o.steps || done == 1)
-            std::cout << fmt::format("step {:>5}  loss {:.6f}  {:.3f} s  {:.1f} samples/s\n", step + 1, last_loss,
-                                     seconds, static_cast<double>(cfg.batch) / seconds)
-                      << std::flush;
+            io.out() << fmt::format("step {:>5}  loss {:.6f}  {:.3f} s  {:.1f} samples/s\n", step + 1, last_loss,
+                                    seconds, static_cast<double>(cfg.batch) / seconds)
+                     << std::flush;
         if (progress && done < o.steps) {
             const double elapsed = std::chrono::duration<double>(clock::now() - start).count();
             std::cerr << fmt::format("\r{:>5}/{} steps, {:.0f} s left ", done, o.steps,
@@ -156,20 +311,24 @@ int run_training(const RunOptions& o) {
     }
     if (progress) std::cerr << "\r" << std::string(40, ' ') << "\r";
     const double total = std::chrono::duration<double>(clock::now() - start).count();
-    std::cout << fmt::format("{} steps in {:.2f} s: {:.2f} steps/s, {:.1f} samples/s; peak memory {:.1f} MiB\n",
-                             o.steps, total, static_cast<double>(o.steps) / total,
-                             static_cast<double>(o.steps * cfg.batch) / total, peak_resident_bytes() / (1 << 20));
+    const double peak = comm.max(peak_resident_bytes());
+    io.out() << fmt::format("{} steps in {:.2f} s: {:.2f} steps/s, {:.1f} samples/s; peak memory {:.1f} MiB{}\n",
+                            o.steps, total, static_cast<double>(o.steps) / total,
+                            static_cast<double>(o.steps * cfg.batch) / total, peak / (1 << 20),
+                            comm.size() > 1 ? " per process (the largest)" : "");
 
     if (!o.save.empty()) {
-        if (!backend::save(trainer, o.save, first_step + o.steps, o.seed, o.net, error)) {
-            std::cerr << fmt::format("error: cannot save to '{}': {}\n", o.save, error);
-            return user_error;
+        // Parameters are the same on every process: the first writes them.
+        bool saved = true;
+        if (comm.rank() == 0) {
+            saved = backend::save(*trainer, o.save, first_step + o.steps, o.seed, o.net, error);
+            if (!saved) std::cerr << fmt::format("error: cannot save to '{}': {}\n", o.save, error);
         }
-        std::cout << fmt::format("saved checkpoint to {}\n", o.save);
+        if (!comm.all(saved)) return user_error;
+        io.out() << fmt::format("saved checkpoint to {}\n", o.save);
     }
     return ok;
 }
-
 }  // namespace
 
 void setup_run(CLI::App& app, Action& action) {

@@ -2,6 +2,8 @@
 #pragma once
 
 #include <functional>
+#include <string>
+#include <vector>
 
 namespace CLI {
 class App;
@@ -19,6 +21,9 @@ void setup_check(CLI::App& app, Action& action);
 void setup_print(CLI::App& app, Action& action);
 void setup_run(CLI::App& app, Action& action);
 void setup_planned(CLI::App& app, Action& action);  // schedule, explain, compare, calibrate
+
+// The command line as main received it (`dsl run` starts itself again under mpirun with it).
+const std::vector<std::string>& program_arguments();
 
 // Whether stderr is a terminal that takes colour and progress lines (never with NO_COLOR set).
 bool stderr_color();

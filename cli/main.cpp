@@ -11,12 +11,19 @@
 
 namespace dsl::cli {
 
+namespace {
+std::vector<std::string> arguments;
+}
+
+const std::vector<std::string>& program_arguments() { return arguments; }
+
 bool stderr_color() { return ::isatty(STDERR_FILENO) && std::getenv("NO_COLOR") == nullptr; }
 
 }  // namespace dsl::cli
 
 int main(int argc, char** argv) {
     using namespace dsl::cli;
+    arguments.assign(argv, argv + argc);
     CLI::App app{
         "dsl: train convolutional networks whose samples are too big for one processor.\n"
         "A network is written in a .net file and how to parallelize it in a .sched file.",

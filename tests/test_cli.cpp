@@ -124,13 +124,40 @@ TEST_CASE("run trains, logs every step, and resumes exactly from a checkpoint", 
     fs::remove_all(dir);
 }
 
-TEST_CASE("run refuses a schedule for several processes with a clear message", "[cli][run]") {
-    const Result r = run_dsl("run samples/mesh_tiny.net samples/mesh_tiny_hybrid_4.sched --steps 1");
-    CHECK(r.exit_code == 2);
-    CHECK(r.err.find("the schedule's procs = 4 asks for several processes") != std::string::npos);
-    const Result one = run_dsl("run samples/mesh_tiny.net samples/mesh_tiny_serial_1.sched --steps 1");
-    INFO(one.err);
-    CHECK(one.exit_code == 0);
+TEST_CASE("run checks that the schedule fits the run before starting processes", "[cli][run]") {
+    struct Case {
+        std::string args, message;
+    };
+    const Case c = GENERATE(
+        Case{"samples/mesh_tiny_hybrid_4.sched --procs 2", "--procs 2 differs from the schedule's procs = 4"},
+        Case{"--procs 2", "--procs 2 needs a schedule"},
+        Case{"samples/mesh_tiny_partial_4.sched", "the schedule leaves the split of layer 'block2.0.conv' open"},
+        Case{"samples/mesh_tiny_sample_4.sched --batch 2",
+             "layer 'block1.0.conv' splits the samples 4 ways, but the mini-batch has 2"});
+    const Result r = run_dsl("run samples/mesh_tiny.net " + c.args + " --steps 1");
+    INFO(r.err);
+    CHECK(r.exit_code != 0);
+    CHECK(r.err.find(c.message) != std::string::npos);
+    CHECK(r.out.find("step") == std::string::npos);
+}
+
+TEST_CASE("run under mpirun with the wrong process count says so once", "[cli][run][mpi]") {
+    const char* root = ::geteuid() == 0 ? "--allow-run-as-root " : "";
+    const fs::path dir = fs::temp_directory_path() / ("dsl_np_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    const std::string cmd = std::string("cd '" DSL_SOURCE_DIR "' && mpirun -np 3 --oversubscribe ") + root +
+                            "'" DSL_BINARY "' run samples/mesh_tiny.net samples/mesh_tiny_sample_2.sched --steps 1 >'" +
+                            (dir / "out").string() + "' 2>'" + (dir / "err").string() + "'";
+    const int status = std::system(cmd.c_str());
+    const std::string err = read(dir / "err");
+    fs::remove_all(dir);
+    INFO(err);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) != 0);
+    const std::string message = "the run has 3 processes, but the schedule needs 2";
+    const auto first = err.find(message);
+    CHECK(first != std::string::npos);
+    CHECK(err.find(message, first + 1) == std::string::npos);
 }
 
 TEST_CASE("every verb has help with an example", "[cli]") {

@@ -79,7 +79,7 @@ layer *.bn N=1 H=4
     CHECK(*f.of(*s, "b.conv").overlap);
     CHECK(!*f.of(*s, "b.relu").overlap);
     CHECK(*f.of(*s, "b.conv").bn == BatchNormStats::local);
-    CHECK(*f.of(*s, "stem").bn == BatchNormStats::spatial);  // unset: exact statistics
+    CHECK(*f.of(*s, "stem").bn == BatchNormStats::batch);  // unset: exact statistics
     CHECK(s->complete());
 }
 
@@ -163,7 +163,7 @@ TEST_CASE("bad settings are reported, all of them", "[schedule]") {
     CHECK(e.find("did you mean 'procs'?") != std::string::npos);
     CHECK(e.find("channel splits ('C') are not supported yet") != std::string::npos);
     CHECK(e.find("'overlap' must be 'on', 'off' or '?', not 'maybe'") != std::string::npos);
-    CHECK(e.find("'bn' must be 'spatial', 'local' or '?', not 'global'") != std::string::npos);
+    CHECK(e.find("'bn' must be 'batch', 'spatial', 'local' or '?', not 'global'") != std::string::npos);
     CHECK(e.find("'H' is set twice in this entry") != std::string::npos);
     CHECK(e.find("unknown setting 'stride' in a schedule entry") != std::string::npos);
 }

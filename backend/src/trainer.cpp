@@ -56,98 +56,363 @@ Window window_of(const Layer& l) {
     return w;
 }
 
-// The part of an input's padded buffer that a windowed layer reads: from `pad` before the interior, as far
-// as its last output reads.
+// The part of an input's padded buffer that a windowed layer reads: from `pad` before its output tile's
+// first row reads, as far as its last row reads.
 struct Region {
     std::int64_t y = 0, x = 0;  // offsets into the padded view
     Dims dims;
 };
 
+// A block of a tensor in global coordinates: samples [n0, n1), rows [y0, y1), columns [x0, x1); every
+// channel. A tensor without rows and columns (a vector [N, K]) has the single row and column 0.
+struct Box {
+    std::int64_t n0 = 0, n1 = 0, y0 = 0, y1 = 0, x0 = 0, x1 = 0;
+    bool empty() const { return n1 <= n0 || y1 <= y0 || x1 <= x0; }
+    Box meet(const Box& o) const {
+        return {std::max(n0, o.n0), std::min(n1, o.n1), std::max(y0, o.y0),
+                std::min(y1, o.y1), std::max(x0, o.x0), std::min(x1, o.x1)};
+    }
+    Box grown(const Margins& m) const { return {n0, n1, y0 - m.top, y1 + m.bottom, x0 - m.left, x1 + m.right}; }
+    bool operator==(const Box& o) const {
+        return n0 == o.n0 && n1 == o.n1 && y0 == o.y0 && y1 == o.y1 && x0 == o.x0 && x1 == o.x1;
+    }
+};
+
+std::int64_t block_start(std::int64_t extent, std::int64_t parts, std::int64_t index) {
+    return index * (extent / parts) + std::min(index, extent % parts);
+}
+
+// A process's place in a split's grid: ranks run over W fastest, then H, then N.
+struct Coords {
+    std::int64_t n, h, w;
+};
+Coords coords(const scheduler::Split& s, int rank) { return {rank / (s.h * s.w), (rank / s.w) % s.h, rank % s.w}; }
+
+bool has_planes(const Layer& l) { return l.planar(); }
+
 }  // namespace
 
 struct Trainer::Impl {
-    struct Slot {
-        const Layer* layer = nullptr;
+    // How a layer reads one of its inputs: that tensor's tile in the reader's split, optionally whole planes
+    // (a fully connected layer reads its samples' whole images).
+    struct Spec {
+        int layer = 0;  // the tensor: this layer's output
+        scheduler::Split split;
+        bool whole = false;
+    };
+
+    // A piece of a halo exchange or redistribution: the elements of `box` sent to or received from `peer`.
+    struct Piece {
+        int peer = 0;
+        Box box;
+        std::vector<float> buffer;
+    };
+    struct Plan {
+        std::vector<Piece> sends, receives;
+        std::vector<Box> local;  // copied (forward) or added (backward) within this process
+        bool empty() const { return sends.empty() && receives.empty() && local.empty(); }
+    };
+
+    // One process's tile of a tensor in one split: the layer's own output tile, or a copy in a reader's
+    // split (redistributed). Its margins hold what windowed readers need beyond the interior: halos from
+    // the neighbours' tiles, or padding outside the tensor.
+    struct Tile {
+        Spec spec;
+        int id = 0;
+        bool copy = false;        // a redistributed copy of the layer's own tile
+        bool replicated = false;  // the same tile on every process of a spatial group
+        bool leader = true;       // the one of those that speaks for them (loss, weight gradients)
+        Box box;
+        Margins need;
         Tensor y, dy;
-        Margins need;  // what its readers need around the interior
-        float margin_fill = 0.0f;
-        std::vector<std::int32_t> labels;
+        float padding = 0.0f;  // what the margins outside the tensor hold now
+        std::vector<int> windowed_readers;
         int readers = 0;
         bool zero_grad = false;  // the gradient is accumulated, or some of it is never written
+        Plan forward, backward;
+        std::int64_t gathered = -1;   // the step whose halos (or copy) it holds
+        std::int64_t scattered = -1;  // the step whose gradient it has sent back
+    };
+
+    struct Slot {
+        const Layer* layer = nullptr;
+        std::vector<std::unique_ptr<Tile>> tiles;  // the own tile first, then copies
+        std::vector<Tile*> operands;               // per input: the tile this layer reads
+        std::vector<std::int32_t> labels;          // a loss's labels, over its logits tile
+        Comm* group = nullptr;                     // batch norm, global pooling: who sums statistics
 
         // Parameters: weights (or batch-norm scale) and bias (or shift), their gradients and momenta.
         Tensor w, dw, mw;
         std::vector<float> b, db, mb;
         // Batch norm.
         std::vector<float> mean, inv_std, running_mean, running_var;
+
+        Tile& own() { return *tiles.front(); }
     };
 
     const frontend::Network& net;
     Kernels k;
     TrainConfig config;
+    std::vector<scheduler::Distribution> dist;  // per layer
+    std::unique_ptr<Comm> self;  // a run on one process
+    Comm& comm;
+    std::vector<std::unique_ptr<Comm>> groups;
     std::vector<Slot> slots;
     std::vector<double> sums_a, sums_b;  // per-channel reductions
     std::vector<float> scratch_values;
     std::vector<float> scratch;  // gradients of tensors with several readers, before they are added
+    std::int64_t step_index = 0;
+    std::int64_t sent_bytes = 0;
+    int tiles_made = 0;
 
-    Impl(const frontend::Network& n, Kernels kernels, TrainConfig c) : net(n), k(kernels), config(c) {
+    Impl(const frontend::Network& n, Kernels kernels, TrainConfig c, std::vector<scheduler::Distribution> d,
+         Comm* shared)
+        : net(n), k(kernels), config(c), dist(std::move(d)), self(shared ? nullptr : self_comm()),
+          comm(shared ? *shared : *self) {
+        dist.resize(net.layers.size());
+        for (auto& x : dist)
+            if (!x.split) x.split = scheduler::Split{};
         slots.resize(net.layers.size());
         for (std::size_t i = 0; i < net.layers.size(); ++i) slots[i].layer = &net.layers[i];
+        check_batch();
+        place_tiles();
         plan_margins();
         allocate();
+        plan_exchanges();
+        make_groups();
         initialize();
     }
 
-    Slot& input_of(const Layer& l, std::size_t i = 0) { return slots[static_cast<std::size_t>(l.inputs[i])]; }
+    // ---- Placement: boxes of tiles on every process.
 
-    Region region(const Layer& l) {
-        const Slot& in = input_of(l);
-        const Window w = window_of(l);
-        const Dims out = dims_of(l.shape, config.batch);
-        const Dims d = in.y.dims();
-        return Region{in.need.top - l.pad[0], in.need.left - l.pad[1],
-                      Dims{d.n, d.c, w.input_extent(0, out.h), w.input_extent(1, out.w)}};
+    const scheduler::Split& split_of(int layer) const { return *dist[static_cast<std::size_t>(layer)].split; }
+    Dims global_dims(int layer) const { return dims_of(net.layers[static_cast<std::size_t>(layer)].shape, config.batch); }
+
+    void check_batch() {
+        for (std::size_t i = 0; i < net.layers.size(); ++i)
+            if (dist[i].split->n > config.batch)
+                throw std::invalid_argument("layer '" + net.layers[i].name + "' splits the samples " +
+                                            std::to_string(dist[i].split->n) + " ways, but the mini-batch has " +
+                                            std::to_string(config.batch));
+    }
+
+    bool whole_planes(const Spec& s) const {
+        return s.whole && has_planes(net.layers[static_cast<std::size_t>(s.layer)]) && s.split.h * s.split.w > 1;
+    }
+    bool replicated(const Spec& s) const {
+        const bool planes = has_planes(net.layers[static_cast<std::size_t>(s.layer)]);
+        return (!planes || whole_planes(s)) && s.split.h * s.split.w > 1;
+    }
+    bool leader(const Spec& s, int rank) const {
+        const Coords c = coords(s.split, rank);
+        return !replicated(s) || (c.h == 0 && c.w == 0);
+    }
+
+    Box box_at(const Spec& s, int rank) const {
+        const Dims d = global_dims(s.layer);
+        const Coords c = coords(s.split, rank);
+        Box b;
+        b.n0 = block_start(d.n, s.split.n, c.n);
+        b.n1 = b.n0 + scheduler::block_size(d.n, s.split.n, c.n);
+        b.y1 = d.h;
+        b.x1 = d.w;
+        if (has_planes(net.layers[static_cast<std::size_t>(s.layer)]) && !whole_planes(s)) {
+            b.y0 = block_start(d.h, s.split.h, c.h);
+            b.y1 = b.y0 + scheduler::block_size(d.h, s.split.h, c.h);
+            b.x0 = block_start(d.w, s.split.w, c.w);
+            b.x1 = b.x0 + scheduler::block_size(d.w, s.split.w, c.w);
+        }
+        return b;
+    }
+
+    bool same_tiles(const Spec& a, const Spec& b) const {
+        if (a.layer != b.layer) return false;
+        for (int r = 0; r < comm.size(); ++r)
+            if (!(box_at(a, r) == box_at(b, r)) || leader(a, r) != leader(b, r)) return false;
+        return true;
+    }
+
+    Spec own_spec(int layer) const { return Spec{layer, split_of(layer), false}; }
+
+    // What layer `reader` reads of its input `i`.
+    Spec operand_spec(const Layer& reader, int reader_index, std::size_t i) const {
+        return Spec{reader.inputs[i], split_of(reader_index), reader.op == OpKind::fc};
+    }
+
+    Tile& tile_for(const Spec& s) {
+        Slot& owner = slots[static_cast<std::size_t>(s.layer)];
+        for (auto& t : owner.tiles)
+            if (same_tiles(t->spec, s)) return *t;
+        auto t = std::make_unique<Tile>();
+        t->spec = s;
+        t->id = tiles_made++;
+        t->copy = !owner.tiles.empty();
+        t->replicated = replicated(s);
+        t->leader = leader(s, comm.rank());
+        t->box = box_at(s, comm.rank());
+        owner.tiles.push_back(std::move(t));
+        return *owner.tiles.back();
+    }
+
+    void place_tiles() {
+        for (std::size_t i = 0; i < net.layers.size(); ++i) tile_for(own_spec(static_cast<int>(i)));
+        for (std::size_t i = 0; i < net.layers.size(); ++i) {
+            const Layer& l = net.layers[i];
+            for (std::size_t j = 0; j < l.inputs.size(); ++j) {
+                if (net.layers[static_cast<std::size_t>(l.inputs[j])].op == OpKind::label) {
+                    slots[i].operands.push_back(nullptr);  // a loss makes its labels over its logits' tile
+                    continue;
+                }
+                Tile& t = tile_for(operand_spec(l, static_cast<int>(i), j));
+                ++t.readers;
+                if (windowed(l.op)) t.windowed_readers.push_back(static_cast<int>(i));
+                slots[i].operands.push_back(&t);
+            }
+        }
+    }
+
+    // The rows and columns beyond its box that the tile of `s` at `rank` must hold for its windowed readers.
+    Margins need_at(const Tile& t, int rank) const {
+        Margins m;
+        const Box box = box_at(t.spec, rank);
+        for (int reader : t.windowed_readers) {
+            const Layer& l = net.layers[static_cast<std::size_t>(reader)];
+            const Box out = box_at(own_spec(reader), rank);
+            const Window w = window_of(l);
+            const std::int64_t y0 = out.y0 * w.stride[0] - l.pad[0], x0 = out.x0 * w.stride[1] - l.pad[1];
+            const std::int64_t y1 = y0 + w.input_extent(0, out.y1 - out.y0);
+            const std::int64_t x1 = x0 + w.input_extent(1, out.x1 - out.x0);
+            m.top = std::max(m.top, box.y0 - y0);
+            m.left = std::max(m.left, box.x0 - x0);
+            m.bottom = std::max(m.bottom, y1 - box.y1);
+            m.right = std::max(m.right, x1 - box.x1);
+        }
+        return m;
     }
 
     void plan_margins() {
-        for (const Layer& l : net.layers) {
-            for (int in : l.inputs) ++slots[static_cast<std::size_t>(in)].readers;
-            if (!windowed(l.op)) continue;
-            Slot& in = input_of(l);
-            const Dims d = dims_of(in.layer->shape, config.batch);
-            const Dims out = dims_of(l.shape, config.batch);
-            const Window w = window_of(l);
-            in.need.top = std::max(in.need.top, l.pad[0]);
-            in.need.left = std::max(in.need.left, l.pad[1]);
-            in.need.bottom = std::max(in.need.bottom, w.input_extent(0, out.h) - l.pad[0] - d.h);
-            in.need.right = std::max(in.need.right, w.input_extent(1, out.w) - l.pad[1] - d.w);
-        }
+        for (Slot& s : slots)
+            for (auto& t : s.tiles) t->need = need_at(*t, comm.rank());
+    }
+
+    Region region(const Layer& l, int index) {
+        const Tile& in = *slots[static_cast<std::size_t>(index)].operands[0];
+        const Box out = slots[static_cast<std::size_t>(index)].own().box;
+        const Window w = window_of(l);
+        const std::int64_t y0 = out.y0 * w.stride[0] - l.pad[0], x0 = out.x0 * w.stride[1] - l.pad[1];
+        return Region{y0 - (in.box.y0 - in.need.top), x0 - (in.box.x0 - in.need.left),
+                      Dims{out.n1 - out.n0, in.y.dims().c, w.input_extent(0, out.y1 - out.y0),
+                           w.input_extent(1, out.x1 - out.x0)}};
+    }
+
+    static Dims box_dims(const Box& b, std::int64_t channels) {
+        return Dims{b.n1 - b.n0, channels, b.y1 - b.y0, b.x1 - b.x0};
     }
 
     void allocate() {
-        for (Slot& s : slots) {
+        for (std::size_t i = 0; i < slots.size(); ++i) {
+            Slot& s = slots[i];
             const Layer& l = *s.layer;
-            const Dims d = dims_of(l.shape, config.batch);
-            if (l.op == OpKind::label) {
-                s.labels.assign(static_cast<std::size_t>(d.elements()), 0);
-                continue;
+            if (l.op == OpKind::label) continue;
+            const std::int64_t channels = global_dims(static_cast<int>(i)).c;
+            for (auto& t : s.tiles) {
+                t->y = Tensor(box_dims(t->box, channels), t->need);
+                if (l.op != OpKind::input) t->dy = Tensor(box_dims(t->box, channels), t->need);
+                t->zero_grad = t->copy || t->readers != 1;
             }
-            s.y = Tensor(d, s.need);
-            if (l.op != OpKind::input) s.dy = Tensor(d, s.need);
         }
-        // A gradient read by several layers is summed; one whose reader covers only part of it (a strided
-        // window that never reaches the last rows) must be zero where it is not written.
-        for (const Layer& l : net.layers) {
-            for (int in : l.inputs) {
-                Slot& s = slots[static_cast<std::size_t>(in)];
-                if (s.readers > 1) s.zero_grad = true;
-                if (windowed(l.op)) {
-                    const Region r = region(l);
-                    const Margins& m = s.need;
-                    if (r.y > 0 || r.x > 0 || r.y + r.dims.h < m.top + s.y.dims().h ||
-                        r.x + r.dims.w < m.left + s.y.dims().w)
-                        s.zero_grad = true;
+        // A gradient whose reader covers only part of it (a strided window that never reaches the last rows)
+        // must be zero where it is not written.
+        for (std::size_t i = 0; i < net.layers.size(); ++i) {
+            const Layer& l = net.layers[i];
+            if (!windowed(l.op)) continue;
+            Tile& t = *slots[i].operands[0];
+            const Region r = region(l, static_cast<int>(i));
+            if (r.y > t.need.top || r.x > t.need.left || r.y + r.dims.h < t.need.top + t.y.dims().h ||
+                r.x + r.dims.w < t.need.left + t.y.dims().w)
+                t.zero_grad = true;
+        }
+    }
+
+    // Which process sends each part of every tile's padded box, and which receive it: for every process r and
+    // every group of processes holding the same block of the tensor (one, or the replicas of a spatial group),
+    // the part of r's padded box within the block comes from r itself where r holds it, else from the group's
+    // first process. Every process computes the same plan, so sends and receives match. In backward, the
+    // gradient of each part goes back the other way, to every process of the group, from the one process
+    // that speaks for r's replicas.
+    void plan_exchanges() {
+        const int me = comm.rank(), procs = comm.size();
+        for (std::size_t li = 0; li < slots.size(); ++li) {
+            Slot& s = slots[li];
+            if (s.layer->op == OpKind::label || s.layer->op == OpKind::input) continue;  // made where needed
+            const Spec owner = own_spec(static_cast<int>(li));
+            const Dims d = global_dims(static_cast<int>(li));
+            const Box extent{0, d.n, 0, d.h, 0, d.w};
+            struct Group {
+                Box box;
+                std::vector<int> ranks;
+            };
+            std::vector<Group> blocks;
+            for (int q = 0; q < procs; ++q) {
+                const Box b = box_at(owner, q);
+                auto it = std::find_if(blocks.begin(), blocks.end(), [&](const Group& g) { return g.box == b; });
+                if (it == blocks.end()) blocks.push_back(Group{b, {q}});
+                else it->ranks.push_back(q);
+            }
+            for (auto& tp : s.tiles) {
+                Tile& t = *tp;
+                if (!t.copy && t.windowed_readers.empty()) continue;  // no margins: nothing to exchange
+                for (int r = 0; r < procs; ++r) {
+                    const Box want = box_at(t.spec, r).grown(need_at(t, r)).meet(extent);
+                    const bool speaks = leader(t.spec, r);
+                    for (const Group& g : blocks) {
+                        const Box b = want.meet(g.box);
+                        if (b.empty()) continue;
+                        const bool holds = std::find(g.ranks.begin(), g.ranks.end(), r) != g.ranks.end();
+                        const int from = holds ? r : g.ranks.front();
+                        if (!t.copy && from == r) continue;  // the tile's own interior
+                        if (from == me && r == me) t.forward.local.push_back(b);
+                        else if (r == me) t.forward.receives.push_back(Piece{from, b, {}});
+                        else if (from == me) t.forward.sends.push_back(Piece{r, b, {}});
+                        if (!speaks) continue;
+                        for (int q : g.ranks) {
+                            if (q == r && !t.copy) continue;
+                            if (q == me && r == me) t.backward.local.push_back(b);
+                            else if (r == me) t.backward.sends.push_back(Piece{q, b, {}});
+                            else if (q == me) t.backward.receives.push_back(Piece{r, b, {}});
+                        }
+                    }
                 }
+                for (Plan* p : {&t.forward, &t.backward})
+                    for (auto* pieces : {&p->sends, &p->receives})
+                        for (Piece& piece : *pieces)
+                            piece.buffer.resize(static_cast<std::size_t>(box_dims(piece.box, d.c).elements()));
+            }
+        }
+    }
+
+    // Batch norm and global pooling sum over a group of processes: every process, a split's sample group
+    // (the processes with the same block of samples), or none.
+    void make_groups() {
+        std::vector<std::pair<std::string, Comm*>> made;
+        auto sample_group = [&](const scheduler::Split& split) -> Comm* {
+            const std::string key = split.str();
+            for (auto& [k2, c] : made)
+                if (k2 == key) return c;
+            groups.push_back(comm.split(static_cast<int>(coords(split, comm.rank()).n)));
+            made.emplace_back(key, groups.back().get());
+            return groups.back().get();
+        };
+        for (std::size_t i = 0; i < slots.size(); ++i) {
+            const Layer& l = *slots[i].layer;
+            if (l.op == OpKind::global_avgpool) slots[i].group = sample_group(split_of(static_cast<int>(i)));
+            if (l.op != OpKind::batchnorm) continue;
+            switch (*dist[i].bn) {
+                case scheduler::BatchNormStats::batch: slots[i].group = &comm; break;
+                case scheduler::BatchNormStats::spatial:
+                    slots[i].group = sample_group(split_of(static_cast<int>(i)));
+                    break;
+                case scheduler::BatchNormStats::local: slots[i].group = nullptr; break;
             }
         }
     }
@@ -157,7 +422,7 @@ struct Trainer::Impl {
             const Layer& l = *s.layer;
             const std::uint64_t stream = splitmix64(config.seed) ^ name_hash(l.name);
             if (l.op == OpKind::conv || l.op == OpKind::fc) {
-                const Dims in = dims_of(input_of(l).layer->shape, 1);
+                const Dims in = dims_of(net.layers[static_cast<std::size_t>(l.inputs[0])].shape, 1);
                 const Dims wd = l.op == OpKind::conv ? Dims{l.filters, in.c, l.kernel[0], l.kernel[1]}
                                                      : Dims{l.filters, in.c * in.h * in.w, 1, 1};
                 s.w = Tensor(wd);
@@ -169,9 +434,9 @@ struct Trainer::Impl {
                 const double std_out = std::sqrt(2.0 / static_cast<double>(wd.n * wd.h * wd.w));
                 const double bound = 1.0 / std::sqrt(fan_in);
                 for (std::int64_t i = 0; i < s.w.size(); ++i)
-                    s.w.data()[i] = static_cast<float>(l.op == OpKind::conv
-                                                           ? std_out * normal(stream, static_cast<std::uint64_t>(i))
-                                                           : bound * (2.0 * uniform(stream, static_cast<std::uint64_t>(i)) - 1.0));
+                    s.w.data()[i] = static_cast<float>(
+                        l.op == OpKind::conv ? std_out * normal(stream, static_cast<std::uint64_t>(i))
+                                             : bound * (2.0 * uniform(stream, static_cast<std::uint64_t>(i)) - 1.0));
                 if (l.bias) {
                     s.b.resize(static_cast<std::size_t>(l.filters));
                     for (std::size_t i = 0; i < s.b.size(); ++i)
@@ -196,105 +461,327 @@ struct Trainer::Impl {
         }
     }
 
-    // Margins hold padding: zero for most readers, -infinity for max pooling.
-    void set_margins(Slot& s, float v) {
-        if (s.margin_fill == v) return;
-        s.y.fill_margins(v);
-        s.margin_fill = v;
+    // ---- Halo exchange and redistribution.
+
+    // The part of a tile's padded tensor (y or dy) over `b`, in global coordinates.
+    static View view_of(Tensor& tensor, const Tile& t, const Box& b) {
+        return tensor.padded().sub(b.n0 - t.box.n0, 0, b.y0 - (t.box.y0 - t.need.top), b.x0 - (t.box.x0 - t.need.left),
+                                   box_dims(b, tensor.dims().c));
     }
 
-    ConstView windowed_input(const Layer& l) {
-        Slot& in = input_of(l);
-        set_margins(in, l.op == OpKind::maxpool ? -std::numeric_limits<float>::infinity() : 0.0f);
-        const Region r = region(l);
+    static void pack(ConstView v, float* out) {
+        for (std::int64_t n = 0; n < v.dims.n; ++n)
+            for (std::int64_t c = 0; c < v.dims.c; ++c)
+                for (std::int64_t y = 0; y < v.dims.h; ++y, out += v.dims.w)
+                    std::copy_n(&v.at(n, c, y, 0), v.dims.w, out);
+    }
+
+    static void unpack(const float* in, View v, bool add) {
+        for (std::int64_t n = 0; n < v.dims.n; ++n)
+            for (std::int64_t c = 0; c < v.dims.c; ++c)
+                for (std::int64_t y = 0; y < v.dims.h; ++y, in += v.dims.w) {
+                    float* row = &v.at(n, c, y, 0);
+                    if (add)
+                        for (std::int64_t x = 0; x < v.dims.w; ++x) row[x] += in[x];
+                    else
+                        std::copy_n(in, v.dims.w, row);
+                }
+    }
+
+    void start(Plan& p, int tag, Tensor& from, const Tile& from_tile) {
+        std::vector<Message> sends, receives;
+        for (Piece& piece : p.sends) {
+            pack(view_of(from, from_tile, piece.box), piece.buffer.data());
+            sends.push_back(Message{piece.peer, piece.buffer.data(), static_cast<std::int64_t>(piece.buffer.size())});
+            sent_bytes += static_cast<std::int64_t>(piece.buffer.size() * sizeof(float));
+        }
+        for (Piece& piece : p.receives)
+            receives.push_back(
+                Message{piece.peer, piece.buffer.data(), static_cast<std::int64_t>(piece.buffer.size())});
+        comm.start_exchange(sends, receives, tag);
+    }
+
+    // Fills a tile's halos (or the whole of a copy) from the processes that hold them: posts the exchange,
+    // and `finish_gather` waits for it and places what came.
+    void start_gather(Tile& t) {
+        t.gathered = step_index;
+        if (t.forward.empty()) return;
+        Tile& owner = slots[static_cast<std::size_t>(t.spec.layer)].own();
+        start(t.forward, 2 * t.id, owner.y, owner);
+        for (const Box& b : t.forward.local) k.eltwise->copy(view_of(owner.y, owner, b), view_of(t.y, t, b));
+    }
+
+    void finish_gather(Tile& t) {
+        if (t.forward.empty()) return;
+        comm.finish_exchange();
+        for (Piece& piece : t.forward.receives) unpack(piece.buffer.data(), view_of(t.y, t, piece.box), false);
+    }
+
+    void gather(Tile& t) {
+        if (t.gathered == step_index) return;
+        start_gather(t);
+        finish_gather(t);
+    }
+
+    // Adds the gradient that readers left in a tile's margins (or in a copy) into the tiles that hold those
+    // elements, in two halves like the gather.
+    void start_scatter(Tile& t) {
+        t.scattered = step_index;
+        if (t.backward.empty()) return;
+        Tile& owner = slots[static_cast<std::size_t>(t.spec.layer)].own();
+        start(t.backward, 2 * t.id + 1, t.dy, t);
+        for (const Box& b : t.backward.local)
+            k.eltwise->accumulate(view_of(t.dy, t, b), view_of(owner.dy, owner, b));
+    }
+
+    void finish_scatter(Tile& t) {
+        if (t.backward.empty()) return;
+        Tile& owner = slots[static_cast<std::size_t>(t.spec.layer)].own();
+        comm.finish_exchange();
+        for (Piece& piece : t.backward.receives) unpack(piece.buffer.data(), view_of(owner.dy, owner, piece.box), true);
+    }
+
+    void scatter(Tile& t) {
+        if (t.scattered == step_index) return;
+        start_scatter(t);
+        finish_scatter(t);
+    }
+
+    // Padding: the margins outside the tensor hold zero for most readers, -infinity for max pooling.
+    void set_padding(Tile& t, float v) {
+        if (t.padding == v) return;
+        t.padding = v;
+        const Dims d = global_dims(t.spec.layer);
+        const View p = t.y.padded();
+        const std::int64_t row0 = t.box.y0 - t.need.top, col0 = t.box.x0 - t.need.left;
+        for (std::int64_t n = 0; n < p.dims.n; ++n)
+            for (std::int64_t c = 0; c < p.dims.c; ++c)
+                for (std::int64_t y = 0; y < p.dims.h; ++y) {
+                    float* row = &p.at(n, c, y, 0);
+                    const std::int64_t gy = row0 + y;
+                    if (gy < 0 || gy >= d.h) {
+                        std::fill_n(row, p.dims.w, v);
+                        continue;
+                    }
+                    for (std::int64_t x = 0; x < p.dims.w && col0 + x < 0; ++x) row[x] = v;
+                    for (std::int64_t x = std::max<std::int64_t>(0, d.w - col0); x < p.dims.w; ++x) row[x] = v;
+                }
+    }
+
+    // An input tile (and its halo) is made by the data source, never sent.
+    void make_input(DataSource& data, Tile& t, std::int64_t first) {
+        if (t.gathered == step_index) return;
+        t.gathered = step_index;
+        const Dims d = global_dims(t.spec.layer);
+        const Box b = t.box.grown(t.need).meet(Box{0, d.n, 0, d.h, 0, d.w});
+        data.inputs(net.layers[static_cast<std::size_t>(t.spec.layer)], first + b.n0, b.y0, b.x0, view_of(t.y, t, b));
+    }
+
+    Tile& ready(DataSource* data, std::int64_t first, Tile& t) {
+        if (net.layers[static_cast<std::size_t>(t.spec.layer)].op == OpKind::input) {
+            DSL_INTERNAL_CHECK(data, "forward without data");
+            make_input(*data, t, first);
+        } else {
+            gather(t);
+        }
+        return t;
+    }
+
+    // ---- Forward.
+
+    ConstView windowed_input(const Layer& l, int index) {
+        Tile& in = *slots[static_cast<std::size_t>(index)].operands[0];
+        set_padding(in, l.op == OpKind::maxpool ? -std::numeric_limits<float>::infinity() : 0.0f);
+        const Region r = region(l, index);
         return in.y.padded().sub(0, 0, r.y, r.x, r.dims);
     }
 
     double forward(DataSource& data, std::int64_t first, bool training) {
-        double loss = 0.0;
-        for (Slot& s : slots) {
-            const Layer& l = *s.layer;
-            switch (l.op) {
-                case OpKind::input: data.inputs(l, first, 0, 0, s.y.interior()); break;
-                case OpKind::label: {
-                    const Dims d = dims_of(l.shape, config.batch);
-                    data.labels(l, first, 0, 0, BasicView<std::int32_t>{s.labels.data(), d, d.c * d.h * d.w,
-                                                                        d.h * d.w, d.w});
-                    break;
+        ++step_index;
+        sent_bytes = 0;
+        // Gradients that are accumulated start at zero, and margins, which readers write only in part, too;
+        // here rather than in backward, since a loss writes its logits' gradient in forward.
+        if (training)
+            for (Slot& s : slots)
+                for (auto& t : s.tiles) {
+                    if (t->dy.size() == 0) continue;
+                    if (t->zero_grad) t->dy.fill(0.0f);
+                    else t->dy.fill_margins(0.0f);
                 }
+        double loss = 0.0;
+        for (std::size_t i = 0; i < slots.size(); ++i) {
+            Slot& s = slots[i];
+            const Layer& l = *s.layer;
+            const int index = static_cast<int>(i);
+            const bool overlapped = overlaps(index);
+            for (Tile* t : s.operands)
+                if (t && !overlapped) ready(&data, first, *t);
+            auto in = [&](std::size_t j = 0) { return ConstView(s.operands[j]->y.interior()); };
+            const View y = l.op == OpKind::label ? View{} : s.own().y.interior();
+            switch (l.op) {
+                case OpKind::input: make_input(data, s.own(), first); break;
+                case OpKind::label: break;  // made by the loss over its logits' tile
                 case OpKind::conv:
-                    k.conv->forward(windowed_input(l), s.w.interior(), l.bias ? s.b.data() : nullptr, s.y.interior(),
-                                    window_of(l));
-                    break;
                 case OpKind::maxpool:
                 case OpKind::avgpool:
-                    k.pool->forward(l.op == OpKind::maxpool ? PoolKind::max : PoolKind::average, windowed_input(l),
-                                    s.y.interior(), window_of(l));
+                    if (overlapped) overlapped_forward(s, index);
+                    else windowed_forward(s, index, s.own().box);
                     break;
                 case OpKind::batchnorm: batchnorm_forward(s, training); break;
-                case OpKind::relu: k.activation->forward(input_of(l).y.interior(), 0.0f, s.y.interior()); break;
-                case OpKind::leaky_relu:
-                    k.activation->forward(input_of(l).y.interior(), static_cast<float>(l.slope), s.y.interior());
-                    break;
+                case OpKind::relu: k.activation->forward(in(), 0.0f, y); break;
+                case OpKind::leaky_relu: k.activation->forward(in(), static_cast<float>(l.slope), y); break;
                 case OpKind::global_avgpool: {
-                    const ConstView x = input_of(l).y.interior();
+                    const ConstView x = in();
                     sums_a.assign(static_cast<std::size_t>(x.dims.n * x.dims.c), 0.0);
                     k.pool->global_sum(x, sums_a.data());
-                    const View y = s.y.interior();
-                    const double area = static_cast<double>(x.dims.h * x.dims.w);
+                    if (s.group) s.group->allreduce(sums_a.data(), static_cast<std::int64_t>(sums_a.size()));
+                    const Dims whole = global_dims(l.inputs[0]);
+                    const double area = static_cast<double>(whole.h * whole.w);
                     for (std::int64_t n = 0; n < x.dims.n; ++n)
                         for (std::int64_t c = 0; c < x.dims.c; ++c)
-                            y.at(n, c, 0, 0) = static_cast<float>(sums_a[static_cast<std::size_t>(n * x.dims.c + c)] / area);
+                            y.at(n, c, 0, 0) =
+                                static_cast<float>(sums_a[static_cast<std::size_t>(n * x.dims.c + c)] / area);
                     break;
                 }
-                case OpKind::fc:
-                    k.fc->forward(input_of(l).y.interior(), s.w.interior(), l.bias ? s.b.data() : nullptr,
-                                  s.y.interior());
-                    break;
+                case OpKind::fc: k.fc->forward(in(), s.w.interior(), l.bias ? s.b.data() : nullptr, y); break;
                 case OpKind::add: {
                     std::vector<ConstView> xs;
-                    for (std::size_t i = 0; i < l.inputs.size(); ++i) xs.push_back(input_of(l, i).y.interior());
-                    k.eltwise->add(xs, s.y.interior());
+                    for (std::size_t j = 0; j < l.inputs.size(); ++j) xs.push_back(in(j));
+                    k.eltwise->add(xs, y);
                     break;
                 }
                 case OpKind::concat: {
                     std::int64_t c0 = 0;
-                    for (std::size_t i = 0; i < l.inputs.size(); ++i) {
-                        const ConstView x = input_of(l, i).y.interior();
-                        k.eltwise->copy(x, s.y.interior().sub(0, c0, 0, 0, x.dims));
+                    for (std::size_t j = 0; j < l.inputs.size(); ++j) {
+                        const ConstView x = in(j);
+                        k.eltwise->copy(x, y.sub(0, c0, 0, 0, x.dims));
                         c0 += x.dims.c;
                     }
                     break;
                 }
                 case OpKind::softmax_cross_entropy:
-                case OpKind::pixel_cross_entropy: loss += loss_layer(s, training); break;
+                case OpKind::pixel_cross_entropy: loss += loss_layer(s, data, first, training); break;
             }
         }
         return loss;
     }
 
-    double loss_layer(Slot& s, bool training) {
+    // Whether a windowed layer overlaps its input's halo exchange with the interior's compute: when the
+    // schedule asks, and the input is a tile of its own split whose halo has yet to come.
+    bool overlaps(int index) {
+        const Slot& s = slots[static_cast<std::size_t>(index)];
+        if (!windowed(s.layer->op) || !dist[static_cast<std::size_t>(index)].overlap.value_or(false)) return false;
+        const Tile& in = *s.operands[0];
+        return !in.copy && !in.forward.empty() && in.gathered != step_index && !is_input(&in);
+    }
+
+    // The output of a windowed layer over `out` (global coordinates within its tile).
+    void windowed_forward(Slot& s, int index, const Box& out) {
         const Layer& l = *s.layer;
-        Slot& logits = input_of(l, 0);
-        const Slot& labels = input_of(l, 1);
-        const Dims ld = dims_of(labels.layer->shape, config.batch);
-        const LabelView lv{labels.labels.data(), ld, ld.c * ld.h * ld.w, ld.h * ld.w, ld.w};
-        const double count = static_cast<double>(ld.n * ld.h * ld.w);
+        Tile& in = *s.operands[0];
+        set_padding(in, l.op == OpKind::maxpool ? -std::numeric_limits<float>::infinity() : 0.0f);
+        const Window w = window_of(l);
+        const Box own = s.own().box;
+        const View y = s.own().y.interior().sub(0, 0, out.y0 - own.y0, out.x0 - own.x0, box_dims(out, s.own().y.dims().c));
+        const Region r = region(l, index);
+        const ConstView x = in.y.padded().sub(0, 0, r.y + (out.y0 - own.y0) * w.stride[0],
+                                              r.x + (out.x0 - own.x0) * w.stride[1],
+                                              Dims{r.dims.n, r.dims.c, w.input_extent(0, out.y1 - out.y0),
+                                                   w.input_extent(1, out.x1 - out.x0)});
+        if (l.op == OpKind::conv)
+            k.conv->forward(x, s.w.interior(), l.bias ? s.b.data() : nullptr, y, w);
+        else
+            k.pool->forward(l.op == OpKind::maxpool ? PoolKind::max : PoolKind::average, x, y, w);
+    }
+
+    // Posts the input's halo exchange, computes the outputs whose windows lie within what this process
+    // holds (its interior, and padding at the tensor's border), then, once the halo is in, the strips along
+    // the edges that read it.
+    void overlapped_forward(Slot& s, int index) {
+        const Layer& l = *s.layer;
+        Tile& in = *s.operands[0];
+        const Window w = window_of(l);
+        const Dims whole = global_dims(in.spec.layer);
+        const Box out = s.own().box;
+        // Rows [lo, hi) of the input are here before the exchange ends: margins that are padding count.
+        const std::int64_t lo_y = in.box.y0 > 0 ? in.box.y0 : in.box.y0 - in.need.top;
+        const std::int64_t hi_y = in.box.y1 < whole.h ? in.box.y1 : in.box.y1 + in.need.bottom;
+        const std::int64_t lo_x = in.box.x0 > 0 ? in.box.x0 : in.box.x0 - in.need.left;
+        const std::int64_t hi_x = in.box.x1 < whole.w ? in.box.x1 : in.box.x1 + in.need.right;
+        // Output o reads input rows [o*stride - pad, o*stride - pad + extent).
+        auto first_inside = [](std::int64_t lo, std::int64_t pad, std::int64_t stride) {
+            const std::int64_t v = lo + pad;
+            return v >= 0 ? (v + stride - 1) / stride : -((-v) / stride);
+        };
+        auto end_inside = [](std::int64_t hi, std::int64_t pad, std::int64_t stride, std::int64_t extent) {
+            const std::int64_t v = hi + pad - extent;
+            return (v >= 0 ? v / stride : -((-v + stride - 1) / stride)) + 1;
+        };
+        const std::int64_t ey = w.dilation[0] * (w.kernel[0] - 1) + 1, ex = w.dilation[1] * (w.kernel[1] - 1) + 1;
+        Box inner = out;
+        inner.y0 = std::max(out.y0, first_inside(lo_y, l.pad[0], w.stride[0]));
+        inner.y1 = std::min(out.y1, end_inside(hi_y, l.pad[0], w.stride[0], ey));
+        inner.x0 = std::max(out.x0, first_inside(lo_x, l.pad[1], w.stride[1]));
+        inner.x1 = std::min(out.x1, end_inside(hi_x, l.pad[1], w.stride[1], ex));
+        set_padding(in, l.op == OpKind::maxpool ? -std::numeric_limits<float>::infinity() : 0.0f);
+        start_gather(in);
+        if (inner.empty()) {
+            finish_gather(in);
+            windowed_forward(s, index, out);
+            return;
+        }
+        windowed_forward(s, index, inner);
+        finish_gather(in);
+        const Box strips[4] = {{out.n0, out.n1, out.y0, inner.y0, out.x0, out.x1},
+                               {out.n0, out.n1, inner.y1, out.y1, out.x0, out.x1},
+                               {out.n0, out.n1, inner.y0, inner.y1, out.x0, inner.x0},
+                               {out.n0, out.n1, inner.y0, inner.y1, inner.x1, out.x1}};
+        for (const Box& strip : strips)
+            if (!strip.empty()) windowed_forward(s, index, strip);
+    }
+
+    double loss_layer(Slot& s, DataSource& data, std::int64_t first, bool training) {
+        const Layer& l = *s.layer;
+        Tile& logits = *s.operands[0];
+        const Layer& label = net.layers[static_cast<std::size_t>(l.inputs[1])];
+        // The labels of the logits' tile: {n, 1, h, w}, or {n, 1, 1, 1} for one label per sample.
+        const Dims ld{logits.box.n1 - logits.box.n0, 1, has_planes(label) ? logits.box.y1 - logits.box.y0 : 1,
+                      has_planes(label) ? logits.box.x1 - logits.box.x0 : 1};
+        s.labels.resize(static_cast<std::size_t>(ld.elements()));
+        const BasicView<std::int32_t> lv{s.labels.data(), ld, ld.c * ld.h * ld.w, ld.h * ld.w, ld.w};
+        data.labels(label, first + logits.box.n0, has_planes(label) ? logits.box.y0 : 0,
+                    has_planes(label) ? logits.box.x0 : 0, lv);
+        const Dims whole = global_dims(l.inputs[1]);
+        const double count = static_cast<double>(whole.n * whole.h * whole.w);
         View grad;
         if (training) grad = logits.dy.interior();  // the loss is the only reader of its logits
         DSL_INTERNAL_CHECK(!training || logits.readers == 1, "a loss's logits feed another layer");
-        return k.loss->cross_entropy(logits.y.interior(), lv, static_cast<float>(1.0 / count), grad) / count;
+        double sum = k.loss->cross_entropy(logits.y.interior(), lv, static_cast<float>(1.0 / count), grad);
+        if (!logits.leader) sum = 0.0;  // its replicas' copy counts once
+        comm.allreduce(&sum, 1);
+        return sum / count;
+    }
+
+    // The number of elements per channel that a batch-norm group sums over.
+    double group_count(const Slot& s) const {
+        const Tile& t = *s.operands[0];
+        const Box b = t.box;
+        const Dims whole = global_dims(s.layer->inputs[0]);
+        if (!s.group) return static_cast<double>((b.n1 - b.n0) * (b.y1 - b.y0) * (b.x1 - b.x0));
+        if (s.group == &comm) return static_cast<double>(whole.n * whole.h * whole.w);
+        return static_cast<double>((b.n1 - b.n0) * whole.h * whole.w);  // a sample group
     }
 
     void batchnorm_forward(Slot& s, bool training) {
         const Layer& l = *s.layer;
-        const ConstView x = input_of(l).y.interior();
+        const ConstView x = s.operands[0]->y.interior();
         const auto channels = static_cast<std::size_t>(x.dims.c);
         if (training) {
             sums_a.assign(channels, 0.0);
             sums_b.assign(channels, 0.0);
             k.batchnorm->statistics(x, sums_a.data(), sums_b.data());
-            const double count = static_cast<double>(x.dims.n * x.dims.h * x.dims.w);
+            group_sum(s, s.operands[0]->leader);
+            const double count = group_count(s);
             for (std::size_t c = 0; c < channels; ++c) {
                 const double mean = sums_a[c] / count;
                 const double var = std::max(0.0, sums_b[c] / count - mean * mean);
@@ -311,13 +798,26 @@ struct Trainer::Impl {
                 s.inv_std[c] = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.running_var[c]) + l.eps));
             }
         }
-        k.batchnorm->forward(x, s.mean.data(), s.inv_std.data(), s.w.data(), s.b.data(), s.y.interior());
+        k.batchnorm->forward(x, s.mean.data(), s.inv_std.data(), s.w.data(), s.b.data(), s.own().y.interior());
     }
 
-    // Writes an input's gradient through `compute(target)`: straight into the input's gradient tile when
-    // this layer is its only reader, else into scratch that is then added to it.
+    // Sums sums_a and sums_b over the slot's group; a replica that does not speak adds nothing.
+    void group_sum(Slot& s, bool speaks) {
+        if (!s.group) return;
+        if (!speaks) std::fill(sums_a.begin(), sums_a.end(), 0.0), std::fill(sums_b.begin(), sums_b.end(), 0.0);
+        std::vector<double> both(sums_a);
+        both.insert(both.end(), sums_b.begin(), sums_b.end());
+        s.group->allreduce(both.data(), static_cast<std::int64_t>(both.size()));
+        std::copy_n(both.begin(), sums_a.size(), sums_a.begin());
+        std::copy(both.begin() + static_cast<std::ptrdiff_t>(sums_a.size()), both.end(), sums_b.begin());
+    }
+
+    // ---- Backward.
+
+    // Writes an input's gradient through `compute(target)`: straight into the tile's gradient when this layer
+    // is its only reader, else into scratch that is then added to it.
     template <typename Compute>
-    void input_gradient(Slot& in, std::int64_t y, std::int64_t x, Dims dims, Compute&& compute) {
+    void input_gradient(Tile& in, std::int64_t y, std::int64_t x, Dims dims, Compute&& compute) {
         const View target = in.dy.padded().sub(0, 0, y, x, dims);
         if (in.readers == 1) {
             compute(target);
@@ -326,28 +826,38 @@ struct Trainer::Impl {
         scratch.resize(static_cast<std::size_t>(dims.elements()));
         const View computed = dense_view(scratch.data(), dims);
         compute(computed);
-        // Only the part over the interior is a gradient here; the part over the margins is padding's.
-        const Margins& m = in.need;
-        const Dims interior = in.dy.dims();
-        const std::int64_t y0 = std::max(y, m.top), y1 = std::min(y + dims.h, m.top + interior.h);
-        const std::int64_t x0 = std::max(x, m.left), x1 = std::min(x + dims.w, m.left + interior.w);
-        if (y1 <= y0 || x1 <= x0) return;
-        const Dims overlap{dims.n, dims.c, y1 - y0, x1 - x0};
-        k.eltwise->accumulate(computed.sub(0, 0, y0 - y, x0 - x, overlap),
-                              in.dy.padded().sub(0, 0, y0, x0, overlap));
+        k.eltwise->accumulate(computed, target);
     }
 
     template <typename Compute>
-    void interior_gradient(Slot& in, Compute&& compute) {
+    void interior_gradient(Tile& in, Compute&& compute) {
         input_gradient(in, in.need.top, in.need.left, in.dy.dims(), std::forward<Compute>(compute));
     }
 
+    bool is_input(const Tile* t) const { return net.layers[static_cast<std::size_t>(t->spec.layer)].op == OpKind::input; }
+
+    // Starts the sum of a layer's weight gradients over every process; a replica that does not speak for
+    // its group adds zeros.
+    void allreduce_gradients(Slot& s, bool speaks) {
+        if (comm.size() == 1) return;
+        if (!speaks) {
+            s.dw.fill(0.0f);
+            std::fill(s.db.begin(), s.db.end(), 0.0f);
+        }
+        comm.start_allreduce(s.dw.data(), s.dw.size());
+        if (!s.db.empty()) comm.start_allreduce(s.db.data(), static_cast<std::int64_t>(s.db.size()));
+    }
+
     void backward() {
-        for (Slot& s : slots)
-            if (s.zero_grad && s.dy.size() > 0) s.dy.fill(0.0f);
         for (auto it = slots.rbegin(); it != slots.rend(); ++it) {
             Slot& s = *it;
             const Layer& l = *s.layer;
+            const int index = static_cast<int>(it.base() - slots.begin()) - 1;
+            // Every reader has written its part of this layer's gradient: gather it from the margins and copies
+            // where the readers left it.
+            if (l.op != OpKind::input && l.op != OpKind::label)
+                for (auto& t : s.tiles) scatter(*t);
+            const bool speaks = l.op == OpKind::label ? true : s.own().leader;
             switch (l.op) {
                 case OpKind::input:
                 case OpKind::label:
@@ -355,67 +865,83 @@ struct Trainer::Impl {
                 case OpKind::pixel_cross_entropy: break;  // the loss wrote its gradient in forward
                 case OpKind::conv: {
                     const Window w = window_of(l);
-                    const ConstView x = windowed_input(l);
-                    k.conv->backward_weights(x, s.dy.interior(), s.dw.interior(), l.bias ? s.db.data() : nullptr, w);
-                    if (input_of(l).layer->op == OpKind::input) break;
-                    const Region r = region(l);
-                    input_gradient(input_of(l), r.y, r.x, r.dims,
-                                   [&](View dx) { k.conv->backward_data(s.dy.interior(), s.w.interior(), dx, w); });
+                    Tile& in = *s.operands[0];
+                    if (!is_input(&in)) {
+                        const Region r = region(l, index);
+                        input_gradient(in, r.y, r.x, r.dims, [&](View dx) {
+                            k.conv->backward_data(s.own().dy.interior(), s.w.interior(), dx, w);
+                        });
+                    }
+                    // With overlap, when this layer is the only reader of its input, the input's gradient is
+                    // complete here: its halo goes back to the neighbours while the weight gradient is computed.
+                    const bool send_now = dist[static_cast<std::size_t>(index)].overlap.value_or(false) &&
+                                          !is_input(&in) && !in.copy && in.readers == 1;
+                    if (send_now) start_scatter(in);
+                    k.conv->backward_weights(windowed_input(l, index), s.own().dy.interior(), s.dw.interior(),
+                                             l.bias ? s.db.data() : nullptr, w);
+                    if (send_now) finish_scatter(in);
+                    allreduce_gradients(s, speaks);
                     break;
                 }
                 case OpKind::maxpool:
                 case OpKind::avgpool: {
-                    if (input_of(l).layer->op == OpKind::input) break;
-                    const ConstView x = windowed_input(l);
-                    const Region r = region(l);
-                    input_gradient(input_of(l), r.y, r.x, r.dims, [&](View dx) {
+                    Tile& in = *s.operands[0];
+                    if (is_input(&in)) break;
+                    const ConstView x = windowed_input(l, index);
+                    const Region r = region(l, index);
+                    input_gradient(in, r.y, r.x, r.dims, [&](View dx) {
                         k.pool->backward(l.op == OpKind::maxpool ? PoolKind::max : PoolKind::average, x,
-                                         s.dy.interior(), dx, window_of(l));
+                                         s.own().dy.interior(), dx, window_of(l));
                     });
                     break;
                 }
-                case OpKind::batchnorm: batchnorm_backward(s); break;
+                case OpKind::batchnorm: batchnorm_backward(s, speaks); break;
                 case OpKind::relu:
                 case OpKind::leaky_relu: {
+                    Tile& in = *s.operands[0];
+                    if (is_input(&in)) break;
                     const float slope = l.op == OpKind::relu ? 0.0f : static_cast<float>(l.slope);
-                    interior_gradient(input_of(l), [&](View dx) {
-                        k.activation->backward(input_of(l).y.interior(), s.dy.interior(), slope, dx);
+                    interior_gradient(in, [&](View dx) {
+                        k.activation->backward(in.y.interior(), s.own().dy.interior(), slope, dx);
                     });
                     break;
                 }
                 case OpKind::global_avgpool: {
-                    const ConstView dy = s.dy.interior();
+                    Tile& in = *s.operands[0];
+                    if (is_input(&in)) break;
+                    const ConstView dy = s.own().dy.interior();
                     scratch_values.resize(static_cast<std::size_t>(dy.dims.n * dy.dims.c));
                     for (std::int64_t n = 0; n < dy.dims.n; ++n)
                         for (std::int64_t c = 0; c < dy.dims.c; ++c)
                             scratch_values[static_cast<std::size_t>(n * dy.dims.c + c)] = dy.at(n, c, 0, 0);
-                    const Dims xd = input_of(l).dy.dims();
-                    interior_gradient(input_of(l), [&](View dx) {
-                        k.pool->broadcast(scratch_values.data(), 1.0f / static_cast<float>(xd.h * xd.w), dx);
+                    const Dims whole = global_dims(l.inputs[0]);
+                    interior_gradient(in, [&](View dx) {
+                        k.pool->broadcast(scratch_values.data(), 1.0f / static_cast<float>(whole.h * whole.w), dx);
                     });
                     break;
                 }
                 case OpKind::fc: {
-                    k.fc->backward_weights(input_of(l).y.interior(), s.dy.interior(), s.dw.interior(),
+                    Tile& in = *s.operands[0];
+                    k.fc->backward_weights(in.y.interior(), s.own().dy.interior(), s.dw.interior(),
                                            l.bias ? s.db.data() : nullptr);
-                    if (input_of(l).layer->op == OpKind::input) break;
-                    interior_gradient(input_of(l),
-                                      [&](View dx) { k.fc->backward_data(s.dy.interior(), s.w.interior(), dx); });
+                    allreduce_gradients(s, speaks);
+                    if (is_input(&in)) break;
+                    interior_gradient(in, [&](View dx) { k.fc->backward_data(s.own().dy.interior(), s.w.interior(), dx); });
                     break;
                 }
                 case OpKind::add:
-                    for (std::size_t i = 0; i < l.inputs.size(); ++i) {
-                        if (input_of(l, i).layer->op == OpKind::input) continue;
-                        interior_gradient(input_of(l, i), [&](View dx) { k.eltwise->copy(s.dy.interior(), dx); });
+                    for (Tile* in : s.operands) {
+                        if (is_input(in)) continue;
+                        interior_gradient(*in, [&](View dx) { k.eltwise->copy(s.own().dy.interior(), dx); });
                     }
                     break;
                 case OpKind::concat: {
                     std::int64_t c0 = 0;
-                    for (std::size_t i = 0; i < l.inputs.size(); ++i) {
-                        Slot& in = input_of(l, i);
-                        const Dims d = in.y.dims();
-                        if (in.layer->op != OpKind::input)
-                            interior_gradient(in, [&](View dx) { k.eltwise->copy(s.dy.interior().sub(0, c0, 0, 0, d), dx); });
+                    for (Tile* in : s.operands) {
+                        const Dims d = in->y.dims();
+                        if (!is_input(in))
+                            interior_gradient(
+                                *in, [&](View dx) { k.eltwise->copy(s.own().dy.interior().sub(0, c0, 0, 0, d), dx); });
                         c0 += d.c;
                     }
                     break;
@@ -424,27 +950,31 @@ struct Trainer::Impl {
         }
     }
 
-    void batchnorm_backward(Slot& s) {
-        const Layer& l = *s.layer;
-        const ConstView x = input_of(l).y.interior();
+    void batchnorm_backward(Slot& s, bool speaks) {
+        Tile& in = *s.operands[0];
+        const ConstView x = in.y.interior();
         const auto channels = static_cast<std::size_t>(x.dims.c);
         sums_a.assign(channels, 0.0);
         sums_b.assign(channels, 0.0);
-        k.batchnorm->backward_statistics(x, s.dy.interior(), s.mean.data(), s.inv_std.data(), sums_a.data(),
+        k.batchnorm->backward_statistics(x, s.own().dy.interior(), s.mean.data(), s.inv_std.data(), sums_a.data(),
                                          sums_b.data());
+        // This tile's part of d(beta) and d(gamma); the allreduce over every process adds the rest.
         for (std::size_t c = 0; c < channels; ++c) {
             s.db[c] = static_cast<float>(sums_a[c]);
             s.dw.data()[c] = static_cast<float>(sums_b[c]);
         }
-        if (input_of(l).layer->op == OpKind::input) return;
-        const double count = static_cast<double>(x.dims.n * x.dims.h * x.dims.w);
-        interior_gradient(input_of(l), [&](View dx) {
-            k.batchnorm->backward(x, s.dy.interior(), s.mean.data(), s.inv_std.data(), s.w.data(), sums_a.data(),
+        allreduce_gradients(s, speaks);
+        if (is_input(&in)) return;
+        group_sum(s, speaks);
+        const double count = group_count(s);
+        interior_gradient(in, [&](View dx) {
+            k.batchnorm->backward(x, s.own().dy.interior(), s.mean.data(), s.inv_std.data(), s.w.data(), sums_a.data(),
                                   sums_b.data(), count, dx);
         });
     }
 
     void update() {
+        comm.finish_allreduces();
         const auto lr = static_cast<float>(config.lr), momentum = static_cast<float>(config.momentum),
                    decay = static_cast<float>(config.weight_decay);
         for (Slot& s : slots) {
@@ -458,7 +988,11 @@ struct Trainer::Impl {
 };
 
 Trainer::Trainer(const frontend::Network& net, Kernels kernels, TrainConfig config)
-    : impl_(std::make_unique<Impl>(net, kernels, config)) {}
+    : impl_(std::make_unique<Impl>(net, kernels, config, std::vector<scheduler::Distribution>{}, nullptr)) {}
+
+Trainer::Trainer(const frontend::Network& net, Kernels kernels, TrainConfig config,
+                 const scheduler::Schedule& schedule, Comm& comm)
+    : impl_(std::make_unique<Impl>(net, kernels, config, schedule.layers, &comm)) {}
 
 Trainer::~Trainer() = default;
 
@@ -498,11 +1032,19 @@ std::vector<StateTensor> Trainer::state() {
     return out;
 }
 
+std::int64_t Trainer::halo_bytes() const { return impl_->sent_bytes; }
+
 std::int64_t Trainer::memory_bytes() const {
     std::int64_t floats = 0;
     for (const auto& s : impl_->slots) {
-        floats += s.y.size() + s.dy.size() + s.w.size() + s.dw.size() + s.mw.size();
-        floats += static_cast<std::int64_t>(s.b.size() * 3 + s.mean.size() * 4 + s.labels.size());
+        for (const auto& t : s.tiles) {
+            floats += t->y.size() + t->dy.size();
+            for (const auto* p : {&t->forward, &t->backward})
+                for (const auto* pieces : {&p->sends, &p->receives})
+                    for (const auto& piece : *pieces) floats += static_cast<std::int64_t>(piece.buffer.size());
+        }
+        floats += s.w.size() + s.dw.size() + s.mw.size();
+        floats += static_cast<std::int64_t>(s.b.size() * 3 + s.mean.size() * 4) + static_cast<std::int64_t>(s.labels.size());
     }
     return 4 * floats;
 }

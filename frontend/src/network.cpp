@@ -60,6 +60,8 @@ Pair Layer::halo() const {
     return h;
 }
 
+bool Layer::planar() const { return shape.dims.size() >= 2 && op != OpKind::global_avgpool; }
+
 int Network::find(const std::string& name) const {
     for (std::size_t i = 0; i < layers.size(); ++i)
         if (layers[i].name == name) return static_cast<int>(i);

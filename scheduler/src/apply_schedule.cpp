@@ -154,10 +154,13 @@ EntryFields check_entry(const SchedEntry& e, Diagnostics& diags) {
                 diags.error(v.loc, fmt::format("'overlap' must be 'on', 'off' or '?', not '{}'", value_text(v)));
         } else if (s.key == "bn") {
             f.sets_bn = true;
-            if (v.kind == SchedValue::Kind::word && (v.text == "spatial" || v.text == "local"))
-                f.bn = v.text == "spatial" ? BatchNormStats::spatial : BatchNormStats::local;
+            if (v.kind == SchedValue::Kind::word && (v.text == "batch" || v.text == "spatial" || v.text == "local"))
+                f.bn = v.text == "batch"     ? BatchNormStats::batch
+                       : v.text == "spatial" ? BatchNormStats::spatial
+                                             : BatchNormStats::local;
             else if (v.kind != SchedValue::Kind::open)
-                diags.error(v.loc, fmt::format("'bn' must be 'spatial', 'local' or '?', not '{}'", value_text(v)));
+                diags.error(v.loc,
+                            fmt::format("'bn' must be 'batch', 'spatial', 'local' or '?', not '{}'", value_text(v)));
         } else if (s.key == "procs" || s.key == "platform" || s.key == "batch") {
             auto& d =
                 diags.error(s.loc, fmt::format("'{}' is a top-level setting, but here it follows an entry", s.key));
@@ -324,10 +327,10 @@ std::string split_problem(const Network& net, const Layer& layer, const Split& s
     const frontend::Pair halo = layer.halo();
     const std::int64_t parts[2] = {split.h, split.w};
     const char* rows[2] = {"rows", "columns"};
-    const bool spatial_in = in && in->shape.dims.size() == 3;
-    const bool spatial_out = layer.shape.dims.size() == 3;
-    if (!spatial_in && !spatial_out)
-        return fmt::format("its tensors have no rows or columns to split ({})", layer.shape.str());
+    // A layer whose tensors have no rows or columns (a fully connected head, a loss over classes) is
+    // computed whole by every process of a sample group: any spatial split fits it.
+    const bool spatial_in = in && in->planar() && in->shape.dims.size() == 3;
+    const bool spatial_out = layer.planar() && layer.shape.dims.size() == 3;
     for (std::size_t i = 0; i < 2; ++i) {
         if (parts[i] == 1) continue;
         if (spatial_in) {

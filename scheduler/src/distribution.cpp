@@ -14,7 +14,14 @@ std::string Split::str() const {
     return out;
 }
 
-const char* bn_name(BatchNormStats bn) { return bn == BatchNormStats::spatial ? "spatial" : "local"; }
+const char* bn_name(BatchNormStats bn) {
+    switch (bn) {
+        case BatchNormStats::batch: return "batch";
+        case BatchNormStats::spatial: return "spatial";
+        case BatchNormStats::local: return "local";
+    }
+    return "?";
+}
 
 std::int64_t block_size(std::int64_t extent, std::int64_t parts, std::int64_t index) {
     return extent / parts + (index < extent % parts ? 1 : 0);

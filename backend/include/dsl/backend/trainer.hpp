@@ -1,10 +1,15 @@
 // The interpreter that trains: a checked network's layers run in order over tiles, forward then backward,
-// then an SGD step. On one process every tile is the whole tensor, its margins the padding; the
-// distributed runtime gives each process its own tiles and fills margins with halos instead.
+// then an SGD step. Under a schedule on P processes, each process holds one tile of every tensor (its block
+// of the samples, rows and columns in the layer's distribution), fills the margins of its tiles with halos
+// from its neighbours, redistributes a tensor where a reader's distribution differs from its producer's,
+// aggregates batch-norm statistics, the loss and global pooling over the processes that share them, and
+// allreduces the weight gradients. On one process every tile is the whole tensor, its margins the padding.
 #pragma once
 
+#include <dsl/backend/comm.hpp>
 #include <dsl/backend/kernels.hpp>
 #include <dsl/frontend/network.hpp>
+#include <dsl/scheduler/schedule.hpp>
 
 #include <cstdint>
 #include <memory>
@@ -44,20 +49,33 @@ struct StateTensor {
 
 class Trainer {
 public:
+    // One process.
     Trainer(const frontend::Network& net, Kernels kernels, TrainConfig config);
+    // This process's part of a run under `schedule` (complete, its splits' product comm.size()); every
+    // process of `comm` constructs its Trainer and calls every method alike, in the same order.
+    Trainer(const frontend::Network& net, Kernels kernels, TrainConfig config, const scheduler::Schedule& schedule,
+            Comm& comm);
     ~Trainer();
     Trainer(const Trainer&) = delete;
     Trainer& operator=(const Trainer&) = delete;
 
-    // One step on the samples [first, first + batch): forward, backward, SGD. Returns the mean loss.
+    // One step on the samples [first, first + batch): forward, backward, SGD. Returns the mean loss over
+    // the whole mini-batch (the same on every process).
     double step(DataSource& data, std::int64_t first);
 
     // Forward only, with batch-norm running statistics (inference); returns the mean loss.
     double evaluate(DataSource& data, std::int64_t first);
 
-    std::vector<StateTensor> state();  // every tensor a checkpoint holds, in layer order
+    // Every tensor a checkpoint holds, in layer order. Parameters and optimizer state are whole and the same
+    // on every process; batch-norm running statistics are this process's (the same everywhere with the
+    // default statistics over the mini-batch).
+    std::vector<StateTensor> state();
 
-    // Bytes of every buffer the trainer holds now (activations, gradients, parameters, workspace).
+    // Bytes this process sent to others in halo exchanges and redistributions in its last step.
+    std::int64_t halo_bytes() const;
+
+    // Bytes of every buffer the trainer holds now on this process (tiles with their margins, gradients,
+    // parameters, message buffers).
     std::int64_t memory_bytes() const;
 
 private:

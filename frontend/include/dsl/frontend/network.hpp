@@ -71,6 +71,11 @@ struct Layer {
 
     // The halo this layer needs on each side of its input tile, in rows (H) and columns (W).
     Pair halo() const;
+
+    // Whether the output has rows and columns that a spatial split cuts into tiles: activations and
+    // per-pixel labels, not vectors, per-sample labels or global pooling's 1x1. A spatial split of a layer
+    // whose output has none gives every process of a sample group the whole of it (replicated).
+    bool planar() const;
 };
 
 struct TrainOptions {

@@ -20,13 +20,16 @@ struct Split {
     }
 };
 
-enum class BatchNormStats { spatial, local };  // aggregate over a sample's spatial group (exact), or per tile
+// Where batch-norm statistics are summed: over the whole mini-batch, every process (exactly as one process
+// computes them); over the processes of each sample group's spatial partition (each group normalizes its
+// own samples, as data-parallel training does); or over each tile alone.
+enum class BatchNormStats { batch, spatial, local };
 
 // One layer's resolved distribution. A field is nullopt when the schedule leaves it open.
 struct Distribution {
     std::optional<Split> split;
     std::optional<bool> overlap;  // overlap halo exchange with interior compute
-    std::optional<BatchNormStats> bn = BatchNormStats::spatial;
+    std::optional<BatchNormStats> bn = BatchNormStats::batch;
     bool complete() const { return split && overlap && bn; }
 };
 

@@ -1,0 +1,55 @@
+// Communication between the processes of a run: the few operations the distributed trainer needs, over MPI
+// (mpi_comm.cpp) or, on one process, over nothing (self_comm). Every operation but `exchange` is collective
+// over the communicator's processes, which must call them in the same order.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace dsl::backend {
+
+// Part of a point-to-point exchange: `count` floats at `data`, sent to or received from rank `peer`.
+struct Message {
+    int peer = 0;
+    float* data = nullptr;
+    std::int64_t count = 0;
+};
+
+class Comm {
+public:
+    virtual ~Comm() = default;
+    virtual int rank() const = 0;
+    virtual int size() const = 0;
+
+    // The processes with the same `color`, ranked as here (collective).
+    virtual std::unique_ptr<Comm> split(int color) = 0;
+
+    // Sums over every process, in place.
+    virtual void allreduce(double* data, std::int64_t count) = 0;
+    virtual double max(double value) = 0;
+    virtual bool all(bool value) = 0;  // true where every process says true
+
+    // Starts a sum of `data` over every process, in place; `finish_allreduces` waits for every one started.
+    // The buffers must stay untouched until then.
+    virtual void start_allreduce(float* data, std::int64_t count) = 0;
+    virtual void finish_allreduces() = 0;
+
+    // Posts every receive and send (`tag` tells concurrent exchanges apart); `finish_exchange` waits for them.
+    virtual void start_exchange(const std::vector<Message>& sends, const std::vector<Message>& receives,
+                                int tag) = 0;
+    virtual void finish_exchange() = 0;
+};
+
+// The communicator of a run on one process: every operation is the identity.
+std::unique_ptr<Comm> self_comm();
+
+// Open MPI's, when this process was started by mpirun (or srun). `under_mpi` says so from the environment
+// without initializing MPI; `mpi_world` initializes it (once) and returns MPI_COMM_WORLD's communicator.
+bool under_mpi();
+int launched_rank();  // this process's rank in the run, from the environment; 0 when not under MPI
+std::unique_ptr<Comm> mpi_world();
+void mpi_finalize();                          // at a normal end
+[[noreturn]] void mpi_abort(int exit_code);  // ends every process of the run
+
+}  // namespace dsl::backend

@@ -1,0 +1,162 @@
+// The communicators: over MPI, and the trivial one of a single process.
+#include <dsl/backend/comm.hpp>
+
+#include <dsl/frontend/diagnostics.hpp>
+
+#include <mpi.h>
+
+#include <cstdlib>
+#include <limits>
+#include <string>
+
+namespace dsl::backend {
+
+namespace {
+
+class SelfComm final : public Comm {
+public:
+    int rank() const override { return 0; }
+    int size() const override { return 1; }
+    std::unique_ptr<Comm> split(int) override { return std::make_unique<SelfComm>(); }
+    void allreduce(double*, std::int64_t) override {}
+    double max(double value) override { return value; }
+    bool all(bool value) override { return value; }
+    void start_allreduce(float*, std::int64_t) override {}
+    void finish_allreduces() override {}
+    void start_exchange(const std::vector<Message>& sends, const std::vector<Message>& receives, int) override {
+        DSL_INTERNAL_CHECK(sends.empty() && receives.empty(), "a single process has no one to exchange with");
+    }
+    void finish_exchange() override {}
+};
+
+int checked_count(std::int64_t count) {
+    DSL_INTERNAL_CHECK(count >= 0 && count <= std::numeric_limits<int>::max(), "MPI message too large");
+    return static_cast<int>(count);
+}
+
+void check_mpi(int result, const char* what) {
+    DSL_INTERNAL_CHECK(result == MPI_SUCCESS, std::string("MPI call failed: ") + what);
+}
+
+class MpiComm final : public Comm {
+public:
+    explicit MpiComm(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
+        MPI_Comm_rank(comm_, &rank_);
+        MPI_Comm_size(comm_, &size_);
+    }
+    ~MpiComm() override {
+        int finalized = 0;
+        MPI_Finalized(&finalized);
+        if (owned_ && !finalized) MPI_Comm_free(&comm_);
+    }
+
+    int rank() const override { return rank_; }
+    int size() const override { return size_; }
+
+    std::unique_ptr<Comm> split(int color) override {
+        MPI_Comm sub;
+        check_mpi(MPI_Comm_split(comm_, color, rank_, &sub), "MPI_Comm_split");
+        return std::make_unique<MpiComm>(sub, true);
+    }
+
+    void allreduce(double* data, std::int64_t count) override {
+        if (size_ == 1 || count == 0) return;
+        check_mpi(MPI_Allreduce(MPI_IN_PLACE, data, checked_count(count), MPI_DOUBLE, MPI_SUM, comm_),
+                  "MPI_Allreduce");
+    }
+
+    double max(double value) override {
+        double out = value;
+        check_mpi(MPI_Allreduce(&value, &out, 1, MPI_DOUBLE, MPI_MAX, comm_), "MPI_Allreduce");
+        return out;
+    }
+
+    bool all(bool value) override {
+        int v = value ? 1 : 0, out = 0;
+        check_mpi(MPI_Allreduce(&v, &out, 1, MPI_INT, MPI_MIN, comm_), "MPI_Allreduce");
+        return out == 1;
+    }
+
+    void start_allreduce(float* data, std::int64_t count) override {
+        if (size_ == 1 || count == 0) return;
+        MPI_Request r;
+        check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data, checked_count(count), MPI_FLOAT, MPI_SUM, comm_, &r),
+                  "MPI_Iallreduce");
+        allreduces_.push_back(r);
+    }
+
+    void finish_allreduces() override {
+        if (allreduces_.empty()) return;
+        check_mpi(MPI_Waitall(static_cast<int>(allreduces_.size()), allreduces_.data(), MPI_STATUSES_IGNORE),
+                  "MPI_Waitall");
+        allreduces_.clear();
+    }
+
+    void start_exchange(const std::vector<Message>& sends, const std::vector<Message>& receives, int tag) override {
+        for (const Message& m : receives) {
+            MPI_Request r;
+            check_mpi(MPI_Irecv(m.data, checked_count(m.count), MPI_FLOAT, m.peer, tag, comm_, &r), "MPI_Irecv");
+            exchanges_.push_back(r);
+        }
+        for (const Message& m : sends) {
+            MPI_Request r;
+            check_mpi(MPI_Isend(m.data, checked_count(m.count), MPI_FLOAT, m.peer, tag, comm_, &r), "MPI_Isend");
+            exchanges_.push_back(r);
+        }
+    }
+
+    void finish_exchange() override {
+        if (exchanges_.empty()) return;
+        check_mpi(MPI_Waitall(static_cast<int>(exchanges_.size()), exchanges_.data(), MPI_STATUSES_IGNORE),
+                  "MPI_Waitall");
+        exchanges_.clear();
+    }
+
+private:
+    MPI_Comm comm_;
+    bool owned_;
+    int rank_ = 0, size_ = 1;
+    std::vector<MPI_Request> allreduces_, exchanges_;
+};
+
+}  // namespace
+
+std::unique_ptr<Comm> self_comm() { return std::make_unique<SelfComm>(); }
+
+bool under_mpi() {
+    for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
+        if (std::getenv(v)) return true;
+    return false;
+}
+
+int launched_rank() {
+    for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"})
+        if (const char* r = std::getenv(v)) return std::atoi(r);
+    return 0;
+}
+
+std::unique_ptr<Comm> mpi_world() {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) {
+        int provided = 0;
+        MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+    }
+    return std::make_unique<MpiComm>(MPI_COMM_WORLD, false);
+}
+
+void mpi_finalize() {
+    int initialized = 0, finalized = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    if (initialized && !finalized) MPI_Finalize();
+}
+
+void mpi_abort(int exit_code) {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (initialized) MPI_Abort(MPI_COMM_WORLD, exit_code);
+    std::exit(exit_code);
+}
+
+}  // namespace dsl::backend

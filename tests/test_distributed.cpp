@@ -1,0 +1,129 @@
+// Distributed training equals one process: real runs of `dsl run` on 2, 3 and 4 processes under mpirun
+// (started by dsl itself), compared with the same network trained on one process: the loss of every step
+// (from --log) and every tensor of the final checkpoint (from --save), within 1e-4 relative.
+#include "run_dsl.hpp"
+
+#include <dsl/backend/checkpoint.hpp>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+
+namespace {
+
+using dsl::backend::Checkpoint;
+using dsl::backend::load_checkpoint;
+
+struct Run {
+    std::vector<double> losses;
+    Checkpoint checkpoint;
+};
+
+// Trains `net` (under `sched` when not empty) for a few steps and returns its losses and final state.
+Run train(const std::string& net, const std::string& sched, std::int64_t batch, const std::string& extra = "") {
+    const fs::path dir = fs::temp_directory_path() / ("dsl_dist_" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    const Result r = run_dsl("run " + net + " " + sched + " --steps 3 --seed 7 --batch " + std::to_string(batch) +
+                             " --log '" + (dir / "log.jsonl").string() + "' --save '" + (dir / "ckpt").string() +
+                             "' " + extra);
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    Run out;
+    std::ifstream log(dir / "log.jsonl");
+    for (std::string line; std::getline(log, line);) out.losses.push_back(nlohmann::json::parse(line)["loss"]);
+    std::string error;
+    auto ckpt = load_checkpoint((dir / "ckpt").string(), error);
+    INFO(error);
+    REQUIRE(ckpt);
+    out.checkpoint = std::move(*ckpt);
+    fs::remove_all(dir);
+    return out;
+}
+
+// Every tensor of `b` in `a`, element by element within `rel` of the tensor's largest magnitude (or of 0.01,
+// for tensors that are zero but for rounding: the bias of a convolution before batch norm gets no gradient).
+void check_same_state(const Checkpoint& a, const Checkpoint& b, double rel) {
+    REQUIRE(a.tensors.size() == b.tensors.size());
+    for (const auto& expected : b.tensors) {
+        const auto* got = a.find(expected.name);
+        INFO(expected.name);
+        REQUIRE(got);
+        REQUIRE(got->data.size() == expected.data.size());
+        double scale = 0.0, worst = 0.0;
+        for (std::size_t i = 0; i < expected.data.size(); ++i) {
+            scale = std::max(scale, std::fabs(double(expected.data[i])));
+            worst = std::max(worst, std::fabs(double(got->data[i]) - double(expected.data[i])));
+        }
+        CHECK(worst <= rel * std::max(scale, 0.01));
+    }
+}
+
+}  // namespace
+
+TEST_CASE("distributed training gives the losses and weights of one process", "[distributed][mpi]") {
+    struct Case {
+        const char* net;
+        const char* sched;
+        std::int64_t batch;
+    };
+    // Sample, rows, columns, both, hybrid, per-layer redistribution both ways (2 and 4 processes), overlap
+    // on and off, stride 2, pooling, residual adds, a fully connected head (sample-parallel, and computed
+    // whole by a spatial group), and uneven tiles of samples, rows and columns.
+    const Case c = GENERATE(Case{"samples/mesh_tiny.net", "samples/mesh_tiny_sample_2.sched", 4},
+                            Case{"samples/mesh_tiny.net", "samples/mesh_tiny_spatial_h_2.sched", 4},
+                            Case{"samples/mesh_tiny.net", "samples/mesh_tiny_spatial_w_2.sched", 4},
+                            Case{"samples/mesh_tiny.net", "samples/mesh_tiny_spatial_hw_4.sched", 4},
+                            Case{"samples/mesh_tiny.net", "samples/mesh_tiny_spatial_h_4.sched", 4},
+                            Case{"samples/mesh_tiny.net", "samples/mesh_tiny_hybrid_4.sched", 4},
+                            Case{"samples/mesh_tiny.net", "samples/mesh_tiny_mixed_2.sched", 4},
+                            Case{"samples/mesh_tiny.net", "samples/mesh_tiny_mixed_4.sched", 4},
+                            Case{"samples/resnet_tiny.net", "samples/resnet_tiny_hybrid_4.sched", 8},
+                            Case{"samples/resnet_tiny.net", "tests/dist/resnet_tiny_spatial_4.sched", 2},
+                            Case{"tests/dist/odd.net", "tests/dist/odd_h3.sched", 5},
+                            Case{"tests/dist/odd.net", "tests/dist/odd_hybrid_4.sched", 5});
+    CAPTURE(c.net, c.sched);
+    const Run one = train(c.net, "", c.batch);
+    const Run many = train(c.net, c.sched, c.batch);
+    REQUIRE(one.losses.size() == 3);
+    REQUIRE(many.losses.size() == one.losses.size());
+    for (std::size_t i = 0; i < one.losses.size(); ++i) CHECK(many.losses[i] == Approx(one.losses[i]).epsilon(1e-4));
+    CHECK(one.losses.back() != one.losses.front());  // it trained
+    check_same_state(many.checkpoint, one.checkpoint, 1e-4);
+}
+
+TEST_CASE("a checkpoint saved under one schedule resumes under another", "[distributed][mpi]") {
+    const fs::path dir = fs::temp_directory_path() / ("dsl_resume_" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    const std::string d = dir.string();
+    const std::string common = "run samples/mesh_tiny.net --seed 3 --batch 4 ";
+    // 5 steps on one process; 3 on 4 processes (hybrid), then 2 more on 2 (columns).
+    Result r = run_dsl(common + "--steps 5 --log " + d + "/one.jsonl --save " + d + "/one");
+    REQUIRE(r.exit_code == 0);
+    r = run_dsl(common + "samples/mesh_tiny_hybrid_4.sched --steps 3 --save " + d + "/first");
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    r = run_dsl(common + "samples/mesh_tiny_spatial_w_2.sched --steps 2 --load " + d + "/first --log " + d +
+                "/rest.jsonl --save " + d + "/rest");
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+
+    std::vector<double> one, rest;
+    std::ifstream a(dir / "one.jsonl"), b(dir / "rest.jsonl");
+    for (std::string line; std::getline(a, line);) one.push_back(nlohmann::json::parse(line)["loss"]);
+    for (std::string line; std::getline(b, line);) rest.push_back(nlohmann::json::parse(line)["loss"]);
+    REQUIRE(one.size() == 5);
+    REQUIRE(rest.size() == 2);
+    CHECK(rest[0] == Approx(one[3]).epsilon(1e-4));
+    CHECK(rest[1] == Approx(one[4]).epsilon(1e-4));
+    std::string error;
+    const auto expected = load_checkpoint(d + "/one", error), got = load_checkpoint(d + "/rest", error);
+    REQUIRE(expected);
+    REQUIRE(got);
+    CHECK(got->meta["step"] == 5);
+    check_same_state(*got, *expected, 1e-4);
+    fs::remove_all(dir);
+}
