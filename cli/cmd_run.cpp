@@ -205,6 +205,12 @@ int run_training(const RunOptions& o) {
     int code = ok;
     try {
         code = train(o, *checked, *schedule, *comm, io);
+    } catch (const std::bad_alloc&) {
+        if (!mpi || comm->size() == 1) throw;
+        std::cerr << fmt::format("error: process {} of {} ran out of memory; a schedule that splits the rows and "
+                                 "columns more ways divides the activations further\n",
+                                 comm->rank(), comm->size());
+        backend::mpi_abort(user_error);
     } catch (const std::exception& e) {
         if (!mpi || comm->size() == 1) throw;
         // The others wait for this process in a collective or an exchange: end them all, having said why.
@@ -283,6 +289,9 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
         const auto t0 = clock::now();
         last_loss = trainer->step(*data, step * cfg.batch);
         const double seconds = std::chrono::duration<double>(clock::now() - t0).count();
+        // Halo and redistribution traffic of the step, summed over the processes (a log field).
+        double sent = static_cast<double>(trainer->halo_bytes());
+        if (!o.log.empty()) comm.allreduce(&sent, 1);
         if (!std::isfinite(last_loss)) {  // the same loss on every process: they all stop here
             io.err() << fmt::format("error: the loss is {} at step {}: lower the learning rate (--lr)\n", last_loss,
                                     step + 1);
@@ -304,6 +313,7 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
             *log << nlohmann::json{{"step", step + 1},
                                    {"loss", last_loss},
                                    {"seconds", seconds},
+                                   {"halo_bytes", static_cast<std::int64_t>(sent)},
                                    {"samples_per_second", static_cast<double>(cfg.batch) / seconds}}
                         .dump()
                  << "\n"

@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <cstdlib>
 #include <iostream>
+#include <new>
 
 namespace dsl::cli {
 
@@ -51,6 +52,10 @@ int main(int argc, char** argv) {
     }
     try {
         return action ? action() : usage;
+    } catch (const std::bad_alloc&) {
+        std::cerr << "error: out of memory; a schedule that splits the samples' rows and columns over several "
+                     "processes divides the activations among them (see 'dsl check NET SCHED')\n";
+        return user_error;
     } catch (const dsl::InternalError& e) {
         std::cerr << "dsl: " << e.what() << "\nThis is a bug in dsl; please report it with the input files.\n";
         return internal;

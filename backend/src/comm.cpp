@@ -23,6 +23,7 @@ public:
     bool all(bool value) override { return value; }
     void start_allreduce(float*, std::int64_t) override {}
     void finish_allreduces() override {}
+    void progress() override {}
     void start_exchange(const std::vector<Message>& sends, const std::vector<Message>& receives, int) override {
         DSL_INTERNAL_CHECK(sends.empty() && receives.empty(), "a single process has no one to exchange with");
     }
@@ -90,6 +91,14 @@ public:
         check_mpi(MPI_Waitall(static_cast<int>(allreduces_.size()), allreduces_.data(), MPI_STATUSES_IGNORE),
                   "MPI_Waitall");
         allreduces_.clear();
+    }
+
+    void progress() override {
+        int done = 0;
+        if (!allreduces_.empty())
+            MPI_Testall(static_cast<int>(allreduces_.size()), allreduces_.data(), &done, MPI_STATUSES_IGNORE);
+        if (!exchanges_.empty())
+            MPI_Testall(static_cast<int>(exchanges_.size()), exchanges_.data(), &done, MPI_STATUSES_IGNORE);
     }
 
     void start_exchange(const std::vector<Message>& sends, const std::vector<Message>& receives, int tag) override {

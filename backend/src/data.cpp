@@ -45,9 +45,21 @@ struct Field {
           fy(0.3 * (2.0 * unit(hash(seed, tag_field, s, c, 1)) - 1.0)),
           fx(0.3 * (2.0 * unit(hash(seed, tag_field, s, c, 2)) - 1.0)),
           phase(2.0 * M_PI * unit(hash(seed, tag_field, s, c, 3))) {}
-    double at(std::int64_t y, std::int64_t x) const {
-        return amplitude * std::sin(fy * static_cast<double>(y) + fx * static_cast<double>(x) + phase);
+    // amplitude * sin(fy*y + phase + fx*x), as sin(a)cos(b) + cos(a)sin(b): a tile needs sines of its rows
+    // and columns, not of every element.
+    struct Terms {
+        double sin, cos;
+    };
+    Terms row(std::int64_t y) const {
+        const double a = fy * static_cast<double>(y) + phase;
+        return {amplitude * std::sin(a), amplitude * std::cos(a)};
     }
+    static Terms column(double fx, std::int64_t x) {
+        const double b = fx * static_cast<double>(x);
+        return {std::sin(b), std::cos(b)};
+    }
+    static double at(const Terms& row, const Terms& column) { return row.sin * column.cos + row.cos * column.sin; }
+    double at(std::int64_t y, std::int64_t x) const { return at(row(y), column(fx, x)); }
 };
 
 // The per-sample shape of a layer as C, H, W, as the trainer maps it: [C] is {C, 1, 1}, [H, W] is {1, H, W}.
@@ -192,22 +204,25 @@ float SyntheticData::input(std::int64_t sample, std::int64_t c, std::int64_t y, 
 void SyntheticData::fill_inputs(std::int64_t sample0, std::int64_t c0, std::int64_t y0, std::int64_t x0,
                                 View tile) const {
     const Dims d = tile.dims;
-    std::vector<std::int32_t> row_class(static_cast<std::size_t>(d.w));
+    std::vector<Field::Terms> columns(static_cast<std::size_t>(d.w));
     for (std::int64_t n = 0; n < d.n; ++n) {
         const std::int64_t s = sample0 + n;
         const std::int32_t sample_class = per_pixel() ? 0 : label(s);
         for (std::int64_t c = 0; c < d.c; ++c) {
             const std::int64_t gc = c0 + c;
             const Field field(seed, s, gc);  // once per (sample, channel), not per element
+            for (std::int64_t x = 0; x < d.w; ++x) columns[static_cast<std::size_t>(x)] = Field::column(field.fx, x0 + x);
             for (std::int64_t y = 0; y < d.h; ++y) {
                 const std::int64_t gy = y0 + y;
                 const std::int64_t ly = floor_div(gy * label_h, height);
+                const Field::Terms row = field.row(gy);
                 for (std::int64_t x = 0; x < d.w; ++x) {
                     const std::int64_t gx = x0 + x;
                     const std::int32_t k = per_pixel() ? label(s, ly, floor_div(gx * label_w, width)) : sample_class;
                     const float mark = (gc == k % channels) ? signal * static_cast<float>(1 + k / channels) : 0.0f;
                     tile.at(n, c, y, x) = 0.5f * symmetric(hash(seed, tag_noise, s, gc, gy, gx)) +
-                                          static_cast<float>(0.5 * field.at(gy, gx)) + mark;
+                                          static_cast<float>(0.5 * Field::at(row, columns[static_cast<std::size_t>(x)])) +
+                                          mark;
                 }
             }
         }

@@ -33,9 +33,13 @@ void Tensor::fill_margins(float v) {
     for (std::int64_t n = 0; n < p.dims.n; ++n)
         for (std::int64_t c = 0; c < p.dims.c; ++c)
             for (std::int64_t y = 0; y < p.dims.h; ++y) {
-                const bool margin_row = y < margins_.top || y >= margins_.top + dims_.h;
-                for (std::int64_t x = 0; x < p.dims.w; ++x)
-                    if (margin_row || x < margins_.left || x >= margins_.left + dims_.w) p.at(n, c, y, x) = v;
+                float* row = &p.at(n, c, y, 0);
+                if (y < margins_.top || y >= margins_.top + dims_.h) {
+                    std::fill_n(row, p.dims.w, v);
+                    continue;
+                }
+                std::fill_n(row, margins_.left, v);
+                std::fill_n(row + margins_.left + dims_.w, margins_.right, v);
             }
 }
 

@@ -606,7 +606,7 @@ struct Trainer::Impl {
                 for (auto& t : s.tiles) {
                     if (t->dy.size() == 0) continue;
                     if (t->zero_grad) t->dy.fill(0.0f);
-                    else t->dy.fill_margins(0.0f);
+                    else if (!t->backward.empty()) t->dy.fill_margins(0.0f);  // what is sent back
                 }
         double loss = 0.0;
         for (std::size_t i = 0; i < slots.size(); ++i) {
@@ -857,6 +857,7 @@ struct Trainer::Impl {
             // where the readers left it.
             if (l.op != OpKind::input && l.op != OpKind::label)
                 for (auto& t : s.tiles) scatter(*t);
+            comm.progress();  // the weight-gradient allreduces started so far
             const bool speaks = l.op == OpKind::label ? true : s.own().leader;
             switch (l.op) {
                 case OpKind::input:

@@ -34,6 +34,9 @@ public:
     // The buffers must stay untouched until then.
     virtual void start_allreduce(float* data, std::int64_t count) = 0;
     virtual void finish_allreduces() = 0;
+    // Lets started operations advance (MPI moves non-blocking collectives and large messages on only inside
+    // its calls): called between kernels, so that they run while this process computes.
+    virtual void progress() = 0;
 
     // Posts every receive and send (`tag` tells concurrent exchanges apart); `finish_exchange` waits for them.
     virtual void start_exchange(const std::vector<Message>& sends, const std::vector<Message>& receives,

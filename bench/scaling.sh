@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Distributed training on this machine: strong scaling of one 512x512 sample over 2 processes (one core
+# each) against one process on one core, overlap on against off, halo traffic per step, and peak memory per
+# process under a 4-way spatial split against one process; then a 2048x2048 sample that does not train on
+# one process under a per-process memory limit and does when split 4 ways.
+#
+#   bench/scaling.sh                   # all (~3 min on 2 cores; the 1-process 2048x2048 run needs ~9 GiB)
+#   STEPS=8 bench/scaling.sh scaling   # only the timing part; `memory` and `limit` are the other parts
+#   DSL=build/cli/dsl LIMIT_GIB=5 bench/scaling.sh limit
+#
+# Step times are medians over the steps after the first two (warm-up: primitive creation, first touch).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DSL=${DSL:-build/cli/dsl}
+STEPS=${STEPS:-7}
+LIMIT_GIB=${LIMIT_GIB:-5}
+parts=${1:-all}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+[[ -x $DSL ]] || { echo "bench/scaling.sh: no $DSL; build first (scripts/test or cmake --build build)" >&2; exit 1; }
+
+# sched NAME PROCS "SPLIT" OVERLAP: writes a one-line schedule for batch 1.
+sched() {
+    printf 'procs = %s\nbatch = 1\ndefault %s overlap=%s\n' "$2" "$3" "$4" >"$tmp/$1.sched"
+    echo "$tmp/$1.sched"
+}
+
+# field LOG NAME: the values of a numeric field of every step after the first two, one per line.
+field() { sed -n "s/.*\"$2\":\([-0-9.e+]*\).*/\1/p" "$1" | tail -n +3; }
+median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+calc() { awk "BEGIN { print $* }"; }
+peak() { sed -n 's/.*peak memory \([0-9.]*\) MiB.*/\1/p' "$1"; }
+
+echo "bench/scaling.sh: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'); $(nproc) cores;" \
+    "load average $(cut -d' ' -f1-3 /proc/loadavg)"
+
+if [[ $parts == all || $parts == scaling ]]; then
+    net=bench/mesh_stack_512.net
+    echo
+    echo "== strong scaling: $net, one sample (512x512), $STEPS steps, median of the last $((STEPS - 2))"
+    printf '  %-34s %10s %8s %14s %14s\n' "run" "ms/step" "speedup" "halo MB/step" "peak MiB/proc"
+    OMP_NUM_THREADS=1 taskset -c 0 "$DSL" run "$net" --batch 1 --steps "$STEPS" --log "$tmp/one.jsonl" >"$tmp/one.out"
+    base=$(field "$tmp/one.jsonl" seconds | median)
+    printf '  %-34s %10.1f %8s %14s %14s\n' "1 process, 1 core" "$(calc "$base * 1000")" "1.00" "-" \
+        "$(peak "$tmp/one.out")"
+    for run in "H=2 off" "H=2 on" "W=2 off" "W=2 on"; do
+        read -r split overlap <<<"$run"
+        s=$(sched "s_${split}_$overlap" 2 "$split" "$overlap")
+        # dsl starts the 2 processes itself: one thread each, each bound to its core.
+        "$DSL" run "$net" "$s" --steps "$STEPS" --log "$tmp/two.jsonl" >"$tmp/two.out"
+        t=$(field "$tmp/two.jsonl" seconds | median)
+        bytes=$(field "$tmp/two.jsonl" halo_bytes | median)
+        printf '  %-34s %10.1f %8.2f %14.2f %14s\n' "2 processes, $split, overlap $overlap" \
+            "$(calc "$t * 1000")" "$(calc "$base / $t")" "$(calc "$bytes / 1000000")" \
+            "$(peak "$tmp/two.out")"
+    done
+    echo "  target: speedup >= 1.8 (2 is the limit)"
+fi
+
+if [[ $parts == all || $parts == memory ]]; then
+    echo
+    echo "== memory: one sample, 2 steps: peak resident memory per process, 4 processes (H=2 W=2) against 1"
+    printf '  %-22s %12s %16s %8s\n' "network" "1 process" "4 (largest)" "ratio"
+    s=$(sched m4 4 "H=2 W=2" on)
+    for net in stdlib/mesh1k.net stdlib/mesh2k.net; do
+        "$DSL" run "$net" --batch 1 --steps 2 >"$tmp/m1.out"
+        "$DSL" run "$net" "$s" --steps 2 >"$tmp/m4.out"
+        one=$(peak "$tmp/m1.out")
+        four=$(peak "$tmp/m4.out")
+        printf '  %-22s %8s MiB %12s MiB %8.3f\n' "$net" "$one" "$four" "$(calc "$four / $one")"
+    done
+    echo "  target: ratio <= 0.35"
+fi
+
+if [[ $parts == all || $parts == limit ]]; then
+    net=stdlib/mesh2k.net
+    echo
+    echo "== a sample too big for one process: $net (2048x2048), 1 step, each process limited to $LIMIT_GIB GiB" \
+        "of address space (ulimit -v)"
+    s=$(sched l4 4 "H=2 W=2" on)
+    for run in "1" "4"; do
+        args=("$net" --batch 1 --steps 1)
+        [[ $run == 4 ]] && args=("$net" "$s" --steps 1)
+        set +e
+        (ulimit -v $((LIMIT_GIB * 1024 * 1024)); "$DSL" run "${args[@]}") >"$tmp/l.out" 2>"$tmp/l.err"
+        rc=$?
+        set -e
+        if [[ $rc == 0 ]]; then
+            printf '  %s process(es): trained; peak %s MiB per process\n' "$run" "$(peak "$tmp/l.out")"
+        else
+            printf '  %s process(es): exit %s: %s\n' "$run" "$rc" "$(head -c 160 "$tmp/l.err")"
+        fi
+    done
+fi
+echo
+echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
