@@ -169,3 +169,19 @@ TEST_CASE("every verb has help with an example", "[cli]") {
         CHECK(r.out.find("dsl " + verb) != std::string::npos);
     }
 }
+
+TEST_CASE("a failure on one process of a run stops them all and is said once", "[cli][run][mpi]") {
+    // Only the first process writes checkpoints: here it cannot, and the others must not wait for it.
+    const fs::path dir = fs::temp_directory_path() / ("dsl_fail1_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    std::ofstream(dir / "file") << "not a folder\n";
+    const Result r = run_dsl("run samples/mesh_tiny.net samples/mesh_tiny_sample_2.sched --steps 1 --save '" +
+                             (dir / "file" / "ckpt").string() + "'");
+    fs::remove_all(dir);
+    INFO(r.err);
+    CHECK(r.exit_code == 1);
+    const auto first = r.err.find("error: cannot save to");
+    CHECK(first != std::string::npos);
+    CHECK(r.err.find("error:", first + 1) == std::string::npos);
+    CHECK(r.err.find("mpirun") == std::string::npos);  // no banner from mpirun
+}
