@@ -152,3 +152,37 @@ TEST_CASE("training the tiny mesh network lowers the loss, the same on every run
     CHECK(first == second);
     CHECK(first.back() < 0.8 * first.front());
 }
+
+TEST_CASE("gradients that are never needed at once share memory", "[trainer]") {
+    // mesh_tiny is a chain: its gradients are live two or three at a time, so the trainer holds far less
+    // than a gradient per activation.
+    SourceManager sources;
+    Diagnostics diags;
+    auto net = frontend::load_network(std::string(DSL_SOURCE_DIR) + "/samples/mesh_tiny.net", sources, diags);
+    REQUIRE(net);
+    TrainConfig cfg;
+    cfg.batch = 4;
+    Trainer t(net->net, cpu_kernels(), cfg);
+    std::int64_t activations = 0, params = 0;
+    for (const auto& l : net->net.layers) activations += l.activation_bytes * cfg.batch, params += l.params * 4;
+    CHECK(t.memory_bytes() > activations + 3 * params);      // every activation, weights, gradients, momenta
+    CHECK(t.memory_bytes() < activations * 3 / 2 + 3 * params);  // and gradients for much less than the rest
+}
+
+TEST_CASE("a tensor over memory it does not own", "[tensor]") {
+    std::vector<float> memory(2 * 3 * 4 * 5, 0.0f);
+    Tensor t = Tensor::over(memory.data(), Dims{1, 2, 2, 3}, Margins{1, 1, 1, 1});
+    CHECK(t.size() == 2 * 4 * 5);
+    t.at(0, 1, 0, 0) = 7.0f;
+    CHECK(memory[static_cast<std::size_t>(20 + 5 + 1)] == 7.0f);
+    Tensor copy = t;  // lies over the same memory
+    copy.fill(1.0f);
+    CHECK(memory[0] == 1.0f);
+    CHECK(memory[39] == 1.0f);
+    CHECK(memory[40] == 0.0f);
+    Tensor owned(Dims{1, 1, 2, 2});
+    Tensor owned_copy = owned;  // its own elements
+    owned_copy.fill(3.0f);
+    CHECK(owned.at(0, 0, 0, 0) == 0.0f);
+    CHECK(owned_copy.at(0, 0, 1, 1) == 3.0f);
+}

@@ -6,15 +6,41 @@
 namespace dsl::backend {
 
 Tensor::Tensor(Dims dims, Margins margins) : dims_(dims), margins_(margins) {
-    storage_.assign(static_cast<std::size_t>(padded_dims().elements()), 0.0f);
+    size_ = padded_dims().elements();
+    storage_.assign(static_cast<std::size_t>(size_), 0.0f);
+    data_ = storage_.data();
+}
+
+Tensor Tensor::over(float* memory, Dims dims, Margins margins) {
+    Tensor t;
+    t.dims_ = dims;
+    t.margins_ = margins;
+    t.size_ = t.padded_dims().elements();
+    t.data_ = memory;
+    return t;
+}
+
+Tensor::Tensor(const Tensor& o) : dims_(o.dims_), margins_(o.margins_), storage_(o.storage_), size_(o.size_) {
+    data_ = storage_.empty() ? o.data_ : storage_.data();
+}
+
+Tensor& Tensor::operator=(const Tensor& o) {
+    if (this != &o) {
+        dims_ = o.dims_;
+        margins_ = o.margins_;
+        storage_ = o.storage_;
+        size_ = o.size_;
+        data_ = storage_.empty() ? o.data_ : storage_.data();
+    }
+    return *this;
 }
 
 Dims Tensor::padded_dims() const {
     return Dims{dims_.n, dims_.c, dims_.h + margins_.top + margins_.bottom, dims_.w + margins_.left + margins_.right};
 }
 
-View Tensor::padded() { return dense_view(storage_.data(), padded_dims()); }
-ConstView Tensor::padded() const { return dense_view(storage_.data(), padded_dims()); }
+View Tensor::padded() { return dense_view(data_, padded_dims()); }
+ConstView Tensor::padded() const { return dense_view(data_, padded_dims()); }
 View Tensor::interior() { return padded().sub(0, 0, margins_.top, margins_.left, dims_); }
 ConstView Tensor::interior() const { return padded().sub(0, 0, margins_.top, margins_.left, dims_); }
 
@@ -26,7 +52,7 @@ float Tensor::at(std::int64_t n, std::int64_t c, std::int64_t y, std::int64_t x)
     return padded().at(n, c, y + margins_.top, x + margins_.left);
 }
 
-void Tensor::fill(float v) { std::fill(storage_.begin(), storage_.end(), v); }
+void Tensor::fill(float v) { std::fill_n(data_, size_, v); }
 
 void Tensor::fill_margins(float v) {
     const View p = padded();

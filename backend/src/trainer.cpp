@@ -127,7 +127,11 @@ struct Trainer::Impl {
         Tensor y, dy;
         float padding = 0.0f;  // what the margins outside the tensor hold now
         std::vector<int> windowed_readers;
+        std::vector<int> reader_layers;
         int readers = 0;
+        // When its gradient is needed, in backward's order (slot L-1 is 0): from when the first reader writes
+        // it (-1: a loss, in forward) to when its layer has used it. Tiles whose spans do not meet share memory.
+        int grad_first = 0, grad_last = 0;
         bool zero_grad = false;  // the gradient is accumulated, or some of it is never written
         Plan forward, backward;
         std::int64_t gathered = -1;   // the step whose halos (or copy) it holds
@@ -158,6 +162,7 @@ struct Trainer::Impl {
     Comm& comm;
     std::vector<std::unique_ptr<Comm>> groups;
     std::vector<Slot> slots;
+    std::vector<std::vector<float>> grad_buffers;  // the memory under every tile's dy
     std::vector<double> sums_a, sums_b;  // per-channel reductions
     std::vector<float> scratch_values;
     std::vector<float> scratch;  // gradients of tensors with several readers, before they are added
@@ -178,6 +183,7 @@ struct Trainer::Impl {
         place_tiles();
         plan_margins();
         allocate();
+        plan_gradients();
         plan_exchanges();
         make_groups();
         initialize();
@@ -265,6 +271,7 @@ struct Trainer::Impl {
                 }
                 Tile& t = tile_for(operand_spec(l, static_cast<int>(i), j));
                 ++t.readers;
+                t.reader_layers.push_back(static_cast<int>(i));
                 if (windowed(l.op)) t.windowed_readers.push_back(static_cast<int>(i));
                 slots[i].operands.push_back(&t);
             }
@@ -317,7 +324,6 @@ struct Trainer::Impl {
             const std::int64_t channels = global_dims(static_cast<int>(i)).c;
             for (auto& t : s.tiles) {
                 t->y = Tensor(box_dims(t->box, channels), t->need);
-                if (l.op != OpKind::input) t->dy = Tensor(box_dims(t->box, channels), t->need);
                 t->zero_grad = t->copy || t->readers != 1;
             }
         }
@@ -332,6 +338,67 @@ struct Trainer::Impl {
                 r.x + r.dims.w < t.need.left + t.y.dims().w)
                 t.zero_grad = true;
         }
+    }
+
+    // Gradients live only from their first reader's backward to their own layer's: in a chain, two at a time.
+    // Tiles whose spans do not meet share buffers, each tile taking the free buffer closest to its size
+    // (growing the largest free one when none is large enough).
+    void plan_gradients() {
+        const int last = static_cast<int>(slots.size()) - 1;
+        std::vector<Tile*> tiles;
+        for (std::size_t i = 0; i < slots.size(); ++i) {
+            const OpKind op = slots[i].layer->op;
+            if (op == OpKind::input || op == OpKind::label) continue;
+            for (auto& t : slots[i].tiles) {
+                t->grad_last = last - static_cast<int>(i);
+                t->grad_first = t->grad_last;
+                for (int r : t->reader_layers) {
+                    const OpKind rop = net.layers[static_cast<std::size_t>(r)].op;
+                    const bool loss = rop == OpKind::softmax_cross_entropy || rop == OpKind::pixel_cross_entropy;
+                    t->grad_first = std::min(t->grad_first, loss ? -1 : last - r);
+                }
+                tiles.push_back(t.get());
+            }
+        }
+        std::stable_sort(tiles.begin(), tiles.end(),
+                         [](const Tile* a, const Tile* b) { return a->grad_first < b->grad_first; });
+        struct Buffer {
+            std::int64_t size = 0;
+            int busy_until = -2;
+            std::vector<Tile*> tiles;
+        };
+        std::vector<Buffer> buffers;
+        for (Tile* t : tiles) {
+            const std::int64_t need = t->y.padded_dims().elements();
+            Buffer* best = nullptr;
+            for (Buffer& b : buffers) {
+                if (b.busy_until >= t->grad_first) continue;
+                const bool fits = b.size >= need, best_fits = best && best->size >= need;
+                if (!best || (fits && (!best_fits || b.size < best->size)) || (!fits && !best_fits && b.size > best->size))
+                    best = &b;
+            }
+            if (!best) best = &buffers.emplace_back();
+            best->size = std::max(best->size, need);
+            best->busy_until = t->grad_last;
+            best->tiles.push_back(t);
+        }
+        grad_buffers.clear();
+        grad_buffers.reserve(buffers.size());
+        for (const Buffer& b : buffers) {
+            grad_buffers.emplace_back(static_cast<std::size_t>(b.size), 0.0f);
+            for (Tile* t : b.tiles) t->dy = Tensor::over(grad_buffers.back().data(), t->y.dims(), t->need);
+        }
+    }
+
+    // Before the first write of a gradient: zero where it is accumulated (or partly written), and the margins
+    // that go back to the neighbours.
+    void clear_gradients(int position) {
+        for (Slot& s : slots)
+            for (auto& t : s.tiles) {
+                if (t->dy.size() == 0 || t->grad_first != position) continue;
+                if (t->zero_grad) t->dy.fill(0.0f);
+                else if (!t->backward.empty()) t->dy.fill_margins(0.0f);
+            }
     }
 
     // Which process sends each part of every tile's padded box, and which receive it: for every process r and
@@ -599,15 +666,7 @@ struct Trainer::Impl {
     double forward(DataSource& data, std::int64_t first, bool training) {
         ++step_index;
         sent_bytes = 0;
-        // Gradients that are accumulated start at zero, and margins, which readers write only in part, too;
-        // here rather than in backward, since a loss writes its logits' gradient in forward.
-        if (training)
-            for (Slot& s : slots)
-                for (auto& t : s.tiles) {
-                    if (t->dy.size() == 0) continue;
-                    if (t->zero_grad) t->dy.fill(0.0f);
-                    else if (!t->backward.empty()) t->dy.fill_margins(0.0f);  // what is sent back
-                }
+        if (training) clear_gradients(-1);  // a loss writes its logits' gradient in forward
         double loss = 0.0;
         for (std::size_t i = 0; i < slots.size(); ++i) {
             Slot& s = slots[i];
@@ -853,6 +912,7 @@ struct Trainer::Impl {
             Slot& s = *it;
             const Layer& l = *s.layer;
             const int index = static_cast<int>(it.base() - slots.begin()) - 1;
+            clear_gradients(static_cast<int>(slots.size()) - 1 - index);
             // Every reader has written its part of this layer's gradient: gather it from the margins and copies
             // where the readers left it.
             if (l.op != OpKind::input && l.op != OpKind::label)
@@ -1039,7 +1099,7 @@ std::int64_t Trainer::memory_bytes() const {
     std::int64_t floats = 0;
     for (const auto& s : impl_->slots) {
         for (const auto& t : s.tiles) {
-            floats += t->y.size() + t->dy.size();
+            floats += t->y.size();
             for (const auto* p : {&t->forward, &t->backward})
                 for (const auto* pieces : {&p->sends, &p->receives})
                     for (const auto& piece : *pieces) floats += static_cast<std::int64_t>(piece.buffer.size());
@@ -1047,6 +1107,7 @@ std::int64_t Trainer::memory_bytes() const {
         floats += s.w.size() + s.dw.size() + s.mw.size();
         floats += static_cast<std::int64_t>(s.b.size() * 3 + s.mean.size() * 4) + static_cast<std::int64_t>(s.labels.size());
     }
+    for (const auto& b : impl_->grad_buffers) floats += static_cast<std::int64_t>(b.size());
     return 4 * floats;
 }
 

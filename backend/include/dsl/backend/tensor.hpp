@@ -47,12 +47,21 @@ using View = BasicView<float>;
 using ConstView = BasicView<const float>;
 using LabelView = BasicView<const std::int32_t>;  // class indices; a label [N] is {n, 1, 1, 1}
 
-// An owned tile: the interior (`dims`) with `margins` around it in H and W, stored densely (margins
-// included) so that a view of any part of it is a plain strided view.
+// A tile: the interior (`dims`) with `margins` around it in H and W, stored densely (margins included) so
+// that a view of any part of it is a plain strided view. It owns its elements, or lies over memory that it
+// does not own (a buffer shared by tiles that are never needed at the same time).
 class Tensor {
 public:
     Tensor() = default;
     explicit Tensor(Dims dims, Margins margins = {});
+    // Over `memory`, which holds at least the padded dims' elements and outlives the tensor and its copies
+    // (which lie over it too).
+    static Tensor over(float* memory, Dims dims, Margins margins = {});
+
+    Tensor(const Tensor& o);
+    Tensor& operator=(const Tensor& o);
+    Tensor(Tensor&& o) noexcept = default;  // a moved vector keeps its elements where they are
+    Tensor& operator=(Tensor&& o) noexcept = default;
 
     const Dims& dims() const { return dims_; }
     const Margins& margins() const { return margins_; }
@@ -67,9 +76,9 @@ public:
     float& at(std::int64_t n, std::int64_t c, std::int64_t y, std::int64_t x);
     float at(std::int64_t n, std::int64_t c, std::int64_t y, std::int64_t x) const;
 
-    float* data() { return storage_.data(); }
-    const float* data() const { return storage_.data(); }
-    std::int64_t size() const { return static_cast<std::int64_t>(storage_.size()); }
+    float* data() { return data_; }
+    const float* data() const { return data_; }
+    std::int64_t size() const { return size_; }
 
     void fill(float v);
     void fill_margins(float v);  // zero for padding, -infinity before max pooling
@@ -77,7 +86,9 @@ public:
 private:
     Dims dims_;
     Margins margins_;
-    std::vector<float> storage_;
+    std::vector<float> storage_;  // empty when over memory it does not own
+    float* data_ = nullptr;
+    std::int64_t size_ = 0;
 };
 
 // A view of a whole dense buffer of `dims`.
