@@ -34,7 +34,7 @@ struct RunOptions {
     std::optional<double> lr, momentum, weight_decay;
     std::uint64_t seed = 0;
     std::string log, save, load, inputs, labels, kernels = "cpu", device = "cpu";
-    bool auto_schedule = false;
+    bool auto_schedule = false, profile = false;
 };
 
 double peak_resident_bytes() {
@@ -166,6 +166,35 @@ struct Output {
 int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule& schedule, backend::Comm& comm,
           Output& io);
 
+// The --profile table: every layer's forward and backward milliseconds per step, and of those the wait for
+// other processes, averaged over the profiled steps and the processes.
+void print_profile(const frontend::Network& net, backend::Comm& comm, std::vector<backend::LayerTime> t,
+                   double update, double update_wait, double steps, Output& io) {
+    std::vector<double> all;
+    for (const auto& l : t) all.insert(all.end(), {l.forward, l.forward_wait, l.backward, l.backward_wait});
+    all.insert(all.end(), {update, update_wait});
+    comm.allreduce(all.data(), static_cast<std::int64_t>(all.size()));
+    const double scale = 1000.0 / (std::max(1.0, steps) * comm.size());
+    for (double& v : all) v *= scale;
+    std::ostream& out = io.out();
+    out << fmt::format("\nper-layer time (ms per step; mean of {} step{} after the first{})\n", steps,
+                       steps == 1 ? "" : "s", comm.size() > 1 ? " and of the processes" : "");
+    out << fmt::format("{:<28} {:<16} {:>10} {:>10} {:>10} {:>10}\n", "layer", "kind", "forward", "(waiting)",
+                       "backward", "(waiting)");
+    double sums[4] = {0, 0, 0, 0};
+    for (std::size_t i = 0; i < t.size(); ++i) {
+        const double* v = &all[4 * i];
+        for (int k = 0; k < 4; ++k) sums[k] += v[k];
+        out << fmt::format("{:<28} {:<16} {:>10.3f} {:>10.3f} {:>10.3f} {:>10.3f}\n", net.layers[i].name,
+                           frontend::op_name(net.layers[i].op), v[0], v[1], v[2], v[3]);
+    }
+    const double u = all[4 * t.size()], uw = all[4 * t.size() + 1];
+    out << fmt::format("{:<28} {:<16} {:>10} {:>10} {:>10.3f} {:>10.3f}\n", "(update)", "allreduce + sgd", "", "",
+                       u, uw);
+    out << fmt::format("{:<28} {:<16} {:>10.3f} {:>10.3f} {:>10.3f} {:>10.3f}\n", "total", "", sums[0], sums[1],
+                       sums[2] + u, sums[3] + uw);
+}
+
 // Whether every process succeeded; where some did not, the first of them prints `message`, so that it is
 // printed once.
 bool agree(backend::Comm& comm, bool ok, const std::string& message) {
@@ -280,6 +309,11 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
     io.out() << fmt::format("training {} on {} process{}: batch {}, lr {}, momentum {}, weight decay {}, seed {}\n",
                             o.net, comm.size(), comm.size() == 1 ? "" : "es", cfg.batch, cfg.lr, cfg.momentum,
                             cfg.weight_decay, cfg.seed);
+    // --profile: per-layer seconds summed over the steps after the first (which creates kernels and touches
+    // memory for the first time), then averaged over steps and processes.
+    trainer->profile(o.profile);
+    std::vector<backend::LayerTime> profiled(net.layers.size());
+    double profiled_update = 0.0, profiled_update_wait = 0.0, profiled_steps = 0.0;
     using clock = std::chrono::steady_clock;
     const auto start = clock::now();
     double last_loss = 0.0;
@@ -289,6 +323,16 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
         const auto t0 = clock::now();
         last_loss = trainer->step(*data, step * cfg.batch);
         const double seconds = std::chrono::duration<double>(clock::now() - t0).count();
+        if (o.profile && (step > first_step || o.steps == 1)) {
+            const backend::StepProfile& p = trainer->last_profile();
+            for (std::size_t i = 0; i < profiled.size(); ++i) {
+                profiled[i].forward += p.layers[i].forward;
+                profiled[i].forward_wait += p.layers[i].forward_wait;
+                profiled[i].backward += p.layers[i].backward;
+                profiled[i].backward_wait += p.layers[i].backward_wait;
+            }
+            profiled_update += p.update, profiled_update_wait += p.update_wait, profiled_steps += 1;
+        }
         // Halo and redistribution traffic of the step, summed over the processes (a log field).
         double sent = static_cast<double>(trainer->halo_bytes());
         if (!o.log.empty()) comm.allreduce(&sent, 1);
@@ -327,6 +371,8 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
                             static_cast<double>(o.steps * cfg.batch) / total, peak / (1 << 20),
                             comm.size() > 1 ? " per process (the largest)" : "");
 
+    if (o.profile) print_profile(net, comm, profiled, profiled_update, profiled_update_wait, profiled_steps, io);
+
     if (!o.save.empty()) {
         // Parameters are the same on every process: the first writes them.
         bool saved = true;
@@ -362,6 +408,8 @@ void setup_run(CLI::App& app, Action& action) {
         ->check(CLI::IsMember({"cpu", "reference"}));
     run->add_option("--procs", o->procs, "Processes, where the schedule leaves the count open");
     run->add_flag("--auto-schedule", o->auto_schedule, "Fill what the schedule leaves open with the auto-scheduler");
+    run->add_flag("--profile", o->profile,
+                  "Print each layer's forward and backward time per step, and the part spent waiting for others");
     run->add_option("--device", o->device, "cpu or gpu")->check(CLI::IsMember({"cpu", "gpu"}));
     run->footer("Example:\n  dsl run samples/mesh_tiny.net --steps 20 --batch 4 --log steps.jsonl --save ckpt");
     run->callback([o, &action] { action = [o] { return run_training(*o); }; });

@@ -185,3 +185,23 @@ TEST_CASE("a failure on one process of a run stops them all and is said once", "
     CHECK(r.err.find("error:", first + 1) == std::string::npos);
     CHECK(r.err.find("mpirun") == std::string::npos);  // no banner from mpirun
 }
+
+TEST_CASE("run --profile prints every layer's time, with the waits of several processes", "[cli][mpi]") {
+    const Result r = run_dsl("run samples/mesh_tiny.net samples/mesh_tiny_spatial_h_2.sched --steps 3 --profile");
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    const auto table = r.out.find("per-layer time");
+    REQUIRE(table != std::string::npos);
+    for (const char* layer : {"block1.0.conv", "block3.1.relu", "pred", "(update)", "total"})
+        CHECK(r.out.find(layer, table) != std::string::npos);
+    // The total line: forward, its wait, backward, its wait; rows split in two wait for their halos.
+    std::istringstream total(r.out.substr(r.out.find("\ntotal", table) + 6));
+    double f = 0, fw = -1, b = 0, bw = -1;
+    total >> f >> fw >> b >> bw;
+    CHECK(f > 0.0);
+    CHECK(b > 0.0);
+    CHECK(fw > 0.0);
+    CHECK(fw < f);
+    CHECK(bw >= 0.0);
+    CHECK(bw < b);
+}

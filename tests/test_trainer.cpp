@@ -8,6 +8,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <cmath>
 
 using namespace dsl;
@@ -185,4 +186,35 @@ TEST_CASE("a tensor over memory it does not own", "[tensor]") {
     owned_copy.fill(3.0f);
     CHECK(owned.at(0, 0, 0, 0) == 0.0f);
     CHECK(owned_copy.at(0, 0, 1, 1) == 3.0f);
+}
+
+TEST_CASE("profiling times every layer of a step, and the times add up to at most the step", "[trainer]") {
+    Loaded l(small_net);
+    TrainConfig cfg;
+    cfg.batch = 3;
+    Trainer t(l.net, cpu_kernels(), cfg);
+    HashData data(2);
+    t.step(data, 0);
+    CHECK(t.last_profile().layers.empty());  // off until asked
+    t.profile(true);
+    const auto t0 = std::chrono::steady_clock::now();
+    t.step(data, 0);
+    const double step = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const StepProfile& p = t.last_profile();
+    REQUIRE(p.layers.size() == l.net.layers.size());
+    double sum = p.update;
+    for (std::size_t i = 0; i < p.layers.size(); ++i) {
+        const LayerTime& lt = p.layers[i];
+        INFO(l.net.layers[i].name);
+        CHECK(lt.forward_wait <= lt.forward);
+        CHECK(lt.backward_wait <= lt.backward);
+        CHECK(lt.forward_wait + lt.backward_wait < 1e-3);  // one process waits for no one
+        if (l.net.layers[i].op == frontend::OpKind::conv) {
+            CHECK(lt.forward > 0.0);
+            CHECK(lt.backward > 0.0);
+        }
+        sum += lt.forward + lt.backward;
+    }
+    CHECK(sum <= step);
+    CHECK(sum > 0.5 * step);
 }

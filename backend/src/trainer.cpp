@@ -7,6 +7,7 @@
 #include <dsl/frontend/diagnostics.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 
@@ -169,6 +170,20 @@ struct Trainer::Impl {
     std::int64_t step_index = 0;
     std::int64_t sent_bytes = 0;
     int tiles_made = 0;
+
+    // Profiling: `waited` collects the seconds spent in communication waits since the current layer began.
+    using Clock = std::chrono::steady_clock;
+    bool profiling = false;
+    StepProfile profile;
+    double waited = 0.0;
+    static double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+    template <typename Wait>
+    void wait(Wait&& w) {
+        if (!profiling) return w();
+        const auto t0 = Clock::now();
+        w();
+        waited += since(t0);
+    }
 
     Impl(const frontend::Network& n, Kernels kernels, TrainConfig c, std::vector<scheduler::Distribution> d,
          Comm* shared)
@@ -580,7 +595,7 @@ struct Trainer::Impl {
 
     void finish_gather(Tile& t) {
         if (t.forward.empty()) return;
-        comm.finish_exchange();
+        wait([&] { comm.finish_exchange(); });
         for (Piece& piece : t.forward.receives) unpack(piece.buffer.data(), view_of(t.y, t, piece.box), false);
     }
 
@@ -604,7 +619,7 @@ struct Trainer::Impl {
     void finish_scatter(Tile& t) {
         if (t.backward.empty()) return;
         Tile& owner = slots[static_cast<std::size_t>(t.spec.layer)].own();
-        comm.finish_exchange();
+        wait([&] { comm.finish_exchange(); });
         for (Piece& piece : t.backward.receives) unpack(piece.buffer.data(), view_of(owner.dy, owner, piece.box), true);
     }
 
@@ -668,61 +683,69 @@ struct Trainer::Impl {
         sent_bytes = 0;
         if (training) clear_gradients(-1);  // a loss writes its logits' gradient in forward
         double loss = 0.0;
+        if (profiling) profile.layers.assign(slots.size(), LayerTime{});
         for (std::size_t i = 0; i < slots.size(); ++i) {
-            Slot& s = slots[i];
-            const Layer& l = *s.layer;
-            const int index = static_cast<int>(i);
-            const bool overlapped = overlaps(index);
-            for (Tile* t : s.operands)
-                if (t && !overlapped) ready(&data, first, *t);
-            auto in = [&](std::size_t j = 0) { return ConstView(s.operands[j]->y.interior()); };
-            const View y = l.op == OpKind::label ? View{} : s.own().y.interior();
-            switch (l.op) {
-                case OpKind::input: make_input(data, s.own(), first); break;
-                case OpKind::label: break;  // made by the loss over its logits' tile
-                case OpKind::conv:
-                case OpKind::maxpool:
-                case OpKind::avgpool:
-                    if (overlapped) overlapped_forward(s, index);
-                    else windowed_forward(s, index, s.own().box);
-                    break;
-                case OpKind::batchnorm: batchnorm_forward(s, training); break;
-                case OpKind::relu: k.activation->forward(in(), 0.0f, y); break;
-                case OpKind::leaky_relu: k.activation->forward(in(), static_cast<float>(l.slope), y); break;
-                case OpKind::global_avgpool: {
-                    const ConstView x = in();
-                    sums_a.assign(static_cast<std::size_t>(x.dims.n * x.dims.c), 0.0);
-                    k.pool->global_sum(x, sums_a.data());
-                    if (s.group) s.group->allreduce(sums_a.data(), static_cast<std::int64_t>(sums_a.size()));
-                    const Dims whole = global_dims(l.inputs[0]);
-                    const double area = static_cast<double>(whole.h * whole.w);
-                    for (std::int64_t n = 0; n < x.dims.n; ++n)
-                        for (std::int64_t c = 0; c < x.dims.c; ++c)
-                            y.at(n, c, 0, 0) =
-                                static_cast<float>(sums_a[static_cast<std::size_t>(n * x.dims.c + c)] / area);
-                    break;
-                }
-                case OpKind::fc: k.fc->forward(in(), s.w.interior(), l.bias ? s.b.data() : nullptr, y); break;
-                case OpKind::add: {
-                    std::vector<ConstView> xs;
-                    for (std::size_t j = 0; j < l.inputs.size(); ++j) xs.push_back(in(j));
-                    k.eltwise->add(xs, y);
-                    break;
-                }
-                case OpKind::concat: {
-                    std::int64_t c0 = 0;
-                    for (std::size_t j = 0; j < l.inputs.size(); ++j) {
-                        const ConstView x = in(j);
-                        k.eltwise->copy(x, y.sub(0, c0, 0, 0, x.dims));
-                        c0 += x.dims.c;
-                    }
-                    break;
-                }
-                case OpKind::softmax_cross_entropy:
-                case OpKind::pixel_cross_entropy: loss += loss_layer(s, data, first, training); break;
-            }
+            const auto t0 = Clock::now();
+            waited = 0.0;
+            forward_layer(data, first, training, i, loss);
+            if (profiling) profile.layers[i].forward = since(t0), profile.layers[i].forward_wait = waited;
         }
         return loss;
+    }
+
+    void forward_layer(DataSource& data, std::int64_t first, bool training, std::size_t i, double& loss) {
+        Slot& s = slots[i];
+        const Layer& l = *s.layer;
+        const int index = static_cast<int>(i);
+        const bool overlapped = overlaps(index);
+        for (Tile* t : s.operands)
+            if (t && !overlapped) ready(&data, first, *t);
+        auto in = [&](std::size_t j = 0) { return ConstView(s.operands[j]->y.interior()); };
+        const View y = l.op == OpKind::label ? View{} : s.own().y.interior();
+        switch (l.op) {
+            case OpKind::input: make_input(data, s.own(), first); break;
+            case OpKind::label: break;  // made by the loss over its logits' tile
+            case OpKind::conv:
+            case OpKind::maxpool:
+            case OpKind::avgpool:
+                if (overlapped) overlapped_forward(s, index);
+                else windowed_forward(s, index, s.own().box);
+                break;
+            case OpKind::batchnorm: batchnorm_forward(s, training); break;
+            case OpKind::relu: k.activation->forward(in(), 0.0f, y); break;
+            case OpKind::leaky_relu: k.activation->forward(in(), static_cast<float>(l.slope), y); break;
+            case OpKind::global_avgpool: {
+                const ConstView x = in();
+                sums_a.assign(static_cast<std::size_t>(x.dims.n * x.dims.c), 0.0);
+                k.pool->global_sum(x, sums_a.data());
+                if (s.group) wait([&] { s.group->allreduce(sums_a.data(), static_cast<std::int64_t>(sums_a.size())); });
+                const Dims whole = global_dims(l.inputs[0]);
+                const double area = static_cast<double>(whole.h * whole.w);
+                for (std::int64_t n = 0; n < x.dims.n; ++n)
+                    for (std::int64_t c = 0; c < x.dims.c; ++c)
+                        y.at(n, c, 0, 0) =
+                            static_cast<float>(sums_a[static_cast<std::size_t>(n * x.dims.c + c)] / area);
+                break;
+            }
+            case OpKind::fc: k.fc->forward(in(), s.w.interior(), l.bias ? s.b.data() : nullptr, y); break;
+            case OpKind::add: {
+                std::vector<ConstView> xs;
+                for (std::size_t j = 0; j < l.inputs.size(); ++j) xs.push_back(in(j));
+                k.eltwise->add(xs, y);
+                break;
+            }
+            case OpKind::concat: {
+                std::int64_t c0 = 0;
+                for (std::size_t j = 0; j < l.inputs.size(); ++j) {
+                    const ConstView x = in(j);
+                    k.eltwise->copy(x, y.sub(0, c0, 0, 0, x.dims));
+                    c0 += x.dims.c;
+                }
+                break;
+            }
+            case OpKind::softmax_cross_entropy:
+            case OpKind::pixel_cross_entropy: loss += loss_layer(s, data, first, training); break;
+        }
     }
 
     // Whether a windowed layer overlaps its input's halo exchange with the interior's compute: when the
@@ -817,7 +840,7 @@ struct Trainer::Impl {
         DSL_INTERNAL_CHECK(!training || logits.readers == 1, "a loss's logits feed another layer");
         double sum = k.loss->cross_entropy(logits.y.interior(), lv, static_cast<float>(1.0 / count), grad);
         if (!logits.leader) sum = 0.0;  // its replicas' copy counts once
-        comm.allreduce(&sum, 1);
+        wait([&] { comm.allreduce(&sum, 1); });
         return sum / count;
     }
 
@@ -866,7 +889,7 @@ struct Trainer::Impl {
         if (!speaks) std::fill(sums_a.begin(), sums_a.end(), 0.0), std::fill(sums_b.begin(), sums_b.end(), 0.0);
         std::vector<double> both(sums_a);
         both.insert(both.end(), sums_b.begin(), sums_b.end());
-        s.group->allreduce(both.data(), static_cast<std::int64_t>(both.size()));
+        wait([&] { s.group->allreduce(both.data(), static_cast<std::int64_t>(both.size())); });
         std::copy_n(both.begin(), sums_a.size(), sums_a.begin());
         std::copy(both.begin() + static_cast<std::ptrdiff_t>(sums_a.size()), both.end(), sums_b.begin());
     }
@@ -908,105 +931,114 @@ struct Trainer::Impl {
     }
 
     void backward() {
-        for (auto it = slots.rbegin(); it != slots.rend(); ++it) {
-            Slot& s = *it;
-            const Layer& l = *s.layer;
-            const int index = static_cast<int>(it.base() - slots.begin()) - 1;
-            clear_gradients(static_cast<int>(slots.size()) - 1 - index);
-            // Every reader has written its part of this layer's gradient: gather it from the margins and copies
-            // where the readers left it.
-            if (l.op != OpKind::input && l.op != OpKind::label)
-                for (auto& t : s.tiles) scatter(*t);
-            comm.progress();  // the weight-gradient allreduces started so far
-            const bool speaks = l.op == OpKind::label ? true : s.own().leader;
-            switch (l.op) {
-                case OpKind::input:
-                case OpKind::label:
-                case OpKind::softmax_cross_entropy:
-                case OpKind::pixel_cross_entropy: break;  // the loss wrote its gradient in forward
-                case OpKind::conv: {
-                    const Window w = window_of(l);
-                    Tile& in = *s.operands[0];
-                    if (!is_input(&in)) {
-                        const Region r = region(l, index);
-                        input_gradient(in, r.y, r.x, r.dims, [&](View dx) {
-                            k.conv->backward_data(s.own().dy.interior(), s.w.interior(), dx, w);
-                        });
-                    }
-                    // With overlap, when this layer is the only reader of its input, the input's gradient is
-                    // complete here: its halo goes back to the neighbours while the weight gradient is computed.
-                    const bool send_now = dist[static_cast<std::size_t>(index)].overlap.value_or(false) &&
-                                          !is_input(&in) && !in.copy && in.readers == 1;
-                    if (send_now) start_scatter(in);
-                    k.conv->backward_weights(windowed_input(l, index), s.own().dy.interior(), s.dw.interior(),
-                                             l.bias ? s.db.data() : nullptr, w);
-                    if (send_now) finish_scatter(in);
-                    allreduce_gradients(s, speaks);
-                    break;
-                }
-                case OpKind::maxpool:
-                case OpKind::avgpool: {
-                    Tile& in = *s.operands[0];
-                    if (is_input(&in)) break;
-                    const ConstView x = windowed_input(l, index);
+        for (int index = static_cast<int>(slots.size()) - 1; index >= 0; --index) {
+            const auto t0 = Clock::now();
+            waited = 0.0;
+            backward_layer(index);
+            if (profiling) {
+                LayerTime& t = profile.layers[static_cast<std::size_t>(index)];
+                t.backward = since(t0), t.backward_wait = waited;
+            }
+        }
+    }
+
+    void backward_layer(int index) {
+        Slot& s = slots[static_cast<std::size_t>(index)];
+        const Layer& l = *s.layer;
+        clear_gradients(static_cast<int>(slots.size()) - 1 - index);
+        // Every reader has written its part of this layer's gradient: gather it from the margins and copies
+        // where the readers left it.
+        if (l.op != OpKind::input && l.op != OpKind::label)
+            for (auto& t : s.tiles) scatter(*t);
+        comm.progress();  // the weight-gradient allreduces started so far
+        const bool speaks = l.op == OpKind::label ? true : s.own().leader;
+        switch (l.op) {
+            case OpKind::input:
+            case OpKind::label:
+            case OpKind::softmax_cross_entropy:
+            case OpKind::pixel_cross_entropy: break;  // the loss wrote its gradient in forward
+            case OpKind::conv: {
+                const Window w = window_of(l);
+                Tile& in = *s.operands[0];
+                if (!is_input(&in)) {
                     const Region r = region(l, index);
                     input_gradient(in, r.y, r.x, r.dims, [&](View dx) {
-                        k.pool->backward(l.op == OpKind::maxpool ? PoolKind::max : PoolKind::average, x,
-                                         s.own().dy.interior(), dx, window_of(l));
+                        k.conv->backward_data(s.own().dy.interior(), s.w.interior(), dx, w);
                     });
-                    break;
                 }
-                case OpKind::batchnorm: batchnorm_backward(s, speaks); break;
-                case OpKind::relu:
-                case OpKind::leaky_relu: {
-                    Tile& in = *s.operands[0];
-                    if (is_input(&in)) break;
-                    const float slope = l.op == OpKind::relu ? 0.0f : static_cast<float>(l.slope);
-                    interior_gradient(in, [&](View dx) {
-                        k.activation->backward(in.y.interior(), s.own().dy.interior(), slope, dx);
-                    });
-                    break;
+                // With overlap, when this layer is the only reader of its input, the input's gradient is
+                // complete here: its halo goes back to the neighbours while the weight gradient is computed.
+                const bool send_now = dist[static_cast<std::size_t>(index)].overlap.value_or(false) &&
+                                      !is_input(&in) && !in.copy && in.readers == 1;
+                if (send_now) start_scatter(in);
+                k.conv->backward_weights(windowed_input(l, index), s.own().dy.interior(), s.dw.interior(),
+                                         l.bias ? s.db.data() : nullptr, w);
+                if (send_now) finish_scatter(in);
+                allreduce_gradients(s, speaks);
+                break;
+            }
+            case OpKind::maxpool:
+            case OpKind::avgpool: {
+                Tile& in = *s.operands[0];
+                if (is_input(&in)) break;
+                const ConstView x = windowed_input(l, index);
+                const Region r = region(l, index);
+                input_gradient(in, r.y, r.x, r.dims, [&](View dx) {
+                    k.pool->backward(l.op == OpKind::maxpool ? PoolKind::max : PoolKind::average, x,
+                                     s.own().dy.interior(), dx, window_of(l));
+                });
+                break;
+            }
+            case OpKind::batchnorm: batchnorm_backward(s, speaks); break;
+            case OpKind::relu:
+            case OpKind::leaky_relu: {
+                Tile& in = *s.operands[0];
+                if (is_input(&in)) break;
+                const float slope = l.op == OpKind::relu ? 0.0f : static_cast<float>(l.slope);
+                interior_gradient(in, [&](View dx) {
+                    k.activation->backward(in.y.interior(), s.own().dy.interior(), slope, dx);
+                });
+                break;
+            }
+            case OpKind::global_avgpool: {
+                Tile& in = *s.operands[0];
+                if (is_input(&in)) break;
+                const ConstView dy = s.own().dy.interior();
+                scratch_values.resize(static_cast<std::size_t>(dy.dims.n * dy.dims.c));
+                for (std::int64_t n = 0; n < dy.dims.n; ++n)
+                    for (std::int64_t c = 0; c < dy.dims.c; ++c)
+                        scratch_values[static_cast<std::size_t>(n * dy.dims.c + c)] = dy.at(n, c, 0, 0);
+                const Dims whole = global_dims(l.inputs[0]);
+                interior_gradient(in, [&](View dx) {
+                    k.pool->broadcast(scratch_values.data(), 1.0f / static_cast<float>(whole.h * whole.w), dx);
+                });
+                break;
+            }
+            case OpKind::fc: {
+                Tile& in = *s.operands[0];
+                k.fc->backward_weights(in.y.interior(), s.own().dy.interior(), s.dw.interior(),
+                                       l.bias ? s.db.data() : nullptr);
+                allreduce_gradients(s, speaks);
+                if (is_input(&in)) break;
+                interior_gradient(in, [&](View dx) { k.fc->backward_data(s.own().dy.interior(), s.w.interior(), dx); });
+                break;
+            }
+            case OpKind::add:
+                for (Tile* in : s.operands) {
+                    if (is_input(in)) continue;
+                    interior_gradient(*in, [&](View dx) { k.eltwise->copy(s.own().dy.interior(), dx); });
                 }
-                case OpKind::global_avgpool: {
-                    Tile& in = *s.operands[0];
-                    if (is_input(&in)) break;
-                    const ConstView dy = s.own().dy.interior();
-                    scratch_values.resize(static_cast<std::size_t>(dy.dims.n * dy.dims.c));
-                    for (std::int64_t n = 0; n < dy.dims.n; ++n)
-                        for (std::int64_t c = 0; c < dy.dims.c; ++c)
-                            scratch_values[static_cast<std::size_t>(n * dy.dims.c + c)] = dy.at(n, c, 0, 0);
-                    const Dims whole = global_dims(l.inputs[0]);
-                    interior_gradient(in, [&](View dx) {
-                        k.pool->broadcast(scratch_values.data(), 1.0f / static_cast<float>(whole.h * whole.w), dx);
-                    });
-                    break;
+                break;
+            case OpKind::concat: {
+                std::int64_t c0 = 0;
+                for (Tile* in : s.operands) {
+                    const Dims d = in->y.dims();
+                    if (!is_input(in))
+                        interior_gradient(
+                            *in, [&](View dx) { k.eltwise->copy(s.own().dy.interior().sub(0, c0, 0, 0, d), dx); });
+                    c0 += d.c;
                 }
-                case OpKind::fc: {
-                    Tile& in = *s.operands[0];
-                    k.fc->backward_weights(in.y.interior(), s.own().dy.interior(), s.dw.interior(),
-                                           l.bias ? s.db.data() : nullptr);
-                    allreduce_gradients(s, speaks);
-                    if (is_input(&in)) break;
-                    interior_gradient(in, [&](View dx) { k.fc->backward_data(s.own().dy.interior(), s.w.interior(), dx); });
-                    break;
-                }
-                case OpKind::add:
-                    for (Tile* in : s.operands) {
-                        if (is_input(in)) continue;
-                        interior_gradient(*in, [&](View dx) { k.eltwise->copy(s.own().dy.interior(), dx); });
-                    }
-                    break;
-                case OpKind::concat: {
-                    std::int64_t c0 = 0;
-                    for (Tile* in : s.operands) {
-                        const Dims d = in->y.dims();
-                        if (!is_input(in))
-                            interior_gradient(
-                                *in, [&](View dx) { k.eltwise->copy(s.own().dy.interior().sub(0, c0, 0, 0, d), dx); });
-                        c0 += d.c;
-                    }
-                    break;
-                }
+                break;
             }
         }
     }
@@ -1035,7 +1067,9 @@ struct Trainer::Impl {
     }
 
     void update() {
-        comm.finish_allreduces();
+        const auto t0 = Clock::now();
+        waited = 0.0;
+        wait([&] { comm.finish_allreduces(); });
         const auto lr = static_cast<float>(config.lr), momentum = static_cast<float>(config.momentum),
                    decay = static_cast<float>(config.weight_decay);
         for (Slot& s : slots) {
@@ -1045,6 +1079,7 @@ struct Trainer::Impl {
                 k.eltwise->sgd(s.b.data(), s.mb.data(), s.db.data(), static_cast<std::int64_t>(s.b.size()), lr,
                                momentum, decay);
         }
+        if (profiling) profile.update = since(t0), profile.update_wait = waited;
     }
 };
 
@@ -1092,6 +1127,10 @@ std::vector<StateTensor> Trainer::state() {
     }
     return out;
 }
+
+void Trainer::profile(bool on) { impl_->profiling = on; }
+
+const StepProfile& Trainer::last_profile() const { return impl_->profile; }
 
 std::int64_t Trainer::halo_bytes() const { return impl_->sent_bytes; }
 

@@ -47,6 +47,18 @@ struct StateTensor {
     std::int64_t size;
 };
 
+// Where a step's time went on this process, per layer in the network's order, when profiling is on. A
+// layer's forward and backward include the communication they wait for (halo exchanges, redistributions,
+// sums over processes); `*_wait` is that part. `update` is the SGD step after backward, `update_wait` the
+// part spent waiting for the weight-gradient allreduces that backward started.
+struct LayerTime {
+    double forward = 0.0, forward_wait = 0.0, backward = 0.0, backward_wait = 0.0;
+};
+struct StepProfile {
+    std::vector<LayerTime> layers;
+    double update = 0.0, update_wait = 0.0;
+};
+
 class Trainer {
 public:
     // One process.
@@ -70,6 +82,10 @@ public:
     // on every process; batch-norm running statistics are this process's (the same everywhere with the
     // default statistics over the mini-batch).
     std::vector<StateTensor> state();
+
+    // Times every layer of the steps that follow (a clock read around each layer and each wait).
+    void profile(bool on);
+    const StepProfile& last_profile() const;  // the last step's, when profiling
 
     // Bytes this process sent to others in halo exchanges and redistributions in its last step.
     std::int64_t halo_bytes() const;
