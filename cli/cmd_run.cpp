@@ -1,6 +1,8 @@
 // `dsl run NET [SCHED]`: trains the network with SGD, printing the loss and time of every step and a
 // summary; writes a JSON line per step with --log, checkpoints with --save, resumes with --load.
 #include "commands.hpp"
+#include "launch.hpp"
+#include "planning.hpp"
 #include "report.hpp"
 
 #include <dsl/backend/checkpoint.hpp>
@@ -8,19 +10,19 @@
 #include <dsl/backend/data.hpp>
 #include <dsl/backend/trainer.hpp>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
-#include <chrono>
-#include <filesystem>
-#include <fstream>
-#include <iostream>
-#include <memory>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
 #include <thread>
 
 namespace dsl::cli {
@@ -33,7 +35,7 @@ struct RunOptions {
     std::optional<std::int64_t> batch, procs;
     std::optional<double> lr, momentum, weight_decay;
     std::uint64_t seed = 0;
-    std::string log, save, load, inputs, labels, kernels = "cpu", device = "cpu";
+    std::string log, save, load, inputs, labels, kernels = "cpu", device = "cpu", platform;
     bool auto_schedule = false, profile = false;
 };
 
@@ -66,19 +68,71 @@ std::string open_fields(const frontend::Network& net, const scheduler::Schedule&
     return {};
 }
 
+// Output only on the first process: the others train silently.
+struct Output {
+    bool on = true;
+    std::ostream& out() { return on ? std::cout : null; }
+    std::ostream& err() { return on ? std::cerr : null; }
+    std::ostream null{nullptr};
+};
+
 // The mini-batch size: --batch, the schedule's, or 4.
 std::int64_t run_batch(const Checked& c, const RunOptions& o) {
     return o.batch.value_or(c.schedule && c.schedule->batch ? *c.schedule->batch : 4);
 }
 
+// --auto-schedule: what the schedule leaves open (everything, without one) filled by the auto-scheduler for
+// the platform the schedule names (or --platform, or 'local'). Every process computes the same schedule.
+std::optional<scheduler::Schedule> auto_schedule(const Checked& c, const RunOptions& o, std::string& why, Output& io) {
+    const auto& net = c.net.net;
+    const auto& s = c.schedule;
+    if (o.procs && s && s->procs && *o.procs != *s->procs) {
+        why = fmt::format("--procs {} differs from the schedule's procs = {}", *o.procs, *s->procs);
+        return std::nullopt;
+    }
+    const std::int64_t procs = o.procs ? *o.procs : s && s->procs ? *s->procs : 1;
+    SourceManager sources;
+    Diagnostics diags;
+    const auto platform = resolve_platform(o.platform, s, sources, diags);
+    if (!platform) {
+        diags.render(io.err(), stderr_color());
+        why = "no platform for the auto-scheduler";
+        return std::nullopt;
+    }
+    const std::int64_t batch = run_batch(c, o);
+    scheduler::Model model(net, platform->platform, procs, batch);
+    const auto result = fill_schedule(net, s, model, procs, batch, why);
+    if (!result) return std::nullopt;
+    // Said once: by the process that trains, not by the one that starts the others under mpirun.
+    if (procs > 1 && !backend::under_mpi()) return result->schedule;
+    const scheduler::Prediction p = model.predict(result->schedule);
+    io.out() << fmt::format("auto-schedule for {} process{} on '{}': {} ms per step predicted, {} per process\n", procs,
+                            procs == 1 ? "" : "es", platform->text, milliseconds(p.step), human_bytes(p.memory));
+    // The chosen splits, compactly: runs of consecutive layers that share one.
+    std::string last;
+    for (std::size_t i = 0; i < net.layers.size(); ++i) {
+        const auto op = net.layers[i].op;
+        if (op == frontend::OpKind::input || op == frontend::OpKind::label) continue;
+        const auto& d = result->schedule.layers[i];
+        const std::string text =
+            fmt::format("{}{}", d.split->str(), d.split->spatial() && d.overlap.value_or(false) ? " overlap" : "");
+        if (text != last) {
+            io.out() << fmt::format("  from {:<24} {}\n", net.layers[i].name, text);
+            last = text;
+        }
+    }
+    return result->schedule;
+}
+
 // The schedule a run trains under: the file's, with --procs where it leaves the count open; on one process
 // without a file, everything on that process. Empty with the reason when it cannot run.
-std::optional<scheduler::Schedule> run_schedule(const Checked& c, const RunOptions& o, std::string& why) {
+std::optional<scheduler::Schedule> run_schedule(const Checked& c, const RunOptions& o, std::string& why, Output& io) {
     const auto& net = c.net.net;
+    if (o.auto_schedule) return auto_schedule(c, o, why, io);
     if (!c.schedule) {
         if (o.procs && *o.procs != 1) {
-            why = fmt::format("--procs {} needs a schedule that says how to split the network (a .sched file)",
-                              *o.procs);
+            why =
+                fmt::format("--procs {} needs a schedule that says how to split the network (a .sched file)", *o.procs);
             return std::nullopt;
         }
         scheduler::Schedule s;
@@ -96,80 +150,33 @@ std::optional<scheduler::Schedule> run_schedule(const Checked& c, const RunOptio
         s.procs = o.procs;
     }
     if (std::string open = open_fields(net, s); !open.empty()) {
-        why = fmt::format("the schedule leaves {} open; this version has no auto-scheduler to fill it, so set "
-                          "it in the schedule (run 'dsl check' to see what is open)",
-                          open);
+        why = fmt::format(
+            "the schedule leaves {} open: fill it with --auto-schedule, or set it in the schedule "
+            "('dsl check' shows what is open)",
+            open);
         return std::nullopt;
     }
     const std::int64_t batch = run_batch(c, o);
     for (std::size_t i = 0; i < s.layers.size(); ++i) {
         const scheduler::Split& split = *s.layers[i].split;
         if (split.procs() != *s.procs) {
-            why = fmt::format("the split {} uses {} processes, but the run has {}", split.str(), split.procs(),
-                              *s.procs);
-            return std::nullopt;
-        }
-        const auto op = net.layers[i].op;
-        if (split.n > batch && op != frontend::OpKind::input && op != frontend::OpKind::label) {
-            why = fmt::format("layer '{}' splits the samples {} ways, but the mini-batch has {} (--batch, or "
-                              "'batch' in the schedule)",
-                              net.layers[i].name, split.n, batch);
+            why =
+                fmt::format("the split {} uses {} processes, but the run has {}", split.str(), split.procs(), *s.procs);
             return std::nullopt;
         }
     }
+    why = batch_problem(net, s, batch);
+    if (!why.empty()) return std::nullopt;
     return s;
 }
-
-// Starts `procs` copies of this very command under mpirun, one thread each where the cores allow, and
-// returns mpirun's exit code.
-int launch(std::int64_t procs) {
-    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-    const std::int64_t threads = std::max<std::int64_t>(1, static_cast<std::int64_t>(cores) / procs);
-    // Quiet: a process that stops with an error has said why; mpirun's banner about it would only repeat it.
-    std::vector<std::string> args{"mpirun", "-q", "-np", std::to_string(procs)};
-    if (procs > static_cast<std::int64_t>(cores)) args.push_back("--oversubscribe");
-    if (::geteuid() == 0) args.push_back("--allow-run-as-root");
-    // One process per core, bound to it; several threads per process share the machine unbound.
-    args.insert(args.end(), {"--bind-to", threads == 1 && procs <= static_cast<std::int64_t>(cores) ? "core" : "none"});
-    if (!std::getenv("OMP_NUM_THREADS")) args.insert(args.end(), {"-x", fmt::format("OMP_NUM_THREADS={}", threads)});
-    std::error_code ec;
-    const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
-    const auto& argv = program_arguments();
-    args.push_back(ec ? argv.front() : self.string());
-    args.insert(args.end(), argv.begin() + 1, argv.end());
-    std::vector<char*> c_args;
-    for (auto& a : args) c_args.push_back(a.data());
-    c_args.push_back(nullptr);
-    std::cout << std::flush;
-    const pid_t child = ::fork();
-    if (child == 0) {
-        ::execvp("mpirun", c_args.data());
-        std::cerr << fmt::format("error: cannot start mpirun ({}): install Open MPI (openmpi-bin), or start the run "
-                                 "with 'mpirun -np {} dsl run ...'\n",
-                                 std::strerror(errno), procs);
-        std::_Exit(user_error);
-    }
-    int status = 0;
-    while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
-    }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : internal;
-}
-
-// Output only on the first process: the others train silently.
-struct Output {
-    bool on = true;
-    std::ostream& out() { return on ? std::cout : null; }
-    std::ostream& err() { return on ? std::cerr : null; }
-    std::ostream null{nullptr};
-};
 
 int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule& schedule, backend::Comm& comm,
           Output& io);
 
 // The --profile table: every layer's forward and backward milliseconds per step, and of those the wait for
 // other processes, averaged over the profiled steps and the processes.
-void print_profile(const frontend::Network& net, backend::Comm& comm, std::vector<backend::LayerTime> t,
-                   double update, double update_wait, double steps, Output& io) {
+void print_profile(const frontend::Network& net, backend::Comm& comm, std::vector<backend::LayerTime> t, double update,
+                   double update_wait, double steps, Output& io) {
     std::vector<double> all;
     for (const auto& l : t) all.insert(all.end(), {l.forward, l.forward_wait, l.backward, l.backward_wait});
     all.insert(all.end(), {update, update_wait});
@@ -189,8 +196,8 @@ void print_profile(const frontend::Network& net, backend::Comm& comm, std::vecto
                            frontend::op_name(net.layers[i].op), v[0], v[1], v[2], v[3]);
     }
     const double u = all[4 * t.size()], uw = all[4 * t.size() + 1];
-    out << fmt::format("{:<28} {:<16} {:>10} {:>10} {:>10.3f} {:>10.3f}\n", "(update)", "allreduce + sgd", "", "",
-                       u, uw);
+    out << fmt::format("{:<28} {:<16} {:>10} {:>10} {:>10.3f} {:>10.3f}\n", "(update)", "allreduce + sgd", "", "", u,
+                       uw);
     out << fmt::format("{:<28} {:<16} {:>10.3f} {:>10.3f} {:>10.3f} {:>10.3f}\n", "total", "", sums[0], sums[1],
                        sums[2] + u, sums[3] + uw);
 }
@@ -217,18 +224,17 @@ int run_training(const RunOptions& o) {
     if (!checked) return user_error;
 
     std::string why;
-    const auto schedule = run_schedule(*checked, o, why);
+    const auto schedule = run_schedule(*checked, o, why, io);
     if (!schedule) {
         io.err() << "error: " << why << "\n";
-        return usage;
+        return o.auto_schedule ? user_error : usage;
     }
     const std::int64_t procs = *schedule->procs;
     if (o.device != "cpu") {
         io.err() << "error: --device gpu: this build has no GPU backend\n";
         return usage;
     }
-    if (o.auto_schedule) io.err() << "note: --auto-schedule: this version has no auto-scheduler; the schedule is used as it is\n";
-    if (procs > 1 && !mpi) return launch(procs);
+    if (procs > 1 && !mpi) return launch_mpi(procs, {program_arguments().begin() + 1, program_arguments().end()});
 
     std::unique_ptr<backend::Comm> comm = mpi ? backend::mpi_world() : backend::self_comm();
     int code = ok;
@@ -236,16 +242,18 @@ int run_training(const RunOptions& o) {
         code = train(o, *checked, *schedule, *comm, io);
     } catch (const std::bad_alloc&) {
         if (!mpi || comm->size() == 1) throw;
-        std::cerr << fmt::format("error: process {} of {} ran out of memory; a schedule that splits the rows and "
-                                 "columns more ways divides the activations further\n",
-                                 comm->rank(), comm->size());
+        std::cerr << fmt::format(
+            "error: process {} of {} ran out of memory; a schedule that splits the rows and "
+            "columns more ways divides the activations further\n",
+            comm->rank(), comm->size());
         backend::mpi_abort(user_error);
     } catch (const std::exception& e) {
         if (!mpi || comm->size() == 1) throw;
         // The others wait for this process in a collective or an exchange: end them all, having said why.
-        std::cerr << fmt::format("dsl: internal error on process {} of {}: {}\nThis is a bug in dsl; please report "
-                                 "it.\n",
-                                 comm->rank(), comm->size(), e.what());
+        std::cerr << fmt::format(
+            "dsl: internal error on process {} of {}: {}\nThis is a bug in dsl; please report "
+            "it.\n",
+            comm->rank(), comm->size(), e.what());
         backend::mpi_abort(internal);
     }
     comm.reset();
@@ -257,9 +265,10 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
           Output& io) {
     const auto& net = checked.net.net;
     if (comm.size() != *schedule.procs) {
-        io.err() << fmt::format("error: the run has {} processes, but the schedule needs {}: start it with "
-                                "'mpirun -np {}', or as plain 'dsl run' to let dsl start them\n",
-                                comm.size(), *schedule.procs, *schedule.procs);
+        io.err() << fmt::format(
+            "error: the run has {} processes, but the schedule needs {}: start it with "
+            "'mpirun -np {}', or as plain 'dsl run' to let dsl start them\n",
+            comm.size(), *schedule.procs, *schedule.procs);
         return usage;
     }
     backend::TrainConfig cfg;
@@ -280,8 +289,7 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
     std::unique_ptr<backend::Trainer> trainer;
     try {
         trainer = std::make_unique<backend::Trainer>(
-            net, o.kernels == "reference" ? backend::reference_kernels() : backend::cpu_kernels(), cfg, schedule,
-            comm);
+            net, o.kernels == "reference" ? backend::reference_kernels() : backend::cpu_kernels(), cfg, schedule, comm);
     } catch (const std::invalid_argument& e) {
         io.err() << fmt::format("error: {} (--batch, or 'batch' in the schedule)\n", e.what());
         return user_error;
@@ -407,7 +415,10 @@ void setup_run(CLI::App& app, Action& action) {
     run->add_option("--kernels", o->kernels, "cpu (oneDNN and Halide; default) or reference (plain loops)")
         ->check(CLI::IsMember({"cpu", "reference"}));
     run->add_option("--procs", o->procs, "Processes, where the schedule leaves the count open");
-    run->add_flag("--auto-schedule", o->auto_schedule, "Fill what the schedule leaves open with the auto-scheduler");
+    run->add_flag("--auto-schedule", o->auto_schedule,
+                  "Fill what the schedule leaves open (everything, without one) with the auto-scheduler");
+    run->add_option("--platform", o->platform,
+                    "With --auto-schedule: the platform (default: the schedule's, else 'local')");
     run->add_flag("--profile", o->profile,
                   "Print each layer's forward and backward time per step, and the part spent waiting for others");
     run->add_option("--device", o->device, "cpu or gpu")->check(CLI::IsMember({"cpu", "gpu"}));

@@ -20,7 +20,10 @@ using Action = std::function<int()>;
 void setup_check(CLI::App& app, Action& action);
 void setup_print(CLI::App& app, Action& action);
 void setup_run(CLI::App& app, Action& action);
-void setup_planned(CLI::App& app, Action& action);  // schedule, explain, compare, calibrate
+void setup_schedule(CLI::App& app, Action& action);
+void setup_explain(CLI::App& app, Action& action);
+void setup_compare(CLI::App& app, Action& action);
+void setup_calibrate(CLI::App& app, Action& action);
 
 // The command line as main received it (`dsl run` starts itself again under mpirun with it).
 const std::vector<std::string>& program_arguments();

@@ -35,6 +35,8 @@ int main(int argc, char** argv) {
         "Examples:\n"
         "  dsl check samples/mesh_tiny.net samples/mesh_tiny_hybrid_4.sched\n"
         "  dsl print stdlib/resnet50.net\n"
+        "  dsl schedule samples/mesh_tiny.net --procs 4 --batch 4 -o tiny_4.sched\n"
+        "  dsl run samples/mesh_tiny.net --auto-schedule --procs 2\n"
         "Run 'dsl VERB --help' for a verb's options. Exit codes: 0 ok, 1 error in the input, 2 usage,\n"
         "3 internal error.");
 
@@ -42,7 +44,10 @@ int main(int argc, char** argv) {
     setup_check(app, action);
     setup_print(app, action);
     setup_run(app, action);
-    setup_planned(app, action);
+    setup_schedule(app, action);
+    setup_explain(app, action);
+    setup_compare(app, action);
+    setup_calibrate(app, action);
 
     try {
         app.parse(argc, argv);

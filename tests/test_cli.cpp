@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <vector>
 
 TEST_CASE("check prints every layer with its shape, and totals", "[cli]") {
@@ -71,13 +72,132 @@ TEST_CASE("print gives text that prints the same again", "[cli]") {
     }
 }
 
-TEST_CASE("the planned verbs check their inputs and say they are not available yet", "[cli]") {
-    const Result explain = run_dsl("explain samples/mesh_tiny.net samples/mesh_tiny_sample_2.sched");
-    CHECK(explain.exit_code == 2);
-    CHECK(explain.err.find("'dsl explain' is not available") != std::string::npos);
+TEST_CASE("explain predicts every layer's time, the step and the memory", "[cli][model]") {
+    const Result table = run_dsl("explain samples/mesh_tiny.net samples/mesh_tiny_spatial_h_2.sched");
+    INFO(table.err);
+    REQUIRE(table.exit_code == 0);
+    for (const char* text : {"block1.1.conv", "N=1 H=2 W=1", "ms predicted", "memory", "allreduce"})
+        CHECK(table.out.find(text) != std::string::npos);
+    const Result json = run_dsl("explain samples/mesh_tiny.net samples/mesh_tiny_spatial_h_2.sched --json");
+    REQUIRE(json.exit_code == 0);
+    const auto j = nlohmann::json::parse(json.out);
+    CHECK(j["procs"] == 2);
+    CHECK(j["layers"].size() == 21);  // every layer but the label
+    CHECK(j["seconds"]["step"].get<double>() > 0.0);
+    double halo = 0.0;
+    for (const auto& l : j["layers"]) halo += l["halo_bytes"].get<double>();
+    CHECK(halo > 0.0);  // rows split in two exchange halos
+    // Errors in the schedule are reported as dsl check reports them.
     const Result bad = run_dsl("explain samples/mesh_tiny.net tests/diag/fail_sched_product.sched");
     CHECK(bad.exit_code == 1);
     CHECK(bad.err.find("fail_sched_product.sched:3:1: error:") != std::string::npos);
+}
+
+TEST_CASE("schedule fills a partial schedule, keeping its fixed fields, into a file check accepts", "[cli][model]") {
+    const fs::path dir = fs::temp_directory_path() / ("dsl_schedule_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    const std::string out = (dir / "filled.sched").string();
+    const Result r = run_dsl("schedule samples/mesh_tiny.net samples/mesh_tiny_partial_4.sched -o " + out);
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.out.find("ms per step predicted") != std::string::npos);
+    const Result check = run_dsl("check samples/mesh_tiny.net " + out + " --json");
+    INFO(check.err);
+    REQUIRE(check.exit_code == 0);
+    const auto j = nlohmann::json::parse(check.out);
+    CHECK(j["schedule"]["complete"] == true);
+    CHECK(j["schedule"]["procs"] == 4);
+    for (const auto& l : j["layers"]) {
+        const std::string name = l["name"];
+        if (name.rfind("block1.", 0) == 0) {
+            CHECK(l["distribution"]["split"] == nlohmann::json({{"N", 1}, {"H", 4}, {"W", 1}}));
+            if (l["kind"] == "conv") CHECK(l["distribution"]["overlap"] == true);
+        }
+    }
+    // Its own output may be replaced; a file of the user's may not.
+    CHECK(run_dsl("schedule samples/mesh_tiny.net --procs 2 -o " + out).exit_code == 0);
+    const fs::path mine = dir / "mine.sched";
+    std::ofstream(mine) << "procs = 2\n";
+    const Result refused = run_dsl("schedule samples/mesh_tiny.net --procs 2 -o " + mine.string());
+    CHECK(refused.exit_code == 1);
+    CHECK(refused.err.find("left as it is") != std::string::npos);
+    CHECK(read(mine) == "procs = 2\n");
+    // Without a process count: a usage error.
+    CHECK(run_dsl("schedule samples/mesh_tiny.net").exit_code == 2);
+    fs::remove_all(dir);
+}
+
+TEST_CASE("schedule says how much memory the smallest schedule needs when none fits", "[cli][model]") {
+    const fs::path dir = fs::temp_directory_path() / ("dsl_small_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    const fs::path platform = dir / "small.platform";
+    std::ofstream(platform) << "device = cpu\nprocs_per_node = 2\nnodes = 1\nmemory = 512 KiB\nflops = 10 GFLOP/s\n"
+                               "memory_bandwidth = 5 GB/s\nlatency = 1 us\nbandwidth = 1 GB/s\n";
+    const Result r = run_dsl("schedule samples/mesh_tiny.net --procs 2 --batch 2 --platform " + platform.string());
+    CHECK(r.exit_code == 1);
+    CHECK(r.err.find("no schedule of 2 processes fits in 0.5 MiB per process: the smallest needs") !=
+          std::string::npos);
+    fs::remove_all(dir);
+}
+
+TEST_CASE("compare shows schedules side by side, and measures them with --measure", "[cli][model][mpi]") {
+    const Result table =
+        run_dsl("compare samples/mesh_tiny.net samples/mesh_tiny_sample_2.sched samples/mesh_tiny_spatial_w_2.sched");
+    INFO(table.err);
+    REQUIRE(table.exit_code == 0);
+    CHECK(table.out.find("mesh_tiny_sample_2") != std::string::npos);
+    CHECK(table.out.find("mesh_tiny_spatial_w_2") != std::string::npos);
+    CHECK(table.out.find("step, predicted") != std::string::npos);
+    const Result measured = run_dsl(
+        "compare samples/mesh_tiny.net samples/mesh_tiny_serial_1.sched "
+        "samples/mesh_tiny_spatial_h_2.sched --measure --steps 4 --json");
+    INFO(measured.err);
+    REQUIRE(measured.exit_code == 0);
+    const auto j = nlohmann::json::parse(measured.out);
+    REQUIRE(j["schedules"].size() == 2);
+    for (const auto& s : j["schedules"]) {
+        CHECK(s["measured_step_seconds"].get<double>() > 0.0);
+        CHECK(std::isfinite(s["model_error"].get<double>()));
+    }
+}
+
+TEST_CASE("calibrate measures kernels and communication into a platform the model reads", "[cli][model][mpi]") {
+    const fs::path dir = fs::temp_directory_path() / ("dsl_calibrate_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    const std::string out = (dir / "here.platform").string();
+    const Result r = run_dsl(
+        "calibrate samples/mesh_tiny.net --procs 1 2 --batch 2 --reps 1 --warmup 0 --max-message 4096 -o " + out);
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    const std::string text = read(out);
+    CHECK(text.find("time conv.forward ") != std::string::npos);
+    CHECK(text.find("time conv.backward_weights ") != std::string::npos);
+    CHECK(text.find("time batchnorm.forward ") != std::string::npos);
+    CHECK(text.find("time sendrecv bytes=4096 ") != std::string::npos);  // the largest size asked for
+    CHECK(text.find("time allreduce bytes=8 procs=2 ") != std::string::npos);
+    CHECK(run_dsl("print " + out).exit_code == 0);  // it loads
+    const Result explain =
+        run_dsl("explain samples/mesh_tiny.net samples/mesh_tiny_spatial_h_2.sched --batch 2 --platform " + out);
+    CHECK(explain.exit_code == 0);
+    // A file that is not a platform is never overwritten.
+    const fs::path notes = dir / "notes.txt";
+    std::ofstream(notes) << "my notes\n";
+    const Result refused = run_dsl("calibrate samples/mesh_tiny.net --procs 1 -o " + notes.string());
+    CHECK(refused.exit_code == 1);
+    CHECK(read(notes) == "my notes\n");
+    fs::remove_all(dir);
+}
+
+TEST_CASE("run --auto-schedule trains under the schedule the auto-scheduler chose", "[cli][model][mpi]") {
+    const Result r = run_dsl("run samples/mesh_tiny.net --auto-schedule --procs 2 --batch 4 --steps 2");
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.out.find("auto-schedule for 2 processes") != std::string::npos);
+    CHECK(r.out.find("step     2  loss") != std::string::npos);
+    // A partial schedule without --auto-schedule: the run says how to fill it.
+    const Result open = run_dsl("run samples/mesh_tiny.net samples/mesh_tiny_partial_4.sched --steps 1");
+    CHECK(open.exit_code == 2);
+    CHECK(open.err.find("--auto-schedule") != std::string::npos);
 }
 
 namespace {

@@ -1,5 +1,6 @@
-// Golden diagnostics: every tests/diag/fail_*.net and fail_*.sched is checked by the `dsl` command and its
-// stderr compared with the .stderr file beside it. A .sched case is checked against samples/mesh_tiny.net.
+// Golden diagnostics: every tests/diag/fail_*.net, fail_*.sched and fail_*.platform is checked by the `dsl`
+// command and its stderr compared with the .stderr file beside it. A .sched case is checked against
+// samples/mesh_tiny.net; a .platform case by `dsl print`, which checks platform files.
 // DSL_UPDATE_GOLDEN=1 rewrites the .stderr files from the current output instead of comparing.
 #include "run_dsl.hpp"
 
@@ -19,7 +20,8 @@ std::vector<fs::path> cases() {
     std::vector<fs::path> out;
     for (const auto& e : fs::directory_iterator(fs::path(DSL_SOURCE_DIR) / "tests" / "diag")) {
         const std::string name = e.path().filename().string();
-        if (name.rfind("fail_", 0) == 0 && (e.path().extension() == ".net" || e.path().extension() == ".sched"))
+        const auto ext = e.path().extension();
+        if (name.rfind("fail_", 0) == 0 && (ext == ".net" || ext == ".sched" || ext == ".platform"))
             out.push_back(e.path());
     }
     std::sort(out.begin(), out.end());
@@ -34,7 +36,9 @@ TEST_CASE("golden diagnostics: each failing input gives exactly the expected err
     const bool update = std::getenv("DSL_UPDATE_GOLDEN") != nullptr;
     for (const fs::path& input : all) {
         const std::string rel = fs::relative(input, DSL_SOURCE_DIR).string();
-        const std::string args = input.extension() == ".sched" ? "check samples/mesh_tiny.net " + rel : "check " + rel;
+        const std::string args = input.extension() == ".sched"      ? "check samples/mesh_tiny.net " + rel
+                                 : input.extension() == ".platform" ? "print " + rel
+                                                                    : "check " + rel;
         SECTION(rel) {
             const Result r = run_dsl(args);
             fs::path expected = input;
@@ -62,6 +66,9 @@ TEST_CASE("a missing file is a user error, not a crash", "[diag]") {
     const Result sched = run_dsl("check samples/mesh_tiny.net tests/diag/no_such_file.sched");
     CHECK(sched.exit_code == 1);
     CHECK(sched.err.find("error: cannot read 'tests/diag/no_such_file.sched'") != std::string::npos);
+    const Result platform = run_dsl("print tests/diag/no_such_file.platform");
+    CHECK(platform.exit_code == 1);
+    CHECK(platform.err.find("error: cannot read 'tests/diag/no_such_file.platform'") != std::string::npos);
 }
 
 TEST_CASE("usage errors exit with 2", "[diag]") {

@@ -33,10 +33,12 @@ std::vector<fs::path> files_with(const std::string& ext) {
 }  // namespace
 
 TEMPLATE_TEST_CASE("every file of the language prints to text that parses back to the same tree", "[roundtrip]",
-                   NetFile, SchedFile) {
-    const std::string ext = std::is_same_v<TestType, NetFile> ? ".net" : ".sched";
+                   NetFile, SchedFile, PlatformFile) {
+    const std::string ext = std::is_same_v<TestType, NetFile>     ? ".net"
+                            : std::is_same_v<TestType, SchedFile> ? ".sched"
+                                                                  : ".platform";
     const auto files = files_with(ext);
-    REQUIRE(files.size() >= 5);
+    REQUIRE(files.size() >= (ext == ".platform" ? 3u : 5u));
     for (const fs::path& p : files) {
         SECTION(p.filename().string()) {
             std::ifstream in(p, std::ios::binary);

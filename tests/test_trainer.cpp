@@ -25,8 +25,7 @@ public:
         for (std::int64_t n = 0; n < t.dims.n; ++n)
             for (std::int64_t c = 0; c < t.dims.c; ++c)
                 for (std::int64_t y = 0; y < t.dims.h; ++y)
-                    for (std::int64_t x = 0; x < t.dims.w; ++x)
-                        t.at(n, c, y, x) = value(first + n, c, y0 + y, x0 + x);
+                    for (std::int64_t x = 0; x < t.dims.w; ++x) t.at(n, c, y, x) = value(first + n, c, y0 + y, x0 + x);
     }
     void labels(const frontend::Layer&, std::int64_t first, std::int64_t y0, std::int64_t x0,
                 BasicView<std::int32_t> t) override {
@@ -38,7 +37,8 @@ public:
 
 private:
     float value(std::int64_t n, std::int64_t c, std::int64_t y, std::int64_t x) const {
-        std::uint64_t h = seed_ * 0x9e3779b97f4a7c15ull ^ static_cast<std::uint64_t>(((n * 31 + c) * 1009 + y) * 1013 + x);
+        std::uint64_t h =
+            seed_ * 0x9e3779b97f4a7c15ull ^ static_cast<std::uint64_t>(((n * 31 + c) * 1009 + y) * 1013 + x);
         h ^= h >> 33;
         h *= 0xff51afd7ed558ccdull;
         h ^= h >> 33;
@@ -75,7 +75,8 @@ double loss_at(const frontend::Network& net, Kernels k, std::vector<std::vector<
     Trainer t(net, k, cfg);
     if (weights) {
         auto st = t.state();
-        for (std::size_t i = 0; i < weights->size(); ++i) std::copy((*weights)[i].begin(), (*weights)[i].end(), st[i].data);
+        for (std::size_t i = 0; i < weights->size(); ++i)
+            std::copy((*weights)[i].begin(), (*weights)[i].end(), st[i].data);
     }
     return t.step(data, 0);
 }
@@ -166,7 +167,7 @@ TEST_CASE("gradients that are never needed at once share memory", "[trainer]") {
     Trainer t(net->net, cpu_kernels(), cfg);
     std::int64_t activations = 0, params = 0;
     for (const auto& l : net->net.layers) activations += l.activation_bytes * cfg.batch, params += l.params * 4;
-    CHECK(t.memory_bytes() > activations + 3 * params);      // every activation, weights, gradients, momenta
+    CHECK(t.memory_bytes() > activations + 3 * params);          // every activation, weights, gradients, momenta
     CHECK(t.memory_bytes() < activations * 3 / 2 + 3 * params);  // and gradients for much less than the rest
 }
 

@@ -8,9 +8,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <stdexcept>
+#include <vector>
 
 namespace dsl::backend {
 
@@ -204,25 +206,45 @@ float SyntheticData::input(std::int64_t sample, std::int64_t c, std::int64_t y, 
 void SyntheticData::fill_inputs(std::int64_t sample0, std::int64_t c0, std::int64_t y0, std::int64_t x0,
                                 View tile) const {
     const Dims d = tile.dims;
-    std::vector<Field::Terms> columns(static_cast<std::size_t>(d.w));
+    // The same values as input(), made faster: the noise hash's chain is carried as far as each row (one
+    // splitmix64 per element), and each row's classes are computed once.
+    const std::uint64_t noise = splitmix64(seed ^ splitmix64(tag_noise));
+#pragma omp parallel for collapse(2) schedule(static)
     for (std::int64_t n = 0; n < d.n; ++n) {
-        const std::int64_t s = sample0 + n;
-        const std::int32_t sample_class = per_pixel() ? 0 : label(s);
         for (std::int64_t c = 0; c < d.c; ++c) {
+            const std::int64_t s = sample0 + n;
+            const std::int32_t sample_class = per_pixel() ? 0 : label(s);
             const std::int64_t gc = c0 + c;
             const Field field(seed, s, gc);  // once per (sample, channel), not per element
-            for (std::int64_t x = 0; x < d.w; ++x) columns[static_cast<std::size_t>(x)] = Field::column(field.fx, x0 + x);
+            const std::uint64_t hc =
+                splitmix64(splitmix64(noise ^ static_cast<std::uint64_t>(s)) ^ static_cast<std::uint64_t>(gc));
+            std::vector<Field::Terms> columns(static_cast<std::size_t>(d.w));
+            std::vector<float> marks(static_cast<std::size_t>(d.w));
+            for (std::int64_t x = 0; x < d.w; ++x)
+                columns[static_cast<std::size_t>(x)] = Field::column(field.fx, x0 + x);
+            auto mark_of = [&](std::int32_t k) {
+                return (gc == k % channels) ? signal * static_cast<float>(1 + k / channels) : 0.0f;
+            };
+            std::int64_t marks_row = -1;  // the label row `marks` holds
+            if (!per_pixel()) std::fill(marks.begin(), marks.end(), mark_of(sample_class));
             for (std::int64_t y = 0; y < d.h; ++y) {
                 const std::int64_t gy = y0 + y;
-                const std::int64_t ly = floor_div(gy * label_h, height);
+                if (per_pixel()) {
+                    const std::int64_t ly = floor_div(gy * label_h, height);
+                    if (ly != marks_row) {
+                        for (std::int64_t x = 0; x < d.w; ++x)
+                            marks[static_cast<std::size_t>(x)] =
+                                mark_of(label(s, ly, floor_div((x0 + x) * label_w, width)));
+                        marks_row = ly;
+                    }
+                }
                 const Field::Terms row = field.row(gy);
+                const std::uint64_t hy = splitmix64(hc ^ static_cast<std::uint64_t>(gy));
+                float* out = &tile.at(n, c, y, 0);
                 for (std::int64_t x = 0; x < d.w; ++x) {
-                    const std::int64_t gx = x0 + x;
-                    const std::int32_t k = per_pixel() ? label(s, ly, floor_div(gx * label_w, width)) : sample_class;
-                    const float mark = (gc == k % channels) ? signal * static_cast<float>(1 + k / channels) : 0.0f;
-                    tile.at(n, c, y, x) = 0.5f * symmetric(hash(seed, tag_noise, s, gc, gy, gx)) +
-                                          static_cast<float>(0.5 * Field::at(row, columns[static_cast<std::size_t>(x)])) +
-                                          mark;
+                    const auto i = static_cast<std::size_t>(x);
+                    out[x] = 0.5f * symmetric(splitmix64(hy ^ static_cast<std::uint64_t>(x0 + x))) +
+                             static_cast<float>(0.5 * Field::at(row, columns[i])) + marks[i];
                 }
             }
         }

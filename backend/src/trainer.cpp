@@ -64,30 +64,9 @@ struct Region {
     Dims dims;
 };
 
-// A block of a tensor in global coordinates: samples [n0, n1), rows [y0, y1), columns [x0, x1); every
-// channel. A tensor without rows and columns (a vector [N, K]) has the single row and column 0.
-struct Box {
-    std::int64_t n0 = 0, n1 = 0, y0 = 0, y1 = 0, x0 = 0, x1 = 0;
-    bool empty() const { return n1 <= n0 || y1 <= y0 || x1 <= x0; }
-    Box meet(const Box& o) const {
-        return {std::max(n0, o.n0), std::min(n1, o.n1), std::max(y0, o.y0),
-                std::min(y1, o.y1), std::max(x0, o.x0), std::min(x1, o.x1)};
-    }
-    Box grown(const Margins& m) const { return {n0, n1, y0 - m.top, y1 + m.bottom, x0 - m.left, x1 + m.right}; }
-    bool operator==(const Box& o) const {
-        return n0 == o.n0 && n1 == o.n1 && y0 == o.y0 && y1 == o.y1 && x0 == o.x0 && x1 == o.x1;
-    }
-};
-
-std::int64_t block_start(std::int64_t extent, std::int64_t parts, std::int64_t index) {
-    return index * (extent / parts) + std::min(index, extent % parts);
-}
-
-// A process's place in a split's grid: ranks run over W fastest, then H, then N.
-struct Coords {
-    std::int64_t n, h, w;
-};
-Coords coords(const scheduler::Split& s, int rank) { return {rank / (s.h * s.w), (rank / s.w) % s.h, rank % s.w}; }
+using scheduler::Box;
+using scheduler::coords;
+using scheduler::Coords;
 
 bool has_planes(const Layer& l) { return l.planar(); }
 
@@ -159,12 +138,12 @@ struct Trainer::Impl {
     Kernels k;
     TrainConfig config;
     std::vector<scheduler::Distribution> dist;  // per layer
-    std::unique_ptr<Comm> self;  // a run on one process
+    std::unique_ptr<Comm> self;                 // a run on one process
     Comm& comm;
     std::vector<std::unique_ptr<Comm>> groups;
     std::vector<Slot> slots;
     std::vector<std::vector<float>> grad_buffers;  // the memory under every tile's dy
-    std::vector<double> sums_a, sums_b;  // per-channel reductions
+    std::vector<double> sums_a, sums_b;            // per-channel reductions
     std::vector<float> scratch_values;
     std::vector<float> scratch;  // gradients of tensors with several readers, before they are added
     std::int64_t step_index = 0;
@@ -187,7 +166,11 @@ struct Trainer::Impl {
 
     Impl(const frontend::Network& n, Kernels kernels, TrainConfig c, std::vector<scheduler::Distribution> d,
          Comm* shared)
-        : net(n), k(kernels), config(c), dist(std::move(d)), self(shared ? nullptr : self_comm()),
+        : net(n),
+          k(kernels),
+          config(c),
+          dist(std::move(d)),
+          self(shared ? nullptr : self_comm()),
           comm(shared ? *shared : *self) {
         dist.resize(net.layers.size());
         for (auto& x : dist)
@@ -207,7 +190,9 @@ struct Trainer::Impl {
     // ---- Placement: boxes of tiles on every process.
 
     const scheduler::Split& split_of(int layer) const { return *dist[static_cast<std::size_t>(layer)].split; }
-    Dims global_dims(int layer) const { return dims_of(net.layers[static_cast<std::size_t>(layer)].shape, config.batch); }
+    Dims global_dims(int layer) const {
+        return dims_of(net.layers[static_cast<std::size_t>(layer)].shape, config.batch);
+    }
 
     void check_batch() {
         for (std::size_t i = 0; i < net.layers.size(); ++i)
@@ -231,19 +216,8 @@ struct Trainer::Impl {
 
     Box box_at(const Spec& s, int rank) const {
         const Dims d = global_dims(s.layer);
-        const Coords c = coords(s.split, rank);
-        Box b;
-        b.n0 = block_start(d.n, s.split.n, c.n);
-        b.n1 = b.n0 + scheduler::block_size(d.n, s.split.n, c.n);
-        b.y1 = d.h;
-        b.x1 = d.w;
-        if (has_planes(net.layers[static_cast<std::size_t>(s.layer)]) && !whole_planes(s)) {
-            b.y0 = block_start(d.h, s.split.h, c.h);
-            b.y1 = b.y0 + scheduler::block_size(d.h, s.split.h, c.h);
-            b.x0 = block_start(d.w, s.split.w, c.w);
-            b.x1 = b.x0 + scheduler::block_size(d.w, s.split.w, c.w);
-        }
-        return b;
+        return scheduler::tile_box({d.n, d.c, d.h, d.w}, s.split, rank,
+                                   has_planes(net.layers[static_cast<std::size_t>(s.layer)]) && !whole_planes(s));
     }
 
     bool same_tiles(const Spec& a, const Spec& b) const {
@@ -298,16 +272,10 @@ struct Trainer::Impl {
         Margins m;
         const Box box = box_at(t.spec, rank);
         for (int reader : t.windowed_readers) {
-            const Layer& l = net.layers[static_cast<std::size_t>(reader)];
-            const Box out = box_at(own_spec(reader), rank);
-            const Window w = window_of(l);
-            const std::int64_t y0 = out.y0 * w.stride[0] - l.pad[0], x0 = out.x0 * w.stride[1] - l.pad[1];
-            const std::int64_t y1 = y0 + w.input_extent(0, out.y1 - out.y0);
-            const std::int64_t x1 = x0 + w.input_extent(1, out.x1 - out.x0);
-            m.top = std::max(m.top, box.y0 - y0);
-            m.left = std::max(m.left, box.x0 - x0);
-            m.bottom = std::max(m.bottom, y1 - box.y1);
-            m.right = std::max(m.right, x1 - box.x1);
+            const Margins r = box.reach(
+                scheduler::window_input(net.layers[static_cast<std::size_t>(reader)], box_at(own_spec(reader), rank)));
+            m = {std::max(m.top, r.top), std::max(m.bottom, r.bottom), std::max(m.left, r.left),
+                 std::max(m.right, r.right)};
         }
         return m;
     }
@@ -319,12 +287,9 @@ struct Trainer::Impl {
 
     Region region(const Layer& l, int index) {
         const Tile& in = *slots[static_cast<std::size_t>(index)].operands[0];
-        const Box out = slots[static_cast<std::size_t>(index)].own().box;
-        const Window w = window_of(l);
-        const std::int64_t y0 = out.y0 * w.stride[0] - l.pad[0], x0 = out.x0 * w.stride[1] - l.pad[1];
-        return Region{y0 - (in.box.y0 - in.need.top), x0 - (in.box.x0 - in.need.left),
-                      Dims{out.n1 - out.n0, in.y.dims().c, w.input_extent(0, out.y1 - out.y0),
-                           w.input_extent(1, out.x1 - out.x0)}};
+        const Box read = scheduler::window_input(l, slots[static_cast<std::size_t>(index)].own().box);
+        return Region{read.y0 - (in.box.y0 - in.need.top), read.x0 - (in.box.x0 - in.need.left),
+                      Dims{read.n1 - read.n0, in.y.dims().c, read.y1 - read.y0, read.x1 - read.x0}};
     }
 
     static Dims box_dims(const Box& b, std::int64_t channels) {
@@ -389,7 +354,8 @@ struct Trainer::Impl {
             for (Buffer& b : buffers) {
                 if (b.busy_until >= t->grad_first) continue;
                 const bool fits = b.size >= need, best_fits = best && best->size >= need;
-                if (!best || (fits && (!best_fits || b.size < best->size)) || (!fits && !best_fits && b.size > best->size))
+                if (!best || (fits && (!best_fits || b.size < best->size)) ||
+                    (!fits && !best_fits && b.size > best->size))
                     best = &b;
             }
             if (!best) best = &buffers.emplace_back();
@@ -411,8 +377,10 @@ struct Trainer::Impl {
         for (Slot& s : slots)
             for (auto& t : s.tiles) {
                 if (t->dy.size() == 0 || t->grad_first != position) continue;
-                if (t->zero_grad) t->dy.fill(0.0f);
-                else if (!t->backward.empty()) t->dy.fill_margins(0.0f);
+                if (t->zero_grad)
+                    t->dy.fill(0.0f);
+                else if (!t->backward.empty())
+                    t->dy.fill_margins(0.0f);
             }
     }
 
@@ -438,8 +406,10 @@ struct Trainer::Impl {
             for (int q = 0; q < procs; ++q) {
                 const Box b = box_at(owner, q);
                 auto it = std::find_if(blocks.begin(), blocks.end(), [&](const Group& g) { return g.box == b; });
-                if (it == blocks.end()) blocks.push_back(Group{b, {q}});
-                else it->ranks.push_back(q);
+                if (it == blocks.end())
+                    blocks.push_back(Group{b, {q}});
+                else
+                    it->ranks.push_back(q);
             }
             for (auto& tp : s.tiles) {
                 Tile& t = *tp;
@@ -453,15 +423,21 @@ struct Trainer::Impl {
                         const bool holds = std::find(g.ranks.begin(), g.ranks.end(), r) != g.ranks.end();
                         const int from = holds ? r : g.ranks.front();
                         if (!t.copy && from == r) continue;  // the tile's own interior
-                        if (from == me && r == me) t.forward.local.push_back(b);
-                        else if (r == me) t.forward.receives.push_back(Piece{from, b, {}});
-                        else if (from == me) t.forward.sends.push_back(Piece{r, b, {}});
+                        if (from == me && r == me)
+                            t.forward.local.push_back(b);
+                        else if (r == me)
+                            t.forward.receives.push_back(Piece{from, b, {}});
+                        else if (from == me)
+                            t.forward.sends.push_back(Piece{r, b, {}});
                         if (!speaks) continue;
                         for (int q : g.ranks) {
                             if (q == r && !t.copy) continue;
-                            if (q == me && r == me) t.backward.local.push_back(b);
-                            else if (r == me) t.backward.sends.push_back(Piece{q, b, {}});
-                            else if (q == me) t.backward.receives.push_back(Piece{r, b, {}});
+                            if (q == me && r == me)
+                                t.backward.local.push_back(b);
+                            else if (r == me)
+                                t.backward.sends.push_back(Piece{q, b, {}});
+                            else if (q == me)
+                                t.backward.receives.push_back(Piece{r, b, {}});
                         }
                     }
                 }
@@ -612,8 +588,7 @@ struct Trainer::Impl {
         if (t.backward.empty()) return;
         Tile& owner = slots[static_cast<std::size_t>(t.spec.layer)].own();
         start(t.backward, 2 * t.id + 1, t.dy, t);
-        for (const Box& b : t.backward.local)
-            k.eltwise->accumulate(view_of(t.dy, t, b), view_of(owner.dy, owner, b));
+        for (const Box& b : t.backward.local) k.eltwise->accumulate(view_of(t.dy, t, b), view_of(owner.dy, owner, b));
     }
 
     void finish_scatter(Tile& t) {
@@ -708,8 +683,10 @@ struct Trainer::Impl {
             case OpKind::conv:
             case OpKind::maxpool:
             case OpKind::avgpool:
-                if (overlapped) overlapped_forward(s, index);
-                else windowed_forward(s, index, s.own().box);
+                if (overlapped)
+                    overlapped_forward(s, index);
+                else
+                    windowed_forward(s, index, s.own().box);
                 break;
             case OpKind::batchnorm: batchnorm_forward(s, training); break;
             case OpKind::relu: k.activation->forward(in(), 0.0f, y); break;
@@ -764,12 +741,12 @@ struct Trainer::Impl {
         set_padding(in, l.op == OpKind::maxpool ? -std::numeric_limits<float>::infinity() : 0.0f);
         const Window w = window_of(l);
         const Box own = s.own().box;
-        const View y = s.own().y.interior().sub(0, 0, out.y0 - own.y0, out.x0 - own.x0, box_dims(out, s.own().y.dims().c));
+        const View y =
+            s.own().y.interior().sub(0, 0, out.y0 - own.y0, out.x0 - own.x0, box_dims(out, s.own().y.dims().c));
         const Region r = region(l, index);
-        const ConstView x = in.y.padded().sub(0, 0, r.y + (out.y0 - own.y0) * w.stride[0],
-                                              r.x + (out.x0 - own.x0) * w.stride[1],
-                                              Dims{r.dims.n, r.dims.c, w.input_extent(0, out.y1 - out.y0),
-                                                   w.input_extent(1, out.x1 - out.x0)});
+        const ConstView x = in.y.padded().sub(
+            0, 0, r.y + (out.y0 - own.y0) * w.stride[0], r.x + (out.x0 - own.x0) * w.stride[1],
+            Dims{r.dims.n, r.dims.c, w.input_extent(0, out.y1 - out.y0), w.input_extent(1, out.x1 - out.x0)});
         if (l.op == OpKind::conv)
             k.conv->forward(x, s.w.interior(), l.bias ? s.b.data() : nullptr, y, w);
         else
@@ -916,7 +893,9 @@ struct Trainer::Impl {
         input_gradient(in, in.need.top, in.need.left, in.dy.dims(), std::forward<Compute>(compute));
     }
 
-    bool is_input(const Tile* t) const { return net.layers[static_cast<std::size_t>(t->spec.layer)].op == OpKind::input; }
+    bool is_input(const Tile* t) const {
+        return net.layers[static_cast<std::size_t>(t->spec.layer)].op == OpKind::input;
+    }
 
     // Starts the sum of a layer's weight gradients over every process; a replica that does not speak for
     // its group adds zeros.
@@ -968,8 +947,8 @@ struct Trainer::Impl {
                 }
                 // With overlap, when this layer is the only reader of its input, the input's gradient is
                 // complete here: its halo goes back to the neighbours while the weight gradient is computed.
-                const bool send_now = dist[static_cast<std::size_t>(index)].overlap.value_or(false) &&
-                                      !is_input(&in) && !in.copy && in.readers == 1;
+                const bool send_now = dist[static_cast<std::size_t>(index)].overlap.value_or(false) && !is_input(&in) &&
+                                      !in.copy && in.readers == 1;
                 if (send_now) start_scatter(in);
                 k.conv->backward_weights(windowed_input(l, index), s.own().dy.interior(), s.dw.interior(),
                                          l.bias ? s.db.data() : nullptr, w);
@@ -995,9 +974,8 @@ struct Trainer::Impl {
                 Tile& in = *s.operands[0];
                 if (is_input(&in)) break;
                 const float slope = l.op == OpKind::relu ? 0.0f : static_cast<float>(l.slope);
-                interior_gradient(in, [&](View dx) {
-                    k.activation->backward(in.y.interior(), s.own().dy.interior(), slope, dx);
-                });
+                interior_gradient(
+                    in, [&](View dx) { k.activation->backward(in.y.interior(), s.own().dy.interior(), slope, dx); });
                 break;
             }
             case OpKind::global_avgpool: {
@@ -1086,8 +1064,8 @@ struct Trainer::Impl {
 Trainer::Trainer(const frontend::Network& net, Kernels kernels, TrainConfig config)
     : impl_(std::make_unique<Impl>(net, kernels, config, std::vector<scheduler::Distribution>{}, nullptr)) {}
 
-Trainer::Trainer(const frontend::Network& net, Kernels kernels, TrainConfig config,
-                 const scheduler::Schedule& schedule, Comm& comm)
+Trainer::Trainer(const frontend::Network& net, Kernels kernels, TrainConfig config, const scheduler::Schedule& schedule,
+                 Comm& comm)
     : impl_(std::make_unique<Impl>(net, kernels, config, schedule.layers, &comm)) {}
 
 Trainer::~Trainer() = default;
@@ -1144,7 +1122,8 @@ std::int64_t Trainer::memory_bytes() const {
                     for (const auto& piece : *pieces) floats += static_cast<std::int64_t>(piece.buffer.size());
         }
         floats += s.w.size() + s.dw.size() + s.mw.size();
-        floats += static_cast<std::int64_t>(s.b.size() * 3 + s.mean.size() * 4) + static_cast<std::int64_t>(s.labels.size());
+        floats +=
+            static_cast<std::int64_t>(s.b.size() * 3 + s.mean.size() * 4) + static_cast<std::int64_t>(s.labels.size());
     }
     for (const auto& b : impl_->grad_buffers) floats += static_cast<std::int64_t>(b.size());
     return 4 * floats;

@@ -1,4 +1,4 @@
-// Placing and wording syntax errors, for both parsers.
+// Placing and wording syntax errors, for every parser.
 #include "syntax_error.hpp"
 
 #include <cctype>

@@ -1,4 +1,4 @@
-// Where and how both parsers report a syntax error: shared so that `.net` and `.sched` errors read alike.
+// Where and how the parsers report a syntax error: shared so that errors in every language read alike.
 #pragma once
 
 #include <dsl/frontend/source.hpp>

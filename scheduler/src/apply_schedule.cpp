@@ -2,6 +2,7 @@
 #include <dsl/scheduler/schedule.hpp>
 
 #include <dsl/frontend/passes.hpp>
+#include <dsl/scheduler/platform.hpp>
 
 #include <fmt/format.h>
 
@@ -186,30 +187,13 @@ std::string quoted_list(const std::vector<std::string>& names, std::size_t limit
     return out;
 }
 
-// A platform by stdlib name (stdlib/platforms/NAME.platform) or by path, relative to the schedule's folder.
+// A platform by stdlib name (a word) or by path (a quoted string), relative to the schedule's folder.
 std::string find_platform(const SchedValue& v, const std::string& sched_path) {
-    namespace fs = std::filesystem;
-    std::error_code ec;
-    if (v.kind == SchedValue::Kind::string) {
-        const fs::path p = fs::path(sched_path).parent_path() / v.text;
-        return fs::is_regular_file(p, ec) ? p.string() : std::string();
-    }
-    for (const std::string& dir : frontend::stdlib_dirs()) {
-        const fs::path p = fs::path(dir) / "platforms" / (v.text + ".platform");
-        if (fs::is_regular_file(p, ec)) return p.string();
-    }
-    return {};
-}
-
-std::vector<std::string> stdlib_platforms() {
-    namespace fs = std::filesystem;
-    std::vector<std::string> out;
-    std::error_code ec;
-    for (const std::string& dir : frontend::stdlib_dirs())
-        for (const auto& e : fs::directory_iterator(fs::path(dir) / "platforms", ec))
-            if (e.path().extension() == ".platform") out.push_back(e.path().stem().string());
-    std::sort(out.begin(), out.end());
-    return out;
+    if (v.kind == SchedValue::Kind::word) return platform_path(v.text);
+    const std::filesystem::path p = std::filesystem::path(sched_path).parent_path() / v.text;
+    // With "./" a bare file name is a path to platform_path, never a stdlib name.
+    const std::filesystem::path as_path = p.has_parent_path() ? p : std::filesystem::path(".") / p;
+    return platform_path(as_path.string()).empty() ? std::string() : p.string();
 }
 
 void check_globals(const SchedFile& file, Schedule& out, Diagnostics& diags) {
@@ -317,8 +301,8 @@ void check_products(const SchedFile& file, const std::vector<EntryFields>& field
     }
 }
 
-// Why `split` cannot run `layer`, or empty. Tiles must hold at least the halo, so that a halo comes only
-// from the nearest neighbour, and at least one row or column.
+}  // namespace
+
 std::string split_problem(const Network& net, const Layer& layer, const Split& split,
                           std::optional<std::int64_t> batch) {
     if (batch && split.n > *batch) return fmt::format("the mini-batch has only {} samples", *batch);
@@ -345,8 +329,6 @@ std::string split_problem(const Network& net, const Layer& layer, const Split& s
     }
     return {};
 }
-
-}  // namespace
 
 std::optional<Schedule> apply_schedule(const Network& net, const SchedFile& file, Diagnostics& diags) {
     const std::size_t errors_before = diags.error_count();

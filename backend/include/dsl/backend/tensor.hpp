@@ -2,6 +2,8 @@
 // that kernels read and write.
 #pragma once
 
+#include <dsl/scheduler/tiles.hpp>
+
 #include <cstdint>
 #include <vector>
 
@@ -17,12 +19,7 @@ struct Dims {
 // Rows and columns around a tile's interior: the halo that neighbours send, or zero padding at the
 // tensor's border. Kernels never pad; the margins hold the padding, so the same kernel runs on a whole
 // tensor and on a tile of it.
-struct Margins {
-    std::int64_t top = 0, bottom = 0, left = 0, right = 0;
-    bool operator==(const Margins& o) const {
-        return top == o.top && bottom == o.bottom && left == o.left && right == o.right;
-    }
-};
+using scheduler::Margins;
 
 // A strided window over floats (or labels): element (n, c, y, x) is at
 // base[n * stride_n + c * stride_c + y * stride_h + x]; rows are contiguous in x.

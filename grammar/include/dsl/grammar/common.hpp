@@ -1,4 +1,5 @@
-// Lexical rules shared by the `.net` and `.sched` grammars: blanks, comments, names, numbers, strings.
+// Lexical rules shared by the `.net`, `.sched` and `.platform` grammars: blanks, comments, names, numbers,
+// strings.
 #pragma once
 
 #include <tao/pegtl.hpp>

@@ -34,6 +34,11 @@ struct Schedule {
 std::optional<Schedule> apply_schedule(const frontend::Network& net, const frontend::SchedFile& file,
                                        Diagnostics& diags);
 
+// Why `split` cannot run `layer`, or empty. Tiles must hold at least the halo, so that a halo comes only
+// from the nearest neighbour, and at least one row or column; N may not exceed the mini-batch.
+std::string split_problem(const frontend::Network& net, const frontend::Layer& layer, const Split& split,
+                          std::optional<std::int64_t> batch);
+
 // The largest per-process tile of `layer`'s output under `split` for a mini-batch of `batch`.
 frontend::Shape tile_shape(const frontend::Layer& layer, const Split& split, std::int64_t batch,
                            std::int64_t* tile_batch);

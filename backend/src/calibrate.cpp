@@ -1,0 +1,302 @@
+// Timing kernels on the shapes a platform key names, and communication over MPI, for `dsl calibrate`.
+#include <dsl/backend/calibrate.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <map>
+#include <sstream>
+
+namespace dsl::backend {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Fields = std::map<std::string, std::vector<std::int64_t>>;
+
+// "conv.forward k=3x3 x=1x2x3x4" -> ("conv.forward", {k: [3, 3], x: [1, 2, 3, 4]}).
+bool split_key(const std::string& key, std::string& kernel, Fields& fields) {
+    std::istringstream in(key);
+    if (!(in >> kernel)) return false;
+    for (std::string field; in >> field;) {
+        const std::size_t eq = field.find('=');
+        if (eq == std::string::npos) return false;
+        std::vector<std::int64_t> dims;
+        std::istringstream values(field.substr(eq + 1));
+        for (std::string v; std::getline(values, v, 'x');) {
+            if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos) return false;
+            dims.push_back(std::stoll(v));
+        }
+        fields[field.substr(0, eq)] = dims;
+    }
+    return true;
+}
+
+Dims dims4(const std::vector<std::int64_t>& d) {
+    if (d.size() == 4) return {d[0], d[1], d[2], d[3]};
+    if (d.size() == 2) return {d[0], d[1], 1, 1};
+    return {};
+}
+
+// The median of `reps` timed calls after `warmup` untimed ones.
+double median_seconds(const std::function<void()>& f, const TimingRuns& runs) {
+    for (int i = 0; i < runs.warmup; ++i) f();
+    std::vector<double> t;
+    for (int i = 0; i < std::max(1, runs.reps); ++i) {
+        const auto t0 = Clock::now();
+        f();
+        t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+    std::sort(t.begin(), t.end());
+    return t.size() % 2 ? t[t.size() / 2] : (t[t.size() / 2 - 1] + t[t.size() / 2]) / 2;
+}
+
+// Buffers with small values, so nothing overflows or denormalizes.
+Tensor filled(Dims d, float scale = 0.01f) {
+    Tensor t(d);
+    for (std::int64_t i = 0; i < t.size(); ++i) t.data()[i] = scale * static_cast<float>((i * 7919) % 201 - 100);
+    return t;
+}
+
+}  // namespace
+
+std::optional<double> time_kernel(const std::string& key, Kernels k, DataSource& data, const frontend::Layer& input,
+                                  const TimingRuns& runs, std::string& why) {
+    std::string kernel;
+    Fields f;
+    if (!split_key(key, kernel, f)) {
+        why = "malformed key";
+        return std::nullopt;
+    }
+    const std::size_t dot = kernel.find('.');
+    const std::string kind = kernel.substr(0, dot), phase = dot == std::string::npos ? "" : kernel.substr(dot + 1);
+    auto field = [&](const char* name) -> const std::vector<std::int64_t>& {
+        static const std::vector<std::int64_t> none;
+        auto it = f.find(name);
+        return it == f.end() ? none : it->second;
+    };
+    const Dims x = dims4(field("x")), y = dims4(field("y"));
+    Window w;
+    if (field("k").size() == 2) w.kernel = {field("k")[0], field("k")[1]};
+    if (field("s").size() == 2) w.stride = {field("s")[0], field("s")[1]};
+    if (field("d").size() == 2) w.dilation = {field("d")[0], field("d")[1]};
+    std::function<void()> run;
+    // The buffers live as long as `run`.
+    Tensor a, b, c, wt;
+    std::vector<float> v1, v2;
+    std::vector<double> s1, s2;
+    std::vector<std::int32_t> labels;
+    std::vector<Tensor> many;
+
+    if (kind == "conv" && x.n && y.n) {
+        a = filled(x);
+        b = filled(y);
+        wt = filled(Dims{y.c, x.c, w.kernel[0], w.kernel[1]});
+        c = Tensor(Dims{y.c, x.c, w.kernel[0], w.kernel[1]});
+        v1.assign(static_cast<std::size_t>(y.c), 0.0f);
+        if (phase == "forward") run = [&] { k.conv->forward(a.interior(), wt.interior(), nullptr, b.interior(), w); };
+        if (phase == "backward_data")
+            run = [&] { k.conv->backward_data(b.interior(), wt.interior(), a.interior(), w); };
+        if (phase == "backward_weights")
+            run = [&] { k.conv->backward_weights(a.interior(), b.interior(), c.interior(), nullptr, w); };
+    } else if (kind == "fc" && x.n && y.n) {
+        a = filled(x);
+        b = filled(y);
+        wt = filled(Dims{y.c, x.c, 1, 1});
+        c = Tensor(wt.dims());
+        v1.assign(static_cast<std::size_t>(y.c), 0.0f);
+        if (phase == "forward") run = [&] { k.fc->forward(a.interior(), wt.interior(), v1.data(), b.interior()); };
+        if (phase == "backward_data") run = [&] { k.fc->backward_data(b.interior(), wt.interior(), a.interior()); };
+        if (phase == "backward_weights")
+            run = [&] { k.fc->backward_weights(a.interior(), b.interior(), c.interior(), v1.data()); };
+    } else if (kind == "batchnorm" && x.n) {
+        a = filled(x);
+        b = filled(x);
+        c = Tensor(x);
+        const auto ch = static_cast<std::size_t>(x.c);
+        v1.assign(ch, 0.0f);
+        v2.assign(ch, 1.0f);
+        s1.assign(ch, 0.0);
+        s2.assign(ch, 0.0);
+        const double count = static_cast<double>(x.n * x.h * x.w);
+        if (phase == "forward")
+            run = [&] {
+                k.batchnorm->statistics(a.interior(), s1.data(), s2.data());
+                k.batchnorm->forward(a.interior(), v1.data(), v2.data(), v2.data(), v1.data(), c.interior());
+            };
+        if (phase == "backward")
+            run = [&] {
+                k.batchnorm->backward_statistics(a.interior(), b.interior(), v1.data(), v2.data(), s1.data(),
+                                                 s2.data());
+                k.batchnorm->backward(a.interior(), b.interior(), v1.data(), v2.data(), v2.data(), s1.data(), s2.data(),
+                                      count, c.interior());
+            };
+    } else if (kind == "activation" && x.n) {
+        a = filled(x);
+        b = filled(x);
+        c = Tensor(x);
+        if (phase == "forward") run = [&] { k.activation->forward(a.interior(), 0.0f, c.interior()); };
+        if (phase == "backward") run = [&] { k.activation->backward(a.interior(), b.interior(), 0.0f, c.interior()); };
+    } else if ((kind == "maxpool" || kind == "avgpool") && x.n && y.n) {
+        const PoolKind pk = kind == "maxpool" ? PoolKind::max : PoolKind::average;
+        a = filled(x);
+        b = filled(y);
+        c = Tensor(x);
+        if (phase == "forward") run = [&, pk] { k.pool->forward(pk, a.interior(), b.interior(), w); };
+        if (phase == "backward") run = [&, pk] { k.pool->backward(pk, a.interior(), b.interior(), c.interior(), w); };
+    } else if (kind == "global_avgpool" && x.n) {
+        a = filled(x);
+        s1.assign(static_cast<std::size_t>(x.n * x.c), 0.0);
+        v1.assign(static_cast<std::size_t>(x.n * x.c), 1.0f);
+        if (phase == "forward") run = [&] { k.pool->global_sum(a.interior(), s1.data()); };
+        if (phase == "backward") run = [&] { k.pool->broadcast(v1.data(), 0.5f, a.interior()); };
+    } else if (kind == "add" && x.n) {
+        const std::int64_t inputs = field("inputs").empty() ? 2 : field("inputs")[0];
+        for (std::int64_t i = 0; i < inputs; ++i) many.push_back(filled(x));
+        c = Tensor(x);
+        if (phase == "forward")
+            run = [&] {
+                std::vector<ConstView> xs;
+                for (Tensor& t : many) xs.push_back(t.interior());
+                k.eltwise->add(xs, c.interior());
+            };
+        if (phase == "backward")
+            run = [&] {
+                for (Tensor& t : many) k.eltwise->copy(c.interior(), t.interior());
+            };
+    } else if (kind == "concat" && y.n) {
+        a = filled(y);
+        c = Tensor(y);
+        if (phase == "forward" || phase == "backward") run = [&] { k.eltwise->copy(a.interior(), c.interior()); };
+    } else if (kind == "loss" && x.n) {
+        a = filled(x);
+        c = Tensor(x);
+        labels.assign(static_cast<std::size_t>(x.n * x.h * x.w), 0);
+        const Dims ld{x.n, 1, x.h, x.w};
+        if (phase == "forward")
+            run = [&, ld] {
+                const LabelView lv{labels.data(), ld, ld.h * ld.w, ld.h * ld.w, ld.w};
+                k.loss->cross_entropy(a.interior(), lv, 1.0f, c.interior());
+            };
+    } else if (kind == "input" && x.n) {
+        a = Tensor(x);
+        if (phase == "forward") run = [&] { data.inputs(input, 0, 0, 0, a.interior()); };
+    } else if (kind == "sgd" && !field("params").empty()) {
+        const auto n = static_cast<std::size_t>(field("params")[0]);
+        v1.assign(n, 0.5f);
+        v2.assign(n, 0.0f);
+        std::vector<float>& g = v1;
+        run = [&, n] {
+            k.eltwise->sgd(v1.data(), v2.data(), g.data(), static_cast<std::int64_t>(n), 1e-9f, 0.9f, 0.0f);
+        };
+    }
+    if (!run) {
+        why = "no kernel of that name and shape";
+        return std::nullopt;
+    }
+    return median_seconds(run, runs);
+}
+
+std::vector<std::pair<std::string, double>> time_communication(Comm& comm, std::int64_t max_bytes,
+                                                               const TimingRuns& runs, bool exchanges) {
+    std::vector<std::pair<std::string, double>> out;
+    std::vector<std::int64_t> sizes;
+    for (std::int64_t b = 8; b <= max_bytes; b *= 4) sizes.push_back(b);
+    if (sizes.empty() || sizes.back() != max_bytes) sizes.push_back(max_bytes);
+    const int me = comm.rank();
+    std::vector<float> send(static_cast<std::size_t>(max_bytes / 4 + 1), 1.0f), receive(send.size());
+    // Point to point: 0 and 1 exchange at once, while the others wait at the barrier (an allreduce).
+    if (exchanges && comm.size() > 1)
+        for (std::int64_t b : sizes) {
+            const std::int64_t count = std::max<std::int64_t>(1, b / 4);
+            double seconds = 0.0;
+            if (me < 2) {
+                const int peer = 1 - me;
+                seconds = median_seconds(
+                    [&] {
+                        comm.start_exchange({Message{peer, send.data(), count}}, {Message{peer, receive.data(), count}},
+                                            7);
+                        comm.finish_exchange();
+                    },
+                    runs);
+            }
+            double barrier = 0.0;
+            comm.allreduce(&barrier, 1);
+            if (me == 0) out.emplace_back("sendrecv bytes=" + std::to_string(b), seconds);
+        }
+    // Allreduces over every process, as the weight gradients' (non-blocking, then waited for).
+    if (comm.size() > 1)
+        for (std::int64_t b : sizes) {
+            const std::int64_t count = std::max<std::int64_t>(1, b / 4);
+            const double seconds = median_seconds(
+                [&] {
+                    comm.start_allreduce(send.data(), count);
+                    comm.finish_allreduces();
+                    std::fill_n(send.data(), count, 1.0f);
+                },
+                runs);
+            double barrier = 0.0;
+            comm.allreduce(&barrier, 1);
+            if (me == 0)
+                out.emplace_back("allreduce bytes=" + std::to_string(b) + " procs=" + std::to_string(comm.size()),
+                                 seconds);
+        }
+    return out;
+}
+
+StepSeconds profile_layers(const frontend::Network& net, const scheduler::Schedule& schedule, std::int64_t batch,
+                           Kernels kernels, Comm& comm, DataSource& data, const TimingRuns& runs) {
+    TrainConfig config;
+    config.batch = batch;
+    config.lr = 1e-6;  // the values do not matter, only that they stay finite
+    Trainer trainer(net, kernels, config, schedule, comm);
+    for (int i = 0; i < runs.warmup; ++i) trainer.step(data, 0);
+    trainer.profile(true);
+    const std::size_t layers = net.layers.size();
+    // Per layer: forward and backward compute, their waits; then the update.
+    std::vector<std::vector<double>> samples(4 * layers + 1);
+    for (int i = 0; i < std::max(1, runs.reps); ++i) {
+        trainer.step(data, 0);
+        const StepProfile& p = trainer.last_profile();
+        for (std::size_t l = 0; l < layers; ++l) {
+            const LayerTime& t = p.layers[l];
+            samples[4 * l].push_back(std::max(0.0, t.forward - t.forward_wait));
+            samples[4 * l + 1].push_back(std::max(0.0, t.backward - t.backward_wait));
+            samples[4 * l + 2].push_back(t.forward_wait);
+            samples[4 * l + 3].push_back(t.backward_wait);
+        }
+        samples[4 * layers].push_back(p.update);
+    }
+    // Medians, then means over the processes: along a step every process spends about the same time,
+    // computing or waiting, so a layer's mean compute and mean wait add up, layer by layer, to the step.
+    std::vector<double> sums;
+    for (auto& v : samples) {
+        std::sort(v.begin(), v.end());
+        sums.push_back(v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2);
+    }
+    comm.allreduce(sums.data(), static_cast<std::int64_t>(sums.size()));
+    const double procs = comm.size();
+    StepSeconds out;
+    out.layers.resize(layers);
+    for (std::size_t l = 0; l < layers; ++l)
+        out.layers[l] = {sums[4 * l] / procs, sums[4 * l + 1] / procs, sums[4 * l + 2] / procs,
+                         sums[4 * l + 3] / procs};
+    out.update = sums[4 * layers] / procs;
+    return out;
+}
+
+std::pair<double, double> fit_link(const std::vector<std::pair<double, double>>& points) {
+    // Least squares of seconds on bytes.
+    double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+    for (const auto& [x, y] : points) n += 1, sx += x, sy += y, sxx += x * x, sxy += x * y;
+    if (n < 2) return {points.empty() ? 0.0 : points.front().second, 1e9};
+    const double slope = (n * sxy - sx * sy) / std::max(1e-300, n * sxx - sx * sx);
+    const double intercept = (sy - slope * sx) / n;
+    // The latency is the smallest message's time where the fit's intercept is off (it can go negative).
+    const double smallest = std::min_element(points.begin(), points.end())->second;
+    return {intercept > 0 ? std::min(intercept, smallest) : smallest, slope > 0 ? 1.0 / slope : 1e12};
+}
+
+}  // namespace dsl::backend

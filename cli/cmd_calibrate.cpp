@@ -1,0 +1,553 @@
+// `dsl calibrate NET -o FILE`: measures what the performance model needs on this machine and writes it into
+// a platform file: forward, backward-data and backward-weights convolution (and every other layer's kernels)
+// on the local tiles that the candidate schedules of the network give, for each process count and the
+// threads a process has at that count (warm-up runs, then ten timed, as the reference paper does, of which the median);
+// point-to-point exchanges and allreduces over MPI for a range of message sizes. Each thread count is
+// measured in a process of its own (oneDNN sizes its thread team when it creates a primitive), the
+// communication under mpirun. Times already in FILE that were not measured again are kept.
+#include "commands.hpp"
+#include "launch.hpp"
+#include "planning.hpp"
+
+#include <dsl/backend/calibrate.hpp>
+#include <dsl/backend/comm.hpp>
+#include <dsl/backend/data.hpp>
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include <sys/resource.h>
+#include <unistd.h>
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <thread>
+
+namespace dsl::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CalibrateOptions {
+    std::string net, output, platform;
+    std::vector<std::int64_t> procs, batches{4};
+    int reps = 10, warmup = 2;
+    std::int64_t max_message = 64 << 20;
+    // A measuring process of its own (hidden): "kernels" or "comm", the keys to time and where results go.
+    std::string worker, keys, results;
+    bool exchanges = false, in_situ = true;
+};
+
+// The kernels the model would look up for every candidate distribution of every layer.
+std::map<int, std::set<std::string>> keys_by_threads(const frontend::Network& net, const scheduler::Platform& base,
+                                                     const CalibrateOptions& o) {
+    std::map<int, std::set<std::string>> out;
+    for (std::int64_t procs : o.procs)
+        for (std::int64_t batch : o.batches) {
+            scheduler::Model model(net, base, procs, batch);
+            auto& keys = out[model.threads()];
+            for (std::size_t i = 0; i < net.layers.size(); ++i) {
+                const auto& l = net.layers[i];
+                if (l.op == frontend::OpKind::label) continue;
+                // Inputs take their reader's split: every split of the count (with samples for each block).
+                scheduler::Distribution open;
+                open.bn = scheduler::BatchNormStats::batch;
+                std::vector<scheduler::Distribution> cands;
+                if (l.op == frontend::OpKind::input) {
+                    for (std::int64_t n = 1; n <= std::min(procs, batch); ++n)
+                        if (procs % n == 0)
+                            for (std::int64_t h = 1; h <= procs / n; ++h)
+                                if ((procs / n) % h == 0)
+                                    cands.push_back({scheduler::Split{n, 1, 1, 1, h, procs / n / h}, false, {}});
+                } else {
+                    cands = scheduler::candidates(net, static_cast<int>(i), open, procs, batch);
+                }
+                for (const auto& d : cands)
+                    for (std::string& k : model.kernel_keys(static_cast<int>(i), d)) keys.insert(std::move(k));
+            }
+            keys.insert(scheduler::time_key("sgd", {{"params", {net.total_params()}}, {"threads", {model.threads()}}}));
+        }
+    return out;
+}
+
+int kernel_worker(const CalibrateOptions& o) {
+    SourceManager sources;
+    Diagnostics diags;
+    auto net = frontend::load_network(o.net, sources, diags);
+    if (!net) return user_error;
+    std::string error;
+    auto data = backend::make_data_source(net->net, 0, "", "", error);
+    const frontend::Layer* input = nullptr;
+    for (const auto& l : net->net.layers)
+        if (l.op == frontend::OpKind::input && !input) input = &l;
+    if (!data || !input) {
+        std::cerr << "error: calibration needs a network with an input\n";
+        return user_error;
+    }
+    std::ifstream in(o.keys);
+    std::ofstream out(o.results);
+    const backend::TimingRuns runs{o.warmup, o.reps};
+    const backend::Kernels kernels = backend::cpu_kernels();
+    std::vector<std::string> keys;
+    for (std::string line; std::getline(in, line);)
+        if (!line.empty()) keys.push_back(line);
+    std::size_t done = 0;
+    for (const std::string& key : keys) {
+        std::string why;
+        if (auto s = backend::time_kernel(key, kernels, *data, *input, runs, why))
+            out << key << "\t" << *s << "\n";
+        else
+            std::cerr << fmt::format("warning: cannot time '{}': {}\n", key, why);
+        if (++done % 25 == 0 && stderr_color())
+            std::cerr << fmt::format("\r  {}/{} kernels", done, keys.size()) << std::flush;
+    }
+    if (stderr_color()) std::cerr << "\r" << std::string(30, ' ') << "\r";
+    return out ? ok : user_error;
+}
+
+int comm_worker(const CalibrateOptions& o) {
+    auto comm = backend::mpi_world();
+    const auto times = backend::time_communication(*comm, o.max_message, {o.warmup, o.reps}, o.exchanges);
+    int code = ok;
+    if (comm->rank() == 0) {
+        std::ofstream out(o.results);
+        for (const auto& [key, seconds] : times) out << key << "\t" << seconds << "\n";
+        if (!out) code = user_error;
+    }
+    comm.reset();
+    backend::mpi_finalize();
+    return code;
+}
+
+// This machine as the model sees it during calibration: its cores, one node.
+scheduler::Platform this_machine(scheduler::Platform p) {
+    p.device = scheduler::Device::cpu;
+    p.procs_per_node = std::max(1u, std::thread::hardware_concurrency());
+    p.nodes = 1;
+    return p;
+}
+
+// Training steps under every split of the run's processes (overlap off and on where it matters), each layer's
+// compute profiled and keyed as the model looks it up. A layer that a split cannot run takes its first
+// candidate instead. Collective over the processes mpirun started.
+// Inputs and labels are made in their first reader's distribution.
+void place_data(const frontend::Network& net, scheduler::Schedule& s) {
+    for (std::size_t i = 0; i < net.layers.size(); ++i) {
+        const auto op = net.layers[i].op;
+        if (op != frontend::OpKind::input && op != frontend::OpKind::label) continue;
+        for (std::size_t r = i + 1; r < net.layers.size(); ++r) {
+            const auto& ins = net.layers[r].inputs;
+            if (std::find(ins.begin(), ins.end(), static_cast<int>(i)) == ins.end()) continue;
+            s.layers[i] = s.layers[r];
+            break;
+        }
+    }
+}
+
+int profile_worker(const CalibrateOptions& o) {
+    SourceManager sources;
+    Diagnostics diags;
+    auto loaded = frontend::load_network(o.net, sources, diags);
+    // The platform measured so far (kernels, communication), for the model's own shuffle estimates.
+    auto measured_so_far = scheduler::load_platform(o.platform, sources, diags);
+    if (!loaded || !measured_so_far) {
+        diags.render(std::cerr, stderr_color());
+        return user_error;
+    }
+    const auto& net = loaded->net;
+    auto comm = backend::mpi_world();
+    const std::int64_t procs = comm->size(), batch = o.batches.front();
+    std::string error;
+    auto data = backend::make_data_source(net, 0, "", "", error);
+    if (!data) {
+        std::cerr << "error: " << error << "\n";
+        return user_error;
+    }
+    // Only kernels and communication: what this worker measures is not taken from an earlier calibration.
+    for (auto it = measured_so_far->times.begin(); it != measured_so_far->times.end();) {
+        const std::string& k = it->first;
+        const bool derived = k.rfind("factor.", 0) == 0 || k.rfind("drift ", 0) == 0 || k.rfind("shuffle ", 0) == 0 ||
+                             k.rfind("step.update ", 0) == 0;
+        it = derived ? measured_so_far->times.erase(it) : std::next(it);
+    }
+    const scheduler::Model model(net, this_machine(*measured_so_far), procs, batch);
+    scheduler::Model kernels_alone(net, this_machine(*measured_so_far), procs, batch);
+    kernels_alone.use_raw_kernels(true);
+    // Per layer kind, direction and tile size: training's time and the kernels' alone, summed over every
+    // layer of every run, so that the factor reproduces the runs' totals.
+    std::map<std::string, std::pair<double, double>> sums;
+    std::vector<double> drifts;     // per schedule: the waits for other processes over the compute
+    std::vector<double> updates;    // the update, allreduces' wait included
+    double predicted_memory = 0.0;  // the most the model gives any of the schedules, without a workspace
+    // Per layer and split: its compute and waits in the uniform runs, to compare the alternating run with.
+    std::map<std::pair<std::size_t, std::string>, double> uniform;
+    auto profile = [&](const scheduler::Schedule& s) {
+        const auto step =
+            backend::profile_layers(net, s, batch, backend::cpu_kernels(), *comm, *data, {o.warmup, o.reps});
+        predicted_memory = std::max(predicted_memory, model.predict(s).memory);
+        return step;
+    };
+    for (std::int64_t n = 1; n <= std::min(procs, batch); ++n) {
+        if (procs % n) continue;
+        for (std::int64_t h = 1; h <= procs / n; ++h) {
+            if ((procs / n) % h) continue;
+            const scheduler::Split split{n, 1, 1, 1, h, procs / n / h};
+            for (bool overlap : split.spatial() ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
+                scheduler::Schedule s;
+                s.procs = procs;
+                s.batch = batch;
+                s.layers.resize(net.layers.size());
+                for (std::size_t i = 0; i < net.layers.size(); ++i) {
+                    const auto op = net.layers[i].op;
+                    if (op == frontend::OpKind::input || op == frontend::OpKind::label) continue;
+                    scheduler::Distribution d{split, overlap, scheduler::BatchNormStats::batch};
+                    if (!scheduler::split_problem(net, net.layers[i], split, batch).empty())
+                        d = scheduler::candidates(net, static_cast<int>(i), {std::nullopt, overlap, d.bn}, procs, batch)
+                                .front();
+                    s.layers[i] = d;
+                }
+                place_data(net, s);
+                const auto step = profile(s);
+                const auto& times = step.layers;
+                double waited = 0.0, computed = 0.0;
+                for (const auto& t : times)
+                    waited += t.forward_wait + t.backward_wait, computed += t.forward + t.backward;
+                if (procs > 1 && computed > 0) drifts.push_back(waited / computed);
+                updates.push_back(step.update);
+                for (std::size_t i = 0; i < net.layers.size(); ++i) {
+                    const auto op = net.layers[i].op;
+                    if (op == frontend::OpKind::label) continue;
+                    const scheduler::LayerCost k = kernels_alone.layer(static_cast<int>(i), s.layers[i]);
+                    const int size =
+                        scheduler::Model::size_class(model.tile_bytes(static_cast<int>(i), *s.layers[i].split));
+                    const double kb = k.backward_data + k.backward_weights;
+                    if (k.forward > 0 && times[i].forward > 0)
+                        sums[model.factor_key(op, true, size)].first += times[i].forward,
+                            sums[model.factor_key(op, true, size)].second += k.forward;
+                    if (kb > 0 && times[i].backward > 0)
+                        sums[model.factor_key(op, false, size)].first += times[i].backward,
+                            sums[model.factor_key(op, false, size)].second += kb;
+                    if (!overlap || s.layers[i].split->spatial())
+                        uniform[{i, s.layers[i].split->str()}] =
+                            times[i].forward + times[i].backward + times[i].forward_wait + times[i].backward_wait;
+                }
+            }
+        }
+    }
+    // What a shuffle costs beyond the model's estimate of its transfer: layers alternate between two splits,
+    // so that every layer reads its input through a shuffle, and the run is compared with the same layers
+    // in the uniform runs.
+    double shuffle_extra = -1.0;
+    if (procs > 1) {
+        scheduler::Schedule s;
+        s.procs = procs;
+        s.batch = batch;
+        s.layers.resize(net.layers.size());
+        int parity = 0;
+        for (std::size_t i = 0; i < net.layers.size(); ++i) {
+            const auto op = net.layers[i].op;
+            if (op == frontend::OpKind::input || op == frontend::OpKind::label) continue;
+            const auto cands = scheduler::candidates(
+                net, static_cast<int>(i), {std::nullopt, false, scheduler::BatchNormStats::batch}, procs, batch);
+            s.layers[i] = cands[static_cast<std::size_t>(parity++ % 2) % cands.size()];
+        }
+        place_data(net, s);
+        double expected = 0.0, shuffles = 0.0, modelled = 0.0;
+        bool known = true;
+        for (std::size_t i = 0; i < net.layers.size(); ++i) {
+            const auto op = net.layers[i].op;
+            if (op == frontend::OpKind::input || op == frontend::OpKind::label) continue;
+            auto it = uniform.find({i, s.layers[i].split->str()});
+            if (it == uniform.end())
+                known = false;
+            else
+                expected += it->second;
+            for (std::size_t j = 0; j < net.layers[i].inputs.size(); ++j) {
+                const auto p = static_cast<std::size_t>(net.layers[i].inputs[j]);
+                const auto pop = net.layers[p].op;
+                if (pop == frontend::OpKind::input || pop == frontend::OpKind::label) continue;
+                const auto cost =
+                    model.shuffle(static_cast<int>(i), static_cast<int>(j), *s.layers[p].split, *s.layers[i].split);
+                if (cost.bytes > 0) shuffles += 1.0, modelled += cost.seconds;
+            }
+        }
+        if (known && shuffles > 0) {
+            const auto step = profile(s);
+            double total = 0.0;
+            for (const auto& t : step.layers) total += t.forward + t.backward + t.forward_wait + t.backward_wait;
+            shuffle_extra = std::max(0.0, (total - expected - modelled) / shuffles);
+        }
+    }
+    int code = ok;
+    if (comm->rank() == 0) {
+        std::ofstream out(o.results);
+        for (const auto& [key, sum] : sums)
+            out << key << "\t" << sum.first / sum.second * 1e-3 << "\n";  // a factor, as a time per millisecond
+        // What a process holds beyond the model's tiles and parameters: runtimes, kernels' scratch.
+        rusage usage{};
+        ::getrusage(RUSAGE_SELF, &usage);
+        const double resident = static_cast<double>(usage.ru_maxrss) * 1024.0;
+        out << "workspace\t" << std::max(0.0, resident - predicted_memory) << "\n";
+        std::sort(updates.begin(), updates.end());
+        if (!updates.empty()) out << model.update_key() << "\t" << updates[updates.size() / 2] << "\n";
+        if (!drifts.empty()) {
+            std::sort(drifts.begin(), drifts.end());
+            out << scheduler::time_key("drift", {{"compute", {1000}}, {"procs", {procs}}}) << "\t"
+                << drifts[drifts.size() / 2] * 1e-3 << "\n";
+        }
+        if (shuffle_extra >= 0)
+            out << scheduler::time_key("shuffle", {{"procs", {procs}}}) << "\t" << std::max(1e-9, shuffle_extra)
+                << "\n";
+        if (!out) code = user_error;
+    }
+    comm.reset();
+    backend::mpi_finalize();
+    return code;
+}
+
+std::map<std::string, double> read_results(const std::string& path) {
+    std::map<std::string, double> out;
+    std::ifstream in(path);
+    for (std::string line; std::getline(in, line);) {
+        const std::size_t tab = line.find('\t');
+        if (tab == std::string::npos) continue;
+        out[line.substr(0, tab)] = std::stod(line.substr(tab + 1));
+    }
+    return out;
+}
+
+// The FLOP/s a convolution key's time shows: 2 * outputs * channels * kernel area per call.
+std::optional<double> conv_rate(const std::string& key, double seconds) {
+    if (key.rfind("conv.forward ", 0) != 0 || key.find(" threads=1") == std::string::npos) return std::nullopt;
+    std::map<std::string, std::vector<double>> f;
+    std::istringstream in(key.substr(key.find(' ') + 1));
+    for (std::string field; in >> field;) {
+        std::vector<double> v;
+        std::istringstream values(field.substr(field.find('=') + 1));
+        for (std::string x; std::getline(values, x, 'x');) v.push_back(std::stod(x));
+        f[field.substr(0, field.find('='))] = v;
+    }
+    if (f["x"].size() != 4 || f["y"].size() != 4 || f["k"].size() != 2) return std::nullopt;
+    const auto& y = f["y"];
+    const double flops = 2.0 * y[0] * y[1] * y[2] * y[3] * f["x"][1] * f["k"][0] * f["k"][1];
+    return flops / seconds;
+}
+
+std::string cpu_model() {
+    std::ifstream in("/proc/cpuinfo");
+    for (std::string line; std::getline(in, line);)
+        if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+    return "unknown CPU";
+}
+
+int run_calibrate(CalibrateOptions o) {
+    if (o.worker == "kernels") return kernel_worker(o);
+    if (o.worker == "comm") return comm_worker(o);
+    if (o.worker == "profile") return profile_worker(o);
+
+    SourceManager sources;
+    Diagnostics diags;
+    auto checked = load_and_check(o.net, "", sources, diags, "");
+    // Times already in the output file are kept: it must be a platform file, or not exist.
+    std::optional<PlatformChoice> base;
+    std::error_code ec;
+    if (fs::exists(o.output, ec)) {
+        auto existing = scheduler::load_platform(o.output, sources, diags);
+        if (!existing) {
+            diags.render(std::cerr, stderr_color());
+            std::cerr << fmt::format("error: -o '{}' exists and is not a platform file; it is left as it is\n",
+                                     o.output);
+            return user_error;
+        }
+        base = PlatformChoice{std::move(*existing), o.output};
+    } else if (checked) {
+        base = resolve_platform(o.platform, std::nullopt, sources, diags);
+    }
+    diags.render(std::cerr, stderr_color());
+    if (!checked || !base) return user_error;
+    const auto& net = checked->net.net;
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    if (o.procs.empty()) {
+        for (std::int64_t p = 1; p <= static_cast<std::int64_t>(cores); p *= 2) o.procs.push_back(p);
+        if (o.procs.back() != static_cast<std::int64_t>(cores)) o.procs.push_back(cores);
+    }
+    std::sort(o.procs.begin(), o.procs.end());
+    o.procs.erase(std::unique(o.procs.begin(), o.procs.end()), o.procs.end());
+    scheduler::Platform platform = this_machine(base->platform);
+
+    const fs::path dir = fs::temp_directory_path() / fmt::format("dsl_calibrate_{}", ::getpid());
+    fs::create_directories(dir);
+    const auto t0 = std::chrono::steady_clock::now();
+    std::size_t measured = 0;
+    for (const auto& [threads, keys] : keys_by_threads(net, platform, o)) {
+        std::cerr << fmt::format("timing {} kernels on {} thread{} ({} runs each after {} warm-up)...\n", keys.size(),
+                                 threads, threads == 1 ? "" : "s", o.reps, o.warmup);
+        const fs::path keys_file = dir / fmt::format("keys_{}", threads),
+                       results = dir / fmt::format("times_{}", threads);
+        {
+            std::ofstream out(keys_file);
+            for (const auto& k : keys) out << k << "\n";
+        }
+        const int code = launch_child(
+            {"calibrate", o.net, "-o", o.output, "--worker", "kernels", "--keys", keys_file.string(), "--results",
+             results.string(), "--reps", std::to_string(o.reps), "--warmup", std::to_string(o.warmup)},
+            {{"OMP_NUM_THREADS", std::to_string(threads)}});
+        if (code != ok) {
+            std::cerr << "error: timing the kernels failed\n";
+            fs::remove_all(dir, ec);
+            return code;
+        }
+        for (const auto& [k, s] : read_results(results.string())) platform.times[k] = s, ++measured;
+    }
+    // Communication under each process count of its own, so that each is measured as a run of that many
+    // processes has it (more processes than cores share them); exchanges with the fewest.
+    std::vector<std::pair<double, double>> points;
+    bool exchanges = true;
+    for (std::int64_t procs : o.procs) {
+        if (procs < 2) continue;
+        std::cerr << fmt::format("timing {}allreduces on {} processes...\n", exchanges ? "exchanges and " : "", procs);
+        const fs::path results = dir / fmt::format("comm_{}", procs);
+        std::vector<std::string> args{"calibrate",
+                                      o.net,
+                                      "-o",
+                                      o.output,
+                                      "--worker",
+                                      "comm",
+                                      "--results",
+                                      results.string(),
+                                      "--reps",
+                                      std::to_string(o.reps),
+                                      "--warmup",
+                                      std::to_string(o.warmup),
+                                      "--max-message",
+                                      std::to_string(o.max_message)};
+        if (exchanges) args.push_back("--exchanges");
+        const int code = launch_mpi(procs, args);
+        if (code != ok) {
+            std::cerr << fmt::format("error: timing the communication on {} processes failed\n", procs);
+            fs::remove_all(dir, ec);
+            return code;
+        }
+        for (const auto& [k, s] : read_results(results.string())) {
+            platform.times[k] = s;
+            ++measured;
+            if (k.rfind("sendrecv bytes=", 0) == 0) points.emplace_back(std::stod(k.substr(15)), s);
+        }
+        exchanges = false;
+    }
+    if (!points.empty()) {
+        const auto [latency, bandwidth] = backend::fit_link(points);
+        platform.node = {latency, bandwidth};
+        platform.network = platform.node;
+    }
+    // Each layer in training steps, under every split of each process count; and the memory a process holds
+    // beyond what the model counts (the largest seen: processes of every count have it). The workers read
+    // what is measured so far.
+    double workspace = 0.0;
+    const fs::path so_far = dir / "so_far.platform";
+    std::ofstream(so_far) << scheduler::print_platform(platform, "measured so far");
+    if (o.in_situ)
+        for (std::int64_t procs : o.procs)
+            for (std::int64_t batch : o.batches) {
+                std::cerr << fmt::format("profiling training steps under every split of {} process{}, batch {}...\n",
+                                         procs, procs == 1 ? "" : "es", batch);
+                const fs::path results = dir / fmt::format("layers_{}_{}", procs, batch);
+                const int code =
+                    launch_mpi(procs, {"calibrate", o.net, "-o", o.output, "--worker", "profile", "--platform",
+                                       so_far.string(), "--results", results.string(), "--batch", std::to_string(batch),
+                                       "--reps", std::to_string(o.reps), "--warmup", std::to_string(o.warmup)});
+                if (code != ok) {
+                    std::cerr << fmt::format("error: profiling training on {} processes failed\n", procs);
+                    fs::remove_all(dir, ec);
+                    return code;
+                }
+                for (const auto& [k, s] : read_results(results.string())) {
+                    if (k == "workspace")
+                        workspace = std::max(workspace, s);
+                    else
+                        platform.times[k] = s, ++measured;
+                }
+            }
+    if (workspace > 0) platform.workspace = workspace;
+    fs::remove_all(dir, ec);
+    // The analytic fallback for shapes not measured: the median rate convolutions reached on one thread.
+    std::vector<double> rates;
+    for (const auto& [k, s] : platform.times)
+        if (auto r = conv_rate(k, s)) rates.push_back(*r);
+    if (!rates.empty()) {
+        std::sort(rates.begin(), rates.end());
+        platform.flops = rates[rates.size() / 2] / platform.efficiency;
+    }
+
+    const std::time_t now = std::time(nullptr);
+    char date[32];
+    std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
+    std::string procs_list, batch_list;
+    for (auto p : o.procs) procs_list += fmt::format(" {}", p);
+    for (auto b : o.batches) batch_list += fmt::format(" {}", b);
+    // Which runs measured the times in the file: those before this one, and this one.
+    std::string runs;
+    if (std::ifstream old(o.output); old)
+        for (std::string line; std::getline(old, line);)
+            if (line.rfind("# Calibrated by ", 0) == 0) runs += line.substr(2) + "\n";
+    runs += fmt::format("Calibrated by 'dsl calibrate {} --procs{} --batch{}{}' on {}.", o.net, procs_list, batch_list,
+                        o.in_situ ? "" : " --kernels-only", date);
+    const std::string comment = fmt::format(
+        "This machine: {}, {} cores.\n"
+        "Kernel times (conv.forward, ...) are the median of {} calls after {} warm-up calls; factors\n"
+        "(factor.conv.forward, ...) the time in training steps (under every split, without the waits for other\n"
+        "processes) of every layer of that kind and tile size over the time of its kernels alone; drift those\n"
+        "waits per millisecond of compute; shuffle what a redistribution costs beyond its transfer; latency and\n"
+        "bandwidth a linear fit to the measured exchanges; flops the median rate of the measured convolutions\n"
+        "over efficiency; workspace the resident memory of those steps beyond what the model counts. Run dsl\n"
+        "calibrate again, with other networks, to add their shapes.\n{}",
+        cpu_model(), cores, o.reps, o.warmup, runs);
+    const std::string text = scheduler::print_platform(platform, comment);
+    std::string why;
+    if (!replace_file(o.output, text, why)) {
+        std::cerr << "error: " << why << "\n";
+        return user_error;
+    }
+    std::cout << fmt::format("wrote {}: {} times measured in {:.0f} s ({} in the file)\n", o.output, measured,
+                             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                             platform.times.size());
+    return ok;
+}
+
+}  // namespace
+
+void setup_calibrate(CLI::App& app, Action& action) {
+    auto o = std::make_shared<CalibrateOptions>();
+    CLI::App* sub = app.add_subcommand("calibrate", "Measure kernel and communication times for the performance model");
+    sub->add_option("NET", o->net, "The network whose candidate schedules' tiles are timed (.net)")->required();
+    sub->add_option("-o,--output", o->output, "The platform file to write (its times are kept and added to)")
+        ->required();
+    sub->add_option("--procs", o->procs,
+                    "Process counts to calibrate for (default: 1, 2, 4, ... up to this machine's cores)")
+        ->check(CLI::PositiveNumber);
+    sub->add_option("--batch", o->batches, "Mini-batch sizes (default 4)")->check(CLI::PositiveNumber);
+    sub->add_option("--platform", o->platform,
+                    "The platform whose other settings the file starts from when it does not exist (default 'local')");
+    sub->add_option("--reps", o->reps, "Timed runs of each kernel (default 10)")->check(CLI::PositiveNumber);
+    sub->add_option("--warmup", o->warmup, "Runs before timing (default 2)")->check(CLI::NonNegativeNumber);
+    sub->add_option("--max-message", o->max_message, "Largest message timed, bytes (default 64 MiB)")
+        ->check(CLI::PositiveNumber);
+    sub->add_flag("!--kernels-only", o->in_situ,
+                  "Time kernels alone only, not each layer in training steps under every split as well");
+    sub->add_option("--worker", o->worker)->group("");  // hidden: a measuring process of its own
+    sub->add_option("--keys", o->keys)->group("");
+    sub->add_option("--results", o->results)->group("");
+    sub->add_flag("--exchanges", o->exchanges)->group("");
+    sub->footer("Example:\n  dsl calibrate samples/mesh_tiny.net --procs 1 2 4 --batch 4 -o my.platform");
+    sub->callback([o, &action] { action = [o] { return run_calibrate(*o); }; });
+}
+
+}  // namespace dsl::cli

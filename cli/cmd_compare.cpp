@@ -1,0 +1,221 @@
+// `dsl compare NET A.sched B.sched...`: schedules side by side, per layer and in total, as the performance
+// model predicts them; with --measure, also as measured by training a few steps under each, and the model's
+// error for each.
+#include "commands.hpp"
+#include "launch.hpp"
+#include "planning.hpp"
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include <unistd.h>
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+
+namespace dsl::cli {
+
+namespace {
+
+struct CompareOptions {
+    std::string net, platform;
+    std::vector<std::string> scheds;
+    std::optional<std::int64_t> batch;
+    std::int64_t steps = 10;
+    bool json = false, measure = false;
+};
+
+struct Column {
+    std::string file;
+    scheduler::Schedule schedule;
+    std::int64_t procs = 1, batch = 1;
+    bool filled = false;
+    scheduler::Prediction prediction;
+    std::optional<double> measured;  // median seconds per step
+    std::string measure_error;
+};
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const std::size_t n = v.size();
+    return n == 0 ? 0.0 : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// Trains `steps` steps under the schedule (written out, so that the run uses exactly what was predicted) and
+// returns the median step time after the warm-up steps.
+void measure(const CompareOptions& o, const frontend::Network& net, const PlatformChoice& platform, Column& c) {
+    namespace fs = std::filesystem;
+    const fs::path dir = fs::temp_directory_path() / fmt::format("dsl_compare_{}", ::getpid());
+    fs::create_directories(dir);
+    const fs::path sched = dir / "schedule.sched", log = dir / "steps.jsonl", out = dir / "out.txt";
+    std::ofstream(sched) << scheduler::schedule_text(net, c.schedule, "measured by dsl compare", platform.text);
+    const int code = launch_child({"run", o.net, sched.string(), "--steps", std::to_string(o.steps), "--batch",
+                                   std::to_string(c.batch), "--log", log.string()},
+                                  {}, out.string());
+    std::vector<double> seconds;
+    std::ifstream in(log);
+    for (std::string line; std::getline(in, line);) {
+        const auto j = nlohmann::json::parse(line, nullptr, false);
+        if (j.is_object() && j.contains("seconds")) seconds.push_back(j["seconds"].get<double>());
+    }
+    // The first steps create kernels and touch memory for the first time.
+    const std::size_t warmup = seconds.size() >= 4 ? 2 : seconds.size() >= 2 ? 1 : 0;
+    seconds.erase(seconds.begin(), seconds.begin() + static_cast<std::ptrdiff_t>(warmup));
+    if (code != 0 || seconds.empty())
+        c.measure_error = fmt::format("the run failed (exit code {})", code);
+    else
+        c.measured = median(seconds);
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+}
+
+int run_compare(const CompareOptions& o) {
+    SourceManager sources;
+    Diagnostics diags;
+    std::vector<Column> columns;
+    std::optional<Checked> first;
+    std::optional<PlatformChoice> platform;
+    bool good = true;
+    for (const std::string& file : o.scheds) {
+        auto checked = load_and_check(o.net, file, sources, diags, "");
+        if (!checked) {
+            good = false;
+            continue;
+        }
+        if (!platform) platform = resolve_platform(o.platform, checked->schedule, sources, diags);
+        Column c;
+        c.file = file;
+        c.schedule = *checked->schedule;
+        c.batch = report_batch(*checked, o.batch);
+        columns.push_back(std::move(c));
+        if (!first) first = std::move(checked);
+    }
+    diags.render(std::cerr, stderr_color());
+    if (!good || !platform || !first) return user_error;
+    const auto& net = first->net.net;
+    for (Column& c : columns) {
+        if (!c.schedule.procs) {
+            std::cerr << fmt::format("error: {} leaves 'procs' open; compare needs schedules for a process count\n",
+                                     c.file);
+            return usage;
+        }
+        c.procs = *c.schedule.procs;
+        scheduler::Model model(net, platform->platform, c.procs, c.batch);
+        if (has_open_fields(net, c.schedule)) {
+            std::string why;
+            const auto filled = fill_schedule(net, c.schedule, model, c.procs, c.batch, why);
+            if (!filled) {
+                std::cerr << fmt::format("error: {}: {}\n", c.file, why);
+                return user_error;
+            }
+            c.schedule = filled->schedule;
+            c.filled = true;
+        }
+        if (const std::string why = batch_problem(net, c.schedule, c.batch); !why.empty()) {
+            std::cerr << fmt::format("error: {}: {}\n", c.file, why);
+            return user_error;
+        }
+        c.prediction = model.predict(c.schedule);
+    }
+    if (o.measure)
+        for (Column& c : columns) {
+            std::cerr << fmt::format("measuring {} ({} steps on {} process{})...\n", c.file, o.steps, c.procs,
+                                     c.procs == 1 ? "" : "es");
+            measure(o, net, *platform, c);
+        }
+
+    auto error_of = [](const Column& c) { return (c.prediction.step - *c.measured) / *c.measured; };
+    if (o.json) {
+        nlohmann::json out = nlohmann::json::array();
+        for (const Column& c : columns) {
+            nlohmann::json j{{"schedule", c.file},
+                             {"procs", c.procs},
+                             {"batch", c.batch},
+                             {"filled_by_auto_scheduler", c.filled},
+                             {"prediction", explain_json(net, c.prediction, c.batch)}};
+            if (c.measured) {
+                j["measured_step_seconds"] = *c.measured;
+                j["model_error"] = error_of(c);
+            } else if (!c.measure_error.empty()) {
+                j["measure_error"] = c.measure_error;
+            }
+            out.push_back(std::move(j));
+        }
+        std::cout << json_text(
+            nlohmann::json{{"network", o.net}, {"platform", platform->platform.path}, {"schedules", out}});
+        return ok;
+    }
+    // Per layer: predicted ms (compute, halos, sums and shuffles), one column per schedule.
+    std::size_t name_w = 5;
+    for (const auto& l : net.layers) name_w = std::max(name_w, l.name.size());
+    std::vector<std::string> names;
+    std::size_t col_w = 10;
+    for (std::size_t k = 0; k < columns.size(); ++k) {
+        names.push_back(std::filesystem::path(columns[k].file).stem().string());
+        col_w = std::max(col_w, names.back().size());
+    }
+    std::string head = fmt::format("{:<{}}", "layer (ms)", name_w);
+    for (const auto& n : names) head += fmt::format("  {:>{}}", n, col_w);
+    std::cout << head << "\n";
+    for (std::size_t i = 0; i < net.layers.size(); ++i) {
+        if (net.layers[i].op == frontend::OpKind::label) continue;
+        std::string line = fmt::format("{:<{}}", net.layers[i].name, name_w);
+        for (const Column& c : columns) {
+            const auto& lp = c.prediction.layers[i];
+            line += fmt::format("  {:>{}}", milliseconds(lp.cost.time() + lp.shuffle.seconds), col_w);
+        }
+        std::cout << line << "\n";
+    }
+    auto total_row = [&](const std::string& label, auto value) {
+        std::string line = fmt::format("{:<{}}", label, name_w);
+        for (const Column& c : columns) line += fmt::format("  {:>{}}", value(c), col_w);
+        std::cout << line << "\n";
+    };
+    std::cout << "\n";
+    total_row("processes", [](const Column& c) { return std::to_string(c.procs); });
+    total_row("batch", [](const Column& c) { return std::to_string(c.batch); });
+    total_row("allreduce exposed", [](const Column& c) { return milliseconds(c.prediction.allreduce_exposed); });
+    total_row("step, predicted", [](const Column& c) { return milliseconds(c.prediction.step); });
+    if (o.measure) {
+        total_row("step, measured", [](const Column& c) { return c.measured ? milliseconds(*c.measured) : "failed"; });
+        total_row("model error", [&](const Column& c) {
+            return c.measured ? fmt::format("{:+.1f}%", 100.0 * error_of(c)) : std::string("-");
+        });
+    }
+    total_row("memory/process", [](const Column& c) { return human_bytes(c.prediction.memory); });
+    std::cout << fmt::format(
+        "\n(platform '{}'; per-layer: compute, halos, sums and shuffles on the busiest process{})\n", platform->text,
+        o.measure ? fmt::format("; measured: median of steps 3-{} of dsl run", o.steps) : "");
+    for (const Column& c : columns) {
+        if (c.filled) std::cout << fmt::format("{}: open fields filled by the auto-scheduler\n", c.file);
+        if (!c.measure_error.empty()) std::cout << fmt::format("{}: {}\n", c.file, c.measure_error);
+    }
+    return ok;
+}
+
+}  // namespace
+
+void setup_compare(CLI::App& app, Action& action) {
+    auto o = std::make_shared<CompareOptions>();
+    CLI::App* sub =
+        app.add_subcommand("compare", "Compare schedules side by side, predicted and (with --measure) measured");
+    sub->add_option("NET", o->net, "The network (.net)")->required();
+    sub->add_option("SCHEDS", o->scheds, "Two or more schedules")->required()->expected(2, -1);
+    sub->add_option("--platform", o->platform,
+                    "Platform name (stdlib/platforms) or file (default: the first schedule's, else 'local')");
+    sub->add_option("--batch", o->batch, "Mini-batch size N (default: each schedule's, or one sample per process)")
+        ->check(CLI::PositiveNumber);
+    sub->add_flag("--measure", o->measure, "Also train a few steps under each and show the model's error");
+    sub->add_option("--steps", o->steps, "Steps to measure (default 10; the first two are not counted)")
+        ->check(CLI::PositiveNumber);
+    sub->add_flag("--json", o->json, "Print the comparison as JSON");
+    sub->footer(
+        "Example:\n  dsl compare samples/mesh_tiny.net samples/mesh_tiny_sample_2.sched "
+        "samples/mesh_tiny_spatial_h_2.sched --measure");
+    sub->callback([o, &action] { action = [o] { return run_compare(*o); }; });
+}
+
+}  // namespace dsl::cli

@@ -1,0 +1,91 @@
+// `dsl explain NET SCHED`: the performance model's prediction for a schedule, layer by layer.
+#include "commands.hpp"
+#include "planning.hpp"
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include <iostream>
+#include <memory>
+
+namespace dsl::cli {
+
+namespace {
+
+struct ExplainOptions {
+    std::string net, sched, platform;
+    std::optional<std::int64_t> batch, procs;
+    bool json = false;
+};
+
+int run_explain(const ExplainOptions& o) {
+    SourceManager sources;
+    Diagnostics diags;
+    auto inputs = load_model_inputs(o.net, o.sched, o.platform, sources, diags);
+    if (!inputs) return user_error;
+    const Checked& checked = inputs->checked;
+    const PlatformChoice& platform = inputs->platform;
+    const auto& net = checked.net.net;
+    scheduler::Schedule s = *checked.schedule;
+    if (o.procs && s.procs && *o.procs != *s.procs) {
+        std::cerr << fmt::format("error: --procs {} differs from the schedule's procs = {}\n", *o.procs, *s.procs);
+        return usage;
+    }
+    if (o.procs) s.procs = o.procs;
+    if (!s.procs) {
+        std::cerr << "error: the schedule leaves 'procs' open: give --procs P\n";
+        return usage;
+    }
+    const std::int64_t batch = report_batch(checked, o.batch);
+    scheduler::Model model(net, platform.platform, *s.procs, batch);
+    if (has_open_fields(net, s)) {
+        std::string why;
+        const auto filled = fill_schedule(net, s, model, *s.procs, batch, why);
+        if (!filled) {
+            std::cerr << "error: " << why << "\n";
+            return user_error;
+        }
+        s = filled->schedule;
+        std::cerr << "note: the schedule leaves fields open; the auto-scheduler filled them ('dsl schedule' writes "
+                     "the result)\n";
+    }
+    if (const std::string why = batch_problem(net, s, batch); !why.empty()) {
+        std::cerr << "error: " << why << "\n";
+        return user_error;
+    }
+    const scheduler::Prediction p = model.predict(s);
+    if (o.json) {
+        nlohmann::json j = explain_json(net, p, batch);
+        j["network"] = o.net;
+        j["schedule"] = o.sched;
+        j["platform"] = platform.platform.path;
+        j["procs"] = *s.procs;
+        std::cout << json_text(j);
+    } else {
+        std::cout << fmt::format("{} under {} on {} processes of '{}'\n\n", o.net, o.sched, *s.procs, platform.text);
+        std::cout << explain_table(net, p, batch);
+    }
+    return ok;
+}
+
+}  // namespace
+
+void setup_explain(CLI::App& app, Action& action) {
+    auto o = std::make_shared<ExplainOptions>();
+    CLI::App* sub = app.add_subcommand("explain", "Show the performance model's prediction for a schedule");
+    sub->add_option("NET", o->net, "The network (.net)")->required();
+    sub->add_option("SCHED", o->sched, "The schedule (.sched); open fields are filled by the auto-scheduler")
+        ->required();
+    sub->add_option("--platform", o->platform,
+                    "Platform name (stdlib/platforms) or file (default: the schedule's, else 'local')");
+    sub->add_option("--batch", o->batch, "Mini-batch size N (default: the schedule's, or one sample per process)")
+        ->check(CLI::PositiveNumber);
+    sub->add_option("--procs", o->procs, "Processes, where the schedule leaves them open")->check(CLI::PositiveNumber);
+    sub->add_flag("--json", o->json, "Print the prediction as JSON");
+    sub->footer(
+        "Example:\n  dsl explain samples/mesh_tiny.net samples/mesh_tiny_hybrid_4.sched\n"
+        "  dsl explain stdlib/mesh1k.net my.sched --platform lassen --json");
+    sub->callback([o, &action] { action = [o] { return run_explain(*o); }; });
+}
+
+}  // namespace dsl::cli

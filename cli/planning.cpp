@@ -1,0 +1,246 @@
+// The platform a model-based verb uses, filling open schedules, and the explain report.
+#include "planning.hpp"
+#include "commands.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+namespace dsl::cli {
+
+using frontend::Layer;
+using frontend::OpKind;
+
+std::string human_bytes(double v) {
+    const char* suffix[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int i = 0;
+    while (v >= 1024.0 && i < 4) v /= 1024.0, ++i;
+    return i == 0 ? fmt::format("{:.0f} B", v) : fmt::format("{:.1f} {}", v, suffix[i]);
+}
+
+std::string milliseconds(double seconds) { return fmt::format("{:.3f}", seconds * 1e3); }
+
+std::optional<PlatformChoice> resolve_platform(const std::string& flag, const std::optional<scheduler::Schedule>& s,
+                                               SourceManager& sources, Diagnostics& diags) {
+    PlatformChoice out;
+    std::string path;
+    if (!flag.empty()) {
+        path = scheduler::platform_path(flag);
+        if (path.empty()) {
+            const auto known = scheduler::stdlib_platforms();
+            std::string list;
+            for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+            diags.error({}, fmt::format("unknown platform '{}': name a platform file, or one of the stdlib's ({})",
+                                        flag, list.empty() ? "none installed" : list));
+            return std::nullopt;
+        }
+        const bool named = scheduler::platform_path(std::filesystem::path(flag).stem().string()) == path &&
+                           flag.find('/') == std::string::npos && flag.find(".platform") == std::string::npos;
+        out.text = named ? flag : fmt::format("\"{}\"", std::filesystem::absolute(path).string());
+    } else if (s && s->platform && !s->platform->empty()) {
+        path = *s->platform;
+        out.text = fmt::format("\"{}\"", std::filesystem::absolute(path).string());
+        const std::string stem = std::filesystem::path(path).stem().string();
+        if (scheduler::platform_path(stem) == path) out.text = stem;
+    } else {
+        path = scheduler::platform_path("local");
+        out.text = "local";
+        if (path.empty()) {
+            diags.error({}, "no platform: name one with --platform (this installation has no stdlib 'local' platform)");
+            return std::nullopt;
+        }
+    }
+    auto p = scheduler::load_platform(path, sources, diags);
+    if (!p) return std::nullopt;
+    out.platform = std::move(*p);
+    return out;
+}
+
+std::optional<ModelInputs> load_model_inputs(const std::string& net_path, const std::string& sched_path,
+                                             const std::string& platform_flag, SourceManager& sources,
+                                             Diagnostics& diags) {
+    auto checked = load_and_check(net_path, sched_path, sources, diags, "");
+    std::optional<PlatformChoice> platform;
+    if (checked) platform = resolve_platform(platform_flag, checked->schedule, sources, diags);
+    diags.render(std::cerr, stderr_color());
+    if (!checked || !platform) return std::nullopt;
+    return ModelInputs{std::move(*checked), std::move(*platform)};
+}
+
+std::string batch_problem(const frontend::Network& net, const scheduler::Schedule& s, std::int64_t batch) {
+    for (std::size_t i = 0; i < net.layers.size(); ++i) {
+        const auto op = net.layers[i].op;
+        if (op == OpKind::input || op == OpKind::label || !s.layers[i].split) continue;
+        if (s.layers[i].split->n > batch)
+            return fmt::format(
+                "layer '{}' splits the samples {} ways, but the mini-batch has {} (--batch, or 'batch' in the "
+                "schedule)",
+                net.layers[i].name, s.layers[i].split->n, batch);
+    }
+    return {};
+}
+
+bool replace_file(const std::string& path, const std::string& text, std::string& why) {
+    const std::string temp = path + ".tmp";
+    {
+        std::ofstream out(temp, std::ios::trunc);
+        out << text;
+        if (!out) {
+            why = fmt::format("cannot write '{}'", path);
+            return false;
+        }
+    }
+    std::error_code ec;
+    std::filesystem::rename(temp, path, ec);
+    if (ec) why = fmt::format("cannot write '{}': {}", path, ec.message());
+    return !ec;
+}
+
+bool has_open_fields(const frontend::Network& net, const std::optional<scheduler::Schedule>& s) {
+    if (!s || !s->procs) return true;
+    for (std::size_t i = 0; i < net.layers.size(); ++i) {
+        const auto op = net.layers[i].op;
+        if (op == OpKind::input || op == OpKind::label) continue;
+        if (!s->layers[i].complete()) return true;
+    }
+    return false;
+}
+
+std::optional<scheduler::AutoResult> fill_schedule(const frontend::Network& net,
+                                                   const std::optional<scheduler::Schedule>& partial,
+                                                   const scheduler::Model& model, std::int64_t procs,
+                                                   std::int64_t batch, std::string& why,
+                                                   scheduler::SearchMethod method) {
+    scheduler::Schedule s;
+    if (partial) s = *partial;
+    s.procs = procs;
+    s.layers.resize(net.layers.size());
+    for (auto& d : s.layers)
+        if (!d.bn) d.bn = scheduler::BatchNormStats::batch;
+    scheduler::AutoOptions options;
+    options.batch = batch;
+    options.memory_limit = model.memory_limit();
+    options.method = method;
+    return scheduler::autoschedule(net, s, model, options, why);
+}
+
+namespace {
+
+std::string tile_text(const std::vector<std::int64_t>& t) {
+    std::string out = "[";
+    for (std::size_t i = 0; i < t.size(); ++i) out += fmt::format("{}{}", i ? ", " : "", t[i]);
+    return out + "]";
+}
+
+std::string split_text(const scheduler::Split& s) { return fmt::format("N={} H={} W={}", s.n, s.h, s.w); }
+
+bool is_data(const Layer& l) { return l.op == OpKind::input || l.op == OpKind::label; }
+
+}  // namespace
+
+std::string explain_table(const frontend::Network& net, const scheduler::Prediction& p, std::int64_t batch) {
+    std::size_t name_w = 5, split_w = 5, tile_w = 4;
+    for (std::size_t i = 0; i < net.layers.size(); ++i) {
+        if (is_data(net.layers[i]) && net.layers[i].op == OpKind::label) continue;
+        name_w = std::max(name_w, net.layers[i].name.size());
+        split_w = std::max(split_w, split_text(*p.layers[i].dist.split).size());
+        tile_w = std::max(tile_w, tile_text(p.layers[i].tile).size());
+    }
+    std::string out;
+    auto row = [&](auto&&... cols) {
+        std::string line = fmt::format(
+            "{:<{}}  {:<19}  {:<{}}  {:<3}  {:<{}}  {:>10}  {:>8}  {:>8}  {:>8}  {:>8}  {:>8}  "
+            "{:>8}  {:>8}  {:>8}  {:>10}",
+            cols...);
+        line.erase(line.find_last_not_of(' ') + 1);
+        out += line + "\n";
+    };
+    row("layer", name_w, "kind", "split", split_w, "ovl", "tile", tile_w, "halo", "fwd", "f-halo", "bwd-data",
+        "bwd-wts", "b-halo", "sums", "shuffle", "allred", "memory");
+    for (std::size_t i = 0; i < net.layers.size(); ++i) {
+        const Layer& l = net.layers[i];
+        if (l.op == OpKind::label) continue;
+        const scheduler::LayerPrediction& lp = p.layers[i];
+        const scheduler::LayerCost& c = lp.cost;
+        const bool halo = l.halo()[0] > 0 || l.halo()[1] > 0;
+        auto ms = [](double s) { return s > 0 ? milliseconds(s) : std::string("-"); };
+        row(l.name, name_w, frontend::op_name(l.op), split_text(*lp.dist.split), split_w,
+            halo ? (lp.dist.overlap.value_or(false) ? "on" : "off") : "-", tile_text(lp.tile), tile_w,
+            c.halo_bytes + lp.shuffle.bytes ? human_bytes(static_cast<double>(c.halo_bytes + lp.shuffle.bytes)) : "-",
+            ms(c.forward), ms(c.forward_halo), ms(c.backward_data), ms(c.backward_weights), ms(c.backward_halo),
+            ms(c.forward_sync + c.backward_sync), ms(lp.shuffle.seconds), ms(c.allreduce),
+            human_bytes(c.memory + c.buffers + lp.shuffle.memory));
+    }
+    out += fmt::format(
+        "(ms per step on the busiest process; halo: bytes it sends in halo exchanges and shuffles, both ways; "
+        "sums: blocking allreduces of\n statistics; allred: the weight gradient's allreduce, overlapped with "
+        "backward; memory: tiles with margins, copies and halo buffers)\n\n");
+    out += fmt::format("batch             {}\n", batch);
+    out += fmt::format("forward           {} ms\n", milliseconds(p.forward));
+    out += fmt::format("backward          {} ms\n", milliseconds(p.backward));
+    out += fmt::format("allreduce         {} ms in all, {} ms not hidden behind backward\n", milliseconds(p.allreduce),
+                       milliseconds(p.allreduce_exposed));
+    out += fmt::format("update            {} ms\n", milliseconds(p.update));
+    out += fmt::format("step              {} ms predicted ({:.1f} samples/s)\n", milliseconds(p.step),
+                       p.step > 0 ? static_cast<double>(batch) / p.step : 0.0);
+    out += fmt::format("halo traffic      {} per step from the busiest process\n",
+                       human_bytes(static_cast<double>(p.halo_bytes)));
+    out += fmt::format(
+        "memory            {} per process of {} (activations {}, gradients {}, parameters and optimizer {}, "
+        "halo buffers {}, workspace {})\n",
+        human_bytes(p.memory), human_bytes(p.memory_limit), human_bytes(p.activations), human_bytes(p.gradients),
+        human_bytes(p.parameters), human_bytes(p.buffers), human_bytes(p.workspace));
+    return out;
+}
+
+nlohmann::json explain_json(const frontend::Network& net, const scheduler::Prediction& p, std::int64_t batch) {
+    nlohmann::json layers = nlohmann::json::array();
+    for (std::size_t i = 0; i < net.layers.size(); ++i) {
+        const Layer& l = net.layers[i];
+        if (l.op == OpKind::label) continue;
+        const scheduler::LayerPrediction& lp = p.layers[i];
+        const scheduler::LayerCost& c = lp.cost;
+        const auto& s = *lp.dist.split;
+        layers.push_back({{"name", l.name},
+                          {"kind", frontend::op_name(l.op)},
+                          {"split", {{"N", s.n}, {"H", s.h}, {"W", s.w}}},
+                          {"overlap", lp.dist.overlap.value_or(false)},
+                          {"tile", lp.tile},
+                          {"halo_bytes", c.halo_bytes + lp.shuffle.bytes},
+                          {"seconds",
+                           {{"forward", c.forward},
+                            {"forward_halo", c.forward_halo},
+                            {"forward_sync", c.forward_sync},
+                            {"backward_data", c.backward_data},
+                            {"backward_weights", c.backward_weights},
+                            {"backward_halo", c.backward_halo},
+                            {"backward_sync", c.backward_sync},
+                            {"shuffle", lp.shuffle.seconds},
+                            {"allreduce", c.allreduce},
+                            {"total", c.time() + lp.shuffle.seconds}}},
+                          {"memory_bytes", c.memory + c.buffers + lp.shuffle.memory}});
+    }
+    return {{"layers", layers},
+            {"batch", batch},
+            {"seconds",
+             {{"forward", p.forward},
+              {"backward", p.backward},
+              {"allreduce", p.allreduce},
+              {"allreduce_exposed", p.allreduce_exposed},
+              {"update", p.update},
+              {"step", p.step}}},
+            {"halo_bytes", p.halo_bytes},
+            {"memory_bytes",
+             {{"total", p.memory},
+              {"limit", p.memory_limit},
+              {"activations", p.activations},
+              {"gradients", p.gradients},
+              {"parameters", p.parameters},
+              {"buffers", p.buffers},
+              {"workspace", p.workspace}}}};
+}
+
+}  // namespace dsl::cli

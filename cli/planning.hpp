@@ -1,0 +1,64 @@
+// What the verbs that use the performance model share: the platform a command runs against, filling what a
+// schedule leaves open, and the per-layer prediction as a table or JSON.
+#pragma once
+
+#include "report.hpp"
+
+#include <dsl/scheduler/autoschedule.hpp>
+#include <dsl/scheduler/model.hpp>
+#include <dsl/scheduler/platform.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+
+namespace dsl::cli {
+
+struct PlatformChoice {
+    scheduler::Platform platform;
+    std::string text;  // how a .sched names it: a stdlib name, or a quoted path
+};
+
+// The platform: `flag` (a stdlib name or a path), else the schedule's `platform`, else "local".
+std::optional<PlatformChoice> resolve_platform(const std::string& flag, const std::optional<scheduler::Schedule>& s,
+                                               SourceManager& sources, Diagnostics& diags);
+
+// A schedule for `procs` processes with every field the checked schedule leaves open (all of them without
+// one) filled by the auto-scheduler under `model`, with the platform's memory per process as the limit.
+// nullopt with `why` when it cannot.
+std::optional<scheduler::AutoResult> fill_schedule(const frontend::Network& net,
+                                                   const std::optional<scheduler::Schedule>& partial,
+                                                   const scheduler::Model& model, std::int64_t procs,
+                                                   std::int64_t batch, std::string& why,
+                                                   scheduler::SearchMethod method = scheduler::SearchMethod::frontier);
+
+// A network, its schedule (when `sched_path` is not empty) and the platform (`platform_flag`, else the
+// schedule's, else "local"), checked; the diagnostics rendered. nullopt when any had errors.
+struct ModelInputs {
+    Checked checked;
+    PlatformChoice platform;
+};
+std::optional<ModelInputs> load_model_inputs(const std::string& net_path, const std::string& sched_path,
+                                             const std::string& platform_flag, SourceManager& sources,
+                                             Diagnostics& diags);
+
+// Why `s` cannot run a mini-batch of `batch` (a layer splits the samples more ways than there are), or empty.
+std::string batch_problem(const frontend::Network& net, const scheduler::Schedule& s, std::int64_t batch);
+
+// Writes `text` to `path` beside it and renames it into place, so that a failed write leaves the old file
+// whole. False with `why` when it cannot.
+bool replace_file(const std::string& path, const std::string& text, std::string& why);
+
+// Whether any field a run needs is open (or the schedule is absent).
+bool has_open_fields(const frontend::Network& net, const std::optional<scheduler::Schedule>& s);
+
+// `dsl explain`: a row per layer (distribution, tile, halo bytes, each predicted term, memory), then the
+// totals and the predicted step.
+std::string explain_table(const frontend::Network& net, const scheduler::Prediction& p, std::int64_t batch);
+nlohmann::json explain_json(const frontend::Network& net, const scheduler::Prediction& p, std::int64_t batch);
+
+std::string human_bytes(double bytes);     // "12.5 MiB"
+std::string milliseconds(double seconds);  // "12.345"
+
+}  // namespace dsl::cli

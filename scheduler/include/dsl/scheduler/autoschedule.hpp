@@ -1,0 +1,63 @@
+// The auto-scheduler: fills what a schedule leaves open with the distributions a cost model finds fastest
+// (section 5.3 of the reference paper). Fields the user fixed are kept.
+//
+// The search minimizes the sum of every layer's cost (LayerCost::time) and every shuffle between adjacent
+// layers whose distributions differ. The default method is exact: dynamic programming over the network's
+// frontier (the layers computed whose outputs some later layer still reads), in layer order. For a chain
+// that is the paper's shortest path; a residual block keeps two tensors live, so its states are pairs of
+// candidates. Where a frontier would have too many states, and on request, the paper's heuristic runs
+// instead: the longest path first, as a chain, then the next longest through the layers left.
+#pragma once
+
+#include <dsl/frontend/network.hpp>
+#include <dsl/scheduler/model.hpp>
+#include <dsl/scheduler/schedule.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dsl::scheduler {
+
+enum class SearchMethod { frontier, paper };
+
+struct AutoOptions {
+    std::int64_t batch = 1;
+    double memory_limit = 0.0;  // bytes per process; 0: no limit
+    SearchMethod method = SearchMethod::frontier;
+    std::int64_t max_states = 1 << 22;  // frontier states beyond which the paper's heuristic runs
+};
+
+struct AutoResult {
+    Schedule schedule;    // complete
+    double cost = 0.0;    // the objective: layer costs and shuffles, seconds per step
+    double memory = 0.0;  // bytes per process, as the model predicts it
+    SearchMethod method = SearchMethod::frontier;
+    bool optimal = true;          // the frontier search ran without falling back
+    std::int64_t candidates = 0;  // distributions considered, over every layer
+};
+
+// The candidate distributions of a layer under `partial`'s fixed fields: every split of `procs` into
+// N x H x W that the layer can run (split_problem), with overlap on and off where the layer has a halo and
+// the schedule leaves it open, batch-norm statistics as fixed (an open one is `batch`, which gives one
+// process's results). Sample splits come first, so that among equal costs the cheaper partitioning wins.
+std::vector<Distribution> candidates(const frontend::Network& net, int layer, const Distribution& partial,
+                                     std::int64_t procs, std::int64_t batch);
+
+// The objective of a complete schedule under `model` (what the search minimizes).
+double schedule_cost(const frontend::Network& net, const Schedule& schedule, const CostModel& model);
+
+// Fills `partial` (whose procs is set). nullopt with `why` when a layer has no candidate or no schedule fits
+// the memory limit (then `why` gives the smallest memory per process that any schedule needs).
+std::optional<AutoResult> autoschedule(const frontend::Network& net, const Schedule& partial, const CostModel& model,
+                                       const AutoOptions& options, std::string& why);
+
+// `.sched` text for a complete schedule, short enough to read and edit: a `default` with the most common
+// distribution, `layer PREFIX.*` entries where every layer of an instance agrees, single layers for the
+// rest. It applies back to the same distribution for every layer. `header` lines become comments;
+// `platform` (a name, or a quoted path) is written as the platform setting when not empty.
+std::string schedule_text(const frontend::Network& net, const Schedule& schedule, const std::string& header,
+                          const std::string& platform = "");
+
+}  // namespace dsl::scheduler

@@ -1,0 +1,157 @@
+// The performance model (section 5 of the reference paper): the time and memory of a training step of a
+// network under a schedule on a platform. Compute comes from measured kernel times where the platform has
+// them (`dsl calibrate`), else from peak FLOP/s and memory bandwidth; communication from the platform's
+// latency and bandwidth (a linear model, alpha + n beta) or measured times, allreduces after Thakur et al.
+// Every figure is for the busiest process: the largest tile, the most neighbours.
+#pragma once
+
+#include <dsl/frontend/network.hpp>
+#include <dsl/scheduler/platform.hpp>
+#include <dsl/scheduler/schedule.hpp>
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace dsl::scheduler {
+
+// One layer under one distribution, per step, in seconds and bytes.
+struct LayerCost {
+    double forward = 0.0;           // compute of the output
+    double forward_halo = 0.0;      // the input's halo exchange, the part not hidden behind interior compute
+    double forward_sync = 0.0;      // blocking sums over processes (batch-norm statistics, pooling, the loss),
+                                    // and the waits for processes that drifted behind
+    double backward_data = 0.0;     // compute of the input's gradient
+    double backward_weights = 0.0;  // compute of the weight gradient
+    double backward_halo = 0.0;     // the gradient's margins sent back, the part not hidden behind dL/dw
+    double backward_sync = 0.0;     // blocking sums in backward (batch-norm)
+    double allreduce = 0.0;         // the weight gradient's allreduce, run while backward goes on
+    std::int64_t halo_bytes = 0;    // sent by the busiest process, forward and backward
+    double memory = 0.0;            // bytes: the output tile, and the margins of the input it reads
+    double buffers = 0.0;           // bytes of halo message buffers
+
+    double forward_time() const { return forward + forward_halo + forward_sync; }
+    double backward_time() const { return backward_data + backward_weights + backward_halo + backward_sync; }
+    // What a schedule changes: everything but the allreduce, whose size is the same under every schedule.
+    double time() const { return forward_time() + backward_time(); }
+};
+
+// Moving a tensor from its producer's split into the tile a reader under another split reads (forward),
+// and its gradient back (backward).
+struct ShuffleCost {
+    double seconds = 0.0;    // both ways
+    std::int64_t bytes = 0;  // received by the busiest process, both ways
+    double memory = 0.0;     // the copy of the tile in the reader's split
+};
+
+// What the auto-scheduler asks of a model; tests substitute their own.
+class CostModel {
+public:
+    virtual ~CostModel() = default;
+    virtual LayerCost layer(int index, const Distribution& d) const = 0;
+    // Reading input `input` (a position in the layer's inputs) of layer `reader` under `to` when its producer
+    // runs under `from`; zero when the tiles are the same.
+    virtual ShuffleCost shuffle(int reader, int input, const Split& from, const Split& to) const = 0;
+    // Bytes per process of a complete schedule.
+    virtual double memory(const Schedule& schedule) const = 0;
+};
+
+struct LayerPrediction {
+    Distribution dist;
+    std::vector<std::int64_t> tile;  // the largest output tile: [n, c, h, w] (or [n, k])
+    LayerCost cost;
+    ShuffleCost shuffle;         // into this layer's split, over all its inputs
+    double backward_end = 0.0;   // when this layer's backward ends, from the start of backward
+    double allreduce_end = 0.0;  // when its gradient's allreduce ends (0 without parameters)
+};
+
+struct Prediction {
+    std::vector<LayerPrediction> layers;  // indexed like Network::layers
+    double forward = 0.0;                 // seconds: compute, halos, sums, shuffles
+    double backward = 0.0;                // until the last layer's backward ends
+    double allreduce = 0.0;               // every weight-gradient allreduce, end to end
+    double allreduce_exposed = 0.0;       // the part that backward does not hide
+    double update = 0.0;                  // the SGD step
+    double step = 0.0;                    // forward + backward + exposed allreduce + update
+    std::int64_t halo_bytes = 0;          // the busiest process's, summed over layers and shuffles
+    // Bytes per process.
+    double activations = 0.0, gradients = 0.0, parameters = 0.0, buffers = 0.0, workspace = 0.0, memory = 0.0;
+    double memory_limit = 0.0;  // what the platform gives a process
+};
+
+class Model final : public CostModel {
+public:
+    // A run of `procs` processes with mini-batches of `batch` samples.
+    Model(const frontend::Network& net, const Platform& platform, std::int64_t procs, std::int64_t batch);
+
+    LayerCost layer(int index, const Distribution& d) const override;
+    ShuffleCost shuffle(int reader, int input, const Split& from, const Split& to) const override;
+
+    // The whole step of a complete schedule.
+    Prediction predict(const Schedule& schedule) const;
+    double memory(const Schedule& schedule) const override { return predict(schedule).memory; }
+
+    // The memory a process may use: a processor's memory, times the cores it has as threads, divided among
+    // the processes that share a processor.
+    double memory_limit() const;
+    // Bytes per process that no split changes: parameters, their gradients and momenta, the workspace.
+    double fixed_memory() const;
+    int threads() const { return threads_; }
+    double sharing() const { return share_; }  // processes per processor (1 unless oversubscribed)
+
+    // The building blocks, for calibration and tests.
+    double kernel(const std::string& name, std::vector<TimeField> fields, double flops, double bytes) const;
+    double sendrecv(double bytes, bool between_nodes) const;
+    double allreduce(std::int64_t procs, double bytes, bool between_nodes) const;
+    double blocking(std::int64_t procs, double bytes, bool between_nodes) const;  // a sum in mid-step
+    double drift() const;  // the measured waits for other processes per second of compute, else 0
+
+    // The time keys of every kernel that `layer` runs under `d` (what calibration times alone).
+    std::vector<std::string> kernel_keys(int index, const Distribution& d) const;
+    // How much longer a layer of kind `op` whose output tile is of size class `size` (the log2 of its bytes)
+    // takes in training steps than its kernels timed alone, for this run's processes and threads:
+    // "factor.conv.forward procs=P size=S threads=T = F ms" is a factor of F (the time of a millisecond of
+    // kernels). Calibration measures it; the nearest class within 3 is used, else 1.
+    static int size_class(double bytes);
+    double tile_bytes(int index, const Split& split) const;  // the largest output tile of the layer
+    std::string factor_key(frontend::OpKind op, bool forward, int size) const;
+    double factor(frontend::OpKind op, bool forward, int size) const;
+    // Kernel times without the factors (what calibration compares training with).
+    void use_raw_kernels(bool raw) { raw_ = raw; }
+
+    // The update after backward (SGD, and the wait for the weight gradients' allreduces) measured in
+    // training: "step.update params=N procs=P threads=T". Where the platform has it, it replaces the
+    // modelled update and exposed allreduce.
+    std::string update_key() const;
+
+private:
+    struct Geometry;
+    Geometry geometry(int index, const Split& split) const;
+    double interpolate(const std::string& prefix, double bytes) const;  // measured communication
+    LayerCost compute_layer(int index, const Distribution& d, std::vector<std::string>* keys) const;
+
+    const frontend::Network& net_;
+    Platform platform_;
+    std::int64_t procs_, batch_;
+    int threads_ = 1;
+    double share_ = 1.0;
+    bool multi_node_ = false;
+    // Measured communication: by the key prefix ("sendrecv", "allreduce procs=4"), size -> seconds.
+    std::map<std::string, std::vector<std::pair<double, double>>> measured_;
+    bool measured_sendrecv_ = false;
+    double drift_ = 0.0;  // measured waits per second of compute
+    bool raw_ = false;
+    double shuffle_extra_ = 0.0;  // measured cost of a shuffle beyond its transfer
+    // Shuffles' tile arithmetic per element of a channel, by extents, splits and the reader's window.
+    using ShuffleKey = std::array<std::int64_t, 19>;
+    struct ShufflePoints {
+        bool same = false;
+        double most_received = 0.0, most_sent = 0.0, most_messages = 0.0, copy = 0.0;
+    };
+    mutable std::map<ShuffleKey, ShufflePoints> shuffles_;
+};
+
+}  // namespace dsl::scheduler

@@ -1,0 +1,608 @@
+// The auto-scheduler: candidates per layer, the exact search over the network's frontier, the paper's
+// longest-path heuristic, the memory limit (a Lagrangian weight on memory, searched by bisection), and the
+// schedule written back as readable `.sched` text.
+#include <dsl/scheduler/autoschedule.hpp>
+
+#include <dsl/frontend/parse.hpp>
+#include <dsl/frontend/print.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <map>
+
+namespace dsl::scheduler {
+
+using frontend::Layer;
+using frontend::Network;
+using frontend::OpKind;
+
+namespace {
+
+constexpr double infinity = std::numeric_limits<double>::infinity();
+
+bool is_data(const Layer& l) { return l.op == OpKind::input || l.op == OpKind::label; }
+bool windowed(OpKind op) { return op == OpKind::conv || op == OpKind::maxpool || op == OpKind::avgpool; }
+
+std::vector<std::int64_t> divisors(std::int64_t n) {
+    std::vector<std::int64_t> out;
+    for (std::int64_t d = 1; d * d <= n; ++d)
+        if (n % d == 0) {
+            out.push_back(d);
+            if (d != n / d) out.push_back(n / d);
+        }
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+// The search's view of a network: the layers it decides (all but inputs and labels), each one's candidates
+// (one per split: the overlap that costs less), their costs, and the shuffles between them.
+struct Problem {
+    const Network& net;
+    const CostModel& model;
+    std::vector<int> order;                        // decided layers, in network order
+    std::vector<std::vector<Distribution>> cands;  // per layer (empty for inputs and labels)
+    std::vector<std::vector<double>> time, mem;    // per layer and candidate
+    std::vector<int> last_use;                     // per layer: its last decided reader, or itself
+    struct Edge {
+        int input = 0, producer = 0;    // the reader's input position, and the layer producing it
+        std::vector<double> time, mem;  // [producer candidate * |reader candidates| + reader candidate]
+    };
+    std::vector<std::vector<Edge>> edges;  // per reader
+
+    Problem(const Network& n, const CostModel& m) : net(n), model(m) {}
+
+    const Edge* edge(int reader, int producer) const {
+        for (const Edge& e : edges[static_cast<std::size_t>(reader)])
+            if (e.producer == producer) return &e;
+        return nullptr;
+    }
+};
+
+bool build(Problem& p, const Schedule& partial, std::int64_t procs, std::int64_t batch, std::string& why) {
+    const Network& net = p.net;
+    const std::size_t n = net.layers.size();
+    p.cands.assign(n, {});
+    p.time.assign(n, {});
+    p.mem.assign(n, {});
+    p.edges.assign(n, {});
+    p.last_use.assign(n, -1);
+    for (std::size_t i = 0; i < n; ++i) {
+        const Layer& l = net.layers[i];
+        if (is_data(l)) continue;
+        p.order.push_back(static_cast<int>(i));
+        p.last_use[i] = static_cast<int>(i);
+        const Distribution fixed = i < partial.layers.size() ? partial.layers[i] : Distribution{};
+        std::map<std::string, std::size_t> by_split;
+        for (const Distribution& d : candidates(net, static_cast<int>(i), fixed, procs, batch)) {
+            const LayerCost c = p.model.layer(static_cast<int>(i), d);
+            const std::string key = d.split->str();
+            auto it = by_split.find(key);
+            if (it == by_split.end()) {
+                by_split.emplace(key, p.cands[i].size());
+                p.cands[i].push_back(d);
+                p.time[i].push_back(c.time());
+                p.mem[i].push_back(c.memory + c.buffers);
+            } else if (c.time() < p.time[i][it->second]) {
+                p.cands[i][it->second] = d;
+                p.time[i][it->second] = c.time();
+                p.mem[i][it->second] = c.memory + c.buffers;
+            }
+        }
+        if (p.cands[i].empty()) {
+            why = fmt::format("no split of {} processes fits layer '{}'{}", procs, l.name,
+                              fixed.split ? fmt::format(" as the schedule fixes it ({})", fixed.split->str()) : "");
+            return false;
+        }
+    }
+    for (int r : p.order) {
+        const Layer& l = net.layers[static_cast<std::size_t>(r)];
+        for (std::size_t j = 0; j < l.inputs.size(); ++j) {
+            const int producer = l.inputs[j];
+            if (is_data(net.layers[static_cast<std::size_t>(producer)])) continue;
+            p.last_use[static_cast<std::size_t>(producer)] =
+                std::max(p.last_use[static_cast<std::size_t>(producer)], r);
+            Problem::Edge e;
+            e.input = static_cast<int>(j);
+            e.producer = producer;
+            const auto& from = p.cands[static_cast<std::size_t>(producer)];
+            const auto& to = p.cands[static_cast<std::size_t>(r)];
+            for (const Distribution& a : from)
+                for (const Distribution& b : to) {
+                    const ShuffleCost s = p.model.shuffle(r, static_cast<int>(j), *a.split, *b.split);
+                    e.time.push_back(s.seconds);
+                    e.mem.push_back(s.memory);
+                }
+            // A layer reading one tensor twice (add x, x) has two edges from one producer: merged.
+            bool merged = false;
+            for (Problem::Edge& old : p.edges[static_cast<std::size_t>(r)])
+                if (old.producer == producer) {
+                    for (std::size_t k = 0; k < old.time.size(); ++k) old.time[k] += e.time[k], old.mem[k] += e.mem[k];
+                    merged = true;
+                }
+            if (!merged) p.edges[static_cast<std::size_t>(r)].push_back(std::move(e));
+        }
+    }
+    return true;
+}
+
+// The chosen candidate per layer (-1 for inputs and labels).
+using Choice = std::vector<int>;
+
+// Dynamic programming over the frontier: the state before layer l is the candidate of every decided layer
+// whose output a layer from l on still reads. Exact; nullopt when a frontier exceeds `max_states`.
+std::optional<Choice> frontier_search(const Problem& p, double lambda, std::int64_t max_states) {
+    struct Step {
+        int layer;
+        std::vector<std::int64_t> from;  // per new state: the previous state
+        std::vector<int> cand;           // and this layer's candidate
+    };
+    std::vector<Step> steps;
+    std::vector<int> live;  // layers, ascending
+    std::vector<double> cost{0.0};
+    for (int l : p.order) {
+        const auto li = static_cast<std::size_t>(l);
+        const std::size_t nc = p.cands[li].size();
+        // The state layout before and after: mixed radix over the live layers' candidate counts.
+        std::vector<std::int64_t> stride_before(live.size());
+        {
+            std::int64_t s = 1;
+            for (std::size_t k = live.size(); k-- > 0;) {
+                stride_before[k] = s;
+                s *= static_cast<std::int64_t>(p.cands[static_cast<std::size_t>(live[k])].size());
+            }
+        }
+        std::vector<int> after;
+        for (int q : live)
+            if (p.last_use[static_cast<std::size_t>(q)] > l) after.push_back(q);
+        if (p.last_use[li] > l) after.push_back(l);
+        std::int64_t size_after = 1;
+        std::vector<std::int64_t> stride_after(after.size());
+        for (std::size_t k = after.size(); k-- > 0;) {
+            stride_after[k] = size_after;
+            size_after *= static_cast<std::int64_t>(p.cands[static_cast<std::size_t>(after[k])].size());
+            if (size_after > max_states) return std::nullopt;
+        }
+        // For each live layer before: its stride after (0 when it dies here), and the edge into l, if any.
+        std::vector<std::int64_t> carry(live.size(), 0);
+        std::vector<const Problem::Edge*> into(live.size(), nullptr);
+        for (std::size_t k = 0; k < live.size(); ++k) {
+            auto it = std::find(after.begin(), after.end(), live[k]);
+            if (it != after.end()) carry[k] = stride_after[static_cast<std::size_t>(it - after.begin())];
+            into[k] = p.edge(l, live[k]);
+        }
+        const std::int64_t own_stride = p.last_use[li] > l ? stride_after.back() : 0;
+
+        Step step{l, std::vector<std::int64_t>(static_cast<std::size_t>(size_after), -1),
+                  std::vector<int>(static_cast<std::size_t>(size_after), -1)};
+        std::vector<double> next(static_cast<std::size_t>(size_after), infinity);
+        std::vector<double> add(nc);
+        for (std::size_t s = 0; s < cost.size(); ++s) {
+            if (cost[s] == infinity) continue;
+            std::int64_t base = 0;
+            for (std::size_t c = 0; c < nc; ++c) add[c] = p.time[li][c] + lambda * p.mem[li][c];
+            for (std::size_t k = 0; k < live.size(); ++k) {
+                const std::size_t kc = p.cands[static_cast<std::size_t>(live[k])].size();
+                const std::int64_t v =
+                    (static_cast<std::int64_t>(s) / stride_before[k]) % static_cast<std::int64_t>(kc);
+                base += v * carry[k];
+                if (const Problem::Edge* e = into[k]) {
+                    const std::size_t row = static_cast<std::size_t>(v) * nc;
+                    for (std::size_t c = 0; c < nc; ++c) add[c] += e->time[row + c] + lambda * e->mem[row + c];
+                }
+            }
+            for (std::size_t c = 0; c < nc; ++c) {
+                const double v = cost[s] + add[c];
+                const auto idx = static_cast<std::size_t>(base + static_cast<std::int64_t>(c) * own_stride);
+                // Strictly better only: among equal costs the earlier candidate (the cheaper split) stays.
+                if (v < next[idx]) {
+                    next[idx] = v;
+                    step.from[idx] = static_cast<std::int64_t>(s);
+                    step.cand[idx] = static_cast<int>(c);
+                }
+            }
+        }
+        cost = std::move(next);
+        live = std::move(after);
+        steps.push_back(std::move(step));
+    }
+    Choice choice(p.net.layers.size(), -1);
+    std::int64_t state = 0;
+    if (!live.empty()) {  // outputs nothing reads: take the cheapest final state
+        state = std::min_element(cost.begin(), cost.end()) - cost.begin();
+    }
+    for (std::size_t k = steps.size(); k-- > 0;) {
+        const Step& s = steps[k];
+        choice[static_cast<std::size_t>(s.layer)] = s.cand[static_cast<std::size_t>(state)];
+        state = s.from[static_cast<std::size_t>(state)];
+    }
+    return choice;
+}
+
+// The paper's heuristic: the longest path (by the cheapest cost of its layers still open) as a chain, its
+// layers then fixed; again until every layer has a distribution.
+Choice paper_search(const Problem& p, double lambda) {
+    const Network& net = p.net;
+    Choice choice(net.layers.size(), -1);
+    std::vector<double> weight(net.layers.size(), 0.0);
+    for (int l : p.order)
+        weight[static_cast<std::size_t>(l)] =
+            *std::min_element(p.time[static_cast<std::size_t>(l)].begin(), p.time[static_cast<std::size_t>(l)].end()) +
+            1e-12;  // every open layer counts, however cheap
+    auto cell = [&](const Problem::Edge& e, std::size_t a, std::size_t b, std::size_t nb) {
+        return e.time[a * nb + b] + lambda * e.mem[a * nb + b];
+    };
+    for (;;) {
+        // The longest path through open layers, by dynamic programming in layer order.
+        std::vector<double> best(net.layers.size(), 0.0);
+        std::vector<int> prev(net.layers.size(), -1);
+        int end = -1;
+        for (int l : p.order) {
+            const auto li = static_cast<std::size_t>(l);
+            double in = 0.0;
+            for (const Problem::Edge& e : p.edges[li])
+                if (best[static_cast<std::size_t>(e.producer)] > in)
+                    in = best[static_cast<std::size_t>(e.producer)], prev[li] = e.producer;
+            best[li] = in + (choice[li] < 0 ? weight[li] : 0.0);
+            if (end < 0 || best[li] > best[static_cast<std::size_t>(end)]) end = l;
+        }
+        if (end < 0 || best[static_cast<std::size_t>(end)] <= 0.0) break;
+        std::vector<int> path;
+        for (int v = end; v >= 0; v = prev[static_cast<std::size_t>(v)]) path.push_back(v);
+        std::reverse(path.begin(), path.end());
+        // The chain: open layers of the path in order; a fixed neighbour contributes its shuffles.
+        std::vector<int> open;
+        for (int v : path)
+            if (choice[static_cast<std::size_t>(v)] < 0) open.push_back(v);
+        std::vector<std::vector<double>> cost(open.size());
+        std::vector<std::vector<int>> back(open.size());
+        for (std::size_t k = 0; k < open.size(); ++k) {
+            const auto v = static_cast<std::size_t>(open[k]);
+            const std::size_t nc = p.cands[v].size();
+            std::vector<double> own(nc);
+            for (std::size_t c = 0; c < nc; ++c) {
+                own[c] = p.time[v][c] + lambda * p.mem[v][c];
+                for (const Problem::Edge& e : p.edges[v]) {
+                    const int fixed = choice[static_cast<std::size_t>(e.producer)];
+                    if (fixed >= 0) own[c] += cell(e, static_cast<std::size_t>(fixed), c, nc);
+                }
+                for (int r : p.order) {  // readers already fixed
+                    const int fixed = choice[static_cast<std::size_t>(r)];
+                    if (fixed < 0) continue;
+                    if (const Problem::Edge* e = p.edge(r, open[k]))
+                        own[c] +=
+                            cell(*e, c, static_cast<std::size_t>(fixed), p.cands[static_cast<std::size_t>(r)].size());
+                }
+            }
+            cost[k].assign(nc, infinity);
+            back[k].assign(nc, -1);
+            const Problem::Edge* link = k > 0 ? p.edge(open[k], open[k - 1]) : nullptr;
+            for (std::size_t c = 0; c < nc; ++c) {
+                if (k == 0 || !link) {
+                    const double before = k == 0 ? 0.0 : *std::min_element(cost[k - 1].begin(), cost[k - 1].end());
+                    cost[k][c] = before + own[c];
+                    if (k > 0)
+                        back[k][c] = static_cast<int>(std::min_element(cost[k - 1].begin(), cost[k - 1].end()) -
+                                                      cost[k - 1].begin());
+                    continue;
+                }
+                for (std::size_t a = 0; a < cost[k - 1].size(); ++a) {
+                    const double via = cost[k - 1][a] + cell(*link, a, c, nc) + own[c];
+                    if (via < cost[k][c]) cost[k][c] = via, back[k][c] = static_cast<int>(a);
+                }
+            }
+        }
+        int c = static_cast<int>(std::min_element(cost.back().begin(), cost.back().end()) - cost.back().begin());
+        for (std::size_t k = open.size(); k-- > 0;) {
+            choice[static_cast<std::size_t>(open[k])] = c;
+            if (k > 0) c = back[k][static_cast<std::size_t>(c)];
+        }
+    }
+    return choice;
+}
+
+Schedule make_schedule(const Problem& p, const Schedule& partial, const Choice& choice, std::int64_t procs,
+                       std::int64_t batch) {
+    Schedule s = partial;
+    s.procs = procs;
+    s.batch = batch;
+    s.layers.resize(p.net.layers.size());
+    s.source_entry.resize(p.net.layers.size(), -1);
+    for (int l : p.order)
+        s.layers[static_cast<std::size_t>(l)] =
+            p.cands[static_cast<std::size_t>(l)][static_cast<std::size_t>(choice[static_cast<std::size_t>(l)])];
+    // Inputs and labels are made in their first reader's distribution.
+    for (std::size_t i = 0; i < p.net.layers.size(); ++i) {
+        if (!is_data(p.net.layers[i])) continue;
+        for (std::size_t r = i + 1; r < p.net.layers.size(); ++r) {
+            const auto& ins = p.net.layers[r].inputs;
+            if (std::find(ins.begin(), ins.end(), static_cast<int>(i)) == ins.end()) continue;
+            s.layers[i] = s.layers[r];
+            break;
+        }
+    }
+    return s;
+}
+
+double choice_cost(const Problem& p, const Choice& choice, double lambda) {
+    double total = 0.0;
+    for (int l : p.order) {
+        const auto li = static_cast<std::size_t>(l);
+        const auto c = static_cast<std::size_t>(choice[li]);
+        total += p.time[li][c] + lambda * p.mem[li][c];
+        for (const Problem::Edge& e : p.edges[li]) {
+            const auto a = static_cast<std::size_t>(choice[static_cast<std::size_t>(e.producer)]);
+            const std::size_t k = a * p.cands[li].size() + c;
+            total += e.time[k] + lambda * e.mem[k];
+        }
+    }
+    return total;
+}
+
+}  // namespace
+
+std::vector<Distribution> candidates(const Network& net, int layer, const Distribution& partial, std::int64_t procs,
+                                     std::int64_t batch) {
+    const Layer& l = net.layers[static_cast<std::size_t>(layer)];
+    std::vector<Split> splits;
+    if (partial.split) {
+        splits.push_back(*partial.split);
+    } else {
+        for (std::int64_t n : divisors(procs))
+            for (std::int64_t h : divisors(procs / n)) splits.push_back(Split{n, 1, 1, 1, h, procs / n / h});
+        // Sample parallelism first: it needs no halo, so among equal costs it wins; then rows before columns
+        // (a row of a tile is contiguous, a column strided).
+        std::stable_sort(splits.begin(), splits.end(), [](const Split& a, const Split& b) {
+            return std::make_pair(a.h * a.w, a.w) < std::make_pair(b.h * b.w, b.w);
+        });
+    }
+    std::vector<Distribution> out;
+    for (const Split& s : splits) {
+        if (s.procs() != procs || !split_problem(net, l, s, batch).empty()) continue;
+        std::vector<bool> overlaps;
+        if (partial.overlap)
+            overlaps.push_back(*partial.overlap);
+        else if (windowed(l.op) && s.spatial())
+            overlaps = {false, true};
+        else
+            overlaps.push_back(false);
+        for (bool o : overlaps) out.push_back(Distribution{s, o, partial.bn.value_or(BatchNormStats::batch)});
+    }
+    return out;
+}
+
+double schedule_cost(const Network& net, const Schedule& schedule, const CostModel& model) {
+    double total = 0.0;
+    for (std::size_t i = 0; i < net.layers.size(); ++i) {
+        const Layer& l = net.layers[i];
+        if (is_data(l)) continue;
+        total += model.layer(static_cast<int>(i), schedule.layers[i]).time();
+        for (std::size_t j = 0; j < l.inputs.size(); ++j) {
+            const int p = l.inputs[j];
+            if (is_data(net.layers[static_cast<std::size_t>(p)])) continue;
+            total += model
+                         .shuffle(static_cast<int>(i), static_cast<int>(j),
+                                  *schedule.layers[static_cast<std::size_t>(p)].split, *schedule.layers[i].split)
+                         .seconds;
+        }
+    }
+    return total;
+}
+
+std::optional<AutoResult> autoschedule(const Network& net, const Schedule& partial, const CostModel& model,
+                                       const AutoOptions& options, std::string& why) {
+    const std::int64_t procs = partial.procs.value_or(1);
+    Problem p(net, model);
+    if (!build(p, partial, procs, options.batch, why)) return std::nullopt;
+    AutoResult result;
+    for (int l : p.order) result.candidates += static_cast<std::int64_t>(p.cands[static_cast<std::size_t>(l)].size());
+
+    bool fell_back = false;
+    auto solve = [&](double lambda) -> Choice {
+        if (options.method == SearchMethod::frontier) {
+            if (auto c = frontier_search(p, lambda, options.max_states)) return *c;
+            fell_back = true;
+        }
+        return paper_search(p, lambda);
+    };
+    Choice best = solve(0.0);
+    Schedule schedule = make_schedule(p, partial, best, procs, options.batch);
+    double memory = model.memory(schedule);
+    if (options.memory_limit > 0 && memory > options.memory_limit) {
+        // The least memory any schedule needs (memory first, time to break ties): if even that does not fit,
+        // say how much would.
+        const double heavy = 1e3;  // seconds per byte: memory dominates any time
+        const Choice least = solve(heavy);
+        const Schedule smallest = make_schedule(p, partial, least, procs, options.batch);
+        const double least_memory = model.memory(smallest);
+        if (least_memory > options.memory_limit) {
+            why = fmt::format(
+                "no schedule of {} processes fits in {:.1f} MiB per process: the smallest needs {:.1f} MiB "
+                "(more processes, a smaller mini-batch, or a platform with more memory)",
+                procs, options.memory_limit / (1 << 20), least_memory / (1 << 20));
+            return std::nullopt;
+        }
+        // The fastest that fits: bisect the weight on memory (seconds per byte) between 0 and `heavy`.
+        best = least;
+        schedule = smallest;
+        memory = least_memory;
+        double lo = 1e-18, hi = heavy;
+        for (int it = 0; it < 48; ++it) {
+            const double mid = std::sqrt(lo * hi);
+            const Choice c = solve(mid);
+            const Schedule s = make_schedule(p, partial, c, procs, options.batch);
+            const double m = model.memory(s);
+            if (m <= options.memory_limit) {
+                if (choice_cost(p, c, 0.0) < choice_cost(p, best, 0.0)) best = c, schedule = s, memory = m;
+                hi = mid;
+            } else {
+                lo = mid;
+            }
+        }
+    }
+    result.method = fell_back ? SearchMethod::paper : options.method;
+    result.optimal = result.method == SearchMethod::frontier;
+    result.schedule = std::move(schedule);
+    result.cost = choice_cost(p, best, 0.0);
+    result.memory = memory;
+    return result;
+}
+
+// ---- Writing a schedule.
+
+namespace {
+
+// The fields an entry sets, each on its own (the precedence rule resolves them separately): the split, and
+// overlap and bn where they mean something. Empty where a layer does not care.
+constexpr int fields = 3;
+using Values = std::array<std::string, fields>;
+
+Values values_of(const Network& net, const Schedule& s, std::size_t i) {
+    const Layer& l = net.layers[i];
+    const Distribution& d = s.layers[i];
+    Values v;
+    v[0] = fmt::format("N={} H={} W={}", d.split->n, d.split->h, d.split->w);
+    // Overlap matters where a windowed layer's input has a halo to exchange: a spatial split, not the data.
+    const bool data_in = !l.inputs.empty() && is_data(net.layers[static_cast<std::size_t>(l.inputs[0])]);
+    const bool halo = l.halo()[0] > 0 || l.halo()[1] > 0;
+    if (halo && d.split->spatial() && !data_in) v[1] = d.overlap.value_or(false) ? "overlap=on" : "overlap=off";
+    if (l.op == OpKind::batchnorm) v[2] = fmt::format("bn={}", bn_name(d.bn.value_or(BatchNormStats::batch)));
+    return v;
+}
+
+// The most common non-empty value, the first among equals; empty when there is none.
+std::string majority(const std::vector<std::string>& keys) {
+    std::map<std::string, int> count;
+    std::string best;
+    for (const std::string& k : keys) {
+        if (k.empty()) continue;
+        if (++count[k] > (best.empty() ? 0 : count[best])) best = k;
+    }
+    return best;
+}
+
+std::string entry_text(const Values& v) {
+    std::string out;
+    for (const std::string& f : v)
+        if (!f.empty()) out += " " + f;
+    return out;
+}
+
+}  // namespace
+
+std::string schedule_text(const Network& net, const Schedule& schedule, const std::string& header,
+                          const std::string& platform) {
+    std::vector<int> decided;
+    std::vector<Values> value(net.layers.size());
+    for (std::size_t i = 0; i < net.layers.size(); ++i) {
+        if (is_data(net.layers[i])) continue;
+        decided.push_back(static_cast<int>(i));
+        value[i] = values_of(net, schedule, i);
+    }
+    std::string text;
+    for (std::size_t start = 0; start < header.size();) {
+        const std::size_t end = header.find('\n', start);
+        text += "# " + header.substr(start, end == std::string::npos ? std::string::npos : end - start) + "\n";
+        if (end == std::string::npos) break;
+        start = end + 1;
+    }
+    text += fmt::format("procs = {}\n", schedule.procs.value_or(1));
+    if (!platform.empty()) text += fmt::format("platform = {}\n", platform);
+    if (schedule.batch) text += fmt::format("batch = {}\n", *schedule.batch);
+    const std::string globals = text;
+
+    // `default` sets each field's most common value; an instance whose layers mostly differ from what they
+    // inherit gets a `layer PREFIX.*` entry for those fields; a layer that still differs, its own entry. A
+    // batch-norm mode is written only where some layer's is not the default, `batch`.
+    Values inherited;
+    for (int f = 0; f < fields; ++f) {
+        std::vector<std::string> all;
+        for (int i : decided) all.push_back(value[static_cast<std::size_t>(i)][static_cast<std::size_t>(f)]);
+        inherited[static_cast<std::size_t>(f)] = majority(all);
+    }
+    // Every field a run needs is set, even where nothing depends on it.
+    if (inherited[1].empty()) inherited[1] = "overlap=off";
+    if (inherited[2] == "bn=batch") {
+        bool other = false;
+        for (int i : decided)
+            other = other || (!value[static_cast<std::size_t>(i)][2].empty() &&
+                              value[static_cast<std::size_t>(i)][2] != "bn=batch");
+        if (!other) inherited[2].clear();  // the default needs no mention
+    }
+    std::string entries = "\ndefault" + entry_text(inherited) + "\n";
+    std::function<void(const std::string&, std::size_t, const Values&)> visit =
+        [&](const std::string& prefix, std::size_t depth, const Values& outer) {
+            std::vector<std::string> children;
+            std::vector<int> inside, own;
+            for (int i : decided) {
+                const Layer& l = net.layers[static_cast<std::size_t>(i)];
+                if (depth > 0 && (l.instances.size() < depth || l.instances[depth - 1] != prefix)) continue;
+                inside.push_back(i);
+                if (l.instances.size() > depth) {
+                    if (std::find(children.begin(), children.end(), l.instances[depth]) == children.end())
+                        children.push_back(l.instances[depth]);
+                } else {
+                    own.push_back(i);
+                }
+            }
+            Values here = outer, changed;
+            if (depth > 0 && inside.size() > 1) {
+                for (std::size_t f = 0; f < fields; ++f) {
+                    std::vector<std::string> vs;
+                    for (int i : inside) vs.push_back(value[static_cast<std::size_t>(i)][f]);
+                    const std::string m = majority(vs);
+                    if (!m.empty() && m != here[f] && (!here[f].empty() || f != 2 || m != "bn=batch"))
+                        here[f] = changed[f] = m;
+                }
+                if (!entry_text(changed).empty()) entries += fmt::format("layer {}.*{}\n", prefix, entry_text(changed));
+            }
+            for (const std::string& child : children) visit(child, depth + 1, here);
+            for (int i : own) {
+                Values differ;
+                for (std::size_t f = 0; f < fields; ++f) {
+                    const std::string& v = value[static_cast<std::size_t>(i)][f];
+                    const std::string have = here[f].empty() && f == 2 ? "bn=batch" : here[f];
+                    if (!v.empty() && v != have) differ[f] = v;
+                }
+                if (!entry_text(differ).empty())
+                    entries +=
+                        fmt::format("layer {}{}\n", net.layers[static_cast<std::size_t>(i)].name, entry_text(differ));
+            }
+        };
+    visit("", 0, inherited);
+    text = globals + entries;
+
+    // Check that it says what was meant (where a field matters); where the precedence rule would read it
+    // otherwise, every layer by name.
+    SourceManager sources;
+    Diagnostics diags;
+    auto same_as = [&](const std::string& candidate) {
+        auto file = frontend::parse_sched(*sources.add("<schedule>", candidate), diags);
+        if (!file) return false;
+        auto applied = apply_schedule(net, *file, diags);
+        if (!applied) return false;
+        Schedule read = *applied;
+        for (int i : decided) {
+            auto& d = read.layers[static_cast<std::size_t>(i)];
+            if (!d.split) return false;
+            if (!d.overlap) d.overlap = false;
+            if (values_of(net, read, static_cast<std::size_t>(i)) != value[static_cast<std::size_t>(i)]) return false;
+        }
+        return true;
+    };
+    if (same_as(text)) return text;
+    text = globals + "\n";
+    for (int i : decided) {
+        const auto& d = schedule.layers[static_cast<std::size_t>(i)];
+        text += fmt::format("layer {} N={} H={} W={} overlap={} bn={}\n", net.layers[static_cast<std::size_t>(i)].name,
+                            d.split->n, d.split->h, d.split->w, d.overlap.value_or(false) ? "on" : "off",
+                            bn_name(d.bn.value_or(BatchNormStats::batch)));
+    }
+    return text;
+}
+
+}  // namespace dsl::scheduler

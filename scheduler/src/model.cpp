@@ -1,0 +1,669 @@
+// The performance model: per-layer compute from measured or analytic kernel times, halo exchanges and
+// shuffles from the tiles' geometry and the linear communication model, allreduces after Thakur et al.,
+// the backward allreduce overlap as a greedy timeline (one allreduce at a time), and memory per process.
+#include <dsl/scheduler/model.hpp>
+
+#include <dsl/scheduler/tiles.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+
+namespace dsl::scheduler {
+
+using frontend::Layer;
+using frontend::OpKind;
+
+namespace {
+
+constexpr double word = 4.0;  // bytes per float
+
+bool windowed(OpKind op) { return op == OpKind::conv || op == OpKind::maxpool || op == OpKind::avgpool; }
+bool is_data(const Layer& l) { return l.op == OpKind::input || l.op == OpKind::label; }
+bool is_loss(const Layer& l) { return l.op == OpKind::softmax_cross_entropy || l.op == OpKind::pixel_cross_entropy; }
+
+using Dims = std::vector<std::int64_t>;
+
+double elements(const Dims& d) {
+    double e = 1.0;
+    for (std::int64_t v : d) e *= static_cast<double>(v);
+    return e;
+}
+
+Dims box_dims(const Box& b, std::int64_t channels) { return {b.n1 - b.n0, channels, b.y1 - b.y0, b.x1 - b.x0}; }
+
+// The number of blocks of `extent` split `parts` ways that meet [lo, hi).
+std::int64_t blocks_meeting(std::int64_t extent, std::int64_t parts, std::int64_t lo, std::int64_t hi) {
+    lo = std::max<std::int64_t>(lo, 0);
+    hi = std::min(hi, extent);
+    if (hi <= lo) return 0;
+    auto block_of = [&](std::int64_t i) {
+        // Blocks 0 .. r-1 have q+1 elements, the rest q.
+        const std::int64_t q = extent / parts, r = extent % parts;
+        return i < r * (q + 1) ? i / (q + 1) : r + (i - r * (q + 1)) / q;
+    };
+    return block_of(hi - 1) - block_of(lo) + 1;
+}
+
+bool power_of_two(std::int64_t p) { return p > 0 && (p & (p - 1)) == 0; }
+
+// The ranks to examine for the busiest process: all of them, or an even sample of a large run.
+std::vector<std::int64_t> sample_ranks(std::int64_t procs) {
+    std::vector<std::int64_t> out;
+    const std::int64_t limit = 64;
+    if (procs <= limit) {
+        for (std::int64_t r = 0; r < procs; ++r) out.push_back(r);
+        return out;
+    }
+    for (std::int64_t i = 0; i < limit; ++i) out.push_back(i * (procs - 1) / (limit - 1));
+    return out;
+}
+
+}  // namespace
+
+// What a layer's kernels see under a split: the largest output tile, what the kernels read, the halo of the
+// busiest process and, for overlap, the outputs that need no halo and the strips that do.
+struct Model::Geometry {
+    Extent whole;                  // the output tensor
+    Box out;                       // the largest output tile (the first process's)
+    Dims y;                        // its dims [n, c, h, w]
+    Dims x;                        // what the kernel reads of the first input: its window (windowed), else its tile
+    bool halo = false;             // whether the input's margins come from neighbours
+    std::vector<double> messages;  // the busiest process's halo messages, elements each
+    bool between_nodes = false;    // some of them cross nodes
+    Dims inner;                    // overlap: the outputs computed before the halo arrives (empty: none)
+    std::vector<Dims> strips;      // and the output strips computed after
+};
+
+Model::Model(const frontend::Network& net, const Platform& platform, std::int64_t procs, std::int64_t batch)
+    : net_(net), platform_(platform), procs_(procs), batch_(batch) {
+    const std::int64_t ppn = std::max<std::int64_t>(1, platform_.procs_per_node);
+    const std::int64_t nodes = (procs + ppn - 1) / ppn;
+    if (platform_.nodes > 0 && nodes > platform_.nodes) {
+        // More processes than processors: they share them, and each computes that much slower.
+        share_ = static_cast<double>(procs) / static_cast<double>(ppn * platform_.nodes);
+    }
+    multi_node_ = nodes > 1 && (platform_.nodes == 0 || platform_.nodes > 1);
+    // On a CPU platform, a process of a run with fewer processes than a node's cores uses the spare cores as
+    // threads (dsl run starts them so).
+    if (platform_.device == Device::cpu && procs < ppn) threads_ = static_cast<int>(ppn / procs);
+    for (const auto& [key, seconds] : platform_.times) {
+        // "sendrecv bytes=N", "allreduce bytes=N procs=P": measured communication, by size.
+        const bool sr = key.rfind("sendrecv ", 0) == 0, ar = key.rfind("allreduce ", 0) == 0;
+        if (!sr && !ar) continue;
+        std::int64_t bytes = -1, p = 0;
+        for (std::size_t at = key.find(' '); at != std::string::npos; at = key.find(' ', at + 1)) {
+            const std::string field = key.substr(at + 1, key.find(' ', at + 1) - at - 1);
+            if (field.rfind("bytes=", 0) == 0) bytes = std::stoll(field.substr(6));
+            if (field.rfind("procs=", 0) == 0) p = std::stoll(field.substr(6));
+        }
+        if (bytes < 0) continue;
+        const std::string prefix = sr ? "sendrecv" : fmt::format("allreduce procs={}", p);
+        measured_[prefix].emplace_back(static_cast<double>(bytes), seconds);
+    }
+    for (auto& [prefix, points] : measured_) std::sort(points.begin(), points.end());
+    measured_sendrecv_ = measured_.count("sendrecv") > 0;
+    if (procs_ > 1) {
+        if (auto it = platform_.times.find(time_key("drift", {{"compute", {1000}}, {"procs", {procs_}}}));
+            it != platform_.times.end())
+            drift_ = it->second / 1e-3;
+        if (auto it = platform_.times.find(time_key("shuffle", {{"procs", {procs_}}})); it != platform_.times.end())
+            shuffle_extra_ = it->second;
+    }
+}
+
+double Model::memory_limit() const { return platform_.memory * static_cast<double>(threads_) / share_; }
+
+double Model::fixed_memory() const {
+    // Weights, their gradients and momenta, on every process alike; batch norm adds running statistics.
+    double params = 0.0;
+    for (const Layer& l : net_.layers) {
+        params += 3.0 * static_cast<double>(l.params);
+        if (l.op == OpKind::batchnorm) params += 4.0 * static_cast<double>(l.shape.dims.at(0));
+    }
+    return params * word + platform_.workspace;
+}
+
+// ---- Compute.
+
+double Model::kernel(const std::string& name, std::vector<TimeField> fields, double flops, double bytes) const {
+    fields.emplace_back("threads", std::vector<std::int64_t>{threads_});
+    if (auto it = platform_.times.find(time_key(name, std::move(fields))); it != platform_.times.end())
+        return it->second * share_;
+    // Not measured: the larger of the arithmetic at the platform's efficiency and the memory traffic, on
+    // `threads` cores (each as fast as one, a little less together).
+    const double cores = threads_ == 1 ? 1.0 : 0.9 * threads_;
+    const double compute = platform_.flops > 0 ? flops / (platform_.flops * platform_.efficiency * cores) : 0.0;
+    const double memory = platform_.memory_bandwidth > 0 ? bytes / (platform_.memory_bandwidth * cores) : 0.0;
+    return (platform_.kernel_latency + std::max(compute, memory)) * share_;
+}
+
+// ---- Communication.
+
+// Measured times of `prefix` at the nearest sizes, linear between them and beyond the last two.
+double Model::interpolate(const std::string& prefix, double bytes) const {
+    const auto& p = measured_.at(prefix);
+    if (p.size() == 1) return p.front().second * std::max(1.0, bytes / std::max(1.0, p.front().first));
+    std::size_t hi = 1;
+    while (hi + 1 < p.size() && p[hi].first < bytes) ++hi;
+    const auto& [x0, y0] = p[hi - 1];
+    const auto& [x1, y1] = p[hi];
+    const double t = y0 + (y1 - y0) * (bytes - x0) / (x1 - x0);
+    return std::max(t, std::min(y0, y1));
+}
+
+double Model::sendrecv(double bytes, bool between_nodes) const {
+    if (bytes <= 0) return 0.0;
+    // Processes that share a processor wait for each other's turn at it too.
+    if (!between_nodes && measured_sendrecv_) return interpolate("sendrecv", bytes) * share_;
+    const Link& link = between_nodes ? platform_.network : platform_.node;
+    return (link.latency + bytes / link.bandwidth) * share_;
+}
+
+double Model::allreduce(std::int64_t procs, double bytes, bool between_nodes) const {
+    if (procs <= 1 || bytes <= 0) return 0.0;
+    const std::string prefix = fmt::format("allreduce procs={}", procs);
+    if (!between_nodes && measured_.count(prefix)) return interpolate(prefix, bytes);
+    // Thakur, Rabenseifner and Gropp (2005), as MPICH chooses: recursive doubling for short messages,
+    // Rabenseifner's reduce-scatter and allgather for long ones on a power of two, else the ring.
+    const Link& link = between_nodes ? platform_.network : platform_.node;
+    const double a = link.latency, b = 1.0 / link.bandwidth;
+    const double g =
+        platform_.memory_bandwidth > 0 ? 3.0 / platform_.memory_bandwidth : 0.0;  // reduce: 2 reads, 1 write
+    const double p = static_cast<double>(procs), lg = std::ceil(std::log2(p)), f = (p - 1.0) / p;
+    double t = 2.0 * (p - 1.0) * a + 2.0 * f * bytes * b + f * bytes * g;
+    if (bytes <= 2048)
+        t = lg * (a + bytes * b + bytes * g);
+    else if (power_of_two(procs))
+        t = 2.0 * lg * a + 2.0 * f * bytes * b + f * bytes * g;
+    return t * share_;
+}
+
+// A blocking allreduce in the middle of a step (batch-norm statistics, pooling, the loss).
+double Model::blocking(std::int64_t procs, double bytes, bool between_nodes) const {
+    return procs <= 1 ? 0.0 : allreduce(procs, bytes, between_nodes);
+}
+
+// Processes that should run in step drift apart (caches, the operating system, other tenants), and at every
+// sum and exchange the early ones wait for the late: calibration measures that wait in training as a
+// fraction of the compute ("drift compute=1000 procs=P": microseconds per millisecond of compute).
+double Model::drift() const { return drift_; }
+
+// ---- Geometry.
+
+Model::Geometry Model::geometry(int index, const Split& split) const {
+    const Layer& l = net_.layers[static_cast<std::size_t>(index)];
+    Geometry g;
+    g.whole = extent_of(l, batch_);
+    const bool planes = l.planar();
+    g.out = tile_box(g.whole, split, 0, planes);
+    g.y = box_dims(g.out, g.whole.c);
+    if (l.inputs.empty()) {
+        g.x = g.y;
+        return g;
+    }
+    const Layer& in = net_.layers[static_cast<std::size_t>(l.inputs[0])];
+    const Extent in_whole = extent_of(in, batch_);
+    const bool in_planes = in.planar();
+    if (l.op == OpKind::fc || l.op == OpKind::global_avgpool || !planes) {
+        // Whole planes of its samples (fc), or its input's own tile (global pooling sums its tile).
+        const bool whole = l.op == OpKind::fc || !in_planes;
+        g.x = box_dims(tile_box(in_whole, split, 0, !whole), in_whole.c);
+        return g;
+    }
+    if (!windowed(l.op)) {
+        g.x = box_dims(tile_box(in_whole, split, 0, in_planes), in_whole.c);
+        return g;
+    }
+    g.x = box_dims(window_input(l, g.out), in_whole.c);
+    if (!split.spatial() || is_data(in)) return g;  // one tile holds the rows it reads; data comes with its halo
+
+    // The halo of each process: the rows and columns its window reads beyond its input tile, within the
+    // tensor (beyond it is padding). Per dimension, for each block position.
+    struct Side {
+        std::vector<std::int64_t> before, after, length;
+    };
+    auto side = [&](int d) {
+        Side s;
+        const std::int64_t parts = d == 0 ? split.h : split.w;
+        const std::int64_t extent_in = d == 0 ? in_whole.h : in_whole.w;
+        const std::int64_t extent_out = d == 0 ? g.whole.h : g.whole.w;
+        for (std::int64_t i = 0; i < parts; ++i) {
+            const std::int64_t o0 = block_start(extent_out, parts, i), o1 = o0 + block_size(extent_out, parts, i);
+            const std::int64_t i0 = block_start(extent_in, parts, i), i1 = i0 + block_size(extent_in, parts, i);
+            const std::int64_t r0 = o0 * l.stride[d] - l.pad[d], r1 = r0 + window_extent(l, d, o1 - o0);
+            s.before.push_back(std::max<std::int64_t>(0, i0 - std::max<std::int64_t>(r0, 0)));
+            s.after.push_back(std::max<std::int64_t>(0, std::min(r1, extent_in) - i1));
+            s.length.push_back(i1 - i0);
+        }
+        return s;
+    };
+    const Side rows = side(0), cols = side(1);
+    const double per_point = static_cast<double>(g.y[0]) * static_cast<double>(in_whole.c);
+    auto messages_at = [&](std::size_t i, std::size_t j) {
+        std::vector<double> m;
+        const std::int64_t t = rows.before[i], b = rows.after[i], le = cols.before[j], r = cols.after[j];
+        for (std::int64_t v : {t, b})
+            if (v) m.push_back(static_cast<double>(v * cols.length[j]) * per_point);
+        for (std::int64_t v : {le, r})
+            if (v) m.push_back(static_cast<double>(v * rows.length[i]) * per_point);
+        for (std::int64_t a : {t, b})
+            for (std::int64_t c : {le, r})
+                if (a && c) m.push_back(static_cast<double>(a * c) * per_point);
+        return m;
+    };
+    auto cost = [&](const std::vector<double>& m) {
+        double s = 0.0;
+        for (double e : m) s += sendrecv(e * word, false);
+        return s;
+    };
+    double worst = -1.0;
+    if (split.h * split.w <= 64) {
+        for (std::size_t i = 0; i < rows.before.size(); ++i)
+            for (std::size_t j = 0; j < cols.before.size(); ++j) {
+                auto m = messages_at(i, j);
+                if (const double c = cost(m); c > worst) worst = c, g.messages = std::move(m);
+            }
+    } else {
+        // Many processes: the busiest row position with the busiest column position.
+        std::size_t bi = 0, bj = 0;
+        for (std::size_t i = 0; i < rows.before.size(); ++i)
+            if (rows.before[i] + rows.after[i] > rows.before[bi] + rows.after[bi]) bi = i;
+        for (std::size_t j = 0; j < cols.before.size(); ++j)
+            if (cols.before[j] + cols.after[j] > cols.before[bj] + cols.after[bj]) bj = j;
+        g.messages = messages_at(bi, bj);
+    }
+    g.halo = !g.messages.empty();
+    const std::int64_t ppn = std::max<std::int64_t>(1, platform_.procs_per_node);
+    g.between_nodes = multi_node_ && (split.h * split.w > ppn || split.w > ppn);
+
+    // Overlap: on the busiest interior process, the outputs whose windows lie within its own input tile.
+    if (g.halo) {
+        const std::size_t i = rows.before.size() / 2, j = cols.before.size() / 2;
+        const std::int64_t rows_out = g.y[2], cols_out = g.y[3];
+        auto inside = [&](const Side& s, std::size_t k, int d, std::int64_t outs) {
+            // Outputs lost at each end: those whose window reaches into the halo.
+            const std::int64_t lose0 = s.before[k] ? (s.before[k] + l.stride[d] - 1) / l.stride[d] : 0;
+            const std::int64_t lose1 = s.after[k] ? (s.after[k] + l.stride[d] - 1) / l.stride[d] : 0;
+            return std::array<std::int64_t, 3>{lose0, std::max<std::int64_t>(0, outs - lose0 - lose1), lose1};
+        };
+        const auto r = inside(rows, i, 0, rows_out), c = inside(cols, j, 1, cols_out);
+        if (r[1] > 0 && c[1] > 0) {
+            g.inner = {g.y[0], g.y[1], r[1], c[1]};
+            for (std::int64_t h : {r[0], r[2]})
+                if (h > 0) g.strips.push_back({g.y[0], g.y[1], h, cols_out});
+            for (std::int64_t w : {c[0], c[2]})
+                if (w > 0) g.strips.push_back({g.y[0], g.y[1], r[1], w});
+        }
+    }
+    return g;
+}
+
+// ---- Layers.
+
+namespace {
+
+std::vector<std::int64_t> pair_field(const frontend::Pair& p) { return {p[0], p[1]}; }
+
+// The input dims a window reads for output dims `y`.
+Dims window_dims(const Layer& l, const Dims& y, std::int64_t channels) {
+    return {y[0], channels, window_extent(l, 0, y[2]), window_extent(l, 1, y[3])};
+}
+
+}  // namespace
+
+LayerCost Model::layer(int index, const Distribution& d) const { return compute_layer(index, d, nullptr); }
+
+std::vector<std::string> Model::kernel_keys(int index, const Distribution& d) const {
+    std::vector<std::string> keys;
+    compute_layer(index, d, &keys);
+    return keys;
+}
+
+double Model::tile_bytes(int index, const Split& split) const { return elements(geometry(index, split).y) * word; }
+
+int Model::size_class(double bytes) {
+    return std::clamp(static_cast<int>(std::floor(std::log2(std::max(1.0, bytes)))), 0, 60);
+}
+
+std::string Model::factor_key(frontend::OpKind op, bool forward, int size) const {
+    return time_key(fmt::format("factor.{}.{}", frontend::op_name(op), forward ? "forward" : "backward"),
+                    {{"procs", {procs_}}, {"size", {size}}, {"threads", {threads_}}});
+}
+
+double Model::factor(frontend::OpKind op, bool forward, int size) const {
+    // The measured size class nearest to this one, within a factor of 8 either way.
+    for (int d = 0; d <= 3; ++d)
+        for (int c : {size - d, size + d}) {
+            auto it = platform_.times.find(factor_key(op, forward, c));
+            if (it != platform_.times.end()) return it->second / 1e-3;
+        }
+    return 1.0;
+}
+
+std::string Model::update_key() const {
+    return time_key("step.update", {{"params", {net_.total_params()}}, {"procs", {procs_}}, {"threads", {threads_}}});
+}
+
+LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<std::string>* keys) const {
+    const Layer& l = net_.layers[static_cast<std::size_t>(index)];
+    const Split split = dist.split.value_or(Split{});
+    const bool overlap = dist.overlap.value_or(false);
+    LayerCost c;
+    if (l.op == OpKind::label) return c;
+    const Geometry g = geometry(index, split);
+    const double ny = elements(g.y), nx = elements(g.x);
+    // A kernel's time, and its key for calibration.
+    auto run = [&](const std::string& name, std::vector<TimeField> fields, double flops, double bytes) {
+        if (keys) {
+            auto f = fields;
+            f.emplace_back("threads", std::vector<std::int64_t>{threads_});
+            keys->push_back(time_key(name, std::move(f)));
+        }
+        return kernel(name, std::move(fields), flops, bytes);
+    };
+    const bool data_in = !l.inputs.empty() && is_data(net_.layers[static_cast<std::size_t>(l.inputs[0])]);
+    const std::int64_t sample_group = split.h * split.w;
+    const bool group_spans = multi_node_ && procs_ > platform_.procs_per_node;
+
+    switch (l.op) {
+        case OpKind::input:
+            // Made (or read) where it is needed, halo included: the cost of the data source.
+            c.forward = run("input.forward", {{"x", g.y}}, 0.0, ny * word * 2.0);
+            break;
+        case OpKind::conv: {
+            const auto window = [&](const Dims& y) {
+                return std::vector<TimeField>{{"x", window_dims(l, y, g.x[1])},
+                                              {"y", y},
+                                              {"k", pair_field(l.kernel)},
+                                              {"s", pair_field(l.stride)},
+                                              {"d", pair_field(l.dilation)}};
+            };
+            auto flops_of = [&](const Dims& y) {
+                return 2.0 * elements(y) * static_cast<double>(g.x[1] * l.kernel[0] * l.kernel[1]);
+            };
+            auto bytes_of = [&](const Dims& y) { return (elements(window_dims(l, y, g.x[1])) + elements(y)) * word; };
+            const double full = run("conv.forward", window(g.y), flops_of(g.y), bytes_of(g.y));
+            const double flops = flops_of(g.y), bytes = bytes_of(g.y);
+            if (!data_in) c.backward_data = run("conv.backward_data", window(g.y), flops, bytes);
+            c.backward_weights = run("conv.backward_weights", window(g.y), flops, bytes);
+            c.forward = full;
+            break;
+        }
+        case OpKind::maxpool:
+        case OpKind::avgpool: {
+            const std::string kind = frontend::op_name(l.op);
+            const std::vector<TimeField> f{
+                {"x", g.x}, {"y", g.y}, {"k", pair_field(l.kernel)}, {"s", pair_field(l.stride)}};
+            c.forward = run(kind + ".forward", f, nx, (nx + ny) * word);
+            if (!data_in) c.backward_data = run(kind + ".backward", f, nx, (2 * nx + ny) * word);
+            break;
+        }
+        case OpKind::batchnorm: {
+            c.forward = run("batchnorm.forward", {{"x", g.y}}, 4 * ny, 3 * ny * word);
+            c.backward_data = run("batchnorm.backward", {{"x", g.y}}, 6 * ny, 5 * ny * word);
+            const double stats = 16.0 * static_cast<double>(g.y[1]);  // sums and sums of squares, doubles
+            const BatchNormStats mode = dist.bn.value_or(BatchNormStats::batch);
+            const std::int64_t group = mode == BatchNormStats::batch     ? procs_
+                                       : mode == BatchNormStats::spatial ? sample_group
+                                                                         : 1;
+            const bool spans =
+                mode == BatchNormStats::batch ? group_spans : multi_node_ && group > platform_.procs_per_node;
+            c.forward_sync = blocking(group, stats, spans);
+            if (!data_in) c.backward_sync = blocking(group, stats, spans);
+            c.allreduce = 2.0 * allreduce(procs_, static_cast<double>(g.y[1]) * word, group_spans);
+            break;
+        }
+        case OpKind::relu:
+        case OpKind::leaky_relu:
+            c.forward = run("activation.forward", {{"x", g.y}}, ny, 2 * ny * word);
+            if (!data_in) c.backward_data = run("activation.backward", {{"x", g.y}}, ny, 3 * ny * word);
+            break;
+        case OpKind::global_avgpool:
+            c.forward = run("global_avgpool.forward", {{"x", g.x}}, nx, nx * word);
+            if (!data_in) c.backward_data = run("global_avgpool.backward", {{"x", g.x}}, nx, nx * word);
+            c.forward_sync = blocking(sample_group, 8.0 * static_cast<double>(g.x[0] * g.x[1]),
+                                      multi_node_ && sample_group > platform_.procs_per_node);
+            break;
+        case OpKind::fc: {
+            const Dims x{g.x[0], g.x[1] * g.x[2] * g.x[3]}, y{g.y[0], g.y[1]};
+            const double flops = 2.0 * elements(x) * static_cast<double>(y[1]);
+            const double bytes = (elements(x) + elements(y) + static_cast<double>(l.params)) * word;
+            c.forward = run("fc.forward", {{"x", x}, {"y", y}}, flops, bytes);
+            if (!data_in) c.backward_data = run("fc.backward_data", {{"x", x}, {"y", y}}, flops, bytes);
+            c.backward_weights = run("fc.backward_weights", {{"x", x}, {"y", y}}, flops, bytes);
+            break;
+        }
+        case OpKind::add: {
+            const auto k = static_cast<std::int64_t>(l.inputs.size());
+            c.forward = run("add.forward", {{"x", g.y}, {"inputs", {k}}}, ny * static_cast<double>(k - 1),
+                            ny * static_cast<double>(k + 1) * word);
+            c.backward_data =
+                run("add.backward", {{"x", g.y}, {"inputs", {k}}}, 0.0, ny * 2.0 * static_cast<double>(k) * word);
+            break;
+        }
+        case OpKind::concat:
+            c.forward = run("concat.forward", {{"y", g.y}}, 0.0, 2 * ny * word);
+            c.backward_data = run("concat.backward", {{"y", g.y}}, 0.0, 2 * ny * word);
+            break;
+        case OpKind::softmax_cross_entropy:
+        case OpKind::pixel_cross_entropy:
+            c.forward = run("loss.forward", {{"x", g.x}}, 10 * nx, 3 * nx * word);
+            c.forward_sync = blocking(procs_, 8.0, group_spans);
+            break;
+        case OpKind::label: break;
+    }
+    if (l.params > 0 && l.op != OpKind::batchnorm)
+        c.allreduce = allreduce(procs_, static_cast<double>(l.params) * word, group_spans);
+
+    // Halo exchange (windowed layers whose input tile is split the same way), with or without overlap.
+    double halo = 0.0, interior = c.forward;
+    const bool overlapped = g.halo && overlap && !g.inner.empty();
+    if (g.halo) {
+        double bytes = 0.0;
+        for (double e : g.messages) {
+            halo += sendrecv(e * word, g.between_nodes);
+            bytes += e * word;
+        }
+        // Packing and unpacking: a copy of every element each way.
+        if (platform_.memory_bandwidth > 0) halo += 2.0 * bytes / platform_.memory_bandwidth;
+        c.halo_bytes = static_cast<std::int64_t>(2.0 * bytes);
+        c.buffers = 4.0 * bytes;  // send and receive buffers, forward and backward
+        if (overlapped) {
+            // Interior first, while the halo travels; then the strips along the edges that read it.
+            const std::string kind = l.op == OpKind::conv ? "conv" : frontend::op_name(l.op);
+            auto part = [&](const Dims& y) {
+                std::vector<TimeField> f{{"x", window_dims(l, y, g.x[1])},
+                                         {"y", y},
+                                         {"k", pair_field(l.kernel)},
+                                         {"s", pair_field(l.stride)}};
+                if (l.op == OpKind::conv) f.emplace_back("d", pair_field(l.dilation));
+                const double flops = l.op == OpKind::conv
+                                         ? 2.0 * elements(y) * static_cast<double>(g.x[1] * l.kernel[0] * l.kernel[1])
+                                         : elements(window_dims(l, y, g.x[1]));
+                return run(kind + ".forward", std::move(f), flops,
+                           (elements(window_dims(l, y, g.x[1])) + elements(y)) * word);
+            };
+            interior = part(g.inner);
+            double strips = 0.0;
+            for (const Dims& s : g.strips) strips += part(s);
+            c.forward = interior + strips;
+        }
+    }
+    // Kernels timed alone run faster than in training, where the other layers have flushed the caches,
+    // threads wake from waits and the trainer copies tiles: calibration measures, per layer kind, how much
+    // longer a layer takes in training steps than its kernels alone ("factor..."), and that scales them.
+    if (!raw_) {
+        const int size = size_class(ny * word);
+        const double f = factor(l.op, true, size), b = factor(l.op, false, size);
+        c.forward *= f;
+        interior *= f;
+        c.backward_data *= b;
+        c.backward_weights *= b;
+    }
+    // The processes' drift: waits in proportion to the compute.
+    c.forward_sync += drift() * c.forward;
+    c.backward_sync += drift() * (c.backward_data + c.backward_weights);
+    if (g.halo) {
+        c.forward_halo = overlapped ? std::max(0.0, halo - interior) : halo;
+        // With overlap, the gradient's margins go back while the weight gradient is computed.
+        c.backward_halo = overlapped && l.op == OpKind::conv ? std::max(0.0, halo - c.backward_weights) : halo;
+    }
+    // The output tile, and the margins this layer's window needs around its input's tile.
+    if (!is_loss(l)) c.memory += ny * word;
+    if (windowed(l.op)) {
+        const Layer& in = net_.layers[static_cast<std::size_t>(l.inputs[0])];
+        const Dims tile = box_dims(tile_box(extent_of(in, batch_), split, 0, in.planar()), g.x[1]);
+        c.memory += std::max(0.0, nx - elements(tile)) * word;
+    }
+    return c;
+}
+
+// ---- Shuffles.
+
+ShuffleCost Model::shuffle(int reader, int input, const Split& from, const Split& to) const {
+    const Layer& r = net_.layers[static_cast<std::size_t>(reader)];
+    const int producer = r.inputs[static_cast<std::size_t>(input)];
+    const Layer& p = net_.layers[static_cast<std::size_t>(producer)];
+    if (is_data(p)) return {};  // made where it is read
+    const Extent whole = extent_of(p, batch_);
+    const bool from_planes = p.planar();
+    // The reader's tile: whole planes for a fully connected layer, else its own tile of rows and columns
+    // (with the margins its window reads).
+    const bool to_planes = p.planar() && r.op != OpKind::fc;
+    if (from == to && from_planes == to_planes) return {};
+    const bool window = windowed(r.op) && to_planes;
+    // The tiles' arithmetic depends on the extents, the splits and the reader's window only: many layers
+    // share it, so it is computed once per such key, per channel.
+    const ShuffleKey key{whole.n,
+                         whole.h,
+                         whole.w,
+                         from.n,
+                         from.h,
+                         from.w,
+                         to.n,
+                         to.h,
+                         to.w,
+                         from_planes,
+                         to_planes,
+                         window ? r.kernel[0] : 0,
+                         window ? r.kernel[1] : 0,
+                         window ? r.stride[0] : 0,
+                         window ? r.stride[1] : 0,
+                         window ? r.pad[0] : 0,
+                         window ? r.pad[1] : 0,
+                         window && r.op == OpKind::conv ? r.dilation[0] : 1,
+                         window && r.op == OpKind::conv ? r.dilation[1] : 1};
+    auto it = shuffles_.find(key);
+    if (it == shuffles_.end()) {
+        ShufflePoints s;
+        const std::vector<std::int64_t> ranks = sample_ranks(procs_);
+        const Box extent{0, whole.n, 0, whole.h, 0, whole.w};
+        bool same = true;
+        double total_received = 0.0;
+        for (std::int64_t q : ranks) {
+            const Box tile = tile_box(whole, to, q, to_planes), own = tile_box(whole, from, q, from_planes);
+            if (!(tile == own)) same = false;
+            const Box want = (window ? window_input(r, tile) : tile).meet(extent);
+            const double points = static_cast<double>(want.points());
+            const double received = points - static_cast<double>(want.meet(own).points());
+            const double messages =
+                static_cast<double>(blocks_meeting(whole.n, from.n, want.n0, want.n1) *
+                                    (from_planes ? blocks_meeting(whole.h, from.h, want.y0, want.y1) : 1) *
+                                    (from_planes ? blocks_meeting(whole.w, from.w, want.x0, want.x1) : 1)) -
+                (own.meet(want).empty() ? 0.0 : 1.0);
+            s.most_received = std::max(s.most_received, received);
+            total_received += received;
+            s.most_messages = std::max(s.most_messages, messages);
+            s.copy = std::max(s.copy, points);
+        }
+        s.same = same;
+        // Senders: one process per block of the producer's split (replicas do not all send).
+        const double senders = static_cast<double>(from.n * (from_planes ? from.h * from.w : 1));
+        s.most_sent = total_received * static_cast<double>(procs_) / static_cast<double>(ranks.size()) / senders;
+        it = shuffles_.emplace(key, s).first;
+    }
+    const ShufflePoints& s = it->second;
+    ShuffleCost out;
+    if (s.same) return out;  // the same tiles: what the reader needs beyond them is a halo, not a shuffle
+    const double bytes = std::max(s.most_received, s.most_sent) * static_cast<double>(whole.c) * word;
+    const Link& link = multi_node_ ? platform_.network : platform_.node;
+    const double copies = platform_.memory_bandwidth > 0 ? 2.0 * bytes / platform_.memory_bandwidth : 0.0;
+    const double one_way = s.most_messages * link.latency + bytes / link.bandwidth + copies;
+    out.seconds = 2.0 * one_way * share_;
+    // What calibration found a shuffle costs beyond that here: the copy tile's first touch, the all-to-all's
+    // wait for every partner.
+    out.seconds += shuffle_extra_;
+    out.bytes = static_cast<std::int64_t>(2.0 * bytes);
+    out.memory = s.copy * static_cast<double>(whole.c) * word;
+    return out;
+}
+
+// ---- The whole step.
+
+Prediction Model::predict(const Schedule& schedule) const {
+    Prediction out;
+    out.layers.resize(net_.layers.size());
+    double largest_tile = 0.0;
+    for (std::size_t i = 0; i < net_.layers.size(); ++i) {
+        const Layer& l = net_.layers[i];
+        LayerPrediction& lp = out.layers[i];
+        lp.dist = schedule.layers[i];
+        if (!lp.dist.split) lp.dist.split = Split{};
+        const Geometry g = geometry(static_cast<int>(i), *lp.dist.split);
+        lp.tile = l.planar()             ? g.y
+                  : l.shape.dims.empty() ? std::vector<std::int64_t>{g.y[0]}
+                                         : std::vector<std::int64_t>{g.y[0], g.y[1]};
+        if (l.op == OpKind::label) continue;
+        lp.cost = layer(static_cast<int>(i), lp.dist);
+        for (std::size_t j = 0; j < l.inputs.size(); ++j) {
+            const auto& from = schedule.layers[static_cast<std::size_t>(l.inputs[j])].split;
+            const ShuffleCost s =
+                shuffle(static_cast<int>(i), static_cast<int>(j), from.value_or(Split{}), *lp.dist.split);
+            lp.shuffle.seconds += s.seconds;
+            lp.shuffle.bytes += s.bytes;
+            lp.shuffle.memory += s.memory;
+        }
+        out.forward += lp.cost.forward_time() + lp.shuffle.seconds / 2.0;
+        out.halo_bytes += lp.cost.halo_bytes + lp.shuffle.bytes;
+        out.activations += lp.cost.memory + lp.shuffle.memory;
+        out.buffers += lp.cost.buffers;
+        if (!is_loss(l) && l.op != OpKind::input) largest_tile = std::max(largest_tile, elements(g.y) * word);
+    }
+    // Backward in reverse order; each layer's allreduce starts when its backward ends and the previous
+    // allreduce is done (one at a time, as the paper's model has it).
+    double t = 0.0, comm = 0.0;
+    for (std::size_t k = net_.layers.size(); k-- > 0;) {
+        LayerPrediction& lp = out.layers[k];
+        t += lp.cost.backward_time() + lp.shuffle.seconds / 2.0;
+        lp.backward_end = t;
+        if (lp.cost.allreduce > 0) {
+            comm = std::max(comm, t) + lp.cost.allreduce;
+            lp.allreduce_end = comm;
+            out.allreduce += lp.cost.allreduce;
+        }
+    }
+    out.backward = t;
+    out.allreduce_exposed = std::max(0.0, comm - t);
+    double params = 0.0;
+    for (const Layer& l : net_.layers) params += static_cast<double>(l.params);
+    out.update = kernel("sgd", {{"params", {static_cast<std::int64_t>(params)}}}, 4.0 * params, 16.0 * params);
+    if (auto it = platform_.times.find(update_key()); it != platform_.times.end()) {
+        out.update = it->second;
+        out.allreduce_exposed = 0.0;  // measured with the update
+    }
+    out.step = out.forward + out.backward + out.allreduce_exposed + out.update;
+
+    // Gradients share buffers: in a chain two or three are live at a time.
+    out.gradients = 3.0 * largest_tile;
+    out.workspace = platform_.workspace;
+    out.parameters = fixed_memory() - platform_.workspace;
+    out.memory = out.activations + out.gradients + out.parameters + out.buffers + out.workspace;
+    out.memory_limit = memory_limit();
+    return out;
+}
+
+}  // namespace dsl::scheduler

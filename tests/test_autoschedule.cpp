@@ -1,0 +1,332 @@
+// The auto-scheduler against brute force: on small line and branching networks, under cost models with
+// random costs and under the real model, the frontier search's choice costs exactly the optimum that
+// enumerating every assignment finds; partial schedules keep the user's fields; memory limits hold; the
+// written schedule reads back the same.
+#include "support.hpp"
+
+#include <dsl/frontend/parse.hpp>
+#include <dsl/scheduler/autoschedule.hpp>
+#include <dsl/scheduler/model.hpp>
+#include <dsl/scheduler/platform.hpp>
+
+#include <fmt/format.h>
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+
+using namespace dsl;
+using namespace dsl::scheduler;
+using frontend::OpKind;
+
+namespace {
+
+// A line of six layers, and a branching one: a residual block with a projection shortcut, a concat.
+const char* line_net = R"(
+input x [N, 4, 16, 16]
+label y [N, 4, 4]
+c1 = conv(8, kernel = 3, pad = 1)
+r1 = relu
+c2 = conv(8, kernel = 3, stride = 2, pad = 1)
+b2 = batchnorm
+c3 = conv(2, kernel = 3, stride = 2, pad = 1)
+loss = pixel_cross_entropy from c3, y
+)";
+
+const char* branch_net = R"(
+input x [N, 4, 16, 16]
+label y [N, 8, 8]
+c1 = conv(8, kernel = 3, pad = 1)
+a = conv(8, kernel = 3, stride = 2, pad = 1)
+b = relu from a
+s = conv(8, kernel = 1, stride = 2) from c1
+sum = add from b, s
+cat = concat from sum, s
+pred = conv(2, kernel = 1)
+loss = pixel_cross_entropy from pred, y
+)";
+
+std::uint64_t mix(std::uint64_t h) {
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    return h ^ (h >> 33);
+}
+double unit(std::uint64_t h) { return static_cast<double>(mix(h) >> 11) * 0x1.0p-53; }
+std::uint64_t key(const Split& s) { return static_cast<std::uint64_t>(s.n * 10000 + s.h * 100 + s.w); }
+
+// Costs drawn from a hash of their arguments: every layer and shuffle different, nothing structured for a
+// heuristic to lean on.
+class RandomModel final : public CostModel {
+public:
+    RandomModel(const frontend::Network& net, std::uint64_t seed) : net_(net), seed_(seed) {}
+    LayerCost layer(int index, const Distribution& d) const override {
+        LayerCost c;
+        const std::uint64_t h = seed_ * 7919 + static_cast<std::uint64_t>(index) * 104729 + key(*d.split) * 31 +
+                                (d.overlap.value_or(false) ? 1 : 0);
+        c.forward = unit(h);
+        c.backward_data = unit(h + 1);
+        c.memory = 1000.0 * unit(h + 2);
+        return c;
+    }
+    ShuffleCost shuffle(int reader, int input, const Split& from, const Split& to) const override {
+        if (from == to) return {};
+        ShuffleCost s;
+        const std::uint64_t h =
+            seed_ * 15485863 + static_cast<std::uint64_t>(reader * 8 + input) * 6700417 + key(from) * 1299709 + key(to);
+        s.seconds = 0.8 * unit(h);
+        s.memory = 500.0 * unit(h + 5);
+        return s;
+    }
+    double memory(const Schedule& s) const override {
+        double m = 0.0;
+        for (std::size_t i = 0; i < net_.layers.size(); ++i) {
+            const auto op = net_.layers[i].op;
+            if (op == OpKind::input || op == OpKind::label) continue;
+            m += layer(static_cast<int>(i), s.layers[i]).memory;
+            const auto& ins = net_.layers[i].inputs;
+            for (std::size_t j = 0; j < ins.size(); ++j) {
+                const auto& p = net_.layers[static_cast<std::size_t>(ins[j])];
+                if (p.op == OpKind::input || p.op == OpKind::label) continue;
+                m += shuffle(static_cast<int>(i), static_cast<int>(j),
+                             *s.layers[static_cast<std::size_t>(ins[j])].split, *s.layers[i].split)
+                         .memory;
+            }
+        }
+        return m;
+    }
+
+private:
+    const frontend::Network& net_;
+    std::uint64_t seed_;
+};
+
+Schedule open_schedule(const frontend::Network& net, std::int64_t procs) {
+    Schedule s;
+    s.procs = procs;
+    s.layers.assign(net.layers.size(), Distribution{std::nullopt, std::nullopt, BatchNormStats::batch});
+    return s;
+}
+
+// The least objective over every assignment of candidates to the decided layers (with memory at most
+// `memory_limit` when it is set); `least_memory` gets the least memory of any.
+double brute_force(const frontend::Network& net, const Schedule& partial, std::int64_t batch, const CostModel& model,
+                   double memory_limit = 0.0, double* least_memory = nullptr) {
+    const std::int64_t procs = *partial.procs;
+    std::vector<int> decided;
+    std::vector<std::vector<Distribution>> cands(net.layers.size());
+    std::vector<std::vector<double>> layer_cost(net.layers.size());
+    for (std::size_t i = 0; i < net.layers.size(); ++i) {
+        if (net.layers[i].op == OpKind::input || net.layers[i].op == OpKind::label) continue;
+        decided.push_back(static_cast<int>(i));
+        cands[i] = candidates(net, static_cast<int>(i), partial.layers[i], procs, batch);
+        REQUIRE(!cands[i].empty());
+        for (const Distribution& d : cands[i]) layer_cost[i].push_back(model.layer(static_cast<int>(i), d).time());
+    }
+    const bool need_memory = memory_limit > 0 || least_memory;
+    Schedule s = partial;
+    std::vector<std::size_t> pick(net.layers.size(), 0);
+    double best = std::numeric_limits<double>::infinity(), least = best;
+    std::function<void(std::size_t)> go = [&](std::size_t k) {
+        if (k == decided.size()) {
+            double cost = 0.0;
+            for (int i : decided) {
+                const auto li = static_cast<std::size_t>(i);
+                cost += layer_cost[li][pick[li]];
+                const auto& ins = net.layers[li].inputs;
+                for (std::size_t j = 0; j < ins.size(); ++j) {
+                    const auto p = static_cast<std::size_t>(ins[j]);
+                    if (net.layers[p].op == OpKind::input || net.layers[p].op == OpKind::label) continue;
+                    cost += model.shuffle(i, static_cast<int>(j), *s.layers[p].split, *s.layers[li].split).seconds;
+                }
+            }
+            if (need_memory) {
+                for (std::size_t i = 0; i < net.layers.size(); ++i) {
+                    if (net.layers[i].op != OpKind::input && net.layers[i].op != OpKind::label) continue;
+                    for (std::size_t r = i + 1; r < net.layers.size(); ++r) {
+                        const auto& ins = net.layers[r].inputs;
+                        if (std::find(ins.begin(), ins.end(), static_cast<int>(i)) == ins.end()) continue;
+                        s.layers[i] = s.layers[r];
+                        break;
+                    }
+                }
+                const double m = model.memory(s);
+                least = std::min(least, m);
+                if (memory_limit > 0 && m > memory_limit) return;
+            }
+            best = std::min(best, cost);
+            return;
+        }
+        const auto i = static_cast<std::size_t>(decided[k]);
+        for (std::size_t c = 0; c < cands[i].size(); ++c) {
+            pick[i] = c;
+            s.layers[i] = cands[i][c];
+            go(k + 1);
+        }
+    };
+    go(0);
+    if (least_memory) *least_memory = least;
+    return best;
+}
+
+Platform test_platform() {
+    Platform p;
+    p.procs_per_node = 4;
+    p.nodes = 1;
+    p.memory = 1e9;
+    p.flops = 50e9;
+    p.memory_bandwidth = 10e9;
+    p.kernel_latency = 5e-6;
+    p.node = {2e-6, 5e9};
+    p.network = p.node;
+    return p;
+}
+
+}  // namespace
+
+TEST_CASE("auto-scheduler: the frontier search finds the brute-force optimum", "[autoschedule]") {
+    const std::string text = GENERATE(as<std::string>{}, line_net, branch_net);
+    test::NetworkFromText l(text);
+    const std::int64_t procs = GENERATE(2, 4);
+    for (std::uint64_t seed = 1; seed <= 4; ++seed) {
+        CAPTURE(procs, seed);
+        RandomModel model(l.net, seed);
+        AutoOptions options;
+        options.batch = 4;
+        std::string why;
+        const auto result = autoschedule(l.net, open_schedule(l.net, procs), model, options, why);
+        INFO(why);
+        REQUIRE(result);
+        CHECK(result->optimal);
+        CHECK(result->schedule.complete());
+        const double optimum = brute_force(l.net, open_schedule(l.net, procs), 4, model);
+        CHECK(result->cost == Approx(optimum).epsilon(1e-12));
+        CHECK(schedule_cost(l.net, result->schedule, model) == Approx(optimum).epsilon(1e-12));
+
+        // The paper's heuristic gives a complete schedule, never better than the optimum.
+        options.method = SearchMethod::paper;
+        const auto paper = autoschedule(l.net, open_schedule(l.net, procs), model, options, why);
+        REQUIRE(paper);
+        CHECK(!paper->optimal);
+        CHECK(paper->schedule.complete());
+        CHECK(paper->cost >= optimum * (1 - 1e-12));
+    }
+}
+
+TEST_CASE("auto-scheduler: under the performance model too", "[autoschedule]") {
+    const std::string text = GENERATE(as<std::string>{}, line_net, branch_net);
+    test::NetworkFromText l(text);
+    const Platform platform = test_platform();
+    Model model(l.net, platform, 4, 4);
+    AutoOptions options;
+    options.batch = 4;
+    std::string why;
+    const auto result = autoschedule(l.net, open_schedule(l.net, 4), model, options, why);
+    REQUIRE(result);
+    CHECK(result->cost == Approx(brute_force(l.net, open_schedule(l.net, 4), 4, model)).epsilon(1e-12));
+    // The step it predicts is a real number of the same order.
+    const Prediction p = model.predict(result->schedule);
+    CHECK(p.step > result->cost * 0.5);
+    CHECK(p.memory <= model.memory_limit());
+}
+
+TEST_CASE("auto-scheduler: fields the schedule fixes are kept, the rest filled", "[autoschedule]") {
+    test::NetworkFromText l(branch_net);
+    RandomModel model(l.net, 3);
+    Schedule partial = open_schedule(l.net, 4);
+    const int a = l.net.find("a"), s = l.net.find("s"), c1 = l.net.find("c1");
+    partial.layers[static_cast<std::size_t>(a)].split = Split{1, 1, 1, 1, 2, 2};
+    partial.layers[static_cast<std::size_t>(s)].overlap = false;
+    partial.layers[static_cast<std::size_t>(c1)].overlap = true;
+    AutoOptions options;
+    options.batch = 4;
+    std::string why;
+    const auto result = autoschedule(l.net, partial, model, options, why);
+    REQUIRE(result);
+    CHECK(*result->schedule.layers[static_cast<std::size_t>(a)].split == (Split{1, 1, 1, 1, 2, 2}));
+    CHECK(result->schedule.layers[static_cast<std::size_t>(s)].overlap == false);
+    CHECK(result->schedule.layers[static_cast<std::size_t>(c1)].overlap == true);
+    CHECK(result->cost == Approx(brute_force(l.net, partial, 4, model)).epsilon(1e-12));
+
+    // A fixed split that cannot run the layer: an error naming it.
+    partial.layers[static_cast<std::size_t>(a)].split = Split{4, 1, 1, 1, 1, 1};
+    options.batch = 2;
+    CHECK(!autoschedule(l.net, partial, model, options, why));
+    CHECK(why.find("layer 'a'") != std::string::npos);
+}
+
+TEST_CASE("auto-scheduler: memory limits are respected, and an impossible one is explained", "[autoschedule]") {
+    test::NetworkFromText l(line_net);
+    const Schedule partial = open_schedule(l.net, 4);
+    AutoOptions options;
+    options.batch = 4;
+    std::string why;
+    // A model whose fastest schedule is not its smallest.
+    std::uint64_t seed = 1;
+    double least = 0.0, free_optimum = 0.0;
+    std::optional<AutoResult> unlimited;
+    for (;; ++seed) {
+        REQUIRE(seed < 50);
+        free_optimum = brute_force(l.net, partial, 4, RandomModel(l.net, seed), 0.0, &least);
+        unlimited = autoschedule(l.net, partial, RandomModel(l.net, seed), options, why);
+        REQUIRE(unlimited);
+        if (unlimited->memory > least * 1.05) break;
+    }
+    RandomModel model(l.net, seed);
+
+    // Between the smallest and the fastest: what comes back fits, and costs no less than the best that fits.
+    options.memory_limit = (least + unlimited->memory) / 2;
+    const auto limited = autoschedule(l.net, partial, model, options, why);
+    INFO(why);
+    REQUIRE(limited);
+    CHECK(limited->memory <= options.memory_limit);
+    CHECK(model.memory(limited->schedule) == Approx(limited->memory));
+    const double fitting_optimum = brute_force(l.net, partial, 4, model, options.memory_limit);
+    CHECK(limited->cost >= fitting_optimum * (1 - 1e-12));
+    CHECK(limited->cost >= free_optimum);
+
+    // Below the smallest: no schedule, and the message says how much the smallest needs.
+    options.memory_limit = least * 0.9;
+    CHECK(!autoschedule(l.net, partial, model, options, why));
+    CHECK(why.find("smallest needs") != std::string::npos);
+    CHECK(why.find(fmt::format("{:.1f} MiB", least / (1 << 20))) != std::string::npos);
+}
+
+TEST_CASE("auto-scheduler: the written schedule applies back to the same distributions", "[autoschedule]") {
+    SourceManager sources;
+    Diagnostics diags;
+    auto loaded = frontend::load_network(std::string(DSL_SOURCE_DIR) + "/samples/resnet_tiny.net", sources, diags);
+    REQUIRE(loaded);
+    const auto& net = loaded->net;
+    for (std::uint64_t seed = 1; seed <= 5; ++seed) {
+        RandomModel model(net, seed);
+        AutoOptions options;
+        options.batch = 8;
+        std::string why;
+        const auto result = autoschedule(net, open_schedule(net, 4), model, options, why);
+        REQUIRE(result);
+        const std::string text = schedule_text(net, result->schedule, "a test\nof two lines", "local");
+        INFO(text);
+        CHECK(text.rfind("# a test\n# of two lines\n", 0) == 0);
+        CHECK(text.find("\ndefault ") != std::string::npos);  // the short form, not every layer by name
+        Diagnostics d;
+        auto file = frontend::parse_sched(*sources.add("out.sched", text), d);
+        REQUIRE(file);
+        auto applied = apply_schedule(net, *file, d);
+        INFO(d.text());
+        REQUIRE(applied);
+        CHECK(applied->procs == 4);
+        for (std::size_t i = 0; i < net.layers.size(); ++i) {
+            const frontend::Layer& layer = net.layers[i];
+            INFO(layer.name);
+            CHECK(*applied->layers[i].split == *result->schedule.layers[i].split);
+            // Overlap is written where it means something: a halo to exchange.
+            const bool data_in =
+                !layer.inputs.empty() && net.layers[static_cast<std::size_t>(layer.inputs[0])].op == OpKind::input;
+            if ((layer.halo()[0] || layer.halo()[1]) && result->schedule.layers[i].split->spatial() && !data_in)
+                CHECK(applied->layers[i].overlap == result->schedule.layers[i].overlap);
+        }
+    }
+}

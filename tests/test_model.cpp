@@ -1,0 +1,159 @@
+// The performance model: halos from the tiles' geometry (faces and corners, none where nothing is cut, one
+// side only for stride 2), overlap, shuffles, allreduces after Thakur et al., measured times where the
+// platform has them, memory, and processes that share a processor.
+#include "support.hpp"
+
+#include <dsl/scheduler/model.hpp>
+#include <dsl/scheduler/platform.hpp>
+
+#include <catch2/catch.hpp>
+
+using namespace dsl;
+using namespace dsl::scheduler;
+
+namespace {
+
+const char* net_text = R"(
+input x [N, 8, 32, 32]
+label y [N, 16, 16]
+c1 = conv(16, kernel = 3, pad = 1)
+c2 = conv(16, kernel = 3, stride = 2, pad = 1)
+b = batchnorm
+r = relu
+pred = conv(2, kernel = 1)
+loss = pixel_cross_entropy from pred, y
+)";
+
+Platform platform() {
+    Platform p;
+    p.device = Device::gpu;  // a process is a processor
+    p.procs_per_node = 4;
+    p.nodes = 1;
+    p.memory = 8.0 * (1 << 30);
+    p.flops = 100e9;
+    p.efficiency = 0.5;
+    p.memory_bandwidth = 10e9;
+    p.kernel_latency = 2e-6;
+    p.node = {1e-6, 4e9};
+    p.network = p.node;
+    return p;
+}
+
+Distribution dist(std::int64_t n, std::int64_t h, std::int64_t w, bool overlap = false) {
+    return Distribution{Split{n, 1, 1, 1, h, w}, overlap, BatchNormStats::batch};
+}
+
+}  // namespace
+
+TEST_CASE("model: halo exchanges follow the tiles", "[model]") {
+    test::NetworkFromText l(net_text);
+    const int c1 = l.net.find("c1"), c2 = l.net.find("c2"), pred = l.net.find("pred");
+    Model m(l.net, platform(), 4, 4);
+    // Samples only: no halo. The first convolution reads the data, which comes with its halo.
+    CHECK(m.layer(c2, dist(4, 1, 1)).halo_bytes == 0);
+    CHECK(m.layer(c1, dist(1, 4, 1)).halo_bytes == 0);
+    // c2 reads c1's 32x32 output, 16 channels, 4 samples. Rows in 4: an interior process gets a row from
+    // above only (stride 2 reads one row before its first and none after its last): 32 columns.
+    const LayerCost rows = m.layer(c2, dist(1, 4, 1));
+    CHECK(rows.halo_bytes == 2 * 4 * 16 * 32 * 1 * 4);  // forward and backward
+    // Rows in 2, columns in 2: one face each way and a corner.
+    const LayerCost grid = m.layer(c2, dist(1, 2, 2));
+    CHECK(grid.halo_bytes == 2 * 4 * 16 * (16 + 16 + 1) * 4);
+    // A 1x1 convolution needs none.
+    CHECK(m.layer(pred, dist(1, 2, 2)).halo_bytes == 0);
+    CHECK(rows.forward_halo > 0);
+    CHECK(rows.backward_halo > 0);
+}
+
+TEST_CASE("model: overlap hides the halo behind interior compute", "[model]") {
+    test::NetworkFromText l(net_text);
+    const int c2 = l.net.find("c2");
+    Model m(l.net, platform(), 4, 4);
+    const LayerCost off = m.layer(c2, dist(1, 4, 1, false)), on = m.layer(c2, dist(1, 4, 1, true));
+    CHECK(on.forward_halo < off.forward_halo);
+    CHECK(on.backward_halo < off.backward_halo);
+    CHECK(on.halo_bytes == off.halo_bytes);
+    // The interior and the strips cost the whole compute, and a little more for the extra calls.
+    CHECK(on.forward >= off.forward);
+}
+
+TEST_CASE("model: compute shrinks with the tile; allreduces and shuffles as they should", "[model]") {
+    test::NetworkFromText l(net_text);
+    const int c2 = l.net.find("c2"), b = l.net.find("b"), r = l.net.find("r");
+    Model one(l.net, platform(), 1, 4), four(l.net, platform(), 4, 4);
+    const double whole = one.layer(c2, dist(1, 1, 1)).forward;
+    CHECK(four.layer(c2, dist(4, 1, 1)).forward < whole / 2);
+    CHECK(four.layer(c2, dist(1, 2, 2)).forward < whole / 2);
+    // One process has nothing to allreduce; four do, and more bytes take longer.
+    CHECK(one.layer(c2, dist(1, 1, 1)).allreduce == 0.0);
+    CHECK(four.layer(c2, dist(4, 1, 1)).allreduce > 0.0);
+    CHECK(four.allreduce(4, 1e6, false) > four.allreduce(4, 1e3, false));
+    CHECK(four.allreduce(1, 1e6, false) == 0.0);
+    // Batch norm sums its statistics over every process (bn=batch), over none when local.
+    Distribution local = dist(4, 1, 1);
+    local.bn = BatchNormStats::local;
+    CHECK(four.layer(b, dist(4, 1, 1)).forward_sync > 0.0);
+    CHECK(four.layer(b, local).forward_sync == 0.0);
+    // The same split: no shuffle. Samples to rows: a quarter of the tile stays, the rest moves, both ways.
+    const Split samples{4, 1, 1, 1, 1, 1}, rows{1, 1, 1, 1, 4, 1};
+    CHECK(four.shuffle(r, 0, samples, samples).bytes == 0);
+    const ShuffleCost s = four.shuffle(r, 0, samples, rows);
+    CHECK(s.bytes == 2 * (4 * 4 * 16 - 1 * 4 * 16) * 16 * 4);
+    CHECK(s.seconds > 0.0);
+}
+
+TEST_CASE("model: measured times replace the analytic ones", "[model]") {
+    test::NetworkFromText l(net_text);
+    const int c2 = l.net.find("c2");
+    Platform p = platform();
+    Model analytic(l.net, p, 2, 4);
+    const auto keys = analytic.kernel_keys(c2, dist(2, 1, 1));
+    REQUIRE(keys.size() == 3);  // forward, backward-data, backward-weights
+    CHECK(keys[0] == "conv.forward d=1x1 k=3x3 s=2x2 threads=1 x=2x16x33x33 y=2x16x16x16");
+    for (const auto& k : keys) p.times[k] = 0.125;
+    Model measured(l.net, p, 2, 4);
+    const LayerCost c = measured.layer(c2, dist(2, 1, 1));
+    CHECK(c.forward == 0.125);
+    CHECK(c.backward_data == 0.125);
+    CHECK(c.backward_weights == 0.125);
+    // Calibration's factors (training over kernels alone) scale them; drift adds waits in proportion.
+    const int size = Model::size_class(measured.tile_bytes(c2, Split{2, 1, 1, 1, 1, 1}) * 2);  // a neighbour class
+    p.times[measured.factor_key(frontend::OpKind::conv, true, size)] = 1.5e-3;
+    p.times[time_key("drift", {{"compute", {1000}}, {"procs", {2}}})] = 0.1e-3;
+    Model trained(l.net, p, 2, 4);
+    const LayerCost t = trained.layer(c2, dist(2, 1, 1));
+    CHECK(t.forward == Approx(0.1875));
+    CHECK(t.backward_data == 0.125);  // no backward factor: 1
+    CHECK(t.forward_sync == Approx(0.1 * 0.1875));
+    // Measured communication is interpolated between sizes.
+    p.times["sendrecv bytes=1000"] = 1e-5;
+    p.times["sendrecv bytes=3000"] = 3e-5;
+    Model comm(l.net, p, 2, 4);
+    CHECK(comm.sendrecv(2000, false) == Approx(2e-5));
+}
+
+TEST_CASE("model: memory per process, and processes that share a processor", "[model]") {
+    test::NetworkFromText l(net_text);
+    Platform p = platform();
+    Schedule one, spatial;
+    one.procs = 1;
+    spatial.procs = 4;
+    for (std::size_t i = 0; i < l.net.layers.size(); ++i) {
+        one.layers.push_back(dist(1, 1, 1));
+        spatial.layers.push_back(dist(1, 2, 2, true));
+    }
+    const Prediction a = Model(l.net, p, 1, 4).predict(one), b = Model(l.net, p, 4, 4).predict(spatial);
+    CHECK(b.activations < a.activations / 3);
+    CHECK(b.memory < a.memory);
+    CHECK(b.parameters == a.parameters);  // every process holds the weights
+    CHECK(a.step > b.step);
+    // A CPU platform: one process uses the node's spare cores, and more processes than cores share them.
+    p.device = Device::cpu;
+    p.procs_per_node = 2;
+    p.nodes = 1;
+    Model single(l.net, p, 1, 4), crowded(l.net, p, 4, 4);
+    CHECK(single.threads() == 2);
+    CHECK(crowded.threads() == 1);
+    CHECK(crowded.sharing() == 2.0);
+    CHECK(crowded.memory_limit() == p.memory / 2);
+}
