@@ -220,7 +220,9 @@ nlohmann::json explain_json(const frontend::Network& net, const scheduler::Predi
                             {"backward_sync", c.backward_sync},
                             {"shuffle", lp.shuffle.seconds},
                             {"allreduce", c.allreduce},
-                            {"total", c.time() + lp.shuffle.seconds}}},
+                            {"total", c.time() + lp.shuffle.seconds},
+                            {"backward_end", lp.backward_end},
+                            {"allreduce_end", lp.allreduce_end}}},
                           {"memory_bytes", c.memory + c.buffers + lp.shuffle.memory}});
     }
     return {{"layers", layers},

@@ -182,11 +182,6 @@ double Model::allreduce(std::int64_t procs, double bytes, bool between_nodes) co
     return t * share_;
 }
 
-// A blocking allreduce in the middle of a step (batch-norm statistics, pooling, the loss).
-double Model::blocking(std::int64_t procs, double bytes, bool between_nodes) const {
-    return procs <= 1 ? 0.0 : allreduce(procs, bytes, between_nodes);
-}
-
 // Processes that should run in step drift apart (caches, the operating system, other tenants), and at every
 // sum and exchange the early ones wait for the late: calibration measures that wait in training as a
 // fraction of the compute ("drift compute=1000 procs=P": microseconds per millisecond of compute).
@@ -412,8 +407,8 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
                                                                          : 1;
             const bool spans =
                 mode == BatchNormStats::batch ? group_spans : multi_node_ && group > platform_.procs_per_node;
-            c.forward_sync = blocking(group, stats, spans);
-            if (!data_in) c.backward_sync = blocking(group, stats, spans);
+            c.forward_sync = allreduce(group, stats, spans);
+            if (!data_in) c.backward_sync = allreduce(group, stats, spans);
             c.allreduce = 2.0 * allreduce(procs_, static_cast<double>(g.y[1]) * word, group_spans);
             break;
         }
@@ -425,7 +420,7 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
         case OpKind::global_avgpool:
             c.forward = run("global_avgpool.forward", {{"x", g.x}}, nx, nx * word);
             if (!data_in) c.backward_data = run("global_avgpool.backward", {{"x", g.x}}, nx, nx * word);
-            c.forward_sync = blocking(sample_group, 8.0 * static_cast<double>(g.x[0] * g.x[1]),
+            c.forward_sync = allreduce(sample_group, 8.0 * static_cast<double>(g.x[0] * g.x[1]),
                                       multi_node_ && sample_group > platform_.procs_per_node);
             break;
         case OpKind::fc: {
@@ -452,7 +447,7 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
         case OpKind::softmax_cross_entropy:
         case OpKind::pixel_cross_entropy:
             c.forward = run("loss.forward", {{"x", g.x}}, 10 * nx, 3 * nx * word);
-            c.forward_sync = blocking(procs_, 8.0, group_spans);
+            c.forward_sync = allreduce(procs_, 8.0, group_spans);
             break;
         case OpKind::label: break;
     }

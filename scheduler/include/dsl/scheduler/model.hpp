@@ -106,7 +106,6 @@ public:
     double kernel(const std::string& name, std::vector<TimeField> fields, double flops, double bytes) const;
     double sendrecv(double bytes, bool between_nodes) const;
     double allreduce(std::int64_t procs, double bytes, bool between_nodes) const;
-    double blocking(std::int64_t procs, double bytes, bool between_nodes) const;  // a sum in mid-step
     double drift() const;  // the measured waits for other processes per second of compute, else 0
 
     // The time keys of every kernel that `layer` runs under `d` (what calibration times alone).
