@@ -19,10 +19,6 @@ namespace {
 namespace pegtl = tao::pegtl;
 namespace g = dsl::grammar::sched;
 
-unsigned clamp_unsigned(std::size_t n) {
-    return n > std::numeric_limits<unsigned>::max() ? std::numeric_limits<unsigned>::max() : static_cast<unsigned>(n);
-}
-
 struct State {
     const SourceFile* file = nullptr;
     SchedFile out;
@@ -63,8 +59,7 @@ struct action<g::integer_value> {
     static void apply(const ActionInput& in, State& s) {
         const auto text = in.string_view();
         std::int64_t v = 0;
-        const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-        if (ec != std::errc{} || ptr != text.data() + text.size()) {
+        if (!parse_integer(text, v)) {
             s.error_length = clamp_unsigned(text.size());
             throw pegtl::parse_error("integer literal is too large", in);
         }

@@ -2,9 +2,19 @@
 #include "syntax_error.hpp"
 
 #include <cctype>
+#include <charconv>
 #include <limits>
 
 namespace dsl::frontend {
+
+unsigned clamp_unsigned(std::size_t n) {
+    return n > std::numeric_limits<unsigned>::max() ? std::numeric_limits<unsigned>::max() : static_cast<unsigned>(n);
+}
+
+bool parse_integer(std::string_view digits, std::int64_t& value) {
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+    return ec == std::errc{} && end == digits.data() + digits.size();
+}
 
 Location location_at(const SourceFile& file, std::size_t offset, unsigned length) {
     unsigned line = 1;

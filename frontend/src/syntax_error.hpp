@@ -4,6 +4,7 @@
 #include <dsl/frontend/source.hpp>
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -19,6 +20,12 @@ std::size_t end_of_previous_token(std::string_view text, std::size_t pos);
 // Where a grammar error at `offset` with `message` is shown: a missing piece of punctuation ("expected
 // '='"), or anything missing at the end of the file, just after the token it should follow.
 std::size_t error_offset(std::string_view text, std::size_t offset, std::string_view message);
+
+// A size as a location's column or length, at most the largest unsigned.
+unsigned clamp_unsigned(std::size_t n);
+
+// The integer an integer literal of digits spells; false when it does not fit in 64 bits.
+bool parse_integer(std::string_view digits, std::int64_t& value);
 
 // "unexpected character '$'"; a byte that does not print is shown as '\xC3'.
 std::string unexpected_character(std::string_view text, std::size_t offset);
