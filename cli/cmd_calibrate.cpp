@@ -16,7 +16,6 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
-#include <sys/resource.h>
 #include <unistd.h>
 #include <algorithm>
 #include <chrono>
@@ -57,20 +56,9 @@ std::map<int, std::set<std::string>> keys_by_threads(const frontend::Network& ne
             for (std::size_t i = 0; i < net.layers.size(); ++i) {
                 const auto& l = net.layers[i];
                 if (l.op == frontend::OpKind::label) continue;
-                // Inputs take their reader's split: every split of the count (with samples for each block).
-                scheduler::Distribution open;
-                open.bn = scheduler::BatchNormStats::batch;
-                std::vector<scheduler::Distribution> cands;
-                if (l.op == frontend::OpKind::input) {
-                    for (std::int64_t n = 1; n <= std::min(procs, batch); ++n)
-                        if (procs % n == 0)
-                            for (std::int64_t h = 1; h <= procs / n; ++h)
-                                if ((procs / n) % h == 0)
-                                    cands.push_back({scheduler::Split{n, 1, 1, 1, h, procs / n / h}, false, {}});
-                } else {
-                    cands = scheduler::candidates(net, static_cast<int>(i), open, procs, batch);
-                }
-                for (const auto& d : cands)
+                // An input takes its reader's split: any that fits its tiles.
+                const scheduler::Distribution open{std::nullopt, std::nullopt, scheduler::BatchNormStats::batch};
+                for (const auto& d : scheduler::candidates(net, static_cast<int>(i), open, procs, batch))
                     for (std::string& k : model.kernel_keys(static_cast<int>(i), d)) keys.insert(std::move(k));
             }
             keys.insert(scheduler::time_key("sgd", {{"params", {net.total_params()}}, {"threads", {model.threads()}}}));
@@ -138,20 +126,6 @@ scheduler::Platform this_machine(scheduler::Platform p) {
 // Training steps under every split of the run's processes (overlap off and on where it matters), each layer's
 // compute profiled and keyed as the model looks it up. A layer that a split cannot run takes its first
 // candidate instead. Collective over the processes mpirun started.
-// Inputs and labels are made in their first reader's distribution.
-void place_data(const frontend::Network& net, scheduler::Schedule& s) {
-    for (std::size_t i = 0; i < net.layers.size(); ++i) {
-        const auto op = net.layers[i].op;
-        if (op != frontend::OpKind::input && op != frontend::OpKind::label) continue;
-        for (std::size_t r = i + 1; r < net.layers.size(); ++r) {
-            const auto& ins = net.layers[r].inputs;
-            if (std::find(ins.begin(), ins.end(), static_cast<int>(i)) == ins.end()) continue;
-            s.layers[i] = s.layers[r];
-            break;
-        }
-    }
-}
-
 int profile_worker(const CalibrateOptions& o) {
     SourceManager sources;
     Diagnostics diags;
@@ -186,59 +160,55 @@ int profile_worker(const CalibrateOptions& o) {
     std::map<std::string, std::pair<double, double>> sums;
     std::vector<double> drifts;     // per schedule: the waits for other processes over the compute
     std::vector<double> updates;    // the update, allreduces' wait included
-    double predicted_memory = 0.0;  // the most the model gives any of the schedules, without a workspace
+    // What a process holds beyond what the model counts (runtimes, kernels' scratch): the least over the runs.
+    double workspace = -1.0;
     // Per layer and split: its compute and waits in the uniform runs, to compare the alternating run with.
     std::map<std::pair<std::size_t, std::string>, double> uniform;
     auto profile = [&](const scheduler::Schedule& s) {
         const auto step =
             backend::profile_layers(net, s, batch, backend::cpu_kernels(), *comm, *data, {o.warmup, o.reps});
-        predicted_memory = std::max(predicted_memory, model.predict(s).memory);
+        const scheduler::Prediction p = model.predict(s);
+        const double beyond = std::max(0.0, step.resident - (p.memory - p.workspace));
+        workspace = workspace < 0 ? beyond : std::min(workspace, beyond);
         return step;
     };
-    for (std::int64_t n = 1; n <= std::min(procs, batch); ++n) {
-        if (procs % n) continue;
-        for (std::int64_t h = 1; h <= procs / n; ++h) {
-            if ((procs / n) % h) continue;
-            const scheduler::Split split{n, 1, 1, 1, h, procs / n / h};
-            for (bool overlap : split.spatial() ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
-                scheduler::Schedule s;
-                s.procs = procs;
-                s.batch = batch;
-                s.layers.resize(net.layers.size());
-                for (std::size_t i = 0; i < net.layers.size(); ++i) {
-                    const auto op = net.layers[i].op;
-                    if (op == frontend::OpKind::input || op == frontend::OpKind::label) continue;
-                    scheduler::Distribution d{split, overlap, scheduler::BatchNormStats::batch};
-                    if (!scheduler::split_problem(net, net.layers[i], split, batch).empty())
-                        d = scheduler::candidates(net, static_cast<int>(i), {std::nullopt, overlap, d.bn}, procs, batch)
-                                .front();
-                    s.layers[i] = d;
-                }
-                place_data(net, s);
-                const auto step = profile(s);
-                const auto& times = step.layers;
-                double waited = 0.0, computed = 0.0;
-                for (const auto& t : times)
-                    waited += t.forward_wait + t.backward_wait, computed += t.forward + t.backward;
-                if (procs > 1 && computed > 0) drifts.push_back(waited / computed);
-                updates.push_back(step.update);
-                for (std::size_t i = 0; i < net.layers.size(); ++i) {
-                    const auto op = net.layers[i].op;
-                    if (op == frontend::OpKind::label) continue;
-                    const scheduler::LayerCost k = kernels_alone.layer(static_cast<int>(i), s.layers[i]);
-                    const int size =
-                        scheduler::Model::size_class(model.tile_bytes(static_cast<int>(i), *s.layers[i].split));
-                    const double kb = k.backward_data + k.backward_weights;
-                    if (k.forward > 0 && times[i].forward > 0)
-                        sums[model.factor_key(op, true, size)].first += times[i].forward,
-                            sums[model.factor_key(op, true, size)].second += k.forward;
-                    if (kb > 0 && times[i].backward > 0)
-                        sums[model.factor_key(op, false, size)].first += times[i].backward,
-                            sums[model.factor_key(op, false, size)].second += kb;
-                    if (!overlap || s.layers[i].split->spatial())
-                        uniform[{i, s.layers[i].split->str()}] =
-                            times[i].forward + times[i].backward + times[i].forward_wait + times[i].backward_wait;
-                }
+    for (const scheduler::Split& split : scheduler::splits_of(procs, batch)) {
+        for (bool overlap : split.spatial() ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
+            scheduler::Schedule s;
+            s.procs = procs;
+            s.batch = batch;
+            s.layers.resize(net.layers.size());
+            for (std::size_t i = 0; i < net.layers.size(); ++i) {
+                if (net.layers[i].is_data()) continue;
+                scheduler::Distribution d{split, overlap, scheduler::BatchNormStats::batch};
+                if (!scheduler::split_problem(net, net.layers[i], split, batch).empty())
+                    d = scheduler::candidates(net, static_cast<int>(i), {std::nullopt, overlap, d.bn}, procs, batch)
+                            .front();
+                s.layers[i] = d;
+            }
+            scheduler::place_data(net, s);
+            const auto step = profile(s);
+            const auto& times = step.layers;
+            double waited = 0.0, computed = 0.0;
+            for (const auto& t : times) waited += t.forward_wait + t.backward_wait, computed += t.forward + t.backward;
+            if (procs > 1 && computed > 0) drifts.push_back(waited / computed);
+            updates.push_back(step.update);
+            for (std::size_t i = 0; i < net.layers.size(); ++i) {
+                const auto op = net.layers[i].op;
+                if (op == frontend::OpKind::label) continue;
+                const scheduler::LayerCost k = kernels_alone.layer(static_cast<int>(i), s.layers[i]);
+                const int size =
+                    scheduler::Model::size_class(model.tile_bytes(static_cast<int>(i), *s.layers[i].split));
+                const double kb = k.backward_data + k.backward_weights;
+                if (k.forward > 0 && times[i].forward > 0)
+                    sums[model.factor_key(op, true, size)].first += times[i].forward,
+                        sums[model.factor_key(op, true, size)].second += k.forward;
+                if (kb > 0 && times[i].backward > 0)
+                    sums[model.factor_key(op, false, size)].first += times[i].backward,
+                        sums[model.factor_key(op, false, size)].second += kb;
+                if (!overlap || s.layers[i].split->spatial())
+                    uniform[{i, s.layers[i].split->str()}] =
+                        times[i].forward + times[i].backward + times[i].forward_wait + times[i].backward_wait;
             }
         }
     }
@@ -253,18 +223,16 @@ int profile_worker(const CalibrateOptions& o) {
         s.layers.resize(net.layers.size());
         int parity = 0;
         for (std::size_t i = 0; i < net.layers.size(); ++i) {
-            const auto op = net.layers[i].op;
-            if (op == frontend::OpKind::input || op == frontend::OpKind::label) continue;
+            if (net.layers[i].is_data()) continue;
             const auto cands = scheduler::candidates(
                 net, static_cast<int>(i), {std::nullopt, false, scheduler::BatchNormStats::batch}, procs, batch);
             s.layers[i] = cands[static_cast<std::size_t>(parity++ % 2) % cands.size()];
         }
-        place_data(net, s);
+        scheduler::place_data(net, s);
         double expected = 0.0, shuffles = 0.0, modelled = 0.0;
         bool known = true;
         for (std::size_t i = 0; i < net.layers.size(); ++i) {
-            const auto op = net.layers[i].op;
-            if (op == frontend::OpKind::input || op == frontend::OpKind::label) continue;
+            if (net.layers[i].is_data()) continue;
             auto it = uniform.find({i, s.layers[i].split->str()});
             if (it == uniform.end())
                 known = false;
@@ -272,8 +240,7 @@ int profile_worker(const CalibrateOptions& o) {
                 expected += it->second;
             for (std::size_t j = 0; j < net.layers[i].inputs.size(); ++j) {
                 const auto p = static_cast<std::size_t>(net.layers[i].inputs[j]);
-                const auto pop = net.layers[p].op;
-                if (pop == frontend::OpKind::input || pop == frontend::OpKind::label) continue;
+                if (net.layers[p].is_data()) continue;
                 const auto cost =
                     model.shuffle(static_cast<int>(i), static_cast<int>(j), *s.layers[p].split, *s.layers[i].split);
                 if (cost.bytes > 0) shuffles += 1.0, modelled += cost.seconds;
@@ -291,11 +258,7 @@ int profile_worker(const CalibrateOptions& o) {
         std::ofstream out(o.results);
         for (const auto& [key, sum] : sums)
             out << key << "\t" << sum.first / sum.second * 1e-3 << "\n";  // a factor, as a time per millisecond
-        // What a process holds beyond the model's tiles and parameters: runtimes, kernels' scratch.
-        rusage usage{};
-        ::getrusage(RUSAGE_SELF, &usage);
-        const double resident = static_cast<double>(usage.ru_maxrss) * 1024.0;
-        out << "workspace\t" << std::max(0.0, resident - predicted_memory) << "\n";
+        if (workspace >= 0) out << "workspace\t" << workspace << "\n";
         std::sort(updates.begin(), updates.end());
         if (!updates.empty()) out << model.update_key() << "\t" << updates[updates.size() / 2] << "\n";
         if (!drifts.empty()) {

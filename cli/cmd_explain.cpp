@@ -27,19 +27,15 @@ int run_explain(const ExplainOptions& o) {
     const PlatformChoice& platform = inputs->platform;
     const auto& net = checked.net.net;
     scheduler::Schedule s = *checked.schedule;
-    if (o.procs && s.procs && *o.procs != *s.procs) {
-        std::cerr << fmt::format("error: --procs {} differs from the schedule's procs = {}\n", *o.procs, *s.procs);
-        return usage;
-    }
-    if (o.procs) s.procs = o.procs;
+    std::string why;
+    s.procs = run_procs(o.procs, s, why);
     if (!s.procs) {
-        std::cerr << "error: the schedule leaves 'procs' open: give --procs P\n";
+        std::cerr << "error: " << (why.empty() ? "the schedule leaves 'procs' open: give --procs P" : why) << "\n";
         return usage;
     }
     const std::int64_t batch = report_batch(checked, o.batch);
     scheduler::Model model(net, platform.platform, *s.procs, batch);
     if (has_open_fields(net, s)) {
-        std::string why;
         const auto filled = fill_schedule(net, s, model, *s.procs, batch, why);
         if (!filled) {
             std::cerr << "error: " << why << "\n";
@@ -49,7 +45,8 @@ int run_explain(const ExplainOptions& o) {
         std::cerr << "note: the schedule leaves fields open; the auto-scheduler filled them ('dsl schedule' writes "
                      "the result)\n";
     }
-    if (const std::string why = batch_problem(net, s, batch); !why.empty()) {
+    why = batch_problem(net, s, batch);
+    if (!why.empty()) {
         std::cerr << "error: " << why << "\n";
         return user_error;
     }

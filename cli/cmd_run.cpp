@@ -59,8 +59,7 @@ bool safe_to_write_log(const std::string& path) {
 std::string open_fields(const frontend::Network& net, const scheduler::Schedule& s) {
     if (!s.procs) return "the processor count (set 'procs' in the schedule, or --procs)";
     for (std::size_t i = 0; i < s.layers.size(); ++i) {
-        const auto op = net.layers[i].op;
-        if (op == frontend::OpKind::input || op == frontend::OpKind::label) continue;  // their readers' splits
+        if (net.layers[i].is_data()) continue;  // their readers' splits
         const auto& d = s.layers[i];
         const char* what = !d.split ? "the split" : !d.overlap ? "overlap" : !d.bn ? "bn" : nullptr;
         if (what) return fmt::format("{} of layer '{}'", what, net.layers[i].name);
@@ -86,11 +85,9 @@ std::int64_t run_batch(const Checked& c, const RunOptions& o) {
 std::optional<scheduler::Schedule> auto_schedule(const Checked& c, const RunOptions& o, std::string& why, Output& io) {
     const auto& net = c.net.net;
     const auto& s = c.schedule;
-    if (o.procs && s && s->procs && *o.procs != *s->procs) {
-        why = fmt::format("--procs {} differs from the schedule's procs = {}", *o.procs, *s->procs);
-        return std::nullopt;
-    }
-    const std::int64_t procs = o.procs ? *o.procs : s && s->procs ? *s->procs : 1;
+    const auto run = run_procs(o.procs, s, why);
+    if (!run && !why.empty()) return std::nullopt;
+    const std::int64_t procs = run.value_or(1);
     SourceManager sources;
     Diagnostics diags;
     const auto platform = resolve_platform(o.platform, s, sources, diags);
@@ -111,8 +108,7 @@ std::optional<scheduler::Schedule> auto_schedule(const Checked& c, const RunOpti
     // The chosen splits, compactly: runs of consecutive layers that share one.
     std::string last;
     for (std::size_t i = 0; i < net.layers.size(); ++i) {
-        const auto op = net.layers[i].op;
-        if (op == frontend::OpKind::input || op == frontend::OpKind::label) continue;
+        if (net.layers[i].is_data()) continue;
         const auto& d = result->schedule.layers[i];
         const std::string text =
             fmt::format("{}{}", d.split->str(), d.split->spatial() && d.overlap.value_or(false) ? " overlap" : "");
@@ -142,13 +138,8 @@ std::optional<scheduler::Schedule> run_schedule(const Checked& c, const RunOptio
         return s;
     }
     scheduler::Schedule s = *c.schedule;
-    if (o.procs) {
-        if (s.procs && *s.procs != *o.procs) {
-            why = fmt::format("--procs {} differs from the schedule's procs = {}", *o.procs, *s.procs);
-            return std::nullopt;
-        }
-        s.procs = o.procs;
-    }
+    s.procs = run_procs(o.procs, s, why);
+    if (!why.empty()) return std::nullopt;
     if (std::string open = open_fields(net, s); !open.empty()) {
         why = fmt::format(
             "the schedule leaves {} open: fill it with --auto-schedule, or set it in the schedule "

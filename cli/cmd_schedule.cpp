@@ -39,15 +39,14 @@ int run_schedule(const ScheduleOptions& o) {
     const PlatformChoice& platform = inputs->platform;
     const auto& net = inputs->checked.net.net;
     const auto& s = inputs->checked.schedule;
-    if (o.procs && s && s->procs && *s->procs != *o.procs) {
-        std::cerr << fmt::format("error: --procs {} differs from the schedule's procs = {}\n", *o.procs, *s->procs);
+    std::string why;
+    const auto run = run_procs(o.procs, s, why);
+    if (!run) {
+        std::cerr << "error: "
+                  << (why.empty() ? "how many processes? give --procs P (or 'procs' in the schedule)" : why) << "\n";
         return usage;
     }
-    if (!o.procs && !(s && s->procs)) {
-        std::cerr << "error: how many processes? give --procs P (or 'procs' in the schedule)\n";
-        return usage;
-    }
-    const std::int64_t procs = o.procs ? *o.procs : *s->procs;
+    const std::int64_t procs = *run;
     const std::int64_t batch = o.batch ? *o.batch : s && s->batch ? *s->batch : procs;
     if (!o.output.empty() && !safe_to_replace(o.output)) {
         std::cerr << fmt::format(
@@ -58,7 +57,6 @@ int run_schedule(const ScheduleOptions& o) {
 
     const auto t0 = std::chrono::steady_clock::now();
     scheduler::Model model(net, platform.platform, procs, batch);
-    std::string why;
     const auto result =
         fill_schedule(net, s, model, procs, batch, why,
                       o.method == "paper" ? scheduler::SearchMethod::paper : scheduler::SearchMethod::frontier);

@@ -70,10 +70,20 @@ std::optional<ModelInputs> load_model_inputs(const std::string& net_path, const 
     return ModelInputs{std::move(*checked), std::move(*platform)};
 }
 
+std::optional<std::int64_t> run_procs(const std::optional<std::int64_t>& flag,
+                                      const std::optional<scheduler::Schedule>& s, std::string& why) {
+    why.clear();
+    const std::optional<std::int64_t> fixed = s ? s->procs : std::nullopt;
+    if (flag && fixed && *flag != *fixed) {
+        why = fmt::format("--procs {} differs from the schedule's procs = {}", *flag, *fixed);
+        return std::nullopt;
+    }
+    return flag ? flag : fixed;
+}
+
 std::string batch_problem(const frontend::Network& net, const scheduler::Schedule& s, std::int64_t batch) {
     for (std::size_t i = 0; i < net.layers.size(); ++i) {
-        const auto op = net.layers[i].op;
-        if (op == OpKind::input || op == OpKind::label || !s.layers[i].split) continue;
+        if (net.layers[i].is_data() || !s.layers[i].split) continue;
         if (s.layers[i].split->n > batch)
             return fmt::format(
                 "layer '{}' splits the samples {} ways, but the mini-batch has {} (--batch, or 'batch' in the "
@@ -102,8 +112,7 @@ bool replace_file(const std::string& path, const std::string& text, std::string&
 bool has_open_fields(const frontend::Network& net, const std::optional<scheduler::Schedule>& s) {
     if (!s || !s->procs) return true;
     for (std::size_t i = 0; i < net.layers.size(); ++i) {
-        const auto op = net.layers[i].op;
-        if (op == OpKind::input || op == OpKind::label) continue;
+        if (net.layers[i].is_data()) continue;
         if (!s->layers[i].complete()) return true;
     }
     return false;
@@ -137,14 +146,12 @@ std::string tile_text(const std::vector<std::int64_t>& t) {
 
 std::string split_text(const scheduler::Split& s) { return fmt::format("N={} H={} W={}", s.n, s.h, s.w); }
 
-bool is_data(const Layer& l) { return l.op == OpKind::input || l.op == OpKind::label; }
-
 }  // namespace
 
 std::string explain_table(const frontend::Network& net, const scheduler::Prediction& p, std::int64_t batch) {
     std::size_t name_w = 5, split_w = 5, tile_w = 4;
     for (std::size_t i = 0; i < net.layers.size(); ++i) {
-        if (is_data(net.layers[i]) && net.layers[i].op == OpKind::label) continue;
+        if (net.layers[i].op == OpKind::label) continue;
         name_w = std::max(name_w, net.layers[i].name.size());
         split_w = std::max(split_w, split_text(*p.layers[i].dist.split).size());
         tile_w = std::max(tile_w, tile_text(p.layers[i].tile).size());

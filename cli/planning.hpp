@@ -43,6 +43,11 @@ std::optional<ModelInputs> load_model_inputs(const std::string& net_path, const 
                                              const std::string& platform_flag, SourceManager& sources,
                                              Diagnostics& diags);
 
+// The process count: --procs, else the schedule's; nullopt with `why` when the two differ, and with `why`
+// empty when neither gives one.
+std::optional<std::int64_t> run_procs(const std::optional<std::int64_t>& flag,
+                                      const std::optional<scheduler::Schedule>& s, std::string& why);
+
 // Why `s` cannot run a mini-batch of `batch` (a layer splits the samples more ways than there are), or empty.
 std::string batch_problem(const frontend::Network& net, const scheduler::Schedule& s, std::int64_t batch);
 

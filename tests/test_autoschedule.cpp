@@ -83,13 +83,12 @@ public:
     double memory(const Schedule& s) const override {
         double m = 0.0;
         for (std::size_t i = 0; i < net_.layers.size(); ++i) {
-            const auto op = net_.layers[i].op;
-            if (op == OpKind::input || op == OpKind::label) continue;
+            if (net_.layers[i].is_data()) continue;
             m += layer(static_cast<int>(i), s.layers[i]).memory;
             const auto& ins = net_.layers[i].inputs;
             for (std::size_t j = 0; j < ins.size(); ++j) {
                 const auto& p = net_.layers[static_cast<std::size_t>(ins[j])];
-                if (p.op == OpKind::input || p.op == OpKind::label) continue;
+                if (p.is_data()) continue;
                 m += shuffle(static_cast<int>(i), static_cast<int>(j),
                              *s.layers[static_cast<std::size_t>(ins[j])].split, *s.layers[i].split)
                          .memory;
@@ -119,7 +118,7 @@ double brute_force(const frontend::Network& net, const Schedule& partial, std::i
     std::vector<std::vector<Distribution>> cands(net.layers.size());
     std::vector<std::vector<double>> layer_cost(net.layers.size());
     for (std::size_t i = 0; i < net.layers.size(); ++i) {
-        if (net.layers[i].op == OpKind::input || net.layers[i].op == OpKind::label) continue;
+        if (net.layers[i].is_data()) continue;
         decided.push_back(static_cast<int>(i));
         cands[i] = candidates(net, static_cast<int>(i), partial.layers[i], procs, batch);
         REQUIRE(!cands[i].empty());
@@ -138,20 +137,12 @@ double brute_force(const frontend::Network& net, const Schedule& partial, std::i
                 const auto& ins = net.layers[li].inputs;
                 for (std::size_t j = 0; j < ins.size(); ++j) {
                     const auto p = static_cast<std::size_t>(ins[j]);
-                    if (net.layers[p].op == OpKind::input || net.layers[p].op == OpKind::label) continue;
+                    if (net.layers[p].is_data()) continue;
                     cost += model.shuffle(i, static_cast<int>(j), *s.layers[p].split, *s.layers[li].split).seconds;
                 }
             }
             if (need_memory) {
-                for (std::size_t i = 0; i < net.layers.size(); ++i) {
-                    if (net.layers[i].op != OpKind::input && net.layers[i].op != OpKind::label) continue;
-                    for (std::size_t r = i + 1; r < net.layers.size(); ++r) {
-                        const auto& ins = net.layers[r].inputs;
-                        if (std::find(ins.begin(), ins.end(), static_cast<int>(i)) == ins.end()) continue;
-                        s.layers[i] = s.layers[r];
-                        break;
-                    }
-                }
+                place_data(net, s);
                 const double m = model.memory(s);
                 least = std::min(least, m);
                 if (memory_limit > 0 && m > memory_limit) return;
@@ -323,9 +314,7 @@ TEST_CASE("auto-scheduler: the written schedule applies back to the same distrib
             INFO(layer.name);
             CHECK(*applied->layers[i].split == *result->schedule.layers[i].split);
             // Overlap is written where it means something: a halo to exchange.
-            const bool data_in =
-                !layer.inputs.empty() && net.layers[static_cast<std::size_t>(layer.inputs[0])].op == OpKind::input;
-            if ((layer.halo()[0] || layer.halo()[1]) && result->schedule.layers[i].split->spatial() && !data_in)
+            if (overlap_matters(net, layer, *result->schedule.layers[i].split))
                 CHECK(applied->layers[i].overlap == result->schedule.layers[i].overlap);
         }
     }

@@ -1,9 +1,11 @@
 // Timing kernels on the shapes a platform key names, and communication over MPI, for `dsl calibrate`.
 #include <dsl/backend/calibrate.hpp>
 
+#include <unistd.h>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <limits>
 #include <map>
@@ -284,6 +286,12 @@ StepSeconds profile_layers(const frontend::Network& net, const scheduler::Schedu
         out.layers[l] = {sums[4 * l] / procs, sums[4 * l + 1] / procs, sums[4 * l + 2] / procs,
                          sums[4 * l + 3] / procs};
     out.update = sums[4 * layers] / procs;
+    long pages = 0, resident = 0;
+    if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
+        if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+        std::fclose(f);
+    }
+    out.resident = comm.max(static_cast<double>(resident) * static_cast<double>(::sysconf(_SC_PAGESIZE)));
     return out;
 }
 

@@ -47,7 +47,6 @@ Dims dims_of(const frontend::Shape& s, std::int64_t batch) {
     }
 }
 
-bool windowed(OpKind op) { return op == OpKind::conv || op == OpKind::maxpool || op == OpKind::avgpool; }
 
 Window window_of(const Layer& l) {
     Window w;
@@ -261,7 +260,7 @@ struct Trainer::Impl {
                 Tile& t = tile_for(operand_spec(l, static_cast<int>(i), j));
                 ++t.readers;
                 t.reader_layers.push_back(static_cast<int>(i));
-                if (windowed(l.op)) t.windowed_readers.push_back(static_cast<int>(i));
+                if (l.windowed()) t.windowed_readers.push_back(static_cast<int>(i));
                 slots[i].operands.push_back(&t);
             }
         }
@@ -311,7 +310,7 @@ struct Trainer::Impl {
         // must be zero where it is not written.
         for (std::size_t i = 0; i < net.layers.size(); ++i) {
             const Layer& l = net.layers[i];
-            if (!windowed(l.op)) continue;
+            if (!l.windowed()) continue;
             Tile& t = *slots[i].operands[0];
             const Region r = region(l, static_cast<int>(i));
             if (r.y > t.need.top || r.x > t.need.left || r.y + r.dims.h < t.need.top + t.y.dims().h ||
@@ -327,8 +326,7 @@ struct Trainer::Impl {
         const int last = static_cast<int>(slots.size()) - 1;
         std::vector<Tile*> tiles;
         for (std::size_t i = 0; i < slots.size(); ++i) {
-            const OpKind op = slots[i].layer->op;
-            if (op == OpKind::input || op == OpKind::label) continue;
+            if (slots[i].layer->is_data()) continue;
             for (auto& t : slots[i].tiles) {
                 t->grad_last = last - static_cast<int>(i);
                 t->grad_first = t->grad_last;
@@ -729,7 +727,7 @@ struct Trainer::Impl {
     // schedule asks, and the input is a tile of its own split whose halo has yet to come.
     bool overlaps(int index) {
         const Slot& s = slots[static_cast<std::size_t>(index)];
-        if (!windowed(s.layer->op) || !dist[static_cast<std::size_t>(index)].overlap.value_or(false)) return false;
+        if (!s.layer->windowed() || !dist[static_cast<std::size_t>(index)].overlap.value_or(false)) return false;
         const Tile& in = *s.operands[0];
         return !in.copy && !in.forward.empty() && in.gathered != step_index && !is_input(&in);
     }
@@ -759,29 +757,16 @@ struct Trainer::Impl {
     void overlapped_forward(Slot& s, int index) {
         const Layer& l = *s.layer;
         Tile& in = *s.operands[0];
-        const Window w = window_of(l);
         const Dims whole = global_dims(in.spec.layer);
         const Box out = s.own().box;
         // Rows [lo, hi) of the input are here before the exchange ends: margins that are padding count.
-        const std::int64_t lo_y = in.box.y0 > 0 ? in.box.y0 : in.box.y0 - in.need.top;
-        const std::int64_t hi_y = in.box.y1 < whole.h ? in.box.y1 : in.box.y1 + in.need.bottom;
-        const std::int64_t lo_x = in.box.x0 > 0 ? in.box.x0 : in.box.x0 - in.need.left;
-        const std::int64_t hi_x = in.box.x1 < whole.w ? in.box.x1 : in.box.x1 + in.need.right;
-        // Output o reads input rows [o*stride - pad, o*stride - pad + extent).
-        auto first_inside = [](std::int64_t lo, std::int64_t pad, std::int64_t stride) {
-            const std::int64_t v = lo + pad;
-            return v >= 0 ? (v + stride - 1) / stride : -((-v) / stride);
-        };
-        auto end_inside = [](std::int64_t hi, std::int64_t pad, std::int64_t stride, std::int64_t extent) {
-            const std::int64_t v = hi + pad - extent;
-            return (v >= 0 ? v / stride : -((-v + stride - 1) / stride)) + 1;
-        };
-        const std::int64_t ey = w.dilation[0] * (w.kernel[0] - 1) + 1, ex = w.dilation[1] * (w.kernel[1] - 1) + 1;
-        Box inner = out;
-        inner.y0 = std::max(out.y0, first_inside(lo_y, l.pad[0], w.stride[0]));
-        inner.y1 = std::min(out.y1, end_inside(hi_y, l.pad[0], w.stride[0], ey));
-        inner.x0 = std::max(out.x0, first_inside(lo_x, l.pad[1], w.stride[1]));
-        inner.x1 = std::min(out.x1, end_inside(hi_x, l.pad[1], w.stride[1], ex));
+        const Box held{in.box.n0,
+                       in.box.n1,
+                       in.box.y0 > 0 ? in.box.y0 : in.box.y0 - in.need.top,
+                       in.box.y1 < whole.h ? in.box.y1 : in.box.y1 + in.need.bottom,
+                       in.box.x0 > 0 ? in.box.x0 : in.box.x0 - in.need.left,
+                       in.box.x1 < whole.w ? in.box.x1 : in.box.x1 + in.need.right};
+        const Box inner = scheduler::inner_outputs(l, out, held);
         set_padding(in, l.op == OpKind::maxpool ? -std::numeric_limits<float>::infinity() : 0.0f);
         start_gather(in);
         if (inner.empty()) {
@@ -791,12 +776,7 @@ struct Trainer::Impl {
         }
         windowed_forward(s, index, inner);
         finish_gather(in);
-        const Box strips[4] = {{out.n0, out.n1, out.y0, inner.y0, out.x0, out.x1},
-                               {out.n0, out.n1, inner.y1, out.y1, out.x0, out.x1},
-                               {out.n0, out.n1, inner.y0, inner.y1, out.x0, inner.x0},
-                               {out.n0, out.n1, inner.y0, inner.y1, inner.x1, out.x1}};
-        for (const Box& strip : strips)
-            if (!strip.empty()) windowed_forward(s, index, strip);
+        for (const Box& strip : scheduler::edge_strips(out, inner)) windowed_forward(s, index, strip);
     }
 
     double loss_layer(Slot& s, DataSource& data, std::int64_t first, bool training) {
@@ -927,7 +907,7 @@ struct Trainer::Impl {
         clear_gradients(static_cast<int>(slots.size()) - 1 - index);
         // Every reader has written its part of this layer's gradient: gather it from the margins and copies
         // where the readers left it.
-        if (l.op != OpKind::input && l.op != OpKind::label)
+        if (!l.is_data())
             for (auto& t : s.tiles) scatter(*t);
         comm.progress();  // the weight-gradient allreduces started so far
         const bool speaks = l.op == OpKind::label ? true : s.own().leader;

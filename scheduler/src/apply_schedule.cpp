@@ -27,7 +27,7 @@ bool Schedule::complete() const {
 namespace {
 
 // Inputs and labels take the distribution of the layers that read them; entries never name them.
-bool schedulable(const Layer& layer) { return layer.op != OpKind::input && layer.op != OpKind::label; }
+bool schedulable(const Layer& layer) { return !layer.is_data(); }
 
 bool glob_match(std::string_view pattern, std::string_view name) {
     // Iterative matching with one backtrack point: linear in practice, never exponential.
@@ -370,18 +370,7 @@ std::optional<Schedule> apply_schedule(const Network& net, const SchedFile& file
             first_problem.emplace(entry, std::pair{std::move(why), &layer});
         }
     }
-    // Inputs and labels are made (or read) in the distribution of their first reader, so none is shuffled
-    // before the first layer.
-    for (std::size_t li = 0; li < net.layers.size(); ++li) {
-        if (schedulable(net.layers[li])) continue;
-        for (std::size_t reader = li + 1; reader < net.layers.size(); ++reader) {
-            const auto& ins = net.layers[reader].inputs;
-            if (std::find(ins.begin(), ins.end(), static_cast<int>(li)) == ins.end()) continue;
-            out.layers[li] = out.layers[reader];
-            out.source_entry[li] = out.source_entry[reader];
-            break;
-        }
-    }
+    place_data(net, out);
     // One error per entry: a default that cannot run deep layers would otherwise repeat for each of them.
     for (const auto& [entry, layers] : failing) {
         const auto& [why, layer] = first_problem.at(entry);
@@ -397,6 +386,26 @@ std::optional<Schedule> apply_schedule(const Network& net, const SchedFile& file
     }
     if (diags.error_count() > errors_before) return std::nullopt;
     return out;
+}
+
+bool overlap_matters(const Network& net, const Layer& layer, const Split& split) {
+    const bool halo = layer.halo()[0] > 0 || layer.halo()[1] > 0;
+    const bool data_in = !layer.inputs.empty() && net.layers[static_cast<std::size_t>(layer.inputs[0])].is_data();
+    return halo && split.spatial() && !data_in;
+}
+
+void place_data(const Network& net, Schedule& schedule) {
+    schedule.source_entry.resize(net.layers.size(), -1);
+    for (std::size_t li = 0; li < net.layers.size(); ++li) {
+        if (!net.layers[li].is_data()) continue;
+        for (std::size_t reader = li + 1; reader < net.layers.size(); ++reader) {
+            const auto& ins = net.layers[reader].inputs;
+            if (std::find(ins.begin(), ins.end(), static_cast<int>(li)) == ins.end()) continue;
+            schedule.layers[li] = schedule.layers[reader];
+            schedule.source_entry[li] = schedule.source_entry[reader];
+            break;
+        }
+    }
 }
 
 frontend::Shape tile_shape(const Layer& layer, const Split& split, std::int64_t batch, std::int64_t* tile_batch) {

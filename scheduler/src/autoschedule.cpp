@@ -25,9 +25,6 @@ namespace {
 
 constexpr double infinity = std::numeric_limits<double>::infinity();
 
-bool is_data(const Layer& l) { return l.op == OpKind::input || l.op == OpKind::label; }
-bool windowed(OpKind op) { return op == OpKind::conv || op == OpKind::maxpool || op == OpKind::avgpool; }
-
 std::vector<std::int64_t> divisors(std::int64_t n) {
     std::vector<std::int64_t> out;
     for (std::int64_t d = 1; d * d <= n; ++d)
@@ -73,7 +70,7 @@ bool build(Problem& p, const Schedule& partial, std::int64_t procs, std::int64_t
     p.last_use.assign(n, -1);
     for (std::size_t i = 0; i < n; ++i) {
         const Layer& l = net.layers[i];
-        if (is_data(l)) continue;
+        if (l.is_data()) continue;
         p.order.push_back(static_cast<int>(i));
         p.last_use[i] = static_cast<int>(i);
         const Distribution fixed = i < partial.layers.size() ? partial.layers[i] : Distribution{};
@@ -103,7 +100,7 @@ bool build(Problem& p, const Schedule& partial, std::int64_t procs, std::int64_t
         const Layer& l = net.layers[static_cast<std::size_t>(r)];
         for (std::size_t j = 0; j < l.inputs.size(); ++j) {
             const int producer = l.inputs[j];
-            if (is_data(net.layers[static_cast<std::size_t>(producer)])) continue;
+            if ((net.layers[static_cast<std::size_t>(producer)]).is_data()) continue;
             p.last_use[static_cast<std::size_t>(producer)] =
                 std::max(p.last_use[static_cast<std::size_t>(producer)], r);
             Problem::Edge e;
@@ -315,16 +312,7 @@ Schedule make_schedule(const Problem& p, const Schedule& partial, const Choice& 
     for (int l : p.order)
         s.layers[static_cast<std::size_t>(l)] =
             p.cands[static_cast<std::size_t>(l)][static_cast<std::size_t>(choice[static_cast<std::size_t>(l)])];
-    // Inputs and labels are made in their first reader's distribution.
-    for (std::size_t i = 0; i < p.net.layers.size(); ++i) {
-        if (!is_data(p.net.layers[i])) continue;
-        for (std::size_t r = i + 1; r < p.net.layers.size(); ++r) {
-            const auto& ins = p.net.layers[r].inputs;
-            if (std::find(ins.begin(), ins.end(), static_cast<int>(i)) == ins.end()) continue;
-            s.layers[i] = s.layers[r];
-            break;
-        }
-    }
+    place_data(p.net, s);
     return s;
 }
 
@@ -345,28 +333,30 @@ double choice_cost(const Problem& p, const Choice& choice, double lambda) {
 
 }  // namespace
 
+std::vector<Split> splits_of(std::int64_t procs, std::int64_t batch) {
+    std::vector<Split> splits;
+    for (std::int64_t n : divisors(procs))
+        if (n <= batch)
+            for (std::int64_t h : divisors(procs / n)) splits.push_back(Split{n, 1, 1, 1, h, procs / n / h});
+    // Sample parallelism first: it needs no halo, so among equal costs it wins; then rows before columns (a
+    // row of a tile is contiguous, a column strided).
+    std::stable_sort(splits.begin(), splits.end(), [](const Split& a, const Split& b) {
+        return std::make_pair(a.h * a.w, a.w) < std::make_pair(b.h * b.w, b.w);
+    });
+    return splits;
+}
+
 std::vector<Distribution> candidates(const Network& net, int layer, const Distribution& partial, std::int64_t procs,
                                      std::int64_t batch) {
     const Layer& l = net.layers[static_cast<std::size_t>(layer)];
-    std::vector<Split> splits;
-    if (partial.split) {
-        splits.push_back(*partial.split);
-    } else {
-        for (std::int64_t n : divisors(procs))
-            for (std::int64_t h : divisors(procs / n)) splits.push_back(Split{n, 1, 1, 1, h, procs / n / h});
-        // Sample parallelism first: it needs no halo, so among equal costs it wins; then rows before columns
-        // (a row of a tile is contiguous, a column strided).
-        std::stable_sort(splits.begin(), splits.end(), [](const Split& a, const Split& b) {
-            return std::make_pair(a.h * a.w, a.w) < std::make_pair(b.h * b.w, b.w);
-        });
-    }
+    const std::vector<Split> splits = partial.split ? std::vector<Split>{*partial.split} : splits_of(procs, batch);
     std::vector<Distribution> out;
     for (const Split& s : splits) {
         if (s.procs() != procs || !split_problem(net, l, s, batch).empty()) continue;
         std::vector<bool> overlaps;
         if (partial.overlap)
             overlaps.push_back(*partial.overlap);
-        else if (windowed(l.op) && s.spatial())
+        else if (overlap_matters(net, l, s))
             overlaps = {false, true};
         else
             overlaps.push_back(false);
@@ -379,11 +369,11 @@ double schedule_cost(const Network& net, const Schedule& schedule, const CostMod
     double total = 0.0;
     for (std::size_t i = 0; i < net.layers.size(); ++i) {
         const Layer& l = net.layers[i];
-        if (is_data(l)) continue;
+        if (l.is_data()) continue;
         total += model.layer(static_cast<int>(i), schedule.layers[i]).time();
         for (std::size_t j = 0; j < l.inputs.size(); ++j) {
             const int p = l.inputs[j];
-            if (is_data(net.layers[static_cast<std::size_t>(p)])) continue;
+            if ((net.layers[static_cast<std::size_t>(p)]).is_data()) continue;
             total += model
                          .shuffle(static_cast<int>(i), static_cast<int>(j),
                                   *schedule.layers[static_cast<std::size_t>(p)].split, *schedule.layers[i].split)
@@ -466,10 +456,7 @@ Values values_of(const Network& net, const Schedule& s, std::size_t i) {
     const Distribution& d = s.layers[i];
     Values v;
     v[0] = fmt::format("N={} H={} W={}", d.split->n, d.split->h, d.split->w);
-    // Overlap matters where a windowed layer's input has a halo to exchange: a spatial split, not the data.
-    const bool data_in = !l.inputs.empty() && is_data(net.layers[static_cast<std::size_t>(l.inputs[0])]);
-    const bool halo = l.halo()[0] > 0 || l.halo()[1] > 0;
-    if (halo && d.split->spatial() && !data_in) v[1] = d.overlap.value_or(false) ? "overlap=on" : "overlap=off";
+    if (overlap_matters(net, l, *d.split)) v[1] = d.overlap.value_or(false) ? "overlap=on" : "overlap=off";
     if (l.op == OpKind::batchnorm) v[2] = fmt::format("bn={}", bn_name(d.bn.value_or(BatchNormStats::batch)));
     return v;
 }
@@ -499,7 +486,7 @@ std::string schedule_text(const Network& net, const Schedule& schedule, const st
     std::vector<int> decided;
     std::vector<Values> value(net.layers.size());
     for (std::size_t i = 0; i < net.layers.size(); ++i) {
-        if (is_data(net.layers[i])) continue;
+        if (net.layers[i].is_data()) continue;
         decided.push_back(static_cast<int>(i));
         value[i] = values_of(net, schedule, i);
     }

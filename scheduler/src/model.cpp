@@ -8,7 +8,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <limits>
 
@@ -21,8 +20,6 @@ namespace {
 
 constexpr double word = 4.0;  // bytes per float
 
-bool windowed(OpKind op) { return op == OpKind::conv || op == OpKind::maxpool || op == OpKind::avgpool; }
-bool is_data(const Layer& l) { return l.op == OpKind::input || l.op == OpKind::label; }
 bool is_loss(const Layer& l) { return l.op == OpKind::softmax_cross_entropy || l.op == OpKind::pixel_cross_entropy; }
 
 using Dims = std::vector<std::int64_t>;
@@ -209,12 +206,12 @@ Model::Geometry Model::geometry(int index, const Split& split) const {
         g.x = box_dims(tile_box(in_whole, split, 0, !whole), in_whole.c);
         return g;
     }
-    if (!windowed(l.op)) {
+    if (!l.windowed()) {
         g.x = box_dims(tile_box(in_whole, split, 0, in_planes), in_whole.c);
         return g;
     }
     g.x = box_dims(window_input(l, g.out), in_whole.c);
-    if (!split.spatial() || is_data(in)) return g;  // one tile holds the rows it reads; data comes with its halo
+    if (!split.spatial() || in.is_data()) return g;  // one tile holds the rows it reads; data comes with its halo
 
     // The halo of each process: the rows and columns its window reads beyond its input tile, within the
     // tensor (beyond it is padding). Per dimension, for each block position.
@@ -275,23 +272,18 @@ Model::Geometry Model::geometry(int index, const Split& split) const {
     const std::int64_t ppn = std::max<std::int64_t>(1, platform_.procs_per_node);
     g.between_nodes = multi_node_ && (split.h * split.w > ppn || split.w > ppn);
 
-    // Overlap: on the busiest interior process, the outputs whose windows lie within its own input tile.
+    // Overlap, on an interior process: the outputs whose windows lie within its own input tile (and the
+    // padding beyond the tensor's border), then the strips around them, as the trainer splits them.
     if (g.halo) {
-        const std::size_t i = rows.before.size() / 2, j = cols.before.size() / 2;
-        const std::int64_t rows_out = g.y[2], cols_out = g.y[3];
-        auto inside = [&](const Side& s, std::size_t k, int d, std::int64_t outs) {
-            // Outputs lost at each end: those whose window reaches into the halo.
-            const std::int64_t lose0 = s.before[k] ? (s.before[k] + l.stride[d] - 1) / l.stride[d] : 0;
-            const std::int64_t lose1 = s.after[k] ? (s.after[k] + l.stride[d] - 1) / l.stride[d] : 0;
-            return std::array<std::int64_t, 3>{lose0, std::max<std::int64_t>(0, outs - lose0 - lose1), lose1};
-        };
-        const auto r = inside(rows, i, 0, rows_out), c = inside(cols, j, 1, cols_out);
-        if (r[1] > 0 && c[1] > 0) {
-            g.inner = {g.y[0], g.y[1], r[1], c[1]};
-            for (std::int64_t h : {r[0], r[2]})
-                if (h > 0) g.strips.push_back({g.y[0], g.y[1], h, cols_out});
-            for (std::int64_t w : {c[0], c[2]})
-                if (w > 0) g.strips.push_back({g.y[0], g.y[1], r[1], w});
+        const std::int64_t rank = (split.h / 2) * split.w + split.w / 2;
+        const Box out = tile_box(g.whole, split, rank, true), own = tile_box(in_whole, split, rank, true);
+        constexpr std::int64_t far = std::numeric_limits<std::int64_t>::max() / 4;
+        const Box held{own.n0, own.n1, own.y0 > 0 ? own.y0 : -far, own.y1 < in_whole.h ? own.y1 : far,
+                       own.x0 > 0 ? own.x0 : -far, own.x1 < in_whole.w ? own.x1 : far};
+        const Box inner = inner_outputs(l, out, held);
+        if (!inner.empty()) {
+            g.inner = box_dims(inner, g.whole.c);
+            for (const Box& strip : edge_strips(out, inner)) g.strips.push_back(box_dims(strip, g.whole.c));
         }
     }
     return g;
@@ -360,7 +352,7 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
         }
         return kernel(name, std::move(fields), flops, bytes);
     };
-    const bool data_in = !l.inputs.empty() && is_data(net_.layers[static_cast<std::size_t>(l.inputs[0])]);
+    const bool data_in = !l.inputs.empty() && (net_.layers[static_cast<std::size_t>(l.inputs[0])]).is_data();
     const std::int64_t sample_group = split.h * split.w;
     const bool group_spans = multi_node_ && procs_ > platform_.procs_per_node;
 
@@ -509,7 +501,7 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
     }
     // The output tile, and the margins this layer's window needs around its input's tile.
     if (!is_loss(l)) c.memory += ny * word;
-    if (windowed(l.op)) {
+    if (l.windowed()) {
         const Layer& in = net_.layers[static_cast<std::size_t>(l.inputs[0])];
         const Dims tile = box_dims(tile_box(extent_of(in, batch_), split, 0, in.planar()), g.x[1]);
         c.memory += std::max(0.0, nx - elements(tile)) * word;
@@ -523,14 +515,14 @@ ShuffleCost Model::shuffle(int reader, int input, const Split& from, const Split
     const Layer& r = net_.layers[static_cast<std::size_t>(reader)];
     const int producer = r.inputs[static_cast<std::size_t>(input)];
     const Layer& p = net_.layers[static_cast<std::size_t>(producer)];
-    if (is_data(p)) return {};  // made where it is read
+    if (p.is_data()) return {};  // made where it is read
     const Extent whole = extent_of(p, batch_);
     const bool from_planes = p.planar();
     // The reader's tile: whole planes for a fully connected layer, else its own tile of rows and columns
     // (with the margins its window reads).
     const bool to_planes = p.planar() && r.op != OpKind::fc;
     if (from == to && from_planes == to_planes) return {};
-    const bool window = windowed(r.op) && to_planes;
+    const bool window = r.windowed() && to_planes;
     // The tiles' arithmetic depends on the extents, the splits and the reader's window only: many layers
     // share it, so it is computed once per such key, per channel.
     const ShuffleKey key{whole.n,

@@ -52,4 +52,33 @@ Box window_input(const Layer& layer, const Box& out) {
     return in;
 }
 
+Box inner_outputs(const Layer& layer, const Box& out, const Box& held) {
+    // Output o reads input rows [o*stride - pad, o*stride - pad + extent): the first output reading nothing
+    // before `lo`, and the end of those reading nothing from `hi` on.
+    auto first_inside = [](std::int64_t lo, std::int64_t pad, std::int64_t stride) {
+        const std::int64_t v = lo + pad;
+        return v >= 0 ? (v + stride - 1) / stride : -((-v) / stride);
+    };
+    auto end_inside = [](std::int64_t hi, std::int64_t pad, std::int64_t stride, std::int64_t extent) {
+        const std::int64_t v = hi + pad - extent;
+        return (v >= 0 ? v / stride : -((-v + stride - 1) / stride)) + 1;
+    };
+    Box inner = out;
+    inner.y0 = std::max(out.y0, first_inside(held.y0, layer.pad[0], layer.stride[0]));
+    inner.y1 = std::min(out.y1, end_inside(held.y1, layer.pad[0], layer.stride[0], window_extent(layer, 0, 1)));
+    inner.x0 = std::max(out.x0, first_inside(held.x0, layer.pad[1], layer.stride[1]));
+    inner.x1 = std::min(out.x1, end_inside(held.x1, layer.pad[1], layer.stride[1], window_extent(layer, 1, 1)));
+    return inner;
+}
+
+std::vector<Box> edge_strips(const Box& out, const Box& inner) {
+    std::vector<Box> strips;
+    for (const Box& b : {Box{out.n0, out.n1, out.y0, inner.y0, out.x0, out.x1},
+                         Box{out.n0, out.n1, inner.y1, out.y1, out.x0, out.x1},
+                         Box{out.n0, out.n1, inner.y0, inner.y1, out.x0, inner.x0},
+                         Box{out.n0, out.n1, inner.y0, inner.y1, inner.x1, out.x1}})
+        if (!b.empty()) strips.push_back(b);
+    return strips;
+}
+
 }  // namespace dsl::scheduler

@@ -45,7 +45,8 @@ struct LayerSeconds {
 };
 struct StepSeconds {
     std::vector<LayerSeconds> layers;
-    double update = 0.0;  // the SGD step, with the wait for the weight gradients' allreduces
+    double update = 0.0;    // the SGD step, with the wait for the weight gradients' allreduces
+    double resident = 0.0;  // bytes resident in the largest process after the steps, the trainer alive
 };
 StepSeconds profile_layers(const frontend::Network& net, const scheduler::Schedule& schedule, std::int64_t batch,
                            Kernels kernels, Comm& comm, DataSource& data, const TimingRuns& runs);

@@ -76,6 +76,11 @@ struct Layer {
     // per-pixel labels, not vectors, per-sample labels or global pooling's 1x1. A spatial split of a layer
     // whose output has none gives every process of a sample group the whole of it (replicated).
     bool planar() const;
+
+    // An input or a label: data made (or read) where it is needed, in its first reader's distribution.
+    bool is_data() const { return op == OpKind::input || op == OpKind::label; }
+    // A convolution or pooling: a window over rows and columns, which reads a halo under a spatial split.
+    bool windowed() const { return op == OpKind::conv || op == OpKind::maxpool || op == OpKind::avgpool; }
 };
 
 struct TrainOptions {

@@ -38,6 +38,10 @@ struct AutoResult {
     std::int64_t candidates = 0;  // distributions considered, over every layer
 };
 
+// Every split of `procs` processes into N x H x W with N at most `batch`: sample splits first (so that among
+// equal costs the cheaper partitioning wins), then rows before columns.
+std::vector<Split> splits_of(std::int64_t procs, std::int64_t batch);
+
 // The candidate distributions of a layer under `partial`'s fixed fields: every split of `procs` into
 // N x H x W that the layer can run (split_problem), with overlap on and off where the layer has a halo and
 // the schedule leaves it open, batch-norm statistics as fixed (an open one is `batch`, which gives one

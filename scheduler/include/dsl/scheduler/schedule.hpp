@@ -39,6 +39,14 @@ std::optional<Schedule> apply_schedule(const frontend::Network& net, const front
 std::string split_problem(const frontend::Network& net, const frontend::Layer& layer, const Split& split,
                           std::optional<std::int64_t> batch);
 
+// Inputs and labels are made (or read) in the distribution of their first reader, so none is shuffled before
+// the first layer: gives each its reader's distribution (and source entry).
+void place_data(const frontend::Network& net, Schedule& schedule);
+
+// Whether overlap means anything for `layer` under `split`: a window with a halo, over an input that a
+// spatial split cuts and that is not data (data is made with its halo).
+bool overlap_matters(const frontend::Network& net, const frontend::Layer& layer, const Split& split);
+
 // The largest per-process tile of `layer`'s output under `split` for a mini-batch of `batch`.
 frontend::Shape tile_shape(const frontend::Layer& layer, const Split& split, std::int64_t batch,
                            std::int64_t* tile_batch);

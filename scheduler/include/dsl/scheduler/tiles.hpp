@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 namespace dsl::scheduler {
 
@@ -64,6 +65,13 @@ Box tile_box(const Extent& whole, const Split& split, std::int64_t rank, bool pl
 // The part of its input that a windowed layer (convolution, pooling) reads to compute the outputs `out`,
 // padding included: rows from out.y0 * stride - pad, as far as the last output's window reaches.
 Box window_input(const frontend::Layer& layer, const Box& out);
+
+// Overlapping a halo exchange with compute: the outputs of `out` whose windows read only input rows and
+// columns within `held` (what a process has before its halo arrives: its own tile, and the padding beyond
+// the tensor's border), and the strips of `out` around them, computed once the halo is in: the rows above
+// and below across the whole width, then the columns either side along the inner rows (empty ones left out).
+Box inner_outputs(const frontend::Layer& layer, const Box& out, const Box& held);
+std::vector<Box> edge_strips(const Box& out, const Box& inner);
 
 // The input rows (or columns) a window reads for `outputs` outputs along dimension d (0: H, 1: W).
 std::int64_t window_extent(const frontend::Layer& layer, int d, std::int64_t outputs);
