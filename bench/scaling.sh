@@ -20,17 +20,7 @@ trap 'rm -rf "$tmp"' EXIT
 
 [[ -x $DSL ]] || { echo "bench/scaling.sh: no $DSL; build first (scripts/test or cmake --build build)" >&2; exit 1; }
 
-# sched NAME PROCS "SPLIT" OVERLAP: writes a one-line schedule for batch 1.
-sched() {
-    printf 'procs = %s\nbatch = 1\ndefault %s overlap=%s\n' "$2" "$3" "$4" >"$tmp/$1.sched"
-    echo "$tmp/$1.sched"
-}
-
-# field LOG NAME: the values of a numeric field of every step after the first two, one per line.
-field() { sed -n "s/.*\"$2\":\([-0-9.e+]*\).*/\1/p" "$1" | tail -n +3; }
-median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
-calc() { awk "BEGIN { print $* }"; }
-peak() { sed -n 's/.*peak memory \([0-9.]*\) MiB.*/\1/p' "$1"; }
+source bench/lib.sh
 
 echo "bench/scaling.sh: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'); $(nproc) cores;" \
     "load average $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -12,6 +12,7 @@
 #include <dsl/backend/calibrate.hpp>
 #include <dsl/backend/comm.hpp>
 #include <dsl/backend/data.hpp>
+#include <dsl/backend/gpu.hpp>
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
@@ -43,7 +44,32 @@ struct CalibrateOptions {
     // A measuring process of its own (hidden): "kernels" or "comm", the keys to time and where results go.
     std::string worker, keys, results;
     bool exchanges = false, in_situ = true;
+    std::string device = "cpu";
+    std::int64_t gpu_workspace = 0;  // a worker's: the convolutions' scratch limit (the platform's workspace)
+
+    bool gpu() const { return device == "gpu"; }
+    // What every worker is told beyond its job.
+    std::vector<std::string> worker_args() const {
+        if (!gpu()) return {};
+        return {"--device", "gpu", "--gpu-workspace", std::to_string(gpu_workspace)};
+    }
 };
+
+// The kernels a worker times and trains with: the CPU's, or those of the GPU of its local rank.
+backend::Kernels worker_kernels(const CalibrateOptions& o) {
+    if (!o.gpu()) return backend::cpu_kernels();
+    backend::gpu_select(backend::gpu_for_local_rank(backend::launched_local_rank(), backend::gpu_devices()));
+    backend::GpuOptions options;
+    if (o.gpu_workspace > 0) options.workspace = o.gpu_workspace;
+    return backend::gpu_kernels(options);
+}
+
+// A worker's communicator over MPI: on a GPU, over NCCL where each process has a GPU of its own.
+std::unique_ptr<backend::Comm> worker_comm(const CalibrateOptions& o) {
+    auto comm = backend::mpi_world();
+    if (!o.gpu()) return comm;
+    return backend::gpu_comm(std::move(comm), backend::launched_local_size() <= backend::gpu_devices());
+}
 
 // The kernels the model would look up for every candidate distribution of every layer.
 std::map<int, std::set<std::string>> keys_by_threads(const frontend::Network& net, const scheduler::Platform& base,
@@ -83,7 +109,7 @@ int kernel_worker(const CalibrateOptions& o) {
     std::ifstream in(o.keys);
     std::ofstream out(o.results);
     const backend::TimingRuns runs{o.warmup, o.reps};
-    const backend::Kernels kernels = backend::cpu_kernels();
+    const backend::Kernels kernels = worker_kernels(o);
     std::vector<std::string> keys;
     for (std::string line; std::getline(in, line);)
         if (!line.empty()) keys.push_back(line);
@@ -102,8 +128,10 @@ int kernel_worker(const CalibrateOptions& o) {
 }
 
 int comm_worker(const CalibrateOptions& o) {
-    auto comm = backend::mpi_world();
-    const auto times = backend::time_communication(*comm, o.max_message, {o.warmup, o.reps}, o.exchanges);
+    const backend::Kernels kernels = worker_kernels(o);
+    auto comm = worker_comm(o);
+    const auto times =
+        backend::time_communication(*comm, o.max_message, {o.warmup, o.reps}, o.exchanges, kernels.mem());
     int code = ok;
     if (comm->rank() == 0) {
         std::ofstream out(o.results);
@@ -115,10 +143,10 @@ int comm_worker(const CalibrateOptions& o) {
     return code;
 }
 
-// This machine as the model sees it during calibration: its cores, one node.
-scheduler::Platform this_machine(scheduler::Platform p) {
-    p.device = scheduler::Device::cpu;
-    p.procs_per_node = std::max(1u, std::thread::hardware_concurrency());
+// This machine as the model sees it during calibration: its cores (or GPUs), one node.
+scheduler::Platform this_machine(scheduler::Platform p, bool gpu) {
+    p.device = gpu ? scheduler::Device::gpu : scheduler::Device::cpu;
+    p.procs_per_node = gpu ? std::max(1, backend::gpu_devices()) : std::max(1u, std::thread::hardware_concurrency());
     p.nodes = 1;
     return p;
 }
@@ -137,7 +165,8 @@ int profile_worker(const CalibrateOptions& o) {
         return user_error;
     }
     const auto& net = loaded->net;
-    auto comm = backend::mpi_world();
+    const backend::Kernels kernels = worker_kernels(o);
+    auto comm = worker_comm(o);
     const std::int64_t procs = comm->size(), batch = o.batches.front();
     std::string error;
     auto data = backend::make_data_source(net, 0, "", "", error);
@@ -152,8 +181,8 @@ int profile_worker(const CalibrateOptions& o) {
                              k.rfind("step.update ", 0) == 0;
         it = derived ? measured_so_far->times.erase(it) : std::next(it);
     }
-    const scheduler::Model model(net, this_machine(*measured_so_far), procs, batch);
-    scheduler::Model kernels_alone(net, this_machine(*measured_so_far), procs, batch);
+    const scheduler::Model model(net, this_machine(*measured_so_far, o.gpu()), procs, batch);
+    scheduler::Model kernels_alone(net, this_machine(*measured_so_far, o.gpu()), procs, batch);
     kernels_alone.use_raw_kernels(true);
     // Per layer kind, direction and tile size: training's time and the kernels' alone, summed over every
     // layer of every run, so that the factor reproduces the runs' totals.
@@ -161,12 +190,13 @@ int profile_worker(const CalibrateOptions& o) {
     std::vector<double> drifts;     // per schedule: the waits for other processes over the compute
     std::vector<double> updates;    // the update, allreduces' wait included
     // What a process holds beyond what the model counts (runtimes, kernels' scratch): the least over the runs.
+    // On a GPU the resident host memory says nothing of the device's: the platform's workspace stays.
     double workspace = -1.0;
     // Per layer and split: its compute and waits in the uniform runs, to compare the alternating run with.
     std::map<std::pair<std::size_t, std::string>, double> uniform;
     auto profile = [&](const scheduler::Schedule& s) {
-        const auto step =
-            backend::profile_layers(net, s, batch, backend::cpu_kernels(), *comm, *data, {o.warmup, o.reps});
+        const auto step = backend::profile_layers(net, s, batch, kernels, *comm, *data, {o.warmup, o.reps});
+        if (o.gpu()) return step;
         const scheduler::Prediction p = model.predict(s);
         const double beyond = std::max(0.0, step.resident - (p.memory - p.workspace));
         workspace = workspace < 0 ? beyond : std::min(workspace, beyond);
@@ -337,14 +367,27 @@ int run_calibrate(CalibrateOptions o) {
     diags.render(std::cerr, stderr_color());
     if (!checked || !base) return user_error;
     const auto& net = checked->net.net;
-    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    std::string no_gpu;
+    if (o.gpu() && backend::gpu_devices(&no_gpu) == 0) {
+        std::cerr << "error: cannot calibrate a GPU (--device gpu): " << no_gpu << "\n";
+        return user_error;
+    }
+    // Processors: this machine's cores, or its GPUs.
+    const unsigned cores =
+        o.gpu() ? static_cast<unsigned>(backend::gpu_devices()) : std::max(1u, std::thread::hardware_concurrency());
     if (o.procs.empty()) {
         for (std::int64_t p = 1; p <= static_cast<std::int64_t>(cores); p *= 2) o.procs.push_back(p);
         if (o.procs.back() != static_cast<std::int64_t>(cores)) o.procs.push_back(cores);
     }
+    if (o.gpu()) o.gpu_workspace = static_cast<std::int64_t>(base->platform.workspace);
     std::sort(o.procs.begin(), o.procs.end());
     o.procs.erase(std::unique(o.procs.begin(), o.procs.end()), o.procs.end());
-    scheduler::Platform platform = this_machine(base->platform);
+    scheduler::Platform platform = this_machine(base->platform, o.gpu());
+    const std::vector<std::string> extra = o.worker_args();
+    auto with_extra = [&](std::vector<std::string> args) {
+        args.insert(args.end(), extra.begin(), extra.end());
+        return args;
+    };
 
     const fs::path dir = fs::temp_directory_path() / fmt::format("dsl_calibrate_{}", ::getpid());
     fs::create_directories(dir);
@@ -360,8 +403,9 @@ int run_calibrate(CalibrateOptions o) {
             for (const auto& k : keys) out << k << "\n";
         }
         const int code = launch_child(
-            {"calibrate", o.net, "-o", o.output, "--worker", "kernels", "--keys", keys_file.string(), "--results",
-             results.string(), "--reps", std::to_string(o.reps), "--warmup", std::to_string(o.warmup)},
+            with_extra({"calibrate", o.net, "-o", o.output, "--worker", "kernels", "--keys", keys_file.string(),
+                        "--results", results.string(), "--reps", std::to_string(o.reps), "--warmup",
+                        std::to_string(o.warmup)}),
             {{"OMP_NUM_THREADS", std::to_string(threads)}});
         if (code != ok) {
             std::cerr << "error: timing the kernels failed\n";
@@ -393,7 +437,7 @@ int run_calibrate(CalibrateOptions o) {
                                       "--max-message",
                                       std::to_string(o.max_message)};
         if (exchanges) args.push_back("--exchanges");
-        const int code = launch_mpi(procs, args);
+        const int code = launch_mpi(procs, with_extra(args));
         if (code != ok) {
             std::cerr << fmt::format("error: timing the communication on {} processes failed\n", procs);
             fs::remove_all(dir, ec);
@@ -424,9 +468,10 @@ int run_calibrate(CalibrateOptions o) {
                                          procs, procs == 1 ? "" : "es", batch);
                 const fs::path results = dir / fmt::format("layers_{}_{}", procs, batch);
                 const int code =
-                    launch_mpi(procs, {"calibrate", o.net, "-o", o.output, "--worker", "profile", "--platform",
-                                       so_far.string(), "--results", results.string(), "--batch", std::to_string(batch),
-                                       "--reps", std::to_string(o.reps), "--warmup", std::to_string(o.warmup)});
+                    launch_mpi(procs, with_extra({"calibrate", o.net, "-o", o.output, "--worker", "profile",
+                                                  "--platform", so_far.string(), "--results", results.string(),
+                                                  "--batch", std::to_string(batch), "--reps", std::to_string(o.reps),
+                                                  "--warmup", std::to_string(o.warmup)}));
                 if (code != ok) {
                     std::cerr << fmt::format("error: profiling training on {} processes failed\n", procs);
                     fs::remove_all(dir, ec);
@@ -461,10 +506,10 @@ int run_calibrate(CalibrateOptions o) {
     if (std::ifstream old(o.output); old)
         for (std::string line; std::getline(old, line);)
             if (line.rfind("# Calibrated by ", 0) == 0) runs += line.substr(2) + "\n";
-    runs += fmt::format("Calibrated by 'dsl calibrate {} --procs{} --batch{}{}' on {}.", o.net, procs_list, batch_list,
-                        o.in_situ ? "" : " --kernels-only", date);
+    runs += fmt::format("Calibrated by 'dsl calibrate {} --procs{} --batch{}{}{}' on {}.", o.net, procs_list, batch_list,
+                        o.in_situ ? "" : " --kernels-only", o.gpu() ? " --device gpu" : "", date);
     const std::string comment = fmt::format(
-        "This machine: {}, {} cores.\n"
+        "This machine: {}, {}.\n"
         "Kernel times (conv.forward, ...) are the median of {} calls after {} warm-up calls; factors\n"
         "(factor.conv.forward, ...) the time in training steps (under every split, without the waits for other\n"
         "processes) of every layer of that kind and tile size over the time of its kernels alone; drift those\n"
@@ -472,7 +517,9 @@ int run_calibrate(CalibrateOptions o) {
         "bandwidth a linear fit to the measured exchanges; flops the median rate of the measured convolutions\n"
         "over efficiency; workspace the resident memory of those steps beyond what the model counts. Run dsl\n"
         "calibrate again, with other networks, to add their shapes.\n{}",
-        cpu_model(), cores, o.reps, o.warmup, runs);
+        o.gpu() ? backend::gpu_name() : cpu_model(), o.gpu() ? fmt::format("{} GPU{}", cores, cores == 1 ? "" : "s")
+                                                         : fmt::format("{} cores", cores),
+        o.reps, o.warmup, runs);
     const std::string text = scheduler::print_platform(platform, comment);
     std::string why;
     if (!replace_file(o.output, text, why)) {
@@ -505,7 +552,12 @@ void setup_calibrate(CLI::App& app, Action& action) {
         ->check(CLI::PositiveNumber);
     sub->add_flag("!--kernels-only", o->in_situ,
                   "Time kernels alone only, not each layer in training steps under every split as well");
+    sub->add_option("--device", o->device,
+                    "cpu or gpu: whose kernels and communication are measured (default cpu); on a GPU, the file "
+                    "says device = gpu and its processors are the GPUs")
+        ->check(CLI::IsMember({"cpu", "gpu"}));
     sub->add_option("--worker", o->worker)->group("");  // hidden: a measuring process of its own
+    sub->add_option("--gpu-workspace", o->gpu_workspace)->group("");
     sub->add_option("--keys", o->keys)->group("");
     sub->add_option("--results", o->results)->group("");
     sub->add_flag("--exchanges", o->exchanges)->group("");

@@ -8,6 +8,7 @@
 #include <dsl/backend/checkpoint.hpp>
 #include <dsl/backend/comm.hpp>
 #include <dsl/backend/data.hpp>
+#include <dsl/backend/gpu.hpp>
 #include <dsl/backend/trainer.hpp>
 
 #include <fmt/format.h>
@@ -35,9 +36,10 @@ struct RunOptions {
     std::optional<std::int64_t> batch, procs;
     std::optional<double> lr, momentum, weight_decay;
     std::uint64_t seed = 0;
-    std::string log, save, load, inputs, labels, kernels = "cpu", device = "cpu", platform;
-    bool auto_schedule = false, profile = false;
+    std::string log, save, load, inputs, labels, kernels = "cpu", device, platform, gpu_comm = "auto";
+    bool auto_schedule = false, profile = false, tf32 = false;
 };
+
 
 double peak_resident_bytes() {
     rusage usage{};
@@ -78,6 +80,52 @@ struct Output {
 // The mini-batch size: --batch, the schedule's, or 4.
 std::int64_t run_batch(const Checked& c, const RunOptions& o) {
     return o.batch.value_or(c.schedule && c.schedule->batch ? *c.schedule->batch : 4);
+}
+
+// Where a run computes: --device, else the platform's (--platform or the schedule's, when either names one),
+// else the CPU. On a GPU, the platform's workspace (when it gives one) bounds the convolutions' scratch.
+struct Placement {
+    bool gpu = false;
+    std::optional<std::int64_t> workspace;
+};
+
+std::optional<Placement> placement(const RunOptions& o, const Checked& c, Output& io) {
+    Placement p;
+    p.gpu = o.device == "gpu";
+    const bool named = !o.platform.empty() || (c.schedule && c.schedule->platform);
+    if (!named) return p;
+    SourceManager sources;
+    Diagnostics diags;
+    const auto platform = resolve_platform(o.platform, c.schedule, sources, diags);
+    if (!platform) {
+        diags.render(io.err(), stderr_color());
+        return std::nullopt;
+    }
+    const bool gpu_platform = platform->platform.device == scheduler::Device::gpu;
+    if (o.device.empty()) p.gpu = gpu_platform;
+    if (p.gpu && gpu_platform && platform->platform.workspace > 0)
+        p.workspace = static_cast<std::int64_t>(platform->platform.workspace);
+    return p;
+}
+
+// A GPU run's kernels and communicator: the GPU of this process's local rank, NCCL when each process of the
+// node has a GPU of its own (unless --gpu-comm mpi), else MPI through host memory.
+struct GpuRun {
+    backend::Kernels kernels;
+    std::unique_ptr<backend::Comm> comm;
+};
+
+GpuRun gpu_run(const RunOptions& o, const Placement& p, std::unique_ptr<backend::Comm> host) {
+    const int devices = backend::gpu_devices();
+    backend::gpu_select(backend::gpu_for_local_rank(backend::launched_local_rank(), devices));
+    backend::GpuOptions options;
+    if (p.workspace) options.workspace = *p.workspace;
+    options.tf32 = o.tf32;
+    GpuRun run;
+    run.kernels = backend::gpu_kernels(options);
+    const bool own_gpus = backend::launched_local_size() <= devices;
+    run.comm = backend::gpu_comm(std::move(host), o.gpu_comm == "nccl" || (o.gpu_comm == "auto" && own_gpus));
+    return run;
 }
 
 // --auto-schedule: what the schedule leaves open (everything, without one) filled by the auto-scheduler for
@@ -161,8 +209,8 @@ std::optional<scheduler::Schedule> run_schedule(const Checked& c, const RunOptio
     return s;
 }
 
-int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule& schedule, backend::Comm& comm,
-          Output& io);
+int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule& schedule, backend::Kernels kernels,
+          backend::Comm& comm, Output& io);
 
 // The --profile table: every layer's forward and backward milliseconds per step, and of those the wait for
 // other processes, averaged over the profiled steps and the processes.
@@ -221,16 +269,48 @@ int run_training(const RunOptions& o) {
         return o.auto_schedule ? user_error : usage;
     }
     const std::int64_t procs = *schedule->procs;
-    if (o.device != "cpu") {
-        io.err() << "error: --device gpu: this build has no GPU backend\n";
-        return usage;
+    const auto where = placement(o, *checked, io);
+    if (!where) return user_error;
+    if (where->gpu) {
+        std::string none;
+        if (backend::gpu_devices(&none) == 0) {
+            io.err() << fmt::format("error: cannot train on a GPU ({}): {}\n",
+                                    o.device.empty() ? "the platform's device" : "--device gpu", none);
+            return user_error;
+        }
+        if (o.kernels != "cpu") {
+            io.err() << "error: --kernels " << o.kernels << " runs on the CPU, not with --device gpu\n";
+            return usage;
+        }
+        if (o.gpu_comm == "nccl" && backend::launched_local_size() > backend::gpu_devices()) {
+            io.err() << fmt::format("error: --gpu-comm nccl needs a GPU per process, but {} processes share {} GPUs\n",
+                                    backend::launched_local_size(), backend::gpu_devices());
+            return usage;
+        }
     }
     if (procs > 1 && !mpi) return launch_mpi(procs, {program_arguments().begin() + 1, program_arguments().end()});
 
     std::unique_ptr<backend::Comm> comm = mpi ? backend::mpi_world() : backend::self_comm();
     int code = ok;
     try {
-        code = train(o, *checked, *schedule, *comm, io);
+        backend::Kernels kernels =
+            o.kernels == "reference" ? backend::reference_kernels() : backend::cpu_kernels();
+        if (where->gpu) {
+            GpuRun run = gpu_run(o, *where, std::move(comm));
+            kernels = run.kernels;
+            comm = std::move(run.comm);
+            if (io.on)
+                io.out() << fmt::format("on {} ({} GPU{} for {} process{} of this node{})\n", backend::gpu_name(),
+                                        backend::gpu_devices(), backend::gpu_devices() == 1 ? "" : "s",
+                                        backend::launched_local_size(),
+                                        backend::launched_local_size() == 1 ? "" : "es",
+                                        comm->size() > 1 ? (o.gpu_comm == "mpi" ||
+                                                                    backend::launched_local_size() > backend::gpu_devices()
+                                                                ? "; messages through host memory over MPI"
+                                                                : "; messages over NCCL")
+                                                         : "");
+        }
+        code = train(o, *checked, *schedule, kernels, *comm, io);
     } catch (const std::bad_alloc&) {
         if (!mpi || comm->size() == 1) throw;
         std::cerr << fmt::format(
@@ -252,8 +332,8 @@ int run_training(const RunOptions& o) {
     return code;
 }
 
-int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule& schedule, backend::Comm& comm,
-          Output& io) {
+int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule& schedule, backend::Kernels kernels,
+          backend::Comm& comm, Output& io) {
     const auto& net = checked.net.net;
     if (comm.size() != *schedule.procs) {
         io.err() << fmt::format(
@@ -279,8 +359,7 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
     }
     std::unique_ptr<backend::Trainer> trainer;
     try {
-        trainer = std::make_unique<backend::Trainer>(
-            net, o.kernels == "reference" ? backend::reference_kernels() : backend::cpu_kernels(), cfg, schedule, comm);
+        trainer = std::make_unique<backend::Trainer>(net, kernels, cfg, schedule, comm);
     } catch (const std::invalid_argument& e) {
         io.err() << fmt::format("error: {} (--batch, or 'batch' in the schedule)\n", e.what());
         return user_error;
@@ -314,6 +393,9 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
     std::vector<backend::LayerTime> profiled(net.layers.size());
     double profiled_update = 0.0, profiled_update_wait = 0.0, profiled_steps = 0.0;
     using clock = std::chrono::steady_clock;
+    // On a GPU: the most memory in use on the device after a step (by every process that shares it).
+    const bool on_gpu = !kernels.mem().host();
+    double gpu_peak = 0.0;
     const auto start = clock::now();
     double last_loss = 0.0;
     const std::int64_t every = o.steps <= 50 ? 1 : o.steps / 25;
@@ -322,6 +404,7 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
         const auto t0 = clock::now();
         last_loss = trainer->step(*data, step * cfg.batch);
         const double seconds = std::chrono::duration<double>(clock::now() - t0).count();
+        if (on_gpu) gpu_peak = std::max(gpu_peak, static_cast<double>(backend::gpu_memory_in_use()));
         if (o.profile && (step > first_step || o.steps == 1)) {
             const backend::StepProfile& p = trainer->last_profile();
             for (std::size_t i = 0; i < profiled.size(); ++i) {
@@ -365,10 +448,12 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
     if (progress) std::cerr << "\r" << std::string(40, ' ') << "\r";
     const double total = std::chrono::duration<double>(clock::now() - start).count();
     const double peak = comm.max(peak_resident_bytes());
-    io.out() << fmt::format("{} steps in {:.2f} s: {:.2f} steps/s, {:.1f} samples/s; peak memory {:.1f} MiB{}\n",
+    gpu_peak = comm.max(gpu_peak);
+    io.out() << fmt::format("{} steps in {:.2f} s: {:.2f} steps/s, {:.1f} samples/s; peak memory {:.1f} MiB{}{}\n",
                             o.steps, total, static_cast<double>(o.steps) / total,
                             static_cast<double>(o.steps * cfg.batch) / total, peak / (1 << 20),
-                            comm.size() > 1 ? " per process (the largest)" : "");
+                            comm.size() > 1 ? " per process (the largest)" : "",
+                            on_gpu ? fmt::format(", {:.1f} MiB in use on the GPU", gpu_peak / (1 << 20)) : "");
 
     if (o.profile) print_profile(net, comm, profiled, profiled_update, profiled_update_wait, profiled_steps, io);
 
@@ -412,7 +497,15 @@ void setup_run(CLI::App& app, Action& action) {
                     "With --auto-schedule: the platform (default: the schedule's, else 'local')");
     run->add_flag("--profile", o->profile,
                   "Print each layer's forward and backward time per step, and the part spent waiting for others");
-    run->add_option("--device", o->device, "cpu or gpu")->check(CLI::IsMember({"cpu", "gpu"}));
+    run->add_option("--device", o->device,
+                    "cpu or gpu: where every layer runs (default: the platform's device, else cpu); on a GPU, one "
+                    "process per GPU by local rank, or several sharing one")
+        ->check(CLI::IsMember({"cpu", "gpu"}));
+    run->add_option("--gpu-comm", o->gpu_comm,
+                    "With --device gpu: nccl (a GPU per process), mpi (through host memory) or auto (default: nccl "
+                    "when every process has a GPU of its own)")
+        ->check(CLI::IsMember({"auto", "nccl", "mpi"}));
+    run->add_flag("--tf32", o->tf32, "With --device gpu: let convolutions use TF32 tensor cores (faster, ~1e-3 error)");
     run->footer("Example:\n  dsl run samples/mesh_tiny.net --steps 20 --batch 4 --log steps.jsonl --save ckpt");
     run->callback([o, &action] { action = [o] { return run_training(*o); }; });
 }

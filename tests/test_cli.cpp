@@ -1,6 +1,8 @@
 // The `dsl` command end to end: check's table and JSON, print's round trip, the planned verbs, help.
 #include "run_dsl.hpp"
 
+#include <dsl/backend/gpu.hpp>
+
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
@@ -259,6 +261,25 @@ TEST_CASE("run checks that the schedule fits the run before starting processes",
     CHECK(r.exit_code != 0);
     CHECK(r.err.find(c.message) != std::string::npos);
     CHECK(r.out.find("step") == std::string::npos);
+}
+
+TEST_CASE("without a GPU, a GPU run or calibration says why and trains nothing", "[cli][run]") {
+    std::string why;
+    if (dsl::backend::gpu_devices(&why) > 0) return;  // tests/gpu trains there
+    for (const std::string args : {"run samples/mesh_tiny.net --device gpu --steps 1",
+                                   "run samples/mesh_tiny.net --platform dgx_h100 --steps 1",
+                                   "run samples/mesh_tiny.net samples/mesh_tiny_sample_2.sched --device gpu --steps 1",
+                                   "calibrate samples/mesh_tiny.net --device gpu -o /nonexistent/x.platform"}) {
+        const Result r = run_dsl(args);
+        INFO(args << "\n" << r.out << r.err);
+        CHECK(r.exit_code == 1);
+        CHECK(r.err.find(why) != std::string::npos);
+        CHECK(r.out.find("step") == std::string::npos);
+    }
+    // The CPU stays the default with a CPU platform, and --device cpu overrides a GPU one.
+    const Result r = run_dsl("run samples/mesh_tiny.net --platform dgx_h100 --device cpu --steps 1");
+    INFO(r.err);
+    CHECK(r.exit_code == 0);
 }
 
 TEST_CASE("run under mpirun with the wrong process count says so once", "[cli][run][mpi]") {

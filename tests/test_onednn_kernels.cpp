@@ -1,5 +1,6 @@
 // The oneDNN convolution and fully connected kernels against the reference, on views of tiles with margins.
 #include "../backend/src/onednn_kernels.hpp"
+#include "kernel_layouts.hpp"
 
 #include <dsl/backend/kernels.hpp>
 #include <dsl/frontend/diagnostics.hpp>
@@ -18,86 +19,6 @@
 using namespace dsl::backend;
 
 namespace {
-
-// How a kernel's operand sits in its tile. The margins outside the view hold NaN for inputs (so reading them
-// shows in the result) and a sentinel for outputs (so writing them shows in the comparison).
-enum class Layout {
-    dense,     // a tensor without margins
-    interior,  // the interior of a tensor with uneven margins
-    padded,    // the whole padded view of a tensor whose margins of 1 hold the (zero) padding
-    inside,    // margins of 2, and the view starts 1 row and column inside them, as a pad-1 convolution reads
-    channels,  // a channel range of a larger tensor with margins: stride_n is not C * stride_c
-};
-
-const char* name(Layout l) {
-    switch (l) {
-        case Layout::dense: return "dense";
-        case Layout::interior: return "interior";
-        case Layout::padded: return "padded";
-        case Layout::inside: return "inside";
-        case Layout::channels: return "channels";
-    }
-    return "?";
-}
-
-constexpr float sentinel = 1234.5f;
-
-// A tile and the view of it that a kernel receives.
-struct Operand {
-    Tensor tensor;
-    std::int64_t offset = 0;  // of the view's first element in the tensor's storage
-    Dims dims;
-
-    View view() {
-        const View p = tensor.padded();
-        return View{tensor.data() + offset, dims, p.stride_n, p.stride_c, p.stride_h};
-    }
-};
-
-Operand make_operand(Dims d, Layout layout, bool input, std::mt19937& rng) {
-    Operand o;
-    o.dims = d;
-    switch (layout) {
-        case Layout::dense: o.tensor = Tensor(d); break;
-        case Layout::interior: o.tensor = Tensor(d, Margins{2, 1, 3, 2}); break;
-        case Layout::padded: o.tensor = Tensor(Dims{d.n, d.c, d.h - 2, d.w - 2}, Margins{1, 1, 1, 1}); break;
-        case Layout::inside: o.tensor = Tensor(Dims{d.n, d.c, d.h - 2, d.w - 2}, Margins{2, 2, 2, 2}); break;
-        case Layout::channels: o.tensor = Tensor(Dims{d.n, d.c + 3, d.h, d.w}, Margins{1, 2, 1, 0}); break;
-    }
-    const View p = o.tensor.padded();
-    switch (layout) {
-        case Layout::dense:
-        case Layout::padded: o.offset = 0; break;
-        case Layout::interior: o.offset = &p.at(0, 0, 2, 3) - p.base; break;
-        case Layout::inside: o.offset = &p.at(0, 0, 1, 1) - p.base; break;
-        case Layout::channels: o.offset = &p.at(0, 1, 1, 1) - p.base; break;
-    }
-    o.tensor.fill(input ? std::numeric_limits<float>::quiet_NaN() : sentinel);
-    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-    const View v = o.view();
-    const Dims in = o.tensor.dims();
-    const Margins m = o.tensor.margins();
-    for (std::int64_t n = 0; n < d.n; ++n)
-        for (std::int64_t c = 0; c < d.c; ++c)
-            for (std::int64_t y = 0; y < d.h; ++y)
-                for (std::int64_t x = 0; x < d.w; ++x) {
-                    float value = uniform(rng);
-                    // Where the view covers margins they are a convolution's zero padding.
-                    const std::int64_t ty = &v.at(n, c, y, x) - &p.at(n, 0, 0, 0);
-                    const std::int64_t row = (ty % p.stride_c) / p.stride_h, col = ty % p.stride_h;
-                    const bool margin = row < m.top || row >= m.top + in.h || col < m.left || col >= m.left + in.w;
-                    if (input && margin) value = 0.0f;
-                    v.at(n, c, y, x) = value;
-                }
-    return o;
-}
-
-std::vector<float> random_vector(std::int64_t size, std::mt19937& rng) {
-    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-    std::vector<float> v(static_cast<std::size_t>(size));
-    for (float& x : v) x = uniform(rng);
-    return v;
-}
 
 // Every element of two buffers that started equal, margins included: values within `tolerance` of the
 // largest expected magnitude, no NaN, and sentinels exactly where they were.
@@ -130,13 +51,6 @@ struct ConvProblem {
     bool bias;
 };
 
-Window window(std::int64_t kh, std::int64_t kw, std::int64_t sh, std::int64_t sw, std::int64_t dh, std::int64_t dw) {
-    Window w;
-    w.kernel = {kh, kw};
-    w.stride = {sh, sw};
-    w.dilation = {dh, dw};
-    return w;
-}
 
 std::string describe(const ConvProblem& p, Layout layout) {
     const Window& w = p.window;

@@ -42,23 +42,34 @@ Dims dims4(const std::vector<std::int64_t>& d) {
     return {};
 }
 
-// The median of `reps` timed calls after `warmup` untimed ones.
-double median_seconds(const std::function<void()>& f, const TimingRuns& runs) {
+// The median of `reps` timed calls after `warmup` untimed ones; a call ends when the kernels it started
+// in `mem` (a GPU's, which runs them after the call returns) have.
+double median_seconds(const std::function<void()>& f, const TimingRuns& runs, Memory& mem) {
     for (int i = 0; i < runs.warmup; ++i) f();
+    mem.synchronize();
     std::vector<double> t;
     for (int i = 0; i < std::max(1, runs.reps); ++i) {
         const auto t0 = Clock::now();
         f();
+        mem.synchronize();
         t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
     }
     std::sort(t.begin(), t.end());
     return t.size() % 2 ? t[t.size() / 2] : (t[t.size() / 2 - 1] + t[t.size() / 2]) / 2;
 }
 
-// Buffers with small values, so nothing overflows or denormalizes.
-Tensor filled(Dims d, float scale = 0.01f) {
-    Tensor t(d);
-    for (std::int64_t i = 0; i < t.size(); ++i) t.data()[i] = scale * static_cast<float>((i * 7919) % 201 - 100);
+// Buffers in `mem` with small values, so nothing overflows or denormalizes.
+Tensor filled_tensor(Memory& mem, Dims d, float scale = 0.01f) {
+    std::vector<float> values(static_cast<std::size_t>(d.elements()));
+    for (std::size_t i = 0; i < values.size(); ++i) values[i] = scale * static_cast<float>((i * 7919) % 201 - 100);
+    Tensor t(d, {}, mem);
+    mem.upload(values.data(), t.data(), t.size());
+    return t;
+}
+
+Tensor constant(Memory& mem, Dims d, float value) {
+    Tensor t(d, {}, mem);
+    mem.fill(t.padded(), value);
     return t;
 }
 
@@ -85,8 +96,11 @@ std::optional<double> time_kernel(const std::string& key, Kernels k, DataSource&
     if (field("s").size() == 2) w.stride = {field("s")[0], field("s")[1]};
     if (field("d").size() == 2) w.dilation = {field("d")[0], field("d")[1]};
     std::function<void()> run;
-    // The buffers live as long as `run`.
-    Tensor a, b, c, wt;
+    Memory& mem = k.mem();
+    auto zeros = [&](Dims d) { return Tensor(d, {}, mem); };
+    auto filled = [&](Dims d) { return filled_tensor(mem, d); };
+    // The buffers live as long as `run`: tensors, parameters (p1, p2) in the kernels' memory; v1, v2 on the host.
+    Tensor a, b, c, wt, p1, p2;
     std::vector<float> v1, v2;
     std::vector<double> s1, s2;
     std::vector<std::int32_t> labels;
@@ -96,8 +110,7 @@ std::optional<double> time_kernel(const std::string& key, Kernels k, DataSource&
         a = filled(x);
         b = filled(y);
         wt = filled(Dims{y.c, x.c, w.kernel[0], w.kernel[1]});
-        c = Tensor(Dims{y.c, x.c, w.kernel[0], w.kernel[1]});
-        v1.assign(static_cast<std::size_t>(y.c), 0.0f);
+        c = zeros(Dims{y.c, x.c, w.kernel[0], w.kernel[1]});
         if (phase == "forward") run = [&] { k.conv->forward(a.interior(), wt.interior(), nullptr, b.interior(), w); };
         if (phase == "backward_data")
             run = [&] { k.conv->backward_data(b.interior(), wt.interior(), a.interior(), w); };
@@ -107,45 +120,47 @@ std::optional<double> time_kernel(const std::string& key, Kernels k, DataSource&
         a = filled(x);
         b = filled(y);
         wt = filled(Dims{y.c, x.c, 1, 1});
-        c = Tensor(wt.dims());
-        v1.assign(static_cast<std::size_t>(y.c), 0.0f);
-        if (phase == "forward") run = [&] { k.fc->forward(a.interior(), wt.interior(), v1.data(), b.interior()); };
+        c = zeros(wt.dims());
+        p1 = zeros(Dims{1, y.c, 1, 1});
+        if (phase == "forward") run = [&] { k.fc->forward(a.interior(), wt.interior(), p1.data(), b.interior()); };
         if (phase == "backward_data") run = [&] { k.fc->backward_data(b.interior(), wt.interior(), a.interior()); };
         if (phase == "backward_weights")
-            run = [&] { k.fc->backward_weights(a.interior(), b.interior(), c.interior(), v1.data()); };
+            run = [&] { k.fc->backward_weights(a.interior(), b.interior(), c.interior(), p1.data()); };
     } else if (kind == "batchnorm" && x.n) {
         a = filled(x);
         b = filled(x);
-        c = Tensor(x);
+        c = zeros(x);
         const auto ch = static_cast<std::size_t>(x.c);
-        v1.assign(ch, 0.0f);
-        v2.assign(ch, 1.0f);
+        v1.assign(ch, 0.0f);  // mean
+        v2.assign(ch, 1.0f);  // inverse standard deviation
+        p1 = constant(mem, Dims{1, x.c, 1, 1}, 1.0f);  // gamma
+        p2 = zeros(Dims{1, x.c, 1, 1});                // beta
         s1.assign(ch, 0.0);
         s2.assign(ch, 0.0);
         const double count = static_cast<double>(x.n * x.h * x.w);
         if (phase == "forward")
             run = [&] {
                 k.batchnorm->statistics(a.interior(), s1.data(), s2.data());
-                k.batchnorm->forward(a.interior(), v1.data(), v2.data(), v2.data(), v1.data(), c.interior());
+                k.batchnorm->forward(a.interior(), v1.data(), v2.data(), p1.data(), p2.data(), c.interior());
             };
         if (phase == "backward")
             run = [&] {
                 k.batchnorm->backward_statistics(a.interior(), b.interior(), v1.data(), v2.data(), s1.data(),
                                                  s2.data());
-                k.batchnorm->backward(a.interior(), b.interior(), v1.data(), v2.data(), v2.data(), s1.data(), s2.data(),
+                k.batchnorm->backward(a.interior(), b.interior(), v1.data(), v2.data(), p1.data(), s1.data(), s2.data(),
                                       count, c.interior());
             };
     } else if (kind == "activation" && x.n) {
         a = filled(x);
         b = filled(x);
-        c = Tensor(x);
+        c = zeros(x);
         if (phase == "forward") run = [&] { k.activation->forward(a.interior(), 0.0f, c.interior()); };
         if (phase == "backward") run = [&] { k.activation->backward(a.interior(), b.interior(), 0.0f, c.interior()); };
     } else if ((kind == "maxpool" || kind == "avgpool") && x.n && y.n) {
         const PoolKind pk = kind == "maxpool" ? PoolKind::max : PoolKind::average;
         a = filled(x);
         b = filled(y);
-        c = Tensor(x);
+        c = zeros(x);
         if (phase == "forward") run = [&, pk] { k.pool->forward(pk, a.interior(), b.interior(), w); };
         if (phase == "backward") run = [&, pk] { k.pool->backward(pk, a.interior(), b.interior(), c.interior(), w); };
     } else if (kind == "global_avgpool" && x.n) {
@@ -157,7 +172,7 @@ std::optional<double> time_kernel(const std::string& key, Kernels k, DataSource&
     } else if (kind == "add" && x.n) {
         const std::int64_t inputs = field("inputs").empty() ? 2 : field("inputs")[0];
         for (std::int64_t i = 0; i < inputs; ++i) many.push_back(filled(x));
-        c = Tensor(x);
+        c = zeros(x);
         if (phase == "forward")
             run = [&] {
                 std::vector<ConstView> xs;
@@ -170,11 +185,11 @@ std::optional<double> time_kernel(const std::string& key, Kernels k, DataSource&
             };
     } else if (kind == "concat" && y.n) {
         a = filled(y);
-        c = Tensor(y);
+        c = zeros(y);
         if (phase == "forward" || phase == "backward") run = [&] { k.eltwise->copy(a.interior(), c.interior()); };
     } else if (kind == "loss" && x.n) {
         a = filled(x);
-        c = Tensor(x);
+        c = zeros(x);
         labels.assign(static_cast<std::size_t>(x.n * x.h * x.w), 0);
         const Dims ld{x.n, 1, x.h, x.w};
         if (phase == "forward")
@@ -183,32 +198,37 @@ std::optional<double> time_kernel(const std::string& key, Kernels k, DataSource&
                 k.loss->cross_entropy(a.interior(), lv, 1.0f, c.interior());
             };
     } else if (kind == "input" && x.n) {
+        // Made on the host, then (on a GPU) sent to the device, as training does.
         a = Tensor(x);
-        if (phase == "forward") run = [&] { data.inputs(input, 0, 0, 0, a.interior()); };
+        b = zeros(x);
+        if (phase == "forward")
+            run = [&] {
+                data.inputs(input, 0, 0, 0, a.interior());
+                mem.upload(a.data(), b.data(), a.size());
+            };
     } else if (kind == "sgd" && !field("params").empty()) {
-        const auto n = static_cast<std::size_t>(field("params")[0]);
-        v1.assign(n, 0.5f);
-        v2.assign(n, 0.0f);
-        std::vector<float>& g = v1;
-        run = [&, n] {
-            k.eltwise->sgd(v1.data(), v2.data(), g.data(), static_cast<std::int64_t>(n), 1e-9f, 0.9f, 0.0f);
-        };
+        const std::int64_t n = field("params")[0];
+        p1 = constant(mem, Dims{1, n, 1, 1}, 0.5f);  // the weights, and their gradient
+        p2 = zeros(Dims{1, n, 1, 1});                // the momentum
+        run = [&, n] { k.eltwise->sgd(p1.data(), p2.data(), p1.data(), n, 1e-9f, 0.9f, 0.0f); };
     }
     if (!run) {
         why = "no kernel of that name and shape";
         return std::nullopt;
     }
-    return median_seconds(run, runs);
+    return median_seconds(run, runs, mem);
 }
 
 std::vector<std::pair<std::string, double>> time_communication(Comm& comm, std::int64_t max_bytes,
-                                                               const TimingRuns& runs, bool exchanges) {
+                                                               const TimingRuns& runs, bool exchanges, Memory& mem) {
     std::vector<std::pair<std::string, double>> out;
     std::vector<std::int64_t> sizes;
     for (std::int64_t b = 8; b <= max_bytes; b *= 4) sizes.push_back(b);
     if (sizes.empty() || sizes.back() != max_bytes) sizes.push_back(max_bytes);
     const int me = comm.rank();
-    std::vector<float> send(static_cast<std::size_t>(max_bytes / 4 + 1), 1.0f), receive(send.size());
+    Buffer send(mem), receive(mem);
+    send.resize(max_bytes / 4 + 1);
+    receive.resize(send.size());
     // Point to point: 0 and 1 exchange at once, while the others wait at the barrier (an allreduce).
     if (exchanges && comm.size() > 1)
         for (std::int64_t b : sizes) {
@@ -222,7 +242,7 @@ std::vector<std::pair<std::string, double>> time_communication(Comm& comm, std::
                                             7);
                         comm.finish_exchange();
                     },
-                    runs);
+                    runs, mem);
             }
             double barrier = 0.0;
             comm.allreduce(&barrier, 1);
@@ -236,9 +256,8 @@ std::vector<std::pair<std::string, double>> time_communication(Comm& comm, std::
                 [&] {
                     comm.start_allreduce(send.data(), count);
                     comm.finish_allreduces();
-                    std::fill_n(send.data(), count, 1.0f);
                 },
-                runs);
+                runs, mem);
             double barrier = 0.0;
             comm.allreduce(&barrier, 1);
             if (me == 0)

@@ -369,6 +369,7 @@ bool restore(Trainer& trainer, const Checkpoint& ckpt, std::int64_t& step, std::
         const CheckpointTensor* t = ckpt.find(s.name);
         if (s.size > 0) std::memcpy(s.data, t->data.data(), static_cast<std::size_t>(s.size) * sizeof(float));
     }
+    trainer.state_written();
     step = ckpt.meta["step"].get<std::int64_t>();
     return true;
 }

@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <cstdlib>
+#include <initializer_list>
 #include <limits>
 #include <string>
 
@@ -142,6 +143,20 @@ int launched_rank() {
     for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"})
         if (const char* r = std::getenv(v)) return std::atoi(r);
     return 0;
+}
+
+namespace {
+int env_int(std::initializer_list<const char*> names, int none) {
+    for (const char* v : names)
+        if (const char* r = std::getenv(v)) return std::atoi(r);
+    return none;
+}
+}  // namespace
+
+int launched_local_rank() { return env_int({"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}, 0); }
+
+int launched_local_size() {
+    return env_int({"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"}, 1);
 }
 
 std::unique_ptr<Comm> mpi_world() {

@@ -1,6 +1,7 @@
 // The CPU kernels other than convolution and fc: views wrapped as Halide buffers and handed to the
 // pipelines of backend/halide; the loss is plain C++.
 #include "halide_kernels.hpp"
+#include "kernel_checks.hpp"
 
 #include <dsl/frontend/diagnostics.hpp>
 
@@ -31,15 +32,6 @@
 
 namespace dsl::backend {
 namespace {
-
-std::string dims_text(const Dims& d) {
-    return "{" + std::to_string(d.n) + ", " + std::to_string(d.c) + ", " + std::to_string(d.h) + ", " +
-           std::to_string(d.w) + "}";
-}
-
-void check_same_dims(const Dims& a, const Dims& b, const char* what) {
-    DSL_INTERNAL_CHECK(a == b, std::string(what) + ": " + dims_text(a) + " vs " + dims_text(b));
-}
 
 // Halide's runtime reports errors through a process-wide handler; keep the last message of this thread so
 // that a failed call says why (the default handler only prints it).
@@ -264,12 +256,7 @@ public:
 private:
     static void check(const Dims& x, const Dims& y, const Window& window) {
         DSL_INTERNAL_CHECK(window.dilation[0] == 1 && window.dilation[1] == 1, "pool: dilation is not supported");
-        DSL_INTERNAL_CHECK(
-            window.kernel[0] >= 1 && window.kernel[1] >= 1 && window.stride[0] >= 1 && window.stride[1] >= 1,
-            "pool: empty kernel or stride");
-        DSL_INTERNAL_CHECK(
-            x.n == y.n && x.c == y.c && x.h == window.input_extent(0, y.h) && x.w == window.input_extent(1, y.w),
-            "pool: input " + dims_text(x) + " does not match output " + dims_text(y));
+        check_pool(x, y, window);
     }
 
     struct Params {
@@ -330,8 +317,7 @@ class CpuLoss final : public LossKernels {
 public:
     double cross_entropy(ConstView logits, LabelView labels, float scale, View dlogits) override {
         const Dims& d = logits.dims;
-        DSL_INTERNAL_CHECK(labels.dims == (Dims{d.n, 1, d.h, d.w}),
-                           "cross_entropy: labels " + dims_text(labels.dims) + " for logits " + dims_text(d));
+        check_labels(d, labels.dims);
         if (dlogits.base) check_same_dims(logits.dims, dlogits.dims, "cross_entropy");
         double total = 0.0;
         std::vector<double> shifted(static_cast<std::size_t>(d.c));
@@ -339,8 +325,7 @@ public:
             for (std::int64_t i = 0; i < d.h; ++i)
                 for (std::int64_t j = 0; j < d.w; ++j) {
                     const std::int32_t label = labels.at(n, 0, i, j);
-                    DSL_INTERNAL_CHECK(label >= 0 && label < d.c, "cross_entropy: label " + std::to_string(label) +
-                                                                      " outside [0, " + std::to_string(d.c) + ")");
+                    check_label(label, d.c);
                     // Shift by the largest logit so that exp never overflows.
                     double max_logit = -std::numeric_limits<double>::infinity();
                     for (std::int64_t k = 0; k < d.c; ++k)

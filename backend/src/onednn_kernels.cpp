@@ -1,5 +1,6 @@
 // Convolution and fully connected kernels through oneDNN primitives (f32, CPU), cached per problem.
 #include "onednn_kernels.hpp"
+#include "kernel_checks.hpp"
 
 #include <dsl/frontend/diagnostics.hpp>
 
@@ -52,15 +53,6 @@ void zero(View v) {
     for (std::int64_t n = 0; n < v.dims.n; ++n)
         for (std::int64_t c = 0; c < v.dims.c; ++c)
             for (std::int64_t y = 0; y < v.dims.h; ++y) std::fill_n(&v.at(n, c, y, 0), v.dims.w, 0.0f);
-}
-
-std::string dims_text(const Dims& d) {
-    // Appended piece by piece: GCC 12 warns falsely (-Wrestrict) on "literal" + std::string.
-    std::string s = "{";
-    s += std::to_string(d.n);
-    for (std::int64_t v : {d.c, d.h, d.w}) s += ", ", s += std::to_string(v);
-    s += "}";
-    return s;
 }
 
 // Memory for arguments in a primitive's own layout. Calls are serialised, so all problems share one arena
@@ -281,11 +273,7 @@ public:
 private:
     // The kernels' contract: x spans exactly the rows and columns that y's outputs read.
     static void check(const ConstView& x, const ConstView& w, const ConstView& y, const Window& window) {
-        const bool ok = x.dims.n == y.dims.n && x.dims.c == w.dims.c && y.dims.c == w.dims.n &&
-                        w.dims.h == window.kernel[0] && w.dims.w == window.kernel[1] &&
-                        x.dims.h == window.input_extent(0, y.dims.h) && x.dims.w == window.input_extent(1, y.dims.w);
-        DSL_INTERNAL_CHECK(ok, "convolution of x " + dims_text(x.dims) + " with w " + dims_text(w.dims) + " into y " +
-                                   dims_text(y.dims) + " does not match its window");
+        check_conv(x.dims, w.dims, y.dims, window);
     }
 
     static memory::dims strides(const Window& w) { return {w.stride[0], w.stride[1]}; }
@@ -404,10 +392,7 @@ public:
 
 private:
     static void check(const ConstView& x, const ConstView& w, const ConstView& y) {
-        const bool ok = w.dims.c == x.dims.c * x.dims.h * x.dims.w && w.dims.h == 1 && w.dims.w == 1 &&
-                        y.dims.n == x.dims.n && y.dims.c == w.dims.n && y.dims.h == 1 && y.dims.w == 1;
-        DSL_INTERNAL_CHECK(ok, "fully connected layer of x " + dims_text(x.dims) + " with w " + dims_text(w.dims) +
-                                   " into y " + dims_text(y.dims) + " does not match");
+        check_fc(x.dims, w.dims, y.dims);
     }
 
     static memory::dims fc_weights(std::int64_t k, const Dims& x) { return {k, x.c, x.h, x.w}; }

@@ -1,5 +1,7 @@
 // The reference kernels: plain loops over strided views, accumulating in double; the oracle that the CPU
 // kernels and the distributed runs are tested against, so every loop reads like its formula in kernels.hpp.
+#include "kernel_checks.hpp"
+
 #include <dsl/backend/kernels.hpp>
 #include <dsl/frontend/diagnostics.hpp>
 
@@ -11,23 +13,6 @@
 
 namespace dsl::backend {
 namespace {
-
-std::string dims_text(const Dims& d) {
-    return "{" + std::to_string(d.n) + ", " + std::to_string(d.c) + ", " + std::to_string(d.h) + ", " +
-           std::to_string(d.w) + "}";
-}
-
-// Callers size views from the plan; a mismatch is a bug in dsl, so it is an internal error, never silent.
-template <typename A, typename B>
-void check_same_dims(const A& a, const B& b, const char* what) {
-    DSL_INTERNAL_CHECK(a.dims == b.dims, std::string(what) + ": " + dims_text(a.dims) + " vs " + dims_text(b.dims));
-}
-
-// x must span exactly the input that y's outputs read (kernels never pad: padding is in x's margins).
-void check_window_input(const Dims& x, const Dims& y, const Window& window, const char* what) {
-    DSL_INTERNAL_CHECK(x.n == y.n && x.h == window.input_extent(0, y.h) && x.w == window.input_extent(1, y.w),
-                       std::string(what) + ": input " + dims_text(x) + " does not match output " + dims_text(y));
-}
 
 // Element (n, c, y, x) of a dense double buffer shaped like `d`: where transposes gather before writing once.
 struct DoubleBuffer {
@@ -107,11 +92,7 @@ public:
 
 private:
     static void check(const auto& x, const auto& w, const auto& y, const Window& win) {
-        check_window_input(x.dims, y.dims, win, "conv");
-        DSL_INTERNAL_CHECK(
-            w.dims.n == y.dims.c && w.dims.c == x.dims.c && w.dims.h == win.kernel[0] && w.dims.w == win.kernel[1],
-            "conv: weights " + dims_text(w.dims) + " do not match input " + dims_text(x.dims) + " and output " +
-                dims_text(y.dims));
+        check_conv(x.dims, w.dims, y.dims, win);
     }
 };
 
@@ -263,11 +244,7 @@ public:
     }
 
 private:
-    static void check(const ConstView& x, const auto& y, const Window& win) {
-        check_window_input(x.dims, y.dims, win, "pool");
-        DSL_INTERNAL_CHECK(x.dims.c == y.dims.c,
-                           "pool: channels of " + dims_text(x.dims) + " and " + dims_text(y.dims));
-    }
+    static void check(const ConstView& x, const auto& y, const Window& win) { check_pool(x.dims, y.dims, win); }
 
     static float input(const ConstView& x, std::int64_t n, std::int64_t c, std::int64_t i, std::int64_t j,
                        std::int64_t a, std::int64_t b, const Window& win) {
@@ -342,12 +319,7 @@ private:
                 for (std::int64_t ww = 0; ww < d.w; ++ww) f(i++, c, h, ww);
     }
 
-    static void check(const auto& x, const auto& w, const auto& y) {
-        DSL_INTERNAL_CHECK(
-            y.dims.h == 1 && y.dims.w == 1 && x.dims.n == y.dims.n && w.dims.n == y.dims.c &&
-                w.dims.c == x.dims.c * x.dims.h * x.dims.w && w.dims.h == 1 && w.dims.w == 1,
-            "fc: input " + dims_text(x.dims) + ", weights " + dims_text(w.dims) + ", output " + dims_text(y.dims));
-    }
+    static void check(const auto& x, const auto& w, const auto& y) { check_fc(x.dims, w.dims, y.dims); }
 };
 
 class ReferenceEltwise final : public EltwiseKernels {
@@ -394,8 +366,7 @@ class ReferenceLoss final : public LossKernels {
 public:
     double cross_entropy(ConstView logits, LabelView labels, float scale, View dlogits) override {
         const Dims& d = logits.dims;
-        DSL_INTERNAL_CHECK(labels.dims == (Dims{d.n, 1, d.h, d.w}),
-                           "cross_entropy: labels " + dims_text(labels.dims) + " for logits " + dims_text(d));
+        check_labels(d, labels.dims);
         if (dlogits.base) check_same_dims(logits, dlogits, "cross_entropy");
         double total = 0.0;
         std::vector<double> probabilities;
@@ -403,8 +374,7 @@ public:
             for (std::int64_t i = 0; i < d.h; ++i)
                 for (std::int64_t j = 0; j < d.w; ++j) {
                     const std::int32_t label = labels.at(n, 0, i, j);
-                    DSL_INTERNAL_CHECK(label >= 0 && label < d.c, "cross_entropy: label " + std::to_string(label) +
-                                                                      " outside [0, " + std::to_string(d.c) + ")");
+                    check_label(label, d.c);
                     // log-sum-exp shifted by the maximum, so large logits do not overflow.
                     double max_logit = -std::numeric_limits<double>::infinity();
                     for (std::int64_t k = 0; k < d.c; ++k)

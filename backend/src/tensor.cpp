@@ -1,14 +1,78 @@
 // Owned tiles with margins, and views into them.
 #include <dsl/backend/tensor.hpp>
 
+#include <dsl/backend/kernels.hpp>
+
 #include <algorithm>
+#include <cstring>
+#include <new>
+#include <stdexcept>
+#include <utility>
 
 namespace dsl::backend {
+
+namespace {
+
+// The host's memory: plain loops, as the trainer has always done them on the CPU.
+class HostMemory final : public Memory {
+public:
+    bool host() const override { return true; }
+    float* allocate(std::int64_t count) override { return new float[static_cast<std::size_t>(count)](); }
+    void release(float* data) override { delete[] data; }
+    void fill(View v, float value) override {
+        for (std::int64_t n = 0; n < v.dims.n; ++n)
+            for (std::int64_t c = 0; c < v.dims.c; ++c)
+                for (std::int64_t y = 0; y < v.dims.h; ++y) std::fill_n(&v.at(n, c, y, 0), v.dims.w, value);
+    }
+    void upload(const float* host, float* data, std::int64_t count) override {
+        if (count > 0 && host != data) std::memcpy(data, host, static_cast<std::size_t>(count) * sizeof(float));
+    }
+    void download(const float* data, float* host, std::int64_t count) override { upload(data, host, count); }
+    void pack(ConstView v, float* out) override {
+        for (std::int64_t n = 0; n < v.dims.n; ++n)
+            for (std::int64_t c = 0; c < v.dims.c; ++c)
+                for (std::int64_t y = 0; y < v.dims.h; ++y, out += v.dims.w) std::copy_n(&v.at(n, c, y, 0), v.dims.w, out);
+    }
+    void unpack(const float* in, View v, bool add) override {
+        for (std::int64_t n = 0; n < v.dims.n; ++n)
+            for (std::int64_t c = 0; c < v.dims.c; ++c)
+                for (std::int64_t y = 0; y < v.dims.h; ++y, in += v.dims.w) {
+                    float* row = &v.at(n, c, y, 0);
+                    if (add)
+                        for (std::int64_t x = 0; x < v.dims.w; ++x) row[x] += in[x];
+                    else
+                        std::copy_n(in, v.dims.w, row);
+                }
+    }
+    void synchronize() override {}
+};
+
+}  // namespace
+
+Memory& host_memory() {
+    static HostMemory memory;
+    return memory;
+}
 
 Tensor::Tensor(Dims dims, Margins margins) : dims_(dims), margins_(margins) {
     size_ = padded_dims().elements();
     storage_.assign(static_cast<std::size_t>(size_), 0.0f);
     data_ = storage_.data();
+}
+
+Tensor::Tensor(Dims dims, Margins margins, Memory& memory) : dims_(dims), margins_(margins) {
+    size_ = padded_dims().elements();
+    if (memory.host()) {
+        storage_.assign(static_cast<std::size_t>(size_), 0.0f);
+        data_ = storage_.data();
+        return;
+    }
+    elsewhere_ = std::unique_ptr<float, Release>(memory.allocate(size_), Release{&memory});
+    data_ = elsewhere_.get();
+}
+
+void Tensor::Release::operator()(float* data) const {
+    if (data) memory->release(data);
 }
 
 Tensor Tensor::over(float* memory, Dims dims, Margins margins) {
@@ -21,11 +85,14 @@ Tensor Tensor::over(float* memory, Dims dims, Margins margins) {
 }
 
 Tensor::Tensor(const Tensor& o) : dims_(o.dims_), margins_(o.margins_), storage_(o.storage_), size_(o.size_) {
+    if (o.elsewhere_) throw std::logic_error("a tensor in a GPU's memory is moved, never copied");
     data_ = storage_.empty() ? o.data_ : storage_.data();
 }
 
 Tensor& Tensor::operator=(const Tensor& o) {
     if (this != &o) {
+        if (o.elsewhere_) throw std::logic_error("a tensor in a GPU's memory is moved, never copied");
+        elsewhere_.reset();
         dims_ = o.dims_;
         margins_ = o.margins_;
         storage_ = o.storage_;
@@ -67,6 +134,43 @@ void Tensor::fill_margins(float v) {
                 std::fill_n(row, margins_.left, v);
                 std::fill_n(row + margins_.left + dims_.w, margins_.right, v);
             }
+}
+
+Buffer::Buffer(Buffer&& o) noexcept
+    : memory_(o.memory_), data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)),
+      capacity_(std::exchange(o.capacity_, 0)) {}
+
+Buffer& Buffer::operator=(Buffer&& o) noexcept {
+    if (this != &o) {
+        if (data_) memory_->release(data_);
+        memory_ = o.memory_;
+        data_ = std::exchange(o.data_, nullptr);
+        size_ = std::exchange(o.size_, 0);
+        capacity_ = std::exchange(o.capacity_, 0);
+    }
+    return *this;
+}
+
+Buffer::~Buffer() {
+    if (data_) memory_->release(data_);
+}
+
+float* Buffer::reserve(std::int64_t count) {
+    if (count > capacity_) {
+        if (data_) memory_->release(data_);
+        data_ = nullptr;
+        capacity_ = 0;
+        data_ = memory_->allocate(count);
+        capacity_ = count;
+    }
+    size_ = count;
+    return data_;
+}
+
+void Buffer::resize(std::int64_t count) {
+    reserve(count);
+    size_ = count;
+    if (count > 0) memory_->fill(dense_view(data_, Dims{1, 1, 1, count}), 0.0f);
 }
 
 View dense_view(float* data, Dims dims) { return View{data, dims, dims.c * dims.h * dims.w, dims.h * dims.w, dims.w}; }

@@ -84,7 +84,7 @@ struct Trainer::Impl {
     struct Piece {
         int peer = 0;
         Box box;
-        std::vector<float> buffer;
+        Buffer buffer{host_memory()};  // in the kernels' memory (plan_exchanges)
     };
     struct Plan {
         std::vector<Piece> sends, receives;
@@ -124,10 +124,10 @@ struct Trainer::Impl {
         std::vector<std::int32_t> labels;          // a loss's labels, over its logits tile
         Comm* group = nullptr;                     // batch norm, global pooling: who sums statistics
 
-        // Parameters: weights (or batch-norm scale) and bias (or shift), their gradients and momenta.
-        Tensor w, dw, mw;
-        std::vector<float> b, db, mb;
-        // Batch norm.
+        // Parameters, in the kernels' memory: weights (or batch-norm scale) and bias (or shift, {1, C, 1, 1}),
+        // their gradients and momenta. A layer without a bias has empty b, db, mb.
+        Tensor w, dw, mw, b, db, mb;
+        // Batch norm, on the host: the step's statistics, and the running ones.
         std::vector<float> mean, inv_std, running_mean, running_var;
 
         Tile& own() { return *tiles.front(); }
@@ -135,16 +135,27 @@ struct Trainer::Impl {
 
     const frontend::Network& net;
     Kernels k;
+    Memory& mem;  // the kernels' memory: every tile, parameter and message buffer
     TrainConfig config;
     std::vector<scheduler::Distribution> dist;  // per layer
     std::unique_ptr<Comm> self;                 // a run on one process
     Comm& comm;
     std::vector<std::unique_ptr<Comm>> groups;
     std::vector<Slot> slots;
-    std::vector<std::vector<float>> grad_buffers;  // the memory under every tile's dy
-    std::vector<double> sums_a, sums_b;            // per-channel reductions
-    std::vector<float> scratch_values;
-    std::vector<float> scratch;  // gradients of tensors with several readers, before they are added
+    std::vector<Buffer> grad_buffers;    // the memory under every tile's dy
+    std::vector<double> sums_a, sums_b;  // per-channel reductions
+    std::vector<float> scratch_values;   // on the host: global pooling's values, batch-norm gradients
+    Buffer scratch;   // gradients of tensors with several readers, before they are added
+    Buffer staging;   // an input tile from the data source, on its way to the kernels' memory
+    std::vector<float> host_tile;
+    // state()'s copies of parameters in a GPU's memory, and where each came from.
+    std::vector<std::vector<float>> host_state;
+    struct StateCopy {
+        float* kernel;
+        const float* host;
+        std::int64_t size;
+    };
+    std::vector<StateCopy> kernel_state;
     std::int64_t step_index = 0;
     std::int64_t sent_bytes = 0;
     int tiles_made = 0;
@@ -155,22 +166,33 @@ struct Trainer::Impl {
     StepProfile profile;
     double waited = 0.0;
     static double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+    // On a GPU, kernels run after their calls return: while profiling, the clock is read only once the
+    // kernels started before it have ended (which serializes what would overlap).
     template <typename Wait>
     void wait(Wait&& w) {
         if (!profiling) return w();
+        mem.synchronize();
         const auto t0 = Clock::now();
         w();
+        mem.synchronize();
         waited += since(t0);
+    }
+    double layer_time(Clock::time_point t0) {
+        mem.synchronize();
+        return since(t0);
     }
 
     Impl(const frontend::Network& n, Kernels kernels, TrainConfig c, std::vector<scheduler::Distribution> d,
          Comm* shared)
         : net(n),
           k(kernels),
+          mem(kernels.mem()),
           config(c),
           dist(std::move(d)),
           self(shared ? nullptr : self_comm()),
-          comm(shared ? *shared : *self) {
+          comm(shared ? *shared : *self),
+          scratch(mem),
+          staging(mem) {
         dist.resize(net.layers.size());
         for (auto& x : dist)
             if (!x.split) x.split = scheduler::Split{};
@@ -302,7 +324,7 @@ struct Trainer::Impl {
             if (l.op == OpKind::label) continue;
             const std::int64_t channels = global_dims(static_cast<int>(i)).c;
             for (auto& t : s.tiles) {
-                t->y = Tensor(box_dims(t->box, channels), t->need);
+                t->y = Tensor(box_dims(t->box, channels), t->need, mem);
                 t->zero_grad = t->copy || t->readers != 1;
             }
         }
@@ -340,16 +362,16 @@ struct Trainer::Impl {
         }
         std::stable_sort(tiles.begin(), tiles.end(),
                          [](const Tile* a, const Tile* b) { return a->grad_first < b->grad_first; });
-        struct Buffer {
+        struct Span {
             std::int64_t size = 0;
             int busy_until = -2;
             std::vector<Tile*> tiles;
         };
-        std::vector<Buffer> buffers;
+        std::vector<Span> buffers;
         for (Tile* t : tiles) {
             const std::int64_t need = t->y.padded_dims().elements();
-            Buffer* best = nullptr;
-            for (Buffer& b : buffers) {
+            Span* best = nullptr;
+            for (Span& b : buffers) {
                 if (b.busy_until >= t->grad_first) continue;
                 const bool fits = b.size >= need, best_fits = best && best->size >= need;
                 if (!best || (fits && (!best_fits || b.size < best->size)) ||
@@ -363,8 +385,8 @@ struct Trainer::Impl {
         }
         grad_buffers.clear();
         grad_buffers.reserve(buffers.size());
-        for (const Buffer& b : buffers) {
-            grad_buffers.emplace_back(static_cast<std::size_t>(b.size), 0.0f);
+        for (const Span& b : buffers) {
+            grad_buffers.emplace_back(mem).resize(b.size);
             for (Tile* t : b.tiles) t->dy = Tensor::over(grad_buffers.back().data(), t->y.dims(), t->need);
         }
     }
@@ -376,9 +398,9 @@ struct Trainer::Impl {
             for (auto& t : s.tiles) {
                 if (t->dy.size() == 0 || t->grad_first != position) continue;
                 if (t->zero_grad)
-                    t->dy.fill(0.0f);
+                    mem.fill(t->dy.padded(), 0.0f);
                 else if (!t->backward.empty())
-                    t->dy.fill_margins(0.0f);
+                    fill_margins(t->dy, 0.0f);
             }
     }
 
@@ -424,25 +446,27 @@ struct Trainer::Impl {
                         if (from == me && r == me)
                             t.forward.local.push_back(b);
                         else if (r == me)
-                            t.forward.receives.push_back(Piece{from, b, {}});
+                            t.forward.receives.push_back(Piece{from, b});
                         else if (from == me)
-                            t.forward.sends.push_back(Piece{r, b, {}});
+                            t.forward.sends.push_back(Piece{r, b});
                         if (!speaks) continue;
                         for (int q : g.ranks) {
                             if (q == r && !t.copy) continue;
                             if (q == me && r == me)
                                 t.backward.local.push_back(b);
                             else if (r == me)
-                                t.backward.sends.push_back(Piece{q, b, {}});
+                                t.backward.sends.push_back(Piece{q, b});
                             else if (q == me)
-                                t.backward.receives.push_back(Piece{r, b, {}});
+                                t.backward.receives.push_back(Piece{r, b});
                         }
                     }
                 }
                 for (Plan* p : {&t.forward, &t.backward})
                     for (auto* pieces : {&p->sends, &p->receives})
-                        for (Piece& piece : *pieces)
-                            piece.buffer.resize(static_cast<std::size_t>(box_dims(piece.box, d.c).elements()));
+                        for (Piece& piece : *pieces) {
+                            piece.buffer = Buffer(mem);
+                            piece.buffer.resize(box_dims(piece.box, d.c).elements());
+                        }
             }
         }
     }
@@ -473,6 +497,13 @@ struct Trainer::Impl {
         }
     }
 
+    // A parameter in the kernels' memory, made from its values on the host.
+    Tensor parameter(Dims d, const std::vector<float>& values) {
+        Tensor t(d, {}, mem);
+        mem.upload(values.data(), t.data(), t.size());
+        return t;
+    }
+
     void initialize() {
         for (Slot& s : slots) {
             const Layer& l = *s.layer;
@@ -481,34 +512,36 @@ struct Trainer::Impl {
                 const Dims in = dims_of(net.layers[static_cast<std::size_t>(l.inputs[0])].shape, 1);
                 const Dims wd = l.op == OpKind::conv ? Dims{l.filters, in.c, l.kernel[0], l.kernel[1]}
                                                      : Dims{l.filters, in.c * in.h * in.w, 1, 1};
-                s.w = Tensor(wd);
-                s.dw = Tensor(wd);
-                s.mw = Tensor(wd);
                 const double fan_in = static_cast<double>(wd.c * wd.h * wd.w);
                 // torchvision's ResNet: Kaiming normal, fan out, for convolutions; PyTorch's default
                 // (uniform, +-1/sqrt(fan in)) for fully connected layers and every bias.
                 const double std_out = std::sqrt(2.0 / static_cast<double>(wd.n * wd.h * wd.w));
                 const double bound = 1.0 / std::sqrt(fan_in);
-                for (std::int64_t i = 0; i < s.w.size(); ++i)
-                    s.w.data()[i] = static_cast<float>(
-                        l.op == OpKind::conv ? std_out * normal(stream, static_cast<std::uint64_t>(i))
-                                             : bound * (2.0 * uniform(stream, static_cast<std::uint64_t>(i)) - 1.0));
+                std::vector<float> values(static_cast<std::size_t>(wd.elements()));
+                for (std::size_t i = 0; i < values.size(); ++i)
+                    values[i] = static_cast<float>(l.op == OpKind::conv ? std_out * normal(stream, i)
+                                                                        : bound * (2.0 * uniform(stream, i) - 1.0));
+                s.w = parameter(wd, values);
+                s.dw = Tensor(wd, {}, mem);
+                s.mw = Tensor(wd, {}, mem);
                 if (l.bias) {
-                    s.b.resize(static_cast<std::size_t>(l.filters));
-                    for (std::size_t i = 0; i < s.b.size(); ++i)
-                        s.b[i] = static_cast<float>(bound * (2.0 * uniform(~stream, i) - 1.0));
-                    s.db.assign(s.b.size(), 0.0f);
-                    s.mb.assign(s.b.size(), 0.0f);
+                    const Dims bd{1, l.filters, 1, 1};
+                    values.resize(static_cast<std::size_t>(l.filters));
+                    for (std::size_t i = 0; i < values.size(); ++i)
+                        values[i] = static_cast<float>(bound * (2.0 * uniform(~stream, i) - 1.0));
+                    s.b = parameter(bd, values);
+                    s.db = Tensor(bd, {}, mem);
+                    s.mb = Tensor(bd, {}, mem);
                 }
             } else if (l.op == OpKind::batchnorm) {
                 const auto c = static_cast<std::size_t>(l.shape.dims[0]);
-                s.w = Tensor(Dims{1, l.shape.dims[0], 1, 1});
-                s.w.fill(1.0f);
-                s.dw = Tensor(s.w.dims());
-                s.mw = Tensor(s.w.dims());
-                s.b.assign(c, 0.0f);
-                s.db.assign(c, 0.0f);
-                s.mb.assign(c, 0.0f);
+                const Dims d{1, l.shape.dims[0], 1, 1};
+                s.w = parameter(d, std::vector<float>(c, 1.0f));
+                s.dw = Tensor(d, {}, mem);
+                s.mw = Tensor(d, {}, mem);
+                s.b = Tensor(d, {}, mem);
+                s.db = Tensor(d, {}, mem);
+                s.mb = Tensor(d, {}, mem);
                 s.mean.assign(c, 0.0f);
                 s.inv_std.assign(c, 1.0f);
                 s.running_mean.assign(c, 0.0f);
@@ -525,35 +558,16 @@ struct Trainer::Impl {
                                    box_dims(b, tensor.dims().c));
     }
 
-    static void pack(ConstView v, float* out) {
-        for (std::int64_t n = 0; n < v.dims.n; ++n)
-            for (std::int64_t c = 0; c < v.dims.c; ++c)
-                for (std::int64_t y = 0; y < v.dims.h; ++y, out += v.dims.w)
-                    std::copy_n(&v.at(n, c, y, 0), v.dims.w, out);
-    }
-
-    static void unpack(const float* in, View v, bool add) {
-        for (std::int64_t n = 0; n < v.dims.n; ++n)
-            for (std::int64_t c = 0; c < v.dims.c; ++c)
-                for (std::int64_t y = 0; y < v.dims.h; ++y, in += v.dims.w) {
-                    float* row = &v.at(n, c, y, 0);
-                    if (add)
-                        for (std::int64_t x = 0; x < v.dims.w; ++x) row[x] += in[x];
-                    else
-                        std::copy_n(in, v.dims.w, row);
-                }
-    }
-
     void start(Plan& p, int tag, Tensor& from, const Tile& from_tile) {
         std::vector<Message> sends, receives;
         for (Piece& piece : p.sends) {
-            pack(view_of(from, from_tile, piece.box), piece.buffer.data());
-            sends.push_back(Message{piece.peer, piece.buffer.data(), static_cast<std::int64_t>(piece.buffer.size())});
-            sent_bytes += static_cast<std::int64_t>(piece.buffer.size() * sizeof(float));
+            mem.pack(view_of(from, from_tile, piece.box), piece.buffer.data());
+            sends.push_back(Message{piece.peer, piece.buffer.data(), piece.buffer.size()});
+            sent_bytes += piece.buffer.size() * static_cast<std::int64_t>(sizeof(float));
         }
         for (Piece& piece : p.receives)
             receives.push_back(
-                Message{piece.peer, piece.buffer.data(), static_cast<std::int64_t>(piece.buffer.size())});
+                Message{piece.peer, piece.buffer.data(), piece.buffer.size()});
         comm.start_exchange(sends, receives, tag);
     }
 
@@ -570,7 +584,7 @@ struct Trainer::Impl {
     void finish_gather(Tile& t) {
         if (t.forward.empty()) return;
         wait([&] { comm.finish_exchange(); });
-        for (Piece& piece : t.forward.receives) unpack(piece.buffer.data(), view_of(t.y, t, piece.box), false);
+        for (Piece& piece : t.forward.receives) mem.unpack(piece.buffer.data(), view_of(t.y, t, piece.box), false);
     }
 
     void gather(Tile& t) {
@@ -593,7 +607,7 @@ struct Trainer::Impl {
         if (t.backward.empty()) return;
         Tile& owner = slots[static_cast<std::size_t>(t.spec.layer)].own();
         wait([&] { comm.finish_exchange(); });
-        for (Piece& piece : t.backward.receives) unpack(piece.buffer.data(), view_of(owner.dy, owner, piece.box), true);
+        for (Piece& piece : t.backward.receives) mem.unpack(piece.buffer.data(), view_of(owner.dy, owner, piece.box), true);
     }
 
     void scatter(Tile& t) {
@@ -607,20 +621,28 @@ struct Trainer::Impl {
         if (t.padding == v) return;
         t.padding = v;
         const Dims d = global_dims(t.spec.layer);
-        const View p = t.y.padded();
         const std::int64_t row0 = t.box.y0 - t.need.top, col0 = t.box.x0 - t.need.left;
-        for (std::int64_t n = 0; n < p.dims.n; ++n)
-            for (std::int64_t c = 0; c < p.dims.c; ++c)
-                for (std::int64_t y = 0; y < p.dims.h; ++y) {
-                    float* row = &p.at(n, c, y, 0);
-                    const std::int64_t gy = row0 + y;
-                    if (gy < 0 || gy >= d.h) {
-                        std::fill_n(row, p.dims.w, v);
-                        continue;
-                    }
-                    for (std::int64_t x = 0; x < p.dims.w && col0 + x < 0; ++x) row[x] = v;
-                    for (std::int64_t x = std::max<std::int64_t>(0, d.w - col0); x < p.dims.w; ++x) row[x] = v;
-                }
+        fill_outside(t.y.padded(), -row0, d.h - row0, -col0, d.w - col0, v);
+    }
+
+    // Sets every element of `p` outside rows [y0, y1) and columns [x0, x1) (clamped to p) to `v`: the four
+    // strips around the rectangle, each one call.
+    void fill_outside(View p, std::int64_t y0, std::int64_t y1, std::int64_t x0, std::int64_t x1, float v) {
+        const Dims d = p.dims;
+        y0 = std::clamp<std::int64_t>(y0, 0, d.h), y1 = std::clamp<std::int64_t>(y1, y0, d.h);
+        x0 = std::clamp<std::int64_t>(x0, 0, d.w), x1 = std::clamp<std::int64_t>(x1, x0, d.w);
+        auto strip = [&](std::int64_t y, std::int64_t x, std::int64_t h, std::int64_t w) {
+            if (h > 0 && w > 0) mem.fill(p.sub(0, 0, y, x, Dims{d.n, d.c, h, w}), v);
+        };
+        strip(0, 0, y0, d.w);
+        strip(y1, 0, d.h - y1, d.w);
+        strip(y0, 0, y1 - y0, x0);
+        strip(y0, x1, y1 - y0, d.w - x1);
+    }
+
+    void fill_margins(Tensor& t, float v) {
+        const Margins& m = t.margins();
+        fill_outside(t.padded(), m.top, m.top + t.dims().h, m.left, m.left + t.dims().w, v);
     }
 
     // An input tile (and its halo) is made by the data source, never sent.
@@ -629,7 +651,22 @@ struct Trainer::Impl {
         t.gathered = step_index;
         const Dims d = global_dims(t.spec.layer);
         const Box b = t.box.grown(t.need).meet(Box{0, d.n, 0, d.h, 0, d.w});
-        data.inputs(net.layers[static_cast<std::size_t>(t.spec.layer)], first + b.n0, b.y0, b.x0, view_of(t.y, t, b));
+        const Layer& input = net.layers[static_cast<std::size_t>(t.spec.layer)];
+        if (mem.host()) return data.inputs(input, first + b.n0, b.y0, b.x0, view_of(t.y, t, b));
+        // Made on the host, densely, then sent to where the kernels read it.
+        const Dims bd = box_dims(b, d.c);
+        host_tile.resize(static_cast<std::size_t>(bd.elements()));
+        data.inputs(input, first + b.n0, b.y0, b.x0, dense_view(host_tile.data(), bd));
+        mem.upload(host_tile.data(), staging.reserve(bd.elements()), bd.elements());
+        mem.unpack(staging.data(), view_of(t.y, t, b), false);
+    }
+
+    // A view's elements, densely, on the host.
+    void to_host(ConstView v, std::vector<float>& out) {
+        out.resize(static_cast<std::size_t>(v.dims.elements()));
+        if (mem.host()) return mem.pack(v, out.data());
+        mem.pack(v, staging.reserve(v.dims.elements()));
+        mem.download(staging.data(), out.data(), v.dims.elements());
     }
 
     Tile& ready(DataSource* data, std::int64_t first, Tile& t) {
@@ -661,7 +698,7 @@ struct Trainer::Impl {
             const auto t0 = Clock::now();
             waited = 0.0;
             forward_layer(data, first, training, i, loss);
-            if (profiling) profile.layers[i].forward = since(t0), profile.layers[i].forward_wait = waited;
+            if (profiling) profile.layers[i].forward = layer_time(t0), profile.layers[i].forward_wait = waited;
         }
         return loss;
     }
@@ -696,10 +733,9 @@ struct Trainer::Impl {
                 if (s.group) wait([&] { s.group->allreduce(sums_a.data(), static_cast<std::int64_t>(sums_a.size())); });
                 const Dims whole = global_dims(l.inputs[0]);
                 const double area = static_cast<double>(whole.h * whole.w);
-                for (std::int64_t n = 0; n < x.dims.n; ++n)
-                    for (std::int64_t c = 0; c < x.dims.c; ++c)
-                        y.at(n, c, 0, 0) =
-                            static_cast<float>(sums_a[static_cast<std::size_t>(n * x.dims.c + c)] / area);
+                scratch_values.resize(sums_a.size());
+                for (std::size_t j = 0; j < sums_a.size(); ++j) scratch_values[j] = static_cast<float>(sums_a[j] / area);
+                k.pool->broadcast(scratch_values.data(), 1.0f, y);  // y is {n, c, 1, 1}
                 break;
             }
             case OpKind::fc: k.fc->forward(in(), s.w.interior(), l.bias ? s.b.data() : nullptr, y); break;
@@ -862,8 +898,7 @@ struct Trainer::Impl {
             compute(target);
             return;
         }
-        scratch.resize(static_cast<std::size_t>(dims.elements()));
-        const View computed = dense_view(scratch.data(), dims);
+        const View computed = dense_view(scratch.reserve(dims.elements()), dims);
         compute(computed);
         k.eltwise->accumulate(computed, target);
     }
@@ -882,11 +917,11 @@ struct Trainer::Impl {
     void allreduce_gradients(Slot& s, bool speaks) {
         if (comm.size() == 1) return;
         if (!speaks) {
-            s.dw.fill(0.0f);
-            std::fill(s.db.begin(), s.db.end(), 0.0f);
+            mem.fill(s.dw.padded(), 0.0f);
+            if (s.db.size() > 0) mem.fill(s.db.padded(), 0.0f);
         }
         comm.start_allreduce(s.dw.data(), s.dw.size());
-        if (!s.db.empty()) comm.start_allreduce(s.db.data(), static_cast<std::int64_t>(s.db.size()));
+        if (s.db.size() > 0) comm.start_allreduce(s.db.data(), s.db.size());
     }
 
     void backward() {
@@ -896,7 +931,7 @@ struct Trainer::Impl {
             backward_layer(index);
             if (profiling) {
                 LayerTime& t = profile.layers[static_cast<std::size_t>(index)];
-                t.backward = since(t0), t.backward_wait = waited;
+                t.backward = layer_time(t0), t.backward_wait = waited;
             }
         }
     }
@@ -961,11 +996,7 @@ struct Trainer::Impl {
             case OpKind::global_avgpool: {
                 Tile& in = *s.operands[0];
                 if (is_input(&in)) break;
-                const ConstView dy = s.own().dy.interior();
-                scratch_values.resize(static_cast<std::size_t>(dy.dims.n * dy.dims.c));
-                for (std::int64_t n = 0; n < dy.dims.n; ++n)
-                    for (std::int64_t c = 0; c < dy.dims.c; ++c)
-                        scratch_values[static_cast<std::size_t>(n * dy.dims.c + c)] = dy.at(n, c, 0, 0);
+                to_host(s.own().dy.interior(), scratch_values);  // {n, c, 1, 1}: values[n * C + c]
                 const Dims whole = global_dims(l.inputs[0]);
                 interior_gradient(in, [&](View dx) {
                     k.pool->broadcast(scratch_values.data(), 1.0f / static_cast<float>(whole.h * whole.w), dx);
@@ -1010,10 +1041,13 @@ struct Trainer::Impl {
         k.batchnorm->backward_statistics(x, s.own().dy.interior(), s.mean.data(), s.inv_std.data(), sums_a.data(),
                                          sums_b.data());
         // This tile's part of d(beta) and d(gamma); the allreduce over every process adds the rest.
+        scratch_values.resize(2 * channels);
         for (std::size_t c = 0; c < channels; ++c) {
-            s.db[c] = static_cast<float>(sums_a[c]);
-            s.dw.data()[c] = static_cast<float>(sums_b[c]);
+            scratch_values[c] = static_cast<float>(sums_a[c]);
+            scratch_values[channels + c] = static_cast<float>(sums_b[c]);
         }
+        mem.upload(scratch_values.data(), s.db.data(), s.db.size());
+        mem.upload(scratch_values.data() + channels, s.dw.data(), s.dw.size());
         allreduce_gradients(s, speaks);
         if (is_input(&in)) return;
         group_sum(s, speaks);
@@ -1033,11 +1067,11 @@ struct Trainer::Impl {
         for (Slot& s : slots) {
             if (s.w.size() == 0) continue;
             k.eltwise->sgd(s.w.data(), s.mw.data(), s.dw.data(), s.w.size(), lr, momentum, decay);
-            if (!s.b.empty())
-                k.eltwise->sgd(s.b.data(), s.mb.data(), s.db.data(), static_cast<std::int64_t>(s.b.size()), lr,
+            if (s.b.size() > 0)
+                k.eltwise->sgd(s.b.data(), s.mb.data(), s.db.data(), s.b.size(), lr,
                                momentum, decay);
         }
-        if (profiling) profile.update = since(t0), profile.update_wait = waited;
+        if (profiling) profile.update = layer_time(t0), profile.update_wait = waited;
     }
 };
 
@@ -1059,10 +1093,15 @@ double Trainer::step(DataSource& data, std::int64_t first) {
 
 double Trainer::evaluate(DataSource& data, std::int64_t first) { return impl_->forward(data, first, false); }
 
+// The parameters and momenta of a GPU run are copied to the host (host_state) for the caller, and back by
+// state_written; batch-norm running statistics are on the host already.
 std::vector<StateTensor> Trainer::state() {
     std::vector<StateTensor> out;
-    auto add = [&](const std::string& name, std::vector<std::int64_t> shape, float* data, std::int64_t size) {
+    std::vector<bool> in_kernel_memory;
+    auto add = [&](const std::string& name, std::vector<std::int64_t> shape, float* data, std::int64_t size,
+                   bool kernel_memory = true) {
         out.push_back(StateTensor{name, std::move(shape), data, size});
+        in_kernel_memory.push_back(kernel_memory);
     };
     for (auto& s : impl_->slots) {
         const Layer& l = *s.layer;
@@ -1072,18 +1111,34 @@ std::vector<StateTensor> Trainer::state() {
         if (l.op == OpKind::conv) wshape = {d.n, d.c, d.h, d.w};
         if (l.op == OpKind::fc) wshape = {d.n, d.c};
         if (l.op == OpKind::batchnorm) wshape = {d.c};
-        const std::vector<std::int64_t> bshape{static_cast<std::int64_t>(s.b.size())};
-        const auto bsize = static_cast<std::int64_t>(s.b.size());
+        const std::int64_t bsize = s.b.size();
+        const std::vector<std::int64_t> bshape{bsize};
         add(l.name + ".weight", wshape, s.w.data(), s.w.size());
-        if (!s.b.empty()) add(l.name + ".bias", bshape, s.b.data(), bsize);
+        if (bsize > 0) add(l.name + ".bias", bshape, s.b.data(), bsize);
         if (l.op == OpKind::batchnorm) {
-            add(l.name + ".running_mean", bshape, s.running_mean.data(), bsize);
-            add(l.name + ".running_var", bshape, s.running_var.data(), bsize);
+            add(l.name + ".running_mean", bshape, s.running_mean.data(), bsize, false);
+            add(l.name + ".running_var", bshape, s.running_var.data(), bsize, false);
         }
         add(l.name + ".weight.momentum", wshape, s.mw.data(), s.mw.size());
-        if (!s.b.empty()) add(l.name + ".bias.momentum", bshape, s.mb.data(), bsize);
+        if (bsize > 0) add(l.name + ".bias.momentum", bshape, s.mb.data(), bsize);
+    }
+    Memory& mem = impl_->mem;
+    if (mem.host()) return out;
+    impl_->host_state.resize(out.size());
+    impl_->kernel_state.clear();
+    for (std::size_t i = 0; i < out.size(); ++i) {
+        if (!in_kernel_memory[i]) continue;
+        auto& copy = impl_->host_state[i];
+        copy.resize(static_cast<std::size_t>(out[i].size));
+        mem.download(out[i].data, copy.data(), out[i].size);
+        impl_->kernel_state.push_back({out[i].data, copy.data(), out[i].size});
+        out[i].data = copy.data();
     }
     return out;
+}
+
+void Trainer::state_written() {
+    for (const auto& s : impl_->kernel_state) impl_->mem.upload(s.host, s.kernel, s.size);
 }
 
 void Trainer::profile(bool on) { impl_->profiling = on; }
@@ -1099,13 +1154,12 @@ std::int64_t Trainer::memory_bytes() const {
             floats += t->y.size();
             for (const auto* p : {&t->forward, &t->backward})
                 for (const auto* pieces : {&p->sends, &p->receives})
-                    for (const auto& piece : *pieces) floats += static_cast<std::int64_t>(piece.buffer.size());
+                    for (const auto& piece : *pieces) floats += piece.buffer.size();
         }
-        floats += s.w.size() + s.dw.size() + s.mw.size();
-        floats +=
-            static_cast<std::int64_t>(s.b.size() * 3 + s.mean.size() * 4) + static_cast<std::int64_t>(s.labels.size());
+        floats += s.w.size() + s.dw.size() + s.mw.size() + s.b.size() + s.db.size() + s.mb.size();
+        floats += static_cast<std::int64_t>(s.mean.size() * 4) + static_cast<std::int64_t>(s.labels.size());
     }
-    for (const auto& b : impl_->grad_buffers) floats += static_cast<std::int64_t>(b.size());
+    for (const auto& b : impl_->grad_buffers) floats += b.size();
     return 4 * floats;
 }
 

@@ -31,9 +31,11 @@ std::optional<double> time_kernel(const std::string& key, Kernels kernels, DataS
 // Allreduces over every process of `comm` and, with `exchanges`, point-to-point exchanges between processes
 // 0 and 1 (both sending and receiving at once, as halos go), for message sizes from 8 bytes by powers of
 // 4, and `max_bytes`. Collective: every process calls it. The result, on process 0, is keyed as the platform
-// file keys them: "allreduce bytes=N procs=P", "sendrecv bytes=N".
+// file keys them: "allreduce bytes=N procs=P", "sendrecv bytes=N". The buffers are in `mem` (a GPU's,
+// with a GPU run's communicator).
 std::vector<std::pair<std::string, double>> time_communication(Comm& comm, std::int64_t max_bytes,
-                                                               const TimingRuns& runs, bool exchanges);
+                                                               const TimingRuns& runs, bool exchanges,
+                                                               Memory& mem = host_memory());
 
 // Each layer in real training steps under `schedule`: the median over `runs.reps` steps (after
 // `runs.warmup`) of its forward and backward compute (their time less the waits for other processes) and of

@@ -1,5 +1,11 @@
-// The kernels of every layer kind, one interface per kind, over views of tiles. Two implementations:
-// the reference (plain loops, the tests' oracle) and the CPU one (oneDNN convolutions, Halide for the rest).
+// The kernels of every layer kind, one interface per kind, over views of tiles. Three implementations:
+// the reference (plain loops, the tests' oracle), the CPU one (oneDNN convolutions, Halide for the rest) and
+// the GPU one (cuDNN convolutions, CUDA kernels for the rest; gpu.hpp).
+//
+// Where arguments live: views, weights, biases and their gradients are in the kernel set's memory (the
+// host's on the CPU, the device's on the GPU); the small per-channel arrays (batch-norm means, inverse
+// standard deviations and double sums, global-pooling sums and values) and labels are in the host's.
+// Kernels of a GPU set run in order on one stream: one that returns a host value waits for its own work.
 //
 // Kernels never pad and never communicate. A tile's margins hold its padding (or its halo), and views
 // passed in cover exactly the elements a kernel reads: a convolution's input view has the rows its output
@@ -114,7 +120,27 @@ public:
     virtual double cross_entropy(ConstView logits, LabelView labels, float scale, View dlogits) = 0;
 };
 
-// One implementation of every kind; tests may mix them.
+// Where a kernel set's tensors live, and what is done to them beyond the layers' kernels: allocation,
+// filling, copies between host and kernel memory, and the packing of the parts of tiles that travel in
+// messages.
+class Memory {
+public:
+    virtual ~Memory() = default;
+    virtual bool host() const = 0;  // the CPU reads and writes it directly
+    virtual float* allocate(std::int64_t count) = 0;  // zeroed
+    virtual void release(float* data) = 0;
+    virtual void fill(View v, float value) = 0;
+    // Between host memory and this memory; `download` waits for the kernels that write `data`.
+    virtual void upload(const float* host, float* data, std::int64_t count) = 0;
+    virtual void download(const float* data, float* host, std::int64_t count) = 0;
+    virtual void pack(ConstView v, float* out) = 0;               // v's elements, densely, into `out`
+    virtual void unpack(const float* in, View v, bool add) = 0;  // the reverse; adds into v when `add`
+    virtual void synchronize() = 0;                               // waits for every kernel started
+};
+
+Memory& host_memory();
+
+// One implementation of every kind; tests may mix them (of one memory).
 struct Kernels {
     ConvKernels* conv = nullptr;
     BatchNormKernels* batchnorm = nullptr;
@@ -123,6 +149,9 @@ struct Kernels {
     FcKernels* fc = nullptr;
     EltwiseKernels* eltwise = nullptr;
     LossKernels* loss = nullptr;
+    Memory* memory = nullptr;  // null: the host's
+
+    Memory& mem() const { return memory ? *memory : host_memory(); }
 };
 
 Kernels reference_kernels();  // plain loops: slow, obviously right

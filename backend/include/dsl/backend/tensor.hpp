@@ -5,9 +5,12 @@
 #include <dsl/scheduler/tiles.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace dsl::backend {
+
+class Memory;  // kernels.hpp
 
 // Sizes of a 4-D block, NCHW. A matrix [N, K] is {n, k, 1, 1}.
 struct Dims {
@@ -46,11 +49,14 @@ using LabelView = BasicView<const std::int32_t>;  // class indices; a label [N] 
 
 // A tile: the interior (`dims`) with `margins` around it in H and W, stored densely (margins included) so
 // that a view of any part of it is a plain strided view. It owns its elements, or lies over memory that it
-// does not own (a buffer shared by tiles that are never needed at the same time).
+// does not own (a buffer shared by tiles that are never needed at the same time). Its elements are in the
+// host's memory, or in a kernel set's (a GPU's), where only views of it are used: `at` and `fill` read and
+// write the host's, and a tensor in a GPU's memory is moved, never copied.
 class Tensor {
 public:
     Tensor() = default;
     explicit Tensor(Dims dims, Margins margins = {});
+    Tensor(Dims dims, Margins margins, Memory& memory);  // zeroed, in `memory`
     // Over `memory`, which holds at least the padded dims' elements and outlives the tensor and its copies
     // (which lie over it too).
     static Tensor over(float* memory, Dims dims, Margins margins = {});
@@ -81,11 +87,39 @@ public:
     void fill_margins(float v);  // zero for padding, -infinity before max pooling
 
 private:
+    struct Release {
+        Memory* memory;
+        void operator()(float* data) const;
+    };
     Dims dims_;
     Margins margins_;
-    std::vector<float> storage_;  // empty when over memory it does not own
+    std::vector<float> storage_;  // empty when over memory it does not own, or in a kernel set's memory
+    std::unique_ptr<float, Release> elsewhere_{nullptr, Release{nullptr}};  // owned, in a kernel set's memory
     float* data_ = nullptr;
     std::int64_t size_ = 0;
+};
+
+// A buffer of floats in a kernel set's memory (or the host's), grown on demand: message buffers and
+// scratch that the trainer keeps between steps.
+class Buffer {
+public:
+    explicit Buffer(Memory& memory) : memory_(&memory) {}
+    Buffer(Buffer&& o) noexcept;
+    Buffer& operator=(Buffer&& o) noexcept;
+    Buffer(const Buffer&) = delete;
+    Buffer& operator=(const Buffer&) = delete;
+    ~Buffer();
+
+    float* data() { return data_; }
+    std::int64_t size() const { return size_; }  // the elements last asked for
+    // Room for `count` elements; what it held is lost when it grows.
+    float* reserve(std::int64_t count);
+    void resize(std::int64_t count);  // exactly `count`, zeroed
+
+private:
+    Memory* memory_;
+    float* data_ = nullptr;
+    std::int64_t size_ = 0, capacity_ = 0;
 };
 
 // A view of a whole dense buffer of `dims`.

@@ -78,10 +78,12 @@ public:
     // Forward only, with batch-norm running statistics (inference); returns the mean loss.
     double evaluate(DataSource& data, std::int64_t first);
 
-    // Every tensor a checkpoint holds, in layer order. Parameters and optimizer state are whole and the same
-    // on every process; batch-norm running statistics are this process's (the same everywhere with the
-    // default statistics over the mini-batch).
+    // Every tensor a checkpoint holds, in layer order, in host memory. Parameters and optimizer state are
+    // whole and the same on every process; batch-norm running statistics are this process's (the same
+    // everywhere with the default statistics over the mini-batch). On a GPU they are copies, valid until the
+    // next call: after writing into them, `state_written` puts them back where the kernels read them.
     std::vector<StateTensor> state();
+    void state_written();
 
     // Times every layer of the steps that follow (a clock read around each layer and each wait).
     void profile(bool on);

@@ -1,0 +1,1160 @@
+#!/usr/bin/env python3
+"""The PyTorch baseline for dsl's GPU backend: a .net file's network built in PyTorch and trained on synthetic data.
+
+    python3 bench/pytorch_mesh.py bench/mesh_stack_512.net --batch 8              # one line: ms per step, memory
+    python3 bench/pytorch_mesh.py stdlib/mesh1k.net --max-batch --json            # the largest batch that fits
+    python3 bench/pytorch_mesh.py samples/mesh_tiny.net --steps 30 --warmup 5 --tf32
+    python3 bench/pytorch_mesh.py samples/resnet_tiny.net --layers                # the translated graph (no torch)
+
+The translator reads the .net language of docs/language.md (imports, blocks with parameters and defaults,
+`repeat`, `from`, every layer kind) and builds the network dsl builds: the same layers, shapes, parameters and
+defaults (batchnorm eps 1e-5 and momentum 0.1, leaky_relu slope 0.01, pooling stride = kernel), weights
+initialised as dsl does (torchvision's: Kaiming normal, fan out, for convolutions; PyTorch's defaults for the
+rest). It checks what it needs to build the network and stops at the first error; `dsl check` remains the
+checker. `--layers` prints each layer's shape, parameters and MACs, to compare with `dsl check`.
+
+The timed step is what a PyTorch user writes: zero_grad, forward, the loss, backward, SGD (lr, momentum and
+weight decay from the net's `train` line, else dsl's defaults 0.01, 0.9, 0), in eager mode, NCHW float32,
+cudnn.benchmark on, TF32 off unless --tf32. The batch is made once, on the GPU, before the first step
+(--host-inputs: copied from pinned host memory in every step). Each step is timed alone between two
+torch.cuda.synchronize() calls; the first --warmup steps (cuDNN's algorithm search) are not counted.
+"""
+
+import argparse
+import gc
+import heapq
+import json
+import math
+import os
+import re
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+STDLIB = os.path.join(os.path.dirname(HERE), "stdlib")
+
+
+class NetError(Exception):
+    """An error in the .net file, or in what this translator can build: `file:line:col: error: message`."""
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Parsing: the grammar of grammar/include/dsl/grammar/net.hpp, by recursive descent over the text.
+
+RESERVED = {"import", "input", "label", "block", "repeat", "from", "train", "true", "false"}
+NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+INTEGER = re.compile(r"[0-9]+")
+REAL = re.compile(r"[0-9]+(?:\.[0-9]*(?:[eE][+-]?[0-9]+)?|[eE][+-]?[0-9]+)")
+SEP = re.compile(r"(?:\s|#[^\n]*)*")
+
+
+class Where:
+    """A place in a source file, for messages."""
+
+    def __init__(self, path, text, pos):
+        self.path, self.text, self.pos = path, text, pos
+
+    def __str__(self):
+        line = self.text.count("\n", 0, self.pos) + 1
+        col = self.pos - (self.text.rfind("\n", 0, self.pos) + 1) + 1
+        return f"{self.path}:{line}:{col}"
+
+
+def fail(where, message):
+    raise NetError(f"{where}: error: {message}")
+
+
+class Parser:
+    """One .net file into plain dicts and tuples. Expressions are tuples whose first item is the kind and
+    whose last is the place: ("int", 3, w), ("name", "filters", w), ("add", a, b, w), ..."""
+
+    def __init__(self, path, text):
+        self.path, self.text, self.pos = path, text, 0
+
+    def where(self, pos=None):
+        return Where(self.path, self.text, self.pos if pos is None else pos)
+
+    def error(self, message, pos=None):
+        fail(self.where(pos), message)
+
+    def skip(self):
+        self.pos = SEP.match(self.text, self.pos).end()
+
+    def at_keyword(self, word):
+        end = self.pos + len(word)
+        return self.text.startswith(word, self.pos) and not NAME.match(self.text, end) and not (
+            end < len(self.text) and self.text[end].isdigit())
+
+    def keyword(self, word):
+        if not self.at_keyword(word):
+            return False
+        self.pos += len(word)
+        self.skip()
+        return True
+
+    def punct(self, ch):
+        if not self.text.startswith(ch, self.pos):
+            return False
+        self.pos += len(ch)
+        self.skip()
+        return True
+
+    def expect(self, ch, message):
+        if not self.punct(ch):
+            self.error(message)
+
+    def match(self, pattern, skip=True):
+        m = pattern.match(self.text, self.pos)
+        if not m:
+            return None
+        self.pos = m.end()
+        if skip:
+            self.skip()
+        return m.group()
+
+    def ident(self, skip=True):
+        m = NAME.match(self.text, self.pos)
+        if not m or m.group() in RESERVED:
+            return None
+        return self.match(NAME, skip)
+
+    # file ::= {import | tensor | train | block | stmt} end-of-file
+    def file(self):
+        f = {"path": self.path, "imports": [], "tensors": [], "train": None, "blocks": [], "body": []}
+        self.skip()
+        while self.pos < len(self.text):
+            start = self.where()
+            if self.keyword("import"):
+                path = self.string()
+                f["imports"].append((path, start))
+            elif self.at_keyword("input") or self.at_keyword("label"):
+                kind = "input" if self.at_keyword("input") else "label"
+                self.keyword(kind)
+                name = self.ident()
+                if name is None:
+                    self.error(f"expected a name after '{kind}'")
+                f["tensors"].append({"kind": kind, "name": name, "shape": self.shape(name), "where": start})
+            elif self.keyword("train"):
+                if f["train"] is not None:
+                    self.error("duplicate 'train'", start.pos)
+                f["train"] = self.call_or_fail("expected an optimizer after 'train'")
+            elif self.keyword("block"):
+                f["blocks"].append(self.block(start))
+            else:
+                st = self.stmt()
+                if st is None:
+                    self.error("expected a statement")
+                f["body"].append(st)
+        return f
+
+    def string(self):
+        m = re.compile(r'"([^"\\\n\r]*)"').match(self.text, self.pos)
+        if not m:
+            self.error("expected a file name in double quotes after 'import'")
+        self.pos = m.end()
+        self.skip()
+        return m.group(1)
+
+    # shape ::= '[' dim {',' dim} ']'        dim ::= 'N' | integer
+    def shape(self, name):
+        self.expect("[", f"expected '[' and the shape of '{name}'")
+        dims = []
+        while True:
+            if self.keyword("N"):
+                dims.append("N")
+            else:
+                d = self.match(INTEGER)
+                if d is None:
+                    self.error("expected a dimension: 'N' or an integer")
+                dims.append(int(d))
+            if not self.punct(","):
+                break
+        self.expect("]", "expected ']' to close the shape")
+        return dims
+
+    # block ::= 'block' name '(' [param {',' param}] ')' '{' {stmt} '}'       param ::= name ['=' expr]
+    def block(self, start):
+        name = self.ident()
+        if name is None:
+            self.error("expected a name after 'block'")
+        self.expect("(", f"expected '(' and the parameters of block '{name}'")
+        params = []
+        if not self.punct(")"):
+            while True:
+                p = self.ident()
+                if p is None:
+                    self.error("expected a parameter name")
+                default = self.expr_or_fail() if self.punct("=") else None
+                params.append((p, default))
+                if not self.punct(","):
+                    break
+            self.expect(")", f"expected ')' to close the parameters of '{name}'")
+        self.expect("{", f"expected '{{' to start the body of block '{name}'")
+        body = []
+        while not self.punct("}"):
+            st = self.stmt()
+            if st is None:
+                self.error(f"expected '}}' to close the block '{name}'")
+            body.append(st)
+        return {"name": name, "params": params, "body": body, "where": start}
+
+    # stmt ::= repeat [from] | (name | integer) '=' (repeat | call) [from]
+    def stmt(self):
+        start = self.where()
+        if self.at_keyword("repeat"):
+            count, first, call = self.repeat()
+            return {"name": None, "call": call, "repeat": (count, first), "from": self.from_clause(), "where": start}
+        name = self.ident()
+        if name is None:
+            name = self.match(INTEGER)
+        if name is None:
+            return None
+        self.expect("=", f"expected '=' after the layer name '{name}'")
+        if self.at_keyword("repeat"):
+            count, first, call = self.repeat()
+            rep = (count, first)
+        else:
+            call, rep = self.call_or_fail("expected a layer kind or a block after '='"), None
+        return {"name": name, "call": call, "repeat": rep, "from": self.from_clause(), "where": start}
+
+    # repeat ::= 'repeat' '(' expr [',' 'start' '=' expr] ')' call
+    def repeat(self):
+        self.keyword("repeat")
+        self.expect("(", "expected '(' after 'repeat'")
+        count, first = self.expr_or_fail(), None
+        if self.punct(","):
+            if not self.keyword("start"):
+                self.error("expected 'start' after ','")
+            self.expect("=", "expected '=' after 'start'")
+            first = self.expr_or_fail()
+        self.expect(")", "expected ')' to close 'repeat('")
+        return count, first, self.call_or_fail("expected a block after 'repeat(...)'")
+
+    # call ::= name ['(' [arg {',' arg}] ')']        arg ::= [name '='] expr
+    def call_or_fail(self, message):
+        start = self.where()
+        callee = self.ident()
+        if callee is None:
+            self.error(message)
+        args = []
+        if self.punct("("):
+            if not self.punct(")"):
+                while True:
+                    at, save = self.where(), self.pos
+                    name = self.ident()
+                    if name is None or not self.punct("="):
+                        name, self.pos = None, save
+                    args.append((name, self.expr_or_fail(), at))
+                    if not self.punct(","):
+                        break
+                self.expect(")", f"expected ')' to close the arguments of '{callee}'")
+        return {"callee": callee, "args": args, "where": start}
+
+    # from ::= 'from' ref {',' ref}        ref ::= (name | integer) {'.' (name | integer)}, without blanks
+    def from_clause(self):
+        refs = []
+        if not self.keyword("from"):
+            return refs
+        while True:
+            at, path = self.where(), []
+            while True:
+                seg = self.ident(skip=False) or self.match(INTEGER, skip=False)
+                if seg is None:
+                    self.error("expected a layer name" if not path else "expected a name after '.'")
+                path.append(seg)
+                if not self.text.startswith(".", self.pos):
+                    break
+                self.pos += 1
+            self.skip()
+            refs.append((path, at))
+            if not self.punct(","):
+                break
+        return refs
+
+    # expr ::= product {('+' | '-') product}     product ::= unary {('*' | '/') unary}
+    # unary ::= '-' unary | primary
+    # primary ::= real | integer | 'true' | 'false' | name | list | '(' expr ')'
+    def expr_or_fail(self):
+        e = self.expr()
+        if e is None:
+            self.error("expected an expression")
+        return e
+
+    def expr(self):
+        left = self.product()
+        while left is not None:
+            at = self.where()
+            op = "add" if self.punct("+") else "sub" if self.punct("-") else None
+            if op is None:
+                break
+            right = self.product()
+            if right is None:
+                self.error("expected an expression after the operator")
+            left = (op, left, right, at)
+        return left
+
+    def product(self):
+        left = self.unary()
+        while left is not None:
+            at = self.where()
+            op = "mul" if self.punct("*") else "div" if self.punct("/") else None
+            if op is None:
+                break
+            right = self.unary()
+            if right is None:
+                self.error("expected an expression after the operator")
+            left = (op, left, right, at)
+        return left
+
+    def unary(self):
+        at = self.where()
+        if self.punct("-"):
+            operand = self.unary()
+            if operand is None:
+                self.error("expected an expression after '-'")
+            return ("neg", operand, at)
+        return self.primary()
+
+    def primary(self):
+        at = self.where()
+        real = self.match(REAL)
+        if real is not None:
+            return ("real", float(real), at)
+        integer = self.match(INTEGER)
+        if integer is not None:
+            return ("int", int(integer), at)
+        if self.keyword("true"):
+            return ("bool", True, at)
+        if self.keyword("false"):
+            return ("bool", False, at)
+        name = self.ident()
+        if name is not None:
+            return ("name", name, at)
+        if self.punct("["):
+            items = [self.expr_or_fail()]
+            while self.punct(","):
+                items.append(self.expr_or_fail())
+            self.expect("]", "expected ']' to close the list")
+            return ("list", items, at)
+        if self.punct("("):
+            inner = self.expr_or_fail()
+            self.expect(")", "expected ')' to close the parenthesis")
+            return inner
+        return None
+
+
+def parse_file(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise NetError(f"{path}: error: cannot read: {e.strerror}") from None
+    return Parser(path, text).file()
+
+
+def read_imports(main):
+    """The files `main` imports, transitively, depth first, each once: relative to the importing file, then
+    the folders of $DSL_STDLIB, then the source tree's stdlib/ (frontend/src/resolve_imports.cpp)."""
+    done, files, open_ = set(), [], [os.path.realpath(main["path"])]
+
+    def visit(f):
+        for path, where in f["imports"]:
+            dirs = [os.path.dirname(f["path"]) or "."]
+            dirs += [d for d in os.environ.get("DSL_STDLIB", "").split(":") if d] + [STDLIB]
+            found = next((os.path.join(d, path) for d in dirs if os.path.isfile(os.path.join(d, path))), None)
+            if found is None:
+                fail(where, f"cannot find imported file '{path}'")
+            key = os.path.realpath(found)
+            if key in open_:
+                fail(where, f"import cycle through '{found}'")
+            if key in done:
+                continue
+            open_.append(key)
+            g = parse_file(found)
+            visit(g)
+            open_.pop()
+            done.add(key)
+            files.append(g)
+
+    visit(main)
+    return files
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Elaboration: blocks and repeats expanded into named layers, inputs resolved, topologically ordered
+# (frontend/src/elaborate.cpp, whose rules and layer order this follows).
+
+KINDS = ["conv", "batchnorm", "relu", "leaky_relu", "maxpool", "avgpool", "global_avgpool", "fc", "add", "concat",
+         "softmax_cross_entropy", "pixel_cross_entropy"]
+LOSSES = ("softmax_cross_entropy", "pixel_cross_entropy")
+
+# Each kind's arguments in positional order: (name, type, default; None where required).
+PARAMS = {
+    "conv": [("filters", "positive_int", None), ("kernel", "positive_pair", (1, 1)),
+             ("stride", "positive_pair", (1, 1)), ("pad", "nonneg_pair", (0, 0)),
+             ("dilation", "positive_pair", (1, 1)), ("bias", "bool", True)],
+    "batchnorm": [("eps", "positive_real", 1e-5), ("momentum", "unit_real", 0.1)],
+    "leaky_relu": [("slope", "any_real", 0.01)],
+    "maxpool": [("kernel", "positive_pair", None), ("stride", "positive_pair", None), ("pad", "nonneg_pair", (0, 0))],
+    "avgpool": [("kernel", "positive_pair", None), ("stride", "positive_pair", None), ("pad", "nonneg_pair", (0, 0))],
+    "fc": [("outputs", "positive_int", None), ("bias", "bool", True)],
+}
+TYPE_TEXT = {"positive_int": "a positive integer", "positive_pair": "a positive integer or a [height, width] list",
+             "nonneg_pair": "a non-negative integer or a [height, width] list", "bool": "true or false",
+             "positive_real": "a positive number", "any_real": "a number", "unit_real": "a number between 0 and 1"}
+
+
+def is_int(v):
+    return type(v) is int  # a bool is an int to Python, never to the language
+
+
+def is_number(v):
+    return type(v) in (int, float)
+
+
+def evaluate(e, env):
+    kind, where = e[0], e[-1]
+    if kind in ("int", "real", "bool"):
+        return e[1]
+    if kind == "name":
+        if e[1] not in env:
+            fail(where, f"unknown name '{e[1]}'")
+        return env[e[1]]
+    if kind == "list":
+        return [evaluate(x, env) for x in e[1]]
+    if kind == "neg":
+        v = evaluate(e[1], env)
+        if not is_number(v):
+            fail(where, "'-' needs a number")
+        return -v
+    a, b = evaluate(e[1], env), evaluate(e[2], env)
+    if not is_number(a) or not is_number(b):
+        fail(where, "arithmetic needs numbers")
+    if kind == "div" and b == 0:
+        fail(where, "division by zero")
+    if is_int(a) and is_int(b):
+        if kind == "div":
+            q = abs(a) // abs(b)
+            return q if (a >= 0) == (b >= 0) else -q  # truncates toward zero, as C does
+        return a + b if kind == "add" else a - b if kind == "sub" else a * b
+    a, b = float(a), float(b)
+    return a + b if kind == "add" else a - b if kind == "sub" else a * b if kind == "mul" else a / b
+
+
+def convert(value, kind):
+    """The value of an argument of type `kind`, or None when it is not one."""
+    if kind == "positive_int":
+        return value if is_int(value) and value >= 1 else None
+    if kind in ("positive_pair", "nonneg_pair"):
+        pair = (value, value) if is_int(value) else tuple(value) if isinstance(value, list) else None
+        if pair is None or len(pair) != 2 or not all(is_int(x) for x in pair):
+            return None
+        return pair if min(pair) >= (1 if kind == "positive_pair" else 0) else None
+    if kind == "bool":
+        return value if type(value) is bool else None
+    if not is_number(value):
+        return None
+    x = float(value)
+    if (kind == "positive_real" and not x > 0) or (kind == "unit_real" and not 0 <= x <= 1):
+        return None
+    return x
+
+
+class Layer:
+    def __init__(self, name, op, where):
+        self.name, self.op, self.where = name, op, where
+        self.attrs, self.specs, self.inputs = {}, [], []
+        self.shape, self.params, self.macs = [], 0, 0
+
+
+class Scope:
+    def __init__(self, parent, path, block, ins):
+        self.parent, self.path, self.block, self.ins = parent, path, block, ins
+        self.entries, self.by_name = [], {}  # entries: [name, node, child]
+
+
+class Elaborator:
+    def __init__(self, main, imports):
+        self.blocks, self.scopes, self.nodes, self.tensors, self.net_inputs = {}, [], [], {}, []
+        self.stack = []
+        for f in imports + [main]:
+            for b in f["blocks"]:
+                if b["name"] in KINDS or b["name"] == "repeat":
+                    fail(b["where"], f"block '{b['name']}' has the name of a layer kind")
+                if b["name"] in self.blocks:
+                    fail(b["where"], f"duplicate block '{b['name']}'")
+                if not b["body"]:
+                    fail(b["where"], f"block '{b['name']}' has no statements")
+                self.blocks[b["name"]] = b
+        self.scopes.append(Scope(-1, "", "", []))
+        for t in main["tensors"]:
+            self.declare(t)
+        self.train = self.optimizer(main["train"])
+        if not main["body"]:
+            fail(Where(main["path"], "", 0), "the network has no layers")
+        for st in main["body"]:
+            self.statement(st, 0, {})
+        for node in self.nodes:
+            if node.op not in ("input", "label"):
+                node.inputs = [self.resolve(s) for s in node.specs]
+                self.check_inputs(node)
+        self.layers = self.order()
+
+    def declare(self, t):
+        what, shape = f"{t['kind']} '{t['name']}'", t["shape"]
+        if t["name"] in self.tensors:
+            fail(t["where"], f"duplicate name '{t['name']}'")
+        if shape[0] != "N" or "N" in shape[1:]:
+            fail(t["where"], f"the first dimension of {what}, and only it, must be N")
+        if any(d < 1 for d in shape[1:]):
+            fail(t["where"], "dimensions must be positive")
+        if t["kind"] == "input" and len(shape) != 4:
+            fail(t["where"], f"{what} must be [N, C, H, W], got {len(shape)} dimensions")
+        if t["kind"] == "label" and len(shape) not in (1, 3):
+            fail(t["where"], f"{what} must be [N] or [N, H, W], got {len(shape)} dimensions")
+        layer = Layer(t["name"], t["kind"], t["where"])
+        layer.shape = list(shape[1:])
+        self.tensors[t["name"]] = len(self.nodes)
+        if t["kind"] == "input":
+            self.net_inputs.append(len(self.nodes))
+        self.nodes.append(layer)
+
+    @staticmethod
+    def optimizer(call):
+        train = {}
+        if call is None:
+            return train
+        if call["callee"] != "sgd":
+            fail(call["where"], f"unknown optimizer '{call['callee']}'")
+        names, positional = ["lr", "momentum", "weight_decay"], 0
+        for name, value, where in call["args"]:
+            if name is None:
+                name = names[positional] if positional < len(names) else None
+                positional += 1
+            if name not in names:
+                fail(where, "'sgd' takes lr, momentum and weight_decay")
+            x = evaluate(value, {})
+            if not is_number(x):
+                fail(where, f"'{name}' must be a number")
+            train[name] = float(x)
+        return train
+
+    def default_input(self, scope, where):
+        sc = self.scopes[scope]
+        if sc.entries:
+            return ("prev", scope, len(sc.entries) - 1, where)
+        return ("net_input" if scope == 0 else "in", scope, None, where)
+
+    def statement(self, st, scope, env):
+        specs = [("ref", scope, ref, ref[1]) for ref in st["from"]] or [self.default_input(scope, st["where"])]
+        if st["repeat"] is None:
+            self.call(st["call"], st["name"], st["where"], scope, specs, env)
+            return
+        count_e, start_e = st["repeat"]
+        count = self.integer(count_e, env, 1, 100000, "the repeat count")
+        start = self.integer(start_e, env, 0, 10 ** 9, "'start'") if start_e is not None else 0
+        if st["name"] is not None:
+            # A named repeat is a group scope whose statements are the instances 0, 1, ...
+            entry = self.add_entry(scope, st["name"], st["where"])
+            group = self.new_scope(scope, st["name"], "", specs)
+            entry[2] = group
+            for i in range(count):
+                self.call(st["call"], str(start + i), st["where"], group, [self.default_input(group, st["where"])], env)
+            return
+        for i in range(count):
+            ins = specs if i == 0 else [self.default_input(scope, st["where"])]
+            self.call(st["call"], str(start + i), st["where"], scope, ins, env)
+
+    @staticmethod
+    def integer(e, env, lo, hi, what):
+        v = evaluate(e, env)
+        if not is_int(v) or not lo <= v <= hi:
+            fail(e[-1], f"{what} must be an integer between {lo} and {hi}")
+        return v
+
+    def add_entry(self, scope, name, where):
+        sc = self.scopes[scope]
+        if name == "in":
+            fail(where, "'in' is the input of a block and cannot name a statement")
+        if name in sc.by_name or (scope == 0 and name in self.tensors):
+            fail(where, f"duplicate name '{name}'")
+        sc.by_name[name] = len(sc.entries)
+        sc.entries.append([name, -1, -1])
+        return sc.entries[-1]
+
+    def new_scope(self, parent, name, block, ins):
+        path = self.scopes[parent].path
+        self.scopes.append(Scope(parent, f"{path}.{name}" if path else name, block, ins))
+        return len(self.scopes) - 1
+
+    def call(self, c, name, where, scope, specs, env):
+        entry = self.add_entry(scope, name, where)
+        callee = c["callee"]
+        if callee in KINDS:
+            path = self.scopes[scope].path
+            layer = Layer(f"{path}.{name}" if path else name, callee, where)
+            self.layer_args(c, layer, env)
+            layer.specs = specs
+            entry[1] = len(self.nodes)
+            self.nodes.append(layer)
+            return
+        block = self.blocks.get(callee)
+        if block is None:
+            fail(c["where"], f"unknown layer kind or block '{callee}'")
+        if callee in self.stack:
+            fail(c["where"], f"block '{callee}' instantiates itself")
+        if len(specs) != 1:
+            fail(where, f"an instance of block '{callee}' takes 1 input, got {len(specs)}")
+        bound = self.bind(c, block, env)
+        child = self.new_scope(scope, name, callee, specs)
+        entry[2] = child
+        self.stack.append(callee)
+        for st in block["body"]:
+            self.statement(st, child, bound)
+        self.stack.pop()
+
+    @staticmethod
+    def bind(c, block, env):
+        """Positional arguments, then named ones, then defaults (which may use the parameters before them)."""
+        names, bound = [p for p, _ in block["params"]], {}
+        positional = 0
+        for name, value, where in c["args"]:
+            if name is None:
+                if positional >= len(names):
+                    fail(where, f"too many positional arguments: block '{block['name']}' takes {len(names)}")
+                name, positional = names[positional], positional + 1
+            elif name not in names:
+                fail(where, f"block '{block['name']}' has no parameter '{name}'")
+            if name in bound:
+                fail(where, f"duplicate argument '{name}'")
+            bound[name] = evaluate(value, env)
+        for p, default in block["params"]:
+            if p in bound:
+                continue
+            if default is None:
+                fail(c["where"], f"missing argument '{p}' of block '{block['name']}'")
+            bound[p] = evaluate(default, dict(bound))
+        return bound
+
+    @staticmethod
+    def layer_args(c, layer, env):
+        params = PARAMS.get(layer.op, [])
+        names = [p[0] for p in params]
+        given, positional = {}, 0
+        for name, value, where in c["args"]:
+            if name is None:
+                if positional >= len(params):
+                    fail(where, f"'{layer.op}' takes {len(params) or 'no'} positional arguments")
+                name, positional = names[positional], positional + 1
+            elif name not in names:
+                fail(where, f"'{layer.op}' has no parameter '{name}'")
+            if name in given:
+                fail(where, f"duplicate argument '{name}'")
+            kind = params[names.index(name)][1]
+            v = convert(evaluate(value, env), kind)
+            if v is None:
+                fail(value[-1], f"'{name}' must be {TYPE_TEXT[kind]}")
+            given[name] = v
+        for name, _, default in params:
+            if name not in given and default is None and not (name == "stride" and layer.op in ("maxpool", "avgpool")):
+                fail(c["where"], f"missing argument '{name}' of '{layer.op}'")
+            layer.attrs[name] = given.get(name, default)
+        if layer.op in ("maxpool", "avgpool") and "stride" not in given:
+            layer.attrs["stride"] = layer.attrs["kernel"]
+
+    def output_of(self, entry):
+        if entry[1] >= 0:
+            return entry[1]
+        sc = self.scopes[entry[2]]
+        return self.output_of(sc.entries[-1]) if sc.entries else -1
+
+    def resolve_in(self, scope):
+        return self.resolve(self.scopes[scope].ins[0])
+
+    def resolve(self, spec):
+        kind, scope, what, where = spec
+        if kind == "prev":
+            return self.output_of(self.scopes[scope].entries[what])
+        if kind == "in":
+            return self.resolve_in(scope)
+        if kind == "net_input":
+            if len(self.net_inputs) != 1:
+                fail(where, "the first layer needs exactly one declared input, or one named with 'from'")
+            return self.net_inputs[0]
+        path, text = what[0], ".".join(what[0])
+        sc = self.scopes[scope]
+        head = path[0]
+        if head in sc.by_name:
+            entry = sc.entries[sc.by_name[head]]
+        elif (head == "in" and scope > 0) or head in self.tensors:
+            if len(path) > 1:
+                fail(where, f"'{head}' is not an instance and has no member '{path[1]}'")
+            return self.resolve_in(scope) if head == "in" else self.tensors[head]
+        else:
+            fail(where, f"unknown layer '{text}'")
+        for i, seg in enumerate(path[1:], 1):
+            if entry[2] < 0:
+                fail(where, f"'{'.'.join(path[:i])}' is a layer, not an instance, and has no member '{seg}'")
+            child = self.scopes[entry[2]]
+            if seg not in child.by_name:
+                fail(where, f"unknown layer '{text}'")
+            entry = child.entries[child.by_name[seg]]
+        return self.output_of(entry)
+
+    def check_inputs(self, node):
+        count = len(node.inputs)
+        if node.op in ("add", "concat"):
+            if count < 2:
+                fail(node.where, f"'{node.op}' needs at least 2 inputs, got {count}")
+        elif node.op in LOSSES:
+            if count != 2:
+                fail(node.where, f"'{node.op}' takes 2 inputs (logits and labels), got {count}")
+        elif count != 1:
+            fail(node.where, f"'{node.op}' takes 1 input, got {count}")
+        for i, j in enumerate(node.inputs):
+            src = self.nodes[j]
+            if src.op in LOSSES:
+                fail(node.where, f"loss '{src.name}' cannot be the input of another layer")
+            if (src.op == "label") != (node.op in LOSSES and i == 1):
+                fail(node.where, f"a label is the second input of a loss, and only that: '{src.name}' of '{node.name}'")
+
+    def order(self):
+        """Topological order, stable: among the layers that are ready, the earliest made comes first."""
+        users, pending = [[] for _ in self.nodes], [len(n.inputs) for n in self.nodes]
+        for i, n in enumerate(self.nodes):
+            for j in n.inputs:
+                users[j].append(i)
+        ready = [i for i, p in enumerate(pending) if p == 0]
+        heapq.heapify(ready)
+        order = []
+        while ready:
+            i = heapq.heappop(ready)
+            order.append(i)
+            for u in users[i]:
+                pending[u] -= 1
+                if pending[u] == 0:
+                    heapq.heappush(ready, u)
+        if len(order) != len(self.nodes):
+            cyclic = next(n for n, p in zip(self.nodes, pending) if p > 0)
+            fail(cyclic.where, f"layers form a cycle through '{cyclic.name}'")
+        position = {old: new for new, old in enumerate(order)}
+        layers = [self.nodes[i] for i in order]
+        for layer in layers:
+            layer.inputs = [position[j] for j in layer.inputs]
+        return layers
+
+
+def shape_text(shape):
+    return "[" + ", ".join(["N"] + [str(d) for d in shape]) + "]"
+
+
+def infer_shapes(layers):
+    """Each layer's output shape per sample (without N), parameters and MACs (frontend/src/infer_shapes.cpp)."""
+    for layer in layers:
+        if layer.op in ("input", "label"):
+            continue
+        a = layer.attrs
+        src = layers[layer.inputs[0]]
+        inp = src.shape
+        elements = math.prod(inp)
+        if layer.op in ("conv", "maxpool", "avgpool"):
+            if len(inp) != 3:
+                fail(layer.where,
+                     f"'{layer.op}' needs a 4-D input [N, C, H, W], got {shape_text(inp)} from '{src.name}'")
+            if layer.op != "conv" and any(2 * p > k for p, k in zip(a["pad"], a["kernel"])):
+                fail(layer.where, f"the padding of '{layer.op}' must be at most half its kernel")
+            dilation = a.get("dilation", (1, 1))
+            out = []
+            for d in range(2):
+                padded, reach = inp[d + 1] + 2 * a["pad"][d], dilation[d] * (a["kernel"][d] - 1) + 1
+                if reach > padded:
+                    fail(layer.where, f"kernel {a['kernel'][d]} does not fit the padded input of {padded}")
+                out.append((padded - reach) // a["stride"][d] + 1)
+            if layer.op == "conv":
+                weights = a["filters"] * inp[0] * a["kernel"][0] * a["kernel"][1]
+                layer.shape = [a["filters"]] + out
+                layer.params = weights + (a["filters"] if a["bias"] else 0)
+                layer.macs = out[0] * out[1] * weights
+            else:
+                layer.shape = [inp[0]] + out
+        elif layer.op == "batchnorm":
+            if not inp:
+                fail(layer.where, "'batchnorm' needs an input with channels")
+            layer.shape, layer.params = list(inp), 2 * inp[0]
+        elif layer.op in ("relu", "leaky_relu"):
+            layer.shape = list(inp)
+        elif layer.op == "global_avgpool":
+            if len(inp) != 3:
+                fail(layer.where, f"'global_avgpool' needs a 4-D input [N, C, H, W], got {shape_text(inp)}")
+            layer.shape = [inp[0], 1, 1]
+        elif layer.op == "fc":
+            layer.shape = [a["outputs"]]
+            layer.macs = elements * a["outputs"]
+            layer.params = layer.macs + (a["outputs"] if a["bias"] else 0)
+        elif layer.op == "add":
+            if any(layers[j].shape != inp for j in layer.inputs[1:]):
+                fail(layer.where, "cannot add tensors of different shapes")
+            layer.shape = list(inp)
+        elif layer.op == "concat":
+            others = [layers[j].shape for j in layer.inputs[1:]]
+            if not inp or any(len(o) != len(inp) or o[1:] != inp[1:] for o in others):
+                fail(layer.where, "cannot concatenate tensors whose shapes differ but for the channels")
+            layer.shape = [inp[0] + sum(o[0] for o in others)] + inp[1:]
+        elif layer.op in LOSSES:
+            labels = layers[layer.inputs[1]].shape
+            pixel = layer.op == "pixel_cross_entropy"
+            ok = len(inp) == 3 if pixel else len(inp) == 1 or (len(inp) == 3 and inp[1:] == [1, 1])
+            if not ok:
+                want = "[N, K, H, W]" if pixel else "[N, K]"
+                fail(layer.where, f"'{layer.op}' needs logits {want}, got {shape_text(inp)}")
+            if labels != (inp[1:] if pixel else []):
+                fail(layer.where, f"labels {shape_text(labels)} do not match logits {shape_text(inp)} of '{layer.op}'")
+            layer.shape = []
+
+
+class Network:
+    """A .net file elaborated: `layers` in order (inputs are indices of earlier layers), `train` the sgd
+    line's settings, and each label's class count (the channels of the logits its loss reads)."""
+
+    def __init__(self, path):
+        main = parse_file(path)
+        e = Elaborator(main, read_imports(main))
+        self.path, self.layers, self.train = path, e.layers, e.train
+        infer_shapes(self.layers)
+        if not any(layer.op in LOSSES for layer in self.layers):
+            raise NetError(f"{path}: error: the network has no loss to train")
+        self.classes = {}
+        for layer in self.layers:
+            if layer.op in LOSSES:
+                label = self.layers[layer.inputs[1]].name
+                k = self.layers[layer.inputs[0]].shape[0]
+                self.classes[label] = min(k, self.classes.get(label, k))
+
+    def params(self):
+        return sum(layer.params for layer in self.layers)
+
+    def macs(self):
+        return sum(layer.macs for layer in self.layers)
+
+    def describe(self):
+        return [{"name": layer.name, "kind": layer.op, "inputs": [self.layers[j].name for j in layer.inputs],
+                 "shape": ["N"] + layer.shape, "params": layer.params,
+                 "macs": layer.macs} for layer in self.layers]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The network in PyTorch. torch is imported only here, so that --layers and the parser run without it.
+
+def torch_network(net, inplace_relu):
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    consumers = [0] * len(net.layers)
+    last_use = list(range(len(net.layers)))
+    for i, layer in enumerate(net.layers):
+        for j in layer.inputs:
+            consumers[j] += 1
+            last_use[j] = i
+    # Ops whose backward does not read their output: a ReLU that is their only reader may overwrite it, as
+    # torchvision's models do (ReLU(inplace=True) after batch norm), which saves one tensor per ReLU.
+    overwritable = ("conv", "batchnorm", "add", "concat", "fc")
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.mods = nn.ModuleDict()
+            self.inplace = [False] * len(net.layers)
+            self.frees = [[] for _ in net.layers]  # the outputs to drop after each layer: nobody reads them later
+            for i, j in enumerate(last_use):
+                self.frees[j].append(i)
+            for i, layer in enumerate(net.layers):
+                a, key = layer.attrs, str(i)
+                src = net.layers[layer.inputs[0]] if layer.inputs else None
+                if layer.op == "conv":
+                    m = nn.Conv2d(src.shape[0], a["filters"], a["kernel"], a["stride"], a["pad"], a["dilation"],
+                                  bias=a["bias"])
+                    nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+                    self.mods[key] = m
+                elif layer.op == "batchnorm":
+                    bn = nn.BatchNorm2d if len(src.shape) == 3 else nn.BatchNorm1d
+                    self.mods[key] = bn(src.shape[0], eps=a["eps"], momentum=a["momentum"])
+                elif layer.op == "maxpool":
+                    self.mods[key] = nn.MaxPool2d(a["kernel"], a["stride"], a["pad"])
+                elif layer.op == "avgpool":
+                    self.mods[key] = nn.AvgPool2d(a["kernel"], a["stride"], a["pad"])  # divides by the kernel area
+                elif layer.op == "fc":
+                    self.mods[key] = nn.Linear(math.prod(src.shape), a["outputs"], bias=a["bias"])
+                elif layer.op == "relu":
+                    self.inplace[i] = inplace_relu and consumers[layer.inputs[0]] == 1 and src.op in overwritable
+
+        def forward(self, tensors):
+            outs, loss = {}, None
+            for i, layer in enumerate(net.layers):
+                op, key = layer.op, str(i)
+                if op in ("input", "label"):
+                    outs[i] = tensors[layer.name]
+                    y = None
+                else:
+                    xs = [outs[j] for j in layer.inputs]
+                    if op in ("conv", "batchnorm", "maxpool", "avgpool"):
+                        y = self.mods[key](xs[0])
+                    elif op == "fc":
+                        y = self.mods[key](xs[0].flatten(1))
+                    elif op == "relu":
+                        y = F.relu(xs[0], inplace=self.inplace[i])
+                    elif op == "leaky_relu":
+                        y = F.leaky_relu(xs[0], layer.attrs["slope"])
+                    elif op == "global_avgpool":
+                        y = xs[0].mean(dim=(2, 3), keepdim=True)
+                    elif op == "add":
+                        y = xs[0]
+                        for x in xs[1:]:
+                            y = y + x
+                    elif op == "concat":
+                        y = torch.cat(xs, 1)
+                    else:  # a loss: the mean over samples (and pixels); several losses add up, as in dsl
+                        logits = xs[0] if op == "pixel_cross_entropy" else xs[0].flatten(1)
+                        term = F.cross_entropy(logits, xs[1])
+                        loss = term if loss is None else loss + term
+                        y = None
+                    del xs
+                if y is not None:
+                    outs[i] = y
+                for j in self.frees[i]:
+                    outs.pop(j, None)
+            return loss
+
+    return Net()
+
+
+def set_tf32(torch, on):
+    """TF32 for cuDNN's convolutions and cuBLAS's matrix products, on or off. PyTorch 2.9 replaced the
+    allow_tf32 flags by fp32_precision ("tf32" or "ieee") and warns on the old ones: use the new where it is."""
+    conv = getattr(torch.backends.cudnn, "conv", None)
+    matmul = torch.backends.cuda.matmul
+    if hasattr(conv, "fp32_precision") and hasattr(matmul, "fp32_precision"):
+        conv.fp32_precision = matmul.fp32_precision = "tf32" if on else "ieee"
+    else:
+        torch.backends.cudnn.allow_tf32 = on
+        torch.backends.cuda.matmul.allow_tf32 = on
+
+
+def is_oom(torch, e):
+    """Whether an exception says the step did not fit in the GPU's memory (cuDNN and cuBLAS report it in
+    their own words)."""
+    oom = getattr(torch.cuda, "OutOfMemoryError", None)
+    if oom is not None and isinstance(oom, type) and isinstance(e, oom):
+        return True
+    text = str(e)
+    return isinstance(e, RuntimeError) and ("out of memory" in text or "ALLOC_FAILED" in text)
+
+
+class Bench:
+    """Training steps of `net` in PyTorch on `device`, at any batch."""
+
+    def __init__(self, net, args):
+        import torch
+        self.torch, self.net, self.args = torch, net, args
+        self.device = torch.device(args.device)
+        self.cuda = self.device.type == "cuda"
+        torch.backends.cudnn.benchmark = True
+        set_tf32(torch, args.tf32)
+        tr = net.train
+        self.lr, self.momentum, self.weight_decay = (tr.get("lr", 0.01), tr.get("momentum", 0.9),
+                                                     tr.get("weight_decay", 0.0))
+
+    def sync(self):
+        if self.cuda:
+            self.torch.cuda.synchronize(self.device)
+
+    def data(self, batch):
+        """Random inputs and labels of the right shapes and classes, made once (on the device, or in pinned
+        host memory with --host-inputs)."""
+        torch, tensors = self.torch, {}
+        where = "cpu" if self.args.host_inputs else self.device
+        for layer in self.net.layers:
+            shape = (batch, *layer.shape)
+            if layer.op == "input":
+                tensors[layer.name] = torch.randn(shape, device=where)
+            elif layer.op == "label":
+                classes = self.net.classes.get(layer.name, 1)
+                tensors[layer.name] = torch.randint(0, classes, shape, device=where, dtype=torch.long)
+        if self.args.host_inputs and self.cuda:
+            tensors = {k: v.pin_memory() for k, v in tensors.items()}
+        return tensors
+
+    def run(self, batch, warmup, steps):
+        """`warmup + steps` training steps at `batch`, each timed alone; the step times after the warm-up,
+        every step's loss, and the peak memory. Raises what PyTorch raises when it does not fit."""
+        torch, args = self.torch, self.args
+        torch.manual_seed(args.seed)
+        if self.cuda:
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(self.device)
+        model = torch_network(self.net, not args.no_inplace_relu).to(self.device)
+        params = sum(p.numel() for p in model.parameters())
+        if params != self.net.params():
+            raise RuntimeError(f"internal error: the PyTorch model has {params} parameters, "
+                               f"the network {self.net.params()}")
+        opt = torch.optim.SGD(model.parameters(), lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay)
+        tensors = self.data(batch)
+        model.train()
+        times, losses = [], []
+        for _ in range(warmup + steps):
+            self.sync()
+            t0 = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            step_tensors = tensors
+            if args.host_inputs:
+                step_tensors = {k: v.to(self.device, non_blocking=True) for k, v in tensors.items()}
+            loss = model(step_tensors)
+            loss.backward()
+            opt.step()
+            self.sync()
+            times.append(time.perf_counter() - t0)
+            losses.append(loss.item())
+            del loss, step_tensors
+        memory = {}
+        if self.cuda:
+            memory = {"max_memory_allocated": torch.cuda.max_memory_allocated(self.device),
+                      "max_memory_reserved": torch.cuda.max_memory_reserved(self.device)}
+        return times[warmup:], losses, memory, params
+
+    def fits(self, batch):
+        """Whether two training steps run at `batch` (the second holds the gradients and momentum too)."""
+        torch, failed = self.torch, None
+        try:
+            self.run(batch, 0, 2)
+        except RuntimeError as e:  # torch.cuda.OutOfMemoryError is a RuntimeError
+            if batch == 1 and not is_oom(torch, e):
+                raise
+            failed = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        # The exception's frames held the step's tensors: release them before the next try.
+        gc.collect()
+        if self.cuda:
+            torch.cuda.empty_cache()
+        print(f"  batch {batch}: {'fits' if failed is None else 'does not fit: ' + failed[:160]}", file=sys.stderr,
+              flush=True)
+        return failed is None
+
+    def max_batch(self, limit):
+        """The largest batch that fits: doubling from 1 until one does not, then bisection."""
+        print(f"pytorch_mesh: finding the largest batch of {self.net.path} that fits", file=sys.stderr, flush=True)
+        if not self.fits(1):
+            raise NetError(f"{self.net.path}: not even one sample fits on {self.args.device}")
+        lo, hi = 1, None
+        while hi is None:
+            if lo >= limit:
+                return lo
+            b = min(2 * lo, limit)
+            if self.fits(b):
+                lo = b
+            else:
+                hi = b
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if self.fits(mid) else (lo, mid)
+        return lo
+
+
+def device_text(torch, device):
+    if device.type != "cuda":
+        return f"{device.type}, torch {torch.__version__}"
+    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    return f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}, CUDA {torch.version.cuda}, cuDNN {cudnn}"
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(
+        description="Train a dsl .net network in PyTorch (eager, cuDNN, NCHW float32) and time its steps.",
+        epilog="example: python3 bench/pytorch_mesh.py bench/mesh_stack_512.net --max-batch --json")
+    p.add_argument("net", help="a .net file")
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--batch", type=int, default=None, help="the mini-batch size (default 4)")
+    size.add_argument("--max-batch", action="store_true",
+                      help="find the largest batch that fits (doubling, then bisection) and time that")
+    p.add_argument("--max-batch-limit", type=int, default=1 << 16, help="the largest batch --max-batch tries")
+    p.add_argument("--steps", type=int, default=20, help="timed steps (default 20)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
+    p.add_argument("--tf32", action="store_true", help="let convolutions and matrix products use TF32")
+    p.add_argument("--host-inputs", action="store_true",
+                   help="keep the batch in pinned host memory and copy it to the GPU in every step")
+    p.add_argument("--no-inplace-relu", action="store_true",
+                   help="never let a ReLU overwrite its input (default: where PyTorch allows it, as torchvision does)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the weights and data (default 0)")
+    p.add_argument("--device", default="cuda", help="a torch device (default cuda; cpu to check the translation)")
+    p.add_argument("--json", action="store_true", help="print a JSON object on stdout (the summary line on stderr)")
+    p.add_argument("--layers", action="store_true",
+                   help="print the translated layers (shape per sample, parameters, MACs) and stop; needs no torch")
+    args = p.parse_args(argv)
+    if args.steps < 1 or args.warmup < 0 or (args.batch is not None and args.batch < 1) or args.max_batch_limit < 1:
+        p.error("--steps, --batch and --max-batch-limit must be positive, --warmup not negative")
+
+    try:
+        net = Network(args.net)
+    except NetError as e:
+        print(e, file=sys.stderr)
+        return 1
+    if args.layers:
+        if args.json:
+            print(json.dumps({"network": args.net, "layers": net.describe(),
+                              "totals": {"params": net.params(), "macs": net.macs()}}, indent=2))
+        else:
+            for d in net.describe():
+                shape = "[" + ", ".join(str(x) for x in d["shape"]) + "]"
+                print(f"{d['name']:<28} {d['kind']:<22} {shape:<22} {d['params']:>12,} {d['macs']:>16,}"
+                      f"  <- {', '.join(d['inputs'])}")
+            print(f"parameters {net.params():,}; MACs per sample {net.macs():,}")
+        return 0
+
+    try:
+        import torch
+    except ImportError:
+        print("pytorch_mesh: error: PyTorch is not installed for this Python (import torch failed)", file=sys.stderr)
+        return 1
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        print("pytorch_mesh: error: PyTorch sees no CUDA device (torch.cuda.is_available() is False)", file=sys.stderr)
+        return 1
+
+    bench, batch = Bench(net, args), args.batch
+    try:
+        batch = bench.max_batch(args.max_batch_limit) if args.max_batch else (args.batch or 4)
+        times, losses, memory, params = bench.run(batch, args.warmup, args.steps)
+    except NetError as e:
+        print(e, file=sys.stderr)
+        return 1
+    except RuntimeError as e:
+        if not is_oom(torch, e):
+            raise
+        print(f"pytorch_mesh: error: batch {batch} does not fit: {str(e).strip().splitlines()[0]}", file=sys.stderr)
+        return 1
+
+    median, best = statistics.median(times), min(times)
+    result = {
+        "network": args.net, "batch": batch, "steps": args.steps, "warmup": args.warmup,
+        "median_ms": median * 1e3, "min_ms": best * 1e3, "samples_per_second": batch / median,
+        "max_memory_allocated": memory.get("max_memory_allocated"),
+        "max_memory_reserved": memory.get("max_memory_reserved"),
+        "parameters": params, "first_loss": losses[0], "last_loss": losses[-1],
+        "lr": bench.lr, "momentum": bench.momentum, "weight_decay": bench.weight_decay,
+        "tf32": args.tf32, "host_inputs": args.host_inputs, "inplace_relu": not args.no_inplace_relu,
+        "device": device_text(torch, bench.device), "step_ms": [t * 1e3 for t in times],
+    }
+    peak = memory.get("max_memory_allocated")
+    line = (f"{args.net} batch {batch}: {median * 1e3:.2f} ms/step median, {best * 1e3:.2f} min ({args.steps} steps "
+            f"after {args.warmup} warm-up); {batch / median:.1f} samples/s; "
+            + (f"peak {peak / 2 ** 30:.2f} GiB allocated; " if peak is not None else "")
+            + f"loss {losses[0]:.4f} -> {losses[-1]:.4f}; {'TF32' if args.tf32 else 'FP32'}"
+            + (", inputs from the host" if args.host_inputs else "") + f"; {result['device']}")
+    if args.json:
+        print(line, file=sys.stderr)
+        print(json.dumps(result))
+    else:
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,615 @@
+// The GPU kernel set against the reference kernels, on views of tiles with margins in device memory: every
+// operand is made on the host, copied to the device with the same padded layout, and compared after the
+// kernels ran on both. Inputs' margins hold NaN (reading them shows) and outputs' a sentinel (writing them
+// shows).
+#include <dsl/backend/gpu.hpp>
+#include <dsl/backend/kernels.hpp>
+#include <dsl/backend/tensor.hpp>
+
+#include "../kernel_layouts.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+using namespace dsl::backend;
+
+namespace {
+
+
+Kernels gpu() { return gpu_kernels(); }  // default options: no TF32
+Memory& device() { return *gpu_kernels().memory; }
+Kernels reference() { return reference_kernels(); }
+
+// A buffer of device memory, released when it goes.
+class DeviceArray {
+public:
+    explicit DeviceArray(std::int64_t size) : size_(size), data_(device().allocate(size)) {}
+    explicit DeviceArray(const std::vector<float>& host) : DeviceArray(static_cast<std::int64_t>(host.size())) {
+        device().upload(host.data(), data_, size_);
+    }
+    ~DeviceArray() { device().release(data_); }
+    DeviceArray(const DeviceArray&) = delete;
+    DeviceArray& operator=(const DeviceArray&) = delete;
+
+    float* data() const { return data_; }
+    std::vector<float> download() const {
+        std::vector<float> host(static_cast<std::size_t>(size_));
+        device().download(data_, host.data(), size_);
+        return host;
+    }
+
+private:
+    std::int64_t size_;
+    float* data_;
+};
+
+// A host tile (margins included) and its copy in device memory with the same layout, so that a view of one
+// is at the same offset in the other.
+struct Tile {
+    Tensor host;
+    DeviceArray memory;
+
+    explicit Tile(Tensor t) : host(std::move(t)), memory(host.size()) { device().upload(host.data(), memory.data(), host.size()); }
+
+    // The device view at the place of `v`, a view of `host`.
+    View on_device(ConstView v) const {
+        const std::int64_t offset = v.base - host.data();
+        REQUIRE(offset >= 0);
+        REQUIRE(offset < host.size());
+        return View{memory.data() + offset, v.dims, v.stride_n, v.stride_c, v.stride_h};
+    }
+    View interior() const { return on_device(host.interior()); }
+    // The host tile with the device's elements.
+    Tensor download() const {
+        Tensor t = host;
+        device().download(memory.data(), t.data(), t.size());
+        return t;
+    }
+};
+
+// Two tiles that started equal, margins included: NaN and sentinels exactly where the expected has them, and
+// every other element within `tolerance` of the expected, relative to the larger of its magnitude and `floor`
+// (the largest expected magnitude when `floor` is negative: sums whose terms cancel); 0 asks for equality.
+void require_close(const Tensor& got, const Tensor& expected, const std::string& what, double tolerance,
+                   double floor = 1e-6) {
+    REQUIRE(got.size() == expected.size());
+    const float* g = got.data();
+    const float* e = expected.data();
+    double scale = 0.0;
+    for (std::int64_t i = 0; i < expected.size(); ++i)
+        if (!std::isnan(e[i]) && e[i] != sentinel) scale = std::max(scale, std::abs(double(e[i])));
+    if (floor < 0.0) floor = scale;
+    std::int64_t nans = 0, sentinels = 0, bad = 0;
+    double worst = 0.0;
+    for (std::int64_t i = 0; i < expected.size(); ++i) {
+        if (std::isnan(g[i]) != std::isnan(e[i])) ++nans;
+        if ((g[i] == sentinel) != (e[i] == sentinel)) ++sentinels;
+        if (std::isnan(g[i]) || std::isnan(e[i])) continue;
+        const double error = std::abs(double(g[i]) - double(e[i]));
+        worst = std::max(worst, error);
+        if (error > tolerance * std::max(std::abs(double(e[i])), floor)) ++bad;
+    }
+    INFO(what << ": largest error " << worst << ", largest magnitude " << scale);
+    CHECK(nans == 0);
+    CHECK(sentinels == 0);
+    CHECK(bad == 0);
+}
+
+void require_close(const std::vector<float>& got, const std::vector<float>& expected, const std::string& what,
+                   double tolerance, double floor = 1e-6) {
+    REQUIRE(got.size() == expected.size());
+    Tensor g(Dims{1, 1, 1, static_cast<std::int64_t>(got.size())}), e = g;
+    std::copy(got.begin(), got.end(), g.data());
+    std::copy(expected.begin(), expected.end(), e.data());
+    require_close(g, e, what, tolerance, floor);
+}
+
+void require_close(const std::vector<double>& got, const std::vector<double>& expected, const std::string& what,
+                   double tolerance) {
+    REQUIRE(got.size() == expected.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+        INFO(what << " [" << i << "]");
+        CHECK(got[i] == Approx(expected[i]).epsilon(tolerance).margin(tolerance));
+    }
+}
+
+
+const std::vector<Dims> shapes = {{1, 1, 1, 1}, {2, 3, 5, 7}, {1, 4, 9, 17}, {3, 2, 16, 8}, {2, 5, 1, 33}};
+
+// Shapes that need many blocks, several reduction chunks per channel and the four-element rows.
+const std::vector<Dims> big_shapes = {{2, 3, 150, 130}, {8, 4, 64, 64}, {2, 70, 16, 16}, {3, 200, 5, 7}};
+
+}  // namespace
+
+TEST_CASE("gpu kernel set: one instance, device memory", "[gpu]") {
+    std::string why;
+    const int devices = gpu_devices(&why);
+    INFO(why);
+    CHECK(gpu_built());
+    CHECK(devices > 0);
+    CHECK(!gpu_name().empty());
+    CHECK(gpu_for_local_rank(5, 2) == 1);
+    const Kernels a = gpu_kernels(), b = gpu_kernels();
+    CHECK(a.conv == b.conv);
+    CHECK(a.memory == b.memory);
+    for (const void* k : {(const void*)a.conv, (const void*)a.batchnorm, (const void*)a.activation,
+                          (const void*)a.pool, (const void*)a.fc, (const void*)a.eltwise, (const void*)a.loss,
+                          (const void*)a.memory})
+        CHECK(k != nullptr);
+    CHECK_FALSE(a.memory->host());
+}
+
+TEST_CASE("gpu memory allocates zeroed, copies, fills, packs and unpacks", "[gpu]") {
+    std::mt19937 rng(3);
+    {
+        const DeviceArray zeroed(1000);
+        const std::vector<float> host = zeroed.download();
+        CHECK(std::all_of(host.begin(), host.end(), [](float v) { return v == 0.0f; }));
+        const DeviceArray empty(0);
+        CHECK(empty.data() != nullptr);
+    }
+    const std::vector<float> values = random_vector(4099, rng);
+    const DeviceArray round_trip(values);
+    CHECK(round_trip.download() == values);
+
+    const Dims d = GENERATE(Dims{2, 3, 5, 7}, Dims{1, 2, 150, 130}, Dims{3, 1, 1, 1});
+    const Layout layout = GENERATE(Layout::dense, Layout::interior, Layout::channels);
+    INFO(name(layout) << " " << d.n << "x" << d.c << "x" << d.h << "x" << d.w);
+
+    // fill writes its view only.
+    Operand t = make_operand(d, layout, false, rng);
+    const Tile tile(t.tensor);
+    device().fill(tile.on_device(t.view()), 3.5f);
+    Operand expected = t;
+    {
+        const View v = expected.view();
+        for (std::int64_t n = 0; n < d.n; ++n)
+            for (std::int64_t c = 0; c < d.c; ++c)
+                for (std::int64_t y = 0; y < d.h; ++y)
+                    for (std::int64_t x = 0; x < d.w; ++x) v.at(n, c, y, x) = 3.5f;
+    }
+    require_close(tile.download(), expected.tensor, "fill", 0.0);
+
+    // pack: the view's elements, densely; unpack: back into a view, or added to it.
+    Operand src = make_operand(d, layout, true, rng);
+    const Tile src_tile(src.tensor);
+    const DeviceArray packed(d.elements());
+    device().pack(src_tile.on_device(src.view()), packed.data());
+    Tensor dense(d);
+    reference().eltwise->copy(src.view(), dense.interior());
+    CHECK(packed.download() == std::vector<float>(dense.data(), dense.data() + dense.size()));
+
+    Operand dst = make_operand(d, layout, false, rng);
+    const Tile dst_tile(dst.tensor);
+    device().unpack(packed.data(), dst_tile.on_device(dst.view()), false);
+    Operand dst_expected = dst;
+    reference().eltwise->copy(dense.interior(), dst_expected.view());
+    require_close(dst_tile.download(), dst_expected.tensor, "unpack", 0.0);
+
+    device().unpack(packed.data(), dst_tile.on_device(dst.view()), true);
+    reference().eltwise->accumulate(dense.interior(), dst_expected.view());
+    require_close(dst_tile.download(), dst_expected.tensor, "unpack with add", 0.0);
+    device().synchronize();
+}
+
+namespace {
+
+struct ConvProblem {
+    std::int64_t n, c, f, out_h, out_w;
+    Window window;
+    bool bias;
+};
+
+std::string describe(const ConvProblem& p, Layout layout, bool strided_weights) {
+    const Window& w = p.window;
+    return "conv n=" + std::to_string(p.n) + " c=" + std::to_string(p.c) + " f=" + std::to_string(p.f) +
+           " out=" + std::to_string(p.out_h) + "x" + std::to_string(p.out_w) + " kernel=" +
+           std::to_string(w.kernel[0]) + "x" + std::to_string(w.kernel[1]) + " stride=" + std::to_string(w.stride[0]) +
+           "," + std::to_string(w.stride[1]) + " dilation=" + std::to_string(w.dilation[0]) + "," +
+           std::to_string(w.dilation[1]) + (p.bias ? " bias" : " no-bias") + " layout=" + name(layout) +
+           (strided_weights ? " strided-weights" : "");
+}
+
+// Forward, backward-data and backward-weights of one problem on both kernel sets, twice on the GPU: the first
+// call times cuDNN's algorithms, the second runs the plan it chose.
+void check_conv(const ConvProblem& p, Layout layout, bool strided_weights, std::mt19937& rng) {
+    const std::string what = describe(p, layout, strided_weights);
+    INFO(what);
+    const Window& win = p.window;
+    const Dims xd{p.n, p.c, win.input_extent(0, p.out_h), win.input_extent(1, p.out_w)};
+    const Dims yd{p.n, p.f, p.out_h, p.out_w};
+    const Dims wd{p.f, p.c, win.kernel[0], win.kernel[1]};
+    // Weights as a channel range of a bigger filter bank: not dense, so they go through scratch.
+    const Layout weights = strided_weights ? Layout::channels : Layout::dense;
+    // Convolution sums have terms that cancel: errors are measured against the largest output.
+    const double tolerance = 1e-4, scale = -1.0;
+
+    Operand x = make_operand(xd, layout, true, rng), w = make_operand(wd, weights, true, rng);
+    const Tile x_dev(x.tensor), w_dev(w.tensor);
+    const std::vector<float> bias = random_vector(p.f, rng);
+    const DeviceArray bias_dev(bias);
+
+    Operand y = make_operand(yd, layout, false, rng), y_ref = y;
+    const Tile y_dev(y.tensor);
+    reference().conv->forward(x.view(), w.view(), p.bias ? bias.data() : nullptr, y_ref.view(), win);
+    for (int run = 0; run < 2; ++run) {
+        gpu().conv->forward(x_dev.on_device(x.view()), w_dev.on_device(w.view()), p.bias ? bias_dev.data() : nullptr,
+                            y_dev.on_device(y.view()), win);
+        require_close(y_dev.download(), y_ref.tensor, "forward " + std::to_string(run), tolerance, scale);
+    }
+
+    Operand dy = make_operand(yd, layout, true, rng), dx = make_operand(xd, layout, false, rng), dx_ref = dx;
+    const Tile dy_dev(dy.tensor), dx_dev(dx.tensor);
+    reference().conv->backward_data(dy.view(), w.view(), dx_ref.view(), win);
+    for (int run = 0; run < 2; ++run) {
+        gpu().conv->backward_data(dy_dev.on_device(dy.view()), w_dev.on_device(w.view()), dx_dev.on_device(dx.view()),
+                                  win);
+        require_close(dx_dev.download(), dx_ref.tensor, "backward_data " + std::to_string(run), tolerance, scale);
+    }
+
+    Operand dw = make_operand(wd, weights, false, rng), dw_ref = dw;
+    const Tile dw_dev(dw.tensor);
+    std::vector<float> db_ref(static_cast<std::size_t>(p.f), sentinel);
+    const DeviceArray db_dev(db_ref);
+    reference().conv->backward_weights(x.view(), dy.view(), dw_ref.view(), p.bias ? db_ref.data() : nullptr, win);
+    for (int run = 0; run < 2; ++run) {
+        gpu().conv->backward_weights(x_dev.on_device(x.view()), dy_dev.on_device(dy.view()),
+                                     dw_dev.on_device(dw.view()), p.bias ? db_dev.data() : nullptr, win);
+        require_close(dw_dev.download(), dw_ref.tensor, "backward_weights dw " + std::to_string(run), tolerance, scale);
+        require_close(db_dev.download(), db_ref, "backward_weights db " + std::to_string(run), tolerance, scale);
+    }
+}
+
+const std::vector<ConvProblem>& conv_problems() {
+    static const std::vector<ConvProblem> problems = {
+        {2, 3, 5, 7, 5, window(3, 3, 1, 1), true},
+        {1, 4, 6, 5, 6, window(3, 1, 1, 1), false},     // non-square kernel
+        {3, 5, 4, 4, 3, window(3, 3, 2, 2), true},      // stride 2
+        {2, 3, 7, 5, 4, window(3, 3, 1, 1, 2, 2), false},  // dilation 2
+        {2, 6, 3, 3, 5, window(1, 3, 2, 1, 1, 2), true},   // mixed stride and dilation per dimension
+        {1, 17, 19, 9, 11, window(5, 5, 1, 1), true},   // odd channel counts
+        {4, 16, 32, 16, 16, window(3, 3, 1, 1), true},  // big enough for Winograd and FFT algorithms
+        {2, 3, 5, 6, 6, window(1, 1, 1, 1), false},     // 1x1
+        {2, 8, 8, 3, 4, window(2, 2, 2, 2), true},      // even kernel, stride 2
+        {1, 2, 3, 4, 4, window(7, 7, 2, 2), true},      // first-layer-like: few channels, large kernel
+        {2, 32, 16, 7, 9, window(3, 3, 2, 2), false},   // stride 2 with more channels
+    };
+    return problems;
+}
+
+}  // namespace
+
+TEST_CASE("gpu convolutions match the reference on strided views", "[gpu]") {
+    const Layout layout = GENERATE(Layout::dense, Layout::interior, Layout::padded, Layout::inside, Layout::channels);
+    std::mt19937 rng(41);
+    for (const ConvProblem& p : conv_problems()) {
+        // padded and inside views need room for their margins.
+        const Dims xd{p.n, p.c, p.window.input_extent(0, p.out_h), p.window.input_extent(1, p.out_w)};
+        if ((layout == Layout::padded || layout == Layout::inside) && (xd.h < 3 || xd.w < 3 || p.out_h < 3 || p.out_w < 3))
+            continue;
+        check_conv(p, layout, false, rng);
+    }
+}
+
+TEST_CASE("gpu convolutions take weights that are not dense", "[gpu]") {
+    std::mt19937 rng(43);
+    check_conv(conv_problems()[0], Layout::interior, true, rng);
+    check_conv(conv_problems()[2], Layout::dense, true, rng);
+}
+
+namespace {
+
+struct FcProblem {
+    Dims x;
+    std::int64_t k;
+    bool bias;
+};
+
+}  // namespace
+
+TEST_CASE("gpu fully connected layers match the reference", "[gpu]") {
+    const FcProblem p = GENERATE(FcProblem{{3, 4, 3, 5}, 7, true}, FcProblem{{5, 64, 1, 1}, 10, false},
+                                 FcProblem{{2, 16, 7, 7}, 33, true}, FcProblem{{1, 1, 1, 1}, 1, true});
+    const Layout layout = GENERATE(Layout::dense, Layout::interior);
+    INFO("fc x " << p.x.n << "x" << p.x.c << "x" << p.x.h << "x" << p.x.w << " k=" << p.k << " " << name(layout));
+    std::mt19937 rng(47);
+    const Dims yd{p.x.n, p.k, 1, 1}, wd{p.k, p.x.c * p.x.h * p.x.w, 1, 1};
+    Operand x = make_operand(p.x, layout, true, rng), w = make_operand(wd, Layout::dense, true, rng);
+    const Tile x_dev(x.tensor), w_dev(w.tensor);
+    const std::vector<float> bias = random_vector(p.k, rng);
+    const DeviceArray bias_dev(bias);
+
+    Operand y = make_operand(yd, Layout::dense, false, rng), y_ref = y;
+    const Tile y_dev(y.tensor);
+    reference().fc->forward(x.view(), w.view(), p.bias ? bias.data() : nullptr, y_ref.view());
+    gpu().fc->forward(x_dev.on_device(x.view()), w_dev.on_device(w.view()), p.bias ? bias_dev.data() : nullptr,
+                      y_dev.on_device(y.view()));
+    require_close(y_dev.download(), y_ref.tensor, "fc forward", 1e-4, -1.0);
+
+    Operand dy = make_operand(yd, Layout::dense, true, rng), dx = make_operand(p.x, layout, false, rng), dx_ref = dx;
+    const Tile dy_dev(dy.tensor), dx_dev(dx.tensor);
+    reference().fc->backward_data(dy.view(), w.view(), dx_ref.view());
+    gpu().fc->backward_data(dy_dev.on_device(dy.view()), w_dev.on_device(w.view()), dx_dev.on_device(dx.view()));
+    require_close(dx_dev.download(), dx_ref.tensor, "fc backward_data", 1e-4, -1.0);
+
+    Operand dw = make_operand(wd, Layout::dense, false, rng), dw_ref = dw;
+    const Tile dw_dev(dw.tensor);
+    std::vector<float> db_ref(static_cast<std::size_t>(p.k), sentinel);
+    const DeviceArray db_dev(db_ref);
+    reference().fc->backward_weights(x.view(), dy.view(), dw_ref.view(), p.bias ? db_ref.data() : nullptr);
+    gpu().fc->backward_weights(x_dev.on_device(x.view()), dy_dev.on_device(dy.view()), dw_dev.on_device(dw.view()),
+                               p.bias ? db_dev.data() : nullptr);
+    require_close(dw_dev.download(), dw_ref.tensor, "fc backward_weights dw", 1e-4, -1.0);
+    require_close(db_dev.download(), db_ref, "fc backward_weights db", 1e-4, -1.0);
+}
+
+namespace {
+
+// Every batch-norm kernel on x and dy of `d`, statistics adding into what the caller holds.
+void check_batchnorm(const Dims& d, std::mt19937& rng) {
+    INFO("batchnorm " << d.n << "x" << d.c << "x" << d.h << "x" << d.w);
+    const auto c = static_cast<std::size_t>(d.c);
+    Operand x = make_operand(d, Layout::interior, true, rng), dy = make_operand(d, Layout::channels, true, rng);
+    const Tile x_dev(x.tensor), dy_dev(dy.tensor);
+
+    std::vector<double> sum_ref(c, 1.5), sq_ref(c, -0.5), sum(c, 1.5), sq(c, -0.5);
+    reference().batchnorm->statistics(x.view(), sum_ref.data(), sq_ref.data());
+    gpu().batchnorm->statistics(x_dev.on_device(x.view()), sum.data(), sq.data());
+    require_close(sum, sum_ref, "sum", 1e-10);
+    require_close(sq, sq_ref, "sum of squares", 1e-10);
+
+    std::vector<float> mean(c), inv_std(c);
+    const std::vector<float> gamma = random_vector(d.c, rng, 0.5f, 1.5f), beta = random_vector(d.c, rng);
+    const double count = double(d.n * d.h * d.w);
+    for (std::size_t k = 0; k < c; ++k) {
+        const double m = (sum_ref[k] - 1.5) / count;
+        mean[k] = float(m);
+        inv_std[k] = float(1.0 / std::sqrt(std::max((sq_ref[k] + 0.5) / count - m * m, 0.0) + 1e-5));
+    }
+    const DeviceArray gamma_dev(gamma), beta_dev(beta);
+
+    Operand y = make_operand(d, Layout::interior, false, rng), y_ref = y;
+    const Tile y_dev(y.tensor);
+    reference().batchnorm->forward(x.view(), mean.data(), inv_std.data(), gamma.data(), beta.data(), y_ref.view());
+    gpu().batchnorm->forward(x_dev.on_device(x.view()), mean.data(), inv_std.data(), gamma_dev.data(),
+                             beta_dev.data(), y_dev.on_device(y.view()));
+    require_close(y_dev.download(), y_ref.tensor, "batchnorm forward", 1e-6);
+
+    std::vector<double> sdy_ref(c, 0.25), sdx_ref(c, 0.0), sdy(c, 0.25), sdx(c, 0.0);
+    reference().batchnorm->backward_statistics(x.view(), dy.view(), mean.data(), inv_std.data(), sdy_ref.data(),
+                                         sdx_ref.data());
+    gpu().batchnorm->backward_statistics(x_dev.on_device(x.view()), dy_dev.on_device(dy.view()), mean.data(),
+                                         inv_std.data(), sdy.data(), sdx.data());
+    require_close(sdy, sdy_ref, "sum of dy", 1e-10);
+    require_close(sdx, sdx_ref, "sum of dy * x_hat", 1e-10);
+
+    Operand dx = make_operand(d, Layout::inside, false, rng), dx_ref = dx;
+    const Tile dx_dev(dx.tensor);
+    reference().batchnorm->backward(x.view(), dy.view(), mean.data(), inv_std.data(), gamma.data(), sdy_ref.data(),
+                              sdx_ref.data(), count, dx_ref.view());
+    gpu().batchnorm->backward(x_dev.on_device(x.view()), dy_dev.on_device(dy.view()), mean.data(), inv_std.data(),
+                              gamma_dev.data(), sdy_ref.data(), sdx_ref.data(), count, dx_dev.on_device(dx.view()));
+    require_close(dx_dev.download(), dx_ref.tensor, "batchnorm backward", 1e-6);
+}
+
+}  // namespace
+
+TEST_CASE("gpu batch norm matches the reference", "[gpu]") {
+    std::mt19937 rng(53);
+    for (const Dims& d : shapes)
+        if (d.h >= 3 && d.w >= 3) check_batchnorm(d, rng);
+    for (const Dims& d : big_shapes) check_batchnorm(d, rng);
+}
+
+TEST_CASE("gpu activations match the reference", "[gpu]") {
+    const float slope = GENERATE(0.0f, 0.1f);
+    std::mt19937 rng(59);
+    std::vector<Dims> all = shapes;
+    all.insert(all.end(), big_shapes.begin(), big_shapes.end());
+    for (const Dims& d : all) {
+        INFO("activation " << d.n << "x" << d.c << "x" << d.h << "x" << d.w << " slope " << slope);
+        Operand x = make_operand(d, Layout::interior, true, rng), dy = make_operand(d, Layout::channels, true, rng);
+        const Tile x_dev(x.tensor), dy_dev(dy.tensor);
+        Operand y = make_operand(d, Layout::interior, false, rng), y_ref = y;
+        const Tile y_dev(y.tensor);
+        reference().activation->forward(x.view(), slope, y_ref.view());
+        gpu().activation->forward(x_dev.on_device(x.view()), slope, y_dev.on_device(y.view()));
+        require_close(y_dev.download(), y_ref.tensor, "activation forward", 0.0);
+
+        Operand dx = make_operand(d, Layout::dense, false, rng), dx_ref = dx;
+        const Tile dx_dev(dx.tensor);
+        reference().activation->backward(x.view(), dy.view(), slope, dx_ref.view());
+        gpu().activation->backward(x_dev.on_device(x.view()), dy_dev.on_device(dy.view()), slope,
+                                   dx_dev.on_device(dx.view()));
+        require_close(dx_dev.download(), dx_ref.tensor, "activation backward", 0.0);
+    }
+}
+
+namespace {
+
+struct PoolCase {
+    Window window;
+    Dims out;
+};
+
+}  // namespace
+
+TEST_CASE("gpu pooling matches the reference, ties included", "[gpu]") {
+    // Disjoint windows, overlapping ones (3x3 stride 2 and stride 1), gaps (stride > kernel), non-square,
+    // dilation (which the reference honours), and long rows.
+    const PoolCase pc = GENERATE(PoolCase{window(2, 2, 2, 2), {2, 3, 4, 5}}, PoolCase{window(3, 3, 2, 2), {2, 3, 5, 7}},
+                                 PoolCase{window(3, 3, 1, 1), {1, 4, 6, 9}}, PoolCase{window(2, 2, 3, 3), {2, 2, 3, 4}},
+                                 PoolCase{window(3, 2, 2, 1), {3, 2, 4, 11}}, PoolCase{window(1, 1, 1, 1), {1, 2, 3, 3}},
+                                 PoolCase{window(5, 5, 1, 1), {1, 1, 1, 1}},
+                                 PoolCase{window(3, 3, 1, 2, 2, 1), {2, 2, 4, 5}},
+                                 PoolCase{window(3, 3, 2, 2), {2, 3, 40, 150}});
+    const PoolKind kind = GENERATE(PoolKind::max, PoolKind::average);
+    const int levels = GENERATE(0, 3);  // few levels make ties, so that routing to the first maximum is tested
+    const Window& w = pc.window;
+    const Dims in{pc.out.n, pc.out.c, w.input_extent(0, pc.out.h), w.input_extent(1, pc.out.w)};
+    CAPTURE(w.kernel[0], w.kernel[1], w.stride[0], w.stride[1], w.dilation[0], pc.out.h, pc.out.w,
+            kind == PoolKind::max, levels);
+    std::mt19937 rng(61);
+
+    Operand x = make_operand(in, Layout::channels, true, rng, levels), dy = make_operand(pc.out, Layout::interior, true, rng);
+    const Tile x_dev(x.tensor), dy_dev(dy.tensor);
+
+    Operand y = make_operand(pc.out, Layout::interior, false, rng), y_ref = y;
+    const Tile y_dev(y.tensor);
+    reference().pool->forward(kind, x.view(), y_ref.view(), w);
+    gpu().pool->forward(kind, x_dev.on_device(x.view()), y_dev.on_device(y.view()), w);
+    require_close(y_dev.download(), y_ref.tensor, "pool forward", kind == PoolKind::max ? 0.0 : 1e-6);
+
+    Operand dx = make_operand(in, Layout::interior, false, rng), dx_ref = dx;
+    const Tile dx_dev(dx.tensor);
+    reference().pool->backward(kind, x.view(), dy.view(), dx_ref.view(), w);
+    gpu().pool->backward(kind, x_dev.on_device(x.view()), dy_dev.on_device(dy.view()), dx_dev.on_device(dx.view()), w);
+    require_close(dx_dev.download(), dx_ref.tensor, "pool backward", 1e-6);
+}
+
+TEST_CASE("gpu global pooling sums and broadcasts as the reference", "[gpu]") {
+    std::mt19937 rng(67);
+    std::vector<Dims> all = shapes;
+    all.insert(all.end(), big_shapes.begin(), big_shapes.end());
+    all.push_back({64, 512, 7, 7});  // many small planes
+    for (const Dims& d : all) {
+        INFO("global pool " << d.n << "x" << d.c << "x" << d.h << "x" << d.w);
+        Operand x = make_operand(d, Layout::interior, true, rng);
+        const Tile x_dev(x.tensor);
+        const auto planes = static_cast<std::size_t>(d.n * d.c);
+        std::vector<double> expected(planes, 2.0), got(planes, 2.0);
+        reference().pool->global_sum(x.view(), expected.data());
+        gpu().pool->global_sum(x_dev.on_device(x.view()), got.data());
+        require_close(got, expected, "global sum", 1e-10);
+
+        std::vector<float> values(planes);
+        for (std::size_t i = 0; i < planes; ++i) values[i] = float(i) - 1.5f;
+        Operand dx = make_operand(d, Layout::channels, false, rng), dx_ref = dx;
+        const Tile dx_dev(dx.tensor);
+        reference().pool->broadcast(values.data(), 0.125f, dx_ref.view());
+        gpu().pool->broadcast(values.data(), 0.125f, dx_dev.on_device(dx.view()));
+        require_close(dx_dev.download(), dx_ref.tensor, "broadcast", 0.0);
+    }
+}
+
+TEST_CASE("gpu element-wise kernels match the reference", "[gpu]") {
+    const Dims d = GENERATE(from_range(shapes));
+    const int count = GENERATE(1, 2, 3, 4, 8, 9, 16);
+    INFO("add of " << count << " inputs, " << d.n << "x" << d.c << "x" << d.h << "x" << d.w);
+    std::mt19937 rng(71);
+    std::vector<Operand> xs;
+    for (int k = 0; k < count; ++k) xs.push_back(make_operand(d, k % 2 ? Layout::interior : Layout::channels, true, rng));
+    std::vector<std::unique_ptr<Tile>> xs_dev;
+    std::vector<ConstView> views, views_dev;
+    for (Operand& x : xs) {
+        xs_dev.push_back(std::make_unique<Tile>(x.tensor));
+        views.push_back(x.view());
+        views_dev.push_back(xs_dev.back()->on_device(x.view()));
+    }
+
+    Operand y = make_operand(d, Layout::interior, false, rng), y_ref = y;
+    const Tile y_dev(y.tensor);
+    reference().eltwise->add(views, y_ref.view());
+    gpu().eltwise->add(views_dev, y_dev.on_device(y.view()));
+    // Up to eight inputs round once, as the reference; more once per kernel.
+    require_close(y_dev.download(), y_ref.tensor, "add", count <= 8 ? 0.0 : 1e-5);
+
+    // Copy into a channel range of a bigger tensor, as concat does.
+    Operand wide = make_operand(d, Layout::channels, false, rng), wide_ref = wide;
+    const Tile wide_dev(wide.tensor);
+    reference().eltwise->copy(views[0], wide_ref.view());
+    gpu().eltwise->copy(views_dev[0], wide_dev.on_device(wide.view()));
+    require_close(wide_dev.download(), wide_ref.tensor, "copy", 0.0);
+
+    // Accumulate in place into a non-dense view.
+    reference().eltwise->accumulate(views.back(), y_ref.view());
+    gpu().eltwise->accumulate(views_dev.back(), y_dev.on_device(y.view()));
+    require_close(y_dev.download(), y_ref.tensor, "accumulate", count <= 8 ? 0.0 : 1e-5);
+}
+
+TEST_CASE("gpu add may write into an input", "[gpu]") {
+    const Dims d = GENERATE(Dims{2, 3, 5, 9}, Dims{1, 2, 150, 130});
+    const int inputs = GENERATE(2, 3, 9);
+    const int into = GENERATE(0, 1);
+    INFO(inputs << " inputs, into input " << into);
+    std::mt19937 rng(73);
+    std::vector<Operand> xs;
+    for (int k = 0; k < inputs; ++k) xs.push_back(make_operand(d, Layout::interior, true, rng));
+    std::vector<std::unique_ptr<Tile>> xs_dev;
+    std::vector<ConstView> views, views_dev;
+    for (Operand& x : xs) {
+        xs_dev.push_back(std::make_unique<Tile>(x.tensor));
+        views.push_back(x.view());
+        views_dev.push_back(xs_dev.back()->on_device(x.view()));
+    }
+    Operand expected = xs[static_cast<std::size_t>(into)];
+    reference().eltwise->add(views, expected.view());
+    const Tile& target = *xs_dev[static_cast<std::size_t>(into)];
+    gpu().eltwise->add(views_dev, target.on_device(xs[static_cast<std::size_t>(into)].view()));
+    require_close(target.download(), expected.tensor, "add in place", inputs <= 8 ? 0.0 : 1e-5);
+}
+
+TEST_CASE("gpu sgd matches the reference", "[gpu]") {
+    const std::int64_t count = GENERATE(1, 7, 100, 40009, 3000017);
+    std::mt19937 rng(79);
+    std::vector<float> w = random_vector(count, rng), m = random_vector(count, rng), g = random_vector(count, rng);
+    const DeviceArray w_dev(w), m_dev(m), g_dev(g);
+    for (int step = 0; step < 3; ++step) {
+        reference().eltwise->sgd(w.data(), m.data(), g.data(), count, 0.05f, 0.9f, 1e-4f);
+        gpu().eltwise->sgd(w_dev.data(), m_dev.data(), g_dev.data(), count, 0.05f, 0.9f, 1e-4f);
+    }
+    require_close(w_dev.download(), w, "sgd weights", 1e-6, 1.0);
+    require_close(m_dev.download(), m, "sgd momentum", 1e-6, 1.0);
+}
+
+TEST_CASE("gpu cross-entropy matches the reference", "[gpu]") {
+    // A warp per sample ({n, k, 1, 1}, contiguous or not), a thread per pixel otherwise.
+    const Dims d = GENERATE(Dims{4, 10, 1, 1}, Dims{2, 3, 5, 6}, Dims{3, 1000, 1, 1}, Dims{2, 2, 64, 80});
+    const Layout layout = GENERATE(Layout::dense, Layout::interior);
+    INFO("cross entropy " << d.n << "x" << d.c << "x" << d.h << "x" << d.w << " " << name(layout));
+    std::mt19937 rng(83);
+    Operand logits = make_operand(d, layout, true, rng);
+    {
+        // Logits of several units, so that the softmax is not flat.
+        const View v = logits.view();
+        for (std::int64_t n = 0; n < d.n; ++n)
+            for (std::int64_t c = 0; c < d.c; ++c)
+                for (std::int64_t y = 0; y < d.h; ++y)
+                    for (std::int64_t x = 0; x < d.w; ++x) v.at(n, c, y, x) *= 4.0f;
+    }
+    const Tile logits_dev(logits.tensor);
+    std::vector<std::int32_t> labels(static_cast<std::size_t>(d.n * d.h * d.w));
+    std::uniform_int_distribution<std::int32_t> label(0, static_cast<std::int32_t>(d.c - 1));
+    for (auto& l : labels) l = label(rng);
+    const LabelView lv{labels.data(), {d.n, 1, d.h, d.w}, d.h * d.w, d.h * d.w, d.w};
+
+    Operand dlogits = make_operand(d, layout, false, rng), dlogits_ref = dlogits;
+    const Tile dlogits_dev(dlogits.tensor);
+    const double loss_ref = reference().loss->cross_entropy(logits.view(), lv, 0.25f, dlogits_ref.view());
+    const double loss =
+        gpu().loss->cross_entropy(logits_dev.on_device(logits.view()), lv, 0.25f, dlogits_dev.on_device(dlogits.view()));
+    CHECK(loss == Approx(loss_ref).epsilon(1e-10));
+    CHECK(loss > 0.0);
+    require_close(dlogits_dev.download(), dlogits_ref.tensor, "dlogits", 1e-6);
+
+    // Without a gradient: the loss alone.
+    CHECK(gpu().loss->cross_entropy(logits_dev.on_device(logits.view()), lv, 0.25f, View{}) ==
+          Approx(loss_ref).epsilon(1e-10));
+    require_close(logits_dev.download(), logits.tensor, "logits untouched", 0.0);
+
+    // The gradient written over the logits.
+    Operand in_place_ref = logits;
+    reference().loss->cross_entropy(in_place_ref.view(), lv, 0.25f, in_place_ref.view());
+    const View in_place = logits_dev.on_device(logits.view());
+    CHECK(gpu().loss->cross_entropy(in_place, lv, 0.25f, in_place) == Approx(loss_ref).epsilon(1e-10));
+    require_close(logits_dev.download(), in_place_ref.tensor, "dlogits over logits", 1e-6);
+}

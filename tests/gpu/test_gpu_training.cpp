@@ -1,0 +1,86 @@
+// The GPU trains as the CPU does: real runs of `dsl run --device gpu`, on one process and on several that
+// share the GPU (or have one each), compared with the same network trained on the CPU on one process: the
+// loss of every step and every tensor of the final checkpoint within 1e-3 relative (cuDNN's algorithms sum
+// in other orders than oneDNN's).
+#include "../train_runs.hpp"
+
+#include <dsl/backend/gpu.hpp>
+
+#include <catch2/catch.hpp>
+
+TEST_CASE("training on the GPU gives the losses and weights of the CPU", "[gpu]") {
+    struct Case {
+        const char* net;
+        const char* sched;
+        std::int64_t batch;
+        const char* extra;
+    };
+    // One process; samples, rows, columns, both, hybrid and per-layer redistribution on 2 and 4 processes,
+    // overlap on and off, through host memory and (where there are GPUs enough) NCCL; stride 2, pooling,
+    // residual adds, a fully connected head, uneven tiles.
+    const Case c = GENERATE(Case{"samples/mesh_tiny.net", "", 4, ""},
+                            Case{"samples/resnet_tiny.net", "", 8, ""},
+                            Case{"tests/dist/odd.net", "", 5, ""},
+                            Case{"samples/mesh_tiny.net", "samples/mesh_tiny_sample_2.sched", 4, ""},
+                            Case{"samples/mesh_tiny.net", "samples/mesh_tiny_spatial_h_2.sched", 4, ""},
+                            Case{"samples/mesh_tiny.net", "samples/mesh_tiny_spatial_w_2.sched", 4, ""},
+                            Case{"samples/mesh_tiny.net", "samples/mesh_tiny_spatial_hw_4.sched", 4, ""},
+                            Case{"samples/mesh_tiny.net", "samples/mesh_tiny_hybrid_4.sched", 4, ""},
+                            Case{"samples/mesh_tiny.net", "samples/mesh_tiny_mixed_4.sched", 4, ""},
+                            Case{"samples/resnet_tiny.net", "samples/resnet_tiny_hybrid_4.sched", 8, ""},
+                            Case{"tests/dist/odd.net", "tests/dist/odd_hybrid_4.sched", 5, ""},
+                            Case{"samples/mesh_tiny.net", "samples/mesh_tiny_spatial_h_2.sched", 4, "--gpu-comm nccl"},
+                            Case{"samples/mesh_tiny.net", "samples/mesh_tiny_hybrid_4.sched", 4, "--gpu-comm nccl"});
+    CAPTURE(c.net, c.sched, c.extra);
+    const std::string extra = c.extra;
+    // NCCL needs a GPU per process: where there are fewer, the processes share through host memory instead.
+    const int procs = std::string(c.sched).find("_4.") != std::string::npos   ? 4
+                      : std::string(c.sched).find("_2.") != std::string::npos ? 2
+                                                                             : 1;
+    if (extra.find("nccl") != std::string::npos && dsl::backend::gpu_devices() < procs) {
+        WARN("NCCL on " << procs << " processes needs " << procs << " GPUs; this machine has "
+                        << dsl::backend::gpu_devices() << ": not run here");
+        return;
+    }
+    const Run cpu = train(c.net, "", c.batch, "--device cpu");
+    const Run gpu = train(c.net, c.sched, c.batch, "--device gpu " + extra);
+    REQUIRE(cpu.losses.size() == 3);
+    REQUIRE(gpu.losses.size() == cpu.losses.size());
+    for (std::size_t i = 0; i < cpu.losses.size(); ++i) CHECK(gpu.losses[i] == Approx(cpu.losses[i]).epsilon(1e-3));
+    CHECK(cpu.losses.back() != cpu.losses.front());  // it trained
+    check_same_state(gpu.checkpoint, cpu.checkpoint, 1e-3);
+}
+
+TEST_CASE("a GPU checkpoint resumes on the CPU and a CPU one on the GPU", "[gpu]") {
+    const fs::path dir = fs::temp_directory_path() / ("dsl_gpu_resume_" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    const std::string d = dir.string();
+    const std::string common = "run samples/mesh_tiny.net --seed 3 --batch 4 ";
+    Result r = run_dsl(common + "--steps 4 --device cpu --save " + d + "/cpu");
+    REQUIRE(r.exit_code == 0);
+    r = run_dsl(common + "--steps 2 --device gpu --save " + d + "/first");
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    r = run_dsl(common + "--steps 1 --device cpu --load " + d + "/first --save " + d + "/second");
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    r = run_dsl(common + "--steps 1 --device gpu --load " + d + "/second --save " + d + "/gpu");
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    std::string error;
+    const auto expected = load_checkpoint(d + "/cpu", error), got = load_checkpoint(d + "/gpu", error);
+    REQUIRE(expected);
+    REQUIRE(got);
+    CHECK(got->meta["step"] == 4);
+    check_same_state(*got, *expected, 1e-3);
+    fs::remove_all(dir);
+}
+
+TEST_CASE("profiling a GPU run times every layer", "[gpu]") {
+    const Result r = run_dsl("run samples/mesh_tiny.net --device gpu --steps 3 --profile");
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.out.find("per-layer time") != std::string::npos);
+    CHECK(r.out.find("conv") != std::string::npos);
+}

@@ -1,0 +1,66 @@
+// Training runs of the `dsl` command that tests compare: the loss of every step (from --log) and the final
+// state (from --save), and the comparison of two states tensor by tensor.
+#pragma once
+
+#include "run_dsl.hpp"
+
+#include <dsl/backend/checkpoint.hpp>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace {
+
+using dsl::backend::Checkpoint;
+using dsl::backend::load_checkpoint;
+
+struct Run {
+    std::vector<double> losses;
+    Checkpoint checkpoint;
+};
+
+// Trains `net` (under `sched` when not empty) for a few steps and returns its losses and final state.
+inline Run train(const std::string& net, const std::string& sched, std::int64_t batch, const std::string& extra = "") {
+    const fs::path dir = fs::temp_directory_path() / ("dsl_dist_" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    const Result r = run_dsl("run " + net + " " + sched + " --steps 3 --seed 7 --batch " + std::to_string(batch) +
+                             " --log '" + (dir / "log.jsonl").string() + "' --save '" + (dir / "ckpt").string() +
+                             "' " + extra);
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    Run out;
+    std::ifstream log(dir / "log.jsonl");
+    for (std::string line; std::getline(log, line);) out.losses.push_back(nlohmann::json::parse(line)["loss"]);
+    std::string error;
+    auto ckpt = load_checkpoint((dir / "ckpt").string(), error);
+    INFO(error);
+    REQUIRE(ckpt);
+    out.checkpoint = std::move(*ckpt);
+    fs::remove_all(dir);
+    return out;
+}
+
+// Every tensor of `b` in `a`, element by element within `rel` of the tensor's largest magnitude (or of 0.01,
+// for tensors that are zero but for rounding: the bias of a convolution before batch norm gets no gradient).
+inline void check_same_state(const Checkpoint& a, const Checkpoint& b, double rel) {
+    REQUIRE(a.tensors.size() == b.tensors.size());
+    for (const auto& expected : b.tensors) {
+        const auto* got = a.find(expected.name);
+        INFO(expected.name);
+        REQUIRE(got);
+        REQUIRE(got->data.size() == expected.data.size());
+        double scale = 0.0, worst = 0.0;
+        for (std::size_t i = 0; i < expected.data.size(); ++i) {
+            scale = std::max(scale, std::fabs(double(expected.data[i])));
+            worst = std::max(worst, std::fabs(double(got->data[i]) - double(expected.data[i])));
+        }
+        CHECK(worst <= rel * std::max(scale, 0.01));
+    }
+}
+
+}  // namespace
