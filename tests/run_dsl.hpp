@@ -25,11 +25,22 @@ struct Result {
     std::string out, err;
 };
 
+// The repository and the dsl binary the tests were built for, or, where the built tree has moved (to a
+// GPU machine), those $DSL_SOURCE_DIR and $DSL_BINARY name.
+inline std::string source_dir() {
+    const char* env = std::getenv("DSL_SOURCE_DIR");
+    return env && *env ? env : DSL_SOURCE_DIR;
+}
+inline std::string dsl_binary() {
+    const char* env = std::getenv("DSL_BINARY");
+    return env && *env ? env : DSL_BINARY;
+}
+
 // Runs `dsl ARGS` from the repository root, so that file names in messages are the relative ones.
 inline Result run_dsl(const std::string& args) {
     const fs::path dir = fs::temp_directory_path() / ("dsl_diag_" + std::to_string(::getpid()));
     fs::create_directories(dir);
-    const std::string cmd = "cd '" DSL_SOURCE_DIR "' && NO_COLOR=1 '" DSL_BINARY "' " + args + " >'" +
+    const std::string cmd = "cd '" + source_dir() + "' && NO_COLOR=1 '" + dsl_binary() + "' " + args + " >'" +
                             (dir / "out").string() + "' 2>'" + (dir / "err").string() + "'";
     const int status = std::system(cmd.c_str());
     Result r{WIFEXITED(status) ? WEXITSTATUS(status) : -1, read(dir / "out"), read(dir / "err")};

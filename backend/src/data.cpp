@@ -3,6 +3,7 @@
 #include <dsl/backend/data.hpp>
 
 #include "splitmix.hpp"
+#include "synthetic_formula.hpp"
 
 #include <dsl/backend/npy.hpp>
 
@@ -18,51 +19,9 @@ namespace dsl::backend {
 
 using frontend::Layer;
 using frontend::OpKind;
+using namespace synthetic;
 
 namespace {
-
-// Streams, so that noise, fields and classes of the same coordinates are independent.
-enum Tag : std::uint64_t { tag_class = 1, tag_noise = 2, tag_field = 3 };
-
-template <typename... Ts>
-std::uint64_t hash(std::uint64_t seed, Tag tag, Ts... values) {
-    std::uint64_t h = splitmix64(seed ^ splitmix64(tag));
-    ((h = splitmix64(h ^ static_cast<std::uint64_t>(values))), ...);
-    return h;
-}
-
-// Uniform in [-1, 1), exactly representable as a float.
-float symmetric(std::uint64_t h) { return static_cast<float>(static_cast<double>(h >> 40) * 0x1.0p-23 - 1.0); }
-// Uniform in [0, 1).
-double unit(std::uint64_t h) { return static_cast<double>(h >> 11) * 0x1.0p-53; }
-
-std::int64_t floor_div(std::int64_t a, std::int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
-
-// The smooth field of one (sample, channel): amplitude in [0.5, 1), frequencies of at most 0.3 radians per
-// pixel (a period of 20 pixels or more), any phase.
-struct Field {
-    double amplitude, fy, fx, phase;
-    Field(std::uint64_t seed, std::int64_t s, std::int64_t c)
-        : amplitude(0.5 + 0.5 * unit(hash(seed, tag_field, s, c, 0))),
-          fy(0.3 * (2.0 * unit(hash(seed, tag_field, s, c, 1)) - 1.0)),
-          fx(0.3 * (2.0 * unit(hash(seed, tag_field, s, c, 2)) - 1.0)),
-          phase(2.0 * M_PI * unit(hash(seed, tag_field, s, c, 3))) {}
-    // amplitude * sin(fy*y + phase + fx*x), as sin(a)cos(b) + cos(a)sin(b): a tile needs sines of its rows
-    // and columns, not of every element.
-    struct Terms {
-        double sin, cos;
-    };
-    Terms row(std::int64_t y) const {
-        const double a = fy * static_cast<double>(y) + phase;
-        return {amplitude * std::sin(a), amplitude * std::cos(a)};
-    }
-    static Terms column(double fx, std::int64_t x) {
-        const double b = fx * static_cast<double>(x);
-        return {std::sin(b), std::cos(b)};
-    }
-    static double at(const Terms& row, const Terms& column) { return row.sin * column.cos + row.cos * column.sin; }
-    double at(std::int64_t y, std::int64_t x) const { return at(row(y), column(fx, x)); }
-};
 
 // The per-sample shape of a layer as C, H, W, as the trainer maps it: [C] is {C, 1, 1}, [H, W] is {1, H, W}.
 Dims chw(const frontend::Shape& s) {
@@ -136,6 +95,7 @@ public:
                 BasicView<std::int32_t> tile) override {
         spec(label).fill_labels(first, y0, x0, tile);
     }
+    const SyntheticData* synthetic(const Layer& input) const override { return &spec(input); }
 
 private:
     const SyntheticData& spec(const Layer& l) const {
@@ -186,21 +146,14 @@ private:
 
 }  // namespace
 
-std::int32_t SyntheticData::label(std::int64_t sample) const {
-    return static_cast<std::int32_t>(hash(seed, tag_class, sample) % static_cast<std::uint64_t>(classes));
-}
+std::int32_t SyntheticData::label(std::int64_t sample) const { return sample_class(*this, sample); }
 
 std::int32_t SyntheticData::label(std::int64_t sample, std::int64_t y, std::int64_t x) const {
-    return static_cast<std::int32_t>(hash(seed, tag_class, sample, floor_div(y, block), floor_div(x, block)) %
-                                     static_cast<std::uint64_t>(classes));
+    return pixel_class(*this, sample, y, x);
 }
 
 float SyntheticData::input(std::int64_t sample, std::int64_t c, std::int64_t y, std::int64_t x) const {
-    const std::int32_t k =
-        per_pixel() ? label(sample, floor_div(y * label_h, height), floor_div(x * label_w, width)) : label(sample);
-    const float mark = (c == k % channels) ? signal * static_cast<float>(1 + k / channels) : 0.0f;
-    return 0.5f * symmetric(hash(seed, tag_noise, sample, c, y, x)) +
-           static_cast<float>(0.5 * Field(seed, sample, c).at(y, x)) + mark;
+    return synthetic::input(*this, sample, c, y, x);
 }
 
 void SyntheticData::fill_inputs(std::int64_t sample0, std::int64_t c0, std::int64_t y0, std::int64_t x0,
@@ -222,9 +175,7 @@ void SyntheticData::fill_inputs(std::int64_t sample0, std::int64_t c0, std::int6
             std::vector<float> marks(static_cast<std::size_t>(d.w));
             for (std::int64_t x = 0; x < d.w; ++x)
                 columns[static_cast<std::size_t>(x)] = Field::column(field.fx, x0 + x);
-            auto mark_of = [&](std::int32_t k) {
-                return (gc == k % channels) ? signal * static_cast<float>(1 + k / channels) : 0.0f;
-            };
+            auto mark_of = [&](std::int32_t k) { return mark(*this, gc, k); };
             std::int64_t marks_row = -1;  // the label row `marks` holds
             if (!per_pixel()) std::fill(marks.begin(), marks.end(), mark_of(sample_class));
             for (std::int64_t y = 0; y < d.h; ++y) {
@@ -243,8 +194,8 @@ void SyntheticData::fill_inputs(std::int64_t sample0, std::int64_t c0, std::int6
                 float* out = &tile.at(n, c, y, 0);
                 for (std::int64_t x = 0; x < d.w; ++x) {
                     const auto i = static_cast<std::size_t>(x);
-                    out[x] = 0.5f * symmetric(splitmix64(hy ^ static_cast<std::uint64_t>(x0 + x))) +
-                             static_cast<float>(0.5 * Field::at(row, columns[i])) + marks[i];
+                    out[x] = input_value(splitmix64(hy ^ static_cast<std::uint64_t>(x0 + x)),
+                                         Field::at(row, columns[i]), marks[i]);
                 }
             }
         }

@@ -2,6 +2,8 @@
 // parameters from the seed, and runs forward, backward and SGD through the kernel interfaces.
 #include <dsl/backend/trainer.hpp>
 
+#include <dsl/backend/synthetic.hpp>
+
 #include "splitmix.hpp"
 
 #include <dsl/frontend/diagnostics.hpp>
@@ -653,6 +655,8 @@ struct Trainer::Impl {
         const Box b = t.box.grown(t.need).meet(Box{0, d.n, 0, d.h, 0, d.w});
         const Layer& input = net.layers[static_cast<std::size_t>(t.spec.layer)];
         if (mem.host()) return data.inputs(input, first + b.n0, b.y0, b.x0, view_of(t.y, t, b));
+        if (const SyntheticData* synthetic = data.synthetic(input); synthetic && k.synthetic)
+            return k.synthetic->inputs(*synthetic, first + b.n0, b.y0, b.x0, view_of(t.y, t, b));
         // Made on the host, densely, then sent to where the kernels read it.
         const Dims bd = box_dims(b, d.c);
         host_tile.resize(static_cast<std::size_t>(bd.elements()));

@@ -4,6 +4,7 @@
 // shows).
 #include <dsl/backend/gpu.hpp>
 #include <dsl/backend/kernels.hpp>
+#include <dsl/backend/synthetic.hpp>
 #include <dsl/backend/tensor.hpp>
 
 #include "../kernel_layouts.hpp"
@@ -612,4 +613,26 @@ TEST_CASE("gpu cross-entropy matches the reference", "[gpu]") {
     const View in_place = logits_dev.on_device(logits.view());
     CHECK(gpu().loss->cross_entropy(in_place, lv, 0.25f, in_place) == Approx(loss_ref).epsilon(1e-10));
     require_close(logits_dev.download(), in_place_ref.tensor, "dlogits over logits", 1e-6);
+}
+
+TEST_CASE("gpu synthetic inputs are the host's", "[gpu]") {
+    SyntheticData data;
+    data.seed = 11;
+    data.channels = 3;
+    data.height = 96;
+    data.width = 80;
+    data.classes = 5;
+    const bool per_pixel = GENERATE(false, true);
+    if (per_pixel) data.label_h = 12, data.label_w = 10, data.block = 1;
+    // A tile inside a tile with margins, away from the origin (as a process's of a split), and a whole one.
+    const std::int64_t sample0 = GENERATE(0, 7), y0 = GENERATE(0, 33), x0 = GENERATE(0, 41);
+    INFO((per_pixel ? "per pixel" : "per sample") << ", sample " << sample0 << ", row " << y0 << ", column " << x0);
+    std::mt19937 rng(79);
+    Operand tile = make_operand(Dims{2, 3, data.height - y0, data.width - x0}, Layout::interior, false, rng),
+            expected = tile;
+    const Tile on_device(tile.tensor);
+    gpu().synthetic->inputs(data, sample0, y0, x0, on_device.on_device(tile.view()));
+    data.fill_inputs(sample0, 0, y0, x0, expected.view());
+    // The GPU's sines and cosines may differ from the host's in a double's last bits: a float's last bit at most.
+    require_close(on_device.download(), expected.tensor, "synthetic inputs", 1e-6, -1.0);
 }

@@ -176,13 +176,10 @@ public:
     int rank() const override { return host_->rank(); }
     int size() const override { return host_->size(); }
 
-    std::unique_ptr<Comm> split(int color) override {
-        auto host = host_->split(color);
-        ncclComm_t collectives = nullptr, exchanges = nullptr;
-        check_nccl(ncclCommSplit(collectives_, color, host_->rank(), &collectives, nullptr), "ncclCommSplit");
-        check_nccl(ncclCommSplit(exchanges_, color, host_->rank(), &exchanges, nullptr), "ncclCommSplit");
-        return std::make_unique<NcclComm>(std::move(host), collectives, exchanges);
-    }
+    // The trainer's groups only sum host values (batch-norm statistics, global pooling), so they get no NCCL
+    // communicators of their own (each costs buffers on the GPU and a setup of its own): device buffers, if
+    // any came, would go through host memory.
+    std::unique_ptr<Comm> split(int color) override { return std::make_unique<StagedComm>(host_->split(color)); }
 
     void allreduce(double* data, std::int64_t count) override { host_->allreduce(data, count); }
     double max(double value) override { return host_->max(value); }

@@ -10,6 +10,7 @@
 #pragma nv_diag_suppress 554
 
 #include "../kernel_checks.hpp"
+#include "../synthetic_formula.hpp"
 
 #include <dsl/backend/gpu.hpp>
 #include <dsl/frontend/diagnostics.hpp>
@@ -1535,6 +1536,48 @@ public:
     }
 };
 
+// The synthetic data set's inputs, made on the GPU with the host's formulas (synthetic_formula.hpp). Each
+// thread works out its row's field and noise hash once, then its elements.
+struct SyntheticInputs {
+    SyntheticData data;
+    std::int64_t sample0, y0, x0;
+    struct Row {
+        std::int64_t sample, c, y;
+        std::uint64_t noise;
+        synthetic::Field::Terms field;
+        double fx;
+    };
+    __device__ Row row(std::int64_t n, std::int64_t c, std::int64_t y) const {
+        using namespace synthetic;
+        const std::int64_t s = sample0 + n, gy = y0 + y;
+        const Field field(data.seed, s, c);
+        const std::uint64_t h = splitmix64(data.seed ^ splitmix64(tag_noise));
+        const std::uint64_t noise = splitmix64(
+            splitmix64(splitmix64(h ^ static_cast<std::uint64_t>(s)) ^ static_cast<std::uint64_t>(c)) ^
+            static_cast<std::uint64_t>(gy));
+        return {s, c, gy, noise, field.row(gy), field.fx};
+    }
+    template <int S>
+    __device__ float operator()(const Row& r, const float (&)[S], std::int64_t x) const {
+        using namespace synthetic;
+        const std::int64_t gx = x0 + x;
+        const double field = Field::at(r.field, Field::column(r.fx, gx));
+        return input_value(splitmix64(r.noise ^ static_cast<std::uint64_t>(gx)), field,
+                           mark(data, r.c, input_class(data, r.sample, r.y, gx)));
+    }
+};
+
+class GpuSynthetic final : public SyntheticKernels {
+public:
+    void inputs(const SyntheticData& data, std::int64_t sample0, std::int64_t y0, std::int64_t x0,
+                View tile) override {
+        DSL_INTERNAL_CHECK(tile.dims.c == data.channels, "synthetic inputs: a tile of " + dims_text(tile.dims) +
+                                                             " for " + std::to_string(data.channels) + " channels");
+        map("synthetic inputs", tile.dims, Merge::none, operand(tile), no_inputs(),
+            SyntheticInputs{data, sample0, y0, x0});
+    }
+};
+
 class GpuMemory final : public Memory {
 public:
     bool host() const override { return false; }
@@ -1655,7 +1698,8 @@ Kernels gpu_kernels(const GpuOptions& options) {
         static GpuEltwise eltwise;
         static GpuLoss loss;
         static GpuMemory memory;
-        return Kernels{&conv, &batchnorm, &activation, &pool, &fc, &eltwise, &loss, &memory};
+        static GpuSynthetic synthetic;
+        return Kernels{&conv, &batchnorm, &activation, &pool, &fc, &eltwise, &loss, &memory, &synthetic};
     }();
     return set;
 }

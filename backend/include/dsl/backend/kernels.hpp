@@ -120,6 +120,18 @@ public:
     virtual double cross_entropy(ConstView logits, LabelView labels, float scale, View dlogits) = 0;
 };
 
+struct SyntheticData;  // synthetic.hpp
+
+// The synthetic data set's inputs made where a kernel set's tensors are (a GPU's), rather than on the host and
+// copied: the tile of `tile`'s dims whose first element is global (sample0, 0, y0, x0), the same values as
+// SyntheticData::fill_inputs.
+class SyntheticKernels {
+public:
+    virtual ~SyntheticKernels() = default;
+    virtual void inputs(const SyntheticData& data, std::int64_t sample0, std::int64_t y0, std::int64_t x0,
+                        View tile) = 0;
+};
+
 // Where a kernel set's tensors live, and what is done to them beyond the layers' kernels: allocation,
 // filling, copies between host and kernel memory, and the packing of the parts of tiles that travel in
 // messages.
@@ -149,7 +161,8 @@ struct Kernels {
     FcKernels* fc = nullptr;
     EltwiseKernels* eltwise = nullptr;
     LossKernels* loss = nullptr;
-    Memory* memory = nullptr;  // null: the host's
+    Memory* memory = nullptr;             // null: the host's
+    SyntheticKernels* synthetic = nullptr;  // null: the data source makes inputs on the host
 
     Memory& mem() const { return memory ? *memory : host_memory(); }
 };

@@ -18,6 +18,8 @@
 
 namespace dsl::backend {
 
+struct SyntheticData;  // synthetic.hpp
+
 struct TrainConfig {
     std::int64_t batch = 1;
     double lr = 0.01;
@@ -35,6 +37,12 @@ public:
                         View tile) = 0;
     virtual void labels(const frontend::Layer& label, std::int64_t first, std::int64_t y0, std::int64_t x0,
                         BasicView<std::int32_t> tile) = 0;
+    // Where an input's values are the synthetic data set's, its definition, so that a kernel set whose
+    // tensors are elsewhere (a GPU's) can make them there instead of copying them over; else null.
+    virtual const SyntheticData* synthetic(const frontend::Layer& input) const {
+        (void)input;
+        return nullptr;
+    }
 };
 
 // A named tensor the trainer owns, for checkpoints: weights, biases, batch-norm running statistics and

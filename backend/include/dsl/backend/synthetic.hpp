@@ -1,0 +1,45 @@
+// The synthetic data set: its definition (a pure function of seed, sample and coordinates) and the host's
+// generator. The GPU makes the same values where its tensors live (SyntheticKernels in kernels.hpp).
+#pragma once
+
+#include <dsl/backend/tensor.hpp>
+
+#include <cstdint>
+
+namespace dsl::backend {
+
+// A learnable synthetic data set: every sample (per-sample labels) or every region of pixels (per-pixel
+// labels) has a class, drawn from a hash, and the inputs carry it, so a network can learn to find it.
+//
+//   class      per sample:  k = hash(seed, sample) mod classes
+//              per pixel:   the label grid [label_h, label_w] is cut into squares of `block` label pixels and
+//                           each square gets k = hash(seed, sample, y / block, x / block) mod classes
+//   input      x(s, c, y, x) = 0.5 * u(hash(seed, s, c, y, x))                     noise, u uniform in [-1, 1)
+//                            + 0.5 * a * sin(fy * y + fx * x + phase)              a smooth field per (s, c)
+//                            + signal * (1 + k / C)  if c == k mod C, else 0       the class's mark
+//              where k is the class of the sample, or of the label pixel that input pixel (y, x) falls in:
+//              (y * label_h / height, x * label_w / width). Classes sharing a channel differ in strength.
+//
+// Every value depends on global coordinates only, so a tile equals the same region of the whole tensor.
+struct SyntheticData {
+    std::uint64_t seed = 0;
+    std::int64_t channels = 1;              // C of the input
+    std::int64_t height = 1, width = 1;     // H and W of the input
+    std::int64_t classes = 2;               // at least 1
+    std::int64_t label_h = 0, label_w = 0;  // the per-pixel label grid; 0 for one label per sample
+    std::int64_t block = 1;                 // label pixels per side of a class square
+    float signal = 1.0f;
+
+    bool per_pixel() const { return label_h > 0 && label_w > 0; }
+
+    std::int32_t label(std::int64_t sample) const;                                  // per-sample labels
+    std::int32_t label(std::int64_t sample, std::int64_t y, std::int64_t x) const;  // per-pixel, label grid
+    float input(std::int64_t sample, std::int64_t c, std::int64_t y, std::int64_t x) const;
+
+    // The tile whose first element is at global (sample0, c0, y0, x0).
+    void fill_inputs(std::int64_t sample0, std::int64_t c0, std::int64_t y0, std::int64_t x0, View tile) const;
+    // Labels {n, 1, 1, 1} per sample, or {n, 1, h, w} per pixel from label row y0 and column x0.
+    void fill_labels(std::int64_t sample0, std::int64_t y0, std::int64_t x0, BasicView<std::int32_t> tile) const;
+};
+
+}  // namespace dsl::backend

@@ -1,0 +1,126 @@
+// The synthetic data set's formulas (synthetic.hpp defines them), shared by the host's generator (data.cpp)
+// and the GPU's (gpu/gpu_kernels.cu) so that both make the same values: the GPU's products and sums are
+// the _rn intrinsics, which its compiler may not fuse into multiply-adds that round otherwise. Its sines
+// and cosines differ from the host's in the last bits of a double, which reach a float only rarely, by one
+// unit in its last place. (C++17: nvcc compiles the GPU's side.)
+#pragma once
+
+#include "splitmix.hpp"
+
+#include <dsl/backend/synthetic.hpp>
+
+#include <math.h>
+
+#include <cstdint>
+
+namespace dsl::backend::synthetic {
+
+// Streams, so that noise, fields and classes of the same coordinates are independent.
+enum Tag : std::uint64_t { tag_class = 1, tag_noise = 2, tag_field = 3 };
+
+template <typename... Ts>
+DSL_HOST_DEVICE std::uint64_t hash(std::uint64_t seed, Tag tag, Ts... values) {
+    std::uint64_t h = splitmix64(seed ^ splitmix64(tag));
+    ((h = splitmix64(h ^ static_cast<std::uint64_t>(values))), ...);
+    return h;
+}
+
+DSL_HOST_DEVICE inline double mul(double a, double b) {
+#if defined(__CUDA_ARCH__)
+    return __dmul_rn(a, b);
+#else
+    return a * b;
+#endif
+}
+
+DSL_HOST_DEVICE inline double add(double a, double b) {
+#if defined(__CUDA_ARCH__)
+    return __dadd_rn(a, b);
+#else
+    return a + b;
+#endif
+}
+
+DSL_HOST_DEVICE inline float add(float a, float b) {
+#if defined(__CUDA_ARCH__)
+    return __fadd_rn(a, b);
+#else
+    return a + b;
+#endif
+}
+
+// Uniform in [-1, 1), exactly representable as a float.
+DSL_HOST_DEVICE inline float symmetric(std::uint64_t h) {
+    return static_cast<float>(static_cast<double>(h >> 40) * 0x1.0p-23 - 1.0);
+}
+// Uniform in [0, 1).
+DSL_HOST_DEVICE inline double unit(std::uint64_t h) { return static_cast<double>(h >> 11) * 0x1.0p-53; }
+
+DSL_HOST_DEVICE inline std::int64_t floor_div(std::int64_t a, std::int64_t b) {
+    return a >= 0 ? a / b : -((-a + b - 1) / b);
+}
+
+// The smooth field of one (sample, channel): amplitude in [0.5, 1), frequencies of at most 0.3 radians per
+// pixel (a period of 20 pixels or more), any phase.
+struct Field {
+    double amplitude, fy, fx, phase;
+    DSL_HOST_DEVICE Field(std::uint64_t seed, std::int64_t s, std::int64_t c)
+        : amplitude(add(0.5, mul(0.5, unit(hash(seed, tag_field, s, c, 0))))),
+          fy(mul(0.3, add(mul(2.0, unit(hash(seed, tag_field, s, c, 1))), -1.0))),
+          fx(mul(0.3, add(mul(2.0, unit(hash(seed, tag_field, s, c, 2))), -1.0))),
+          phase(mul(2.0 * M_PI, unit(hash(seed, tag_field, s, c, 3)))) {}
+    // amplitude * sin(fy*y + phase + fx*x), as sin(a)cos(b) + cos(a)sin(b): a tile needs sines of its rows
+    // and columns, not of every element.
+    struct Terms {
+        double sin, cos;
+    };
+    DSL_HOST_DEVICE Terms row(std::int64_t y) const {
+        const double a = add(mul(fy, static_cast<double>(y)), phase);
+        return {mul(amplitude, ::sin(a)), mul(amplitude, ::cos(a))};
+    }
+    DSL_HOST_DEVICE static Terms column(double fx, std::int64_t x) {
+        const double b = mul(fx, static_cast<double>(x));
+        return {::sin(b), ::cos(b)};
+    }
+    DSL_HOST_DEVICE static double at(const Terms& row, const Terms& column) {
+        return add(mul(row.sin, column.cos), mul(row.cos, column.sin));
+    }
+    DSL_HOST_DEVICE double at(std::int64_t y, std::int64_t x) const { return at(row(y), column(fx, x)); }
+};
+
+DSL_HOST_DEVICE inline std::int32_t sample_class(const SyntheticData& d, std::int64_t sample) {
+    return static_cast<std::int32_t>(hash(d.seed, tag_class, sample) % static_cast<std::uint64_t>(d.classes));
+}
+
+// The class of label pixel (y, x).
+DSL_HOST_DEVICE inline std::int32_t pixel_class(const SyntheticData& d, std::int64_t sample, std::int64_t y,
+                                                std::int64_t x) {
+    return static_cast<std::int32_t>(hash(d.seed, tag_class, sample, floor_div(y, d.block), floor_div(x, d.block)) %
+                                     static_cast<std::uint64_t>(d.classes));
+}
+
+// The mark that class k leaves on channel c.
+DSL_HOST_DEVICE inline float mark(const SyntheticData& d, std::int64_t c, std::int32_t k) {
+    return c == k % d.channels ? d.signal * static_cast<float>(1 + k / d.channels) : 0.0f;
+}
+
+// The class whose mark input pixel (y, x) carries.
+DSL_HOST_DEVICE inline std::int32_t input_class(const SyntheticData& d, std::int64_t sample, std::int64_t y,
+                                                std::int64_t x) {
+    if (d.label_h > 0 && d.label_w > 0)
+        return pixel_class(d, sample, floor_div(y * d.label_h, d.height), floor_div(x * d.label_w, d.width));
+    return sample_class(d, sample);
+}
+
+// An input value from its parts: the noise hash, the field's value, the mark.
+DSL_HOST_DEVICE inline float input_value(std::uint64_t noise_hash, double field, float mark) {
+    return add(add(0.5f * symmetric(noise_hash), static_cast<float>(0.5 * field)), mark);
+}
+
+DSL_HOST_DEVICE inline float input(const SyntheticData& d, std::int64_t sample, std::int64_t c, std::int64_t y,
+                                   std::int64_t x) {
+    return input_value(hash(d.seed, tag_noise, sample, c, y, x), Field(d.seed, sample, c).at(y, x),
+                       mark(d, c, input_class(d, sample, y, x)));
+}
+
+}  // namespace dsl::backend::synthetic
