@@ -102,17 +102,39 @@ for net in "${nets[@]}"; do
     fi
     read -r batch torch_ms torch_min peak \
         <<<"$(json "$tmp/$name.pytorch.json" batch median_ms min_ms max_memory_allocated)"
-    echo "== $net: dsl at batch $batch"
-    if "$DSL" run "$net" --device gpu --batch "$batch" --steps $((WARMUP + STEPS)) --log "$tmp/$name.dsl.jsonl" \
-        ${tf32[@]+"${tf32[@]}"} ${dsl_args[@]+"${dsl_args[@]}"} >"$tmp/$name.dsl.out" 2>"$tmp/$name.dsl.err"; then
+    # dsl at PyTorch's batch; where it runs out of memory there, at half that batch and so on, with PyTorch
+    # timed again at dsl's batch, so that the two are compared on the same work.
+    dsl_batch=$batch
+    while true; do
+        echo "== $net: dsl at batch $dsl_batch"
+        if "$DSL" run "$net" --device gpu --batch "$dsl_batch" --steps $((WARMUP + STEPS)) \
+            --log "$tmp/$name.dsl.jsonl" ${tf32[@]+"${tf32[@]}"} ${dsl_args[@]+"${dsl_args[@]}"} \
+            >"$tmp/$name.dsl.out" 2>"$tmp/$name.dsl.err"; then
+            ran=1
+            break
+        fi
+        ran=0
+        if ! grep -q "out of memory" "$tmp/$name.dsl.err" || ((dsl_batch == 1)); then break; fi
+        dsl_batch=$((dsl_batch / 2))
+    done
+    if ((ran)); then
+        note=""
+        if ((dsl_batch != batch)); then
+            note="  (PyTorch fits $batch)"
+            echo "== $net: PyTorch again, at dsl's batch $dsl_batch"
+            "$PYTHON" bench/pytorch_mesh.py "$net" --batch "$dsl_batch" --steps "$STEPS" --warmup "$WARMUP" \
+                ${tf32[@]+"${tf32[@]}"} ${host[@]+"${host[@]}"} --json >"$tmp/$name.pytorch.json"
+            read -r torch_ms torch_min peak <<<"$(json "$tmp/$name.pytorch.json" median_ms min_ms max_memory_allocated)"
+        fi
         read -r dsl_ms dsl_min <<<"$(step_ms "$tmp/$name.dsl.jsonl")"
         tail -n 1 "$tmp/$name.dsl.out"
-        rows+=("$(printf '%-28s %6s %12.2f %12.2f %10s %12.2f %12.2f %10.2f' "$net" "$batch" "$torch_ms" "$dsl_ms" \
-            "$(calc "$dsl_ms / $torch_ms" 3)" "$torch_min" "$dsl_min" "$(calc "$peak / 1073741824" 2)")")
+        rows+=("$(printf '%-28s %6s %12.2f %12.2f %10s %12.2f %12.2f %10.2f%s' "$net" "$dsl_batch" "$torch_ms" \
+            "$dsl_ms" "$(calc "$dsl_ms / $torch_ms" 3)" "$torch_min" "$dsl_min" "$(calc "$peak / 1073741824" 2)" \
+            "$note")")
     else
         reason=$(grep -m 1 . "$tmp/$name.dsl.err" | cut -c 1-100 || true)
         echo "dsl failed: ${reason:-exit status without a message}"
-        rows+=("$(printf '%-28s %6s %12.2f %12s  dsl failed: %s' "$net" "$batch" "$torch_ms" "-" "$reason")")
+        rows+=("$(printf '%-28s %6s %12.2f %12s  dsl failed: %s' "$net" "$dsl_batch" "$torch_ms" "-" "$reason")")
         failed=1
     fi
 done

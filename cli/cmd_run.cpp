@@ -282,9 +282,11 @@ int run_training(const RunOptions& o) {
             io.err() << "error: --kernels " << o.kernels << " runs on the CPU, not with --device gpu\n";
             return usage;
         }
-        if (o.gpu_comm == "nccl" && backend::launched_local_size() > backend::gpu_devices()) {
-            io.err() << fmt::format("error: --gpu-comm nccl needs a GPU per process, but {} processes share {} GPUs\n",
-                                    backend::launched_local_size(), backend::gpu_devices());
+        // This node's processes: those mpirun started here, or those dsl is about to start.
+        const std::int64_t here = mpi ? backend::launched_local_size() : procs;
+        if (o.gpu_comm == "nccl" && here > backend::gpu_devices()) {
+            io.err() << fmt::format("error: --gpu-comm nccl needs a GPU per process, but {} processes share {} GPU{}\n",
+                                    here, backend::gpu_devices(), backend::gpu_devices() == 1 ? "" : "s");
             return usage;
         }
     }
