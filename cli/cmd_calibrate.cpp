@@ -187,8 +187,8 @@ int profile_worker(const CalibrateOptions& o) {
     // Per layer kind, direction and tile size: training's time and the kernels' alone, summed over every
     // layer of every run, so that the factor reproduces the runs' totals.
     std::map<std::string, std::pair<double, double>> sums;
-    std::vector<double> drifts;     // per schedule: the waits for other processes over the compute
-    std::vector<double> updates;    // the update, allreduces' wait included
+    std::vector<double> drifts;   // per schedule: the waits for other processes over the compute
+    std::vector<double> updates;  // the update, allreduces' wait included
     // What a process holds beyond what the model counts (runtimes, kernels' scratch): the least over the runs.
     // On a GPU the resident host memory says nothing of the device's: the platform's workspace stays.
     double workspace = -1.0;
@@ -402,11 +402,10 @@ int run_calibrate(CalibrateOptions o) {
             std::ofstream out(keys_file);
             for (const auto& k : keys) out << k << "\n";
         }
-        const int code = launch_child(
-            with_extra({"calibrate", o.net, "-o", o.output, "--worker", "kernels", "--keys", keys_file.string(),
-                        "--results", results.string(), "--reps", std::to_string(o.reps), "--warmup",
-                        std::to_string(o.warmup)}),
-            {{"OMP_NUM_THREADS", std::to_string(threads)}});
+        const int code = launch_child(with_extra({"calibrate", o.net, "-o", o.output, "--worker", "kernels", "--keys",
+                                                  keys_file.string(), "--results", results.string(), "--reps",
+                                                  std::to_string(o.reps), "--warmup", std::to_string(o.warmup)}),
+                                      {{"OMP_NUM_THREADS", std::to_string(threads)}});
         if (code != ok) {
             std::cerr << "error: timing the kernels failed\n";
             fs::remove_all(dir, ec);
@@ -467,11 +466,10 @@ int run_calibrate(CalibrateOptions o) {
                 std::cerr << fmt::format("profiling training steps under every split of {} process{}, batch {}...\n",
                                          procs, procs == 1 ? "" : "es", batch);
                 const fs::path results = dir / fmt::format("layers_{}_{}", procs, batch);
-                const int code =
-                    launch_mpi(procs, with_extra({"calibrate", o.net, "-o", o.output, "--worker", "profile",
-                                                  "--platform", so_far.string(), "--results", results.string(),
-                                                  "--batch", std::to_string(batch), "--reps", std::to_string(o.reps),
-                                                  "--warmup", std::to_string(o.warmup)}));
+                const int code = launch_mpi(
+                    procs, with_extra({"calibrate", o.net, "-o", o.output, "--worker", "profile", "--platform",
+                                       so_far.string(), "--results", results.string(), "--batch", std::to_string(batch),
+                                       "--reps", std::to_string(o.reps), "--warmup", std::to_string(o.warmup)}));
                 if (code != ok) {
                     std::cerr << fmt::format("error: profiling training on {} processes failed\n", procs);
                     fs::remove_all(dir, ec);
@@ -506,8 +504,8 @@ int run_calibrate(CalibrateOptions o) {
     if (std::ifstream old(o.output); old)
         for (std::string line; std::getline(old, line);)
             if (line.rfind("# Calibrated by ", 0) == 0) runs += line.substr(2) + "\n";
-    runs += fmt::format("Calibrated by 'dsl calibrate {} --procs{} --batch{}{}{}' on {}.", o.net, procs_list, batch_list,
-                        o.in_situ ? "" : " --kernels-only", o.gpu() ? " --device gpu" : "", date);
+    runs += fmt::format("Calibrated by 'dsl calibrate {} --procs{} --batch{}{}{}' on {}.", o.net, procs_list,
+                        batch_list, o.in_situ ? "" : " --kernels-only", o.gpu() ? " --device gpu" : "", date);
     const std::string comment = fmt::format(
         "This machine: {}, {}.\n"
         "Kernel times (conv.forward, ...) are the median of {} calls after {} warm-up calls; factors\n"
@@ -517,9 +515,9 @@ int run_calibrate(CalibrateOptions o) {
         "bandwidth a linear fit to the measured exchanges; flops the median rate of the measured convolutions\n"
         "over efficiency; workspace the resident memory of those steps beyond what the model counts. Run dsl\n"
         "calibrate again, with other networks, to add their shapes.\n{}",
-        o.gpu() ? backend::gpu_name() : cpu_model(), o.gpu() ? fmt::format("{} GPU{}", cores, cores == 1 ? "" : "s")
-                                                         : fmt::format("{} cores", cores),
-        o.reps, o.warmup, runs);
+        o.gpu() ? backend::gpu_name() : cpu_model(),
+        o.gpu() ? fmt::format("{} GPU{}", cores, cores == 1 ? "" : "s") : fmt::format("{} cores", cores), o.reps,
+        o.warmup, runs);
     const std::string text = scheduler::print_platform(platform, comment);
     std::string why;
     if (!replace_file(o.output, text, why)) {

@@ -40,7 +40,6 @@ struct RunOptions {
     bool auto_schedule = false, profile = false, tf32 = false;
 };
 
-
 double peak_resident_bytes() {
     rusage usage{};
     ::getrusage(RUSAGE_SELF, &usage);
@@ -295,22 +294,20 @@ int run_training(const RunOptions& o) {
     std::unique_ptr<backend::Comm> comm = mpi ? backend::mpi_world() : backend::self_comm();
     int code = ok;
     try {
-        backend::Kernels kernels =
-            o.kernels == "reference" ? backend::reference_kernels() : backend::cpu_kernels();
+        backend::Kernels kernels = o.kernels == "reference" ? backend::reference_kernels() : backend::cpu_kernels();
         if (where->gpu) {
             GpuRun run = gpu_run(o, *where, std::move(comm));
             kernels = run.kernels;
             comm = std::move(run.comm);
             if (io.on)
-                io.out() << fmt::format("on {} ({} GPU{} for {} process{} of this node{})\n", backend::gpu_name(),
-                                        backend::gpu_devices(), backend::gpu_devices() == 1 ? "" : "s",
-                                        backend::launched_local_size(),
-                                        backend::launched_local_size() == 1 ? "" : "es",
-                                        comm->size() > 1 ? (o.gpu_comm == "mpi" ||
-                                                                    backend::launched_local_size() > backend::gpu_devices()
-                                                                ? "; messages through host memory over MPI"
-                                                                : "; messages over NCCL")
-                                                         : "");
+                io.out() << fmt::format(
+                    "on {} ({} GPU{} for {} process{} of this node{})\n", backend::gpu_name(), backend::gpu_devices(),
+                    backend::gpu_devices() == 1 ? "" : "s", backend::launched_local_size(),
+                    backend::launched_local_size() == 1 ? "" : "es",
+                    comm->size() > 1 ? (o.gpu_comm == "mpi" || backend::launched_local_size() > backend::gpu_devices()
+                                            ? "; messages through host memory over MPI"
+                                            : "; messages over NCCL")
+                                     : "");
         }
         code = train(o, *checked, *schedule, kernels, *comm, io);
     } catch (const std::bad_alloc&) {

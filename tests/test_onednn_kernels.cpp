@@ -51,7 +51,6 @@ struct ConvProblem {
     bool bias;
 };
 
-
 std::string describe(const ConvProblem& p, Layout layout) {
     const Window& w = p.window;
     return "conv n=" + std::to_string(p.n) + " c=" + std::to_string(p.c) + " f=" + std::to_string(p.f) +

@@ -28,9 +28,9 @@ inline Run train(const std::string& net, const std::string& sched, std::int64_t 
     const fs::path dir = fs::temp_directory_path() / ("dsl_dist_" + std::to_string(::getpid()));
     fs::remove_all(dir);
     fs::create_directories(dir);
-    const Result r = run_dsl("run " + net + " " + sched + " --steps 3 --seed 7 --batch " + std::to_string(batch) +
-                             " --log '" + (dir / "log.jsonl").string() + "' --save '" + (dir / "ckpt").string() +
-                             "' " + extra);
+    const Result r =
+        run_dsl("run " + net + " " + sched + " --steps 3 --seed 7 --batch " + std::to_string(batch) + " --log '" +
+                (dir / "log.jsonl").string() + "' --save '" + (dir / "ckpt").string() + "' " + extra);
     INFO(r.out << r.err);
     REQUIRE(r.exit_code == 0);
     Run out;

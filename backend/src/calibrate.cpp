@@ -131,8 +131,8 @@ std::optional<double> time_kernel(const std::string& key, Kernels k, DataSource&
         b = filled(x);
         c = zeros(x);
         const auto ch = static_cast<std::size_t>(x.c);
-        v1.assign(ch, 0.0f);  // mean
-        v2.assign(ch, 1.0f);  // inverse standard deviation
+        v1.assign(ch, 0.0f);                           // mean
+        v2.assign(ch, 1.0f);                           // inverse standard deviation
         p1 = constant(mem, Dims{1, x.c, 1, 1}, 1.0f);  // gamma
         p2 = zeros(Dims{1, x.c, 1, 1});                // beta
         s1.assign(ch, 0.0);

@@ -63,8 +63,7 @@ public:
 
     void allreduce(double* data, std::int64_t count) override {
         if (size_ == 1 || count == 0) return;
-        check_mpi(MPI_Allreduce(MPI_IN_PLACE, data, checked_count(count), MPI_DOUBLE, MPI_SUM, comm_),
-                  "MPI_Allreduce");
+        check_mpi(MPI_Allreduce(MPI_IN_PLACE, data, checked_count(count), MPI_DOUBLE, MPI_SUM, comm_), "MPI_Allreduce");
     }
 
     double max(double value) override {

@@ -39,9 +39,9 @@ inline void check_window_input(const Dims& x, const Dims& y, const Window& windo
 
 inline void check_conv(const Dims& x, const Dims& w, const Dims& y, const Window& window) {
     check_window_input(x, y, window, "conv");
-    DSL_INTERNAL_CHECK(w.n == y.c && w.c == x.c && w.h == window.kernel[0] && w.w == window.kernel[1],
-                       "conv: weights " + dims_text(w) + " do not match input " + dims_text(x) + " and output " +
-                           dims_text(y));
+    DSL_INTERNAL_CHECK(
+        w.n == y.c && w.c == x.c && w.h == window.kernel[0] && w.w == window.kernel[1],
+        "conv: weights " + dims_text(w) + " do not match input " + dims_text(x) + " and output " + dims_text(y));
 }
 
 inline void check_pool(const Dims& x, const Dims& y, const Window& window) {
@@ -51,9 +51,9 @@ inline void check_pool(const Dims& x, const Dims& y, const Window& window) {
 
 // y {N, K, 1, 1} = x {N, C, H, W} times w {K, C*H*W, 1, 1}.
 inline void check_fc(const Dims& x, const Dims& w, const Dims& y) {
-    DSL_INTERNAL_CHECK(y.h == 1 && y.w == 1 && x.n == y.n && w.n == y.c && w.c == x.c * x.h * x.w && w.h == 1 &&
-                           w.w == 1,
-                       "fc: input " + dims_text(x) + ", weights " + dims_text(w) + ", output " + dims_text(y));
+    DSL_INTERNAL_CHECK(
+        y.h == 1 && y.w == 1 && x.n == y.n && w.n == y.c && w.c == x.c * x.h * x.w && w.h == 1 && w.w == 1,
+        "fc: input " + dims_text(x) + ", weights " + dims_text(w) + ", output " + dims_text(y));
 }
 
 inline void check_labels(const Dims& logits, const Dims& labels) {

@@ -391,9 +391,7 @@ public:
     }
 
 private:
-    static void check(const ConstView& x, const ConstView& w, const ConstView& y) {
-        check_fc(x.dims, w.dims, y.dims);
-    }
+    static void check(const ConstView& x, const ConstView& w, const ConstView& y) { check_fc(x.dims, w.dims, y.dims); }
 
     static memory::dims fc_weights(std::int64_t k, const Dims& x) { return {k, x.c, x.h, x.w}; }
 

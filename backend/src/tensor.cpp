@@ -31,7 +31,8 @@ public:
     void pack(ConstView v, float* out) override {
         for (std::int64_t n = 0; n < v.dims.n; ++n)
             for (std::int64_t c = 0; c < v.dims.c; ++c)
-                for (std::int64_t y = 0; y < v.dims.h; ++y, out += v.dims.w) std::copy_n(&v.at(n, c, y, 0), v.dims.w, out);
+                for (std::int64_t y = 0; y < v.dims.h; ++y, out += v.dims.w)
+                    std::copy_n(&v.at(n, c, y, 0), v.dims.w, out);
     }
     void unpack(const float* in, View v, bool add) override {
         for (std::int64_t n = 0; n < v.dims.n; ++n)
@@ -137,7 +138,9 @@ void Tensor::fill_margins(float v) {
 }
 
 Buffer::Buffer(Buffer&& o) noexcept
-    : memory_(o.memory_), data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)),
+    : memory_(o.memory_),
+      data_(std::exchange(o.data_, nullptr)),
+      size_(std::exchange(o.size_, 0)),
       capacity_(std::exchange(o.capacity_, 0)) {}
 
 Buffer& Buffer::operator=(Buffer&& o) noexcept {

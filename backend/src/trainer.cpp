@@ -49,7 +49,6 @@ Dims dims_of(const frontend::Shape& s, std::int64_t batch) {
     }
 }
 
-
 Window window_of(const Layer& l) {
     Window w;
     w.kernel = l.kernel;
@@ -147,8 +146,8 @@ struct Trainer::Impl {
     std::vector<Buffer> grad_buffers;    // the memory under every tile's dy
     std::vector<double> sums_a, sums_b;  // per-channel reductions
     std::vector<float> scratch_values;   // on the host: global pooling's values, batch-norm gradients
-    Buffer scratch;   // gradients of tensors with several readers, before they are added
-    Buffer staging;   // an input tile from the data source, on its way to the kernels' memory
+    Buffer scratch;                      // gradients of tensors with several readers, before they are added
+    Buffer staging;                      // an input tile from the data source, on its way to the kernels' memory
     std::vector<float> host_tile;
     // state()'s copies of parameters in a GPU's memory, and where each came from.
     std::vector<std::vector<float>> host_state;
@@ -568,8 +567,7 @@ struct Trainer::Impl {
             sent_bytes += piece.buffer.size() * static_cast<std::int64_t>(sizeof(float));
         }
         for (Piece& piece : p.receives)
-            receives.push_back(
-                Message{piece.peer, piece.buffer.data(), piece.buffer.size()});
+            receives.push_back(Message{piece.peer, piece.buffer.data(), piece.buffer.size()});
         comm.start_exchange(sends, receives, tag);
     }
 
@@ -609,7 +607,8 @@ struct Trainer::Impl {
         if (t.backward.empty()) return;
         Tile& owner = slots[static_cast<std::size_t>(t.spec.layer)].own();
         wait([&] { comm.finish_exchange(); });
-        for (Piece& piece : t.backward.receives) mem.unpack(piece.buffer.data(), view_of(owner.dy, owner, piece.box), true);
+        for (Piece& piece : t.backward.receives)
+            mem.unpack(piece.buffer.data(), view_of(owner.dy, owner, piece.box), true);
     }
 
     void scatter(Tile& t) {
@@ -738,7 +737,8 @@ struct Trainer::Impl {
                 const Dims whole = global_dims(l.inputs[0]);
                 const double area = static_cast<double>(whole.h * whole.w);
                 scratch_values.resize(sums_a.size());
-                for (std::size_t j = 0; j < sums_a.size(); ++j) scratch_values[j] = static_cast<float>(sums_a[j] / area);
+                for (std::size_t j = 0; j < sums_a.size(); ++j)
+                    scratch_values[j] = static_cast<float>(sums_a[j] / area);
                 k.pool->broadcast(scratch_values.data(), 1.0f, y);  // y is {n, c, 1, 1}
                 break;
             }
@@ -1071,9 +1071,7 @@ struct Trainer::Impl {
         for (Slot& s : slots) {
             if (s.w.size() == 0) continue;
             k.eltwise->sgd(s.w.data(), s.mw.data(), s.dw.data(), s.w.size(), lr, momentum, decay);
-            if (s.b.size() > 0)
-                k.eltwise->sgd(s.b.data(), s.mb.data(), s.db.data(), s.b.size(), lr,
-                               momentum, decay);
+            if (s.b.size() > 0) k.eltwise->sgd(s.b.data(), s.mb.data(), s.db.data(), s.b.size(), lr, momentum, decay);
         }
         if (profiling) profile.update = layer_time(t0), profile.update_wait = waited;
     }

@@ -25,7 +25,6 @@ using namespace dsl::backend;
 
 namespace {
 
-
 Kernels gpu() { return gpu_kernels(); }  // default options: no TF32
 Memory& device() { return *gpu_kernels().memory; }
 Kernels reference() { return reference_kernels(); }
@@ -59,7 +58,9 @@ struct Tile {
     Tensor host;
     DeviceArray memory;
 
-    explicit Tile(Tensor t) : host(std::move(t)), memory(host.size()) { device().upload(host.data(), memory.data(), host.size()); }
+    explicit Tile(Tensor t) : host(std::move(t)), memory(host.size()) {
+        device().upload(host.data(), memory.data(), host.size());
+    }
 
     // The device view at the place of `v`, a view of `host`.
     View on_device(ConstView v) const {
@@ -74,6 +75,19 @@ struct Tile {
         Tensor t = host;
         device().download(memory.data(), t.data(), t.size());
         return t;
+    }
+};
+
+// Operands and their copies in device memory: the views of both, for kernels that take several.
+struct Operands {
+    std::vector<std::unique_ptr<Tile>> tiles;
+    std::vector<ConstView> views, views_dev;
+    explicit Operands(std::vector<Operand>& xs) {
+        for (Operand& x : xs) {
+            tiles.push_back(std::make_unique<Tile>(x.tensor));
+            views.push_back(x.view());
+            views_dev.push_back(tiles.back()->on_device(x.view()));
+        }
     }
 };
 
@@ -123,7 +137,6 @@ void require_close(const std::vector<double>& got, const std::vector<double>& ex
     }
 }
 
-
 const std::vector<Dims> shapes = {{1, 1, 1, 1}, {2, 3, 5, 7}, {1, 4, 9, 17}, {3, 2, 16, 8}, {2, 5, 1, 33}};
 
 // Shapes that need many blocks, several reduction chunks per channel and the four-element rows.
@@ -142,9 +155,8 @@ TEST_CASE("gpu kernel set: one instance, device memory", "[gpu]") {
     const Kernels a = gpu_kernels(), b = gpu_kernels();
     CHECK(a.conv == b.conv);
     CHECK(a.memory == b.memory);
-    for (const void* k : {(const void*)a.conv, (const void*)a.batchnorm, (const void*)a.activation,
-                          (const void*)a.pool, (const void*)a.fc, (const void*)a.eltwise, (const void*)a.loss,
-                          (const void*)a.memory})
+    for (const void* k : {(const void*)a.conv, (const void*)a.batchnorm, (const void*)a.activation, (const void*)a.pool,
+                          (const void*)a.fc, (const void*)a.eltwise, (const void*)a.loss, (const void*)a.memory})
         CHECK(k != nullptr);
     CHECK_FALSE(a.memory->host());
 }
@@ -213,11 +225,11 @@ struct ConvProblem {
 std::string describe(const ConvProblem& p, Layout layout, bool strided_weights) {
     const Window& w = p.window;
     return "conv n=" + std::to_string(p.n) + " c=" + std::to_string(p.c) + " f=" + std::to_string(p.f) +
-           " out=" + std::to_string(p.out_h) + "x" + std::to_string(p.out_w) + " kernel=" +
-           std::to_string(w.kernel[0]) + "x" + std::to_string(w.kernel[1]) + " stride=" + std::to_string(w.stride[0]) +
-           "," + std::to_string(w.stride[1]) + " dilation=" + std::to_string(w.dilation[0]) + "," +
-           std::to_string(w.dilation[1]) + (p.bias ? " bias" : " no-bias") + " layout=" + name(layout) +
-           (strided_weights ? " strided-weights" : "");
+           " out=" + std::to_string(p.out_h) + "x" + std::to_string(p.out_w) +
+           " kernel=" + std::to_string(w.kernel[0]) + "x" + std::to_string(w.kernel[1]) +
+           " stride=" + std::to_string(w.stride[0]) + "," + std::to_string(w.stride[1]) +
+           " dilation=" + std::to_string(w.dilation[0]) + "," + std::to_string(w.dilation[1]) +
+           (p.bias ? " bias" : " no-bias") + " layout=" + name(layout) + (strided_weights ? " strided-weights" : "");
 }
 
 // Forward, backward-data and backward-weights of one problem on both kernel sets, twice on the GPU: the first
@@ -273,16 +285,16 @@ void check_conv(const ConvProblem& p, Layout layout, bool strided_weights, std::
 const std::vector<ConvProblem>& conv_problems() {
     static const std::vector<ConvProblem> problems = {
         {2, 3, 5, 7, 5, window(3, 3, 1, 1), true},
-        {1, 4, 6, 5, 6, window(3, 1, 1, 1), false},     // non-square kernel
-        {3, 5, 4, 4, 3, window(3, 3, 2, 2), true},      // stride 2
+        {1, 4, 6, 5, 6, window(3, 1, 1, 1), false},        // non-square kernel
+        {3, 5, 4, 4, 3, window(3, 3, 2, 2), true},         // stride 2
         {2, 3, 7, 5, 4, window(3, 3, 1, 1, 2, 2), false},  // dilation 2
         {2, 6, 3, 3, 5, window(1, 3, 2, 1, 1, 2), true},   // mixed stride and dilation per dimension
-        {1, 17, 19, 9, 11, window(5, 5, 1, 1), true},   // odd channel counts
-        {4, 16, 32, 16, 16, window(3, 3, 1, 1), true},  // big enough for Winograd and FFT algorithms
-        {2, 3, 5, 6, 6, window(1, 1, 1, 1), false},     // 1x1
-        {2, 8, 8, 3, 4, window(2, 2, 2, 2), true},      // even kernel, stride 2
-        {1, 2, 3, 4, 4, window(7, 7, 2, 2), true},      // first-layer-like: few channels, large kernel
-        {2, 32, 16, 7, 9, window(3, 3, 2, 2), false},   // stride 2 with more channels
+        {1, 17, 19, 9, 11, window(5, 5, 1, 1), true},      // odd channel counts
+        {4, 16, 32, 16, 16, window(3, 3, 1, 1), true},     // big enough for Winograd and FFT algorithms
+        {2, 3, 5, 6, 6, window(1, 1, 1, 1), false},        // 1x1
+        {2, 8, 8, 3, 4, window(2, 2, 2, 2), true},         // even kernel, stride 2
+        {1, 2, 3, 4, 4, window(7, 7, 2, 2), true},         // first-layer-like: few channels, large kernel
+        {2, 32, 16, 7, 9, window(3, 3, 2, 2), false},      // stride 2 with more channels
     };
     return problems;
 }
@@ -295,7 +307,8 @@ TEST_CASE("gpu convolutions match the reference on strided views", "[gpu]") {
     for (const ConvProblem& p : conv_problems()) {
         // padded and inside views need room for their margins.
         const Dims xd{p.n, p.c, p.window.input_extent(0, p.out_h), p.window.input_extent(1, p.out_w)};
-        if ((layout == Layout::padded || layout == Layout::inside) && (xd.h < 3 || xd.w < 3 || p.out_h < 3 || p.out_w < 3))
+        if ((layout == Layout::padded || layout == Layout::inside) &&
+            (xd.h < 3 || xd.w < 3 || p.out_h < 3 || p.out_w < 3))
             continue;
         check_conv(p, layout, false, rng);
     }
@@ -381,13 +394,13 @@ void check_batchnorm(const Dims& d, std::mt19937& rng) {
     Operand y = make_operand(d, Layout::interior, false, rng), y_ref = y;
     const Tile y_dev(y.tensor);
     reference().batchnorm->forward(x.view(), mean.data(), inv_std.data(), gamma.data(), beta.data(), y_ref.view());
-    gpu().batchnorm->forward(x_dev.on_device(x.view()), mean.data(), inv_std.data(), gamma_dev.data(),
-                             beta_dev.data(), y_dev.on_device(y.view()));
+    gpu().batchnorm->forward(x_dev.on_device(x.view()), mean.data(), inv_std.data(), gamma_dev.data(), beta_dev.data(),
+                             y_dev.on_device(y.view()));
     require_close(y_dev.download(), y_ref.tensor, "batchnorm forward", 1e-6);
 
     std::vector<double> sdy_ref(c, 0.25), sdx_ref(c, 0.0), sdy(c, 0.25), sdx(c, 0.0);
     reference().batchnorm->backward_statistics(x.view(), dy.view(), mean.data(), inv_std.data(), sdy_ref.data(),
-                                         sdx_ref.data());
+                                               sdx_ref.data());
     gpu().batchnorm->backward_statistics(x_dev.on_device(x.view()), dy_dev.on_device(dy.view()), mean.data(),
                                          inv_std.data(), sdy.data(), sdx.data());
     require_close(sdy, sdy_ref, "sum of dy", 1e-10);
@@ -396,7 +409,7 @@ void check_batchnorm(const Dims& d, std::mt19937& rng) {
     Operand dx = make_operand(d, Layout::inside, false, rng), dx_ref = dx;
     const Tile dx_dev(dx.tensor);
     reference().batchnorm->backward(x.view(), dy.view(), mean.data(), inv_std.data(), gamma.data(), sdy_ref.data(),
-                              sdx_ref.data(), count, dx_ref.view());
+                                    sdx_ref.data(), count, dx_ref.view());
     gpu().batchnorm->backward(x_dev.on_device(x.view()), dy_dev.on_device(dy.view()), mean.data(), inv_std.data(),
                               gamma_dev.data(), sdy_ref.data(), sdx_ref.data(), count, dx_dev.on_device(dx.view()));
     require_close(dx_dev.download(), dx_ref.tensor, "batchnorm backward", 1e-6);
@@ -447,12 +460,12 @@ struct PoolCase {
 TEST_CASE("gpu pooling matches the reference, ties included", "[gpu]") {
     // Disjoint windows, overlapping ones (3x3 stride 2 and stride 1), gaps (stride > kernel), non-square,
     // dilation (which the reference honours), and long rows.
-    const PoolCase pc = GENERATE(PoolCase{window(2, 2, 2, 2), {2, 3, 4, 5}}, PoolCase{window(3, 3, 2, 2), {2, 3, 5, 7}},
-                                 PoolCase{window(3, 3, 1, 1), {1, 4, 6, 9}}, PoolCase{window(2, 2, 3, 3), {2, 2, 3, 4}},
-                                 PoolCase{window(3, 2, 2, 1), {3, 2, 4, 11}}, PoolCase{window(1, 1, 1, 1), {1, 2, 3, 3}},
-                                 PoolCase{window(5, 5, 1, 1), {1, 1, 1, 1}},
-                                 PoolCase{window(3, 3, 1, 2, 2, 1), {2, 2, 4, 5}},
-                                 PoolCase{window(3, 3, 2, 2), {2, 3, 40, 150}});
+    const PoolCase pc =
+        GENERATE(PoolCase{window(2, 2, 2, 2), {2, 3, 4, 5}}, PoolCase{window(3, 3, 2, 2), {2, 3, 5, 7}},
+                 PoolCase{window(3, 3, 1, 1), {1, 4, 6, 9}}, PoolCase{window(2, 2, 3, 3), {2, 2, 3, 4}},
+                 PoolCase{window(3, 2, 2, 1), {3, 2, 4, 11}}, PoolCase{window(1, 1, 1, 1), {1, 2, 3, 3}},
+                 PoolCase{window(5, 5, 1, 1), {1, 1, 1, 1}}, PoolCase{window(3, 3, 1, 2, 2, 1), {2, 2, 4, 5}},
+                 PoolCase{window(3, 3, 2, 2), {2, 3, 40, 150}});
     const PoolKind kind = GENERATE(PoolKind::max, PoolKind::average);
     const int levels = GENERATE(0, 3);  // few levels make ties, so that routing to the first maximum is tested
     const Window& w = pc.window;
@@ -461,7 +474,8 @@ TEST_CASE("gpu pooling matches the reference, ties included", "[gpu]") {
             kind == PoolKind::max, levels);
     std::mt19937 rng(61);
 
-    Operand x = make_operand(in, Layout::channels, true, rng, levels), dy = make_operand(pc.out, Layout::interior, true, rng);
+    Operand x = make_operand(in, Layout::channels, true, rng, levels),
+            dy = make_operand(pc.out, Layout::interior, true, rng);
     const Tile x_dev(x.tensor), dy_dev(dy.tensor);
 
     Operand y = make_operand(pc.out, Layout::interior, false, rng), y_ref = y;
@@ -508,14 +522,11 @@ TEST_CASE("gpu element-wise kernels match the reference", "[gpu]") {
     INFO("add of " << count << " inputs, " << d.n << "x" << d.c << "x" << d.h << "x" << d.w);
     std::mt19937 rng(71);
     std::vector<Operand> xs;
-    for (int k = 0; k < count; ++k) xs.push_back(make_operand(d, k % 2 ? Layout::interior : Layout::channels, true, rng));
-    std::vector<std::unique_ptr<Tile>> xs_dev;
-    std::vector<ConstView> views, views_dev;
-    for (Operand& x : xs) {
-        xs_dev.push_back(std::make_unique<Tile>(x.tensor));
-        views.push_back(x.view());
-        views_dev.push_back(xs_dev.back()->on_device(x.view()));
-    }
+    for (int k = 0; k < count; ++k)
+        xs.push_back(make_operand(d, k % 2 ? Layout::interior : Layout::channels, true, rng));
+    const Operands copies(xs);
+    const std::vector<ConstView>& views = copies.views;
+    const std::vector<ConstView>& views_dev = copies.views_dev;
 
     Operand y = make_operand(d, Layout::interior, false, rng), y_ref = y;
     const Tile y_dev(y.tensor);
@@ -545,16 +556,12 @@ TEST_CASE("gpu add may write into an input", "[gpu]") {
     std::mt19937 rng(73);
     std::vector<Operand> xs;
     for (int k = 0; k < inputs; ++k) xs.push_back(make_operand(d, Layout::interior, true, rng));
-    std::vector<std::unique_ptr<Tile>> xs_dev;
-    std::vector<ConstView> views, views_dev;
-    for (Operand& x : xs) {
-        xs_dev.push_back(std::make_unique<Tile>(x.tensor));
-        views.push_back(x.view());
-        views_dev.push_back(xs_dev.back()->on_device(x.view()));
-    }
+    const Operands copies(xs);
+    const std::vector<ConstView>& views = copies.views;
+    const std::vector<ConstView>& views_dev = copies.views_dev;
     Operand expected = xs[static_cast<std::size_t>(into)];
     reference().eltwise->add(views, expected.view());
-    const Tile& target = *xs_dev[static_cast<std::size_t>(into)];
+    const Tile& target = *copies.tiles[static_cast<std::size_t>(into)];
     gpu().eltwise->add(views_dev, target.on_device(xs[static_cast<std::size_t>(into)].view()));
     require_close(target.download(), expected.tensor, "add in place", inputs <= 8 ? 0.0 : 1e-5);
 }
@@ -596,8 +603,8 @@ TEST_CASE("gpu cross-entropy matches the reference", "[gpu]") {
     Operand dlogits = make_operand(d, layout, false, rng), dlogits_ref = dlogits;
     const Tile dlogits_dev(dlogits.tensor);
     const double loss_ref = reference().loss->cross_entropy(logits.view(), lv, 0.25f, dlogits_ref.view());
-    const double loss =
-        gpu().loss->cross_entropy(logits_dev.on_device(logits.view()), lv, 0.25f, dlogits_dev.on_device(dlogits.view()));
+    const double loss = gpu().loss->cross_entropy(logits_dev.on_device(logits.view()), lv, 0.25f,
+                                                  dlogits_dev.on_device(dlogits.view()));
     CHECK(loss == Approx(loss_ref).epsilon(1e-10));
     CHECK(loss > 0.0);
     require_close(dlogits_dev.download(), dlogits_ref.tensor, "dlogits", 1e-6);

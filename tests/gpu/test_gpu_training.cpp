@@ -18,8 +18,7 @@ TEST_CASE("training on the GPU gives the losses and weights of the CPU", "[gpu]"
     // One process; samples, rows, columns, both, hybrid and per-layer redistribution on 2 and 4 processes,
     // overlap on and off, through host memory and (where there are GPUs enough) NCCL; stride 2, pooling,
     // residual adds, a fully connected head, uneven tiles.
-    const Case c = GENERATE(Case{"samples/mesh_tiny.net", "", 4, ""},
-                            Case{"samples/resnet_tiny.net", "", 8, ""},
+    const Case c = GENERATE(Case{"samples/mesh_tiny.net", "", 4, ""}, Case{"samples/resnet_tiny.net", "", 8, ""},
                             Case{"tests/dist/odd.net", "", 5, ""},
                             Case{"samples/mesh_tiny.net", "samples/mesh_tiny_sample_2.sched", 4, ""},
                             Case{"samples/mesh_tiny.net", "samples/mesh_tiny_spatial_h_2.sched", 4, ""},
@@ -36,7 +35,7 @@ TEST_CASE("training on the GPU gives the losses and weights of the CPU", "[gpu]"
     // NCCL needs a GPU per process: where there are fewer, the processes share through host memory instead.
     const int procs = std::string(c.sched).find("_4.") != std::string::npos   ? 4
                       : std::string(c.sched).find("_2.") != std::string::npos ? 2
-                                                                             : 1;
+                                                                              : 1;
     if (extra.find("nccl") != std::string::npos && dsl::backend::gpu_devices() < procs) {
         WARN("NCCL on " << procs << " processes needs " << procs << " GPUs; this machine has "
                         << dsl::backend::gpu_devices() << ": not run here");

@@ -56,19 +56,30 @@ private:
 
 std::size_t bytes(std::int64_t count) { return static_cast<std::size_t>(count) * sizeof(float); }
 
-// Device buffers over a host communicator: copied to pinned memory once the kernels that write them have run,
-// sent over `host`, and copied back into the device before any kernel that follows the wait.
-class StagedComm final : public Comm {
+// What both communicators do alike, over the host's: host values, and groups. The trainer's groups only sum
+// host values (batch-norm statistics, global pooling), so they get no NCCL communicators of their own (each
+// costs buffers on the GPU and a setup of its own): device buffers, if any came, go through host memory.
+class OverHost : public Comm {
 public:
-    explicit StagedComm(std::unique_ptr<Comm> host) : host_(std::move(host)) {}
+    explicit OverHost(std::unique_ptr<Comm> host) : host_(std::move(host)) {}
 
     int rank() const override { return host_->rank(); }
     int size() const override { return host_->size(); }
-    std::unique_ptr<Comm> split(int color) override { return std::make_unique<StagedComm>(host_->split(color)); }
+    std::unique_ptr<Comm> split(int color) override;
     void allreduce(double* data, std::int64_t count) override { host_->allreduce(data, count); }
     double max(double value) override { return host_->max(value); }
     bool all(bool value) override { return host_->all(value); }
     void progress() override { host_->progress(); }
+
+protected:
+    std::unique_ptr<Comm> host_;
+};
+
+// Device buffers over a host communicator: copied to pinned memory once the kernels that write them have run,
+// sent over `host`, and copied back into the device before any kernel that follows the wait.
+class StagedComm final : public OverHost {
+public:
+    explicit StagedComm(std::unique_ptr<Comm> host) : OverHost(std::move(host)) {}
 
     void start_allreduce(float* data, std::int64_t count) override {
         Staged& s = next(allreduces_, allreduces_used_, data, count);
@@ -126,12 +137,11 @@ private:
 
     // Asynchronous: the pinned buffer is not touched again before the next start, which waits for the stream.
     static void to_device(Staged& s) {
-        check(cudaMemcpyAsync(s.device, s.pinned.reserve(s.count), bytes(s.count), cudaMemcpyHostToDevice,
-                              gpu::stream()),
-              "copying received data to the GPU");
+        check(
+            cudaMemcpyAsync(s.device, s.pinned.reserve(s.count), bytes(s.count), cudaMemcpyHostToDevice, gpu::stream()),
+            "copying received data to the GPU");
     }
 
-    std::unique_ptr<Comm> host_;
     std::vector<Staged> allreduces_, sends_, receives_;
     std::size_t allreduces_used_ = 0, sends_used_ = 0, receives_used_ = 0;
 };
@@ -139,10 +149,10 @@ private:
 // NCCL, one communicator for the allreduces and one for the exchanges, each on a stream of its own, so
 // that a halo never waits behind a gradient's allreduce. Every process issues both kinds in the same order
 // (the trainer's), which NCCL needs to match them.
-class NcclComm final : public Comm {
+class NcclComm final : public OverHost {
 public:
     NcclComm(std::unique_ptr<Comm> host, ncclComm_t collectives, ncclComm_t exchanges)
-        : host_(std::move(host)), collectives_(collectives), exchanges_(exchanges) {
+        : OverHost(std::move(host)), collectives_(collectives), exchanges_(exchanges) {
         for (cudaStream_t* s : {&allreduce_stream_, &exchange_stream_})
             check(cudaStreamCreateWithFlags(s, cudaStreamNonBlocking), "cudaStreamCreate");
         for (cudaEvent_t* e : {&allreduce_ready_, &allreduce_done_, &exchange_ready_, &exchange_done_})
@@ -162,8 +172,7 @@ public:
         ncclUniqueId id{};
         if (host->rank() == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
         std::array<double, sizeof(id.internal)> bytes_of{};
-        for (std::size_t i = 0; i < bytes_of.size(); ++i)
-            bytes_of[i] = static_cast<unsigned char>(id.internal[i]);
+        for (std::size_t i = 0; i < bytes_of.size(); ++i) bytes_of[i] = static_cast<unsigned char>(id.internal[i]);
         host->allreduce(bytes_of.data(), static_cast<std::int64_t>(bytes_of.size()));
         for (std::size_t i = 0; i < bytes_of.size(); ++i)
             id.internal[i] = static_cast<char>(static_cast<unsigned char>(bytes_of[i]));
@@ -172,19 +181,6 @@ public:
         check_nccl(ncclCommSplit(collectives, 0, host->rank(), &exchanges, nullptr), "ncclCommSplit");
         return std::make_unique<NcclComm>(std::move(host), collectives, exchanges);
     }
-
-    int rank() const override { return host_->rank(); }
-    int size() const override { return host_->size(); }
-
-    // The trainer's groups only sum host values (batch-norm statistics, global pooling), so they get no NCCL
-    // communicators of their own (each costs buffers on the GPU and a setup of its own): device buffers, if
-    // any came, would go through host memory.
-    std::unique_ptr<Comm> split(int color) override { return std::make_unique<StagedComm>(host_->split(color)); }
-
-    void allreduce(double* data, std::int64_t count) override { host_->allreduce(data, count); }
-    double max(double value) override { return host_->max(value); }
-    bool all(bool value) override { return host_->all(value); }
-    void progress() override {}
 
     void start_allreduce(float* data, std::int64_t count) override {
         after_compute(allreduce_ready_, allreduce_stream_);
@@ -230,13 +226,14 @@ private:
         check(cudaStreamWaitEvent(gpu::stream(), done, 0), "cudaStreamWaitEvent");
     }
 
-    std::unique_ptr<Comm> host_;
     ncclComm_t collectives_, exchanges_;
     cudaStream_t allreduce_stream_ = nullptr, exchange_stream_ = nullptr;
     cudaEvent_t allreduce_ready_ = nullptr, allreduce_done_ = nullptr, exchange_ready_ = nullptr,
                 exchange_done_ = nullptr;
     bool allreduces_pending_ = false;
 };
+
+std::unique_ptr<Comm> OverHost::split(int color) { return std::make_unique<StagedComm>(host_->split(color)); }
 
 }  // namespace
 

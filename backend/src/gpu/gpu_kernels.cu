@@ -182,12 +182,12 @@ struct HostValues {
 struct Context {
     GpuOptions options;
     Staging staging;
-    DeviceBuffer values;     // host arrays uploaded for the next kernel
-    DeviceBuffer partials;   // reductions' per-warp or per-block sums
-    DeviceBuffer totals;     // reductions' results, before they go to the host
-    DeviceBuffer labels;     // the loss's labels, densely
-    DeviceBuffer argmax;     // max pooling's window offsets, between the backward's two passes
-    DeviceBuffer sum;        // add's running sum when it has more inputs than one kernel takes
+    DeviceBuffer values;    // host arrays uploaded for the next kernel
+    DeviceBuffer partials;  // reductions' per-warp or per-block sums
+    DeviceBuffer totals;    // reductions' results, before they go to the host
+    DeviceBuffer labels;    // the loss's labels, densely
+    DeviceBuffer argmax;    // max pooling's window offsets, between the backward's two passes
+    DeviceBuffer sum;       // add's running sum when it has more inputs than one kernel takes
 
     // Copies `arrays` of `count` values each, one after another, into device memory as doubles; array k is at
     // k * count of the result.
@@ -212,7 +212,8 @@ struct Context {
     const double* fetch(const double* device, std::int64_t count) {
         const std::size_t bytes = static_cast<std::size_t>(count) * sizeof(double);
         auto* host = static_cast<double*>(staging.get(bytes));
-        if (bytes) check(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, gpu::stream()), "download of sums");
+        if (bytes)
+            check(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, gpu::stream()), "download of sums");
         check(cudaStreamSynchronize(gpu::stream()), "cudaStreamSynchronize");
         return host;
     }
@@ -561,8 +562,7 @@ struct PoolGather {
         std::int64_t y;
     };
     __device__ Row row(std::int64_t n, std::int64_t c, std::int64_t y) const {
-        return {dy.base + (n * dy.sn + c * dy.sc),
-                argmax ? argmax + (n * channels + c) * out_h * out_w : nullptr, y};
+        return {dy.base + (n * dy.sn + c * dy.sc), argmax ? argmax + (n * channels + c) * out_h * out_w : nullptr, y};
     }
     template <int S>
     __device__ float operator()(const Row& r, const float (&)[S], std::int64_t x) const {
@@ -596,8 +596,8 @@ struct PoolGather {
 struct ReduceGeometry {
     std::int64_t groups_c = 1;  // group g is (g / groups_c, g % groups_c)
     std::int64_t groups = 0;
-    std::int64_t rows_h = 1;  // row r of a group is (r / rows_h, r % rows_h)
-    std::int64_t w = 1;       // elements per row
+    std::int64_t rows_h = 1;    // row r of a group is (r / rows_h, r % rows_h)
+    std::int64_t w = 1;         // elements per row
     std::int64_t elements = 0;  // per group
     std::int64_t chunks = 1;    // per group
 };
@@ -619,7 +619,8 @@ __device__ double warp_sum(double v) {
 }
 
 template <int K, typename Term>
-__global__ void __launch_bounds__(256) reduce_kernel(ReduceGeometry g, ReduceInputs<K> in, Term term, double* partials) {
+__global__ void __launch_bounds__(256)
+    reduce_kernel(ReduceGeometry g, ReduceInputs<K> in, Term term, double* partials) {
     constexpr int Q = Term::quantities;
     constexpr int U = 4;
     const int lane = threadIdx.x % 32;
@@ -795,8 +796,7 @@ __device__ double group_sum(double v) {
 
 template <int G>
 __global__ void __launch_bounds__(256) cross_entropy_kernel(Dims d, Operand<const float> logits, Operand<float> dlogits,
-                                                            const std::int32_t* labels, float scale,
-                                                            double* partials) {
+                                                            const std::int32_t* labels, float scale, double* partials) {
     const int lane = threadIdx.x % G;
     const std::int64_t per_block = blockDim.x / G;
     const std::int64_t pixels = d.n * d.h * d.w;
@@ -933,8 +933,8 @@ public:
                 window.dilation[1]};
         std::size_t k = 5;
         for (const View& view : {v.x, v.w, v.y})
-            for (std::int64_t value : {view.dims.n, view.dims.c, view.dims.h, view.dims.w, view.stride_n,
-                                       view.stride_c, view.stride_h})
+            for (std::int64_t value :
+                 {view.dims.n, view.dims.c, view.dims.h, view.dims.w, view.stride_n, view.stride_c, view.stride_h})
                 key[k++] = value;
         auto it = plans_.find(key);
         if (it == plans_.end()) {
@@ -984,7 +984,8 @@ private:
                 continue;
             }
             float* s = slots_[static_cast<std::size_t>(k)].as<float>(view.dims.elements());
-            if (input_of(pass, k)) map("conv pack", view.dims, Merge::all, dense_operand(s, view.dims), inputs(ConstView(view)), Copy{});
+            if (input_of(pass, k))
+                map("conv pack", view.dims, Merge::all, dense_operand(s, view.dims), inputs(ConstView(view)), Copy{});
             p[static_cast<std::size_t>(k)] = s;
         }
         return {p[0], p[1], p[2]};
@@ -1020,8 +1021,7 @@ private:
                             "cudnnConvolutionBackwardData");
                 break;
             case Pass::backward_weights:
-                check_cudnn(cudnnConvolutionBackwardFilter(handle(), &one, c.x.get(), b.x, c.y.get(), b.y,
-                                                           c.conv.get(),
+                check_cudnn(cudnnConvolutionBackwardFilter(handle(), &one, c.x.get(), b.x, c.y.get(), b.y, c.conv.get(),
                                                            static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo),
                                                            workspace, bytes, &zero, c.w.get(), b.w),
                             "cudnnConvolutionBackwardFilter");
@@ -1049,11 +1049,10 @@ private:
                                                to_int(w.c, "channels"), to_int(w.h, "kernel"), to_int(w.w, "kernel")),
                     "cudnnSetFilter4dDescriptor");
         // No padding: it is in the input's margins.
-        check_cudnn(cudnnSetConvolution2dDescriptor(c->conv.get(), 0, 0, to_int(window.stride[0], "stride"),
-                                                    to_int(window.stride[1], "stride"),
-                                                    to_int(window.dilation[0], "dilation"),
-                                                    to_int(window.dilation[1], "dilation"), CUDNN_CROSS_CORRELATION,
-                                                    CUDNN_DATA_FLOAT),
+        check_cudnn(cudnnSetConvolution2dDescriptor(
+                        c->conv.get(), 0, 0, to_int(window.stride[0], "stride"), to_int(window.stride[1], "stride"),
+                        to_int(window.dilation[0], "dilation"), to_int(window.dilation[1], "dilation"),
+                        CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
                     "cudnnSetConvolution2dDescriptor");
         c->math = context().options.tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
         check_cudnn(cudnnSetConvolutionMathType(c->conv.get(), c->math), "cudnnSetConvolutionMathType");
@@ -1089,17 +1088,19 @@ private:
         bool found = false;
         switch (pass) {
             case Pass::forward: {
-                check_cudnn(cudnnGetConvolutionForwardAlgorithmMaxCount(handle(), &count), "cudnnGetConvolutionForwardAlgorithmMaxCount");
+                check_cudnn(cudnnGetConvolutionForwardAlgorithmMaxCount(handle(), &count),
+                            "cudnnGetConvolutionForwardAlgorithmMaxCount");
                 std::vector<cudnnConvolutionFwdAlgoPerf_t> perf(static_cast<std::size_t>(std::max(count, 1)));
-                check_cudnn(cudnnFindConvolutionForwardAlgorithmEx(handle(), c.x.get(), b.x, c.w.get(), b.w,
-                                                                   c.conv.get(), c.y.get(), b.y, count, &returned,
-                                                                   perf.data(), ws, capacity),
-                            "cudnnFindConvolutionForwardAlgorithmEx");
+                check_cudnn(
+                    cudnnFindConvolutionForwardAlgorithmEx(handle(), c.x.get(), b.x, c.w.get(), b.w, c.conv.get(),
+                                                           c.y.get(), b.y, count, &returned, perf.data(), ws, capacity),
+                    "cudnnFindConvolutionForwardAlgorithmEx");
                 found = choose(perf, returned, capacity, c);
                 break;
             }
             case Pass::backward_data: {
-                check_cudnn(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(handle(), &count), "cudnnGetConvolutionBackwardDataAlgorithmMaxCount");
+                check_cudnn(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(handle(), &count),
+                            "cudnnGetConvolutionBackwardDataAlgorithmMaxCount");
                 std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perf(static_cast<std::size_t>(std::max(count, 1)));
                 check_cudnn(cudnnFindConvolutionBackwardDataAlgorithmEx(handle(), c.w.get(), b.w, c.y.get(), b.y,
                                                                         c.conv.get(), c.x.get(), b.x, count, &returned,
@@ -1109,7 +1110,8 @@ private:
                 break;
             }
             case Pass::backward_weights: {
-                check_cudnn(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(handle(), &count), "cudnnGetConvolutionBackwardFilterAlgorithmMaxCount");
+                check_cudnn(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(handle(), &count),
+                            "cudnnGetConvolutionBackwardFilterAlgorithmMaxCount");
                 std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perf(static_cast<std::size_t>(std::max(count, 1)));
                 check_cudnn(cudnnFindConvolutionBackwardFilterAlgorithmEx(handle(), c.x.get(), b.x, c.y.get(), b.y,
                                                                           c.conv.get(), c.w.get(), b.w, count,
@@ -1185,8 +1187,8 @@ private:
         const auto views = operands(v);
         for (std::size_t k = 0; k < 3; ++k) {
             if (chosen->scratch[k])
-                slot_needs_[k] = std::max(slot_needs_[k],
-                                          static_cast<std::size_t>(views[k].dims.elements()) * sizeof(float));
+                slot_needs_[k] =
+                    std::max(slot_needs_[k], static_cast<std::size_t>(views[k].dims.elements()) * sizeof(float));
             slots_[k].shrink_to(slot_needs_[k]);
         }
         workspace_needs_ = std::max(workspace_needs_, chosen->workspace);
@@ -1240,9 +1242,7 @@ void add_bias(const float* bias, View y) {
 }
 
 // db[f] = Σ dy(n, f, i, j), into device memory.
-void bias_gradient(ConstView dy, float* db) {
-    reduce("bias gradient", dy.dims, Over::channels, {dy}, SumTerm{}, db);
-}
+void bias_gradient(ConstView dy, float* db) { reduce("bias gradient", dy.dims, Over::channels, {dy}, SumTerm{}, db); }
 
 class GpuConv final : public ConvKernels {
 public:
@@ -1373,7 +1373,8 @@ public:
         std::vector<double> mean_dy(static_cast<std::size_t>(c));
         for (std::int64_t k = 0; k < c; ++k) mean_dy[static_cast<std::size_t>(k)] = sum_dy[k] / count;
         const double* values = context().upload(c, {mean, inv_std, mean_dy.data(), sum_dy_xhat});
-        map("batchnorm backward", dx.dims, Merge::rows, operand(dx), inputs(x, dy), NormBackward{values, c, count, gamma});
+        map("batchnorm backward", dx.dims, Merge::rows, operand(dx), inputs(x, dy),
+            NormBackward{values, c, count, gamma});
     }
 };
 
@@ -1503,7 +1504,8 @@ public:
         if (pixels == 0) return 0.0;
         Context& ctx = context();
         // Labels are checked here, on the host, where a bad one can be reported as the reference does.
-        auto* host = static_cast<std::int32_t*>(ctx.staging.get(static_cast<std::size_t>(pixels) * sizeof(std::int32_t)));
+        auto* host =
+            static_cast<std::int32_t*>(ctx.staging.get(static_cast<std::size_t>(pixels) * sizeof(std::int32_t)));
         std::int64_t p = 0;
         for (std::int64_t n = 0; n < d.n; ++n)
             for (std::int64_t i = 0; i < d.h; ++i)
@@ -1552,9 +1554,9 @@ struct SyntheticInputs {
         const std::int64_t s = sample0 + n, gy = y0 + y;
         const Field field(data.seed, s, c);
         const std::uint64_t h = splitmix64(data.seed ^ splitmix64(tag_noise));
-        const std::uint64_t noise = splitmix64(
-            splitmix64(splitmix64(h ^ static_cast<std::uint64_t>(s)) ^ static_cast<std::uint64_t>(c)) ^
-            static_cast<std::uint64_t>(gy));
+        const std::uint64_t noise =
+            splitmix64(splitmix64(splitmix64(h ^ static_cast<std::uint64_t>(s)) ^ static_cast<std::uint64_t>(c)) ^
+                       static_cast<std::uint64_t>(gy));
         return {s, c, gy, noise, field.row(gy), field.fx};
     }
     template <int S>
@@ -1569,8 +1571,7 @@ struct SyntheticInputs {
 
 class GpuSynthetic final : public SyntheticKernels {
 public:
-    void inputs(const SyntheticData& data, std::int64_t sample0, std::int64_t y0, std::int64_t x0,
-                View tile) override {
+    void inputs(const SyntheticData& data, std::int64_t sample0, std::int64_t y0, std::int64_t x0, View tile) override {
         DSL_INTERNAL_CHECK(tile.dims.c == data.channels, "synthetic inputs: a tile of " + dims_text(tile.dims) +
                                                              " for " + std::to_string(data.channels) + " channels");
         map("synthetic inputs", tile.dims, Merge::none, operand(tile), no_inputs(),
@@ -1605,7 +1606,9 @@ public:
         }
     }
 
-    void fill(View v, float value) override { map("fill", v.dims, Merge::all, operand(v), no_inputs(), Fill{{}, value}); }
+    void fill(View v, float value) override {
+        map("fill", v.dims, Merge::all, operand(v), no_inputs(), Fill{{}, value});
+    }
 
     void upload(const float* host, float* data, std::int64_t count) override {
         if (count <= 0) return;

@@ -7,7 +7,8 @@ namespace dsl::backend {
 
 namespace {
 [[noreturn]] void not_built() {
-    throw std::logic_error("this build of dsl has no GPU backend (CUDA, cuDNN or NCCL was not found when it was built)");
+    throw std::logic_error(
+        "this build of dsl has no GPU backend (CUDA, cuDNN or NCCL was not found when it was built)");
 }
 }  // namespace
 

@@ -39,8 +39,7 @@ public:
     virtual void progress() = 0;
 
     // Posts every receive and send (`tag` tells concurrent exchanges apart); `finish_exchange` waits for them.
-    virtual void start_exchange(const std::vector<Message>& sends, const std::vector<Message>& receives,
-                                int tag) = 0;
+    virtual void start_exchange(const std::vector<Message>& sends, const std::vector<Message>& receives, int tag) = 0;
     virtual void finish_exchange() = 0;
 };
 
@@ -50,11 +49,11 @@ std::unique_ptr<Comm> self_comm();
 // Open MPI's, when this process was started by mpirun (or srun). `under_mpi` says so from the environment
 // without initializing MPI; `mpi_world` initializes it (once) and returns MPI_COMM_WORLD's communicator.
 bool under_mpi();
-int launched_rank();  // this process's rank in the run, from the environment; 0 when not under MPI
+int launched_rank();        // this process's rank in the run, from the environment; 0 when not under MPI
 int launched_local_rank();  // its rank among the run's processes on this node; 0 when not under MPI
 int launched_local_size();  // the run's processes on this node; 1 when not under MPI
 std::unique_ptr<Comm> mpi_world();
-void mpi_finalize();                          // at a normal end
+void mpi_finalize();                         // at a normal end
 [[noreturn]] void mpi_abort(int exit_code);  // ends every process of the run
 
 }  // namespace dsl::backend

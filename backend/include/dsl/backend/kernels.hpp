@@ -55,8 +55,8 @@ public:
                          View y) = 0;
     // Adds the per-channel sums of dy and of dy * x_hat (x_hat = (x - mean) * inv_std) into sum_dy[c] and
     // sum_dy_xhat[c]: once summed over the group they are d(beta) and d(gamma).
-    virtual void backward_statistics(ConstView x, ConstView dy, const float* mean, const float* inv_std,
-                                     double* sum_dy, double* sum_dy_xhat) = 0;
+    virtual void backward_statistics(ConstView x, ConstView dy, const float* mean, const float* inv_std, double* sum_dy,
+                                     double* sum_dy_xhat) = 0;
     // dx = gamma * inv_std * (dy - sum_dy / count - x_hat * sum_dy_xhat / count), with the group's sums and
     // `count` the number of elements per channel over the whole group.
     virtual void backward(ConstView x, ConstView dy, const float* mean, const float* inv_std, const float* gamma,
@@ -96,19 +96,18 @@ public:
     // y(n, k) = bias(k) + sum_i x(n, i) * w(k, i), where i runs over x's c, h, w in order; y is {N, K, 1, 1}
     // and w is {K, I, 1, 1}. bias may be null.
     virtual void forward(ConstView x, ConstView w, const float* bias, View y) = 0;
-    virtual void backward_data(ConstView dy, ConstView w, View dx) = 0;                     // overwrites dx
-    virtual void backward_weights(ConstView x, ConstView dy, View dw, float* db) = 0;        // overwrites both
+    virtual void backward_data(ConstView dy, ConstView w, View dx) = 0;                // overwrites dx
+    virtual void backward_weights(ConstView x, ConstView dy, View dw, float* db) = 0;  // overwrites both
 };
 
 class EltwiseKernels {
 public:
     virtual ~EltwiseKernels() = default;
     virtual void add(const std::vector<ConstView>& xs, View y) = 0;  // y = the sum of xs
-    virtual void copy(ConstView x, View y) = 0;                        // y = x (concat writes channel ranges)
-    virtual void accumulate(ConstView x, View y) = 0;                  // y += x (gradients of shared tensors)
+    virtual void copy(ConstView x, View y) = 0;                      // y = x (concat writes channel ranges)
+    virtual void accumulate(ConstView x, View y) = 0;                // y += x (gradients of shared tensors)
     // SGD with momentum and weight decay, as PyTorch's: g' = g + decay * w; m = momentum * m + g'; w -= lr * m.
-    virtual void sgd(float* w, float* m, const float* g, std::int64_t count, float lr, float momentum,
-                     float decay) = 0;
+    virtual void sgd(float* w, float* m, const float* g, std::int64_t count, float lr, float momentum, float decay) = 0;
 };
 
 class LossKernels {
@@ -138,16 +137,16 @@ public:
 class Memory {
 public:
     virtual ~Memory() = default;
-    virtual bool host() const = 0;  // the CPU reads and writes it directly
+    virtual bool host() const = 0;                    // the CPU reads and writes it directly
     virtual float* allocate(std::int64_t count) = 0;  // zeroed
     virtual void release(float* data) = 0;
     virtual void fill(View v, float value) = 0;
     // Between host memory and this memory; `download` waits for the kernels that write `data`.
     virtual void upload(const float* host, float* data, std::int64_t count) = 0;
     virtual void download(const float* data, float* host, std::int64_t count) = 0;
-    virtual void pack(ConstView v, float* out) = 0;               // v's elements, densely, into `out`
+    virtual void pack(ConstView v, float* out) = 0;              // v's elements, densely, into `out`
     virtual void unpack(const float* in, View v, bool add) = 0;  // the reverse; adds into v when `add`
-    virtual void synchronize() = 0;                               // waits for every kernel started
+    virtual void synchronize() = 0;                              // waits for every kernel started
 };
 
 Memory& host_memory();
@@ -161,7 +160,7 @@ struct Kernels {
     FcKernels* fc = nullptr;
     EltwiseKernels* eltwise = nullptr;
     LossKernels* loss = nullptr;
-    Memory* memory = nullptr;             // null: the host's
+    Memory* memory = nullptr;               // null: the host's
     SyntheticKernels* synthetic = nullptr;  // null: the data source makes inputs on the host
 
     Memory& mem() const { return memory ? *memory : host_memory(); }
