@@ -112,6 +112,7 @@ std::optional<Placement> placement(const RunOptions& o, const Checked& c, Output
 struct GpuRun {
     backend::Kernels kernels;
     std::unique_ptr<backend::Comm> comm;
+    bool nccl = false;
 };
 
 GpuRun gpu_run(const RunOptions& o, const Placement& p, std::unique_ptr<backend::Comm> host) {
@@ -123,7 +124,8 @@ GpuRun gpu_run(const RunOptions& o, const Placement& p, std::unique_ptr<backend:
     GpuRun run;
     run.kernels = backend::gpu_kernels(options);
     const bool own_gpus = backend::launched_local_size() <= devices;
-    run.comm = backend::gpu_comm(std::move(host), o.gpu_comm == "nccl" || (o.gpu_comm == "auto" && own_gpus));
+    run.nccl = host->size() > 1 && (o.gpu_comm == "nccl" || (o.gpu_comm == "auto" && own_gpus));
+    run.comm = backend::gpu_comm(std::move(host), run.nccl);
     return run;
 }
 
@@ -292,6 +294,7 @@ int run_training(const RunOptions& o) {
     if (procs > 1 && !mpi) return launch_mpi(procs, {program_arguments().begin() + 1, program_arguments().end()});
 
     std::unique_ptr<backend::Comm> comm = mpi ? backend::mpi_world() : backend::self_comm();
+    const int rank = comm->rank(), size = comm->size();
     int code = ok;
     try {
         backend::Kernels kernels = o.kernels == "reference" ? backend::reference_kernels() : backend::cpu_kernels();
@@ -299,31 +302,28 @@ int run_training(const RunOptions& o) {
             GpuRun run = gpu_run(o, *where, std::move(comm));
             kernels = run.kernels;
             comm = std::move(run.comm);
-            if (io.on)
-                io.out() << fmt::format(
-                    "on {} ({} GPU{} for {} process{} of this node{})\n", backend::gpu_name(), backend::gpu_devices(),
-                    backend::gpu_devices() == 1 ? "" : "s", backend::launched_local_size(),
-                    backend::launched_local_size() == 1 ? "" : "es",
-                    comm->size() > 1 ? (o.gpu_comm == "mpi" || backend::launched_local_size() > backend::gpu_devices()
-                                            ? "; messages through host memory over MPI"
-                                            : "; messages over NCCL")
-                                     : "");
+            const int gpus = backend::gpu_devices(), here = backend::launched_local_size();
+            io.out() << fmt::format("on {} ({} GPU{} for {} process{} of this node{})\n", backend::gpu_name(), gpus,
+                                    gpus == 1 ? "" : "s", here, here == 1 ? "" : "es",
+                                    size == 1  ? ""
+                                    : run.nccl ? "; messages over NCCL"
+                                               : "; messages through host memory over MPI");
         }
         code = train(o, *checked, *schedule, kernels, *comm, io);
     } catch (const std::bad_alloc&) {
-        if (!mpi || comm->size() == 1) throw;
+        if (!mpi || size == 1) throw;
         std::cerr << fmt::format(
             "error: process {} of {} ran out of memory; a schedule that splits the rows and "
             "columns more ways divides the activations further\n",
-            comm->rank(), comm->size());
+            rank, size);
         backend::mpi_abort(user_error);
     } catch (const std::exception& e) {
-        if (!mpi || comm->size() == 1) throw;
+        if (!mpi || size == 1) throw;
         // The others wait for this process in a collective or an exchange: end them all, having said why.
         std::cerr << fmt::format(
             "dsl: internal error on process {} of {}: {}\nThis is a bug in dsl; please report "
             "it.\n",
-            comm->rank(), comm->size(), e.what());
+            rank, size, e.what());
         backend::mpi_abort(internal);
     }
     comm.reset();
