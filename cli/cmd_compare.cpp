@@ -46,6 +46,9 @@ double median(std::vector<double> v) {
 
 // Trains `steps` steps under the schedule (written out, so that the run uses exactly what was predicted) and
 // returns the median step time after the warm-up steps.
+// The steps of a measured run not counted: the first create kernels and touch memory for the first time.
+std::size_t warmup_steps(std::size_t steps) { return steps >= 4 ? 2 : steps >= 2 ? 1 : 0; }
+
 void measure(const CompareOptions& o, const frontend::Network& net, const PlatformChoice& platform, Column& c) {
     namespace fs = std::filesystem;
     const fs::path dir = fs::temp_directory_path() / fmt::format("dsl_compare_{}", ::getpid());
@@ -61,8 +64,7 @@ void measure(const CompareOptions& o, const frontend::Network& net, const Platfo
         const auto j = nlohmann::json::parse(line, nullptr, false);
         if (j.is_object() && j.contains("seconds")) seconds.push_back(j["seconds"].get<double>());
     }
-    // The first steps create kernels and touch memory for the first time.
-    const std::size_t warmup = seconds.size() >= 4 ? 2 : seconds.size() >= 2 ? 1 : 0;
+    const std::size_t warmup = warmup_steps(seconds.size());
     seconds.erase(seconds.begin(), seconds.begin() + static_cast<std::ptrdiff_t>(warmup));
     if (code != 0 || seconds.empty())
         c.measure_error = fmt::format("the run failed (exit code {})", code);
@@ -76,26 +78,28 @@ int run_compare(const CompareOptions& o) {
     SourceManager sources;
     Diagnostics diags;
     std::vector<Column> columns;
-    std::optional<Checked> first;
     std::optional<PlatformChoice> platform;
-    bool good = true;
+    // The network once; each schedule parsed and applied to it.
+    const auto loaded = load_and_check(o.net, "", sources, diags, "");
+    bool good = loaded.has_value();
     for (const std::string& file : o.scheds) {
-        auto checked = load_and_check(o.net, file, sources, diags, "");
-        if (!checked) {
+        const auto sched = load_sched(file, sources, diags);
+        std::optional<scheduler::Schedule> s;
+        if (sched && loaded) s = scheduler::apply_schedule(loaded->net.net, *sched, diags);
+        if (!s) {
             good = false;
             continue;
         }
-        if (!platform) platform = resolve_platform(o.platform, checked->schedule, sources, diags);
+        if (!platform) platform = resolve_platform(o.platform, s, sources, diags);
         Column c;
         c.file = file;
-        c.schedule = *checked->schedule;
-        c.batch = report_batch(*checked, o.batch);
+        c.schedule = *s;
+        c.batch = report_batch(s, o.batch);
         columns.push_back(std::move(c));
-        if (!first) first = std::move(checked);
     }
     diags.render(std::cerr, stderr_color());
-    if (!good || !platform || !first) return user_error;
-    const auto& net = first->net.net;
+    if (!good || !platform) return user_error;
+    const auto& net = loaded->net.net;
     for (Column& c : columns) {
         if (!c.schedule.procs) {
             std::cerr << fmt::format("error: {} leaves 'procs' open; compare needs schedules for a process count\n",
@@ -188,7 +192,7 @@ int run_compare(const CompareOptions& o) {
     total_row("memory/process", [](const Column& c) { return human_bytes(c.prediction.memory); });
     std::cout << fmt::format(
         "\n(platform '{}'; per-layer: compute, halos, sums and shuffles on the busiest process{})\n", platform->text,
-        o.measure ? fmt::format("; measured: median of steps 3-{} of dsl run", o.steps) : "");
+        o.measure ? fmt::format("; measured: median of steps {}-{} of dsl run", warmup_steps(o.steps) + 1, o.steps) : "");
     for (const Column& c : columns) {
         if (c.filled) std::cout << fmt::format("{}: open fields filled by the auto-scheduler\n", c.file);
         if (!c.measure_error.empty()) std::cout << fmt::format("{}: {}\n", c.file, c.measure_error);

@@ -14,13 +14,6 @@ namespace dsl::cli {
 using frontend::Layer;
 using frontend::OpKind;
 
-std::string human_bytes(double v) {
-    const char* suffix[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    int i = 0;
-    while (v >= 1024.0 && i < 4) v /= 1024.0, ++i;
-    return i == 0 ? fmt::format("{:.0f} B", v) : fmt::format("{:.1f} {}", v, suffix[i]);
-}
-
 std::string milliseconds(double seconds) { return fmt::format("{:.3f}", seconds * 1e3); }
 
 std::optional<PlatformChoice> resolve_platform(const std::string& flag, const std::optional<scheduler::Schedule>& s,
@@ -144,7 +137,6 @@ std::string tile_text(const std::vector<std::int64_t>& t) {
     return out + "]";
 }
 
-std::string split_text(const scheduler::Split& s) { return fmt::format("N={} H={} W={}", s.n, s.h, s.w); }
 
 }  // namespace
 
@@ -153,7 +145,7 @@ std::string explain_table(const frontend::Network& net, const scheduler::Predict
     for (std::size_t i = 0; i < net.layers.size(); ++i) {
         if (net.layers[i].op == OpKind::label) continue;
         name_w = std::max(name_w, net.layers[i].name.size());
-        split_w = std::max(split_w, split_text(*p.layers[i].dist.split).size());
+        split_w = std::max(split_w, p.layers[i].dist.split->str().size());
         tile_w = std::max(tile_w, tile_text(p.layers[i].tile).size());
     }
     std::string out;
@@ -174,7 +166,7 @@ std::string explain_table(const frontend::Network& net, const scheduler::Predict
         const scheduler::LayerCost& c = lp.cost;
         const bool halo = l.halo()[0] > 0 || l.halo()[1] > 0;
         auto ms = [](double s) { return s > 0 ? milliseconds(s) : std::string("-"); };
-        row(l.name, name_w, frontend::op_name(l.op), split_text(*lp.dist.split), split_w,
+        row(l.name, name_w, frontend::op_name(l.op), lp.dist.split->str(), split_w,
             halo ? (lp.dist.overlap.value_or(false) ? "on" : "off") : "-", tile_text(lp.tile), tile_w,
             c.halo_bytes + lp.shuffle.bytes ? human_bytes(static_cast<double>(c.halo_bytes + lp.shuffle.bytes)) : "-",
             ms(c.forward), ms(c.forward_halo), ms(c.backward_data), ms(c.backward_weights), ms(c.backward_halo),

@@ -63,7 +63,6 @@ bool has_open_fields(const frontend::Network& net, const std::optional<scheduler
 std::string explain_table(const frontend::Network& net, const scheduler::Prediction& p, std::int64_t batch);
 nlohmann::json explain_json(const frontend::Network& net, const scheduler::Prediction& p, std::int64_t batch);
 
-std::string human_bytes(double bytes);     // "12.5 MiB"
 std::string milliseconds(double seconds);  // "12.345"
 
 }  // namespace dsl::cli

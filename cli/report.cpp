@@ -37,14 +37,18 @@ std::optional<Checked> load_and_check(const std::string& net_path, const std::st
     return c;
 }
 
-std::int64_t report_batch(const Checked& c, std::optional<std::int64_t> batch) {
+std::int64_t report_batch(const std::optional<scheduler::Schedule>& s, std::optional<std::int64_t> batch) {
     if (batch) return *batch;
-    if (c.schedule && c.schedule->batch) return *c.schedule->batch;
+    if (s && s->batch) return *s->batch;
     std::int64_t n = 1;
-    if (c.schedule)
-        for (const auto& d : c.schedule->layers)
+    if (s)
+        for (const auto& d : s->layers)
             if (d.split) n = std::max(n, d.split->n);
     return n;
+}
+
+std::int64_t report_batch(const Checked& c, std::optional<std::int64_t> batch) {
+    return report_batch(c.schedule, batch);
 }
 
 namespace {
@@ -70,15 +74,6 @@ std::string si(double v) {
     return i == 0 ? fmt::format("{:.0f}", v) : fmt::format("{:.2f}{}", v, suffix[i]);
 }
 
-std::string bytes(double v) {
-    const char* suffix[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    int i = 0;
-    while (v >= 1024.0 && i < 4) {
-        v /= 1024.0;
-        ++i;
-    }
-    return i == 0 ? fmt::format("{:.0f} B", v) : fmt::format("{:.1f} {}", v, suffix[i]);
-}
 
 std::string tile_text(const Layer& l, const scheduler::Distribution& d, std::int64_t batch) {
     if (!d.split) return "?";
@@ -94,6 +89,16 @@ std::string overlap_text(const scheduler::Distribution& d) { return d.overlap ? 
 std::string bn_text(const scheduler::Distribution& d) { return d.bn ? scheduler::bn_name(*d.bn) : "?"; }
 
 }  // namespace
+
+std::string human_bytes(double v) {
+    const char* suffix[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int i = 0;
+    while (v >= 1024.0 && i < 4) {
+        v /= 1024.0;
+        ++i;
+    }
+    return i == 0 ? fmt::format("{:.0f} B", v) : fmt::format("{:.1f} {}", v, suffix[i]);
+}
 
 std::string json_text(const nlohmann::json& j) {
     return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
@@ -139,15 +144,15 @@ std::string check_table(const Checked& c, std::int64_t batch) {
                               tile_text(l, d, batch));
         }
         row(l.name, frontend::op_name(l.op), l.shape.str(), l.params ? grouped(l.params) : "-",
-            l.flops ? si(static_cast<double>(l.flops)) : "-", bytes(static_cast<double>(l.activation_bytes)), rest);
+            l.flops ? si(static_cast<double>(l.flops)) : "-", human_bytes(static_cast<double>(l.activation_bytes)), rest);
     }
     out += "(FLOPs and activation memory are per sample, forward)\n\n";
     out += fmt::format("parameters        {} ({})\n", grouped(net.total_params()),
-                       bytes(4.0 * static_cast<double>(net.total_params())));
+                       human_bytes(4.0 * static_cast<double>(net.total_params())));
     out += fmt::format("MACs per sample   {} ({})\n", grouped(net.total_macs()),
                        si(static_cast<double>(net.total_macs())));
     out += fmt::format("FLOPs per sample  {} (forward)\n", si(static_cast<double>(net.total_flops())));
-    out += fmt::format("activations       {} per sample\n", bytes(static_cast<double>(net.total_activation_bytes())));
+    out += fmt::format("activations       {} per sample\n", human_bytes(static_cast<double>(net.total_activation_bytes())));
     if (sched) {
         const auto& s = *c.schedule;
         out += fmt::format("processes         {}\n", s.procs ? std::to_string(*s.procs) : "? (open)");

@@ -28,9 +28,11 @@ std::optional<frontend::SchedFile> load_sched(const std::string& path, SourceMan
 
 // The mini-batch size the report uses for tiles: the given one, the schedule's, or one sample per process.
 std::int64_t report_batch(const Checked& c, std::optional<std::int64_t> batch);
+std::int64_t report_batch(const std::optional<scheduler::Schedule>& s, std::optional<std::int64_t> batch);
 
 // Indented JSON and a newline; bytes that are not UTF-8 (names in a malformed file) become U+FFFD.
 std::string json_text(const nlohmann::json& j);
+std::string human_bytes(double bytes);  // "12.5 MiB"
 
 std::string check_table(const Checked& c, std::int64_t batch);
 nlohmann::json check_json(const Checked& c, std::int64_t batch);

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace {
@@ -109,6 +110,42 @@ inline Window window(std::int64_t kh, std::int64_t kw, std::int64_t sh, std::int
     w.stride = {sh, sw};
     w.dilation = {dh, dw};
     return w;
+}
+
+// A convolution the kernel tests run on every kernel set: n samples, c channels in, f out, the output's size.
+struct ConvProblem {
+    std::int64_t n, c, f, out_h, out_w;
+    Window window;
+    bool bias;
+};
+
+inline std::string describe(const ConvProblem& p, Layout layout, bool strided_weights = false) {
+    const Window& w = p.window;
+    return "conv n=" + std::to_string(p.n) + " c=" + std::to_string(p.c) + " f=" + std::to_string(p.f) +
+           " out=" + std::to_string(p.out_h) + "x" + std::to_string(p.out_w) +
+           " kernel=" + std::to_string(w.kernel[0]) + "x" + std::to_string(w.kernel[1]) +
+           " stride=" + std::to_string(w.stride[0]) + "," + std::to_string(w.stride[1]) +
+           " dilation=" + std::to_string(w.dilation[0]) + "," + std::to_string(w.dilation[1]) +
+           (p.bias ? " bias" : " no-bias") + " layout=" + name(layout) + (strided_weights ? " strided-weights" : "");
+}
+
+inline const std::vector<ConvProblem>& conv_problems() {
+    static const std::vector<ConvProblem> problems = {
+        {2, 3, 5, 7, 5, window(3, 3, 1, 1), true},
+        {1, 4, 6, 5, 6, window(3, 1, 1, 1), false},        // non-square kernel
+        {3, 5, 4, 4, 3, window(3, 3, 2, 2), true},         // stride 2
+        {2, 3, 7, 5, 4, window(3, 3, 1, 1, 2, 2), false},  // dilation 2
+        {2, 6, 3, 3, 5, window(1, 3, 2, 1, 1, 2), true},   // mixed stride and dilation per dimension
+        {1, 17, 19, 9, 11, window(5, 5, 1, 1), true},      // odd channel counts
+        {4, 16, 32, 8, 8, window(3, 3, 1, 1), true},       // channels that blocked layouts like
+        {4, 16, 32, 16, 16, window(3, 3, 1, 1), true},     // big enough for Winograd and FFT algorithms
+        {2, 3, 5, 6, 6, window(1, 1, 1, 1), false},        // 1x1
+        {2, 8, 8, 3, 4, window(2, 2, 2, 2), true},         // even kernel, stride 2
+        {1, 2, 3, 4, 4, window(7, 7, 2, 2), true},         // first-layer-like: few channels, large kernel
+        {3, 1, 1, 5, 7, window(3, 2, 1, 2, 2, 1), false},  // one channel in and out
+        {2, 32, 16, 7, 9, window(3, 3, 2, 2), false},      // stride 2 with more channels
+    };
+    return problems;
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // The Halide kernels (and the CPU loss) against the reference kernels, on odd shapes and non-dense views of
 // tiles with margins.
 #include "../backend/src/halide_kernels.hpp"
+#include "kernel_layouts.hpp"
 
 #include <dsl/backend/kernels.hpp>
 #include <dsl/backend/tensor.hpp>
@@ -141,22 +142,15 @@ struct PoolCase {
     Dims out;
 };
 
-Window pool_window(std::int64_t kh, std::int64_t kw, std::int64_t sh, std::int64_t sw) {
-    Window w;
-    w.kernel = {kh, kw};
-    w.stride = {sh, sw};
-    return w;
-}
-
 }  // namespace
 
 TEST_CASE("halide pooling matches the reference bit for bit", "[halide]") {
     // Disjoint windows, overlapping ones (3x3 stride 2 and stride 1), gaps (stride > kernel), non-square.
     const PoolCase pc =
-        GENERATE(PoolCase{pool_window(2, 2, 2, 2), {2, 3, 4, 5}}, PoolCase{pool_window(3, 3, 2, 2), {2, 3, 5, 7}},
-                 PoolCase{pool_window(3, 3, 1, 1), {1, 4, 6, 9}}, PoolCase{pool_window(2, 2, 3, 3), {2, 2, 3, 4}},
-                 PoolCase{pool_window(3, 2, 2, 1), {3, 2, 4, 11}}, PoolCase{pool_window(1, 1, 1, 1), {1, 2, 3, 3}},
-                 PoolCase{pool_window(5, 5, 1, 1), {1, 1, 1, 1}});
+        GENERATE(PoolCase{window(2, 2, 2, 2), {2, 3, 4, 5}}, PoolCase{window(3, 3, 2, 2), {2, 3, 5, 7}},
+                 PoolCase{window(3, 3, 1, 1), {1, 4, 6, 9}}, PoolCase{window(2, 2, 3, 3), {2, 2, 3, 4}},
+                 PoolCase{window(3, 2, 2, 1), {3, 2, 4, 11}}, PoolCase{window(1, 1, 1, 1), {1, 2, 3, 3}},
+                 PoolCase{window(5, 5, 1, 1), {1, 1, 1, 1}});
     const PoolKind kind = GENERATE(PoolKind::max, PoolKind::average);
     // Few levels make ties, so that routing to the first maximum is tested.
     const int levels = GENERATE(0, 3);

@@ -45,22 +45,6 @@ void require_close(Operand& got, Operand& expected, const std::string& what) {
     require_close(got.tensor.data(), expected.tensor.data(), got.tensor.size(), what);
 }
 
-struct ConvProblem {
-    std::int64_t n, c, f, out_h, out_w;
-    Window window;
-    bool bias;
-};
-
-std::string describe(const ConvProblem& p, Layout layout) {
-    const Window& w = p.window;
-    return "conv n=" + std::to_string(p.n) + " c=" + std::to_string(p.c) + " f=" + std::to_string(p.f) +
-           " out=" + std::to_string(p.out_h) + "x" + std::to_string(p.out_w) +
-           " kernel=" + std::to_string(w.kernel[0]) + "x" + std::to_string(w.kernel[1]) +
-           " stride=" + std::to_string(w.stride[0]) + "," + std::to_string(w.stride[1]) +
-           " dilation=" + std::to_string(w.dilation[0]) + "," + std::to_string(w.dilation[1]) +
-           (p.bias ? " bias" : " no-bias") + " layout=" + name(layout);
-}
-
 // Forward, backward-data and backward-weights of one problem with both kernel sets, on the same inputs.
 void check_conv(const ConvProblem& p, Layout layout, std::mt19937& rng) {
     const std::string what = describe(p, layout);
@@ -97,23 +81,6 @@ void check_conv(const ConvProblem& p, Layout layout, std::mt19937& rng) {
         require_close(db.data(), db_ref.data(), p.f, "backward_weights db: " + what);
     else
         CHECK(std::all_of(db.begin(), db.end(), [](float v) { return v == sentinel; }));
-}
-
-const std::vector<ConvProblem>& conv_problems() {
-    static const std::vector<ConvProblem> problems = {
-        {2, 3, 5, 7, 5, window(3, 3, 1, 1, 1, 1), true},
-        {1, 4, 6, 5, 6, window(3, 1, 1, 1, 1, 1), false},    // non-square kernel
-        {3, 5, 4, 4, 3, window(3, 3, 2, 2, 1, 1), true},     // stride 2
-        {2, 3, 7, 5, 4, window(3, 3, 1, 1, 2, 2), false},    // dilation 2
-        {2, 6, 3, 3, 5, window(1, 3, 2, 1, 1, 2), true},     // mixed stride and dilation per dimension
-        {1, 17, 19, 9, 11, window(5, 5, 1, 1, 1, 1), true},  // odd channel counts
-        {4, 16, 32, 8, 8, window(3, 3, 1, 1, 1, 1), true},   // channels that blocked layouts like
-        {2, 3, 5, 6, 6, window(1, 1, 1, 1, 1, 1), false},    // 1x1
-        {2, 8, 8, 3, 4, window(2, 2, 2, 2, 1, 1), true},     // even kernel, stride 2
-        {1, 2, 3, 4, 4, window(7, 7, 2, 2, 1, 1), true},     // first-layer-like: few channels, large kernel
-        {3, 1, 1, 5, 7, window(3, 2, 1, 2, 2, 1), false},    // one channel in and out
-    };
-    return problems;
 }
 
 struct FcProblem {

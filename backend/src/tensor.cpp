@@ -122,19 +122,22 @@ float Tensor::at(std::int64_t n, std::int64_t c, std::int64_t y, std::int64_t x)
 
 void Tensor::fill(float v) { std::fill_n(data_, size_, v); }
 
-void Tensor::fill_margins(float v) {
-    const View p = padded();
-    for (std::int64_t n = 0; n < p.dims.n; ++n)
-        for (std::int64_t c = 0; c < p.dims.c; ++c)
-            for (std::int64_t y = 0; y < p.dims.h; ++y) {
-                float* row = &p.at(n, c, y, 0);
-                if (y < margins_.top || y >= margins_.top + dims_.h) {
-                    std::fill_n(row, p.dims.w, v);
-                    continue;
-                }
-                std::fill_n(row, margins_.left, v);
-                std::fill_n(row + margins_.left + dims_.w, margins_.right, v);
-            }
+void Tensor::fill_margins(float v, Memory& memory) {
+    fill_outside(memory, padded(), margins_.top, margins_.top + dims_.h, margins_.left, margins_.left + dims_.w, v);
+}
+
+void fill_outside(Memory& memory, View p, std::int64_t y0, std::int64_t y1, std::int64_t x0, std::int64_t x1,
+                  float v) {
+    const Dims d = p.dims;
+    y0 = std::clamp<std::int64_t>(y0, 0, d.h), y1 = std::clamp<std::int64_t>(y1, y0, d.h);
+    x0 = std::clamp<std::int64_t>(x0, 0, d.w), x1 = std::clamp<std::int64_t>(x1, x0, d.w);
+    auto strip = [&](std::int64_t y, std::int64_t x, std::int64_t h, std::int64_t w) {
+        if (h > 0 && w > 0) memory.fill(p.sub(0, 0, y, x, Dims{d.n, d.c, h, w}), v);
+    };
+    strip(0, 0, y0, d.w);
+    strip(y1, 0, d.h - y1, d.w);
+    strip(y0, 0, y1 - y0, x0);
+    strip(y0, x1, y1 - y0, d.w - x1);
 }
 
 Buffer::Buffer(Buffer&& o) noexcept

@@ -149,14 +149,12 @@ struct Trainer::Impl {
     Buffer scratch;                      // gradients of tensors with several readers, before they are added
     Buffer staging;                      // an input tile from the data source, on its way to the kernels' memory
     std::vector<float> host_tile;
-    // state()'s copies of parameters in a GPU's memory, and where each came from.
-    std::vector<std::vector<float>> host_state;
+    // state()'s copies of the parameters in a GPU's memory, each with where it came from.
     struct StateCopy {
         float* kernel;
-        const float* host;
-        std::int64_t size;
+        std::vector<float> host;
     };
-    std::vector<StateCopy> kernel_state;
+    std::vector<StateCopy> host_state;
     std::int64_t step_index = 0;
     std::int64_t sent_bytes = 0;
     int tiles_made = 0;
@@ -401,8 +399,19 @@ struct Trainer::Impl {
                 if (t->zero_grad)
                     mem.fill(t->dy.padded(), 0.0f);
                 else if (!t->backward.empty())
-                    fill_margins(t->dy, 0.0f);
+                    t->dy.fill_margins(0.0f, mem);
             }
+    }
+
+    // This process's part in moving `b` from process `from` to process `to`.
+    void route(Plan& p, int from, int to, const Box& b) const {
+        const int me = comm.rank();
+        if (from == me && to == me)
+            p.local.push_back(b);
+        else if (to == me)
+            p.receives.push_back(Piece{from, b});
+        else if (from == me)
+            p.sends.push_back(Piece{to, b});
     }
 
     // Which process sends each part of every tile's padded box, and which receive it: for every process r and
@@ -412,7 +421,7 @@ struct Trainer::Impl {
     // gradient of each part goes back the other way, to every process of the group, from the one process
     // that speaks for r's replicas.
     void plan_exchanges() {
-        const int me = comm.rank(), procs = comm.size();
+        const int procs = comm.size();
         for (std::size_t li = 0; li < slots.size(); ++li) {
             Slot& s = slots[li];
             if (s.layer->op == OpKind::label || s.layer->op == OpKind::input) continue;  // made where needed
@@ -444,22 +453,10 @@ struct Trainer::Impl {
                         const bool holds = std::find(g.ranks.begin(), g.ranks.end(), r) != g.ranks.end();
                         const int from = holds ? r : g.ranks.front();
                         if (!t.copy && from == r) continue;  // the tile's own interior
-                        if (from == me && r == me)
-                            t.forward.local.push_back(b);
-                        else if (r == me)
-                            t.forward.receives.push_back(Piece{from, b});
-                        else if (from == me)
-                            t.forward.sends.push_back(Piece{r, b});
+                        route(t.forward, from, r, b);
                         if (!speaks) continue;
-                        for (int q : g.ranks) {
-                            if (q == r && !t.copy) continue;
-                            if (q == me && r == me)
-                                t.backward.local.push_back(b);
-                            else if (r == me)
-                                t.backward.sends.push_back(Piece{q, b});
-                            else if (q == me)
-                                t.backward.receives.push_back(Piece{r, b});
-                        }
+                        for (int q : g.ranks)
+                            if (q != r || t.copy) route(t.backward, r, q, b);
                     }
                 }
                 for (Plan* p : {&t.forward, &t.backward})
@@ -623,27 +620,7 @@ struct Trainer::Impl {
         t.padding = v;
         const Dims d = global_dims(t.spec.layer);
         const std::int64_t row0 = t.box.y0 - t.need.top, col0 = t.box.x0 - t.need.left;
-        fill_outside(t.y.padded(), -row0, d.h - row0, -col0, d.w - col0, v);
-    }
-
-    // Sets every element of `p` outside rows [y0, y1) and columns [x0, x1) (clamped to p) to `v`: the four
-    // strips around the rectangle, each one call.
-    void fill_outside(View p, std::int64_t y0, std::int64_t y1, std::int64_t x0, std::int64_t x1, float v) {
-        const Dims d = p.dims;
-        y0 = std::clamp<std::int64_t>(y0, 0, d.h), y1 = std::clamp<std::int64_t>(y1, y0, d.h);
-        x0 = std::clamp<std::int64_t>(x0, 0, d.w), x1 = std::clamp<std::int64_t>(x1, x0, d.w);
-        auto strip = [&](std::int64_t y, std::int64_t x, std::int64_t h, std::int64_t w) {
-            if (h > 0 && w > 0) mem.fill(p.sub(0, 0, y, x, Dims{d.n, d.c, h, w}), v);
-        };
-        strip(0, 0, y0, d.w);
-        strip(y1, 0, d.h - y1, d.w);
-        strip(y0, 0, y1 - y0, x0);
-        strip(y0, x1, y1 - y0, d.w - x1);
-    }
-
-    void fill_margins(Tensor& t, float v) {
-        const Margins& m = t.margins();
-        fill_outside(t.padded(), m.top, m.top + t.dims().h, m.left, m.left + t.dims().w, v);
+        fill_outside(mem, t.y.padded(), -row0, d.h - row0, -col0, d.w - col0, v);
     }
 
     // An input tile (and its halo) is made by the data source, never sent.
@@ -1126,21 +1103,21 @@ std::vector<StateTensor> Trainer::state() {
     }
     Memory& mem = impl_->mem;
     if (mem.host()) return out;
-    impl_->host_state.resize(out.size());
-    impl_->kernel_state.clear();
+    auto& copies = impl_->host_state;
+    copies.clear();
+    copies.reserve(out.size());  // the host pointers handed out stay where they are
     for (std::size_t i = 0; i < out.size(); ++i) {
         if (!in_kernel_memory[i]) continue;
-        auto& copy = impl_->host_state[i];
-        copy.resize(static_cast<std::size_t>(out[i].size));
-        mem.download(out[i].data, copy.data(), out[i].size);
-        impl_->kernel_state.push_back({out[i].data, copy.data(), out[i].size});
-        out[i].data = copy.data();
+        auto& copy = copies.emplace_back(Impl::StateCopy{out[i].data, std::vector<float>(out[i].size)});
+        mem.download(copy.kernel, copy.host.data(), out[i].size);
+        out[i].data = copy.host.data();
     }
     return out;
 }
 
 void Trainer::state_written() {
-    for (const auto& s : impl_->kernel_state) impl_->mem.upload(s.host, s.kernel, s.size);
+    for (auto& s : impl_->host_state)
+        impl_->mem.upload(s.host.data(), s.kernel, static_cast<std::int64_t>(s.host.size()));
 }
 
 void Trainer::profile(bool on) { impl_->profiling = on; }

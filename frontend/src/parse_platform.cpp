@@ -7,7 +7,6 @@
 #include <fmt/format.h>
 
 #include <charconv>
-#include <limits>
 #include <optional>
 #include <string>
 #include <utility>

@@ -4,11 +4,7 @@
 
 #include "syntax_error.hpp"
 
-#include <fmt/format.h>
-
 #include <algorithm>
-#include <charconv>
-#include <limits>
 #include <optional>
 #include <string>
 #include <utility>

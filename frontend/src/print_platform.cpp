@@ -6,13 +6,14 @@
 #include <string>
 
 namespace dsl::frontend {
-namespace {
 
 // Numbers go back as they were written, so that `0.60` stays `0.60` and the tree stays the same.
-std::string value_text(const PlatformValue& v) {
-    if (v.kind == PlatformValue::Kind::word) return v.word;
-    return v.unit.empty() ? v.number_text : v.number_text + " " + v.unit;
+std::string PlatformValue::text() const {
+    if (kind == Kind::word) return word;
+    return unit.empty() ? number_text : number_text + " " + unit;
 }
+
+namespace {
 
 std::string dims_text(const std::vector<std::int64_t>& dims) {
     std::string out;
@@ -41,12 +42,12 @@ nlohmann::json value_json(const PlatformValue& v, bool with_locations) {
 
 std::string print_platform_file(const PlatformFile& file) {
     std::string out;
-    for (const auto& s : file.settings) out += s.key + " = " + value_text(s.value) + "\n";
+    for (const auto& s : file.settings) out += s.key + " = " + s.value.text() + "\n";
     if (!file.settings.empty() && !file.times.empty()) out += "\n";
     for (const auto& t : file.times) {
         out += "time " + t.kernel;
         for (const auto& f : t.fields) out += " " + f.key + "=" + dims_text(f.dims);
-        out += " = " + value_text(t.value) + "\n";
+        out += " = " + t.value.text() + "\n";
     }
     return out;
 }

@@ -322,13 +322,15 @@ std::string Model::factor_key(frontend::OpKind op, bool forward, int size) const
 }
 
 double Model::factor(frontend::OpKind op, bool forward, int size) const {
+    const auto [cached, added] = factors_.try_emplace({op, forward, size}, 1.0);
+    if (!added) return cached->second;
     // The measured size class nearest to this one, within a factor of 8 either way.
     for (int d = 0; d <= 3; ++d)
         for (int c : {size - d, size + d}) {
             auto it = platform_.times.find(factor_key(op, forward, c));
-            if (it != platform_.times.end()) return it->second / 1e-3;
+            if (it != platform_.times.end()) return cached->second = it->second / 1e-3;
         }
-    return 1.0;
+    return cached->second;
 }
 
 std::string Model::update_key() const {
@@ -635,9 +637,8 @@ Prediction Model::predict(const Schedule& schedule) const {
     }
     out.backward = t;
     out.allreduce_exposed = std::max(0.0, comm - t);
-    double params = 0.0;
-    for (const Layer& l : net_.layers) params += static_cast<double>(l.params);
-    out.update = kernel("sgd", {{"params", {static_cast<std::int64_t>(params)}}}, 4.0 * params, 16.0 * params);
+    const auto params = static_cast<double>(net_.total_params());
+    out.update = kernel("sgd", {{"params", {net_.total_params()}}}, 4.0 * params, 16.0 * params);
     if (auto it = platform_.times.find(update_key()); it != platform_.times.end()) {
         out.update = it->second;
         out.allreduce_exposed = 0.0;  // measured with the update

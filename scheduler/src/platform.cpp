@@ -116,11 +116,6 @@ const SettingSpec* find_spec(const std::string& key) {
     return nullptr;
 }
 
-std::string value_text(const PlatformValue& v) {
-    if (v.kind == PlatformValue::Kind::word) return v.word;
-    return v.unit.empty() ? v.number_text : v.number_text + " " + v.unit;
-}
-
 // Beyond these a figure is a typo, and printing it could overflow or underflow on the way back.
 constexpr double largest = 1e30, smallest = 1e-30;
 
@@ -158,7 +153,7 @@ std::optional<double> quantity(const PlatformValue& v, Kind kind, const std::str
     if (const Unit* u = find_unit(kind, v.unit)) {
         const double si = v.number * u->scale;
         if (!in_bounds(si)) {
-            diags.error(v.loc, fmt::format("{} = {} is out of range", what, value_text(v)));
+            diags.error(v.loc, fmt::format("{} = {} is out of range", what, v.text()));
             return std::nullopt;
         }
         return si;
@@ -230,7 +225,7 @@ bool apply_setting(const PlatformSetting& s, const SettingSpec& spec, Platform& 
                 out.device = v.word == "gpu" ? Device::gpu : Device::cpu;
                 return true;
             }
-            diags.error(v.loc, fmt::format("'device' must be 'cpu' or 'gpu', not '{}'", value_text(v)));
+            diags.error(v.loc, fmt::format("'device' must be 'cpu' or 'gpu', not '{}'", v.text()));
             return false;
         case Kind::count: {
             const auto n = count(v, what, diags);

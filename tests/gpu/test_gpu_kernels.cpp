@@ -216,22 +216,6 @@ TEST_CASE("gpu memory allocates zeroed, copies, fills, packs and unpacks", "[gpu
 
 namespace {
 
-struct ConvProblem {
-    std::int64_t n, c, f, out_h, out_w;
-    Window window;
-    bool bias;
-};
-
-std::string describe(const ConvProblem& p, Layout layout, bool strided_weights) {
-    const Window& w = p.window;
-    return "conv n=" + std::to_string(p.n) + " c=" + std::to_string(p.c) + " f=" + std::to_string(p.f) +
-           " out=" + std::to_string(p.out_h) + "x" + std::to_string(p.out_w) +
-           " kernel=" + std::to_string(w.kernel[0]) + "x" + std::to_string(w.kernel[1]) +
-           " stride=" + std::to_string(w.stride[0]) + "," + std::to_string(w.stride[1]) +
-           " dilation=" + std::to_string(w.dilation[0]) + "," + std::to_string(w.dilation[1]) +
-           (p.bias ? " bias" : " no-bias") + " layout=" + name(layout) + (strided_weights ? " strided-weights" : "");
-}
-
 // Forward, backward-data and backward-weights of one problem on both kernel sets, twice on the GPU: the first
 // call times cuDNN's algorithms, the second runs the plan it chose.
 void check_conv(const ConvProblem& p, Layout layout, bool strided_weights, std::mt19937& rng) {
@@ -280,23 +264,6 @@ void check_conv(const ConvProblem& p, Layout layout, bool strided_weights, std::
         require_close(dw_dev.download(), dw_ref.tensor, "backward_weights dw " + std::to_string(run), tolerance, scale);
         require_close(db_dev.download(), db_ref, "backward_weights db " + std::to_string(run), tolerance, scale);
     }
-}
-
-const std::vector<ConvProblem>& conv_problems() {
-    static const std::vector<ConvProblem> problems = {
-        {2, 3, 5, 7, 5, window(3, 3, 1, 1), true},
-        {1, 4, 6, 5, 6, window(3, 1, 1, 1), false},        // non-square kernel
-        {3, 5, 4, 4, 3, window(3, 3, 2, 2), true},         // stride 2
-        {2, 3, 7, 5, 4, window(3, 3, 1, 1, 2, 2), false},  // dilation 2
-        {2, 6, 3, 3, 5, window(1, 3, 2, 1, 1, 2), true},   // mixed stride and dilation per dimension
-        {1, 17, 19, 9, 11, window(5, 5, 1, 1), true},      // odd channel counts
-        {4, 16, 32, 16, 16, window(3, 3, 1, 1), true},     // big enough for Winograd and FFT algorithms
-        {2, 3, 5, 6, 6, window(1, 1, 1, 1), false},        // 1x1
-        {2, 8, 8, 3, 4, window(2, 2, 2, 2), true},         // even kernel, stride 2
-        {1, 2, 3, 4, 4, window(7, 7, 2, 2), true},         // first-layer-like: few channels, large kernel
-        {2, 32, 16, 7, 9, window(3, 3, 2, 2), false},      // stride 2 with more channels
-    };
-    return problems;
 }
 
 }  // namespace

@@ -151,6 +151,11 @@ public:
 
 Memory& host_memory();
 
+// Sets every element of `p` outside rows [y0, y1) and columns [x0, x1) (clamped to p) to `v`, through
+// `memory`: the four strips around the rectangle, one fill each.
+void fill_outside(Memory& memory, View p, std::int64_t y0, std::int64_t y1, std::int64_t x0, std::int64_t x1,
+                  float v);
+
 // One implementation of every kind; tests may mix them (of one memory).
 struct Kernels {
     ConvKernels* conv = nullptr;

@@ -11,6 +11,7 @@
 namespace dsl::backend {
 
 class Memory;  // kernels.hpp
+Memory& host_memory();
 
 // Sizes of a 4-D block, NCHW. A matrix [N, K] is {n, k, 1, 1}.
 struct Dims {
@@ -84,7 +85,8 @@ public:
     std::int64_t size() const { return size_; }
 
     void fill(float v);
-    void fill_margins(float v);  // zero for padding, -infinity before max pooling
+    // The margins (zero for padding, -infinity before max pooling), through the memory the tensor is in.
+    void fill_margins(float v, Memory& memory = host_memory());
 
 private:
     struct Release {

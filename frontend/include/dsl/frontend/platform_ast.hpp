@@ -19,6 +19,8 @@ struct PlatformValue {
     std::string word;         // Kind::word
     Location loc;             // of the whole value, number and unit
     Location unit_loc;        // of the unit, when there is one
+
+    std::string text() const;  // as written: the number and its unit, or the word
 };
 
 // setting ::= key '=' value

@@ -151,6 +151,8 @@ private:
         double most_received = 0.0, most_sent = 0.0, most_messages = 0.0, copy = 0.0;
     };
     mutable std::map<ShuffleKey, ShufflePoints> shuffles_;
+    // factor() by layer kind, direction and size class: it looks up to 7 keys, every layer of every candidate.
+    mutable std::map<std::tuple<frontend::OpKind, bool, int>, double> factors_;
 };
 
 }  // namespace dsl::scheduler

@@ -18,7 +18,6 @@ struct Margins {
     bool operator==(const Margins& o) const {
         return top == o.top && bottom == o.bottom && left == o.left && right == o.right;
     }
-    bool any() const { return top || bottom || left || right; }
 };
 
 // A block of a tensor in global coordinates: samples [n0, n1), rows [y0, y1), columns [x0, x1); every
