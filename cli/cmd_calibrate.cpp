@@ -27,7 +27,6 @@
 #include <map>
 #include <memory>
 #include <set>
-#include <sstream>
 #include <thread>
 
 namespace dsl::cli {
@@ -319,19 +318,12 @@ std::map<std::string, double> read_results(const std::string& path) {
 
 // The FLOP/s a convolution key's time shows: 2 * outputs * channels * kernel area per call.
 std::optional<double> conv_rate(const std::string& key, double seconds) {
-    if (key.rfind("conv.forward ", 0) != 0 || key.find(" threads=1") == std::string::npos) return std::nullopt;
-    std::map<std::string, std::vector<double>> f;
-    std::istringstream in(key.substr(key.find(' ') + 1));
-    for (std::string field; in >> field;) {
-        std::vector<double> v;
-        std::istringstream values(field.substr(field.find('=') + 1));
-        for (std::string x; std::getline(values, x, 'x');) v.push_back(std::stod(x));
-        f[field.substr(0, field.find('='))] = v;
-    }
-    if (f["x"].size() != 4 || f["y"].size() != 4 || f["k"].size() != 2) return std::nullopt;
-    const auto& y = f["y"];
-    const double flops = 2.0 * y[0] * y[1] * y[2] * y[3] * f["x"][1] * f["k"][0] * f["k"][1];
-    return flops / seconds;
+    const auto k = scheduler::parse_time_key(key);
+    if (!k || k->kernel != "conv.forward" || k->field("threads") != std::vector<std::int64_t>{1}) return std::nullopt;
+    const auto &x = k->field("x"), &y = k->field("y"), &w = k->field("k");
+    if (x.size() != 4 || y.size() != 4 || w.size() != 2) return std::nullopt;
+    const double outputs = static_cast<double>(y[0] * y[1] * y[2] * y[3]);
+    return 2.0 * outputs * static_cast<double>(x[1] * w[0] * w[1]) / seconds;
 }
 
 std::string cpu_model() {
@@ -445,7 +437,9 @@ int run_calibrate(CalibrateOptions o) {
         for (const auto& [k, s] : read_results(results.string())) {
             platform.times[k] = s;
             ++measured;
-            if (k.rfind("sendrecv bytes=", 0) == 0) points.emplace_back(std::stod(k.substr(15)), s);
+            if (const auto key = scheduler::parse_time_key(k);
+                key && key->kernel == "sendrecv" && key->field("bytes").size() == 1)
+                points.emplace_back(static_cast<double>(key->field("bytes").at(0)), s);
         }
         exchanges = false;
     }

@@ -192,7 +192,8 @@ int run_compare(const CompareOptions& o) {
     total_row("memory/process", [](const Column& c) { return human_bytes(c.prediction.memory); });
     std::cout << fmt::format(
         "\n(platform '{}'; per-layer: compute, halos, sums and shuffles on the busiest process{})\n", platform->text,
-        o.measure ? fmt::format("; measured: median of steps {}-{} of dsl run", warmup_steps(o.steps) + 1, o.steps) : "");
+        o.measure ? fmt::format("; measured: median of steps {}-{} of dsl run", warmup_steps(o.steps) + 1, o.steps)
+                  : "");
     for (const Column& c : columns) {
         if (c.filled) std::cout << fmt::format("{}: open fields filled by the auto-scheduler\n", c.file);
         if (!c.measure_error.empty()) std::cout << fmt::format("{}: {}\n", c.file, c.measure_error);

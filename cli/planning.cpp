@@ -137,7 +137,6 @@ std::string tile_text(const std::vector<std::int64_t>& t) {
     return out + "]";
 }
 
-
 }  // namespace
 
 std::string explain_table(const frontend::Network& net, const scheduler::Prediction& p, std::int64_t batch) {

@@ -74,7 +74,6 @@ std::string si(double v) {
     return i == 0 ? fmt::format("{:.0f}", v) : fmt::format("{:.2f}{}", v, suffix[i]);
 }
 
-
 std::string tile_text(const Layer& l, const scheduler::Distribution& d, std::int64_t batch) {
     if (!d.split) return "?";
     std::int64_t n = 0;
@@ -144,7 +143,8 @@ std::string check_table(const Checked& c, std::int64_t batch) {
                               tile_text(l, d, batch));
         }
         row(l.name, frontend::op_name(l.op), l.shape.str(), l.params ? grouped(l.params) : "-",
-            l.flops ? si(static_cast<double>(l.flops)) : "-", human_bytes(static_cast<double>(l.activation_bytes)), rest);
+            l.flops ? si(static_cast<double>(l.flops)) : "-", human_bytes(static_cast<double>(l.activation_bytes)),
+            rest);
     }
     out += "(FLOPs and activation memory are per sample, forward)\n\n";
     out += fmt::format("parameters        {} ({})\n", grouped(net.total_params()),
@@ -152,7 +152,8 @@ std::string check_table(const Checked& c, std::int64_t batch) {
     out += fmt::format("MACs per sample   {} ({})\n", grouped(net.total_macs()),
                        si(static_cast<double>(net.total_macs())));
     out += fmt::format("FLOPs per sample  {} (forward)\n", si(static_cast<double>(net.total_flops())));
-    out += fmt::format("activations       {} per sample\n", human_bytes(static_cast<double>(net.total_activation_bytes())));
+    out += fmt::format("activations       {} per sample\n",
+                       human_bytes(static_cast<double>(net.total_activation_bytes())));
     if (sched) {
         const auto& s = *c.schedule;
         out += fmt::format("processes         {}\n", s.procs ? std::to_string(*s.procs) : "? (open)");

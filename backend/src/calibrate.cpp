@@ -1,6 +1,8 @@
 // Timing kernels on the shapes a platform key names, and communication over MPI, for `dsl calibrate`.
 #include <dsl/backend/calibrate.hpp>
 
+#include <dsl/scheduler/platform.hpp>
+
 #include <unistd.h>
 #include <algorithm>
 #include <chrono>
@@ -9,33 +11,12 @@
 #include <functional>
 #include <limits>
 #include <map>
-#include <sstream>
 
 namespace dsl::backend {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using Fields = std::map<std::string, std::vector<std::int64_t>>;
-
-// "conv.forward k=3x3 x=1x2x3x4" -> ("conv.forward", {k: [3, 3], x: [1, 2, 3, 4]}).
-bool split_key(const std::string& key, std::string& kernel, Fields& fields) {
-    std::istringstream in(key);
-    if (!(in >> kernel)) return false;
-    for (std::string field; in >> field;) {
-        const std::size_t eq = field.find('=');
-        if (eq == std::string::npos) return false;
-        std::vector<std::int64_t> dims;
-        std::istringstream values(field.substr(eq + 1));
-        for (std::string v; std::getline(values, v, 'x');) {
-            if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos) return false;
-            dims.push_back(std::stoll(v));
-        }
-        fields[field.substr(0, eq)] = dims;
-    }
-    return true;
-}
-
 Dims dims4(const std::vector<std::int64_t>& d) {
     if (d.size() == 4) return {d[0], d[1], d[2], d[3]};
     if (d.size() == 2) return {d[0], d[1], 1, 1};
@@ -77,19 +58,15 @@ Tensor constant(Memory& mem, Dims d, float value) {
 
 std::optional<double> time_kernel(const std::string& key, Kernels k, DataSource& data, const frontend::Layer& input,
                                   const TimingRuns& runs, std::string& why) {
-    std::string kernel;
-    Fields f;
-    if (!split_key(key, kernel, f)) {
+    const auto parsed = scheduler::parse_time_key(key);
+    if (!parsed) {
         why = "malformed key";
         return std::nullopt;
     }
+    const std::string& kernel = parsed->kernel;
     const std::size_t dot = kernel.find('.');
     const std::string kind = kernel.substr(0, dot), phase = dot == std::string::npos ? "" : kernel.substr(dot + 1);
-    auto field = [&](const char* name) -> const std::vector<std::int64_t>& {
-        static const std::vector<std::int64_t> none;
-        auto it = f.find(name);
-        return it == f.end() ? none : it->second;
-    };
+    auto field = [&](const char* name) -> const std::vector<std::int64_t>& { return parsed->field(name); };
     const Dims x = dims4(field("x")), y = dims4(field("y"));
     Window w;
     if (field("k").size() == 2) w.kernel = {field("k")[0], field("k")[1]};

@@ -126,8 +126,7 @@ void Tensor::fill_margins(float v, Memory& memory) {
     fill_outside(memory, padded(), margins_.top, margins_.top + dims_.h, margins_.left, margins_.left + dims_.w, v);
 }
 
-void fill_outside(Memory& memory, View p, std::int64_t y0, std::int64_t y1, std::int64_t x0, std::int64_t x1,
-                  float v) {
+void fill_outside(Memory& memory, View p, std::int64_t y0, std::int64_t y1, std::int64_t x0, std::int64_t x1, float v) {
     const Dims d = p.dims;
     y0 = std::clamp<std::int64_t>(y0, 0, d.h), y1 = std::clamp<std::int64_t>(y1, y0, d.h);
     x0 = std::clamp<std::int64_t>(x0, 0, d.w), x1 = std::clamp<std::int64_t>(x1, x0, d.w);

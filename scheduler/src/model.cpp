@@ -89,17 +89,13 @@ Model::Model(const frontend::Network& net, const Platform& platform, std::int64_
     if (platform_.device == Device::cpu && procs < ppn) threads_ = static_cast<int>(ppn / procs);
     for (const auto& [key, seconds] : platform_.times) {
         // "sendrecv bytes=N", "allreduce bytes=N procs=P": measured communication, by size.
-        const bool sr = key.rfind("sendrecv ", 0) == 0, ar = key.rfind("allreduce ", 0) == 0;
-        if (!sr && !ar) continue;
-        std::int64_t bytes = -1, p = 0;
-        for (std::size_t at = key.find(' '); at != std::string::npos; at = key.find(' ', at + 1)) {
-            const std::string field = key.substr(at + 1, key.find(' ', at + 1) - at - 1);
-            if (field.rfind("bytes=", 0) == 0) bytes = std::stoll(field.substr(6));
-            if (field.rfind("procs=", 0) == 0) p = std::stoll(field.substr(6));
-        }
-        if (bytes < 0) continue;
+        if (key.rfind("sendrecv ", 0) != 0 && key.rfind("allreduce ", 0) != 0) continue;
+        const auto k = parse_time_key(key);
+        if (!k || k->field("bytes").size() != 1) continue;
+        const bool sr = k->kernel == "sendrecv";
+        const std::int64_t p = k->field("procs").empty() ? 0 : k->field("procs")[0];
         const std::string prefix = sr ? "sendrecv" : fmt::format("allreduce procs={}", p);
-        measured_[prefix].emplace_back(static_cast<double>(bytes), seconds);
+        measured_[prefix].emplace_back(static_cast<double>(k->field("bytes")[0]), seconds);
     }
     for (auto& [prefix, points] : measured_) std::sort(points.begin(), points.end());
     measured_sendrecv_ = measured_.count("sendrecv") > 0;
@@ -278,8 +274,12 @@ Model::Geometry Model::geometry(int index, const Split& split) const {
         const std::int64_t rank = (split.h / 2) * split.w + split.w / 2;
         const Box out = tile_box(g.whole, split, rank, true), own = tile_box(in_whole, split, rank, true);
         constexpr std::int64_t far = std::numeric_limits<std::int64_t>::max() / 4;
-        const Box held{own.n0, own.n1, own.y0 > 0 ? own.y0 : -far, own.y1 < in_whole.h ? own.y1 : far,
-                       own.x0 > 0 ? own.x0 : -far, own.x1 < in_whole.w ? own.x1 : far};
+        const Box held{own.n0,
+                       own.n1,
+                       own.y0 > 0 ? own.y0 : -far,
+                       own.y1 < in_whole.h ? own.y1 : far,
+                       own.x0 > 0 ? own.x0 : -far,
+                       own.x1 < in_whole.w ? own.x1 : far};
         const Box inner = inner_outputs(l, out, held);
         if (!inner.empty()) {
             g.inner = box_dims(inner, g.whole.c);
@@ -415,7 +415,7 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
             c.forward = run("global_avgpool.forward", {{"x", g.x}}, nx, nx * word);
             if (!data_in) c.backward_data = run("global_avgpool.backward", {{"x", g.x}}, nx, nx * word);
             c.forward_sync = allreduce(sample_group, 8.0 * static_cast<double>(g.x[0] * g.x[1]),
-                                      multi_node_ && sample_group > platform_.procs_per_node);
+                                       multi_node_ && sample_group > platform_.procs_per_node);
             break;
         case OpKind::fc: {
             const Dims x{g.x[0], g.x[1] * g.x[2] * g.x[3]}, y{g.y[0], g.y[1]};

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <filesystem>
 #include <set>
+#include <sstream>
 
 namespace dsl::scheduler {
 
@@ -344,6 +345,31 @@ std::string time_key(const std::string& kernel, std::vector<TimeField> fields) {
     for (const auto& [name, dims] : fields) {
         out += " " + name + "=";
         for (std::size_t i = 0; i < dims.size(); ++i) out += (i ? "x" : "") + std::to_string(dims[i]);
+    }
+    return out;
+}
+
+const std::vector<std::int64_t>& TimeKey::field(const std::string& name) const {
+    static const std::vector<std::int64_t> none;
+    auto it = fields.find(name);
+    return it == fields.end() ? none : it->second;
+}
+
+std::optional<TimeKey> parse_time_key(const std::string& key) {
+    TimeKey out;
+    std::istringstream in(key);
+    if (!(in >> out.kernel)) return std::nullopt;
+    for (std::string field; in >> field;) {
+        const std::size_t eq = field.find('=');
+        if (eq == std::string::npos) return std::nullopt;
+        std::vector<std::int64_t> dims;
+        std::istringstream values(field.substr(eq + 1));
+        for (std::string v; std::getline(values, v, 'x');) {
+            if (v.empty() || v.size() > 18 || v.find_first_not_of("0123456789") != std::string::npos)
+                return std::nullopt;
+            dims.push_back(std::stoll(v));
+        }
+        out.fields[field.substr(0, eq)] = std::move(dims);
     }
     return out;
 }

@@ -48,6 +48,14 @@ using TimeField = std::pair<std::string, std::vector<std::int64_t>>;
 // stored under this key, and the model looks times up by it.
 std::string time_key(const std::string& kernel, std::vector<TimeField> fields);
 
+// A time key read back: its kernel name and fields. `field` is empty for one the key does not have.
+struct TimeKey {
+    std::string kernel;
+    std::map<std::string, std::vector<std::int64_t>> fields;
+    const std::vector<std::int64_t>& field(const std::string& name) const;
+};
+std::optional<TimeKey> parse_time_key(const std::string& key);  // nullopt for text that is not one
+
 // The platform a `.sched` file or a command line names: a stdlib name ("local" is
 // stdlib/platforms/local.platform) or a path to a file. Empty when there is none.
 std::string platform_path(const std::string& name_or_path);
