@@ -43,6 +43,23 @@ void check_round_trip(const std::string& text, const std::string& path) {
     CHECK(print_tree(*second->file) == printed);
 }
 
+// `text` must fail to parse with exactly one error, `message`, at `line`:`col`, `length` characters long
+// (any length when `length` is 0).
+template <typename Tree>
+void check_syntax_error(const std::string& text, const std::string& path, unsigned line, unsigned col, unsigned length,
+                        const std::string& message) {
+    INFO("source: " << text);
+    auto p = parse<Tree>(text, path);
+    CHECK_FALSE(p->file);
+    REQUIRE(p->diags.all().size() == 1);
+    const auto& d = p->diags.all()[0];
+    CHECK(d.severity == Severity::error);
+    CHECK(d.message == message);
+    CHECK(d.loc.line == line);
+    CHECK(d.loc.col == col);
+    if (length != 0) CHECK(d.loc.length == length);
+}
+
 // A checked network from text: parsed, elaborated (without imports) and its shapes inferred.
 struct NetworkFromText {
     SourceManager sources;

@@ -248,14 +248,7 @@ TEST_CASE("net parser: syntax errors at exact places", "[net][errors]") {
         Row{"a = f(1 # comment\n  b = 2\n", 1, 8, "expected ')' to close the arguments of 'f'"},
         Row{") = 3\n", 1, 1, "expected a statement"},
     }));
-    INFO(text);
-    auto p = parse(text);
-    CHECK_FALSE(p->file);
-    REQUIRE(p->diags.all().size() == 1);
-    const Diagnostic& d = p->diags.all()[0];
-    CHECK(d.message == message);
-    CHECK(d.loc.line == line);
-    CHECK(d.loc.col == col);
+    test::check_syntax_error<NetFile>(text, "test.net", line, col, 0, message);
 }
 
 TEST_CASE("net parser: an unclosed block notes where it opened", "[net][errors]") {

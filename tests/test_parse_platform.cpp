@@ -300,16 +300,7 @@ TEST_CASE("platform: syntax errors", "[platform]") {
             Row{"memory = 16 GiB = 3", 1, 17, 1, "unexpected character '='"},
             Row{std::string("nodes = 4\n\x01"), 2, 1, 1, "unexpected character '\\x01'"},
         }));
-    INFO("source: " << text);
-    auto p = parse(text);
-    CHECK_FALSE(p->file);
-    REQUIRE(p->diags.all().size() == 1);
-    const auto& d = p->diags.all()[0];
-    CHECK(d.severity == Severity::error);
-    CHECK(d.message == message);
-    CHECK(d.loc.line == line);
-    CHECK(d.loc.col == col);
-    CHECK(d.loc.length == length);
+    test::check_syntax_error<PlatformFile>(text, "test.platform", line, col, length, message);
 }
 
 TEST_CASE("platform: a complete file in SI units", "[platform]") {

@@ -204,14 +204,5 @@ TEST_CASE("sched: syntax errors", "[sched]") {
             Row{"procs = default", 1, 9, 1, "expected a value after '='"},
             Row{std::string("procs = 4\n\x01"), 2, 1, 1, "unexpected character '\\x01'"},
         }));
-    INFO("source: " << text);
-    auto p = parse(text);
-    CHECK_FALSE(p->file);
-    REQUIRE(p->diags.all().size() == 1);
-    const auto& d = p->diags.all()[0];
-    CHECK(d.severity == Severity::error);
-    CHECK(d.message == message);
-    CHECK(d.loc.line == line);
-    CHECK(d.loc.col == col);
-    CHECK(d.loc.length == length);
+    test::check_syntax_error<SchedFile>(text, "test.sched", line, col, length, message);
 }

@@ -17,26 +17,17 @@ namespace {
 namespace pegtl = tao::pegtl;
 namespace g = dsl::grammar::platform;
 
-struct State {
-    const SourceFile* file = nullptr;
+struct State : ActionState {
     PlatformFile out;
     PlatformSetting setting;  // the setting being parsed: key first, then its value
     PlatformTime time;        // the measurement being parsed
     PlatformField field;      // the field being parsed
     PlatformValue value;      // the value being parsed, of a setting or a measurement
-    // The span of an error raised by an action (a number out of range), which a position alone lacks.
-    unsigned error_length = 1;
     // The last unit read and the offset just past it: `a = 1 b = 2` reads `b` as the unit of 1, and the
     // error at the second '=' says so.
     std::string last_unit;
     Location last_unit_loc;
     std::size_t last_unit_end = 0;
-
-    template <typename ActionInput>
-    Location loc(const ActionInput& in) const {
-        const auto p = in.position();
-        return Location{file, clamp_unsigned(p.line), clamp_unsigned(p.column), clamp_unsigned(in.size())};
-    }
 };
 
 template <typename Rule>
@@ -60,12 +51,8 @@ struct action<g::number> {
         double v = 0.0;
         // from_chars never consults the locale: "0.5" is a half wherever dsl runs.
         const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-        if (ec != std::errc{} || ptr != text.data() + text.size()) {
-            s.error_length = clamp_unsigned(text.size());
-            throw pegtl::parse_error("number literal is out of range", in);
-        }
+        if (ec != std::errc{} || ptr != text.data() + text.size()) s.fail(in, "number literal is out of range");
         s.value = PlatformValue{};
-        s.value.kind = PlatformValue::Kind::number;
         s.value.number = v;
         s.value.number_text = std::string(text);
     }
@@ -147,13 +134,7 @@ template <>
 struct action<g::dim> {
     template <typename ActionInput>
     static void apply(const ActionInput& in, State& s) {
-        const auto text = in.string_view();
-        std::int64_t v = 0;
-        if (!parse_integer(text, v)) {
-            s.error_length = clamp_unsigned(text.size());
-            throw pegtl::parse_error("integer literal is too large", in);
-        }
-        s.field.dims.push_back(v);
+        s.field.dims.push_back(s.integer(in));
     }
 };
 

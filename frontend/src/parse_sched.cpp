@@ -15,20 +15,11 @@ namespace {
 namespace pegtl = tao::pegtl;
 namespace g = dsl::grammar::sched;
 
-struct State {
-    const SourceFile* file = nullptr;
+struct State : ActionState {
     SchedFile out;
     Setting setting;  // the setting being parsed: key first, then its value
     // Where the string being read began: an unterminated string is reported there, not at the line's end.
     std::optional<Location> open_string;
-    // The span of an error raised by an action (the too-large integer), which a position alone lacks.
-    unsigned error_length = 1;
-
-    template <typename ActionInput>
-    Location loc(const ActionInput& in) const {
-        const auto p = in.position();
-        return Location{file, clamp_unsigned(p.line), clamp_unsigned(p.column), clamp_unsigned(in.size())};
-    }
 
     SchedEntry& entry() {
         DSL_INTERNAL_CHECK(!out.entries.empty(), "an entry setting without an entry");
@@ -53,13 +44,7 @@ template <>
 struct action<g::integer_value> {
     template <typename ActionInput>
     static void apply(const ActionInput& in, State& s) {
-        const auto text = in.string_view();
-        std::int64_t v = 0;
-        if (!parse_integer(text, v)) {
-            s.error_length = clamp_unsigned(text.size());
-            throw pegtl::parse_error("integer literal is too large", in);
-        }
-        s.setting.value = SchedValue{SchedValue::Kind::integer, v, {}, s.loc(in)};
+        s.setting.value = SchedValue{SchedValue::Kind::integer, s.integer(in), {}, s.loc(in)};
     }
 };
 

@@ -3,6 +3,8 @@
 
 #include <dsl/frontend/source.hpp>
 
+#include <tao/pegtl.hpp>
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -29,5 +31,33 @@ bool parse_integer(std::string_view digits, std::int64_t& value);
 
 // "unexpected character '$'"; a byte that does not print is shown as '\xC3'.
 std::string unexpected_character(std::string_view text, std::size_t offset);
+
+// What the `.sched` and `.platform` parsers' actions share: the file, the location of what a rule matched,
+// and errors that an action raises over what it matched (a literal out of range).
+struct ActionState {
+    const SourceFile* file = nullptr;
+    // The span of an error raised by an action, which a position alone lacks.
+    unsigned error_length = 1;
+
+    template <typename ActionInput>
+    Location loc(const ActionInput& in) const {
+        const auto p = in.position();
+        return Location{file, clamp_unsigned(p.line), clamp_unsigned(p.column), clamp_unsigned(in.size())};
+    }
+
+    template <typename ActionInput>
+    [[noreturn]] void fail(const ActionInput& in, const char* message) {
+        error_length = clamp_unsigned(in.size());
+        throw tao::pegtl::parse_error(message, in);
+    }
+
+    // The integer literal `in` spells.
+    template <typename ActionInput>
+    std::int64_t integer(const ActionInput& in) {
+        std::int64_t v = 0;
+        if (!parse_integer(in.string_view(), v)) fail(in, "integer literal is too large");
+        return v;
+    }
+};
 
 }  // namespace dsl::frontend
