@@ -210,22 +210,22 @@ Model::Geometry Model::geometry(int index, const Split& split) const {
     if (!split.spatial() || in.is_data()) return g;  // one tile holds the rows it reads; data comes with its halo
 
     // The halo of each process: the rows and columns its window reads beyond its input tile, within the
-    // tensor (beyond it is padding). Per dimension, for each block position.
+    // tensor (beyond it is padding), as the trainer's tiles have it (tiles.hpp). Margins are separable: the
+    // rows of block position i are those of the processes in grid row i, the columns likewise.
     struct Side {
         std::vector<std::int64_t> before, after, length;
     };
+    const Box in_extent{0, in_whole.n, 0, in_whole.h, 0, in_whole.w};
     auto side = [&](int d) {
         Side s;
         const std::int64_t parts = d == 0 ? split.h : split.w;
-        const std::int64_t extent_in = d == 0 ? in_whole.h : in_whole.w;
-        const std::int64_t extent_out = d == 0 ? g.whole.h : g.whole.w;
         for (std::int64_t i = 0; i < parts; ++i) {
-            const std::int64_t o0 = block_start(extent_out, parts, i), o1 = o0 + block_size(extent_out, parts, i);
-            const std::int64_t i0 = block_start(extent_in, parts, i), i1 = i0 + block_size(extent_in, parts, i);
-            const std::int64_t r0 = o0 * l.stride[d] - l.pad[d], r1 = r0 + window_extent(l, d, o1 - o0);
-            s.before.push_back(std::max<std::int64_t>(0, i0 - std::max<std::int64_t>(r0, 0)));
-            s.after.push_back(std::max<std::int64_t>(0, std::min(r1, extent_in) - i1));
-            s.length.push_back(i1 - i0);
+            const std::int64_t rank = d == 0 ? i * split.w : i;
+            const Box own = tile_box(in_whole, split, rank, true);
+            const Margins m = own.reach(window_input(l, tile_box(g.whole, split, rank, true)).meet(in_extent));
+            s.before.push_back(d == 0 ? m.top : m.left);
+            s.after.push_back(d == 0 ? m.bottom : m.right);
+            s.length.push_back(d == 0 ? own.y1 - own.y0 : own.x1 - own.x0);
         }
         return s;
     };
