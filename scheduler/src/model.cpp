@@ -354,6 +354,21 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
         }
         return kernel(name, std::move(fields), flops, bytes);
     };
+    // A windowed layer's kernel over outputs `y` (the whole tile; with overlap, the interior and the strips):
+    // its key's fields, and the forward's time.
+    auto window_fields = [&](const Dims& y) {
+        std::vector<TimeField> f{
+            {"x", window_dims(l, y, g.x[1])}, {"y", y}, {"k", pair_field(l.kernel)}, {"s", pair_field(l.stride)}};
+        if (l.op == OpKind::conv) f.emplace_back("d", pair_field(l.dilation));
+        return f;
+    };
+    auto window_forward = [&](const Dims& y) {
+        const double in = elements(window_dims(l, y, g.x[1]));
+        const double flops =
+            l.op == OpKind::conv ? 2.0 * elements(y) * static_cast<double>(g.x[1] * l.kernel[0] * l.kernel[1]) : in;
+        return run(frontend::op_name(l.op) + std::string(".forward"), window_fields(y), flops,
+                   (in + elements(y)) * word);
+    };
     const bool data_in = !l.inputs.empty() && (net_.layers[static_cast<std::size_t>(l.inputs[0])]).is_data();
     const std::int64_t sample_group = split.h * split.w;
     const bool group_spans = multi_node_ && procs_ > platform_.procs_per_node;
@@ -364,33 +379,21 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
             c.forward = run("input.forward", {{"x", g.y}}, 0.0, ny * word * 2.0);
             break;
         case OpKind::conv: {
-            const auto window = [&](const Dims& y) {
-                return std::vector<TimeField>{{"x", window_dims(l, y, g.x[1])},
-                                              {"y", y},
-                                              {"k", pair_field(l.kernel)},
-                                              {"s", pair_field(l.stride)},
-                                              {"d", pair_field(l.dilation)}};
-            };
-            auto flops_of = [&](const Dims& y) {
-                return 2.0 * elements(y) * static_cast<double>(g.x[1] * l.kernel[0] * l.kernel[1]);
-            };
-            auto bytes_of = [&](const Dims& y) { return (elements(window_dims(l, y, g.x[1])) + elements(y)) * word; };
-            const double full = run("conv.forward", window(g.y), flops_of(g.y), bytes_of(g.y));
-            const double flops = flops_of(g.y), bytes = bytes_of(g.y);
-            if (!data_in) c.backward_data = run("conv.backward_data", window(g.y), flops, bytes);
-            c.backward_weights = run("conv.backward_weights", window(g.y), flops, bytes);
-            c.forward = full;
+            c.forward = window_forward(g.y);
+            // The backward passes move and multiply as much as the forward.
+            const double flops = 2.0 * ny * static_cast<double>(g.x[1] * l.kernel[0] * l.kernel[1]);
+            const double bytes = (elements(window_dims(l, g.y, g.x[1])) + ny) * word;
+            if (!data_in) c.backward_data = run("conv.backward_data", window_fields(g.y), flops, bytes);
+            c.backward_weights = run("conv.backward_weights", window_fields(g.y), flops, bytes);
             break;
         }
         case OpKind::maxpool:
-        case OpKind::avgpool: {
-            const std::string kind = frontend::op_name(l.op);
-            const std::vector<TimeField> f{
-                {"x", g.x}, {"y", g.y}, {"k", pair_field(l.kernel)}, {"s", pair_field(l.stride)}};
-            c.forward = run(kind + ".forward", f, nx, (nx + ny) * word);
-            if (!data_in) c.backward_data = run(kind + ".backward", f, nx, (2 * nx + ny) * word);
+        case OpKind::avgpool:
+            c.forward = window_forward(g.y);
+            if (!data_in)
+                c.backward_data = run(frontend::op_name(l.op) + std::string(".backward"), window_fields(g.y), nx,
+                                      (2 * nx + ny) * word);
             break;
-        }
         case OpKind::batchnorm: {
             c.forward = run("batchnorm.forward", {{"x", g.y}}, 4 * ny, 3 * ny * word);
             c.backward_data = run("batchnorm.backward", {{"x", g.y}}, 6 * ny, 5 * ny * word);
@@ -463,22 +466,9 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
         c.buffers = 4.0 * bytes;  // send and receive buffers, forward and backward
         if (overlapped) {
             // Interior first, while the halo travels; then the strips along the edges that read it.
-            const std::string kind = l.op == OpKind::conv ? "conv" : frontend::op_name(l.op);
-            auto part = [&](const Dims& y) {
-                std::vector<TimeField> f{{"x", window_dims(l, y, g.x[1])},
-                                         {"y", y},
-                                         {"k", pair_field(l.kernel)},
-                                         {"s", pair_field(l.stride)}};
-                if (l.op == OpKind::conv) f.emplace_back("d", pair_field(l.dilation));
-                const double flops = l.op == OpKind::conv
-                                         ? 2.0 * elements(y) * static_cast<double>(g.x[1] * l.kernel[0] * l.kernel[1])
-                                         : elements(window_dims(l, y, g.x[1]));
-                return run(kind + ".forward", std::move(f), flops,
-                           (elements(window_dims(l, y, g.x[1])) + elements(y)) * word);
-            };
-            interior = part(g.inner);
+            interior = window_forward(g.inner);
             double strips = 0.0;
-            for (const Dims& s : g.strips) strips += part(s);
+            for (const Dims& s : g.strips) strips += window_forward(s);
             c.forward = interior + strips;
         }
     }
