@@ -107,22 +107,15 @@ int run_compare(const CompareOptions& o) {
             return usage;
         }
         c.procs = *c.schedule.procs;
-        scheduler::Model model(net, platform->platform, c.procs, c.batch);
-        if (has_open_fields(net, c.schedule)) {
-            std::string why;
-            const auto filled = fill_schedule(net, c.schedule, model, c.procs, c.batch, why);
-            if (!filled) {
-                std::cerr << fmt::format("error: {}: {}\n", c.file, why);
-                return user_error;
-            }
-            c.schedule = filled->schedule;
-            c.filled = true;
-        }
-        if (const std::string why = batch_problem(net, c.schedule, c.batch); !why.empty()) {
+        std::string why;
+        auto planned = plan(net, platform->platform, c.schedule, c.batch, why);
+        if (!planned) {
             std::cerr << fmt::format("error: {}: {}\n", c.file, why);
             return user_error;
         }
-        c.prediction = model.predict(c.schedule);
+        c.schedule = std::move(planned->schedule);
+        c.prediction = std::move(planned->prediction);
+        c.filled = planned->filled;
     }
     if (o.measure)
         for (Column& c : columns) {

@@ -34,23 +34,15 @@ int run_explain(const ExplainOptions& o) {
         return usage;
     }
     const std::int64_t batch = report_batch(checked, o.batch);
-    scheduler::Model model(net, platform.platform, *s.procs, batch);
-    if (has_open_fields(net, s)) {
-        const auto filled = fill_schedule(net, s, model, *s.procs, batch, why);
-        if (!filled) {
-            std::cerr << "error: " << why << "\n";
-            return user_error;
-        }
-        s = filled->schedule;
-        std::cerr << "note: the schedule leaves fields open; the auto-scheduler filled them ('dsl schedule' writes "
-                     "the result)\n";
-    }
-    why = batch_problem(net, s, batch);
-    if (!why.empty()) {
+    const auto planned = plan(net, platform.platform, s, batch, why);
+    if (!planned) {
         std::cerr << "error: " << why << "\n";
         return user_error;
     }
-    const scheduler::Prediction p = model.predict(s);
+    if (planned->filled)
+        std::cerr << "note: the schedule leaves fields open; the auto-scheduler filled them ('dsl schedule' writes "
+                     "the result)\n";
+    const scheduler::Prediction& p = planned->prediction;
     if (o.json) {
         nlohmann::json j = explain_json(net, p, batch);
         j["network"] = o.net;

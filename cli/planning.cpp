@@ -129,6 +129,23 @@ std::optional<scheduler::AutoResult> fill_schedule(const frontend::Network& net,
     return scheduler::autoschedule(net, s, model, options, why);
 }
 
+std::optional<Planned> plan(const frontend::Network& net, const scheduler::Platform& platform, scheduler::Schedule s,
+                            std::int64_t batch, std::string& why) {
+    const scheduler::Model model(net, platform, *s.procs, batch);
+    Planned out;
+    out.filled = has_open_fields(net, s);
+    if (out.filled) {
+        const auto filled = fill_schedule(net, s, model, *s.procs, batch, why);
+        if (!filled) return std::nullopt;
+        s = filled->schedule;
+    }
+    why = batch_problem(net, s, batch);
+    if (!why.empty()) return std::nullopt;
+    out.prediction = model.predict(s);
+    out.schedule = std::move(s);
+    return out;
+}
+
 namespace {
 
 std::string tile_text(const std::vector<std::int64_t>& t) {

@@ -33,6 +33,17 @@ std::optional<scheduler::AutoResult> fill_schedule(const frontend::Network& net,
                                                    std::int64_t batch, std::string& why,
                                                    scheduler::SearchMethod method = scheduler::SearchMethod::frontier);
 
+// A schedule (its `procs` set) ready to predict on `platform`: open fields filled by the auto-scheduler
+// (`filled` says so), checked against the mini-batch, and the model's prediction of its step. nullopt with
+// `why` when it cannot be.
+struct Planned {
+    scheduler::Schedule schedule;
+    scheduler::Prediction prediction;
+    bool filled = false;
+};
+std::optional<Planned> plan(const frontend::Network& net, const scheduler::Platform& platform, scheduler::Schedule s,
+                            std::int64_t batch, std::string& why);
+
 // A network, its schedule (when `sched_path` is not empty) and the platform (`platform_flag`, else the
 // schedule's, else "local"), checked; the diagnostics rendered. nullopt when any had errors.
 struct ModelInputs {
