@@ -49,7 +49,7 @@ Outcome schedule(const frontend::Network& net, const scheduler::Platform& platfo
     o.step = p.step;
     o.cost = result->cost;
     o.memory = p.memory;
-    o.optimal = result->optimal;
+    o.optimal = result->optimal();
     o.candidates = result->candidates;
     return o;
 }

@@ -86,7 +86,7 @@ int run_schedule(const ScheduleOptions& o) {
     }
     std::cerr << fmt::format(
         "searched {} candidate distributions in {:.0f} ms ({})\n", result->candidates, seconds * 1e3,
-        result->optimal ? "exact: dynamic programming over the frontier" : "the paper's longest-path heuristic");
+        result->optimal() ? "exact: dynamic programming over the frontier" : "the paper's longest-path heuristic");
     return ok;
 }
 

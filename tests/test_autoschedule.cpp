@@ -190,7 +190,7 @@ TEST_CASE("auto-scheduler: the frontier search finds the brute-force optimum", "
         const auto result = autoschedule(l.net, open_schedule(l.net, procs), model, options, why);
         INFO(why);
         REQUIRE(result);
-        CHECK(result->optimal);
+        CHECK(result->optimal());
         CHECK(result->schedule.complete());
         const double optimum = brute_force(l.net, open_schedule(l.net, procs), 4, model);
         CHECK(result->cost == Approx(optimum).epsilon(1e-12));
@@ -200,7 +200,7 @@ TEST_CASE("auto-scheduler: the frontier search finds the brute-force optimum", "
         options.method = SearchMethod::paper;
         const auto paper = autoschedule(l.net, open_schedule(l.net, procs), model, options, why);
         REQUIRE(paper);
-        CHECK(!paper->optimal);
+        CHECK(!paper->optimal());
         CHECK(paper->schedule.complete());
         CHECK(paper->cost >= optimum * (1 - 1e-12));
     }

@@ -278,13 +278,12 @@ Choice paper_search(const Problem& p, double lambda) {
             cost[k].assign(nc, infinity);
             back[k].assign(nc, -1);
             const Problem::Edge* link = k > 0 ? p.edge(open[k], open[k - 1]) : nullptr;
+            // Without an edge to the previous layer of the path, every candidate follows its cheapest.
+            const auto cheapest = k == 0 ? cost[0].end() : std::min_element(cost[k - 1].begin(), cost[k - 1].end());
             for (std::size_t c = 0; c < nc; ++c) {
                 if (k == 0 || !link) {
-                    const double before = k == 0 ? 0.0 : *std::min_element(cost[k - 1].begin(), cost[k - 1].end());
-                    cost[k][c] = before + own[c];
-                    if (k > 0)
-                        back[k][c] = static_cast<int>(std::min_element(cost[k - 1].begin(), cost[k - 1].end()) -
-                                                      cost[k - 1].begin());
+                    cost[k][c] = (k == 0 ? 0.0 : *cheapest) + own[c];
+                    if (k > 0) back[k][c] = static_cast<int>(cheapest - cost[k - 1].begin());
                     continue;
                 }
                 for (std::size_t a = 0; a < cost[k - 1].size(); ++a) {
@@ -420,22 +419,25 @@ std::optional<AutoResult> autoschedule(const Network& net, const Schedule& parti
         best = least;
         schedule = smallest;
         memory = least_memory;
-        double lo = 1e-18, hi = heavy;
+        double lo = 1e-18, hi = heavy, best_cost = choice_cost(p, best, 0.0);
+        Choice last;
+        bool last_fits = false;
         for (int it = 0; it < 48; ++it) {
             const double mid = std::sqrt(lo * hi);
             const Choice c = solve(mid);
-            const Schedule s = make_schedule(p, partial, c, procs, options.batch);
-            const double m = model.memory(s);
-            if (m <= options.memory_limit) {
-                if (choice_cost(p, c, 0.0) < choice_cost(p, best, 0.0)) best = c, schedule = s, memory = m;
-                hi = mid;
-            } else {
-                lo = mid;
+            // Neighbouring weights often give the same choice: its memory is known.
+            if (c != last) {
+                const Schedule s = make_schedule(p, partial, c, procs, options.batch);
+                const double m = model.memory(s);
+                last_fits = m <= options.memory_limit;
+                if (const double cc = choice_cost(p, c, 0.0); last_fits && cc < best_cost)
+                    best = c, best_cost = cc, schedule = s, memory = m;
+                last = c;
             }
+            (last_fits ? hi : lo) = mid;
         }
     }
     result.method = fell_back ? SearchMethod::paper : options.method;
-    result.optimal = result.method == SearchMethod::frontier;
     result.schedule = std::move(schedule);
     result.cost = choice_cost(p, best, 0.0);
     result.memory = memory;

@@ -30,12 +30,13 @@ struct AutoOptions {
 };
 
 struct AutoResult {
-    Schedule schedule;    // complete
-    double cost = 0.0;    // the objective: layer costs and shuffles, seconds per step
-    double memory = 0.0;  // bytes per process, as the model predicts it
-    SearchMethod method = SearchMethod::frontier;
-    bool optimal = true;          // the frontier search ran without falling back
-    std::int64_t candidates = 0;  // distributions considered, over every layer
+    Schedule schedule;                             // complete
+    double cost = 0.0;                             // the objective: layer costs and shuffles, seconds per step
+    double memory = 0.0;                           // bytes per process, as the model predicts it
+    SearchMethod method = SearchMethod::frontier;  // the search that ran (the paper's when the exact one fell back)
+    std::int64_t candidates = 0;                   // distributions considered, over every layer
+
+    bool optimal() const { return method == SearchMethod::frontier; }  // under the model
 };
 
 // Every split of `procs` processes into N x H x W with N at most `batch`: sample splits first (so that among
