@@ -162,7 +162,7 @@ int run_compare(const CompareOptions& o) {
         std::string line = fmt::format("{:<{}}", net.layers[i].name, name_w);
         for (const Column& c : columns) {
             const auto& lp = c.prediction.layers[i];
-            line += fmt::format("  {:>{}}", milliseconds(lp.cost.time() + lp.shuffle.seconds), col_w);
+            line += fmt::format("  {:>{}}", milliseconds(lp.seconds()), col_w);
         }
         std::cout << line << "\n";
     }

@@ -184,10 +184,9 @@ std::string explain_table(const frontend::Network& net, const scheduler::Predict
         auto ms = [](double s) { return s > 0 ? milliseconds(s) : std::string("-"); };
         row(l.name, name_w, frontend::op_name(l.op), lp.dist.split->str(), split_w,
             halo ? (lp.dist.overlap.value_or(false) ? "on" : "off") : "-", tile_text(lp.tile), tile_w,
-            c.halo_bytes + lp.shuffle.bytes ? human_bytes(static_cast<double>(c.halo_bytes + lp.shuffle.bytes)) : "-",
-            ms(c.forward), ms(c.forward_halo), ms(c.backward_data), ms(c.backward_weights), ms(c.backward_halo),
-            ms(c.forward_sync + c.backward_sync), ms(lp.shuffle.seconds), ms(c.allreduce),
-            human_bytes(c.memory + c.buffers + lp.shuffle.memory));
+            lp.bytes_moved() ? human_bytes(static_cast<double>(lp.bytes_moved())) : "-", ms(c.forward),
+            ms(c.forward_halo), ms(c.backward_data), ms(c.backward_weights), ms(c.backward_halo),
+            ms(c.forward_sync + c.backward_sync), ms(lp.shuffle.seconds), ms(c.allreduce), human_bytes(lp.memory()));
     }
     out += fmt::format(
         "(ms per step on the busiest process; halo: bytes it sends in halo exchanges and shuffles, both ways; "
@@ -224,7 +223,7 @@ nlohmann::json explain_json(const frontend::Network& net, const scheduler::Predi
                           {"split", {{"N", s.n}, {"H", s.h}, {"W", s.w}}},
                           {"overlap", lp.dist.overlap.value_or(false)},
                           {"tile", lp.tile},
-                          {"halo_bytes", c.halo_bytes + lp.shuffle.bytes},
+                          {"halo_bytes", lp.bytes_moved()},
                           {"seconds",
                            {{"forward", c.forward},
                             {"forward_halo", c.forward_halo},
@@ -235,10 +234,10 @@ nlohmann::json explain_json(const frontend::Network& net, const scheduler::Predi
                             {"backward_sync", c.backward_sync},
                             {"shuffle", lp.shuffle.seconds},
                             {"allreduce", c.allreduce},
-                            {"total", c.time() + lp.shuffle.seconds},
+                            {"total", lp.seconds()},
                             {"backward_end", lp.backward_end},
                             {"allreduce_end", lp.allreduce_end}}},
-                          {"memory_bytes", c.memory + c.buffers + lp.shuffle.memory}});
+                          {"memory_bytes", lp.memory()}});
     }
     return {{"layers", layers},
             {"batch", batch},

@@ -66,6 +66,11 @@ struct LayerPrediction {
     ShuffleCost shuffle;         // into this layer's split, over all its inputs
     double backward_end = 0.0;   // when this layer's backward ends, from the start of backward
     double allreduce_end = 0.0;  // when its gradient's allreduce ends (0 without parameters)
+
+    // The layer's with the shuffles into it: seconds, halo and shuffle bytes, memory with message buffers.
+    double seconds() const { return cost.time() + shuffle.seconds; }
+    std::int64_t bytes_moved() const { return cost.halo_bytes + shuffle.bytes; }
+    double memory() const { return cost.memory + cost.buffers + shuffle.memory; }
 };
 
 struct Prediction {
