@@ -165,7 +165,7 @@ std::optional<PlatformFile> parse_platform(const SourceFile& file, Diagnostics& 
         std::string message(e.message());
         Location loc = location_at(file, error_offset(file.text, at, message), state.error_length);
         const bool after_unit = message == g::error_message<g::end_of_file> && at < file.text.size() &&
-                                file.text[at] == '=' && !state.last_unit.empty() && state.last_unit_end <= at &&
+                                file.text[at] == '=' && !state.last_unit.empty() &&
                                 file.text.find_first_not_of(" \t", state.last_unit_end) == at;
         if (message == g::error_message<g::end_of_file>) {
             message = unexpected_character(file.text, at);
