@@ -242,6 +242,19 @@ void print_profile(const frontend::Network& net, backend::Comm& comm, std::vecto
                        sums[2] + u, sums[3] + uw);
 }
 
+// A step's losses by layer, for its line when there are several (the line shows their sum first).
+std::string each_loss(const std::vector<backend::LossValue>& losses) {
+    std::string out;
+    for (const auto& l : losses) out += fmt::format("{}{} {:.6f}", out.empty() ? " (" : ", ", l.name, l.value);
+    return losses.size() > 1 ? out + ")" : "";
+}
+
+nlohmann::json losses_json(const std::vector<backend::LossValue>& losses) {
+    nlohmann::json out = nlohmann::json::object();
+    for (const auto& l : losses) out[l.name] = l.value;
+    return out;
+}
+
 // Whether every process succeeded; where some did not, the first of them prints `message`, so that it is
 // printed once.
 bool agree(backend::Comm& comm, bool ok, const std::string& message) {
@@ -425,8 +438,9 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
         // Long runs print every `every`-th step, and on a terminal a progress line with the time left.
         const std::int64_t done = step + 1 - first_step;
         if (done % every == 0 || done == o.steps || done == 1)
-            io.out() << fmt::format("step {:>5}  loss {:.6f}  {:.3f} s  {:.1f} samples/s\n", step + 1, last_loss,
-                                    seconds, static_cast<double>(cfg.batch) / seconds)
+            io.out() << fmt::format("step {:>5}  loss {:.6f}{}  {:.3f} s  {:.1f} samples/s\n", step + 1, last_loss,
+                                    each_loss(trainer->last_losses()), seconds,
+                                    static_cast<double>(cfg.batch) / seconds)
                      << std::flush;
         if (progress && done < o.steps) {
             const double elapsed = std::chrono::duration<double>(clock::now() - start).count();
@@ -437,6 +451,7 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
         if (log)
             *log << nlohmann::json{{"step", step + 1},
                                    {"loss", last_loss},
+                                   {"losses", losses_json(trainer->last_losses())},
                                    {"seconds", seconds},
                                    {"halo_bytes", static_cast<std::int64_t>(sent)},
                                    {"samples_per_second", static_cast<double>(cfg.batch) / seconds}}

@@ -246,6 +246,35 @@ TEST_CASE("run trains, logs every step, and resumes exactly from a checkpoint", 
     fs::remove_all(dir);
 }
 
+TEST_CASE("run trains several losses, logging each by name beside their sum", "[cli][run]") {
+    // heads.net: logits that a loss and other layers read, and two heads each with its loss.
+    const fs::path dir = fs::temp_directory_path() / ("dsl_heads_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    const Result r = run_dsl("run tests/dist/heads.net --batch 2 --steps 2 --log " + (dir / "log.jsonl").string());
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.out.find("step     2  loss ") != std::string::npos);
+    CHECK(r.out.find(" (seg ") != std::string::npos);
+    CHECK(r.out.find(", cls ") != std::string::npos);
+    CHECK(r.out.find(", aux ") != std::string::npos);
+    std::ifstream in(dir / "log.jsonl");
+    int lines = 0;
+    for (std::string line; std::getline(in, line); ++lines) {
+        const auto j = nlohmann::json::parse(line);
+        const auto& each = j["losses"];
+        REQUIRE(each.size() == 3);
+        const double sum = each["seg"].get<double>() + each["cls"].get<double>() + each["aux"].get<double>();
+        CHECK(j["loss"].get<double>() == Approx(sum).epsilon(1e-12));
+    }
+    CHECK(lines == 2);
+    // One loss: the step line is as before, and the log names it.
+    const Result one = run_dsl("run samples/mesh_tiny.net --batch 2 --steps 1 --log " + (dir / "one.jsonl").string());
+    REQUIRE(one.exit_code == 0);
+    CHECK(one.out.find(" (loss ") == std::string::npos);
+    CHECK(nlohmann::json::parse(read(dir / "one.jsonl"))["losses"].count("loss") == 1);
+    fs::remove_all(dir);
+}
+
 TEST_CASE("run checks that the schedule fits the run before starting processes", "[cli][run]") {
     struct Case {
         std::string args, message;

@@ -14,7 +14,8 @@ TEST_CASE("distributed training gives the losses and weights of one process", "[
     };
     // Sample, rows, columns, both, hybrid, per-layer redistribution both ways (2 and 4 processes), overlap
     // on and off, stride 2, pooling, residual adds, a fully connected head (sample-parallel, and computed
-    // whole by a spatial group), and uneven tiles of samples, rows and columns.
+    // whole by a spatial group), uneven tiles of samples, rows and columns, and several losses whose logits
+    // other layers read (heads.net).
     const Case c = GENERATE(Case{"samples/mesh_tiny.net", "samples/mesh_tiny_sample_2.sched", 4},
                             Case{"samples/mesh_tiny.net", "samples/mesh_tiny_spatial_h_2.sched", 4},
                             Case{"samples/mesh_tiny.net", "samples/mesh_tiny_spatial_w_2.sched", 4},
@@ -26,13 +27,25 @@ TEST_CASE("distributed training gives the losses and weights of one process", "[
                             Case{"samples/resnet_tiny.net", "samples/resnet_tiny_hybrid_4.sched", 8},
                             Case{"samples/resnet_tiny.net", "tests/dist/resnet_tiny_spatial_4.sched", 2},
                             Case{"tests/dist/odd.net", "tests/dist/odd_h3.sched", 5},
-                            Case{"tests/dist/odd.net", "tests/dist/odd_hybrid_4.sched", 5});
+                            Case{"tests/dist/odd.net", "tests/dist/odd_hybrid_4.sched", 5},
+                            Case{"tests/dist/heads.net", "tests/dist/heads_h2.sched", 4},
+                            Case{"tests/dist/heads.net", "tests/dist/heads_hw4.sched", 4},
+                            Case{"tests/dist/heads.net", "tests/dist/heads_hybrid_4.sched", 4});
     CAPTURE(c.net, c.sched);
     const Run one = train(c.net, "", c.batch);
     const Run many = train(c.net, c.sched, c.batch);
     REQUIRE(one.losses.size() == 3);
     REQUIRE(many.losses.size() == one.losses.size());
-    for (std::size_t i = 0; i < one.losses.size(); ++i) CHECK(many.losses[i] == Approx(one.losses[i]).epsilon(1e-4));
+    for (std::size_t i = 0; i < one.losses.size(); ++i) {
+        CHECK(many.losses[i] == Approx(one.losses[i]).epsilon(1e-4));
+        // Every loss layer's own, by name (several in heads.net).
+        REQUIRE(many.each[i].size() == one.each[i].size());
+        for (const auto& [name, value] : one.each[i]) {
+            INFO(name);
+            REQUIRE(many.each[i].count(name) == 1);
+            CHECK(many.each[i].at(name) == Approx(value).epsilon(1e-4));
+        }
+    }
     CHECK(one.losses.back() != one.losses.front());  // it trained
     check_same_state(many.checkpoint, one.checkpoint, 1e-4);
 }

@@ -81,13 +81,35 @@ double loss_at(const frontend::Network& net, Kernels k, std::vector<std::vector<
     return t.step(data, 0);
 }
 
-}  // namespace
+// Several losses, and logits that other layers read: per-pixel logits that a loss, an activation and a
+// strided convolution read (the convolution's window reaches into the logits' margins), and a head with
+// two losses on the same logits, whose logits also feed a second head with its own loss. The step
+// minimizes the sum of the losses, so each path's gradient must be added to the others'.
+const char* heads_net = R"(
+input x [N, 2, 9, 7]
+label y [N, 9, 7]
+label z [N]
+c1 = conv(3, kernel = 3, pad = 1)
+p = conv(2, kernel = 3, pad = 1)
+seg = pixel_cross_entropy from p, y
+q = leaky_relu(slope = 0.2) from p
+c2 = conv(3, kernel = 3, stride = 2, pad = 1) from p
+c3 = conv(3, kernel = 3, stride = 2, pad = 1) from q
+s = add from c2, c3
+g = global_avgpool
+f = fc(2)
+cls = softmax_cross_entropy from f, z
+again = softmax_cross_entropy from f, z
+h = fc(2) from f
+aux = softmax_cross_entropy from h, z
+)";
 
-TEST_CASE("whole-network gradients agree with finite differences", "[trainer]") {
-    Loaded l(small_net);
+// Every parameter's gradient from one step of the reference kernels (lr = 1, no momentum or decay: one step
+// subtracts the gradient, g = w0 - w1) against central finite differences of the loss, in double.
+void check_gradients(const char* text) {
+    Loaded l(text);
     HashData data(3);
     const Kernels k = reference_kernels();
-    // With lr = 1 and no momentum or decay, one step subtracts the gradient: g = w0 - w1.
     TrainConfig cfg;
     cfg.batch = 3;
     cfg.lr = 1.0;
@@ -115,8 +137,9 @@ TEST_CASE("whole-network gradients agree with finite differences", "[trainer]") 
     CHECK(checked > 20);
 }
 
-TEST_CASE("the CPU kernels train like the reference kernels", "[trainer]") {
-    Loaded l(small_net);
+// A few steps of the CPU kernels against the reference kernels: the losses, and every weight after.
+void check_cpu_like_reference(const char* text) {
+    Loaded l(text);
     TrainConfig cfg;
     cfg.batch = 3;
     cfg.lr = 0.05;
@@ -125,6 +148,9 @@ TEST_CASE("the CPU kernels train like the reference kernels", "[trainer]") {
     for (int step = 0; step < 4; ++step) {
         const double a = ref.step(data, step * 3), b = cpu.step(data, step * 3);
         CHECK(b == Approx(a).epsilon(1e-4));
+        REQUIRE(ref.last_losses().size() == cpu.last_losses().size());
+        for (std::size_t i = 0; i < ref.last_losses().size(); ++i)
+            CHECK(cpu.last_losses()[i].value == Approx(ref.last_losses()[i].value).epsilon(1e-4));
     }
     const auto sa = ref.state(), sb = cpu.state();
     REQUIRE(sa.size() == sb.size());
@@ -132,6 +158,45 @@ TEST_CASE("the CPU kernels train like the reference kernels", "[trainer]") {
         INFO(sa[i].name);
         for (std::int64_t j = 0; j < sa[i].size; ++j) REQUIRE(sb[i].data[j] == Approx(sa[i].data[j]).margin(1e-4));
     }
+}
+
+}  // namespace
+
+TEST_CASE("whole-network gradients agree with finite differences", "[trainer]") { check_gradients(small_net); }
+
+TEST_CASE("several losses and logits with other readers: gradients agree with finite differences", "[trainer]") {
+    check_gradients(heads_net);
+}
+
+TEST_CASE("the CPU kernels train like the reference kernels", "[trainer]") { check_cpu_like_reference(small_net); }
+
+TEST_CASE("several losses and logits with other readers: the CPU kernels train like the reference kernels",
+          "[trainer]") {
+    check_cpu_like_reference(heads_net);
+}
+
+TEST_CASE("a step's loss is the sum of its loss layers', each reported by name", "[trainer]") {
+    Loaded l(heads_net);
+    TrainConfig cfg;
+    cfg.batch = 3;
+    Trainer t(l.net, reference_kernels(), cfg);
+    HashData data(4);
+    const double loss = t.step(data, 0);
+    const auto& each = t.last_losses();
+    REQUIRE(each.size() == 4);
+    CHECK(each[0].name == "seg");
+    CHECK(each[1].name == "cls");
+    CHECK(each[2].name == "again");
+    CHECK(each[3].name == "aux");
+    CHECK(each[1].value == each[2].value);  // the same logits and labels
+    CHECK(loss == Approx(each[0].value + each[1].value + each[2].value + each[3].value).epsilon(1e-12));
+    for (const auto& e : each) CHECK(e.value > 0.0);
+    // Forward only reports them too.
+    const double evaluated = t.evaluate(data, 3);
+    REQUIRE(t.last_losses().size() == 4);
+    double sum = 0.0;
+    for (const auto& e : t.last_losses()) sum += e.value;
+    CHECK(evaluated == Approx(sum).epsilon(1e-12));
 }
 
 TEST_CASE("training the tiny mesh network lowers the loss, the same on every run", "[trainer]") {

@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <string>
 #include <vector>
 
 namespace {
@@ -20,6 +22,7 @@ using dsl::backend::load_checkpoint;
 
 struct Run {
     std::vector<double> losses;
+    std::vector<std::map<std::string, double>> each;  // per step: every loss layer's, by name
     Checkpoint checkpoint;
 };
 
@@ -35,7 +38,11 @@ inline Run train(const std::string& net, const std::string& sched, std::int64_t 
     REQUIRE(r.exit_code == 0);
     Run out;
     std::ifstream log(dir / "log.jsonl");
-    for (std::string line; std::getline(log, line);) out.losses.push_back(nlohmann::json::parse(line)["loss"]);
+    for (std::string line; std::getline(log, line);) {
+        const auto j = nlohmann::json::parse(line);
+        out.losses.push_back(j["loss"]);
+        out.each.push_back(j["losses"]);
+    }
     std::string error;
     auto ckpt = load_checkpoint((dir / "ckpt").string(), error);
     INFO(error);

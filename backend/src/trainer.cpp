@@ -155,6 +155,7 @@ struct Trainer::Impl {
         std::vector<float> host;
     };
     std::vector<StateCopy> host_state;
+    std::vector<LossValue> losses;  // the last forward's, per loss layer
     std::int64_t step_index = 0;
     std::int64_t sent_bytes = 0;
     int tiles_made = 0;
@@ -673,6 +674,7 @@ struct Trainer::Impl {
         sent_bytes = 0;
         if (training) clear_gradients(-1);  // a loss writes its logits' gradient in forward
         double loss = 0.0;
+        losses.clear();
         if (profiling) profile.layers.assign(slots.size(), LayerTime{});
         for (std::size_t i = 0; i < slots.size(); ++i) {
             const auto t0 = Clock::now();
@@ -736,7 +738,10 @@ struct Trainer::Impl {
                 break;
             }
             case OpKind::softmax_cross_entropy:
-            case OpKind::pixel_cross_entropy: loss += loss_layer(s, data, first, training); break;
+            case OpKind::pixel_cross_entropy:
+                losses.push_back(LossValue{l.name, loss_layer(s, data, first, training)});
+                loss += losses.back().value;
+                break;
         }
     }
 
@@ -809,10 +814,16 @@ struct Trainer::Impl {
                     has_planes(label) ? logits.box.x0 : 0, lv);
         const Dims whole = global_dims(l.inputs[1]);
         const double count = static_cast<double>(whole.n * whole.h * whole.w);
-        View grad;
-        if (training) grad = logits.dy.interior();  // the loss is the only reader of its logits
-        DSL_INTERNAL_CHECK(!training || logits.readers == 1, "a loss's logits feed another layer");
-        double sum = k.loss->cross_entropy(logits.y.interior(), lv, static_cast<float>(1.0 / count), grad);
+        // The gradient is written here, in forward: added to what the logits' other readers (other losses
+        // now, other layers in backward) add when there are any.
+        double sum = 0.0;
+        auto cross_entropy = [&](View grad) {
+            sum = k.loss->cross_entropy(logits.y.interior(), lv, static_cast<float>(1.0 / count), grad);
+        };
+        if (training && !is_input(&logits))
+            interior_gradient(logits, cross_entropy);
+        else
+            cross_entropy(View{});
         if (!logits.leader) sum = 0.0;  // its replicas' copy counts once
         wait([&] { comm.allreduce(&sum, 1); });
         return sum / count;
@@ -1071,6 +1082,8 @@ double Trainer::step(DataSource& data, std::int64_t first) {
 }
 
 double Trainer::evaluate(DataSource& data, std::int64_t first) { return impl_->forward(data, first, false); }
+
+const std::vector<LossValue>& Trainer::last_losses() const { return impl_->losses; }
 
 // The parameters and momenta of a GPU run are copied to the host (host_state) for the caller, and back by
 // state_written; batch-norm running statistics are on the host already.

@@ -67,6 +67,12 @@ struct StepProfile {
     double update = 0.0, update_wait = 0.0;
 };
 
+// One loss layer's mean loss over the mini-batch.
+struct LossValue {
+    std::string name;  // the loss layer's
+    double value = 0.0;
+};
+
 class Trainer {
 public:
     // One process.
@@ -80,11 +86,15 @@ public:
     Trainer& operator=(const Trainer&) = delete;
 
     // One step on the samples [first, first + batch): forward, backward, SGD. Returns the mean loss over
-    // the whole mini-batch (the same on every process).
+    // the whole mini-batch (the same on every process); with several loss layers, the sum of theirs, each
+    // of which is minimized.
     double step(DataSource& data, std::int64_t first);
 
     // Forward only, with batch-norm running statistics (inference); returns the mean loss.
     double evaluate(DataSource& data, std::int64_t first);
+
+    // The last step's (or evaluation's) loss of every loss layer, in the network's order.
+    const std::vector<LossValue>& last_losses() const;
 
     // Every tensor a checkpoint holds, in layer order, in host memory. Parameters and optimizer state are
     // whole and the same on every process; batch-norm running statistics are this process's (the same
