@@ -267,6 +267,15 @@ TEST_CASE("run trains several losses, logging each by name beside their sum", "[
         CHECK(j["loss"].get<double>() == Approx(sum).epsilon(1e-12));
     }
     CHECK(lines == 2);
+    // The model costs such a network, and the auto-scheduler plans it.
+    const Result explained = run_dsl("explain tests/dist/heads.net tests/dist/heads_hybrid_4.sched");
+    INFO(explained.err);
+    CHECK(explained.exit_code == 0);
+    CHECK(explained.out.find("predicted") != std::string::npos);
+    const Result scheduled = run_dsl("schedule tests/dist/heads.net --procs 4");
+    INFO(scheduled.err);
+    CHECK(scheduled.exit_code == 0);
+    CHECK(scheduled.out.find("procs = 4") != std::string::npos);
     // One loss: the step line is as before, and the log names it.
     const Result one = run_dsl("run samples/mesh_tiny.net --batch 2 --steps 1 --log " + (dir / "one.jsonl").string());
     REQUIRE(one.exit_code == 0);
