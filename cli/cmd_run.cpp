@@ -33,7 +33,7 @@ namespace {
 
 struct RunOptions {
     std::string net, sched;
-    std::int64_t steps = 10;
+    std::int64_t steps = 10, save_every = 0;
     std::optional<std::int64_t> batch, procs;
     std::optional<double> lr, momentum, weight_decay;
     std::uint64_t seed = 0;
@@ -479,6 +479,9 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
                         .dump()
                  << "\n"
                  << std::flush;
+        // --save-every: a checkpoint at every K-th step (counted from the first, so across resumptions); the
+        // last step's is the one at the end.
+        if (o.save_every > 0 && (step + 1) % o.save_every == 0 && done < o.steps && !save(step + 1)) return user_error;
     }
     if (progress) std::cerr << "\r" << std::string(40, ' ') << "\r";
     const double total = std::chrono::duration<double>(clock::now() - start).count();
@@ -510,7 +513,12 @@ void setup_run(CLI::App& app, Action& action) {
     run->add_option("--weight-decay", o->weight_decay, "Weight decay (default: the network's, else 0)");
     run->add_option("--seed", o->seed, "Seed for initialization and synthetic data (default 0)");
     run->add_option("--log", o->log, "Write one JSON object per step to this file");
-    run->add_option("--save", o->save, "Write a checkpoint to this folder at the end");
+    CLI::Option* save = run->add_option("--save", o->save, "Write a checkpoint to this folder at the end");
+    run->add_option("--save-every", o->save_every,
+                    "With --save: a checkpoint every K steps as well, each replacing the last, so that a killed run "
+                    "resumes from there (--load)")
+        ->check(CLI::PositiveNumber)
+        ->needs(save);
     run->add_option("--load", o->load, "Resume from the checkpoint in this folder");
     run->add_option("--inputs", o->inputs, "Inputs from a .npy file [S, C, H, W] (default: synthetic data)");
     run->add_option("--labels", o->labels, "Labels from a .npy file [S] or [S, H, W] (with --inputs)");

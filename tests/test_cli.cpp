@@ -278,6 +278,10 @@ TEST_CASE("run refuses an output it could not write before anything is trained",
         run_dsl("run samples/mesh_tiny.net --steps 1 --load " + d + "/nowhere --log " + d + "/notes.txt");
     CHECK(early.exit_code == 1);
     CHECK(early.err.find("--log") != std::string::npos);
+    // --save-every saves into --save's folder.
+    const Result every = run_dsl("run samples/mesh_tiny.net --steps 1 --save-every 1");
+    CHECK(every.exit_code == 2);
+    CHECK(every.err.find("--save") != std::string::npos);
     fs::remove_all(dir);
 }
 
@@ -354,6 +358,106 @@ TEST_CASE("run refuses a checkpoint whose step would count samples beyond 2^63-1
     INFO(r.err);
     CHECK(r.exit_code == 0);
     CHECK(r.out.find("step 1099511627786  loss") != std::string::npos);
+    fs::remove_all(dir);
+}
+
+TEST_CASE("run --save-every: a run killed after a checkpoint resumes from it exactly", "[cli][run]") {
+    const fs::path dir = fs::temp_directory_path() / ("dsl_every_" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    const std::string d = dir.string(), common = "run samples/mesh_tiny.net --batch 2 --seed 3 ";
+    // A long run, killed as a job's time limit would kill it, once it has saved a checkpoint.
+    const std::string cmd = "cd '" + source_dir() + "' && NO_COLOR=1 exec '" + dsl_binary() + "' " + common +
+                            "--steps 100000 --save-every 3 --save " + d + "/ck >" + d + "/out 2>&1";
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+        ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+        ::_exit(127);
+    }
+    REQUIRE(pid > 0);
+    for (int i = 0; i < 6000 && !fs::exists(dir / "ck" / "manifest.json"); ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ::kill(pid, SIGKILL);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    INFO(read(dir / "out"));
+    REQUIRE(WIFSIGNALED(status));
+    std::string error;
+    const auto saved = dsl::backend::load_checkpoint(d + "/ck", error);
+    INFO(error);
+    REQUIRE(saved);
+    const std::int64_t step = saved->meta["step"].get<std::int64_t>();
+    CHECK(step >= 3);
+    CHECK(step % 3 == 0);
+
+    // The same run uninterrupted, and the killed one resumed (saving over the checkpoint it loaded).
+    const std::string steps = std::to_string(step + 3);
+    Result r = run_dsl(common + "--steps " + steps + " --log " + d + "/whole.jsonl --save " + d + "/whole");
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    r = run_dsl(common + "--steps 3 --save-every 3 --load " + d + "/ck --log " + d + "/rest.jsonl --save " + d + "/ck");
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.out.find("saved checkpoint to " + d + "/ck at step " + steps) != std::string::npos);
+    const auto whole = logged_losses(dir / "whole.jsonl"), rest = logged_losses(dir / "rest.jsonl");
+    REQUIRE(rest.size() == 3);
+    REQUIRE(whole.size() == static_cast<std::size_t>(step + 3));
+    for (std::size_t i = 0; i < 3; ++i) CHECK(rest[i] == whole[static_cast<std::size_t>(step) + i]);
+    const auto expected = dsl::backend::load_checkpoint(d + "/whole", error),
+               got = dsl::backend::load_checkpoint(d + "/ck", error);
+    REQUIRE(expected);
+    REQUIRE(got);
+    CHECK(got->meta == expected->meta);
+    REQUIRE(got->tensors.size() == expected->tensors.size());
+    for (const auto& t : expected->tensors) {
+        INFO(t.name);
+        REQUIRE(got->find(t.name));
+        CHECK(got->find(t.name)->data == t.data);
+    }
+    // Whatever the killed save left beside the checkpoint is gone.
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    CHECK(names == std::vector<std::string>{"ck", "out", "rest.jsonl", "whole", "whole.jsonl"});
+    fs::remove_all(dir);
+}
+
+TEST_CASE("run --save-every on several processes resumes exactly", "[cli][run][mpi]") {
+    const fs::path dir = fs::temp_directory_path() / ("dsl_every_mpi_" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    const std::string d = dir.string(),
+                      common = "run samples/mesh_tiny.net samples/mesh_tiny_spatial_h_2.sched --batch 2 --seed 3 ";
+    Result r = run_dsl(common + "--steps 6 --save-every 3 --save " + d + "/whole --log " + d + "/whole.jsonl");
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    for (const char* step : {"3", "6"}) {
+        const std::string line = "saved checkpoint to " + d + "/whole at step " + step + "\n";
+        const auto at = r.out.find(line);
+        CHECK(at != std::string::npos);
+        CHECK(r.out.find(line, at + 1) == std::string::npos);
+    }
+    r = run_dsl(common + "--steps 3 --save-every 3 --save " + d + "/ck");
+    REQUIRE(r.exit_code == 0);
+    r = run_dsl(common + "--steps 3 --save-every 2 --load " + d + "/ck --save " + d + "/ck --log " + d + "/rest.jsonl");
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.out.find("at step 4\n") != std::string::npos);  // every 2nd step, counted from the first
+    const auto whole = logged_losses(dir / "whole.jsonl"), rest = logged_losses(dir / "rest.jsonl");
+    REQUIRE(whole.size() == 6);
+    REQUIRE(rest.size() == 3);
+    for (std::size_t i = 0; i < 3; ++i) CHECK(rest[i] == whole[3 + i]);
+    std::string error;
+    const auto expected = dsl::backend::load_checkpoint(d + "/whole", error),
+               got = dsl::backend::load_checkpoint(d + "/ck", error);
+    REQUIRE(expected);
+    REQUIRE(got);
+    CHECK(got->meta["step"] == 6);
+    for (const auto& t : expected->tensors) {
+        INFO(t.name);
+        REQUIRE(got->find(t.name));
+        CHECK(got->find(t.name)->data == t.data);
+    }
     fs::remove_all(dir);
 }
 
