@@ -65,9 +65,9 @@ std::string output_problem(const RunOptions& o) {
     if (!o.save.empty() && !backend::can_save_checkpoint(o.save, why))
         return fmt::format("cannot save to '{}': {}", o.save, why);
     if (o.log.empty()) return {};
-    std::error_code ec;
-    if (!o.save.empty() &&
-        fs::weakly_canonical(fs::absolute(o.log), ec).parent_path() == fs::weakly_canonical(fs::absolute(o.save), ec))
+    std::error_code log_ec, save_ec;
+    const fs::path log_folder = fs::weakly_canonical(fs::absolute(o.log), log_ec).parent_path();
+    if (!o.save.empty() && !log_ec && log_folder == fs::weakly_canonical(fs::absolute(o.save), save_ec) && !save_ec)
         return fmt::format("--log '{}' is in the --save folder, which holds the checkpoint alone", o.log);
     if (!safe_to_write_log(o.log))
         return fmt::format("--log '{}' exists and is not a dsl log; it is left as it is", o.log);

@@ -375,7 +375,7 @@ TEST_CASE("run --save-every: a run killed after a checkpoint resumes from it exa
         ::_exit(127);
     }
     REQUIRE(pid > 0);
-    for (int i = 0; i < 6000 && !fs::exists(dir / "ck" / "manifest.json"); ++i)
+    for (int i = 0; i < 24000 && !fs::exists(dir / "ck" / "manifest.json"); ++i)  // 2 minutes at most
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
     ::kill(pid, SIGKILL);
     int status = 0;
