@@ -364,6 +364,10 @@ int run_calibrate(CalibrateOptions o) {
         std::cerr << "error: cannot calibrate a GPU (--device gpu): " << no_gpu << "\n";
         return user_error;
     }
+    if (const std::string why = unwritable(o.output); !why.empty()) {  // before anything is measured
+        std::cerr << "error: -o: " << why << "\n";
+        return user_error;
+    }
     // Processors: this machine's cores, or its GPUs.
     const unsigned cores =
         o.gpu() ? static_cast<unsigned>(backend::gpu_devices()) : std::max(1u, std::thread::hardware_concurrency());

@@ -23,6 +23,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <thread>
 
@@ -32,7 +33,7 @@ namespace {
 
 struct RunOptions {
     std::string net, sched;
-    std::int64_t steps = 10;
+    std::int64_t steps = 10, save_every = 0;
     std::optional<std::int64_t> batch, procs;
     std::optional<double> lr, momentum, weight_decay;
     std::uint64_t seed = 0;
@@ -54,6 +55,25 @@ bool safe_to_write_log(const std::string& path) {
     if (!std::getline(in, first) || first.empty()) return true;
     const auto j = nlohmann::json::parse(first, nullptr, false);
     return j.is_object() && j.contains("step") && j.contains("loss");
+}
+
+// Why the run could not write an output it names (--save, --log), or empty: checked before anything is set
+// up, so that no run trains only to find at its end that it cannot save.
+std::string output_problem(const RunOptions& o) {
+    namespace fs = std::filesystem;
+    std::string why;
+    if (!o.save.empty() && !backend::can_save_checkpoint(o.save, why))
+        return fmt::format("cannot save to '{}': {}", o.save, why);
+    if (o.log.empty()) return {};
+    std::error_code log_ec, save_ec;
+    const fs::path log_folder = fs::weakly_canonical(fs::absolute(o.log), log_ec).parent_path();
+    if (!o.save.empty() && !log_ec && log_folder == fs::weakly_canonical(fs::absolute(o.save), save_ec) && !save_ec)
+        return fmt::format("--log '{}' is in the --save folder, which holds the checkpoint alone", o.log);
+    if (!safe_to_write_log(o.log))
+        return fmt::format("--log '{}' exists and is not a dsl log; it is left as it is", o.log);
+    if (!std::ofstream(o.log, std::ios::app))
+        return fmt::format("cannot write --log '{}': {}", o.log, std::strerror(errno));
+    return {};
 }
 
 // What the schedule leaves open that a run needs, or empty. `procs` may come from --procs.
@@ -363,7 +383,9 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
 
     // Every check before the first step runs on every process alike (the same files, the same answer), so
     // they all stop together; where one could differ (a file that one process cannot read), they agree first.
-    std::string error;
+    // The outputs come first: the first process writes them.
+    std::string error = comm.rank() == 0 ? output_problem(o) : "";
+    if (!agree(comm, error.empty(), "error: " + error + "\n")) return user_error;
     auto data = backend::make_data_source(net, o.seed, o.inputs, o.labels, error);
     if (!data) {
         io.err() << "error: " << error << "\n";
@@ -383,18 +405,32 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
         loaded = checkpoint && backend::restore(*trainer, *checkpoint, first_step, error);
     }
     if (!agree(comm, loaded, fmt::format("error: cannot resume from '{}': {}\n", o.load, error))) return user_error;
+    // Step k trains on samples k·N to k·N+N-1: the last of them must be a count.
+    constexpr std::int64_t most = std::numeric_limits<std::int64_t>::max();
+    if (first_step > most - o.steps || first_step + o.steps > most / cfg.batch) {
+        io.err() << fmt::format("error: {}{} steps of {} samples would number the samples beyond 2^63-1\n",
+                                o.load.empty() ? "" : fmt::format("'{}' is at step {}: ", o.load, first_step), o.steps,
+                                cfg.batch);
+        return user_error;
+    }
 
     std::unique_ptr<std::ofstream> log;
     if (!o.log.empty() && io.on) {
-        if (!safe_to_write_log(o.log)) {
-            std::cerr << fmt::format("error: --log '{}' exists and is not a dsl log; it is left as it is\n", o.log);
-            log = nullptr;
-        } else {
-            log = std::make_unique<std::ofstream>(o.log, std::ios::trunc);
-            if (!*log) std::cerr << fmt::format("error: cannot write --log '{}'\n", o.log);
-        }
+        log = std::make_unique<std::ofstream>(o.log, std::ios::trunc);
+        if (!*log) std::cerr << fmt::format("error: cannot write --log '{}': {}\n", o.log, std::strerror(errno));
     }
     if (!comm.all(o.log.empty() || !io.on || (log && *log))) return user_error;
+    // Parameters are the same on every process: the first writes them.
+    auto save = [&](std::int64_t steps_done) {
+        bool saved = true;
+        if (comm.rank() == 0) {
+            saved = backend::save(*trainer, o.save, steps_done, o.seed, o.net, error);
+            if (!saved) std::cerr << fmt::format("error: cannot save to '{}': {}\n", o.save, error);
+        }
+        saved = comm.all(saved);
+        if (saved) io.out() << fmt::format("saved checkpoint to {} at step {}\n", o.save, steps_done);
+        return saved;
+    };
 
     io.out() << fmt::format("training {} on {} process{}: batch {}, lr {}, momentum {}, weight decay {}, seed {}\n",
                             o.net, comm.size(), comm.size() == 1 ? "" : "es", cfg.batch, cfg.lr, cfg.momentum,
@@ -458,6 +494,9 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
                         .dump()
                  << "\n"
                  << std::flush;
+        // --save-every: a checkpoint at every K-th step (counted from the first, so across resumptions); the
+        // last step's is the one at the end.
+        if (o.save_every > 0 && (step + 1) % o.save_every == 0 && done < o.steps && !save(step + 1)) return user_error;
     }
     if (progress) std::cerr << "\r" << std::string(40, ' ') << "\r";
     const double total = std::chrono::duration<double>(clock::now() - start).count();
@@ -471,16 +510,7 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
 
     if (o.profile) print_profile(net, comm, profiled, profiled_update, profiled_update_wait, profiled_steps, io);
 
-    if (!o.save.empty()) {
-        // Parameters are the same on every process: the first writes them.
-        bool saved = true;
-        if (comm.rank() == 0) {
-            saved = backend::save(*trainer, o.save, first_step + o.steps, o.seed, o.net, error);
-            if (!saved) std::cerr << fmt::format("error: cannot save to '{}': {}\n", o.save, error);
-        }
-        if (!comm.all(saved)) return user_error;
-        io.out() << fmt::format("saved checkpoint to {}\n", o.save);
-    }
+    if (!o.save.empty() && !save(first_step + o.steps)) return user_error;
     return ok;
 }
 }  // namespace
@@ -498,7 +528,12 @@ void setup_run(CLI::App& app, Action& action) {
     run->add_option("--weight-decay", o->weight_decay, "Weight decay (default: the network's, else 0)");
     run->add_option("--seed", o->seed, "Seed for initialization and synthetic data (default 0)");
     run->add_option("--log", o->log, "Write one JSON object per step to this file");
-    run->add_option("--save", o->save, "Write a checkpoint to this folder at the end");
+    CLI::Option* save = run->add_option("--save", o->save, "Write a checkpoint to this folder at the end");
+    run->add_option("--save-every", o->save_every,
+                    "With --save: a checkpoint every K steps as well, each replacing the last, so that a killed run "
+                    "resumes from there (--load)")
+        ->check(CLI::PositiveNumber)
+        ->needs(save);
     run->add_option("--load", o->load, "Resume from the checkpoint in this folder");
     run->add_option("--inputs", o->inputs, "Inputs from a .npy file [S, C, H, W] (default: synthetic data)");
     run->add_option("--labels", o->labels, "Labels from a .npy file [S] or [S, H, W] (with --inputs)");

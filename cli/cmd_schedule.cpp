@@ -54,6 +54,10 @@ int run_schedule(const ScheduleOptions& o) {
             o.output);
         return user_error;
     }
+    if (const std::string bad = o.output.empty() || o.output == "-" ? "" : unwritable(o.output); !bad.empty()) {
+        std::cerr << "error: -o: " << bad << "\n";
+        return user_error;
+    }
 
     const auto t0 = std::chrono::steady_clock::now();
     scheduler::Model model(net, platform.platform, procs, batch);

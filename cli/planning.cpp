@@ -4,7 +4,10 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -100,6 +103,18 @@ bool replace_file(const std::string& path, const std::string& text, std::string&
     std::filesystem::rename(temp, path, ec);
     if (ec) why = fmt::format("cannot write '{}': {}", path, ec.message());
     return !ec;
+}
+
+std::string unwritable(const std::string& path) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (fs::is_directory(path, ec)) return fmt::format("'{}' is a folder", path);
+    const fs::path parent = fs::path(path).has_parent_path() ? fs::path(path).parent_path() : fs::path(".");
+    if (!fs::is_directory(parent, ec))
+        return fmt::format("cannot write '{}': '{}' is not a folder", path, parent.string());
+    if (::access(parent.c_str(), W_OK | X_OK) != 0)
+        return fmt::format("cannot write '{}': {}", path, std::strerror(errno));
+    return {};
 }
 
 bool has_open_fields(const frontend::Network& net, const std::optional<scheduler::Schedule>& s) {

@@ -66,6 +66,10 @@ std::string batch_problem(const frontend::Network& net, const scheduler::Schedul
 // whole. False with `why` when it cannot.
 bool replace_file(const std::string& path, const std::string& text, std::string& why);
 
+// Why replace_file could not write `path` (a folder, a folder that does not exist or that this process may not
+// write in), or empty: checked before the work whose result it is to hold.
+std::string unwritable(const std::string& path);
+
 // Whether any field a run needs is open (or the schedule is absent).
 bool has_open_fields(const frontend::Network& net, const std::optional<scheduler::Schedule>& s);
 

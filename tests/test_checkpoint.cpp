@@ -471,22 +471,134 @@ TEST_CASE("checkpoint: what is not a checkpoint is never overwritten", "[checkpo
     CHECK_FALSE(fs::exists(dir.path / "x"));
 }
 
+namespace {
+
+// What a save killed while writing leaves: its temporary folder, marked with the process's number first.
+void killed_save(const fs::path& folder, const std::string& pid) {
+    fs::create_directory(folder);
+    write_bytes((folder / ".dsl-partial").string(), "a dsl checkpoint being written by process " + pid + "\n");
+    write_bytes((folder / "half.npy").string(), "\x93NUMPY partial");
+}
+
+}  // namespace
+
 TEST_CASE("checkpoint: temporary folders of a killed run do not break a later save", "[checkpoint]") {
     TempDir dir;
     std::string error;
-    // One of this process (a run killed with the same pid), one of a process that no longer exists.
-    const fs::path mine = dir.path / (".ckpt.tmp-" + std::to_string(::getpid()));
-    const fs::path dead = dir.path / ".ckpt.tmp-999999999";
-    for (const auto& p : {mine, dead}) {
-        fs::create_directory(p);
-        write_bytes((p / "half.npy").string(), "\x93NUMPY partial");
-    }
+    // One of this process (a run killed with the same pid), one of a process that no longer exists, and the
+    // old checkpoint a killed save had moved aside.
+    const std::string pid = std::to_string(::getpid());
+    killed_save(dir.path / (".ckpt.tmp-" + pid), pid);
+    killed_save(dir.path / ".ckpt.tmp-999999999", "999999999");
+    killed_save(dir.path / ".ckpt.old-999999999", "999999999");
     REQUIRE(save_checkpoint(dir / "ckpt", sample_tensors(2.0f), {{"step", 3}}, error));
     CHECK(siblings(dir.path) == std::vector<std::string>{"ckpt"});
     auto loaded = load_checkpoint(dir / "ckpt", error);
     REQUIRE(loaded);
     CHECK(loaded->tensors.size() == 4);
-    CHECK(siblings(dir.path / "ckpt").size() == 5);
+    CHECK(siblings(dir.path / "ckpt").size() == 5);  // no mark left in the checkpoint
+}
+
+TEST_CASE("checkpoint: a folder named like a temporary one is removed only if dsl marked it", "[checkpoint]") {
+    TempDir dir;
+    std::string error;
+    // The user's folders: no mark, another process's mark, dsl's mark but a file of the user's in it, and a
+    // link to a folder of the user's.
+    fs::create_directory(dir.path / ".ckpt.tmp-999999");
+    write_bytes(dir / ".ckpt.tmp-999999/mine.txt", "mine");
+    fs::create_directory(dir.path / ".ckpt.old-999999998");
+    write_bytes(dir / ".ckpt.old-999999998/w.npy", "mine too");
+    killed_save(dir.path / ".ckpt.tmp-999999997", "999999996");
+    killed_save(dir.path / ".ckpt.tmp-999999995", "999999995");
+    write_bytes(dir / ".ckpt.tmp-999999995/notes.txt", "mine as well");
+    killed_save(dir.path / "target", "999999994");
+    fs::create_directory_symlink(dir.path / "target", dir.path / ".ckpt.old-999999994");
+    REQUIRE(save_checkpoint(dir / "ckpt", sample_tensors(2.0f), {{"step", 3}}, error));
+    CHECK(siblings(dir.path) == std::vector<std::string>{".ckpt.old-999999994", ".ckpt.old-999999998",
+                                                         ".ckpt.tmp-999999", ".ckpt.tmp-999999995",
+                                                         ".ckpt.tmp-999999997", "ckpt", "target"});
+    CHECK(read_bytes(dir / ".ckpt.tmp-999999/mine.txt") == "mine");
+    CHECK(read_bytes(dir / ".ckpt.old-999999998/w.npy") == "mine too");
+    CHECK(read_bytes(dir / ".ckpt.tmp-999999995/notes.txt") == "mine as well");
+    CHECK(siblings(dir.path / "target").size() == 2);
+
+    // A folder of this process's name that is not its own is in the way: the save says so before it starts.
+    const fs::path mine = dir.path / (".ckpt.tmp-" + std::to_string(::getpid()));
+    fs::create_directory(mine);
+    write_bytes((mine / "mine.txt").string(), "mine");
+    CHECK_FALSE(can_save_checkpoint(dir / "ckpt", error));
+    CHECK_THAT(error, Catch::Contains("in the way"));
+    CHECK_FALSE(save_checkpoint(dir / "ckpt", sample_tensors(3.0f), {{"step", 4}}, error));
+    CHECK(read_bytes((mine / "mine.txt").string()) == "mine");
+    CHECK(load_checkpoint(dir / "ckpt", error)->meta["step"] == 3);
+}
+
+TEST_CASE("checkpoint: a folder is replaced only if it passes the test of a load", "[checkpoint]") {
+    TempDir dir;
+    std::string error;
+    const auto ts = sample_tensors(0.0f);
+    const std::string manifest =
+        R"({"format": "dsl-checkpoint", "version": 1, "tensors": [{"name": "x", "file": "FILE", "shape": [SHAPE]}]})";
+    auto forged = [&](const std::string& name, const std::string& file, const std::string& shape) {
+        fs::create_directory(dir.path / name);
+        std::string m = manifest;
+        m.replace(m.find("FILE"), 4, file);
+        m.replace(m.find("SHAPE"), 5, shape);
+        write_bytes(dir / (name + "/manifest.json"), m);
+    };
+    const float four[4] = {1, 2, 3, 4};
+    // A forged manifest listing a file of the user's.
+    forged("csv", "data.csv", "1");
+    write_bytes(dir / "csv/data.csv", "a,b\n1,2\n");
+    // Listing a .npy file that is not one, one of another shape, one of another type, one that is missing.
+    forged("text", "data.npy", "1");
+    write_bytes(dir / "text/data.npy", "not numpy");
+    forged("shape", "w.npy", "2");
+    REQUIRE(write_npy(dir / "shape/w.npy", {4}, four, error));
+    forged("type", "i.npy", "4");
+    const std::int32_t ints[4] = {1, 2, 3, 4};
+    REQUIRE(write_npy(dir / "type/i.npy", {4}, ints, error));
+    forged("missing", "gone.npy", "4");
+    write_bytes(dir / "missing/keep.txt", "mine");
+    for (const std::string name : {"csv", "text", "shape", "type", "missing"}) {
+        INFO(name);
+        const auto before = siblings(dir.path / name);
+        CHECK_FALSE(can_save_checkpoint(dir / name, error));
+        CHECK_FALSE(save_checkpoint(dir / name, ts, {}, error));
+        CHECK_THAT(error, Catch::Contains("not a dsl checkpoint"));
+        CHECK(siblings(dir.path / name) == before);
+        // load_checkpoint refuses it too, for the same reason.
+        std::string load_error;
+        CHECK_FALSE(load_checkpoint(dir / name, load_error));
+        CHECK_THAT(error, Catch::Contains(load_error));
+    }
+    CHECK(read_bytes(dir / "csv/data.csv") == "a,b\n1,2\n");
+    // The same folder with a true .npy of the listed shape is a checkpoint and may be replaced.
+    forged("good", "w.npy", "4");
+    REQUIRE(write_npy(dir / "good/w.npy", {4}, four, error));
+    CHECK(can_save_checkpoint(dir / "good", error));
+    CHECK(save_checkpoint(dir / "good", ts, {}, error));
+}
+
+TEST_CASE("checkpoint: a save that cannot be made is known before the work", "[checkpoint]") {
+    TempDir dir;
+    std::string error;
+    write_bytes(dir / "file", "a file of the user's");
+    CHECK_FALSE(can_save_checkpoint(dir / "file/ckpt", error));
+    CHECK_THAT(error, Catch::Contains("is not a folder"));
+    CHECK_FALSE(can_save_checkpoint(dir / "file", error));
+    CHECK_THAT(error, Catch::Contains("exists and is not a folder"));
+    CHECK_FALSE(can_save_checkpoint(dir / "file/a/b/ckpt", error));
+    // Folders yet to be made are fine, and the check makes none.
+    CHECK(can_save_checkpoint(dir / "a/b/ckpt", error));
+    CHECK(siblings(dir.path) == std::vector<std::string>{"file"});
+    if (::geteuid() != 0) {  // root writes anywhere
+        fs::create_directory(dir.path / "locked");
+        fs::permissions(dir.path / "locked", fs::perms::owner_read | fs::perms::owner_exec);
+        CHECK_FALSE(can_save_checkpoint(dir / "locked/ckpt", error));
+        CHECK_THAT(error, Catch::Contains("cannot write in"));
+        fs::permissions(dir.path / "locked", fs::perms::owner_all);
+    }
 }
 
 TEST_CASE("checkpoint: loading reports what is wrong", "[checkpoint]") {

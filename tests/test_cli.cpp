@@ -1,12 +1,18 @@
 // The `dsl` command end to end: check's table and JSON, print's round trip, the planned verbs, help.
 #include "run_dsl.hpp"
 
+#include <dsl/backend/checkpoint.hpp>
 #include <dsl/backend/gpu.hpp>
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <csignal>
+#include <limits>
+#include <thread>
 #include <vector>
 
 TEST_CASE("check prints every layer with its shape, and totals", "[cli]") {
@@ -281,6 +287,215 @@ TEST_CASE("run trains several losses, logging each by name beside their sum", "[
     REQUIRE(one.exit_code == 0);
     CHECK(one.out.find(" (loss ") == std::string::npos);
     CHECK(nlohmann::json::parse(read(dir / "one.jsonl"))["losses"].count("loss") == 1);
+    fs::remove_all(dir);
+}
+
+TEST_CASE("run refuses an output it could not write before anything is trained", "[cli][run]") {
+    const fs::path dir = fs::temp_directory_path() / ("dsl_outputs_" + std::to_string(::getpid()));
+    fs::create_directories(dir / "mine");
+    std::ofstream(dir / "mine" / "notes.txt") << "my notes\n";
+    std::ofstream(dir / "notes.txt") << "my notes\n";
+    std::ofstream(dir / "file") << "a file\n";
+    const std::string d = dir.string();
+    for (const std::string& args : {"--save " + d + "/mine", "--save " + d + "/file/ckpt", "--log " + d + "/notes.txt",
+                                    "--log " + d + "/file/log.jsonl", "--log " + d + "/nowhere/log.jsonl",
+                                    "--save " + d + "/ckpt --log " + d + "/ckpt/log.jsonl",
+                                    "samples/mesh_tiny_sample_2.sched --save " + d + "/mine"}) {
+        const Result r = run_dsl("run samples/mesh_tiny.net --steps 1 " + args);
+        INFO(args << "\n" << r.out << r.err);
+        CHECK(r.exit_code == 1);
+        CHECK(r.err.rfind("error: ", 0) == 0);
+        CHECK(r.err.find("error:", 1) == std::string::npos);  // once, with two processes too
+        CHECK(r.out.find("training") == std::string::npos);
+    }
+    CHECK(read(dir / "mine" / "notes.txt") == "my notes\n");
+    CHECK(read(dir / "notes.txt") == "my notes\n");
+    CHECK_FALSE(fs::exists(dir / "ckpt"));
+    // Before the setup, too: the log is refused before a checkpoint is looked for.
+    const Result early =
+        run_dsl("run samples/mesh_tiny.net --steps 1 --load " + d + "/nowhere --log " + d + "/notes.txt");
+    CHECK(early.exit_code == 1);
+    CHECK(early.err.find("--log") != std::string::npos);
+    // --save-every saves into --save's folder.
+    const Result every = run_dsl("run samples/mesh_tiny.net --steps 1 --save-every 1");
+    CHECK(every.exit_code == 2);
+    CHECK(every.err.find("--save") != std::string::npos);
+    fs::remove_all(dir);
+}
+
+TEST_CASE("schedule and calibrate refuse an -o they could not write before they search or measure", "[cli]") {
+    const fs::path dir = fs::temp_directory_path() / ("dsl_o_" + std::to_string(::getpid()));
+    fs::create_directories(dir / "folder");
+    std::ofstream(dir / "file") << "a file\n";
+    for (const std::string o : {"nowhere/x", "file/x", "folder"}) {
+        const std::string path = (dir / o).string();
+        const Result s = run_dsl("schedule samples/mesh_tiny.net --procs 2 -o " + path);
+        INFO(o << "\n" << s.err);
+        CHECK(s.exit_code == 1);
+        CHECK(s.err.find("error: -o") != std::string::npos);
+        CHECK(s.err.find("searched") == std::string::npos);
+        const Result c = run_dsl("calibrate samples/mesh_tiny.net --procs 1 -o " + path);
+        INFO(c.err);
+        CHECK(c.exit_code == 1);
+        CHECK(c.err.find("error: -o") != std::string::npos);
+        CHECK(c.err.find("timing") == std::string::npos);
+    }
+    CHECK(read(dir / "file") == "a file\n");
+    fs::remove_all(dir);
+}
+
+TEST_CASE("run --save never removes a folder of the user's, whatever its name or manifest", "[cli][run]") {
+    const fs::path dir = fs::temp_directory_path() / ("dsl_mine_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    // Named like the temporary folders of a save by a process that is gone.
+    for (const char* name : {".ck.tmp-999999", ".ck.old-999999"}) {
+        fs::create_directories(dir / name);
+        std::ofstream(dir / name / "mine.txt") << "mine\n";
+    }
+    Result r = run_dsl("run samples/mesh_tiny.net --steps 1 --save " + (dir / "ck").string());
+    INFO(r.err);
+    CHECK(r.exit_code == 0);
+    CHECK(read(dir / ".ck.tmp-999999" / "mine.txt") == "mine\n");
+    CHECK(read(dir / ".ck.old-999999" / "mine.txt") == "mine\n");
+    // A manifest of dsl's format that lists a file of the user's.
+    fs::create_directories(dir / "forged");
+    std::ofstream(dir / "forged" / "manifest.json")
+        << R"({"format": "dsl-checkpoint", "version": 1, "tensors": [{"name": "x", "file": "data.csv", "shape": [1]}]})";
+    std::ofstream(dir / "forged" / "data.csv") << "a,b\n";
+    r = run_dsl("run samples/mesh_tiny.net --steps 1 --save " + (dir / "forged").string());
+    CHECK(r.exit_code == 1);
+    CHECK(r.err.find("not a dsl checkpoint") != std::string::npos);
+    CHECK(r.out.find("step") == std::string::npos);
+    CHECK(read(dir / "forged" / "data.csv") == "a,b\n");
+    fs::remove_all(dir);
+}
+
+TEST_CASE("run refuses a checkpoint whose step would count samples beyond 2^63-1", "[cli][run]") {
+    const fs::path dir = fs::temp_directory_path() / ("dsl_step_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    const std::string ck = (dir / "ck").string();
+    REQUIRE(run_dsl("run samples/mesh_tiny.net --steps 1 --batch 4 --save " + ck).exit_code == 0);
+    const auto manifest = nlohmann::json::parse(read(dir / "ck" / "manifest.json"));
+    auto with_step = [&](const nlohmann::json& step) {
+        auto m = manifest;
+        m["meta"]["step"] = step;
+        std::ofstream(dir / "ck" / "manifest.json", std::ios::trunc) << m.dump();
+        return run_dsl("run samples/mesh_tiny.net --steps 10 --batch 4 --load " + ck);
+    };
+    for (const nlohmann::json& step : {nlohmann::json(std::numeric_limits<std::int64_t>::max()),
+                                       nlohmann::json(std::int64_t{1} << 61), nlohmann::json(std::uint64_t{1} << 63),
+                                       nlohmann::json(std::numeric_limits<std::uint64_t>::max()), nlohmann::json(-1)}) {
+        const Result r = with_step(step);
+        INFO(step.dump() << "\n" << r.err);
+        CHECK(r.exit_code == 1);
+        CHECK(r.err.find(step.get<std::int64_t>() >= 0 ? "beyond 2^63-1" : "no step") != std::string::npos);
+        CHECK(r.out.find("step ") == std::string::npos);
+    }
+    // A large step that fits trains on.
+    const Result r = with_step(std::int64_t{1} << 40);
+    INFO(r.err);
+    CHECK(r.exit_code == 0);
+    CHECK(r.out.find("step 1099511627786  loss") != std::string::npos);
+    fs::remove_all(dir);
+}
+
+TEST_CASE("run --save-every: a run killed after a checkpoint resumes from it exactly", "[cli][run]") {
+    const fs::path dir = fs::temp_directory_path() / ("dsl_every_" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    const std::string d = dir.string(), common = "run samples/mesh_tiny.net --batch 2 --seed 3 ";
+    // A long run, killed as a job's time limit would kill it, once it has saved a checkpoint.
+    const std::string cmd = "cd '" + source_dir() + "' && NO_COLOR=1 exec '" + dsl_binary() + "' " + common +
+                            "--steps 100000 --save-every 3 --save " + d + "/ck >" + d + "/out 2>&1";
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+        ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+        ::_exit(127);
+    }
+    REQUIRE(pid > 0);
+    for (int i = 0; i < 24000 && !fs::exists(dir / "ck" / "manifest.json"); ++i)  // 2 minutes at most
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ::kill(pid, SIGKILL);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    INFO(read(dir / "out"));
+    REQUIRE(WIFSIGNALED(status));
+    std::string error;
+    const auto saved = dsl::backend::load_checkpoint(d + "/ck", error);
+    INFO(error);
+    REQUIRE(saved);
+    const std::int64_t step = saved->meta["step"].get<std::int64_t>();
+    CHECK(step >= 3);
+    CHECK(step % 3 == 0);
+
+    // The same run uninterrupted, and the killed one resumed (saving over the checkpoint it loaded).
+    const std::string steps = std::to_string(step + 3);
+    Result r = run_dsl(common + "--steps " + steps + " --log " + d + "/whole.jsonl --save " + d + "/whole");
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    r = run_dsl(common + "--steps 3 --save-every 3 --load " + d + "/ck --log " + d + "/rest.jsonl --save " + d + "/ck");
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.out.find("saved checkpoint to " + d + "/ck at step " + steps) != std::string::npos);
+    const auto whole = logged_losses(dir / "whole.jsonl"), rest = logged_losses(dir / "rest.jsonl");
+    REQUIRE(rest.size() == 3);
+    REQUIRE(whole.size() == static_cast<std::size_t>(step + 3));
+    for (std::size_t i = 0; i < 3; ++i) CHECK(rest[i] == whole[static_cast<std::size_t>(step) + i]);
+    const auto expected = dsl::backend::load_checkpoint(d + "/whole", error),
+               got = dsl::backend::load_checkpoint(d + "/ck", error);
+    REQUIRE(expected);
+    REQUIRE(got);
+    CHECK(got->meta == expected->meta);
+    REQUIRE(got->tensors.size() == expected->tensors.size());
+    for (const auto& t : expected->tensors) {
+        INFO(t.name);
+        REQUIRE(got->find(t.name));
+        CHECK(got->find(t.name)->data == t.data);
+    }
+    // Whatever the killed save left beside the checkpoint is gone.
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    CHECK(names == std::vector<std::string>{"ck", "out", "rest.jsonl", "whole", "whole.jsonl"});
+    fs::remove_all(dir);
+}
+
+TEST_CASE("run --save-every on several processes resumes exactly", "[cli][run][mpi]") {
+    const fs::path dir = fs::temp_directory_path() / ("dsl_every_mpi_" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    const std::string d = dir.string(),
+                      common = "run samples/mesh_tiny.net samples/mesh_tiny_spatial_h_2.sched --batch 2 --seed 3 ";
+    Result r = run_dsl(common + "--steps 6 --save-every 3 --save " + d + "/whole --log " + d + "/whole.jsonl");
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    for (const char* step : {"3", "6"}) {
+        const std::string line = "saved checkpoint to " + d + "/whole at step " + step + "\n";
+        const auto at = r.out.find(line);
+        CHECK(at != std::string::npos);
+        CHECK(r.out.find(line, at + 1) == std::string::npos);
+    }
+    r = run_dsl(common + "--steps 3 --save-every 3 --save " + d + "/ck");
+    REQUIRE(r.exit_code == 0);
+    r = run_dsl(common + "--steps 3 --save-every 2 --load " + d + "/ck --save " + d + "/ck --log " + d + "/rest.jsonl");
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.out.find("at step 4\n") != std::string::npos);  // every 2nd step, counted from the first
+    const auto whole = logged_losses(dir / "whole.jsonl"), rest = logged_losses(dir / "rest.jsonl");
+    REQUIRE(whole.size() == 6);
+    REQUIRE(rest.size() == 3);
+    for (std::size_t i = 0; i < 3; ++i) CHECK(rest[i] == whole[3 + i]);
+    std::string error;
+    const auto expected = dsl::backend::load_checkpoint(d + "/whole", error),
+               got = dsl::backend::load_checkpoint(d + "/ck", error);
+    REQUIRE(expected);
+    REQUIRE(got);
+    CHECK(got->meta["step"] == 6);
+    for (const auto& t : expected->tensors) {
+        INFO(t.name);
+        REQUIRE(got->find(t.name));
+        CHECK(got->find(t.name)->data == t.data);
+    }
     fs::remove_all(dir);
 }
 

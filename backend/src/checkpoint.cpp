@@ -12,8 +12,11 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <limits>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -93,14 +96,96 @@ std::optional<nlohmann::json> read_manifest(const fs::path& dir, std::string& er
     return j;
 }
 
-// Whether an existing folder may be replaced: empty, or a checkpoint with nothing in it but the manifest and
-// the files it lists (a file of the user's put inside a checkpoint is not removed silently either).
+std::string dtype_name(NpyType t) { return t == NpyType::f4 ? "float32" : npy_descr(t); }
+
+// A count read from a manifest (a size, a step): an integer in [0, 2^63).
+std::optional<std::int64_t> count_of(const nlohmann::json& j) {
+    if (j.is_number_unsigned()) {
+        const auto v = j.get<std::uint64_t>();
+        if (v <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+            return static_cast<std::int64_t>(v);
+    } else if (j.is_number_integer() && j.get<std::int64_t>() >= 0) {
+        return j.get<std::int64_t>();
+    }
+    return std::nullopt;
+}
+
+// The test a folder passes to be loaded, and to be replaced by a save: a manifest of this format, and every
+// tensor it lists a regular .npy file in the folder, float32, of the listed shape. The tensors' elements are
+// copied when `copy`; `files` gets the file names the manifest lists.
+std::optional<Checkpoint> read_checkpoint(const fs::path& dir, bool copy, std::set<std::string>& files,
+                                          std::string& error) {
+    const auto manifest = read_manifest(dir, error);
+    if (!manifest) return std::nullopt;
+    const std::string where = (dir / "manifest.json").string();
+    Checkpoint ckpt;
+    if (manifest->contains("meta") && (*manifest)["meta"].is_object()) ckpt.meta = (*manifest)["meta"];
+    std::set<std::string> names;
+    std::error_code ec;
+    for (const auto& t : (*manifest)["tensors"]) {
+        if (!t.is_object() || !t.contains("name") || !t["name"].is_string() || !t.contains("file") ||
+            !t["file"].is_string() || !t.contains("shape") || !t["shape"].is_array()) {
+            error = fmt::format("{}: bad manifest: a tensor needs \"name\", \"file\" and \"shape\"", where);
+            return std::nullopt;
+        }
+        CheckpointTensor out;
+        out.name = t["name"].get<std::string>();
+        const std::string file = t["file"].get<std::string>();
+        if (!valid_file(file)) {
+            error = fmt::format("{}: bad manifest: '{}' is not a .npy file in the checkpoint's folder", where, file);
+            return std::nullopt;
+        }
+        if (!names.insert(out.name).second || !files.insert(file).second) {
+            error = fmt::format("{}: bad manifest: tensor '{}' or its file appears twice", where, out.name);
+            return std::nullopt;
+        }
+        for (const auto& d : t["shape"]) {
+            const auto size = count_of(d);
+            if (!size) {
+                error = fmt::format("{}: bad manifest: the shape of '{}' is not a list of sizes", where, out.name);
+                return std::nullopt;
+            }
+            out.shape.push_back(*size);
+        }
+        const fs::path path = dir / file;
+        const auto status = fs::status(path, ec);
+        if (!fs::exists(status)) {
+            error = fmt::format("{}: missing (the manifest lists it for '{}')", path.string(), out.name);
+            return std::nullopt;
+        }
+        if (!fs::is_regular_file(status)) {  // never opened: a FIFO would block
+            error = fmt::format("{}: not a regular file", path.string());
+            return std::nullopt;
+        }
+        auto npy = NpyFile::open(path.string(), error);
+        if (!npy) return std::nullopt;
+        if (npy->dtype() != NpyType::f4) {
+            error = fmt::format("{}: dtype '{}', expected float32", path.string(), dtype_name(npy->dtype()));
+            return std::nullopt;
+        }
+        if (npy->shape() != out.shape) {
+            error = fmt::format("{}: shape mismatch: the manifest says {}, the file holds {}", path.string(),
+                                shape_str(out.shape), shape_str(npy->shape()));
+            return std::nullopt;
+        }
+        if (copy) {
+            out.data.resize(static_cast<std::size_t>(npy->elements()));
+            if (!out.data.empty()) std::memcpy(out.data.data(), npy->data(), out.data.size() * sizeof(float));
+        }
+        ckpt.tensors.push_back(std::move(out));
+    }
+    return ckpt;
+}
+
+// Whether an existing folder may be replaced: empty, or a checkpoint that --load would accept with nothing
+// in it but the manifest and the files it lists (a file of the user's put inside a checkpoint, or listed by
+// a forged manifest, is not removed silently).
 bool replaceable(const fs::path& dir, std::string& error) {
     std::error_code ec;
     if (fs::is_empty(dir, ec)) return true;
     std::string why;
-    const auto manifest = read_manifest(dir, why);
-    if (!manifest) {
+    std::set<std::string> ours;
+    if (!read_checkpoint(dir, false, ours, why)) {
         if (!fs::exists(dir / "manifest.json", ec))
             error = fmt::format(
                 "'{}' exists, is not empty and has no manifest.json: it is not a dsl checkpoint, and it "
@@ -110,12 +195,10 @@ bool replaceable(const fs::path& dir, std::string& error) {
             error = fmt::format("'{}' is not a dsl checkpoint ({}); it is left as it is", dir.string(), why);
         return false;
     }
-    std::set<std::string> ours{"manifest.json"};
-    for (const auto& t : (*manifest)["tensors"])
-        if (t.is_object() && t.contains("file") && t["file"].is_string()) ours.insert(t["file"].get<std::string>());
+    ours.insert("manifest.json");
     for (const auto& e : fs::directory_iterator(dir, ec)) {
         const std::string name = e.path().filename().string();
-        if (!ours.count(name) || !e.is_regular_file()) {
+        if (!ours.count(name) || !e.is_regular_file() || e.is_symlink()) {
             error = fmt::format(
                 "'{}' is a dsl checkpoint but also holds '{}', which is not part of it; it is left "
                 "as it is",
@@ -130,8 +213,38 @@ bool replaceable(const fs::path& dir, std::string& error) {
     return true;
 }
 
-// Temporary folders of earlier saves whose process has died (".NAME.tmp-PID", ".NAME.old-PID"): removed, so
-// that a killed run leaves no lasting debris. Folders of live processes are left to them.
+// The file a save writes first into its temporary folder, and the stale-folder cleanup looks for: it names
+// the process, so that only folders dsl made are ever removed.
+constexpr const char* marker_name = ".dsl-partial";
+
+std::string marker_text(const std::string& pid) {
+    return fmt::format("a dsl checkpoint being written by process {}\n", pid);
+}
+
+bool mark(const fs::path& folder, const std::string& pid, std::string& error) {
+    return write_text(folder / marker_name, marker_text(pid), error);
+}
+
+// Whether `folder` is one that a save of process `pid` made and marked, holding nothing but its marker,
+// .npy files and a manifest (the debris of a killed save, or the old checkpoint it was replacing).
+bool ours_to_remove(const fs::path& folder, const std::string& pid) {
+    std::error_code ec;
+    if (!fs::is_directory(fs::symlink_status(folder, ec))) return false;
+    std::ifstream in(folder / marker_name, std::ios::binary);
+    std::ostringstream text;
+    text << in.rdbuf();
+    if (!in || text.str() != marker_text(pid)) return false;
+    for (const auto& e : fs::directory_iterator(folder, ec)) {
+        const std::string f = e.path().filename().string();
+        if (e.is_symlink() || !e.is_regular_file() || (f != marker_name && f != "manifest.json" && !valid_file(f)))
+            return false;
+    }
+    return !ec;
+}
+
+// Temporary folders of earlier saves whose process has died (".NAME.tmp-PID", ".NAME.old-PID"): removed
+// when that save marked them and they hold only its files, so that a killed run leaves no lasting debris
+// and a folder of the user's with such a name is never touched. Folders of live processes are left to them.
 void remove_stale(const fs::path& parent, const std::string& name) {
     std::error_code ec;
     std::vector<fs::path> stale;
@@ -143,14 +256,13 @@ void remove_stale(const fs::path& parent, const std::string& name) {
             const std::string digits = f.substr(prefix.size());
             if (digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
             const long pid = std::stol(digits);
-            if (pid == static_cast<long>(::getpid()) || (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH))
-                stale.push_back(e.path());
+            const bool dead =
+                pid == static_cast<long>(::getpid()) || (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH);
+            if (dead && ours_to_remove(e.path(), digits)) stale.push_back(e.path());
         }
     }
     for (const auto& p : stale) fs::remove_all(p, ec);
 }
-
-std::string dtype_name(NpyType t) { return t == NpyType::f4 ? "float32" : npy_descr(t); }
 
 }  // namespace
 
@@ -165,15 +277,68 @@ bool is_checkpoint(const std::string& dir) {
     return read_manifest(dir, why).has_value();
 }
 
-bool save_checkpoint(const std::string& dir, const std::vector<CheckpointTensorRef>& tensors,
-                     const nlohmann::json& meta, std::string& error) {
-    fs::path target = fs::path(dir).lexically_normal();
+namespace {
+
+// The folder a save to `dir` writes ("ckpt/" is "ckpt"), and the folder it is written in.
+bool save_target(const std::string& dir, fs::path& target, fs::path& parent, std::string& error) {
+    target = fs::path(dir).lexically_normal();
     if (!target.has_filename()) target = target.parent_path();  // "ckpt/"
     const std::string name = target.filename().string();
     if (name.empty() || name == "." || name == "..") {
         error = fmt::format("'{}' does not name a folder to create", dir);
         return false;
     }
+    parent = target.has_parent_path() ? target.parent_path() : fs::path(".");
+    return true;
+}
+
+fs::path temporary(const fs::path& target, const char* kind) {
+    return target.parent_path() / fmt::format(".{}.{}-{}", target.filename().string(), kind, ::getpid());
+}
+
+}  // namespace
+
+bool can_save_checkpoint(const std::string& dir, std::string& error) {
+    fs::path target, parent;
+    if (!save_target(dir, target, parent, error)) return false;
+    std::error_code ec;
+    const auto status = fs::symlink_status(target, ec);
+    if (fs::exists(status)) {
+        if (fs::is_symlink(status) || !fs::is_directory(status)) {
+            error = fmt::format("'{}' exists and is not a folder; it is left as it is", target.string());
+            return false;
+        }
+        if (!replaceable(target, error)) return false;
+    }
+    // The folders the save would create, up to the first that exists: that one must be a folder we may
+    // write in.
+    fs::path existing = parent;
+    while (!fs::exists(existing, ec) && existing.has_relative_path() && existing.has_parent_path() &&
+           existing.parent_path() != existing)
+        existing = existing.parent_path();
+    if (!fs::exists(existing, ec)) existing = ".";
+    if (!fs::is_directory(existing, ec)) {
+        error = fmt::format("'{}' is not a folder", existing.string());
+        return false;
+    }
+    if (::access(existing.c_str(), W_OK | X_OK) != 0) {
+        error = fmt::format("cannot write in '{}': {}", existing.string(), std::strerror(errno));
+        return false;
+    }
+    // A folder of this process's name for its temporary copy that is not its own debris would block the
+    // save at the end.
+    for (const char* kind : {"tmp", "old"}) {
+        const fs::path tmp = temporary(target, kind);
+        if (fs::exists(fs::symlink_status(tmp, ec)) && !ours_to_remove(tmp, std::to_string(::getpid()))) {
+            error = fmt::format("'{}' is in the way of the save's temporary copy; it is left as it is", tmp.string());
+            return false;
+        }
+    }
+    return true;
+}
+
+bool save_checkpoint(const std::string& dir, const std::vector<CheckpointTensorRef>& tensors,
+                     const nlohmann::json& meta, std::string& error) {
     std::set<std::string> names;
     for (const auto& t : tensors) {
         if (!valid_name(t.name)) {
@@ -193,34 +358,36 @@ bool save_checkpoint(const std::string& dir, const std::vector<CheckpointTensorR
         }
     }
 
-    const fs::path parent = target.has_parent_path() ? target.parent_path() : fs::path(".");
+    fs::path target, parent;
+    if (!save_target(dir, target, parent, error)) return false;
+    const std::string name = target.filename().string();
+    remove_stale(parent, name);
+    if (!can_save_checkpoint(dir, error)) return false;
     std::error_code ec;
     fs::create_directories(parent, ec);
     if (!fs::is_directory(parent, ec)) {
         error = fmt::format("cannot create the folder '{}'", parent.string());
         return false;
     }
-    const auto status = fs::symlink_status(target, ec);
-    const bool exists = fs::exists(status);
-    if (exists) {
-        if (fs::is_symlink(status) || !fs::is_directory(status)) {
-            error = fmt::format("'{}' exists and is not a folder; it is left as it is", target.string());
-            return false;
-        }
-        if (!replaceable(target, error)) return false;
-    }
+    const bool exists = fs::exists(fs::symlink_status(target, ec));
 
-    remove_stale(parent, name);
+    // The temporary folder is marked before anything is written in it, so that, should this process die,
+    // a later save knows it for debris; the mark is taken off just before the folder becomes the checkpoint.
     const std::string pid = std::to_string(::getpid());
-    const fs::path tmp = parent / ("." + name + ".tmp-" + pid);
+    const fs::path tmp = temporary(target, "tmp");
     if (!fs::create_directory(tmp, ec)) {
         error = fmt::format("cannot create '{}': {}", tmp.string(), ec ? ec.message() : "it exists");
         return false;
     }
     auto fail = [&] {
-        fs::remove_all(tmp, ec);
+        std::string ignored;
+        if (mark(tmp, pid, ignored) && ours_to_remove(tmp, pid)) fs::remove_all(tmp, ec);
         return false;
     };
+    if (!mark(tmp, pid, error)) {
+        fs::remove(tmp, ec);
+        return false;
+    }
 
     nlohmann::json list = nlohmann::json::array();
     for (const auto& t : tensors) {
@@ -233,7 +400,20 @@ bool save_checkpoint(const std::string& dir, const std::vector<CheckpointTensorR
                                   {"tensors", std::move(list)},
                                   {"meta", meta.is_null() ? nlohmann::json::object() : meta}};
     if (!write_text(tmp / "manifest.json", manifest.dump(2) + "\n", error)) return fail();
-    fsync_path(tmp);
+    // The old checkpoint, once out of the way, is marked in its turn and removed.
+    auto drop = [&](const fs::path& old) {
+        std::string ignored;
+        if (mark(old, pid, ignored) && ours_to_remove(old, pid)) fs::remove_all(old, ec);
+    };
+    auto unmark = [&](const fs::path& folder) {
+        if (!fs::remove(folder / marker_name, ec)) {
+            error = fmt::format("cannot write in '{}': {}", folder.string(), ec.message());
+            return false;
+        }
+        fsync_path(folder);
+        return true;
+    };
+    if (!unmark(tmp)) return fail();
 
     if (!exists) {
         // Fails rather than replace a non-empty folder that appeared meanwhile.
@@ -242,11 +422,11 @@ bool save_checkpoint(const std::string& dir, const std::vector<CheckpointTensorR
             return fail();
         }
     } else if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0) {
-        fs::remove_all(tmp, ec);  // now the old checkpoint
+        drop(tmp);  // now the old checkpoint
     } else {
         // No atomic exchange on this file system: move the old one aside, the new one in, then drop the old.
-        const fs::path old = parent / ("." + name + ".old-" + pid);
-        fs::remove_all(old, ec);
+        // (A folder in the way of `old` that is not empty makes the first rename fail.)
+        const fs::path old = temporary(target, "old");
         if (::rename(target.c_str(), old.c_str()) != 0) {
             error = fmt::format("cannot move '{}' aside: {}", target.string(), std::strerror(errno));
             return fail();
@@ -256,7 +436,7 @@ bool save_checkpoint(const std::string& dir, const std::vector<CheckpointTensorR
             ::rename(old.c_str(), target.c_str());
             return fail();
         }
-        fs::remove_all(old, ec);
+        drop(old);
     }
     fsync_path(parent);
     return true;
@@ -276,57 +456,8 @@ std::optional<Checkpoint> load_checkpoint(const std::string& dir, std::string& e
         error = fmt::format("'{}' is not a folder", dir);
         return std::nullopt;
     }
-    const auto manifest = read_manifest(dir, error);
-    if (!manifest) return std::nullopt;
-    const std::string where = (fs::path(dir) / "manifest.json").string();
-    Checkpoint ckpt;
-    if (manifest->contains("meta") && (*manifest)["meta"].is_object()) ckpt.meta = (*manifest)["meta"];
-    std::set<std::string> names;
-    for (const auto& t : (*manifest)["tensors"]) {
-        if (!t.is_object() || !t.contains("name") || !t["name"].is_string() || !t.contains("file") ||
-            !t["file"].is_string() || !t.contains("shape") || !t["shape"].is_array()) {
-            error = fmt::format("{}: bad manifest: a tensor needs \"name\", \"file\" and \"shape\"", where);
-            return std::nullopt;
-        }
-        CheckpointTensor out;
-        out.name = t["name"].get<std::string>();
-        const std::string file = t["file"].get<std::string>();
-        if (!valid_file(file)) {
-            error = fmt::format("{}: bad manifest: '{}' is not a .npy file in the checkpoint's folder", where, file);
-            return std::nullopt;
-        }
-        if (!names.insert(out.name).second) {
-            error = fmt::format("{}: bad manifest: tensor '{}' appears twice", where, out.name);
-            return std::nullopt;
-        }
-        for (const auto& d : t["shape"]) {
-            if (!d.is_number_integer() || d.get<std::int64_t>() < 0) {
-                error = fmt::format("{}: bad manifest: the shape of '{}' is not a list of sizes", where, out.name);
-                return std::nullopt;
-            }
-            out.shape.push_back(d.get<std::int64_t>());
-        }
-        const std::string path = (fs::path(dir) / file).string();
-        if (!fs::exists(path, ec)) {
-            error = fmt::format("{}: missing (the manifest lists it for '{}')", path, out.name);
-            return std::nullopt;
-        }
-        auto npy = NpyFile::open(path, error);
-        if (!npy) return std::nullopt;
-        if (npy->dtype() != NpyType::f4) {
-            error = fmt::format("{}: dtype '{}', expected float32", path, dtype_name(npy->dtype()));
-            return std::nullopt;
-        }
-        if (npy->shape() != out.shape) {
-            error = fmt::format("{}: shape mismatch: the manifest says {}, the file holds {}", path,
-                                shape_str(out.shape), shape_str(npy->shape()));
-            return std::nullopt;
-        }
-        out.data.resize(static_cast<std::size_t>(npy->elements()));
-        if (!out.data.empty()) std::memcpy(out.data.data(), npy->data(), out.data.size() * sizeof(float));
-        ckpt.tensors.push_back(std::move(out));
-    }
-    return ckpt;
+    std::set<std::string> files;
+    return read_checkpoint(dir, true, files, error);
 }
 
 bool save(Trainer& trainer, const std::string& dir, std::int64_t step, std::uint64_t seed, const std::string& network,
@@ -339,9 +470,9 @@ bool save(Trainer& trainer, const std::string& dir, std::int64_t step, std::uint
 }
 
 bool restore(Trainer& trainer, const Checkpoint& ckpt, std::int64_t& step, std::string& error) {
-    if (!ckpt.meta.contains("step") || !ckpt.meta["step"].is_number_integer() ||
-        ckpt.meta["step"].get<std::int64_t>() < 0) {
-        error = "the checkpoint's meta has no step";
+    const auto saved_step = ckpt.meta.contains("step") ? count_of(ckpt.meta["step"]) : std::nullopt;
+    if (!saved_step) {
+        error = "the checkpoint's meta has no step (a count from 0 to 2^63-1)";
         return false;
     }
     const auto state = trainer.state();
@@ -370,7 +501,7 @@ bool restore(Trainer& trainer, const Checkpoint& ckpt, std::int64_t& step, std::
         if (s.size > 0) std::memcpy(s.data, t->data.data(), static_cast<std::size_t>(s.size) * sizeof(float));
     }
     trainer.state_written();
-    step = ckpt.meta["step"].get<std::int64_t>();
+    step = *saved_step;
     return true;
 }
 

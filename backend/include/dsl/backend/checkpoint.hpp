@@ -39,12 +39,19 @@ struct Checkpoint {
 // Writes `dir`: <name>.npy per tensor and manifest.json {"format": "dsl-checkpoint", "version": 1,
 // "tensors": [{"name", "file", "shape", "dtype"}], "meta": meta}. Everything is written into a fresh
 // ".DIR.tmp-<pid>" beside `dir` and renamed into place, so a reader sees the old checkpoint or the new one,
-// never a mix. An existing `dir` is replaced only if it is empty or a dsl checkpoint holding nothing but its
-// own files; anything else is refused and left as it is. False with the reason on failure.
+// never a mix. An existing `dir` is replaced only if it is empty or a checkpoint that load_checkpoint accepts
+// holding nothing but its own files; anything else is refused and left as it is. The temporary folder is
+// marked while it is written, and a later save removes such folders of dead processes only when they carry
+// that mark and nothing but their own files. False with the reason on failure.
 bool save_checkpoint(const std::string& dir, const std::vector<CheckpointTensorRef>& tensors,
                      const nlohmann::json& meta, std::string& error);
 bool save_checkpoint(const std::string& dir, const std::vector<CheckpointTensor>& tensors, const nlohmann::json& meta,
                      std::string& error);
+
+// Whether save_checkpoint(dir, ...) would be allowed, checked before the work whose result it saves: `dir`
+// names a folder, is absent or replaceable, and the first of it and its parents that exists is a folder this
+// process may write in. False with the reason.
+bool can_save_checkpoint(const std::string& dir, std::string& error);
 
 // Reads a checkpoint; nullopt with the reason (missing file, bad manifest, shape or size mismatch).
 std::optional<Checkpoint> load_checkpoint(const std::string& dir, std::string& error);
