@@ -24,7 +24,7 @@ int run_explain(const ExplainOptions& o) {
     auto inputs = load_model_inputs(o.net, o.sched, o.platform, sources, diags);
     if (!inputs) return user_error;
     const Checked& checked = inputs->checked;
-    const PlatformChoice& platform = inputs->platform;
+    PlatformChoice& platform = inputs->platform;
     const auto& net = checked.net.net;
     scheduler::Schedule s = *checked.schedule;
     std::string why;
@@ -34,6 +34,10 @@ int run_explain(const ExplainOptions& o) {
         return usage;
     }
     const std::int64_t batch = report_batch(checked, o.batch);
+    if (!measure_local(platform, o.net, net, {*s.procs}, batch, why)) {
+        std::cerr << "error: " << why << "\n";
+        return user_error;
+    }
     const auto planned = plan(net, platform.platform, s, batch, why);
     if (!planned) {
         std::cerr << "error: " << why << "\n";
@@ -48,10 +52,12 @@ int run_explain(const ExplainOptions& o) {
         j["network"] = o.net;
         j["schedule"] = o.sched;
         j["platform"] = platform.platform.path;
+        j["platform_figures"] = platform_source(platform);
         j["procs"] = *s.procs;
         std::cout << json_text(j);
     } else {
-        std::cout << fmt::format("{} under {} on {} processes of '{}'\n\n", o.net, o.sched, *s.procs, platform.text);
+        std::cout << fmt::format("{} under {} on {} processes of '{}'\nfigures: {}\n\n", o.net, o.sched, *s.procs,
+                                 platform.text, platform_source(platform));
         std::cout << explain_table(net, p, batch);
     }
     return ok;

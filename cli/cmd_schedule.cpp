@@ -36,7 +36,7 @@ int run_schedule(const ScheduleOptions& o) {
     Diagnostics diags;
     auto inputs = load_model_inputs(o.net, o.sched, o.platform, sources, diags);
     if (!inputs) return user_error;
-    const PlatformChoice& platform = inputs->platform;
+    PlatformChoice& platform = inputs->platform;
     const auto& net = inputs->checked.net.net;
     const auto& s = inputs->checked.schedule;
     std::string why;
@@ -55,6 +55,10 @@ int run_schedule(const ScheduleOptions& o) {
         return user_error;
     }
 
+    if (!measure_local(platform, o.net, net, {procs}, batch, why)) {
+        std::cerr << "error: " << why << "\n";
+        return user_error;
+    }
     const auto t0 = std::chrono::steady_clock::now();
     scheduler::Model model(net, platform.platform, procs, batch);
     const auto result =
