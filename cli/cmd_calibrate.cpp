@@ -4,7 +4,9 @@
 // threads a process has at that count (warm-up runs, then ten timed, as the reference paper does, of which the median);
 // point-to-point exchanges and allreduces over MPI for a range of message sizes. Each thread count is
 // measured in a process of its own (oneDNN sizes its thread team when it creates a primitive), the
-// communication under mpirun. Times already in FILE that were not measured again are kept.
+// communication under mpirun. Times already in FILE that were not measured again are kept. Without -o, FILE
+// is this machine's `local` in the cache, which measure_local (below) also fills, on demand, with what a
+// command needs.
 #include "commands.hpp"
 #include "launch.hpp"
 #include "machine.hpp"
@@ -646,8 +648,8 @@ bool measure_local(PlatformChoice& p, const std::string& net_path, const fronten
     if (backend::under_mpi()) {  // mpirun cannot start the measuring processes from within a run
         if (backend::launched_rank() == 0)
             std::cerr << fmt::format(
-                "note: 'local' has no times measured for {} yet: the model uses its analytic figures (run 'dsl "
-                "calibrate {} --procs {} --batch {}' once, outside mpirun)\n",
+                "note: 'local' has no times measured for {} yet: the model falls back on its analytic figures (run "
+                "'dsl calibrate {} --procs {} --batch {}' once, outside mpirun)\n",
                 what, net_path, procs.back(), batch);
         return true;
     }
