@@ -641,19 +641,25 @@ bool measure_local(PlatformChoice& p, const std::string& net_path, const fronten
     o.max_message = static_cast<std::int64_t>(std::min(largest, static_cast<double>(o.max_message)));
     const Needed n = needed(net, p.platform, o, true);
     if (n.empty()) return true;
-    std::string procs_text;
-    for (auto c : procs) procs_text += fmt::format("{}{}", procs_text.empty() ? "" : ", ", c);
+    std::string procs_text, procs_flag;  // "1, 2" and "1 2"
+    for (auto c : procs)
+        procs_text += fmt::format("{}{}", procs_text.empty() ? "" : ", ", c), procs_flag += fmt::format(" {}", c);
     const std::string what = fmt::format("{} on {} process{}, mini-batch {}", net_path, procs_text,
                                          procs.size() == 1 && procs[0] == 1 ? "" : "es", batch);
     if (backend::under_mpi()) {  // mpirun cannot start the measuring processes from within a run
         if (backend::launched_rank() == 0)
             std::cerr << fmt::format(
                 "note: 'local' has no times measured for {} yet: the model falls back on its analytic figures (run "
-                "'dsl calibrate {} --procs {} --batch {}' once, outside mpirun)\n",
-                what, net_path, procs.back(), batch);
+                "'dsl calibrate {} --procs{} --batch {}' once, outside mpirun)\n",
+                what, net_path, procs_flag, batch);
         return true;
     }
     std::cerr << fmt::format("measuring this machine for {} (once: kept in {})...\n", what, p.cache);
+    if (const Machine m = current_machine(); load_average() > m.cores)
+        std::cerr << fmt::format(
+            "note: the machine is busy (load average {:.1f} on {} cores): what is measured now may be off; run 'dsl "
+            "calibrate {} --procs{} --batch {}' again when it is idle\n",
+            load_average(), m.cores, net_path, procs_flag, batch);
     const auto t0 = std::chrono::steady_clock::now();
     std::size_t measured = 0;
     if (measure(o, n, p.platform, measured) != ok) {

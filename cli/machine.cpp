@@ -44,6 +44,12 @@ Machine current_machine() {
     return m;
 }
 
+double load_average() {
+    double load = 0.0;
+    std::ifstream("/proc/loadavg") >> load;
+    return load;
+}
+
 std::string machine_text(const Machine& m) {
     // Whole GiB: what the kernel reserves moves MemTotal by a few MiB between boots.
     return fmt::format("{}, {} core{}, {:.0f} GiB, dsl {}", m.cpu, m.cores, m.cores == 1 ? "" : "s",

@@ -16,6 +16,9 @@ struct Machine {
 };
 Machine current_machine();
 
+// The load average over the last minute (/proc/loadavg); 0 where it cannot be read.
+double load_average();
+
 // "AMD EPYC 7B13, 2 cores, 23 GiB, dsl 0.1.0".
 std::string machine_text(const Machine& m);
 
