@@ -212,7 +212,8 @@ void setup_compare(CLI::App& app, Action& action) {
     sub->add_option("NET", o->net, "The network (.net)")->required();
     sub->add_option("SCHEDS", o->scheds, "Two or more schedules")->required()->expected(2, -1);
     sub->add_option("--platform", o->platform,
-                    "Platform name (stdlib/platforms) or file (default: the first schedule's, else 'local')");
+                    "Platform name (stdlib/platforms) or file (default: the first schedule's, else 'local': this "
+                    "machine, measured on first use)");
     sub->add_option("--batch", o->batch, "Mini-batch size N (default: each schedule's, or one sample per process)")
         ->check(CLI::PositiveNumber);
     sub->add_flag("--measure", o->measure, "Also train a few steps under each and show the model's error");

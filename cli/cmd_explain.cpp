@@ -72,7 +72,8 @@ void setup_explain(CLI::App& app, Action& action) {
     sub->add_option("SCHED", o->sched, "The schedule (.sched); open fields are filled by the auto-scheduler")
         ->required();
     sub->add_option("--platform", o->platform,
-                    "Platform name (stdlib/platforms) or file (default: the schedule's, else 'local')");
+                    "Platform name (stdlib/platforms) or file (default: the schedule's, else 'local': this machine, "
+                    "measured on first use)");
     sub->add_option("--batch", o->batch, "Mini-batch size N (default: the schedule's, or one sample per process)")
         ->check(CLI::PositiveNumber);
     sub->add_option("--procs", o->procs, "Processes, where the schedule leaves them open")->check(CLI::PositiveNumber);

@@ -103,7 +103,8 @@ void setup_schedule(CLI::App& app, Action& action) {
     sub->add_option("SCHED", o->sched, "A partial schedule whose fixed fields are kept");
     sub->add_option("--procs", o->procs, "Processes (default: the schedule's procs)")->check(CLI::PositiveNumber);
     sub->add_option("--platform", o->platform,
-                    "Platform name (stdlib/platforms) or file (default: the schedule's, else 'local')");
+                    "Platform name (stdlib/platforms) or file (default: the schedule's, else 'local': this machine, "
+                    "measured on first use)");
     sub->add_option("-o,--output", o->output, "The .sched file to write (default: print it)");
     sub->add_option("--batch", o->batch, "Mini-batch size N (default: the schedule's batch, else procs)")
         ->check(CLI::PositiveNumber);
