@@ -4,9 +4,12 @@
 // threads a process has at that count (warm-up runs, then ten timed, as the reference paper does, of which the median);
 // point-to-point exchanges and allreduces over MPI for a range of message sizes. Each thread count is
 // measured in a process of its own (oneDNN sizes its thread team when it creates a primitive), the
-// communication under mpirun. Times already in FILE that were not measured again are kept.
+// communication under mpirun. Times already in FILE that were not measured again are kept. Without -o, FILE
+// is this machine's `local` in the cache, which measure_local (below) also fills, on demand, with what a
+// command needs.
 #include "commands.hpp"
 #include "launch.hpp"
+#include "machine.hpp"
 #include "planning.hpp"
 
 #include <dsl/backend/calibrate.hpp>
@@ -326,12 +329,54 @@ std::optional<double> conv_rate(const std::string& key, double seconds) {
     return 2.0 * outputs * static_cast<double>(x[1] * w[0] * w[1]) / seconds;
 }
 
-std::string cpu_model() {
-    std::ifstream in("/proc/cpuinfo");
-    for (std::string line; std::getline(in, line);)
-        if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-    return "unknown CPU";
+// What a calibration measures: kernels by thread count, communication on process counts (exchanges on the
+// first), and training steps under every split for pairs of process count and mini-batch.
+struct Needed {
+    std::map<int, std::set<std::string>> kernels;
+    std::vector<std::int64_t> comm;
+    bool exchanges = false;
+    std::vector<std::pair<std::int64_t, std::int64_t>> profiles;
+    bool empty() const { return kernels.empty() && comm.empty() && profiles.empty(); }
+};
+
+// Everything `o` asks for; with `missing_only`, what `platform` lacks of it: kernel times, allreduces on a
+// process count, exchanges, and the training steps of a count and mini-batch whose kernels are new to it or
+// whose update it has not measured.
+Needed needed(const frontend::Network& net, const scheduler::Platform& platform, const CalibrateOptions& o,
+              bool missing_only) {
+    auto has = [&](const std::string& key) { return missing_only && platform.times.count(key) > 0; };
+    auto has_any = [&](const std::string& prefix, const std::string& suffix) {
+        for (auto it = platform.times.lower_bound(prefix);
+             missing_only && it != platform.times.end() && it->first.rfind(prefix, 0) == 0; ++it)
+            if (it->first.ends_with(suffix)) return true;
+        return false;
+    };
+    Needed n;
+    for (std::int64_t procs : o.procs) {
+        for (std::int64_t batch : o.batches) {
+            CalibrateOptions one = o;
+            one.procs = {procs};
+            one.batches = {batch};
+            bool fresh = false;
+            for (const auto& [threads, keys] : keys_by_threads(net, platform, one))
+                for (const std::string& k : keys)
+                    if (!has(k)) n.kernels[threads].insert(k), fresh = true;
+            if (o.in_situ && (fresh || !has(scheduler::Model(net, platform, procs, batch).update_key())))
+                n.profiles.emplace_back(procs, batch);
+        }
+        if (procs > 1 && !has_any("allreduce ", fmt::format(" procs={}", procs))) n.comm.push_back(procs);
+    }
+    const auto first = std::find_if(o.procs.begin(), o.procs.end(), [](std::int64_t p) { return p > 1; });
+    n.exchanges = first != o.procs.end() && !has_any("sendrecv ", "");
+    if (n.exchanges && (n.comm.empty() || n.comm.front() != *first)) n.comm.insert(n.comm.begin(), *first);
+    return n;
 }
+
+int measure(const CalibrateOptions& o, const Needed& n, scheduler::Platform& platform, std::size_t& measured);
+constexpr const char* local_note =
+    ".\nIt is 'local' there: a command that needs times not here yet measures them and adds them here";
+bool write_platform(const CalibrateOptions& o, const scheduler::Platform& platform, const std::string& machine,
+                    const std::string& run, std::string& why);
 
 int run_calibrate(CalibrateOptions o) {
     if (o.worker == "kernels") return kernel_worker(o);
@@ -344,7 +389,15 @@ int run_calibrate(CalibrateOptions o) {
     // Times already in the output file are kept: it must be a platform file, or not exist.
     std::optional<PlatformChoice> base;
     std::error_code ec;
-    if (fs::exists(o.output, ec)) {
+    if (o.output.empty() && o.gpu()) {
+        std::cerr << "error: --device gpu needs -o FILE (without it, calibrate refreshes this machine's 'local')\n";
+        return usage;
+    }
+    if (o.output.empty()) {
+        // This machine's `local` in the cache: what it has is measured again, the rest kept.
+        if (checked) base = machine_platform(sources, diags);
+        if (base) o.output = base->cache, fs::create_directories(fs::path(o.output).parent_path(), ec);
+    } else if (fs::exists(o.output, ec)) {
         auto existing = scheduler::load_platform(o.output, sources, diags);
         if (!existing) {
             diags.render(std::cerr, stderr_color());
@@ -352,9 +405,10 @@ int run_calibrate(CalibrateOptions o) {
                                      o.output);
             return user_error;
         }
-        base = PlatformChoice{std::move(*existing), o.output};
+        base = PlatformChoice{std::move(*existing), o.output, {}};
     } else if (checked) {
         base = resolve_platform(o.platform, std::nullopt, sources, diags);
+        if (base) base->platform.times.clear(), base->cache.clear();  // its settings, not another file's times
     }
     diags.render(std::cerr, stderr_color());
     if (!checked || !base) return user_error;
@@ -379,6 +433,30 @@ int run_calibrate(CalibrateOptions o) {
     std::sort(o.procs.begin(), o.procs.end());
     o.procs.erase(std::unique(o.procs.begin(), o.procs.end()), o.procs.end());
     scheduler::Platform platform = this_machine(base->platform, o.gpu());
+    const auto t0 = std::chrono::steady_clock::now();
+    std::size_t measured = 0;
+    if (const int code = measure(o, needed(net, platform, o, false), platform, measured); code != ok) return code;
+    std::string procs_list, batch_list, why;
+    for (auto p : o.procs) procs_list += fmt::format(" {}", p);
+    for (auto b : o.batches) batch_list += fmt::format(" {}", b);
+    const std::string run = fmt::format("Calibrated by 'dsl calibrate {} --procs{} --batch{}{}{}'", o.net, procs_list,
+                                        batch_list, o.in_situ ? "" : " --kernels-only", o.gpu() ? " --device gpu" : "");
+    const std::string machine = o.gpu() ? fmt::format("{}, {} GPU{}", backend::gpu_name(), cores, cores == 1 ? "" : "s")
+                                        : machine_text(current_machine()) + (base->cache.empty() ? "" : local_note);
+    if (!write_platform(o, platform, machine, run, why)) {
+        std::cerr << "error: " << why << "\n";
+        return user_error;
+    }
+    std::cout << fmt::format("wrote {}: {} times measured in {:.0f} s ({} in the file)\n", o.output, measured,
+                             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                             platform.times.size());
+    return ok;
+}
+
+// Measures what `n` names on this machine into `platform` (this machine's), with progress on stderr, and counts
+// the times in `measured`. Not ok (having said why) when a measuring process failed.
+int measure(const CalibrateOptions& o, const Needed& n, scheduler::Platform& platform, std::size_t& measured) {
+    std::error_code ec;
     const std::vector<std::string> extra = o.worker_args();
     auto with_extra = [&](std::vector<std::string> args) {
         args.insert(args.end(), extra.begin(), extra.end());
@@ -387,9 +465,7 @@ int run_calibrate(CalibrateOptions o) {
 
     const fs::path dir = fs::temp_directory_path() / fmt::format("dsl_calibrate_{}", ::getpid());
     fs::create_directories(dir);
-    const auto t0 = std::chrono::steady_clock::now();
-    std::size_t measured = 0;
-    for (const auto& [threads, keys] : keys_by_threads(net, platform, o)) {
+    for (const auto& [threads, keys] : n.kernels) {
         std::cerr << fmt::format("timing {} kernels on {} thread{} ({} runs each after {} warm-up)...\n", keys.size(),
                                  threads, threads == 1 ? "" : "s", o.reps, o.warmup);
         const fs::path keys_file = dir / fmt::format("keys_{}", threads),
@@ -412,9 +488,8 @@ int run_calibrate(CalibrateOptions o) {
     // Communication under each process count of its own, so that each is measured as a run of that many
     // processes has it (more processes than cores share them); exchanges with the fewest.
     std::vector<std::pair<double, double>> points;
-    bool exchanges = true;
-    for (std::int64_t procs : o.procs) {
-        if (procs < 2) continue;
+    for (std::int64_t procs : n.comm) {
+        const bool exchanges = n.exchanges && procs == n.comm.front();
         std::cerr << fmt::format("timing {}allreduces on {} processes...\n", exchanges ? "exchanges and " : "", procs);
         const fs::path results = dir / fmt::format("comm_{}", procs);
         std::vector<std::string> args{"calibrate",
@@ -445,7 +520,6 @@ int run_calibrate(CalibrateOptions o) {
                 key && key->kernel == "sendrecv" && key->field("bytes").size() == 1)
                 points.emplace_back(static_cast<double>(key->field("bytes").at(0)), s);
         }
-        exchanges = false;
     }
     if (!points.empty()) {
         const auto [latency, bandwidth] = backend::fit_link(points);
@@ -458,28 +532,26 @@ int run_calibrate(CalibrateOptions o) {
     double workspace = 0.0;
     const fs::path so_far = dir / "so_far.platform";
     std::ofstream(so_far) << scheduler::print_platform(platform, "measured so far");
-    if (o.in_situ)
-        for (std::int64_t procs : o.procs)
-            for (std::int64_t batch : o.batches) {
-                std::cerr << fmt::format("profiling training steps under every split of {} process{}, batch {}...\n",
-                                         procs, procs == 1 ? "" : "es", batch);
-                const fs::path results = dir / fmt::format("layers_{}_{}", procs, batch);
-                const int code = launch_mpi(
-                    procs, with_extra({"calibrate", o.net, "-o", o.output, "--worker", "profile", "--platform",
-                                       so_far.string(), "--results", results.string(), "--batch", std::to_string(batch),
-                                       "--reps", std::to_string(o.reps), "--warmup", std::to_string(o.warmup)}));
-                if (code != ok) {
-                    std::cerr << fmt::format("error: profiling training on {} processes failed\n", procs);
-                    fs::remove_all(dir, ec);
-                    return code;
-                }
-                for (const auto& [k, s] : read_results(results.string())) {
-                    if (k == "workspace")
-                        workspace = std::max(workspace, s);
-                    else
-                        platform.times[k] = s, ++measured;
-                }
-            }
+    for (const auto& [procs, batch] : n.profiles) {
+        std::cerr << fmt::format("profiling training steps under every split of {} process{}, batch {}...\n", procs,
+                                 procs == 1 ? "" : "es", batch);
+        const fs::path results = dir / fmt::format("layers_{}_{}", procs, batch);
+        const int code = launch_mpi(
+            procs, with_extra({"calibrate", o.net, "-o", o.output, "--worker", "profile", "--platform", so_far.string(),
+                               "--results", results.string(), "--batch", std::to_string(batch), "--reps",
+                               std::to_string(o.reps), "--warmup", std::to_string(o.warmup)}));
+        if (code != ok) {
+            std::cerr << fmt::format("error: profiling training on {} processes failed\n", procs);
+            fs::remove_all(dir, ec);
+            return code;
+        }
+        for (const auto& [k, s] : read_results(results.string())) {
+            if (k == "workspace")
+                workspace = std::max(workspace, s);
+            else
+                platform.times[k] = s, ++measured;
+        }
+    }
     if (workspace > 0) platform.workspace = workspace;
     fs::remove_all(dir, ec);
     // The analytic fallback for shapes not measured: the median rate convolutions reached on one thread.
@@ -490,22 +562,24 @@ int run_calibrate(CalibrateOptions o) {
         std::sort(rates.begin(), rates.end());
         platform.flops = rates[rates.size() / 2] / platform.efficiency;
     }
+    return ok;
+}
 
+// Writes `platform` to o.output after a comment: the `machine`, what its figures are, and which runs measured
+// them (those the file lists, then `run`, dated). False with `why` when it cannot.
+bool write_platform(const CalibrateOptions& o, const scheduler::Platform& platform, const std::string& machine,
+                    const std::string& run, std::string& why) {
     const std::time_t now = std::time(nullptr);
     char date[32];
     std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
-    std::string procs_list, batch_list;
-    for (auto p : o.procs) procs_list += fmt::format(" {}", p);
-    for (auto b : o.batches) batch_list += fmt::format(" {}", b);
-    // Which runs measured the times in the file: those before this one, and this one.
     std::string runs;
     if (std::ifstream old(o.output); old)
         for (std::string line; std::getline(old, line);)
-            if (line.rfind("# Calibrated by ", 0) == 0) runs += line.substr(2) + "\n";
-    runs += fmt::format("Calibrated by 'dsl calibrate {} --procs{} --batch{}{}{}' on {}.", o.net, procs_list,
-                        batch_list, o.in_situ ? "" : " --kernels-only", o.gpu() ? " --device gpu" : "", date);
+            if (line.rfind("# Calibrated by ", 0) == 0 || line.rfind("# Measured for ", 0) == 0)
+                runs += line.substr(2) + "\n";
+    runs += fmt::format("{} on {}.", run, date);
     const std::string comment = fmt::format(
-        "This machine: {}, {}.\n"
+        "This machine: {}.\n"
         "Kernel times (conv.forward, ...) are the median of {} calls after {} warm-up calls; factors\n"
         "(factor.conv.forward, ...) the time in training steps (under every split, without the waits for other\n"
         "processes) of every layer of that kind and tile size over the time of its kernels alone; drift those\n"
@@ -513,19 +587,8 @@ int run_calibrate(CalibrateOptions o) {
         "bandwidth a linear fit to the measured exchanges; flops the median rate of the measured convolutions\n"
         "over efficiency; workspace the resident memory of those steps beyond what the model counts. Run dsl\n"
         "calibrate again, with other networks, to add their shapes.\n{}",
-        o.gpu() ? backend::gpu_name() : cpu_model(),
-        o.gpu() ? fmt::format("{} GPU{}", cores, cores == 1 ? "" : "s") : fmt::format("{} cores", cores), o.reps,
-        o.warmup, runs);
-    const std::string text = scheduler::print_platform(platform, comment);
-    std::string why;
-    if (!replace_file(o.output, text, why)) {
-        std::cerr << "error: " << why << "\n";
-        return user_error;
-    }
-    std::cout << fmt::format("wrote {}: {} times measured in {:.0f} s ({} in the file)\n", o.output, measured,
-                             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-                             platform.times.size());
-    return ok;
+        machine, o.reps, o.warmup, runs);
+    return replace_file(o.output, scheduler::print_platform(platform, comment), why);
 }
 
 }  // namespace
@@ -534,8 +597,9 @@ void setup_calibrate(CLI::App& app, Action& action) {
     auto o = std::make_shared<CalibrateOptions>();
     CLI::App* sub = app.add_subcommand("calibrate", "Measure kernel and communication times for the performance model");
     sub->add_option("NET", o->net, "The network whose candidate schedules' tiles are timed (.net)")->required();
-    sub->add_option("-o,--output", o->output, "The platform file to write (its times are kept and added to)")
-        ->required();
+    sub->add_option("-o,--output", o->output,
+                    "The platform file to write (its times are kept and added to; default: this machine's 'local', "
+                    "in the cache)");
     sub->add_option("--procs", o->procs,
                     "Process counts to calibrate for (default: 1, 2, 4, ... up to this machine's cores)")
         ->check(CLI::PositiveNumber);
@@ -557,8 +621,66 @@ void setup_calibrate(CLI::App& app, Action& action) {
     sub->add_option("--keys", o->keys)->group("");
     sub->add_option("--results", o->results)->group("");
     sub->add_flag("--exchanges", o->exchanges)->group("");
-    sub->footer("Example:\n  dsl calibrate samples/mesh_tiny.net --procs 1 2 4 --batch 4 -o my.platform");
+    sub->footer(
+        "Example:\n  dsl calibrate samples/mesh_tiny.net --procs 1 2 4 --batch 4 -o my.platform\n"
+        "  dsl calibrate samples/mesh_tiny.net --procs 2 --batch 8   (measures 'local' again)");
     sub->callback([o, &action] { action = [o] { return run_calibrate(*o); }; });
+}
+
+bool measure_local(PlatformChoice& p, const std::string& net_path, const frontend::Network& net,
+                   std::vector<std::int64_t> procs, std::int64_t batch, std::string& why) {
+    if (p.cache.empty()) return true;
+    CalibrateOptions o;
+    o.net = net_path;
+    o.output = p.cache;
+    std::sort(procs.begin(), procs.end());
+    procs.erase(std::unique(procs.begin(), procs.end()), procs.end());
+    o.procs = procs;
+    o.batches = {batch};
+    // Messages up to the largest a step sends: a gradient, or a whole activation in a shuffle.
+    double largest = 8.0;
+    for (const auto& l : net.layers)
+        largest = std::max({largest, 4.0 * static_cast<double>(l.params),
+                            static_cast<double>(l.activation_bytes) * static_cast<double>(batch)});
+    o.max_message = static_cast<std::int64_t>(std::min(largest, static_cast<double>(o.max_message)));
+    const Needed n = needed(net, p.platform, o, true);
+    if (n.empty()) return true;
+    std::string procs_text, procs_flag;  // "1, 2" and "1 2"
+    for (auto c : procs)
+        procs_text += fmt::format("{}{}", procs_text.empty() ? "" : ", ", c), procs_flag += fmt::format(" {}", c);
+    const std::string what = fmt::format("{} on {} process{}, mini-batch {}", net_path, procs_text,
+                                         procs.size() == 1 && procs[0] == 1 ? "" : "es", batch);
+    if (backend::under_mpi()) {  // mpirun cannot start the measuring processes from within a run
+        if (backend::launched_rank() == 0)
+            std::cerr << fmt::format(
+                "note: 'local' has no times measured for {} yet: the model falls back on its analytic figures (run "
+                "'dsl calibrate {} --procs{} --batch {}' once, outside mpirun)\n",
+                what, net_path, procs_flag, batch);
+        return true;
+    }
+    std::cerr << fmt::format("measuring this machine for {} (once: kept in {})...\n", what, p.cache);
+    if (const Machine m = current_machine(); load_average() > m.cores)
+        std::cerr << fmt::format(
+            "note: the machine is busy (load average {:.1f} on {} cores): what is measured now may be off; run 'dsl "
+            "calibrate {} --procs{} --batch {}' again when it is idle\n",
+            load_average(), m.cores, net_path, procs_flag, batch);
+    const auto t0 = std::chrono::steady_clock::now();
+    std::size_t measured = 0;
+    if (measure(o, n, p.platform, measured) != ok) {
+        why = "measuring this machine for 'local' failed (name another platform with --platform)";
+        return false;
+    }
+    std::error_code ec;
+    std::string unkept;
+    fs::create_directories(fs::path(p.cache).parent_path(), ec);
+    if (write_platform(o, p.platform, machine_text(current_machine()) + local_note,
+                       fmt::format("Measured for {}", what), unkept))
+        p.platform.path = p.cache;
+    else
+        std::cerr << fmt::format("warning: the times are not kept for later commands: {}\n", unkept);
+    std::cerr << fmt::format("measured {} times in {:.0f} s\n", measured,
+                             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    return true;
 }
 
 }  // namespace dsl::cli

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <memory>
 
 namespace dsl::cli {
@@ -100,6 +101,14 @@ int run_compare(const CompareOptions& o) {
     diags.render(std::cerr, stderr_color());
     if (!good || !platform) return user_error;
     const auto& net = loaded->net.net;
+    std::map<std::int64_t, std::vector<std::int64_t>> procs_by_batch;  // what `local` must have measured
+    for (const Column& c : columns)
+        if (c.schedule.procs) procs_by_batch[c.batch].push_back(*c.schedule.procs);
+    for (const auto& [batch, procs] : procs_by_batch)
+        if (std::string why; !measure_local(*platform, o.net, net, procs, batch, why)) {
+            std::cerr << "error: " << why << "\n";
+            return user_error;
+        }
     for (Column& c : columns) {
         if (!c.schedule.procs) {
             std::cerr << fmt::format("error: {} leaves 'procs' open; compare needs schedules for a process count\n",
@@ -203,7 +212,8 @@ void setup_compare(CLI::App& app, Action& action) {
     sub->add_option("NET", o->net, "The network (.net)")->required();
     sub->add_option("SCHEDS", o->scheds, "Two or more schedules")->required()->expected(2, -1);
     sub->add_option("--platform", o->platform,
-                    "Platform name (stdlib/platforms) or file (default: the first schedule's, else 'local')");
+                    "Platform name (stdlib/platforms) or file (default: the first schedule's, else 'local': this "
+                    "machine, measured on first use)");
     sub->add_option("--batch", o->batch, "Mini-batch size N (default: each schedule's, or one sample per process)")
         ->check(CLI::PositiveNumber);
     sub->add_flag("--measure", o->measure, "Also train a few steps under each and show the model's error");

@@ -24,7 +24,7 @@ int run_explain(const ExplainOptions& o) {
     auto inputs = load_model_inputs(o.net, o.sched, o.platform, sources, diags);
     if (!inputs) return user_error;
     const Checked& checked = inputs->checked;
-    const PlatformChoice& platform = inputs->platform;
+    PlatformChoice& platform = inputs->platform;
     const auto& net = checked.net.net;
     scheduler::Schedule s = *checked.schedule;
     std::string why;
@@ -34,6 +34,10 @@ int run_explain(const ExplainOptions& o) {
         return usage;
     }
     const std::int64_t batch = report_batch(checked, o.batch);
+    if (!measure_local(platform, o.net, net, {*s.procs}, batch, why)) {
+        std::cerr << "error: " << why << "\n";
+        return user_error;
+    }
     const auto planned = plan(net, platform.platform, s, batch, why);
     if (!planned) {
         std::cerr << "error: " << why << "\n";
@@ -48,10 +52,12 @@ int run_explain(const ExplainOptions& o) {
         j["network"] = o.net;
         j["schedule"] = o.sched;
         j["platform"] = platform.platform.path;
+        j["platform_figures"] = platform_source(platform);
         j["procs"] = *s.procs;
         std::cout << json_text(j);
     } else {
-        std::cout << fmt::format("{} under {} on {} processes of '{}'\n\n", o.net, o.sched, *s.procs, platform.text);
+        std::cout << fmt::format("{} under {} on {} processes of '{}'\nfigures: {}\n\n", o.net, o.sched, *s.procs,
+                                 platform.text, platform_source(platform));
         std::cout << explain_table(net, p, batch);
     }
     return ok;
@@ -66,7 +72,8 @@ void setup_explain(CLI::App& app, Action& action) {
     sub->add_option("SCHED", o->sched, "The schedule (.sched); open fields are filled by the auto-scheduler")
         ->required();
     sub->add_option("--platform", o->platform,
-                    "Platform name (stdlib/platforms) or file (default: the schedule's, else 'local')");
+                    "Platform name (stdlib/platforms) or file (default: the schedule's, else 'local': this machine, "
+                    "measured on first use)");
     sub->add_option("--batch", o->batch, "Mini-batch size N (default: the schedule's, or one sample per process)")
         ->check(CLI::PositiveNumber);
     sub->add_option("--procs", o->procs, "Processes, where the schedule leaves them open")->check(CLI::PositiveNumber);

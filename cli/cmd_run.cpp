@@ -159,13 +159,14 @@ std::optional<scheduler::Schedule> auto_schedule(const Checked& c, const RunOpti
     const std::int64_t procs = run.value_or(1);
     SourceManager sources;
     Diagnostics diags;
-    const auto platform = resolve_platform(o.platform, s, sources, diags);
+    auto platform = resolve_platform(o.platform, s, sources, diags);
     if (!platform) {
         diags.render(io.err(), stderr_color());
         why = "no platform for the auto-scheduler";
         return std::nullopt;
     }
     const std::int64_t batch = run_batch(c, o);
+    if (!measure_local(*platform, o.net, net, {procs}, batch, why)) return std::nullopt;
     scheduler::Model model(net, platform->platform, procs, batch);
     const auto result = fill_schedule(net, s, model, procs, batch, why);
     if (!result) return std::nullopt;

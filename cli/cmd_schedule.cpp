@@ -36,7 +36,7 @@ int run_schedule(const ScheduleOptions& o) {
     Diagnostics diags;
     auto inputs = load_model_inputs(o.net, o.sched, o.platform, sources, diags);
     if (!inputs) return user_error;
-    const PlatformChoice& platform = inputs->platform;
+    PlatformChoice& platform = inputs->platform;
     const auto& net = inputs->checked.net.net;
     const auto& s = inputs->checked.schedule;
     std::string why;
@@ -59,6 +59,10 @@ int run_schedule(const ScheduleOptions& o) {
         return user_error;
     }
 
+    if (!measure_local(platform, o.net, net, {procs}, batch, why)) {
+        std::cerr << "error: " << why << "\n";
+        return user_error;
+    }
     const auto t0 = std::chrono::steady_clock::now();
     scheduler::Model model(net, platform.platform, procs, batch);
     const auto result =
@@ -103,7 +107,8 @@ void setup_schedule(CLI::App& app, Action& action) {
     sub->add_option("SCHED", o->sched, "A partial schedule whose fixed fields are kept");
     sub->add_option("--procs", o->procs, "Processes (default: the schedule's procs)")->check(CLI::PositiveNumber);
     sub->add_option("--platform", o->platform,
-                    "Platform name (stdlib/platforms) or file (default: the schedule's, else 'local')");
+                    "Platform name (stdlib/platforms) or file (default: the schedule's, else 'local': this machine, "
+                    "measured on first use)");
     sub->add_option("-o,--output", o->output, "The .sched file to write (default: print it)");
     sub->add_option("--batch", o->batch, "Mini-batch size N (default: the schedule's batch, else procs)")
         ->check(CLI::PositiveNumber);

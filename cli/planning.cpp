@@ -1,6 +1,7 @@
 // The platform a model-based verb uses, filling open schedules, and the explain report.
 #include "planning.hpp"
 #include "commands.hpp"
+#include "machine.hpp"
 
 #include <fmt/format.h>
 
@@ -8,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -49,10 +51,52 @@ std::optional<PlatformChoice> resolve_platform(const std::string& flag, const st
             return std::nullopt;
         }
     }
+    if (path == scheduler::platform_path("local")) {
+        const char* file = std::getenv("DSL_LOCAL_PLATFORM");
+        if (!file || !*file) return machine_platform(sources, diags);
+        path = file;
+    }
     auto p = scheduler::load_platform(path, sources, diags);
     if (!p) return std::nullopt;
     out.platform = std::move(*p);
     return out;
+}
+
+std::optional<PlatformChoice> machine_platform(SourceManager& sources, Diagnostics& diags) {
+    const Machine m = current_machine();
+    PlatformChoice out;
+    out.text = "local";
+    out.cache = cache_file(m).string();
+    std::optional<scheduler::Platform> p;
+    std::error_code ec;
+    if (std::filesystem::exists(out.cache, ec)) {
+        Diagnostics damaged;  // a cache file is dsl's own: one that does not load is measured again
+        p = scheduler::load_platform(out.cache, sources, damaged);
+        if (!p) std::cerr << fmt::format("warning: ignoring the damaged cache file '{}'\n", out.cache);
+    }
+    if (!p) {
+        p = scheduler::load_platform(scheduler::platform_path("local"), sources, diags);
+        if (!p) return std::nullopt;
+        p->times.clear();
+    }
+    p->device = scheduler::Device::cpu;
+    p->procs_per_node = m.cores;
+    p->nodes = 1;
+    if (m.memory > 0) p->memory = m.memory / m.cores;
+    out.platform = std::move(*p);
+    return out;
+}
+
+std::string platform_source(const PlatformChoice& p) {
+    const std::string& path = p.platform.path;
+    if (!p.cache.empty() && path == p.cache)
+        return fmt::format("measured on this machine ({}), last on {}; kept in {}", machine_text(current_machine()),
+                           written_at(path), path);
+    if (!p.cache.empty()) return fmt::format("nothing measured on this machine yet: the analytic figures of {}", path);
+    const std::string stem = std::filesystem::path(path).stem().string();
+    if (scheduler::platform_path(stem) == path)
+        return fmt::format("the published figures of the stdlib platform '{}' ({})", stem, path);
+    return fmt::format("the file {}{}", path, p.text == "local" ? " ($DSL_LOCAL_PLATFORM)" : "");
 }
 
 std::optional<ModelInputs> load_model_inputs(const std::string& net_path, const std::string& sched_path,

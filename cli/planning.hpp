@@ -17,12 +17,29 @@ namespace dsl::cli {
 
 struct PlatformChoice {
     scheduler::Platform platform;
-    std::string text;  // how a .sched names it: a stdlib name, or a quoted path
+    std::string text;   // how a .sched names it: a stdlib name, or a quoted path
+    std::string cache;  // `local` as this machine: the file of its measured times (it may not exist yet)
 };
 
-// The platform: `flag` (a stdlib name or a path), else the schedule's `platform`, else "local".
+// The platform: `flag` (a stdlib name or a path), else the schedule's `platform`, else "local". `local` is
+// the file $DSL_LOCAL_PLATFORM names, else this machine (machine_platform).
 std::optional<PlatformChoice> resolve_platform(const std::string& flag, const std::optional<scheduler::Schedule>& s,
                                                SourceManager& sources, Diagnostics& diags);
+
+// This machine as `local`: what its cache file has measured, or before that (or when the file is damaged) the
+// settings of stdlib/platforms/local.platform; with this machine's cores and memory either way.
+std::optional<PlatformChoice> machine_platform(SourceManager& sources, Diagnostics& diags);
+
+// For this machine's `local` (nothing for another platform): measures what the model needs for `net` (read
+// from `net_path`) on each of `procs` processes with mini-batches of `batch` that the cache does not have yet:
+// the kernels of every candidate schedule, the communication, training steps under every split. Progress on
+// stderr; the times are added to the cache and to `p`. False with `why` when measuring failed.
+bool measure_local(PlatformChoice& p, const std::string& net_path, const frontend::Network& net,
+                   std::vector<std::int64_t> procs, std::int64_t batch, std::string& why);
+
+// Where a platform's figures come from: "measured on this machine (...) ...", "the published figures of
+// the stdlib platform ...", or "the file ...".
+std::string platform_source(const PlatformChoice& p);
 
 // A schedule for `procs` processes with every field the checked schedule leaves open (all of them without
 // one) filled by the auto-scheduler under `model`, with the platform's memory per process as the limit.

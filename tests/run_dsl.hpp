@@ -36,12 +36,16 @@ inline std::string dsl_binary() {
     return env && *env ? env : DSL_BINARY;
 }
 
-// Runs `dsl ARGS` from the repository root, so that file names in messages are the relative ones.
-inline Result run_dsl(const std::string& args) {
+// Runs `dsl ARGS` from the repository root, so that file names in messages are the relative ones. The
+// platform `local` is a fixture with fixed figures there, not this machine measured; `env`, words before the
+// command (`env -u DSL_LOCAL_PLATFORM DSL_CACHE_DIR=...`), replaces that.
+inline Result run_dsl(const std::string& args, const std::string& env = "") {
     const fs::path dir = fs::temp_directory_path() / ("dsl_diag_" + std::to_string(::getpid()));
     fs::create_directories(dir);
-    const std::string cmd = "cd '" + source_dir() + "' && NO_COLOR=1 '" + dsl_binary() + "' " + args + " >'" +
-                            (dir / "out").string() + "' 2>'" + (dir / "err").string() + "'";
+    const std::string local =
+        env.empty() ? "DSL_LOCAL_PLATFORM='" + source_dir() + "/tests/fixtures/local_epyc_2core.platform'" : env;
+    const std::string cmd = "cd '" + source_dir() + "' && NO_COLOR=1 " + local + " '" + dsl_binary() + "' " + args +
+                            " >'" + (dir / "out").string() + "' 2>'" + (dir / "err").string() + "'";
     const int status = std::system(cmd.c_str());
     Result r{WIFEXITED(status) ? WEXITSTATUS(status) : -1, read(dir / "out"), read(dir / "err")};
     fs::remove_all(dir);

@@ -196,6 +196,116 @@ TEST_CASE("calibrate measures kernels and communication into a platform the mode
     fs::remove_all(dir);
 }
 
+namespace {
+
+std::vector<fs::path> platform_files(const fs::path& dir) {
+    std::vector<fs::path> out;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir, ec))
+        if (e.path().extension() == ".platform") out.push_back(e.path());
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("local is this machine: measured on first use, kept in a cache by machine, reused, refreshed by calibrate",
+          "[cli][model][mpi][local]") {
+    const fs::path dir = fs::temp_directory_path() / ("dsl_local_" + std::to_string(::getpid()));
+    const fs::path cache = dir / "cache";
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    // A network with few kernels, so that measuring it takes seconds.
+    const std::string net = (dir / "small.net").string();
+    std::ofstream(net) << "input x [N, 4, 16, 16]\nlabel y [N, 16, 16]\nc = conv(2, kernel = 3, pad = 1)\n"
+                          "loss = pixel_cross_entropy from c, y\n";
+    const std::string env = "env -u DSL_LOCAL_PLATFORM DSL_CACHE_DIR='" + cache.string() + "'";
+    const std::string schedule = "schedule " + net + " --batch 2 --procs ";
+
+    // The first command measures what it needs, says so on stderr, and keeps it in the cache.
+    const Result first = run_dsl(schedule + "2", env);
+    INFO(first.err);
+    REQUIRE(first.exit_code == 0);
+    CHECK(first.err.find("measuring this machine for " + net + " on 2 processes, mini-batch 2") != std::string::npos);
+    CHECK(first.err.find("timing exchanges and allreduces on 2 processes") != std::string::npos);
+    const auto files = platform_files(cache);
+    REQUIRE(files.size() == 1);
+    const fs::path file = files[0];
+    CHECK(file.filename().string().rfind("local-", 0) == 0);
+    CHECK(first.err.find("kept in " + file.string()) != std::string::npos);
+    const std::string text = read(file);
+    for (const char* part : {"# This machine: ", " cores, ", "# Measured for ", "time conv.forward ",
+                             "time allreduce bytes=8 procs=2 ", "time sendrecv bytes=", "time factor.conv.forward "})
+        CHECK(text.find(part) != std::string::npos);
+    CHECK(first.out.find("platform = local") != std::string::npos);
+
+    // The second reuses them: nothing measured, the same prediction, the file as it was.
+    const Result second = run_dsl(schedule + "2", env);
+    CHECK(second.exit_code == 0);
+    CHECK(second.err.find("measuring") == std::string::npos);
+    CHECK(second.out == first.out);
+    CHECK(read(file) == text);
+
+    // explain says where its figures come from.
+    const std::string sched = (dir / "two.sched").string();
+    std::ofstream(sched) << first.out;
+    const Result explain = run_dsl("explain " + net + " " + sched + " --json", env);
+    INFO(explain.err);
+    REQUIRE(explain.exit_code == 0);
+    CHECK(explain.err.find("measuring") == std::string::npos);
+    const auto j = nlohmann::json::parse(explain.out);
+    CHECK(j["platform"] == file.string());
+    CHECK(j["platform_figures"].get<std::string>().rfind("measured on this machine (", 0) == 0);
+
+    // Another process count: only what it adds is measured, into the same file.
+    const Result one = run_dsl(schedule + "1", env);
+    CHECK(one.exit_code == 0);
+    CHECK(one.err.find("measuring this machine for " + net + " on 1 process, mini-batch 2") != std::string::npos);
+    CHECK(platform_files(cache) == files);
+    const std::string more = read(file);
+    CHECK(more.find("on 1 process, mini-batch 2") != std::string::npos);
+    CHECK(more.find("time step.update params=74 procs=1 ") != std::string::npos);
+    CHECK(more.find("time step.update params=74 procs=2 ") != std::string::npos);  // kept
+
+    // A cache that has only another key's file (another machine, or dsl version) measures again beside it.
+    const fs::path other = cache / "local-0000000000000000.platform";
+    fs::rename(file, other);
+    const std::string others = read(other);
+    const Result again = run_dsl(schedule + "2", env);
+    CHECK(again.exit_code == 0);
+    CHECK(again.err.find("measuring this machine") != std::string::npos);
+    CHECK(fs::exists(file));
+    CHECK(read(other) == others);
+
+    // A damaged cache file is measured again, not an error.
+    std::ofstream(file) << "not a platform\n";
+    const Result damaged = run_dsl(schedule + "2", env);
+    CHECK(damaged.exit_code == 0);
+    CHECK(damaged.err.find("ignoring the damaged cache file") != std::string::npos);
+    CHECK(damaged.err.find("measuring this machine") != std::string::npos);
+
+    // calibrate without -o measures this machine's local again, keeping what it does not measure.
+    const Result refresh = run_dsl("calibrate " + net + " --procs 2 --batch 2 --reps 1 --warmup 0", env);
+    INFO(refresh.err);
+    CHECK(refresh.exit_code == 0);
+    CHECK(refresh.out.find("wrote " + file.string()) != std::string::npos);
+    const std::string refreshed = read(file);
+    CHECK(refreshed.find("# Calibrated by 'dsl calibrate " + net + " --procs 2 --batch 2'") != std::string::npos);
+    CHECK(refreshed.find("# Measured for ") != std::string::npos);
+    CHECK(run_dsl(schedule + "2", env).err.find("measuring") == std::string::npos);
+    fs::remove_all(dir);
+}
+
+TEST_CASE("explain says where its figures come from", "[cli][model]") {
+    const std::string args = "explain samples/mesh_tiny.net samples/mesh_tiny_spatial_h_2.sched";
+    const Result fixture = run_dsl(args);
+    INFO(fixture.err);
+    CHECK(fixture.out.find("figures: the file ") != std::string::npos);
+    CHECK(fixture.out.find("local_epyc_2core.platform ($DSL_LOCAL_PLATFORM)") != std::string::npos);
+    const Result lassen = run_dsl(args + " --platform lassen");
+    CHECK(lassen.out.find("figures: the published figures of the stdlib platform 'lassen'") != std::string::npos);
+}
+
 TEST_CASE("run --auto-schedule trains under the schedule the auto-scheduler chose", "[cli][model][mpi]") {
     const Result r = run_dsl("run samples/mesh_tiny.net --auto-schedule --procs 2 --batch 4 --steps 2");
     INFO(r.out << r.err);
