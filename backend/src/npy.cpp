@@ -1,6 +1,8 @@
 // The .npy reader (mmap, header parsed by a small parser of the Python dict literal NumPy writes) and writer.
 #include <dsl/backend/npy.hpp>
 
+#include <dsl/frontend/source.hpp>
+
 #include <fmt/format.h>
 
 #include <bit>
@@ -318,17 +320,14 @@ std::optional<NpyHeader> parse_npy_header(const unsigned char* bytes, std::int64
 }
 
 std::optional<NpyFile> NpyFile::open(const std::string& path, std::string& error) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    std::string why;
+    const int fd = open_regular_file(path, why);
     if (fd < 0) {
-        error = fmt::format("{}: cannot open: {}", path, std::strerror(errno));
+        error = fmt::format("{}: cannot open: {}", path, why);
         return std::nullopt;
     }
     struct stat st {};
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        error = fmt::format("{}: not a regular file", path);
-        ::close(fd);
-        return std::nullopt;
-    }
+    ::fstat(fd, &st);
     if (st.st_size < 10) {  // also keeps mmap from a zero length
         ::close(fd);
         error = fmt::format("{}: not a .npy file", path);

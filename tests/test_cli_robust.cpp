@@ -1,0 +1,124 @@
+// The command where a user's setup is unusual: inputs that are not regular files, a process of a run killed
+// by a signal, runs under an external launcher (mpirun, over TCP as between nodes), options given wrong.
+#include "train_runs.hpp"
+
+#include <dsl/backend/npy.hpp>
+#include <dsl/backend/tensor.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <sched.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <thread>
+
+namespace {
+
+// A folder of this test's, removed at the end.
+struct Scratch {
+    fs::path path;
+    explicit Scratch(const std::string& name)
+        : path(fs::temp_directory_path() / (name + "_" + std::to_string(::getpid()))) {
+        fs::remove_all(path);
+        fs::create_directories(path);
+    }
+    ~Scratch() { fs::remove_all(path); }
+    std::string operator/(const std::string& file) const { return (path / file).string(); }
+};
+
+// `prefix` (environment settings, a launcher) before the dsl binary; killed after `seconds`, so that a run
+// that would wait forever fails the test instead (exit code 137).
+Result run_command(const std::string& prefix, const std::string& args, int seconds = 120) {
+    const fs::path dir = fs::temp_directory_path() / ("dsl_cmd_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    const std::string cmd = "cd '" + source_dir() + "' && NO_COLOR=1 timeout -s KILL " + std::to_string(seconds) + " " +
+                            prefix + " '" + dsl_binary() + "' " + args + " >'" + (dir / "out").string() + "' 2>'" +
+                            (dir / "err").string() + "'";
+    const int status = std::system(cmd.c_str());
+    Result r{WIFEXITED(status) ? WEXITSTATUS(status) : -1, read(dir / "out"), read(dir / "err")};
+    fs::remove_all(dir);
+    return r;
+}
+
+std::string mpirun(int procs) {
+    return "mpirun -np " + std::to_string(procs) + " --oversubscribe" +
+           (::geteuid() == 0 ? " --allow-run-as-root" : "");
+}
+
+std::vector<double> losses_in(const std::string& log) {
+    std::vector<double> out;
+    std::ifstream in(log);
+    for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line)["loss"].get<double>());
+    return out;
+}
+
+void write_file(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
+
+// A .npy file (format 1.0) holding `data` as the dtype `descr` with `shape` (a Python tuple's text).
+std::string npy(const std::string& descr, const std::string& shape, const std::string& data) {
+    std::string dict = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
+    dict.append(64 - (10 + dict.size() + 1) % 64, ' ');
+    dict += '\n';
+    std::string out = "\x93NUMPY";
+    out += '\x01';
+    out += '\x00';
+    out += static_cast<char>(dict.size() & 0xff);
+    out += static_cast<char>(dict.size() >> 8);
+    return out + dict + data;
+}
+
+template <typename T>
+std::string bytes_of(const std::vector<T>& v) {
+    return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+}
+
+}  // namespace
+
+TEST_CASE("inputs that are not regular files are refused at once, never waited on", "[cli]") {
+    Scratch dir("dsl_fifo");
+    for (const char* name : {"f.net", "f.sched", "f.platform", "f.npy"})
+        REQUIRE(::mkfifo((dir / name).c_str(), 0600) == 0);
+    // A checkpoint with a FIFO in place of its manifest, and one with a FIFO in place of a tensor.
+    const Result saved = run_dsl("run samples/mesh_tiny.net --batch 2 --steps 1 --save " + (dir / "ck"));
+    INFO(saved.err);
+    REQUIRE(saved.exit_code == 0);
+    fs::copy(dir.path / "ck", dir.path / "ck_manifest");
+    fs::remove(dir.path / "ck_manifest" / "manifest.json");
+    REQUIRE(::mkfifo((dir / "ck_manifest/manifest.json").c_str(), 0600) == 0);
+    fs::copy(dir.path / "ck", dir.path / "ck_tensor");
+    fs::remove(dir.path / "ck_tensor" / "block1.0.conv.weight.npy");
+    REQUIRE(::mkfifo((dir / "ck_tensor/block1.0.conv.weight.npy").c_str(), 0600) == 0);
+
+    write_file(dir / "fifo_platform.sched",
+               "procs = 1\nplatform = \"" + (dir / "f.platform") + "\"\n\ndefault N=1 overlap=off\n");
+    const std::string fifo = "it is a FIFO (named pipe), not a regular file";
+    struct Case {
+        std::string args, message;
+    };
+    const std::vector<Case> cases{
+        {"check " + (dir / "f.net"), fifo},
+        {"run " + (dir / "f.net") + " --steps 1", fifo},
+        {"check samples/mesh_tiny.net " + (dir / "f.sched"), fifo},
+        {"run samples/mesh_tiny.net " + (dir / "f.sched") + " --steps 1", fifo},
+        {"print " + (dir / "f.platform"), fifo},
+        {"explain samples/mesh_tiny.net samples/mesh_tiny_sample_2.sched --platform " + (dir / "f.platform"), fifo},
+        {"explain samples/mesh_tiny.net " + (dir / "fifo_platform.sched"), fifo},
+        {"run samples/mesh_tiny.net --steps 1 --inputs " + (dir / "f.npy") + " --labels " + (dir / "f.npy"), fifo},
+        {"run samples/mesh_tiny.net --batch 2 --steps 1 --load " + (dir / "ck_manifest"), fifo},
+        {"run samples/mesh_tiny.net --batch 2 --steps 1 --load " + (dir / "ck_tensor"), fifo},
+        {"check /dev/zero", "it is a device, not a regular file"},
+        {"check samples", "it is a directory, not a regular file"},
+    };
+    for (const Case& c : cases) {
+        const Result r = run_command("", c.args, 60);
+        INFO(c.args << "\n" << r.err);
+        CHECK(r.exit_code == 1);
+        CHECK(r.err.find(c.message) != std::string::npos);
+    }
+}
