@@ -12,7 +12,8 @@ class App;
 namespace dsl::cli {
 
 // Exit codes of every verb.
-enum Exit : int { ok = 0, user_error = 1, usage = 2, internal = 3 };
+// `killed`: a process of a run on several was killed by a signal (the out-of-memory killer, a job's time limit).
+enum Exit : int { ok = 0, user_error = 1, usage = 2, internal = 3, killed = 4 };
 
 // A verb's action, run after the command line parsed; returns the exit code.
 using Action = std::function<int()>;

@@ -122,3 +122,79 @@ TEST_CASE("inputs that are not regular files are refused at once, never waited o
         CHECK(r.err.find(c.message) != std::string::npos);
     }
 }
+
+TEST_CASE("a process of a run killed by SIGKILL is named, with its host and the signal", "[cli][run][mpi]") {
+    Scratch dir("dsl_sigkill");
+    const std::string mark = "DSL_TEST_SIGKILL=" + std::to_string(::getpid());
+    const std::string cmd = "cd '" + source_dir() + "' && NO_COLOR=1 " + mark + " '" + dsl_binary() +
+                            "' run samples/mesh_tiny.net samples/mesh_tiny_sample_2.sched --steps 100000 --log '" +
+                            (dir / "log.jsonl") + "' >'" + (dir / "out") + "' 2>'" + (dir / "err") + "'";
+    const pid_t shell = ::fork();
+    REQUIRE(shell >= 0);
+    if (shell == 0) {
+        ::setpgid(0, 0);  // a group of its own, for the clean-up below
+        ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+        std::_Exit(127);
+    }
+    ::setpgid(shell, shell);
+    // The process of rank 1 of this run (mpirun passes the environment on to the processes it starts), once it
+    // trains: the log has a step.
+    auto rank_one = [&]() -> pid_t {
+        for (const auto& e : fs::directory_iterator("/proc")) {
+            const std::string env = read(e.path() / "environ");
+            if (env.find(std::string(1, '\0') + mark + '\0') == std::string::npos && env.rfind(mark + '\0', 0) != 0)
+                continue;
+            if (env.find(std::string(1, '\0') + "OMPI_COMM_WORLD_RANK=1" + '\0') == std::string::npos) continue;
+            return static_cast<pid_t>(std::stol(e.path().filename().string()));
+        }
+        return 0;
+    };
+    using clock = std::chrono::steady_clock;
+    pid_t victim = 0;
+    for (const auto start = clock::now(); clock::now() - start < std::chrono::seconds(120);) {
+        if (fs::exists(dir.path / "log.jsonl") && fs::file_size(dir.path / "log.jsonl") > 0) victim = rank_one();
+        if (victim) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    CHECK(victim > 0);
+    if (victim > 0) ::kill(victim, SIGKILL);
+    int status = 0;
+    bool ended = false;
+    const auto killed_at = clock::now();
+    while (clock::now() - killed_at < std::chrono::seconds(30)) {
+        if (::waitpid(shell, &status, WNOHANG) == shell) {
+            ended = true;
+            break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    const double seconds = std::chrono::duration<double>(clock::now() - killed_at).count();
+    if (!ended) {
+        ::kill(-shell, SIGKILL);
+        ::waitpid(shell, &status, 0);
+    }
+    const std::string err = read(dir.path / "err");
+    INFO(err);
+    REQUIRE(ended);
+    CHECK(seconds < 10.0);  // the other process ends too (about 2 s here)
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 4);
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    CHECK(err.find(std::string("error: process 1 of 2 (on host ") + host +
+                   ") was killed by signal 9 (SIGKILL), perhaps by the out-of-memory killer") != std::string::npos);
+    CHECK(err.find("mpirun") == std::string::npos);  // its notice is said in our line, not repeated
+    CHECK(std::count(err.begin(), err.end(), '\n') == 1);
+}
+
+TEST_CASE("an error on one process of a run is said once, without mpirun's notices", "[cli][run][mpi]") {
+    // Every process refuses the inputs (their own message); only the first says so.
+    const Result r = run_command("",
+                                 "run samples/mesh_tiny.net samples/mesh_tiny_sample_2.sched --steps 1 --inputs "
+                                 "no_such.npy --labels no_such.npy");
+    INFO(r.err);
+    CHECK(r.exit_code == 1);
+    CHECK(r.err.find("error: no_such.npy: cannot open") != std::string::npos);
+    CHECK(r.err.find("----") == std::string::npos);
+    CHECK(r.err.find("mpirun") == std::string::npos);
+}
