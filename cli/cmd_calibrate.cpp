@@ -42,7 +42,7 @@ struct CalibrateOptions {
     std::int64_t max_message = 64 << 20;
     // A measuring process of its own (hidden): "kernels" or "comm", the keys to time and where results go.
     std::string worker, keys, results;
-    bool exchanges = false, in_situ = true;
+    bool exchanges = false, kernels_only = false;
     std::string device = "cpu";
     std::int64_t gpu_workspace = 0;  // a worker's: the convolutions' scratch limit (the platform's workspace)
 
@@ -454,7 +454,7 @@ int run_calibrate(CalibrateOptions o) {
     double workspace = 0.0;
     const fs::path so_far = dir / "so_far.platform";
     std::ofstream(so_far) << scheduler::print_platform(platform, "measured so far");
-    if (o.in_situ)
+    if (!o.kernels_only)
         for (std::int64_t procs : o.procs)
             for (std::int64_t batch : o.batches) {
                 std::cerr << fmt::format("profiling training steps under every split of {} process{}, batch {}...\n",
@@ -499,7 +499,7 @@ int run_calibrate(CalibrateOptions o) {
         for (std::string line; std::getline(old, line);)
             if (line.rfind("# Calibrated by ", 0) == 0) runs += line.substr(2) + "\n";
     runs += fmt::format("Calibrated by 'dsl calibrate {} --procs{} --batch{}{}{}' on {}.", o.net, procs_list,
-                        batch_list, o.in_situ ? "" : " --kernels-only", o.gpu() ? " --device gpu" : "", date);
+                        batch_list, o.kernels_only ? " --kernels-only" : "", o.gpu() ? " --device gpu" : "", date);
     const std::string comment = fmt::format(
         "This machine: {}, {}.\n"
         "Kernel times (conv.forward, ...) are the median of {} calls after {} warm-up calls; factors\n"
@@ -534,15 +534,18 @@ void setup_calibrate(CLI::App& app, Action& action) {
         ->required();
     sub->add_option("--procs", o->procs,
                     "Process counts to calibrate for (default: 1, 2, 4, ... up to this machine's cores)")
-        ->check(CLI::PositiveNumber);
-    sub->add_option("--batch", o->batches, "Mini-batch sizes (default 4)")->check(CLI::PositiveNumber);
+        ->delimiter(',')
+        ->check(positive_count());
+    sub->add_option("--batch", o->batches, "Mini-batch sizes (default 4)")->delimiter(',')->check(positive_count());
     sub->add_option("--platform", o->platform,
                     "The platform whose other settings the file starts from when it does not exist (default 'local')");
-    sub->add_option("--reps", o->reps, "Timed runs of each kernel (default 10)")->check(CLI::PositiveNumber);
-    sub->add_option("--warmup", o->warmup, "Runs before timing (default 2)")->check(CLI::NonNegativeNumber);
+    sub->add_option("--reps", o->reps, "Timed runs of each kernel (default 10)")
+        ->check(positive_count(std::numeric_limits<int>::max()));
+    sub->add_option("--warmup", o->warmup, "Runs before timing (default 2)")
+        ->check(nonnegative_count(std::numeric_limits<int>::max()));
     sub->add_option("--max-message", o->max_message, "Largest message timed, bytes (default 64 MiB)")
-        ->check(CLI::PositiveNumber);
-    sub->add_flag("!--kernels-only", o->in_situ,
+        ->check(positive_count());
+    sub->add_flag("--kernels-only", o->kernels_only,
                   "Time kernels alone only, not each layer in training steps under every split as well");
     sub->add_option("--device", o->device,
                     "cpu or gpu: whose kernels and communication are measured (default cpu); on a GPU, the file "

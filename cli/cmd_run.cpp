@@ -475,13 +475,14 @@ void setup_run(CLI::App& app, Action& action) {
     CLI::App* run = app.add_subcommand("run", "Train a network, on one process or under a schedule on many");
     run->add_option("NET", o->net, "The network (.net)")->required();
     run->add_option("SCHED", o->sched, "A schedule (.sched); without one, one process");
-    run->add_option("--steps", o->steps, "Training steps (default 10)")->check(CLI::PositiveNumber);
+    run->add_option("--steps", o->steps, "Training steps (default 10)")->check(positive_count());
     run->add_option("--batch", o->batch, "Mini-batch size N (default: the schedule's, else 4)")
-        ->check(CLI::PositiveNumber);
+        ->check(positive_count());
     run->add_option("--lr", o->lr, "Learning rate (default: the network's 'train' line, else 0.01)");
     run->add_option("--momentum", o->momentum, "SGD momentum (default: the network's, else 0.9)");
     run->add_option("--weight-decay", o->weight_decay, "Weight decay (default: the network's, else 0)");
-    run->add_option("--seed", o->seed, "Seed for initialization and synthetic data (default 0)");
+    run->add_option("--seed", o->seed, "Seed for initialization and synthetic data (default 0)")
+        ->check(nonnegative_count());
     run->add_option("--log", o->log, "Write one JSON object per step to this file");
     run->add_option("--save", o->save, "Write a checkpoint to this folder at the end");
     run->add_option("--load", o->load, "Resume from the checkpoint in this folder");
@@ -489,7 +490,8 @@ void setup_run(CLI::App& app, Action& action) {
     run->add_option("--labels", o->labels, "Labels from a .npy file [S] or [S, H, W] (with --inputs)");
     run->add_option("--kernels", o->kernels, "cpu (oneDNN and Halide; default) or reference (plain loops)")
         ->check(CLI::IsMember({"cpu", "reference"}));
-    run->add_option("--procs", o->procs, "Processes, where the schedule leaves the count open");
+    run->add_option("--procs", o->procs, "Processes, where the schedule leaves the count open")
+        ->check(positive_count());
     run->add_flag("--auto-schedule", o->auto_schedule,
                   "Fill what the schedule leaves open (everything, without one) with the auto-scheduler");
     run->add_option("--platform", o->platform,

@@ -198,3 +198,113 @@ TEST_CASE("an error on one process of a run is said once, without mpirun's notic
     CHECK(r.err.find("----") == std::string::npos);
     CHECK(r.err.find("mpirun") == std::string::npos);
 }
+
+TEST_CASE("whole-number options say what is wrong in the user's terms", "[cli]") {
+    struct Case {
+        std::string args, message;
+    };
+    const std::vector<Case> cases{
+        {"run samples/mesh_tiny.net --steps 0", "--steps: 0 is not positive"},
+        {"run samples/mesh_tiny.net --batch -2", "--batch: -2 is not positive"},
+        {"run samples/mesh_tiny.net --procs 1,2", "--procs: '1,2' is not a whole number"},
+        {"run samples/mesh_tiny.net --procs 0", "--procs: 0 is not positive"},
+        {"run samples/mesh_tiny.net --seed -1", "--seed: -1 is not 0 or more"},
+        {"run samples/mesh_tiny.net --steps 1e3", "--steps: '1e3' is not a whole number"},
+        {"check samples/mesh_tiny.net --batch 0", "--batch: 0 is not positive"},
+        {"schedule samples/mesh_tiny.net --procs 1,2", "--procs: '1,2' is not a whole number"},
+        {"explain samples/mesh_tiny.net --procs 0", "--procs: 0 is not positive"},
+        {"compare samples/mesh_tiny.net a.sched b.sched --steps 0", "--steps: 0 is not positive"},
+        {"calibrate samples/mesh_tiny.net -o x.platform --procs 0", "--procs: 0 is not positive"},
+        {"calibrate samples/mesh_tiny.net -o x.platform --reps 0", "--reps: 0 is not positive"},
+        {"calibrate samples/mesh_tiny.net -o x.platform --warmup -1", "--warmup: -1 is not 0 or more"},
+        {"calibrate samples/mesh_tiny.net -o x.platform --warmup 3000000000", "--warmup: 3000000000 is too large"},
+        {"calibrate samples/mesh_tiny.net -o x.platform --max-message 0", "--max-message: 0 is not positive"},
+    };
+    for (const Case& c : cases) {
+        const Result r = run_dsl(c.args);
+        INFO(c.args << "\n" << r.err);
+        CHECK(r.exit_code == 2);
+        CHECK(r.err.rfind("error: " + c.message, 0) == 0);
+        CHECK(r.err.find("not in range") == std::string::npos);
+    }
+    const Result help = run_dsl("calibrate --help");
+    CHECK(help.out.find("{false}") == std::string::npos);
+    CHECK(help.out.find("--kernels-only ") != std::string::npos);
+}
+
+TEST_CASE("an unknown verb is named, with the verbs there are", "[cli]") {
+    const Result r = run_dsl("bogus x.net");
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find("error: unknown verb 'bogus'; the verbs are check, print, run,") == 0);
+    const Result near = run_dsl("chek x.net");
+    CHECK(near.exit_code == 2);
+    CHECK(near.err.find("unknown verb 'chek' (did you mean 'check'?)") != std::string::npos);
+    // --version, as the README says.
+    const Result version = run_dsl("--version");
+    CHECK(version.exit_code == 0);
+    CHECK(version.out.rfind("dsl ", 0) == 0);
+    CHECK(read(fs::path(source_dir()) / "README.md").find("`dsl --version`") != std::string::npos);
+}
+
+TEST_CASE("colour is off only when NO_COLOR is set and not empty", "[cli]") {
+    // On a terminal (script gives the command one), a diagnostic is coloured unless NO_COLOR says otherwise.
+    REQUIRE(std::system("command -v script >/dev/null") == 0);  // util-linux's
+    auto on_terminal = [](const std::string& env) {
+        const fs::path out = fs::temp_directory_path() / ("dsl_color_" + std::to_string(::getpid()));
+        const std::string cmd = "cd '" + source_dir() + "' && script -qec \"env " + env + " '" + dsl_binary() +
+                                "' check tests/diag/fail_add_shapes.net\" /dev/null >'" + out.string() + "' 2>&1";
+        REQUIRE(std::system(cmd.c_str()) != -1);
+        const std::string text = read(out);
+        fs::remove(out);
+        return text;
+    };
+    const std::string unset = on_terminal("-u NO_COLOR"), empty = on_terminal("NO_COLOR="),
+                      set = on_terminal("NO_COLOR=1");
+    INFO(unset << empty << set);
+    REQUIRE(unset.find("cannot add tensors") != std::string::npos);
+    CHECK(unset.find("\x1b[") != std::string::npos);
+    CHECK(empty.find("\x1b[") != std::string::npos);
+    CHECK(set.find("cannot add tensors") != std::string::npos);
+    CHECK(set.find("\x1b[") == std::string::npos);
+}
+
+TEST_CASE("npy: float16 inputs are converted to float exactly", "[npy]") {
+    Scratch dir("dsl_f2");
+    // 1, -2, the largest half, the smallest subnormal, 1/3 rounded, -0, +inf, 0.5.
+    const std::vector<std::uint16_t> halves{0x3c00, 0xc000, 0x7bff, 0x0001, 0x3555, 0x8000, 0x7c00, 0x3800};
+    const std::vector<float> floats{
+        1.0f, -2.0f, 65504.0f, 5.9604644775390625e-8f, 0.333251953125f, -0.0f, std::numeric_limits<float>::infinity(),
+        0.5f};
+    write_file(dir / "h.npy", npy("<f2", "(1, 2, 2, 2)", bytes_of(halves)));
+    std::string error;
+    const auto file = dsl::backend::NpyFile::open(dir / "h.npy", error);
+    INFO(error);
+    REQUIRE(file);
+    dsl::backend::Tensor got(dsl::backend::Dims{1, 2, 2, 2});
+    got.fill(7.0f);
+    REQUIRE(dsl::backend::copy_sample_tile(*file, 0, 0, 0, 0, got.interior(), error));
+    for (std::size_t i = 0; i < floats.size(); ++i) {
+        INFO(i);
+        const float v = got.at(0, static_cast<std::int64_t>(i / 4), static_cast<std::int64_t>(i / 2 % 2),
+                               static_cast<std::int64_t>(i % 2));
+        CHECK(v == floats[i]);
+        CHECK(std::signbit(v) == std::signbit(floats[i]));
+        CHECK(file->at(static_cast<std::int64_t>(i)) == static_cast<double>(floats[i]));
+    }
+}
+
+TEST_CASE("run trains on float16 inputs", "[cli][run]") {
+    Scratch dir("dsl_f2_run");
+    const std::int64_t inputs = 2 * 18 * 64 * 64;
+    std::vector<std::uint16_t> x(static_cast<std::size_t>(inputs));
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = i % 3 == 0 ? 0x3c00 : i % 3 == 1 ? 0xb800 : 0x0000;  // 1, -0.5, 0
+    std::vector<std::int64_t> y(2 * 8 * 8);
+    for (std::size_t i = 0; i < y.size(); ++i) y[i] = static_cast<std::int64_t>(i % 2);
+    write_file(dir / "x.npy", npy("<f2", "(2, 18, 64, 64)", bytes_of(x)));
+    write_file(dir / "y.npy", npy("<i8", "(2, 8, 8)", bytes_of(y)));
+    const Result r = run_dsl("run samples/mesh_tiny.net --batch 2 --steps 2 --inputs " + (dir / "x.npy") +
+                             " --labels " + (dir / "y.npy"));
+    INFO(r.err);
+    CHECK(r.exit_code == 0);
+    CHECK(r.out.find("step     2  loss") != std::string::npos);
+}
