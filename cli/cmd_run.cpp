@@ -81,8 +81,8 @@ std::int64_t run_batch(const Checked& c, const RunOptions& o) {
     return o.batch.value_or(c.schedule && c.schedule->batch ? *c.schedule->batch : 4);
 }
 
-// Where a run computes: --device, else the platform's (--platform or the schedule's, when either names one),
-// else the CPU. On a GPU, the platform's workspace (when it gives one) bounds the convolutions' scratch.
+// Where a run computes: --device, else with --auto-schedule the device of the platform it schedules for, else
+// the CPU. On a GPU, the platform's workspace (when it gives one) bounds the convolutions' scratch.
 struct Placement {
     bool gpu = false;
     std::optional<std::int64_t> workspace;
@@ -91,7 +91,7 @@ struct Placement {
 std::optional<Placement> placement(const RunOptions& o, const Checked& c, Output& io) {
     Placement p;
     p.gpu = o.device == "gpu";
-    const bool named = !o.platform.empty() || (c.schedule && c.schedule->platform);
+    const bool named = o.auto_schedule || (p.gpu && c.schedule && c.schedule->platform);
     if (!named) return p;
     SourceManager sources;
     Diagnostics diags;
@@ -101,7 +101,7 @@ std::optional<Placement> placement(const RunOptions& o, const Checked& c, Output
         return std::nullopt;
     }
     const bool gpu_platform = platform->platform.device == scheduler::Device::gpu;
-    if (o.device.empty()) p.gpu = gpu_platform;
+    if (o.device.empty()) p.gpu = o.auto_schedule && gpu_platform;
     if (p.gpu && gpu_platform && platform->platform.workspace > 0)
         p.workspace = static_cast<std::int64_t>(platform->platform.workspace);
     return p;
@@ -263,6 +263,11 @@ int run_training(const RunOptions& o) {
     diags.render(io.err(), stderr_color());
     if (!checked) return user_error;
 
+    if (!o.platform.empty() && !o.auto_schedule) {
+        io.err() << "error: --platform is the platform --auto-schedule plans for, and has no effect without it (to "
+                    "train on a GPU: --device gpu)\n";
+        return usage;
+    }
     std::string why;
     const auto schedule = run_schedule(*checked, o, why, io);
     if (!schedule) {
@@ -495,12 +500,13 @@ void setup_run(CLI::App& app, Action& action) {
     run->add_flag("--auto-schedule", o->auto_schedule,
                   "Fill what the schedule leaves open (everything, without one) with the auto-scheduler");
     run->add_option("--platform", o->platform,
-                    "With --auto-schedule: the platform (default: the schedule's, else 'local')");
+                    "With --auto-schedule: the platform it plans for, whose device the run uses unless --device "
+                    "says otherwise (default: the schedule's, else 'local')");
     run->add_flag("--profile", o->profile,
                   "Print each layer's forward and backward time per step, and the part spent waiting for others");
     run->add_option("--device", o->device,
-                    "cpu or gpu: where every layer runs (default: the platform's device, else cpu); on a GPU, one "
-                    "process per GPU by local rank, or several sharing one")
+                    "cpu or gpu: where every layer runs (default: with --auto-schedule the platform's device, else "
+                    "cpu); on a GPU, one process per GPU by local rank, or several sharing one")
         ->check(CLI::IsMember({"cpu", "gpu"}));
     run->add_option("--gpu-comm", o->gpu_comm,
                     "With --device gpu: nccl (a GPU per process), mpi (through host memory) or auto (default: nccl "

@@ -308,3 +308,18 @@ TEST_CASE("run trains on float16 inputs", "[cli][run]") {
     CHECK(r.exit_code == 0);
     CHECK(r.out.find("step     2  loss") != std::string::npos);
 }
+
+TEST_CASE("the device is --device's, else with --auto-schedule its platform's, else the CPU", "[cli][run]") {
+    // --platform is the auto-scheduler's: alone it would do nothing, and says so.
+    const Result alone = run_dsl("run samples/mesh_tiny.net --platform dgx_h100 --steps 1");
+    CHECK(alone.exit_code == 2);
+    CHECK(alone.err.find("--platform is the platform --auto-schedule plans for") != std::string::npos);
+    CHECK(alone.out.find("step") == std::string::npos);
+    // A schedule written for a GPU platform runs where --device says: the CPU by default.
+    Scratch dir("dsl_device");
+    write_file(dir / "gpu.sched", "procs = 1\nplatform = dgx_h100\n\ndefault N=1 overlap=off\n");
+    const Result cpu = run_dsl("run samples/mesh_tiny.net " + (dir / "gpu.sched") + " --steps 1");
+    INFO(cpu.err);
+    CHECK(cpu.exit_code == 0);
+    CHECK(cpu.out.find("threads") != std::string::npos);  // on the CPU
+}
