@@ -136,7 +136,7 @@ std::optional<scheduler::Schedule> auto_schedule(const Checked& c, const RunOpti
     const auto& s = c.schedule;
     const auto run = run_procs(o.procs, s, why);
     if (!run && !why.empty()) return std::nullopt;
-    const std::int64_t procs = run.value_or(1);
+    const std::int64_t procs = run.value_or(backend::launched_size());  // under a launcher: those it started
     SourceManager sources;
     Diagnostics diags;
     const auto platform = resolve_platform(o.platform, s, sources, diags);
@@ -152,20 +152,19 @@ std::optional<scheduler::Schedule> auto_schedule(const Checked& c, const RunOpti
     // Said once: by the process that trains, not by the one that starts the others under mpirun.
     if (procs > 1 && !backend::under_mpi()) return result->schedule;
     const scheduler::Prediction p = model.predict(result->schedule);
-    io.out() << fmt::format("auto-schedule for {} process{} on '{}': {} ms per step predicted, {} per process\n", procs,
-                            procs == 1 ? "" : "es", platform->text, milliseconds(p.step), human_bytes(p.memory));
-    // The chosen splits, compactly: runs of consecutive layers that share one.
-    std::string last;
-    for (std::size_t i = 0; i < net.layers.size(); ++i) {
-        if (net.layers[i].is_data()) continue;
-        const auto& d = result->schedule.layers[i];
-        const std::string text =
-            fmt::format("{}{}", d.split->str(), d.split->spatial() && d.overlap.value_or(false) ? " overlap" : "");
-        if (text != last) {
-            io.out() << fmt::format("  from {:<24} {}\n", net.layers[i].name, text);
-            last = text;
-        }
-    }
+    // As `dsl schedule` writes it, to be saved and reused.
+    scheduler::Schedule chosen = result->schedule;
+    chosen.batch = batch;
+    const std::string header = fmt::format(
+        "Chosen by 'dsl run --auto-schedule' for {} on {} process{} of '{}', mini-batch {}.\n"
+        "Predicted: {} ms per step, {} per process (of {}).",
+        o.net, procs, procs == 1 ? "" : "es", platform->text, batch, milliseconds(p.step), human_bytes(p.memory),
+        human_bytes(p.memory_limit));
+    io.out() << fmt::format(
+        "auto-schedule for {} process{} on '{}': {} ms per step predicted, {} per process; as a "
+        ".sched file:\n{}\n",
+        procs, procs == 1 ? "" : "es", platform->text, milliseconds(p.step), human_bytes(p.memory),
+        scheduler::schedule_text(net, chosen, header, platform->text));
     return result->schedule;
 }
 

@@ -199,6 +199,38 @@ TEST_CASE("an error on one process of a run is said once, without mpirun's notic
     CHECK(r.err.find("mpirun") == std::string::npos);
 }
 
+TEST_CASE("under an external mpirun, --auto-schedule plans for the processes it started", "[cli][run][mpi]") {
+    Scratch dir("dsl_auto_np");
+    const Result r = run_command(mpirun(2),
+                                 "run samples/mesh_tiny.net --auto-schedule --batch 4 --steps 2 --seed 5 "
+                                 "--log " +
+                                     (dir / "auto.jsonl"));
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.out.find("auto-schedule for 2 processes") != std::string::npos);
+    CHECK(r.out.find("training samples/mesh_tiny.net on 2 processes") != std::string::npos);
+    // The schedule it chose, printed as .sched text: saved, it checks and trains the same.
+    const auto begin = r.out.find("\n# ");
+    const auto end = r.out.find("\ntraining ");
+    REQUIRE(begin != std::string::npos);
+    REQUIRE(end != std::string::npos);
+    const std::string text = r.out.substr(begin + 1, end - begin);
+    CHECK(text.find("procs = 2\n") != std::string::npos);
+    CHECK(text.find("batch = 4\n") != std::string::npos);
+    write_file(dir / "chosen.sched", text);
+    const Result check = run_dsl("check samples/mesh_tiny.net " + (dir / "chosen.sched"));
+    INFO(text << check.err);
+    CHECK(check.exit_code == 0);
+    const Result again = run_dsl("run samples/mesh_tiny.net " + (dir / "chosen.sched") + " --steps 2 --seed 5 --log " +
+                                 (dir / "again.jsonl"));
+    INFO(again.err);
+    REQUIRE(again.exit_code == 0);
+    const auto a = losses_in(dir / "auto.jsonl"), b = losses_in(dir / "again.jsonl");
+    REQUIRE(a.size() == 2);
+    REQUIRE(b.size() == 2);
+    for (std::size_t i = 0; i < a.size(); ++i) CHECK(b[i] == Approx(a[i]).epsilon(1e-6));
+}
+
 TEST_CASE("whole-number options say what is wrong in the user's terms", "[cli]") {
     struct Case {
         std::string args, message;

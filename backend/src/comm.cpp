@@ -156,6 +156,12 @@ int launched_local_rank() { return env_int({"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_L
 
 int launched_local_size() {
     return env_int({"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"}, 1);
+int launched_size() {
+    if (!under_mpi()) return 1;
+    const int size = env_int({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"}, 0);
+    return size > 0 ? size : mpi_world()->size();
+}
+
 }
 
 std::unique_ptr<Comm> mpi_world() {

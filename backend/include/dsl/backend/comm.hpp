@@ -50,6 +50,7 @@ std::unique_ptr<Comm> self_comm();
 // without initializing MPI; `mpi_world` initializes it (once) and returns MPI_COMM_WORLD's communicator.
 bool under_mpi();
 int launched_rank();        // this process's rank in the run, from the environment; 0 when not under MPI
+int launched_size();        // the run's processes (from the environment, else from MPI); 1 when not under MPI
 int launched_local_rank();  // its rank among the run's processes on this node; 0 when not under MPI
 int launched_local_size();  // the run's processes on this node; 1 when not under MPI
 std::unique_ptr<Comm> mpi_world();
