@@ -253,6 +253,7 @@ bool agree(backend::Comm& comm, bool ok, const std::string& message) {
 
 int run_training(const RunOptions& o) {
     const bool mpi = backend::under_mpi();
+    if (mpi) backend::share_node_cores();
     Output io;
     io.on = !mpi || backend::launched_rank() == 0;
 
@@ -387,9 +388,13 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
     }
     if (!comm.all(o.log.empty() || !io.on || (log && *log))) return user_error;
 
-    io.out() << fmt::format("training {} on {} process{}: batch {}, lr {}, momentum {}, weight decay {}, seed {}\n",
-                            o.net, comm.size(), comm.size() == 1 ? "" : "es", cfg.batch, cfg.lr, cfg.momentum,
-                            cfg.weight_decay, cfg.seed);
+    // The threads of the processes' kernels, on the CPU: "(2 threads each)", "(1 to 2 threads each)".
+    const double threads = backend::compute_threads(), most = comm.max(threads), least = -comm.max(-threads);
+    const std::string each = fmt::format(" ({}{} thread{}{})", least < most ? fmt::format("{} to ", least) : "", most,
+                                         most == 1 ? "" : "s", comm.size() > 1 ? " each" : "");
+    io.out() << fmt::format("training {} on {} process{}{}: batch {}, lr {}, momentum {}, weight decay {}, seed {}\n",
+                            o.net, comm.size(), comm.size() == 1 ? "" : "es", kernels.mem().host() ? each : "",
+                            cfg.batch, cfg.lr, cfg.momentum, cfg.weight_decay, cfg.seed);
     // --profile: per-layer seconds summed over the steps after the first (which creates kernels and touches
     // memory for the first time), then averaged over steps and processes.
     trainer->profile(o.profile);

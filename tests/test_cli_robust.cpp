@@ -231,6 +231,46 @@ TEST_CASE("under an external mpirun, --auto-schedule plans for the processes it 
     for (std::size_t i = 0; i < a.size(); ++i) CHECK(b[i] == Approx(a[i]).epsilon(1e-6));
 }
 
+TEST_CASE("under an external mpirun, each process takes its share of the node's cores", "[cli][run][mpi]") {
+    // Unbound (as `--bind-to none`, or a launcher that binds nothing): the cores divided among the processes,
+    // no more than the cores the processes may run on.
+    cpu_set_t mask;
+    CPU_ZERO(&mask);
+    REQUIRE(::sched_getaffinity(0, sizeof mask, &mask) == 0);
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const int share = std::max(1, std::min(cores / 2, CPU_COUNT(&mask)));
+    const std::string args = "run samples/mesh_tiny.net samples/mesh_tiny_sample_2.sched --steps 1";
+    const Result r = run_command("env -u OMP_NUM_THREADS " + mpirun(2) + " --bind-to none", args);
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.out.find("on 2 processes (" + std::to_string(share) + (share == 1 ? " thread" : " threads") + " each)") !=
+          std::string::npos);
+    // OMP_NUM_THREADS, where the user sets it, is kept.
+    const Result set = run_command("env OMP_NUM_THREADS=3 " + mpirun(2) + " -x OMP_NUM_THREADS --bind-to none", args);
+    INFO(set.out << set.err);
+    REQUIRE(set.exit_code == 0);
+    CHECK(set.out.find("on 2 processes (3 threads each)") != std::string::npos);
+}
+
+TEST_CASE("over Open MPI's TCP transport alone, as between nodes, a distributed run trains as one process",
+          "[distributed][mpi]") {
+    Scratch dir("dsl_tcp");
+    const Run one = train("samples/mesh_tiny.net", "", 4);
+    const Result r = run_command(mpirun(2) + " --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo",
+                                 "run samples/mesh_tiny.net samples/mesh_tiny_spatial_h_2.sched --steps 3 --seed 7 "
+                                 "--batch 4 --log " +
+                                     (dir / "log.jsonl") + " --save " + (dir / "ckpt"));
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    const auto losses = losses_in(dir / "log.jsonl");
+    REQUIRE(losses.size() == one.losses.size());
+    for (std::size_t i = 0; i < losses.size(); ++i) CHECK(losses[i] == Approx(one.losses[i]).epsilon(1e-4));
+    std::string error;
+    const auto ckpt = load_checkpoint(dir / "ckpt", error);
+    REQUIRE(ckpt);
+    check_same_state(*ckpt, one.checkpoint, 1e-4);
+}
+
 TEST_CASE("whole-number options say what is wrong in the user's terms", "[cli]") {
     struct Case {
         std::string args, message;

@@ -53,6 +53,11 @@ int launched_rank();        // this process's rank in the run, from the environm
 int launched_size();        // the run's processes (from the environment, else from MPI); 1 when not under MPI
 int launched_local_rank();  // its rank among the run's processes on this node; 0 when not under MPI
 int launched_local_size();  // the run's processes on this node; 1 when not under MPI
+// The threads this process's kernels run on (OpenMP's, which oneDNN and Halide use). Under a launcher that
+// leaves OMP_NUM_THREADS unset, `share_node_cores` first sets them to the node's cores divided among the
+// run's processes on it, and no more than the cores this process is bound to (at least 1).
+int compute_threads();
+void share_node_cores();
 std::unique_ptr<Comm> mpi_world();
 void mpi_finalize();                         // at a normal end
 [[noreturn]] void mpi_abort(int exit_code);  // ends every process of the run
