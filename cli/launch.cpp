@@ -27,16 +27,17 @@ std::string self_path() {
     return ec ? program_arguments().front() : self.string();
 }
 
-// The child being waited for, to which a signal asking this process to end is passed on.
-volatile sig_atomic_t waited_child = 0;
+// mpirun while it runs, to which a signal asking this process to end is passed on, and the last such signal.
+volatile sig_atomic_t waited_child = 0, ended_by = 0;
 
 void pass_on(int signal) {
+    ended_by = signal;
     if (waited_child > 0) ::kill(static_cast<pid_t>(waited_child), signal);
 }
 
-// Runs argv (argv[0] found on PATH) and waits; `missing` is printed when it cannot be started. Its stderr goes
-// to `filter` when one is given. While it runs, SIGINT is left to it (a terminal's Ctrl-C reaches both), and
-// SIGTERM and SIGHUP are passed on to it: it ends its own processes.
+// Runs argv (argv[0] found on PATH) and waits; `missing` is printed when it cannot be started. With a `filter`
+// (mpirun), its stderr goes there, and while it runs SIGINT, SIGTERM and SIGHUP are passed on to it: it ends
+// its processes, then this one ends by the signal.
 int spawn(std::vector<std::string> argv, const std::map<std::string, std::string>& env, const std::string& out,
           const std::string& missing, MpirunOutput* filter = nullptr) {
     std::vector<char*> c_args;
@@ -57,14 +58,18 @@ int spawn(std::vector<std::string> argv, const std::map<std::string, std::string
         std::cerr << fmt::format(fmt::runtime(missing), std::strerror(errno));
         std::_Exit(user_error);
     }
-    struct sigaction pass = {}, ignore = {}, old_int = {}, old_term = {}, old_hup = {};
+    struct sigaction pass = {}, old_int = {}, old_term = {}, old_hup = {};
     pass.sa_handler = pass_on;
-    ignore.sa_handler = SIG_IGN;
-    waited_child = child;
-    ::sigaction(SIGINT, &ignore, &old_int);
-    ::sigaction(SIGTERM, &pass, &old_term);
-    ::sigaction(SIGHUP, &pass, &old_hup);
+    // A signal ignored when this process started (SIGHUP under nohup) stays ignored.
+    auto take = [&](int signal, struct sigaction* old) {
+        ::sigaction(signal, nullptr, old);
+        if (old->sa_handler != SIG_IGN) ::sigaction(signal, &pass, nullptr);
+    };
     if (filter) {
+        waited_child = child;
+        take(SIGINT, &old_int);
+        take(SIGTERM, &old_term);
+        take(SIGHUP, &old_hup);
         ::close(err[1]);
         char buffer[4096];
         for (;;) {
@@ -79,11 +84,14 @@ int spawn(std::vector<std::string> argv, const std::map<std::string, std::string
     int status = 0;
     while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
     }
-    waited_child = 0;
-    ::sigaction(SIGINT, &old_int, nullptr);
-    ::sigaction(SIGTERM, &old_term, nullptr);
-    ::sigaction(SIGHUP, &old_hup, nullptr);
-    if (filter && WIFSIGNALED(status)) filter->mpirun_signal = WTERMSIG(status);
+    if (filter) {
+        waited_child = 0;
+        ::sigaction(SIGINT, &old_int, nullptr);
+        ::sigaction(SIGTERM, &old_term, nullptr);
+        ::sigaction(SIGHUP, &old_hup, nullptr);
+        if (ended_by) ::raise(ended_by);  // as if it had come now, the run having ended
+        if (WIFSIGNALED(status)) filter->mpirun_signal = WTERMSIG(status);
+    }
     return WIFEXITED(status) ? WEXITSTATUS(status) : internal;
 }
 

@@ -73,6 +73,83 @@ std::string npy(const std::string& descr, const std::string& shape, const std::s
     return out + dict + data;
 }
 
+// `dsl run` of the tiny network on 2 processes (started by dsl) for a long time, in the background, in a
+// process group of its own; its processes are found by a mark in their environment (mpirun passes it on).
+class BackgroundRun {
+public:
+    explicit BackgroundRun(const Scratch& dir) : dir_(dir) {
+        const std::string cmd = "cd '" + source_dir() + "' && NO_COLOR=1 " + mark_ + " '" + dsl_binary() +
+                                "' run samples/mesh_tiny.net samples/mesh_tiny_sample_2.sched --steps 100000 --log '" +
+                                (dir / "log.jsonl") + "' >'" + (dir / "out") + "' 2>'" + (dir / "err") + "'";
+        shell_ = ::fork();
+        if (shell_ == 0) {
+            ::setpgid(0, 0);
+            ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+            std::_Exit(127);
+        }
+        ::setpgid(shell_, shell_);
+    }
+    ~BackgroundRun() {
+        if (shell_ > 0) end(0);
+    }
+
+    // Every process of the run: rank (-1 for dsl itself, -2 for mpirun) and pid.
+    std::vector<std::pair<int, pid_t>> processes() const {
+        std::vector<std::pair<int, pid_t>> out;
+        const std::string z(1, '\0');
+        for (const auto& e : fs::directory_iterator("/proc")) {
+            const std::string name = e.path().filename().string();
+            if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+            const std::string env = z + read(e.path() / "environ");
+            if (env.find(z + mark_ + z) == std::string::npos) continue;
+            std::error_code ec;
+            const std::string exe = fs::read_symlink(e.path() / "exe", ec).filename().string();
+            const auto at = env.find(z + "OMPI_COMM_WORLD_RANK=");
+            const int rank = at != std::string::npos ? std::atoi(env.c_str() + at + 22) : exe == "dsl" ? -1 : -2;
+            if (exe == "dsl" || exe.rfind("orterun", 0) == 0 || exe.rfind("mpirun", 0) == 0)
+                out.emplace_back(rank, static_cast<pid_t>(std::stol(name)));
+        }
+        return out;
+    }
+
+    // The process of `rank` once the run trains (its log has a step), or 0 after two minutes.
+    pid_t training_process(int rank) const {
+        for (const auto start = clock::now(); clock::now() - start < std::chrono::seconds(120);) {
+            if (fs::exists(dir_.path / "log.jsonl") && fs::file_size(dir_.path / "log.jsonl") > 0)
+                for (const auto& [r, pid] : processes())
+                    if (r == rank) return pid;
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+        return 0;
+    }
+
+    // Waits up to `seconds` for the run to end (then kills it): the shell's status, and the seconds waited.
+    std::pair<int, double> end(int seconds) {
+        int status = 0;
+        const auto start = clock::now();
+        bool ended = false;
+        while (!ended && clock::now() - start < std::chrono::seconds(seconds)) {
+            ended = ::waitpid(shell_, &status, WNOHANG) == shell_;
+            if (!ended) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+        const double waited = std::chrono::duration<double>(clock::now() - start).count();
+        if (!ended) {
+            for (const auto& [rank, pid] : processes()) ::kill(pid, SIGKILL);
+            ::kill(-shell_, SIGKILL);
+            ::waitpid(shell_, &status, 0);
+            status = -1;
+        }
+        shell_ = 0;
+        return {status, waited};
+    }
+
+private:
+    using clock = std::chrono::steady_clock;
+    const Scratch& dir_;
+    std::string mark_ = "DSL_TEST_RUN=" + std::to_string(::getpid());
+    pid_t shell_ = 0;
+};
+
 template <typename T>
 std::string bytes_of(const std::vector<T>& v) {
     return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
@@ -125,57 +202,13 @@ TEST_CASE("inputs that are not regular files are refused at once, never waited o
 
 TEST_CASE("a process of a run killed by SIGKILL is named, with its host and the signal", "[cli][run][mpi]") {
     Scratch dir("dsl_sigkill");
-    const std::string mark = "DSL_TEST_SIGKILL=" + std::to_string(::getpid());
-    const std::string cmd = "cd '" + source_dir() + "' && NO_COLOR=1 " + mark + " '" + dsl_binary() +
-                            "' run samples/mesh_tiny.net samples/mesh_tiny_sample_2.sched --steps 100000 --log '" +
-                            (dir / "log.jsonl") + "' >'" + (dir / "out") + "' 2>'" + (dir / "err") + "'";
-    const pid_t shell = ::fork();
-    REQUIRE(shell >= 0);
-    if (shell == 0) {
-        ::setpgid(0, 0);  // a group of its own, for the clean-up below
-        ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-        std::_Exit(127);
-    }
-    ::setpgid(shell, shell);
-    // The process of rank 1 of this run (mpirun passes the environment on to the processes it starts), once it
-    // trains: the log has a step.
-    auto rank_one = [&]() -> pid_t {
-        for (const auto& e : fs::directory_iterator("/proc")) {
-            const std::string env = read(e.path() / "environ");
-            if (env.find(std::string(1, '\0') + mark + '\0') == std::string::npos && env.rfind(mark + '\0', 0) != 0)
-                continue;
-            if (env.find(std::string(1, '\0') + "OMPI_COMM_WORLD_RANK=1" + '\0') == std::string::npos) continue;
-            return static_cast<pid_t>(std::stol(e.path().filename().string()));
-        }
-        return 0;
-    };
-    using clock = std::chrono::steady_clock;
-    pid_t victim = 0;
-    for (const auto start = clock::now(); clock::now() - start < std::chrono::seconds(120);) {
-        if (fs::exists(dir.path / "log.jsonl") && fs::file_size(dir.path / "log.jsonl") > 0) victim = rank_one();
-        if (victim) break;
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
+    BackgroundRun run(dir);
+    const pid_t victim = run.training_process(1);
     CHECK(victim > 0);
     if (victim > 0) ::kill(victim, SIGKILL);
-    int status = 0;
-    bool ended = false;
-    const auto killed_at = clock::now();
-    while (clock::now() - killed_at < std::chrono::seconds(30)) {
-        if (::waitpid(shell, &status, WNOHANG) == shell) {
-            ended = true;
-            break;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    const double seconds = std::chrono::duration<double>(clock::now() - killed_at).count();
-    if (!ended) {
-        ::kill(-shell, SIGKILL);
-        ::waitpid(shell, &status, 0);
-    }
+    const auto [status, seconds] = run.end(30);
     const std::string err = read(dir.path / "err");
     INFO(err);
-    REQUIRE(ended);
     CHECK(seconds < 10.0);  // the other process ends too (about 2 s here)
     REQUIRE(WIFEXITED(status));
     CHECK(WEXITSTATUS(status) == 4);
@@ -185,6 +218,22 @@ TEST_CASE("a process of a run killed by SIGKILL is named, with its host and the 
                    ") was killed by signal 9 (SIGKILL), perhaps by the out-of-memory killer") != std::string::npos);
     CHECK(err.find("mpirun") == std::string::npos);  // its notice is said in our line, not repeated
     CHECK(std::count(err.begin(), err.end(), '\n') == 1);
+}
+
+TEST_CASE("SIGTERM to dsl run (a job's time limit) ends mpirun and every process with it", "[cli][run][mpi]") {
+    Scratch dir("dsl_sigterm");
+    BackgroundRun run(dir);
+    REQUIRE(run.training_process(1) > 0);
+    const pid_t dsl = run.training_process(-1);
+    REQUIRE(dsl > 0);
+    ::kill(dsl, SIGTERM);
+    const auto [status, seconds] = run.end(30);
+    INFO(read(dir.path / "err"));
+    CHECK(seconds < 10.0);
+    CHECK(run.processes().empty());  // none is left running
+    // The shell that started dsl saw it end by the signal (128 + 15), as a program without children would.
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 128 + SIGTERM);
 }
 
 TEST_CASE("an error on one process of a run is said once, without mpirun's notices", "[cli][run][mpi]") {
