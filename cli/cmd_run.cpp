@@ -188,6 +188,7 @@ std::optional<scheduler::Schedule> run_schedule(const Checked& c, const RunOptio
     scheduler::Schedule s = *c.schedule;
     s.procs = run_procs(o.procs, s, why);
     if (!why.empty()) return std::nullopt;
+    if (!s.procs && backend::under_mpi()) s.procs = backend::launched_size();  // under a launcher: those it started
     if (std::string open = open_fields(net, s); !open.empty()) {
         why = fmt::format(
             "the schedule leaves {} open: fill it with --auto-schedule, or set it in the schedule "

@@ -278,6 +278,12 @@ TEST_CASE("under an external mpirun, --auto-schedule plans for the processes it 
     REQUIRE(a.size() == 2);
     REQUIRE(b.size() == 2);
     for (std::size_t i = 0; i < a.size(); ++i) CHECK(b[i] == Approx(a[i]).epsilon(1e-6));
+    // A schedule that leaves 'procs' open runs on the processes the launcher started.
+    write_file(dir / "open.sched", "batch = 4\n\ndefault N=2 overlap=off\n");
+    const Result open = run_command(mpirun(2), "run samples/mesh_tiny.net " + (dir / "open.sched") + " --steps 1");
+    INFO(open.err);
+    CHECK(open.exit_code == 0);
+    CHECK(open.out.find("training samples/mesh_tiny.net on 2 processes") != std::string::npos);
 }
 
 TEST_CASE("under an external mpirun, each process takes its share of the node's cores", "[cli][run][mpi]") {
