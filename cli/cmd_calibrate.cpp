@@ -42,7 +42,7 @@ struct CalibrateOptions {
     std::int64_t max_message = 64 << 20;
     // A measuring process of its own (hidden): "kernels" or "comm", the keys to time and where results go.
     std::string worker, keys, results;
-    bool exchanges = false, kernels_only = false;
+    bool exchanges = false, in_situ = true;
     std::string device = "cpu";
     std::int64_t gpu_workspace = 0;  // a worker's: the convolutions' scratch limit (the platform's workspace)
 
@@ -454,7 +454,7 @@ int run_calibrate(CalibrateOptions o) {
     double workspace = 0.0;
     const fs::path so_far = dir / "so_far.platform";
     std::ofstream(so_far) << scheduler::print_platform(platform, "measured so far");
-    if (!o.kernels_only)
+    if (o.in_situ)
         for (std::int64_t procs : o.procs)
             for (std::int64_t batch : o.batches) {
                 std::cerr << fmt::format("profiling training steps under every split of {} process{}, batch {}...\n",
@@ -499,7 +499,7 @@ int run_calibrate(CalibrateOptions o) {
         for (std::string line; std::getline(old, line);)
             if (line.rfind("# Calibrated by ", 0) == 0) runs += line.substr(2) + "\n";
     runs += fmt::format("Calibrated by 'dsl calibrate {} --procs{} --batch{}{}{}' on {}.", o.net, procs_list,
-                        batch_list, o.kernels_only ? " --kernels-only" : "", o.gpu() ? " --device gpu" : "", date);
+                        batch_list, o.in_situ ? "" : " --kernels-only", o.gpu() ? " --device gpu" : "", date);
     const std::string comment = fmt::format(
         "This machine: {}, {}.\n"
         "Kernel times (conv.forward, ...) are the median of {} calls after {} warm-up calls; factors\n"
@@ -545,8 +545,9 @@ void setup_calibrate(CLI::App& app, Action& action) {
         ->check(nonnegative_count(std::numeric_limits<int>::max()));
     sub->add_option("--max-message", o->max_message, "Largest message timed, bytes (default 64 MiB)")
         ->check(positive_count());
-    sub->add_flag("--kernels-only", o->kernels_only,
-                  "Time kernels alone only, not each layer in training steps under every split as well");
+    sub->add_flag_callback(
+        "--kernels-only", [o] { o->in_situ = false; },
+        "Time kernels alone only, not each layer in training steps under every split as well");
     sub->add_option("--device", o->device,
                     "cpu or gpu: whose kernels and communication are measured (default cpu); on a GPU, the file "
                     "says device = gpu and its processors are the GPUs")
