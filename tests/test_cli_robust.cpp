@@ -91,6 +91,7 @@ public:
     }
     ~BackgroundRun() {
         if (shell_ > 0) end(0);
+        for (const auto& [rank, pid] : processes()) ::kill(pid, SIGKILL);  // any left behind (mpirun, say)
     }
 
     // Every process of the run: rank (-1 for dsl itself, -2 for mpirun) and pid.
