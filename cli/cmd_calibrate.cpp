@@ -602,16 +602,20 @@ void setup_calibrate(CLI::App& app, Action& action) {
                     "in the cache)");
     sub->add_option("--procs", o->procs,
                     "Process counts to calibrate for (default: 1, 2, 4, ... up to this machine's cores)")
-        ->check(CLI::PositiveNumber);
-    sub->add_option("--batch", o->batches, "Mini-batch sizes (default 4)")->check(CLI::PositiveNumber);
+        ->delimiter(',')
+        ->check(positive_count());
+    sub->add_option("--batch", o->batches, "Mini-batch sizes (default 4)")->delimiter(',')->check(positive_count());
     sub->add_option("--platform", o->platform,
                     "The platform whose other settings the file starts from when it does not exist (default 'local')");
-    sub->add_option("--reps", o->reps, "Timed runs of each kernel (default 10)")->check(CLI::PositiveNumber);
-    sub->add_option("--warmup", o->warmup, "Runs before timing (default 2)")->check(CLI::NonNegativeNumber);
+    sub->add_option("--reps", o->reps, "Timed runs of each kernel (default 10)")
+        ->check(positive_count(std::numeric_limits<int>::max()));
+    sub->add_option("--warmup", o->warmup, "Runs before timing (default 2)")
+        ->check(nonnegative_count(std::numeric_limits<int>::max()));
     sub->add_option("--max-message", o->max_message, "Largest message timed, bytes (default 64 MiB)")
-        ->check(CLI::PositiveNumber);
-    sub->add_flag("!--kernels-only", o->in_situ,
-                  "Time kernels alone only, not each layer in training steps under every split as well");
+        ->check(positive_count());
+    sub->add_flag_callback(
+        "--kernels-only", [o] { o->in_situ = false; },
+        "Time kernels alone only, not each layer in training steps under every split as well");
     sub->add_option("--device", o->device,
                     "cpu or gpu: whose kernels and communication are measured (default cpu); on a GPU, the file "
                     "says device = gpu and its processors are the GPUs")

@@ -45,7 +45,7 @@ void setup_check(CLI::App& app, Action& action) {
     sub->add_option("--batch", o->batch,
                     "Mini-batch size for the tile shapes (default: the schedule's, or one "
                     "sample per process)")
-        ->check(CLI::PositiveNumber);
+        ->check(positive_count());
     sub->add_option("--dump-after", o->dump_after, "Print the state after a pass to stderr")
         ->check(CLI::IsMember({"parse", "imports", "elaborate", "shapes"}));
     sub->footer("Example:\n  dsl check samples/mesh_tiny.net samples/mesh_tiny_hybrid_4.sched");

@@ -215,10 +215,10 @@ void setup_compare(CLI::App& app, Action& action) {
                     "Platform name (stdlib/platforms) or file (default: the first schedule's, else 'local': this "
                     "machine, measured on first use)");
     sub->add_option("--batch", o->batch, "Mini-batch size N (default: each schedule's, or one sample per process)")
-        ->check(CLI::PositiveNumber);
+        ->check(positive_count());
     sub->add_flag("--measure", o->measure, "Also train a few steps under each and show the model's error");
     sub->add_option("--steps", o->steps, "Steps to measure (default 10; the first two are not counted)")
-        ->check(CLI::PositiveNumber);
+        ->check(positive_count());
     sub->add_flag("--json", o->json, "Print the comparison as JSON");
     sub->footer(
         "Example:\n  dsl compare samples/mesh_tiny.net samples/mesh_tiny_sample_2.sched "

@@ -75,8 +75,8 @@ void setup_explain(CLI::App& app, Action& action) {
                     "Platform name (stdlib/platforms) or file (default: the schedule's, else 'local': this machine, "
                     "measured on first use)");
     sub->add_option("--batch", o->batch, "Mini-batch size N (default: the schedule's, or one sample per process)")
-        ->check(CLI::PositiveNumber);
-    sub->add_option("--procs", o->procs, "Processes, where the schedule leaves them open")->check(CLI::PositiveNumber);
+        ->check(positive_count());
+    sub->add_option("--procs", o->procs, "Processes, where the schedule leaves them open")->check(positive_count());
     sub->add_flag("--json", o->json, "Print the prediction as JSON");
     sub->footer(
         "Example:\n  dsl explain samples/mesh_tiny.net samples/mesh_tiny_hybrid_4.sched\n"

@@ -101,8 +101,8 @@ std::int64_t run_batch(const Checked& c, const RunOptions& o) {
     return o.batch.value_or(c.schedule && c.schedule->batch ? *c.schedule->batch : 4);
 }
 
-// Where a run computes: --device, else the platform's (--platform or the schedule's, when either names one),
-// else the CPU. On a GPU, the platform's workspace (when it gives one) bounds the convolutions' scratch.
+// Where a run computes: --device, else with --auto-schedule the device of the platform it schedules for, else
+// the CPU. On a GPU, the platform's workspace (when it gives one) bounds the convolutions' scratch.
 struct Placement {
     bool gpu = false;
     std::optional<std::int64_t> workspace;
@@ -111,7 +111,7 @@ struct Placement {
 std::optional<Placement> placement(const RunOptions& o, const Checked& c, Output& io) {
     Placement p;
     p.gpu = o.device == "gpu";
-    const bool named = !o.platform.empty() || (c.schedule && c.schedule->platform);
+    const bool named = o.auto_schedule || (p.gpu && c.schedule && c.schedule->platform);
     if (!named) return p;
     SourceManager sources;
     Diagnostics diags;
@@ -121,7 +121,7 @@ std::optional<Placement> placement(const RunOptions& o, const Checked& c, Output
         return std::nullopt;
     }
     const bool gpu_platform = platform->platform.device == scheduler::Device::gpu;
-    if (o.device.empty()) p.gpu = gpu_platform;
+    if (o.device.empty()) p.gpu = o.auto_schedule && gpu_platform;
     if (p.gpu && gpu_platform && platform->platform.workspace > 0)
         p.workspace = static_cast<std::int64_t>(platform->platform.workspace);
     return p;
@@ -156,7 +156,7 @@ std::optional<scheduler::Schedule> auto_schedule(const Checked& c, const RunOpti
     const auto& s = c.schedule;
     const auto run = run_procs(o.procs, s, why);
     if (!run && !why.empty()) return std::nullopt;
-    const std::int64_t procs = run.value_or(1);
+    const std::int64_t procs = run.value_or(backend::launched_size());  // under a launcher: those it started
     SourceManager sources;
     Diagnostics diags;
     auto platform = resolve_platform(o.platform, s, sources, diags);
@@ -173,20 +173,19 @@ std::optional<scheduler::Schedule> auto_schedule(const Checked& c, const RunOpti
     // Said once: by the process that trains, not by the one that starts the others under mpirun.
     if (procs > 1 && !backend::under_mpi()) return result->schedule;
     const scheduler::Prediction p = model.predict(result->schedule);
-    io.out() << fmt::format("auto-schedule for {} process{} on '{}': {} ms per step predicted, {} per process\n", procs,
-                            procs == 1 ? "" : "es", platform->text, milliseconds(p.step), human_bytes(p.memory));
-    // The chosen splits, compactly: runs of consecutive layers that share one.
-    std::string last;
-    for (std::size_t i = 0; i < net.layers.size(); ++i) {
-        if (net.layers[i].is_data()) continue;
-        const auto& d = result->schedule.layers[i];
-        const std::string text =
-            fmt::format("{}{}", d.split->str(), d.split->spatial() && d.overlap.value_or(false) ? " overlap" : "");
-        if (text != last) {
-            io.out() << fmt::format("  from {:<24} {}\n", net.layers[i].name, text);
-            last = text;
-        }
-    }
+    // As `dsl schedule` writes it, to be saved and reused.
+    scheduler::Schedule chosen = result->schedule;
+    chosen.batch = batch;
+    const std::string header = fmt::format(
+        "Chosen by 'dsl run --auto-schedule' for {} on {} process{} of '{}', mini-batch {}.\n"
+        "Predicted: {} ms per step, {} per process (of {}).",
+        o.net, procs, procs == 1 ? "" : "es", platform->text, batch, milliseconds(p.step), human_bytes(p.memory),
+        human_bytes(p.memory_limit));
+    io.out() << fmt::format(
+        "auto-schedule for {} process{} on '{}': {} ms per step predicted, {} per process; as a "
+        ".sched file:\n{}\n",
+        procs, procs == 1 ? "" : "es", platform->text, milliseconds(p.step), human_bytes(p.memory),
+        scheduler::schedule_text(net, chosen, header, platform->text));
     return result->schedule;
 }
 
@@ -210,6 +209,7 @@ std::optional<scheduler::Schedule> run_schedule(const Checked& c, const RunOptio
     scheduler::Schedule s = *c.schedule;
     s.procs = run_procs(o.procs, s, why);
     if (!why.empty()) return std::nullopt;
+    if (!s.procs && backend::under_mpi()) s.procs = backend::launched_size();  // under a launcher: those it started
     if (std::string open = open_fields(net, s); !open.empty()) {
         why = fmt::format(
             "the schedule leaves {} open: fill it with --auto-schedule, or set it in the schedule "
@@ -288,6 +288,7 @@ bool agree(backend::Comm& comm, bool ok, const std::string& message) {
 
 int run_training(const RunOptions& o) {
     const bool mpi = backend::under_mpi();
+    if (mpi) backend::share_node_cores();
     Output io;
     io.on = !mpi || backend::launched_rank() == 0;
 
@@ -297,6 +298,11 @@ int run_training(const RunOptions& o) {
     diags.render(io.err(), stderr_color());
     if (!checked) return user_error;
 
+    if (!o.platform.empty() && !o.auto_schedule) {
+        io.err() << "error: --platform is the platform --auto-schedule plans for, and has no effect without it (to "
+                    "train on a GPU: --device gpu)\n";
+        return usage;
+    }
     std::string why;
     const auto schedule = run_schedule(*checked, o, why, io);
     if (!schedule) {
@@ -433,9 +439,13 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
         return saved;
     };
 
-    io.out() << fmt::format("training {} on {} process{}: batch {}, lr {}, momentum {}, weight decay {}, seed {}\n",
-                            o.net, comm.size(), comm.size() == 1 ? "" : "es", cfg.batch, cfg.lr, cfg.momentum,
-                            cfg.weight_decay, cfg.seed);
+    // The threads of the processes' kernels, on the CPU: "(2 threads each)", "(1 to 2 threads each)".
+    const double threads = backend::compute_threads(), most = comm.max(threads), least = -comm.max(-threads);
+    const std::string each = fmt::format(" ({}{} thread{}{})", least < most ? fmt::format("{} to ", least) : "", most,
+                                         most == 1 ? "" : "s", comm.size() > 1 ? " each" : "");
+    io.out() << fmt::format("training {} on {} process{}{}: batch {}, lr {}, momentum {}, weight decay {}, seed {}\n",
+                            o.net, comm.size(), comm.size() == 1 ? "" : "es", kernels.mem().host() ? each : "",
+                            cfg.batch, cfg.lr, cfg.momentum, cfg.weight_decay, cfg.seed);
     // --profile: per-layer seconds summed over the steps after the first (which creates kernels and touches
     // memory for the first time), then averaged over steps and processes.
     trainer->profile(o.profile);
@@ -521,13 +531,14 @@ void setup_run(CLI::App& app, Action& action) {
     CLI::App* run = app.add_subcommand("run", "Train a network, on one process or under a schedule on many");
     run->add_option("NET", o->net, "The network (.net)")->required();
     run->add_option("SCHED", o->sched, "A schedule (.sched); without one, one process");
-    run->add_option("--steps", o->steps, "Training steps (default 10)")->check(CLI::PositiveNumber);
+    run->add_option("--steps", o->steps, "Training steps (default 10)")->check(positive_count());
     run->add_option("--batch", o->batch, "Mini-batch size N (default: the schedule's, else 4)")
-        ->check(CLI::PositiveNumber);
+        ->check(positive_count());
     run->add_option("--lr", o->lr, "Learning rate (default: the network's 'train' line, else 0.01)");
     run->add_option("--momentum", o->momentum, "SGD momentum (default: the network's, else 0.9)");
     run->add_option("--weight-decay", o->weight_decay, "Weight decay (default: the network's, else 0)");
-    run->add_option("--seed", o->seed, "Seed for initialization and synthetic data (default 0)");
+    run->add_option("--seed", o->seed, "Seed for initialization and synthetic data (default 0)")
+        ->check(nonnegative_count());
     run->add_option("--log", o->log, "Write one JSON object per step to this file");
     CLI::Option* save = run->add_option("--save", o->save, "Write a checkpoint to this folder at the end");
     run->add_option("--save-every", o->save_every,
@@ -540,16 +551,18 @@ void setup_run(CLI::App& app, Action& action) {
     run->add_option("--labels", o->labels, "Labels from a .npy file [S] or [S, H, W] (with --inputs)");
     run->add_option("--kernels", o->kernels, "cpu (oneDNN and Halide; default) or reference (plain loops)")
         ->check(CLI::IsMember({"cpu", "reference"}));
-    run->add_option("--procs", o->procs, "Processes, where the schedule leaves the count open");
+    run->add_option("--procs", o->procs, "Processes, where the schedule leaves the count open")
+        ->check(positive_count());
     run->add_flag("--auto-schedule", o->auto_schedule,
                   "Fill what the schedule leaves open (everything, without one) with the auto-scheduler");
     run->add_option("--platform", o->platform,
-                    "With --auto-schedule: the platform (default: the schedule's, else 'local')");
+                    "With --auto-schedule: the platform it plans for, whose device the run uses unless --device "
+                    "says otherwise (default: the schedule's, else 'local')");
     run->add_flag("--profile", o->profile,
                   "Print each layer's forward and backward time per step, and the part spent waiting for others");
     run->add_option("--device", o->device,
-                    "cpu or gpu: where every layer runs (default: the platform's device, else cpu); on a GPU, one "
-                    "process per GPU by local rank, or several sharing one")
+                    "cpu or gpu: where every layer runs (default: with --auto-schedule the platform's device, else "
+                    "cpu); on a GPU, one process per GPU by local rank, or several sharing one")
         ->check(CLI::IsMember({"cpu", "gpu"}));
     run->add_option("--gpu-comm", o->gpu_comm,
                     "With --device gpu: nccl (a GPU per process), mpi (through host memory) or auto (default: nccl "

@@ -105,13 +105,13 @@ void setup_schedule(CLI::App& app, Action& action) {
     CLI::App* sub = app.add_subcommand("schedule", "Write the auto-scheduler's schedule for a network");
     sub->add_option("NET", o->net, "The network (.net)")->required();
     sub->add_option("SCHED", o->sched, "A partial schedule whose fixed fields are kept");
-    sub->add_option("--procs", o->procs, "Processes (default: the schedule's procs)")->check(CLI::PositiveNumber);
+    sub->add_option("--procs", o->procs, "Processes (default: the schedule's procs)")->check(positive_count());
     sub->add_option("--platform", o->platform,
                     "Platform name (stdlib/platforms) or file (default: the schedule's, else 'local': this machine, "
                     "measured on first use)");
     sub->add_option("-o,--output", o->output, "The .sched file to write (default: print it)");
     sub->add_option("--batch", o->batch, "Mini-batch size N (default: the schedule's batch, else procs)")
-        ->check(CLI::PositiveNumber);
+        ->check(positive_count());
     sub->add_option("--method", o->method,
                     "frontier (exact, the default) or paper (the reference paper's longest-path heuristic)")
         ->check(CLI::IsMember({"frontier", "paper"}));

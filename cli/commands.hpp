@@ -1,18 +1,22 @@
 // The verbs of the `dsl` command: each file adds one subcommand and the action it runs.
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
 namespace CLI {
 class App;
+class Validator;
 }
 
 namespace dsl::cli {
 
 // Exit codes of every verb.
-enum Exit : int { ok = 0, user_error = 1, usage = 2, internal = 3 };
+// `killed`: a process of a run on several was killed by a signal (the out-of-memory killer, a job's time limit).
+enum Exit : int { ok = 0, user_error = 1, usage = 2, internal = 3, killed = 4 };
 
 // A verb's action, run after the command line parsed; returns the exit code.
 using Action = std::function<int()>;
@@ -27,6 +31,11 @@ void setup_calibrate(CLI::App& app, Action& action);
 
 // The command line as main received it (`dsl run` starts itself again under mpirun with it).
 const std::vector<std::string>& program_arguments();
+
+// Checks of whole-number options, whose messages say what was wrong in the user's terms (CLI11's own ranges
+// print their bounds as doubles: "0.000000 to 1.79e308").
+CLI::Validator positive_count(std::int64_t most = std::numeric_limits<std::int64_t>::max());     // 1 to most
+CLI::Validator nonnegative_count(std::int64_t most = std::numeric_limits<std::int64_t>::max());  // 0 to most
 
 // Whether stderr is a terminal that takes colour and progress lines (never with NO_COLOR set).
 bool stderr_color();

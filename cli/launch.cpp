@@ -9,10 +9,12 @@
 #include <unistd.h>
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <regex>
 #include <thread>
 
 namespace dsl::cli {
@@ -25,13 +27,25 @@ std::string self_path() {
     return ec ? program_arguments().front() : self.string();
 }
 
-// Runs argv (argv[0] found on PATH) and waits; `missing` is printed when it cannot be started.
+// mpirun while it runs, to which a signal asking this process to end is passed on, and the last such signal.
+volatile sig_atomic_t waited_child = 0, ended_by = 0;
+
+void pass_on(int signal) {
+    ended_by = signal;
+    if (waited_child > 0) ::kill(static_cast<pid_t>(waited_child), signal);
+}
+
+// Runs argv (argv[0] found on PATH) and waits; `missing` is printed when it cannot be started. With a `filter`
+// (mpirun), its stderr goes there, and while it runs SIGINT, SIGTERM and SIGHUP are passed on to it: it ends
+// its processes, then this one ends by the signal.
 int spawn(std::vector<std::string> argv, const std::map<std::string, std::string>& env, const std::string& out,
-          const std::string& missing) {
+          const std::string& missing, MpirunOutput* filter = nullptr) {
     std::vector<char*> c_args;
     for (auto& a : argv) c_args.push_back(a.data());
     c_args.push_back(nullptr);
     std::cout << std::flush;
+    int err[2] = {-1, -1};
+    if (filter && ::pipe2(err, O_CLOEXEC) != 0) filter = nullptr;
     const pid_t child = ::fork();
     if (child == 0) {
         for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
@@ -39,14 +53,51 @@ int spawn(std::vector<std::string> argv, const std::map<std::string, std::string
             const int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
             if (fd >= 0) ::dup2(fd, STDOUT_FILENO), ::close(fd);
         }
+        if (filter) ::dup2(err[1], STDERR_FILENO);
         ::execvp(c_args[0], c_args.data());
         std::cerr << fmt::format(fmt::runtime(missing), std::strerror(errno));
         std::_Exit(user_error);
     }
+    struct sigaction pass = {}, old_int = {}, old_term = {}, old_hup = {};
+    pass.sa_handler = pass_on;
+    // A signal ignored when this process started (SIGHUP under nohup) stays ignored.
+    auto take = [&](int signal, struct sigaction* old) {
+        ::sigaction(signal, nullptr, old);
+        if (old->sa_handler != SIG_IGN) ::sigaction(signal, &pass, nullptr);
+    };
+    if (filter) {
+        waited_child = child;
+        take(SIGINT, &old_int);
+        take(SIGTERM, &old_term);
+        take(SIGHUP, &old_hup);
+        ::close(err[1]);
+        char buffer[4096];
+        for (;;) {
+            const ssize_t n = ::read(err[0], buffer, sizeof buffer);
+            if (n < 0 && errno == EINTR) continue;
+            if (n <= 0) break;
+            filter->add(std::string_view(buffer, static_cast<std::size_t>(n)));
+        }
+        filter->finish();
+        ::close(err[0]);
+    }
     int status = 0;
     while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
     }
+    if (filter) {
+        waited_child = 0;
+        ::sigaction(SIGINT, &old_int, nullptr);
+        ::sigaction(SIGTERM, &old_term, nullptr);
+        ::sigaction(SIGHUP, &old_hup, nullptr);
+        if (ended_by) ::raise(ended_by);  // as if it had come now, the run having ended
+        if (WIFSIGNALED(status)) filter->mpirun_signal = WTERMSIG(status);
+    }
     return WIFEXITED(status) ? WEXITSTATUS(status) : internal;
+}
+
+std::string signal_name(int signal) {
+    const char* abbrev = ::sigabbrev_np(signal);
+    return abbrev ? fmt::format("SIG{}", abbrev) : fmt::format("signal {}", signal);
 }
 
 }  // namespace
@@ -56,11 +107,88 @@ int threads_per_process(std::int64_t procs) {
     return static_cast<int>(std::max<std::int64_t>(1, cores / std::max<std::int64_t>(1, procs)));
 }
 
+void MpirunOutput::add(std::string_view bytes) {
+    for (const char c : bytes) {
+        partial_ += c;
+        if (c == '\n') {
+            line(partial_);
+            partial_.clear();
+            passed_ = false;
+        }
+    }
+    // The start of a line that is not mpirun's (a notice starts with dashes, a note about notices with
+    // '['): passed on at once, as a process wrote it.
+    if (!partial_.empty() && !in_notice_ && partial_[0] != '-' && partial_[0] != '[') {
+        std::cerr << partial_ << std::flush;
+        partial_.clear();
+        passed_ = true;
+    }
+}
+
+void MpirunOutput::finish() {
+    if (!partial_.empty()) line(partial_ + "\n");
+    partial_.clear();
+    if (in_notice_) {  // never closed: said as it is
+        for (const auto& l : notice_) std::cerr << l;
+        notice_.clear();
+        in_notice_ = false;
+    }
+    if (!death)
+        for (const auto& l : held_) std::cerr << l;
+    held_.clear();
+    std::cerr << std::flush;
+}
+
+void MpirunOutput::line(const std::string& text) {
+    if (passed_) {  // the rest of a line passed on in part
+        std::cerr << text << std::flush;
+        return;
+    }
+    const bool dashes = text.size() > 20 && text.find_first_not_of('-') == text.size() - 1;
+    if (!in_notice_) {
+        if (dashes) {
+            in_notice_ = true;
+            notice_.assign(1, text);
+            return;
+        }
+        // "[host:pid] 1 more process has sent help message ...", "[host:pid] Set MCA parameter ...": about
+        // notices held back. Other lines of Open MPI's own ("[host:pid] Read -1, expected 9216, errno = 3"
+        // from a process whose peer died) wait for the end: after a death they only repeat it.
+        static const std::regex aggregated(
+            R"(^\[[^\]]*\] (\d+ more process|Set MCA parameter "orte_base_help_aggregate"))");
+        static const std::regex open_mpi(R"(^\[[^\] ]+:\d+\] )");
+        if (std::regex_search(text, aggregated)) return;
+        if (std::regex_search(text, open_mpi))
+            held_.push_back(text);
+        else
+            std::cerr << text << std::flush;
+        return;
+    }
+    notice_.push_back(text);
+    if (!dashes) return;
+    in_notice_ = false;
+    std::string all;
+    for (const auto& l : notice_) all += l;
+    notice_.clear();
+    // "mpirun noticed that process rank 1 with PID 0 on node vm exited on signal 9 (Killed)."
+    static const std::regex died(R"(process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+))");
+    std::smatch m;
+    if (std::regex_search(all, m, died)) {
+        if (!death) death = Death{std::stoi(m[1].str()), std::stoi(m[3].str()), m[2].str()};
+        return;
+    }
+    // What the processes said already: one ended with an error, or called MPI_Abort having said why.
+    for (const char* known : {"non-zero exit code", "non-zero status", "MPI_ABORT was invoked"})
+        if (all.find(known) != std::string::npos) return;
+    std::cerr << all << std::flush;
+}
+
 int launch_mpi(std::int64_t procs, const std::vector<std::string>& args) {
     const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
     const int threads = threads_per_process(procs);
-    // Quiet: a process that stops with an error has said why; mpirun's banner about it would only repeat it.
-    std::vector<std::string> argv{"mpirun", "-q", "-np", std::to_string(procs)};
+    // mpirun's notices go through MpirunOutput: most repeat what a process that stopped with an error has
+    // said; the one that names a process killed by a signal is said in one line.
+    std::vector<std::string> argv{"mpirun", "-np", std::to_string(procs)};
     if (procs > static_cast<std::int64_t>(cores)) argv.push_back("--oversubscribe");
     if (::geteuid() == 0) argv.push_back("--allow-run-as-root");
     // One process per core, bound to it; several threads per process share the machine unbound.
@@ -68,10 +196,39 @@ int launch_mpi(std::int64_t procs, const std::vector<std::string>& args) {
     if (!std::getenv("OMP_NUM_THREADS")) argv.insert(argv.end(), {"-x", fmt::format("OMP_NUM_THREADS={}", threads)});
     argv.push_back(self_path());
     argv.insert(argv.end(), args.begin(), args.end());
-    return spawn(argv, {}, "",
-                 fmt::format("error: cannot start mpirun ({{}}): install Open MPI (openmpi-bin), or start the run "
-                             "with 'mpirun -np {} dsl ...'\n",
-                             procs));
+    MpirunOutput output;
+    const int code = spawn(argv, {}, "",
+                           fmt::format("error: cannot start mpirun ({{}}): install Open MPI (openmpi-bin), or start "
+                                       "the run with 'mpirun -np {} dsl ...'\n",
+                                       procs),
+                           &output);
+    if (output.death) {
+        const auto& d = *output.death;
+        const std::string who = fmt::format("process {} of {} (on host {})", d.rank, procs, d.host);
+        if (d.signal == SIGSEGV || d.signal == SIGBUS || d.signal == SIGFPE || d.signal == SIGILL ||
+            d.signal == SIGABRT) {
+            std::cerr << fmt::format(
+                "dsl: internal error: {} crashed with signal {} ({})\nThis is a bug in dsl; please report it.\n", who,
+                d.signal, signal_name(d.signal));
+            return internal;
+        }
+        std::cerr << fmt::format("error: {} was killed by signal {} ({}){}\n", who, d.signal, signal_name(d.signal),
+                                 d.signal == SIGKILL ? ", perhaps by the out-of-memory killer (a schedule that splits "
+                                                       "the rows and columns more ways needs less memory per process)"
+                                                     : "");
+        return killed;
+    }
+    if (output.mpirun_signal) {
+        std::cerr << fmt::format("error: mpirun, which ran the processes, was killed by signal {} ({})\n",
+                                 output.mpirun_signal, signal_name(output.mpirun_signal));
+        return killed;
+    }
+    if (code > 128) {  // mpirun's way of saying that a process died of signal code - 128, unnamed
+        std::cerr << fmt::format("error: a process of the run was killed by signal {} ({})\n", code - 128,
+                                 signal_name(code - 128));
+        return killed;
+    }
+    return code;
 }
 
 int launch_child(const std::vector<std::string>& args, const std::map<std::string, std::string>& env,

@@ -5,7 +5,11 @@
 
 #include <CLI/CLI.hpp>
 
+#include <fmt/format.h>
+
 #include <unistd.h>
+#include <algorithm>
+#include <charconv>
 #include <cstdlib>
 #include <iostream>
 #include <new>
@@ -18,7 +22,35 @@ std::vector<std::string> arguments;
 
 const std::vector<std::string>& program_arguments() { return arguments; }
 
-bool stderr_color() { return ::isatty(STDERR_FILENO) && std::getenv("NO_COLOR") == nullptr; }
+// no-color.org: NO_COLOR turns colour off when it is set and not empty.
+bool stderr_color() {
+    const char* no_color = std::getenv("NO_COLOR");
+    return ::isatty(STDERR_FILENO) && (no_color == nullptr || *no_color == '\0');
+}
+
+namespace {
+
+CLI::Validator whole_number(std::int64_t least, std::int64_t most, const char* name) {
+    return CLI::Validator(
+        [least, most](std::string& text) -> std::string {
+            std::int64_t value = 0;
+            const char* end = text.data() + text.size();
+            const auto [stop, ec] = std::from_chars(text.data(), end, value);
+            if (ec == std::errc::result_out_of_range || (ec == std::errc() && stop == end && value > most))
+                return fmt::format("{} is too large (at most {})", text, most);
+            if (ec != std::errc() || stop != end || text.empty())
+                return fmt::format("'{}' is not a whole number{}", text,
+                                   text.find(',') != std::string::npos ? " (give one number)" : "");
+            if (value < least) return fmt::format("{} is not {}", text, least == 1 ? "positive" : "0 or more");
+            return {};
+        },
+        name);
+}
+
+}  // namespace
+
+CLI::Validator positive_count(std::int64_t most) { return whole_number(1, most, "POSITIVE"); }
+CLI::Validator nonnegative_count(std::int64_t most) { return whole_number(0, most, "NON-NEGATIVE"); }
 
 }  // namespace dsl::cli
 
@@ -38,7 +70,7 @@ int main(int argc, char** argv) {
         "  dsl schedule samples/mesh_tiny.net --procs 4 --batch 4 -o tiny_4.sched\n"
         "  dsl run samples/mesh_tiny.net --auto-schedule --procs 2\n"
         "Run 'dsl VERB --help' for a verb's options. Exit codes: 0 ok, 1 error in the input, 2 usage,\n"
-        "3 internal error.");
+        "3 internal error, 4 a process of a run was killed (by a signal: the out-of-memory killer, say).");
 
     Action action;
     setup_check(app, action);
@@ -49,6 +81,22 @@ int main(int argc, char** argv) {
     setup_compare(app, action);
     setup_calibrate(app, action);
 
+    // CLI11 would say only that the word was not expected.
+    if (argc > 1 && argv[1][0] != '-') {
+        std::vector<std::string> verbs;
+        for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; }))
+            verbs.push_back(sub->get_name());
+        if (std::find(verbs.begin(), verbs.end(), argv[1]) == verbs.end()) {
+            const std::string near = dsl::closest_match(argv[1], verbs);
+            std::string list;
+            for (const auto& v : verbs) list += (list.empty() ? "" : ", ") + v;
+            std::cerr << fmt::format("error: unknown verb '{}'{}; the verbs are {} (see 'dsl --help')\n", argv[1],
+                                     near.empty() ? "" : fmt::format(" (did you mean '{}'?)", near), list);
+            return usage;
+        }
+    }
+    app.failure_message(
+        [](const CLI::App* a, const CLI::Error& e) { return "error: " + CLI::FailureMessage::simple(a, e); });
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

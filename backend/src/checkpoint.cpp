@@ -4,6 +4,7 @@
 
 #include <dsl/backend/npy.hpp>
 #include <dsl/backend/trainer.hpp>
+#include <dsl/frontend/source.hpp>
 
 #include <fmt/format.h>
 
@@ -62,15 +63,16 @@ bool write_text(const fs::path& path, const std::string& text, std::string& erro
 
 std::optional<nlohmann::json> read_manifest(const fs::path& dir, std::string& error) {
     const fs::path path = dir / "manifest.json";
-    std::FILE* f = std::fopen(path.c_str(), "rb");
-    if (!f) {
+    std::string text, why;
+    std::error_code ec;
+    if (!fs::exists(path, ec)) {
         error = fmt::format("'{}' has no manifest.json: not a dsl checkpoint", dir.string());
         return std::nullopt;
     }
-    std::string text;
-    char buf[65536];
-    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) text.append(buf, n);
-    std::fclose(f);
+    if (!read_regular_file(path.string(), text, why)) {
+        error = fmt::format("{}: cannot read: {}", path.string(), why);
+        return std::nullopt;
+    }
     auto j = nlohmann::json::parse(text, nullptr, false);
     if (j.is_discarded() || !j.is_object()) {
         error = fmt::format("{}: bad manifest: not a JSON object", path.string());

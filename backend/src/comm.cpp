@@ -4,11 +4,15 @@
 #include <dsl/frontend/diagnostics.hpp>
 
 #include <mpi.h>
+#include <omp.h>
+#include <sched.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <initializer_list>
 #include <limits>
 #include <string>
+#include <thread>
 
 namespace dsl::backend {
 
@@ -152,10 +156,28 @@ int env_int(std::initializer_list<const char*> names, int none) {
 }
 }  // namespace
 
+int launched_size() {
+    if (!under_mpi()) return 1;
+    const int size = env_int({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"}, 0);
+    return size > 0 ? size : mpi_world()->size();
+}
+
 int launched_local_rank() { return env_int({"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}, 0); }
 
 int launched_local_size() {
     return env_int({"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"}, 1);
+}
+
+int compute_threads() { return omp_get_max_threads(); }
+
+void share_node_cores() {
+    if (std::getenv("OMP_NUM_THREADS")) return;
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    int threads = std::max(1, cores / std::max(1, launched_local_size()));
+    cpu_set_t bound;
+    CPU_ZERO(&bound);
+    if (::sched_getaffinity(0, sizeof bound, &bound) == 0) threads = std::min(threads, std::max(1, CPU_COUNT(&bound)));
+    omp_set_num_threads(threads);
 }
 
 std::unique_ptr<Comm> mpi_world() {

@@ -1,10 +1,13 @@
 // The .npy reader (mmap, header parsed by a small parser of the Python dict literal NumPy writes) and writer.
 #include <dsl/backend/npy.hpp>
 
+#include <dsl/frontend/source.hpp>
+
 #include <fmt/format.h>
 
 #include <bit>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -32,17 +35,32 @@ struct TypeInfo {
 };
 
 constexpr TypeInfo types[] = {
-    {NpyType::f4, "f4", "<f4", 4}, {NpyType::f8, "f8", "<f8", 8}, {NpyType::i1, "i1", "|i1", 1},
-    {NpyType::i2, "i2", "<i2", 2}, {NpyType::i4, "i4", "<i4", 4}, {NpyType::i8, "i8", "<i8", 8},
-    {NpyType::u1, "u1", "|u1", 1}, {NpyType::u2, "u2", "<u2", 2}, {NpyType::u4, "u4", "<u4", 4},
-    {NpyType::u8, "u8", "<u8", 8}, {NpyType::b1, "b1", "|b1", 1},
+    {NpyType::f2, "f2", "<f2", 2}, {NpyType::f4, "f4", "<f4", 4}, {NpyType::f8, "f8", "<f8", 8},
+    {NpyType::i1, "i1", "|i1", 1}, {NpyType::i2, "i2", "<i2", 2}, {NpyType::i4, "i4", "<i4", 4},
+    {NpyType::i8, "i8", "<i8", 8}, {NpyType::u1, "u1", "|u1", 1}, {NpyType::u2, "u2", "<u2", 2},
+    {NpyType::u4, "u4", "<u4", 4}, {NpyType::u8, "u8", "<u8", 8}, {NpyType::b1, "b1", "|b1", 1},
 };
 
 const TypeInfo& info(NpyType t) {
     for (const auto& i : types)
         if (i.type == t) return i;
-    return types[0];
+    return types[1];
 }
+
+// An IEEE 754 half-precision number (NumPy's float16), converted exactly: every half is a float.
+struct Half {
+    std::uint16_t bits;
+    explicit operator float() const {
+        const std::uint32_t sign = static_cast<std::uint32_t>(bits & 0x8000u) << 16;
+        const std::uint32_t exponent = (bits >> 10) & 0x1fu, mantissa = bits & 0x3ffu;
+        if (exponent == 0) {  // zero and subnormals: mantissa * 2^-24
+            const float magnitude = std::ldexp(static_cast<float>(mantissa), -24);
+            return sign ? -magnitude : magnitude;
+        }
+        const std::uint32_t e = exponent == 0x1f ? 0xffu : exponent + 112;  // infinities and NaNs stay so
+        return std::bit_cast<float>(sign | (e << 23) | (mantissa << 13));
+    }
+};
 
 // '<' little, '|' not applicable (one byte), '=' native (little here); '>' only for one-byte types.
 std::optional<NpyType> type_from_descr(const std::string& d) {
@@ -245,7 +263,7 @@ bool write_array(const std::string& path, const std::vector<std::int64_t>& shape
 
 const char* npy_descr(NpyType t) { return info(t).descr; }
 std::int64_t npy_size(NpyType t) { return info(t).size; }
-bool npy_is_integer(NpyType t) { return t != NpyType::f4 && t != NpyType::f8; }
+bool npy_is_integer(NpyType t) { return t != NpyType::f2 && t != NpyType::f4 && t != NpyType::f8; }
 
 std::string shape_str(const std::vector<std::int64_t>& shape) {
     std::string s = "[";
@@ -297,7 +315,8 @@ std::optional<NpyHeader> parse_npy_header(const unsigned char* bytes, std::int64
     }
     const auto type = type_from_descr(descr);
     if (!type) {
-        error = fmt::format("{}: unsupported dtype '{}' (little-endian f4, f8, i1-i8, u1-u8 or b1 only)", path, descr);
+        error =
+            fmt::format("{}: unsupported dtype '{}' (little-endian f2, f4, f8, i1-i8, u1-u8 or b1 only)", path, descr);
         return std::nullopt;
     }
     h.dtype = *type;
@@ -318,17 +337,14 @@ std::optional<NpyHeader> parse_npy_header(const unsigned char* bytes, std::int64
 }
 
 std::optional<NpyFile> NpyFile::open(const std::string& path, std::string& error) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    std::string why;
+    const int fd = open_regular_file(path, why);
     if (fd < 0) {
-        error = fmt::format("{}: cannot open: {}", path, std::strerror(errno));
+        error = fmt::format("{}: cannot open: {}", path, why);
         return std::nullopt;
     }
     struct stat st {};
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        error = fmt::format("{}: not a regular file", path);
-        ::close(fd);
-        return std::nullopt;
-    }
+    ::fstat(fd, &st);
     if (st.st_size < 10) {  // also keeps mmap from a zero length
         ::close(fd);
         error = fmt::format("{}: not a .npy file", path);
@@ -382,6 +398,7 @@ NpyFile::~NpyFile() {
 double NpyFile::at(std::int64_t i) const {
     const unsigned char* p = data() + i * npy_size(dtype());
     switch (dtype()) {
+        case NpyType::f2: return static_cast<float>(load<Half>(p));
         case NpyType::f4: return load<float>(p);
         case NpyType::f8: return load<double>(p);
         default: return static_cast<double>(integer_at(i));
@@ -391,6 +408,7 @@ double NpyFile::at(std::int64_t i) const {
 std::int64_t NpyFile::integer_at(std::int64_t i) const {
     const unsigned char* p = data() + i * npy_size(dtype());
     switch (dtype()) {
+        case NpyType::f2: return static_cast<std::int64_t>(static_cast<float>(load<Half>(p)));
         case NpyType::f4: return static_cast<std::int64_t>(load<float>(p));
         case NpyType::f8: return static_cast<std::int64_t>(load<double>(p));
         case NpyType::i1: return load<std::int8_t>(p);
@@ -435,6 +453,7 @@ bool copy_sample_tile(const NpyFile& file, std::int64_t s0, std::int64_t c0, std
                 for (std::int64_t y = 0; y < d.h; ++y) convert(row(n, c, y), &out.at(n, c, y, 0), d.w);
     };
     switch (file.dtype()) {
+        case NpyType::f2: each_row(convert_row<Half>); break;
         case NpyType::f4: each_row(convert_row<float>); break;
         case NpyType::f8: each_row(convert_row<double>); break;
         case NpyType::i1: each_row(convert_row<std::int8_t>); break;

@@ -1,11 +1,11 @@
 // Reading and owning source files.
 #include <dsl/frontend/source.hpp>
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 namespace dsl {
 
@@ -24,28 +24,69 @@ std::string_view SourceFile::line_text(unsigned line) const {
     return view;
 }
 
-const SourceFile* SourceManager::load(const std::string& path) {
+namespace {
+
+// Why a file of this type is not read, or null for a regular file.
+const char* not_regular(mode_t mode) {
+    if (S_ISREG(mode)) return nullptr;
+    if (S_ISDIR(mode)) return "it is a directory, not a regular file";
+    if (S_ISFIFO(mode)) return "it is a FIFO (named pipe), not a regular file";
+    if (S_ISCHR(mode) || S_ISBLK(mode)) return "it is a device, not a regular file";
+    if (S_ISSOCK(mode)) return "it is a socket, not a regular file";
+    return "it is not a regular file";
+}
+
+}  // namespace
+
+int open_regular_file(const std::string& path, std::string& error) {
+    // Looked at before opening (opening a FIFO waits for a writer; a device may act on being opened), and
+    // again after, through the descriptor, in case the name changed in between.
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0) {
-        last_error_ = std::strerror(errno);
-        return nullptr;
+        error = std::strerror(errno);
+        return -1;
     }
-    if (S_ISDIR(st.st_mode)) {
-        last_error_ = "it is a directory";
-        return nullptr;
+    if (const char* why = not_regular(st.st_mode)) {
+        error = why;
+        return -1;
     }
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
-        last_error_ = std::strerror(errno);
-        return nullptr;
+    const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        error = std::strerror(errno);
+        return -1;
     }
-    std::ostringstream text;
-    text << in.rdbuf();
-    if (in.bad()) {
-        last_error_ = "read error";
-        return nullptr;
+    if (::fstat(fd, &st) != 0 || not_regular(st.st_mode)) {
+        error = not_regular(st.st_mode) ? not_regular(st.st_mode) : std::strerror(errno);
+        ::close(fd);
+        return -1;
     }
-    return add(path, text.str());
+    return fd;
+}
+
+bool read_regular_file(const std::string& path, std::string& text, std::string& error) {
+    const int fd = open_regular_file(path, error);
+    if (fd < 0) return false;
+    text.clear();
+    char buffer[65536];
+    for (;;) {
+        const ssize_t n = ::read(fd, buffer, sizeof buffer);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            error = std::strerror(errno);
+            ::close(fd);
+            return false;
+        }
+        if (n == 0) break;
+        text.append(buffer, static_cast<std::size_t>(n));
+    }
+    ::close(fd);
+    return true;
+}
+
+const SourceFile* SourceManager::load(const std::string& path) {
+    std::string text;
+    if (!read_regular_file(path, text, last_error_)) return nullptr;
+    return add(path, std::move(text));
 }
 
 const SourceFile* SourceManager::add(std::string path, std::string text) {

@@ -378,7 +378,8 @@ std::string platform_path(const std::string& name_or_path) {
     namespace fs = std::filesystem;
     std::error_code ec;
     const bool is_path = name_or_path.find('/') != std::string::npos || name_or_path.ends_with(".platform");
-    if (is_path) return fs::is_regular_file(name_or_path, ec) ? name_or_path : std::string();
+    // A path that names something is its loader's to refuse, saying why (a folder, a FIFO).
+    if (is_path) return fs::exists(name_or_path, ec) ? name_or_path : std::string();
     if (name_or_path.empty()) return {};
     for (const std::string& dir : frontend::stdlib_dirs()) {
         const fs::path p = fs::path(dir) / "platforms" / (name_or_path + ".platform");

@@ -50,8 +50,14 @@ std::unique_ptr<Comm> self_comm();
 // without initializing MPI; `mpi_world` initializes it (once) and returns MPI_COMM_WORLD's communicator.
 bool under_mpi();
 int launched_rank();        // this process's rank in the run, from the environment; 0 when not under MPI
+int launched_size();        // the run's processes (from the environment, else from MPI); 1 when not under MPI
 int launched_local_rank();  // its rank among the run's processes on this node; 0 when not under MPI
 int launched_local_size();  // the run's processes on this node; 1 when not under MPI
+// The threads this process's kernels run on (OpenMP's, which oneDNN and Halide use). Under a launcher that
+// leaves OMP_NUM_THREADS unset, `share_node_cores` first sets them to the node's cores divided among the
+// run's processes on it, and no more than the cores this process is bound to (at least 1).
+int compute_threads();
+void share_node_cores();
 std::unique_ptr<Comm> mpi_world();
 void mpi_finalize();                         // at a normal end
 [[noreturn]] void mpi_abort(int exit_code);  // ends every process of the run

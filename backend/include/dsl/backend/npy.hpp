@@ -12,7 +12,7 @@
 
 namespace dsl::backend {
 
-enum class NpyType { f4, f8, i1, i2, i4, i8, u1, u2, u4, u8, b1 };
+enum class NpyType { f2, f4, f8, i1, i2, i4, i8, u1, u2, u4, u8, b1 };
 
 const char* npy_descr(NpyType t);  // "<f4", "|u1", ...
 std::int64_t npy_size(NpyType t);  // bytes per element

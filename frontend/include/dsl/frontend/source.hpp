@@ -8,6 +8,14 @@
 
 namespace dsl {
 
+// Every input file is opened here: only a regular file, so that a FIFO (which would wait for a writer
+// forever), a device such as /dev/zero (which never ends) or a folder is refused at once. The descriptor
+// (close it), or -1 with `error` saying why.
+int open_regular_file(const std::string& path, std::string& error);
+
+// A regular file's whole text; false with `error` saying why.
+bool read_regular_file(const std::string& path, std::string& text, std::string& error);
+
 struct SourceFile {
     std::string path;  // as the user named it, for messages
     std::string text;

@@ -57,7 +57,7 @@ struct TimeKey {
 std::optional<TimeKey> parse_time_key(const std::string& key);  // nullopt for text that is not one
 
 // The platform a `.sched` file or a command line names: a stdlib name ("local" is
-// stdlib/platforms/local.platform) or a path to a file. Empty when there is none.
+// stdlib/platforms/local.platform) or a path to something that exists. Empty when there is none.
 std::string platform_path(const std::string& name_or_path);
 std::vector<std::string> stdlib_platforms();  // the names under stdlib/platforms, sorted
 

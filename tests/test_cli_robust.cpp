@@ -1,0 +1,453 @@
+// The command where a user's setup is unusual: inputs that are not regular files, a process of a run killed
+// by a signal, runs under an external launcher (mpirun, over TCP as between nodes), options given wrong.
+#include "train_runs.hpp"
+
+#include <dsl/backend/npy.hpp>
+#include <dsl/backend/tensor.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <sched.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <thread>
+
+namespace {
+
+// A folder of this test's, removed at the end.
+struct Scratch {
+    fs::path path;
+    explicit Scratch(const std::string& name)
+        : path(fs::temp_directory_path() / (name + "_" + std::to_string(::getpid()))) {
+        fs::remove_all(path);
+        fs::create_directories(path);
+    }
+    ~Scratch() { fs::remove_all(path); }
+    std::string operator/(const std::string& file) const { return (path / file).string(); }
+};
+
+// `prefix` (environment settings, a launcher) before the dsl binary; killed after `seconds`, so that a run
+// that would wait forever fails the test instead (exit code 137).
+Result run_command(const std::string& prefix, const std::string& args, int seconds = 120) {
+    const fs::path dir = fs::temp_directory_path() / ("dsl_cmd_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    const std::string cmd = "cd '" + source_dir() + "' && NO_COLOR=1 timeout -s KILL " + std::to_string(seconds) + " " +
+                            prefix + " '" + dsl_binary() + "' " + args + " >'" + (dir / "out").string() + "' 2>'" +
+                            (dir / "err").string() + "'";
+    const int status = std::system(cmd.c_str());
+    Result r{WIFEXITED(status) ? WEXITSTATUS(status) : -1, read(dir / "out"), read(dir / "err")};
+    fs::remove_all(dir);
+    return r;
+}
+
+std::string mpirun(int procs) {
+    return "mpirun -np " + std::to_string(procs) + " --oversubscribe" +
+           (::geteuid() == 0 ? " --allow-run-as-root" : "");
+}
+
+std::vector<double> losses_in(const std::string& log) {
+    std::vector<double> out;
+    std::ifstream in(log);
+    for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line)["loss"].get<double>());
+    return out;
+}
+
+void write_file(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
+
+// A .npy file (format 1.0) holding `data` as the dtype `descr` with `shape` (a Python tuple's text).
+std::string npy(const std::string& descr, const std::string& shape, const std::string& data) {
+    std::string dict = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
+    dict.append(64 - (10 + dict.size() + 1) % 64, ' ');
+    dict += '\n';
+    std::string out = "\x93NUMPY";
+    out += '\x01';
+    out += '\x00';
+    out += static_cast<char>(dict.size() & 0xff);
+    out += static_cast<char>(dict.size() >> 8);
+    return out + dict + data;
+}
+
+// `dsl run` of the tiny network on 2 processes (started by dsl) for a long time, in the background, in a
+// process group of its own; its processes are found by a mark in their environment (mpirun passes it on).
+class BackgroundRun {
+public:
+    explicit BackgroundRun(const Scratch& dir) : dir_(dir) {
+        const std::string cmd = "cd '" + source_dir() + "' && NO_COLOR=1 " + mark_ + " '" + dsl_binary() +
+                                "' run samples/mesh_tiny.net samples/mesh_tiny_sample_2.sched --steps 100000 --log '" +
+                                (dir / "log.jsonl") + "' >'" + (dir / "out") + "' 2>'" + (dir / "err") + "'";
+        shell_ = ::fork();
+        if (shell_ == 0) {
+            ::setpgid(0, 0);
+            ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+            std::_Exit(127);
+        }
+        ::setpgid(shell_, shell_);
+    }
+    ~BackgroundRun() {
+        if (shell_ > 0) end(0);
+        for (const auto& [rank, pid] : processes()) ::kill(pid, SIGKILL);  // any left behind (mpirun, say)
+    }
+
+    // Every process of the run: rank (-1 for dsl itself, -2 for mpirun) and pid.
+    std::vector<std::pair<int, pid_t>> processes() const {
+        std::vector<std::pair<int, pid_t>> out;
+        const std::string z(1, '\0');
+        for (const auto& e : fs::directory_iterator("/proc")) {
+            const std::string name = e.path().filename().string();
+            if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+            const std::string env = z + read(e.path() / "environ");
+            if (env.find(z + mark_ + z) == std::string::npos) continue;
+            std::error_code ec;
+            const std::string exe = fs::read_symlink(e.path() / "exe", ec).filename().string();
+            const auto at = env.find(z + "OMPI_COMM_WORLD_RANK=");
+            const int rank = at != std::string::npos ? std::atoi(env.c_str() + at + 22) : exe == "dsl" ? -1 : -2;
+            if (exe == "dsl" || exe.rfind("orterun", 0) == 0 || exe.rfind("mpirun", 0) == 0)
+                out.emplace_back(rank, static_cast<pid_t>(std::stol(name)));
+        }
+        return out;
+    }
+
+    // The process of `rank` once the run trains (its log has a step), or 0 after two minutes.
+    pid_t training_process(int rank) const {
+        for (const auto start = clock::now(); clock::now() - start < std::chrono::seconds(120);) {
+            if (fs::exists(dir_.path / "log.jsonl") && fs::file_size(dir_.path / "log.jsonl") > 0)
+                for (const auto& [r, pid] : processes())
+                    if (r == rank) return pid;
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+        return 0;
+    }
+
+    // Waits up to `seconds` for the run to end (then kills it): the shell's status, and the seconds waited.
+    std::pair<int, double> end(int seconds) {
+        int status = 0;
+        const auto start = clock::now();
+        bool ended = false;
+        while (!ended && clock::now() - start < std::chrono::seconds(seconds)) {
+            ended = ::waitpid(shell_, &status, WNOHANG) == shell_;
+            if (!ended) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+        const double waited = std::chrono::duration<double>(clock::now() - start).count();
+        if (!ended) {
+            for (const auto& [rank, pid] : processes()) ::kill(pid, SIGKILL);
+            ::kill(-shell_, SIGKILL);
+            ::waitpid(shell_, &status, 0);
+            status = -1;
+        }
+        shell_ = 0;
+        return {status, waited};
+    }
+
+private:
+    using clock = std::chrono::steady_clock;
+    const Scratch& dir_;
+    std::string mark_ = "DSL_TEST_RUN=" + std::to_string(::getpid());
+    pid_t shell_ = 0;
+};
+
+template <typename T>
+std::string bytes_of(const std::vector<T>& v) {
+    return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+}
+
+}  // namespace
+
+TEST_CASE("inputs that are not regular files are refused at once, never waited on", "[cli]") {
+    Scratch dir("dsl_fifo");
+    for (const char* name : {"f.net", "f.sched", "f.platform", "f.npy"})
+        REQUIRE(::mkfifo((dir / name).c_str(), 0600) == 0);
+    // A checkpoint with a FIFO in place of its manifest, and one with a FIFO in place of a tensor.
+    const Result saved = run_dsl("run samples/mesh_tiny.net --batch 2 --steps 1 --save " + (dir / "ck"));
+    INFO(saved.err);
+    REQUIRE(saved.exit_code == 0);
+    fs::copy(dir.path / "ck", dir.path / "ck_manifest");
+    fs::remove(dir.path / "ck_manifest" / "manifest.json");
+    REQUIRE(::mkfifo((dir / "ck_manifest/manifest.json").c_str(), 0600) == 0);
+    fs::copy(dir.path / "ck", dir.path / "ck_tensor");
+    fs::remove(dir.path / "ck_tensor" / "block1.0.conv.weight.npy");
+    REQUIRE(::mkfifo((dir / "ck_tensor/block1.0.conv.weight.npy").c_str(), 0600) == 0);
+
+    write_file(dir / "fifo_platform.sched",
+               "procs = 1\nplatform = \"" + (dir / "f.platform") + "\"\n\ndefault N=1 overlap=off\n");
+    const std::string fifo = "it is a FIFO (named pipe), not a regular file";
+    struct Case {
+        std::string args, message;
+    };
+    const std::vector<Case> cases{
+        {"check " + (dir / "f.net"), fifo},
+        {"run " + (dir / "f.net") + " --steps 1", fifo},
+        {"check samples/mesh_tiny.net " + (dir / "f.sched"), fifo},
+        {"run samples/mesh_tiny.net " + (dir / "f.sched") + " --steps 1", fifo},
+        {"print " + (dir / "f.platform"), fifo},
+        {"explain samples/mesh_tiny.net samples/mesh_tiny_sample_2.sched --platform " + (dir / "f.platform"), fifo},
+        {"explain samples/mesh_tiny.net " + (dir / "fifo_platform.sched"), fifo},
+        {"run samples/mesh_tiny.net --steps 1 --inputs " + (dir / "f.npy") + " --labels " + (dir / "f.npy"), fifo},
+        {"run samples/mesh_tiny.net --batch 2 --steps 1 --load " + (dir / "ck_manifest"), fifo},
+        {"run samples/mesh_tiny.net --batch 2 --steps 1 --load " + (dir / "ck_tensor"), fifo},
+        {"check /dev/zero", "it is a device, not a regular file"},
+        {"check samples", "it is a directory, not a regular file"},
+    };
+    for (const Case& c : cases) {
+        const Result r = run_command("", c.args, 60);
+        INFO(c.args << "\n" << r.err);
+        CHECK(r.exit_code == 1);
+        CHECK(r.err.find(c.message) != std::string::npos);
+    }
+}
+
+TEST_CASE("a process of a run killed by SIGKILL is named, with its host and the signal", "[cli][run][mpi]") {
+    Scratch dir("dsl_sigkill");
+    BackgroundRun run(dir);
+    const pid_t victim = run.training_process(1);
+    CHECK(victim > 0);
+    if (victim > 0) ::kill(victim, SIGKILL);
+    const auto [status, seconds] = run.end(30);
+    const std::string err = read(dir.path / "err");
+    INFO(err);
+    CHECK(seconds < 10.0);  // the other process ends too (about 2 s here)
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 4);
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    CHECK(err.find(std::string("error: process 1 of 2 (on host ") + host +
+                   ") was killed by signal 9 (SIGKILL), perhaps by the out-of-memory killer") != std::string::npos);
+    CHECK(err.find("mpirun") == std::string::npos);  // its notice is said in our line, not repeated
+    CHECK(std::count(err.begin(), err.end(), '\n') == 1);
+}
+
+TEST_CASE("SIGTERM to dsl run (a job's time limit) ends mpirun and every process with it", "[cli][run][mpi]") {
+    Scratch dir("dsl_sigterm");
+    BackgroundRun run(dir);
+    REQUIRE(run.training_process(1) > 0);
+    const pid_t dsl = run.training_process(-1);
+    REQUIRE(dsl > 0);
+    ::kill(dsl, SIGTERM);
+    const auto [status, seconds] = run.end(30);
+    INFO(read(dir.path / "err"));
+    CHECK(seconds < 10.0);
+    CHECK(run.processes().empty());  // none is left running
+    // The shell that started dsl saw it end by the signal (128 + 15), as a program without children would.
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 128 + SIGTERM);
+}
+
+TEST_CASE("an error on one process of a run is said once, without mpirun's notices", "[cli][run][mpi]") {
+    // Every process refuses the inputs (their own message); only the first says so.
+    const Result r = run_command("",
+                                 "run samples/mesh_tiny.net samples/mesh_tiny_sample_2.sched --steps 1 --inputs "
+                                 "no_such.npy --labels no_such.npy");
+    INFO(r.err);
+    CHECK(r.exit_code == 1);
+    CHECK(r.err.find("error: no_such.npy: cannot open") != std::string::npos);
+    CHECK(r.err.find("----") == std::string::npos);
+    CHECK(r.err.find("mpirun") == std::string::npos);
+}
+
+TEST_CASE("under an external mpirun, --auto-schedule plans for the processes it started", "[cli][run][mpi]") {
+    Scratch dir("dsl_auto_np");
+    const Result r = run_command(mpirun(2),
+                                 "run samples/mesh_tiny.net --auto-schedule --batch 4 --steps 2 --seed 5 "
+                                 "--log " +
+                                     (dir / "auto.jsonl"));
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.out.find("auto-schedule for 2 processes") != std::string::npos);
+    CHECK(r.out.find("training samples/mesh_tiny.net on 2 processes") != std::string::npos);
+    // The schedule it chose, printed as .sched text: saved, it checks and trains the same.
+    const auto begin = r.out.find("\n# ");
+    const auto end = r.out.find("\ntraining ");
+    REQUIRE(begin != std::string::npos);
+    REQUIRE(end != std::string::npos);
+    const std::string text = r.out.substr(begin + 1, end - begin);
+    CHECK(text.find("procs = 2\n") != std::string::npos);
+    CHECK(text.find("batch = 4\n") != std::string::npos);
+    write_file(dir / "chosen.sched", text);
+    const Result check = run_dsl("check samples/mesh_tiny.net " + (dir / "chosen.sched"));
+    INFO(text << check.err);
+    CHECK(check.exit_code == 0);
+    const Result again = run_dsl("run samples/mesh_tiny.net " + (dir / "chosen.sched") + " --steps 2 --seed 5 --log " +
+                                 (dir / "again.jsonl"));
+    INFO(again.err);
+    REQUIRE(again.exit_code == 0);
+    const auto a = losses_in(dir / "auto.jsonl"), b = losses_in(dir / "again.jsonl");
+    REQUIRE(a.size() == 2);
+    REQUIRE(b.size() == 2);
+    for (std::size_t i = 0; i < a.size(); ++i) CHECK(b[i] == Approx(a[i]).epsilon(1e-6));
+    // A schedule that leaves 'procs' open runs on the processes the launcher started.
+    write_file(dir / "open.sched", "batch = 4\n\ndefault N=2 overlap=off\n");
+    const Result open = run_command(mpirun(2), "run samples/mesh_tiny.net " + (dir / "open.sched") + " --steps 1");
+    INFO(open.err);
+    CHECK(open.exit_code == 0);
+    CHECK(open.out.find("training samples/mesh_tiny.net on 2 processes") != std::string::npos);
+}
+
+TEST_CASE("under an external mpirun, each process takes its share of the node's cores", "[cli][run][mpi]") {
+    // Unbound (as `--bind-to none`, or a launcher that binds nothing): the cores divided among the processes,
+    // no more than the cores the processes may run on.
+    cpu_set_t mask;
+    CPU_ZERO(&mask);
+    REQUIRE(::sched_getaffinity(0, sizeof mask, &mask) == 0);
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const int share = std::max(1, std::min(cores / 2, CPU_COUNT(&mask)));
+    const std::string args = "run samples/mesh_tiny.net samples/mesh_tiny_sample_2.sched --steps 1";
+    const Result r = run_command("env -u OMP_NUM_THREADS " + mpirun(2) + " --bind-to none", args);
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.out.find("on 2 processes (" + std::to_string(share) + (share == 1 ? " thread" : " threads") + " each)") !=
+          std::string::npos);
+    // OMP_NUM_THREADS, where the user sets it, is kept.
+    const Result set = run_command("env OMP_NUM_THREADS=3 " + mpirun(2) + " -x OMP_NUM_THREADS --bind-to none", args);
+    INFO(set.out << set.err);
+    REQUIRE(set.exit_code == 0);
+    CHECK(set.out.find("on 2 processes (3 threads each)") != std::string::npos);
+}
+
+TEST_CASE("over Open MPI's TCP transport alone, as between nodes, a distributed run trains as one process",
+          "[distributed][mpi]") {
+    Scratch dir("dsl_tcp");
+    const Run one = train("samples/mesh_tiny.net", "", 4);
+    const Result r = run_command(mpirun(2) + " --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo",
+                                 "run samples/mesh_tiny.net samples/mesh_tiny_spatial_h_2.sched --steps 3 --seed 7 "
+                                 "--batch 4 --log " +
+                                     (dir / "log.jsonl") + " --save " + (dir / "ckpt"));
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    const auto losses = losses_in(dir / "log.jsonl");
+    REQUIRE(losses.size() == one.losses.size());
+    for (std::size_t i = 0; i < losses.size(); ++i) CHECK(losses[i] == Approx(one.losses[i]).epsilon(1e-4));
+    std::string error;
+    const auto ckpt = load_checkpoint(dir / "ckpt", error);
+    REQUIRE(ckpt);
+    check_same_state(*ckpt, one.checkpoint, 1e-4);
+}
+
+TEST_CASE("whole-number options say what is wrong in the user's terms", "[cli]") {
+    struct Case {
+        std::string args, message;
+    };
+    const std::vector<Case> cases{
+        {"run samples/mesh_tiny.net --steps 0", "--steps: 0 is not positive"},
+        {"run samples/mesh_tiny.net --batch -2", "--batch: -2 is not positive"},
+        {"run samples/mesh_tiny.net --procs 1,2", "--procs: '1,2' is not a whole number"},
+        {"run samples/mesh_tiny.net --procs 0", "--procs: 0 is not positive"},
+        {"run samples/mesh_tiny.net --seed -1", "--seed: -1 is not 0 or more"},
+        {"run samples/mesh_tiny.net --steps 1e3", "--steps: '1e3' is not a whole number"},
+        {"check samples/mesh_tiny.net --batch 0", "--batch: 0 is not positive"},
+        {"schedule samples/mesh_tiny.net --procs 1,2", "--procs: '1,2' is not a whole number"},
+        {"explain samples/mesh_tiny.net --procs 0", "--procs: 0 is not positive"},
+        {"compare samples/mesh_tiny.net a.sched b.sched --steps 0", "--steps: 0 is not positive"},
+        {"calibrate samples/mesh_tiny.net -o x.platform --procs 0", "--procs: 0 is not positive"},
+        {"calibrate samples/mesh_tiny.net -o x.platform --reps 0", "--reps: 0 is not positive"},
+        {"calibrate samples/mesh_tiny.net -o x.platform --warmup -1", "--warmup: -1 is not 0 or more"},
+        {"calibrate samples/mesh_tiny.net -o x.platform --warmup 3000000000", "--warmup: 3000000000 is too large"},
+        {"calibrate samples/mesh_tiny.net -o x.platform --max-message 0", "--max-message: 0 is not positive"},
+    };
+    for (const Case& c : cases) {
+        const Result r = run_dsl(c.args);
+        INFO(c.args << "\n" << r.err);
+        CHECK(r.exit_code == 2);
+        CHECK(r.err.rfind("error: " + c.message, 0) == 0);
+        CHECK(r.err.find("not in range") == std::string::npos);
+    }
+    const Result help = run_dsl("calibrate --help");
+    CHECK(help.out.find("{false}") == std::string::npos);
+    CHECK(help.out.find("--kernels-only ") != std::string::npos);
+}
+
+TEST_CASE("an unknown verb is named, with the verbs there are", "[cli]") {
+    const Result r = run_dsl("bogus x.net");
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find("error: unknown verb 'bogus'; the verbs are check, print, run,") == 0);
+    const Result near = run_dsl("chek x.net");
+    CHECK(near.exit_code == 2);
+    CHECK(near.err.find("unknown verb 'chek' (did you mean 'check'?)") != std::string::npos);
+    // --version, as the README says.
+    const Result version = run_dsl("--version");
+    CHECK(version.exit_code == 0);
+    CHECK(version.out.rfind("dsl ", 0) == 0);
+    CHECK(read(fs::path(source_dir()) / "README.md").find("`dsl --version`") != std::string::npos);
+}
+
+TEST_CASE("colour is off only when NO_COLOR is set and not empty", "[cli]") {
+    // On a terminal (script gives the command one), a diagnostic is coloured unless NO_COLOR says otherwise.
+    REQUIRE(std::system("command -v script >/dev/null") == 0);  // util-linux's
+    auto on_terminal = [](const std::string& env) {
+        const fs::path out = fs::temp_directory_path() / ("dsl_color_" + std::to_string(::getpid()));
+        const std::string cmd = "cd '" + source_dir() + "' && script -qec \"env " + env + " '" + dsl_binary() +
+                                "' check tests/diag/fail_add_shapes.net\" /dev/null >'" + out.string() + "' 2>&1";
+        REQUIRE(std::system(cmd.c_str()) != -1);
+        const std::string text = read(out);
+        fs::remove(out);
+        return text;
+    };
+    const std::string unset = on_terminal("-u NO_COLOR"), empty = on_terminal("NO_COLOR="),
+                      set = on_terminal("NO_COLOR=1");
+    INFO(unset << empty << set);
+    REQUIRE(unset.find("cannot add tensors") != std::string::npos);
+    CHECK(unset.find("\x1b[") != std::string::npos);
+    CHECK(empty.find("\x1b[") != std::string::npos);
+    CHECK(set.find("cannot add tensors") != std::string::npos);
+    CHECK(set.find("\x1b[") == std::string::npos);
+}
+
+TEST_CASE("npy: float16 inputs are converted to float exactly", "[npy]") {
+    Scratch dir("dsl_f2");
+    // 1, -2, the largest half, the smallest subnormal, 1/3 rounded, -0, +inf, 0.5.
+    const std::vector<std::uint16_t> halves{0x3c00, 0xc000, 0x7bff, 0x0001, 0x3555, 0x8000, 0x7c00, 0x3800};
+    const std::vector<float> floats{
+        1.0f, -2.0f, 65504.0f, 5.9604644775390625e-8f, 0.333251953125f, -0.0f, std::numeric_limits<float>::infinity(),
+        0.5f};
+    write_file(dir / "h.npy", npy("<f2", "(1, 2, 2, 2)", bytes_of(halves)));
+    std::string error;
+    const auto file = dsl::backend::NpyFile::open(dir / "h.npy", error);
+    INFO(error);
+    REQUIRE(file);
+    dsl::backend::Tensor got(dsl::backend::Dims{1, 2, 2, 2});
+    got.fill(7.0f);
+    REQUIRE(dsl::backend::copy_sample_tile(*file, 0, 0, 0, 0, got.interior(), error));
+    for (std::size_t i = 0; i < floats.size(); ++i) {
+        INFO(i);
+        const float v = got.at(0, static_cast<std::int64_t>(i / 4), static_cast<std::int64_t>(i / 2 % 2),
+                               static_cast<std::int64_t>(i % 2));
+        CHECK(v == floats[i]);
+        CHECK(std::signbit(v) == std::signbit(floats[i]));
+        CHECK(file->at(static_cast<std::int64_t>(i)) == static_cast<double>(floats[i]));
+    }
+}
+
+TEST_CASE("run trains on float16 inputs", "[cli][run]") {
+    Scratch dir("dsl_f2_run");
+    const std::int64_t inputs = 2 * 18 * 64 * 64;
+    std::vector<std::uint16_t> x(static_cast<std::size_t>(inputs));
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = i % 3 == 0 ? 0x3c00 : i % 3 == 1 ? 0xb800 : 0x0000;  // 1, -0.5, 0
+    std::vector<std::int64_t> y(2 * 8 * 8);
+    for (std::size_t i = 0; i < y.size(); ++i) y[i] = static_cast<std::int64_t>(i % 2);
+    write_file(dir / "x.npy", npy("<f2", "(2, 18, 64, 64)", bytes_of(x)));
+    write_file(dir / "y.npy", npy("<i8", "(2, 8, 8)", bytes_of(y)));
+    const Result r = run_dsl("run samples/mesh_tiny.net --batch 2 --steps 2 --inputs " + (dir / "x.npy") +
+                             " --labels " + (dir / "y.npy"));
+    INFO(r.err);
+    CHECK(r.exit_code == 0);
+    CHECK(r.out.find("step     2  loss") != std::string::npos);
+}
+
+TEST_CASE("the device is --device's, else with --auto-schedule its platform's, else the CPU", "[cli][run]") {
+    // --platform is the auto-scheduler's: alone it would do nothing, and says so.
+    const Result alone = run_dsl("run samples/mesh_tiny.net --platform dgx_h100 --steps 1");
+    CHECK(alone.exit_code == 2);
+    CHECK(alone.err.find("--platform is the platform --auto-schedule plans for") != std::string::npos);
+    CHECK(alone.out.find("step") == std::string::npos);
+    // A schedule written for a GPU platform runs where --device says: the CPU by default.
+    Scratch dir("dsl_device");
+    write_file(dir / "gpu.sched", "procs = 1\nplatform = dgx_h100\n\ndefault N=1 overlap=off\n");
+    const Result cpu = run_dsl("run samples/mesh_tiny.net " + (dir / "gpu.sched") + " --steps 1");
+    INFO(cpu.err);
+    CHECK(cpu.exit_code == 0);
+    CHECK(cpu.out.find("threads") != std::string::npos);  // on the CPU
+}
