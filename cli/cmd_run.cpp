@@ -440,9 +440,11 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
     };
 
     // The threads of the processes' kernels, on the CPU: "(2 threads each)", "(1 to 2 threads each)".
-    const double threads = backend::compute_threads(), most = comm.max(threads), least = -comm.max(-threads);
-    const std::string each = fmt::format(" ({}{} thread{}{})", least < most ? fmt::format("{} to ", least) : "", most,
-                                         most == 1 ? "" : "s", comm.size() > 1 ? " each" : "");
+    const double threads = backend::compute_threads(), most_threads = comm.max(threads),
+                 least_threads = -comm.max(-threads);
+    const std::string each =
+        fmt::format(" ({}{} thread{}{})", least_threads < most_threads ? fmt::format("{} to ", least_threads) : "",
+                    most_threads, most_threads == 1 ? "" : "s", comm.size() > 1 ? " each" : "");
     io.out() << fmt::format("training {} on {} process{}{}: batch {}, lr {}, momentum {}, weight decay {}, seed {}\n",
                             o.net, comm.size(), comm.size() == 1 ? "" : "es", kernels.mem().host() ? each : "",
                             cfg.batch, cfg.lr, cfg.momentum, cfg.weight_decay, cfg.seed);

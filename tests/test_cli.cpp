@@ -293,6 +293,15 @@ TEST_CASE("local is this machine: measured on first use, kept in a cache by mach
     CHECK(refreshed.find("# Calibrated by 'dsl calibrate " + net + " --procs 2 --batch 2'") != std::string::npos);
     CHECK(refreshed.find("# Measured for ") != std::string::npos);
     CHECK(run_dsl(schedule + "2", env).err.find("measuring") == std::string::npos);
+
+    // Counts this machine cannot run are not measured (100000 processes would never start): the model's
+    // analytic figures answer for them, at once.
+    const std::string many = read(file);
+    const Result huge = run_dsl(schedule + "100000", env);
+    INFO(huge.err);
+    CHECK(huge.err.find("for 100000 the model uses its analytic figures") != std::string::npos);
+    CHECK(huge.err.find("measuring") == std::string::npos);
+    CHECK(read(file) == many);
     fs::remove_all(dir);
 }
 
