@@ -47,6 +47,25 @@ TEST_CASE("check with a schedule shows each layer's distribution and tile", "[cl
     CHECK(seen_pred);
 }
 
+TEST_CASE("check shows a per-pixel label's tile split as its loss's logits are", "[cli]") {
+    // The label y [N, 8, 8] is made in the distribution of the loss that reads it: H=2 halves its rows.
+    const Result r = run_dsl("check samples/mesh_tiny.net samples/mesh_tiny_spatial_h_2.sched --json");
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    const auto j = nlohmann::json::parse(r.out);
+    bool seen_label = false;
+    for (const auto& l : j["layers"]) {
+        if (l["name"] == "y") {
+            seen_label = true;
+            CHECK(l["distribution"]["tile"] == nlohmann::json::array({4, 4, 8}));
+        }
+        if (l["name"] == "pred") CHECK(l["distribution"]["tile"] == nlohmann::json::array({4, 2, 4, 8}));
+    }
+    CHECK(seen_label);
+    const Result table = run_dsl("check samples/mesh_tiny.net samples/mesh_tiny_spatial_h_2.sched");
+    CHECK(table.out.find("[4, 4, 8]") != std::string::npos);
+}
+
 TEST_CASE("check reports ResNet-50's figures", "[cli]") {
     const Result r = run_dsl("check stdlib/resnet50.net --json");
     INFO(r.err);

@@ -3,6 +3,7 @@
 
 #include <dsl/frontend/passes.hpp>
 #include <dsl/scheduler/platform.hpp>
+#include <dsl/scheduler/tiles.hpp>
 
 #include <fmt/format.h>
 
@@ -409,11 +410,15 @@ void place_data(const Network& net, Schedule& schedule) {
 }
 
 frontend::Shape tile_shape(const Layer& layer, const Split& split, std::int64_t batch, std::int64_t* tile_batch) {
-    if (tile_batch) *tile_batch = max_block(batch, split.n);
+    // The first process's block, which is the largest, placed as the trainer places it: rows and columns
+    // are split wherever the tensor has them (a per-pixel label [N, H, W] too), never in a vector.
+    const Box box = tile_box(extent_of(layer, batch), split, 0, layer.planar());
+    if (tile_batch) *tile_batch = box.n1 - box.n0;
     frontend::Shape tile = layer.shape;
-    if (tile.dims.size() == 3) {
-        tile.dims[1] = max_block(tile.dims[1], split.h);
-        tile.dims[2] = max_block(tile.dims[2], split.w);
+    const std::size_t rank = tile.dims.size();
+    if (rank >= 2) {
+        tile.dims[rank - 2] = box.y1 - box.y0;
+        tile.dims[rank - 1] = box.x1 - box.x0;
     }
     return tile;
 }
