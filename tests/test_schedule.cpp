@@ -103,6 +103,19 @@ TEST_CASE("open fields stay open and the schedule is partial", "[schedule]") {
     CHECK(!s->complete());
 }
 
+TEST_CASE("a split or process count beyond what MPI can start is an error, never a wrapped product", "[schedule]") {
+    Fixture f;
+    CHECK(!f.apply("default N=4294967296 H=4294967296 W=4\n"));
+    CHECK(f.errors() ==
+          "t.sched:1:1: error: split N=4294967296 H=4294967296 W=4 uses more than 2147483647 processes, the most "
+          "MPI can start\n"
+          "default N=4294967296 H=4294967296 W=4\n"
+          "^~~~~~~\n");
+    Fixture g;
+    CHECK(!g.apply("procs = 4294967296\n"));
+    CHECK(g.errors().find("t.sched:1:9: error: 'procs' must be at most 2147483647") != std::string::npos);
+}
+
 TEST_CASE("a split whose product is not the processor count is an error at its entry", "[schedule]") {
     Fixture f;
     CHECK(!f.apply("procs = 4\n\ndefault N=2 H=2 W=2\n"));

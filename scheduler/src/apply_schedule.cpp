@@ -177,7 +177,18 @@ EntryFields check_entry(const SchedEntry& e, Diagnostics& diags) {
                 Diagnostics::note(d, s.loc, fmt::format("did you mean '{}'?", m));
         }
     }
-    if (f.sets_split && !open) f.split = split;
+    if (f.sets_split && !open) {
+        // Checked here, so that no later product of the split (its process count) can wrap around.
+        std::int64_t product = 1;
+        bool too_many = false;
+        for (const std::int64_t parts : {split.n, split.c, split.f, split.d, split.h, split.w})
+            too_many = too_many || __builtin_mul_overflow(product, parts, &product) || product > max_procs;
+        if (too_many)
+            diags.error(e.loc, fmt::format("split {} uses more than {} processes, the most MPI can start",
+                                           split.str(), max_procs));
+        else
+            f.split = split;
+    }
     return f;
 }
 
@@ -211,6 +222,11 @@ void check_globals(const SchedFile& file, Schedule& out, Diagnostics& diags) {
             if (v.kind != SchedValue::Kind::integer || v.integer < 1) {
                 diags.error(v.loc, fmt::format("'{}' must be a positive integer{}, not '{}'", s.key,
                                                s.key == "procs" ? " or '?'" : "", value_text(v)));
+                continue;
+            }
+            if (s.key == "procs" && v.integer > max_procs) {
+                diags.error(v.loc, fmt::format("'procs' must be at most {}, the most MPI can start, not '{}'",
+                                               max_procs, v.integer));
                 continue;
             }
             (s.key == "procs" ? out.procs : out.batch) = v.integer;
