@@ -173,7 +173,7 @@ EntryFields check_entry(const SchedEntry& e, Diagnostics& diags) {
             auto& d = diags.error(s.loc, fmt::format("unknown setting '{}' in a schedule entry", s.key));
             std::vector<std::string> known(std::begin(split_keys), std::end(split_keys));
             known.insert(known.end(), {"overlap", "bn"});
-            if (auto m = closest_match(s.key, known); !m.empty())
+            if (auto m = diags.dropped(d) ? "" : closest_match(s.key, known); !m.empty())
                 Diagnostics::note(d, s.loc, fmt::format("did you mean '{}'?", m));
         }
     }
@@ -253,7 +253,7 @@ void check_globals(const SchedFile& file, Schedule& out, Diagnostics& diags) {
                 Diagnostics::note(
                     d, s.loc,
                     fmt::format("'{}' belongs to an entry: write 'default {}={}'", s.key, s.key, value_text(v)));
-            else if (auto m = closest_match(s.key, {"procs", "platform", "batch"}); !m.empty())
+            else if (auto m = diags.dropped(d) ? "" : closest_match(s.key, {"procs", "platform", "batch"}); !m.empty())
                 Diagnostics::note(d, s.loc, fmt::format("did you mean '{}'?", m));
         }
     }
@@ -274,7 +274,7 @@ void check_selectors(const Network& net, const SchedFile& file, Diagnostics& dia
             if (std::find(blocks.begin(), blocks.end(), e.pattern) != blocks.end()) continue;
             auto& d =
                 diags.error(e.pattern_loc, fmt::format("the network has no instance of a block named '{}'", e.pattern));
-            if (auto m = closest_match(e.pattern, blocks); !m.empty())
+            if (auto m = diags.dropped(d) ? "" : closest_match(e.pattern, blocks); !m.empty())
                 Diagnostics::note(d, e.pattern_loc, fmt::format("did you mean '{}'?", m));
             continue;
         }
@@ -287,7 +287,7 @@ void check_selectors(const Network& net, const SchedFile& file, Diagnostics& dia
             continue;
         }
         auto& d = diags.error(e.pattern_loc, fmt::format("the network has no layer named '{}'", e.pattern));
-        if (auto m = closest_match(e.pattern, names); !m.empty())
+        if (auto m = diags.dropped(d) ? "" : closest_match(e.pattern, names); !m.empty())
             Diagnostics::note(d, e.pattern_loc, fmt::format("did you mean '{}'?", m));
     }
 }
