@@ -23,7 +23,7 @@ struct CheckOptions {
 int run_check(const CheckOptions& o) {
     SourceManager sources;
     Diagnostics diags;
-    auto checked = load_and_check(o.net, o.sched, sources, diags, o.dump_after);
+    auto checked = load_and_check(o.net, o.sched, sources, diags, o.dump_after, {o.batch, std::nullopt, std::nullopt});
     diags.render(std::cerr, stderr_color());
     if (!checked) return user_error;
     const std::int64_t batch = report_batch(*checked, o.batch);

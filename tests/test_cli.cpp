@@ -274,12 +274,48 @@ TEST_CASE("run checks that the schedule fits the run before starting processes",
         Case{"--procs 2", "--procs 2 needs a schedule"},
         Case{"samples/mesh_tiny_partial_4.sched", "the schedule leaves the split of layer 'block2.0.conv' open"},
         Case{"samples/mesh_tiny_sample_4.sched --batch 2",
-             "layer 'block1.0.conv' splits the samples 4 ways, but the mini-batch has 2"});
+             "split N=4 H=1 W=1 does not fit layer 'block1.0.conv': the mini-batch has only 2 samples"});
     const Result r = run_dsl("run samples/mesh_tiny.net " + c.args + " --steps 1");
     INFO(r.err);
     CHECK(r.exit_code != 0);
     CHECK(r.err.find(c.message) != std::string::npos);
     CHECK(r.out.find("step") == std::string::npos);
+}
+
+TEST_CASE("check and run refuse the same mini-batch, at the schedule's line", "[cli][run]") {
+    const std::string message =
+        "samples/mesh_tiny_sample_4.sched:5:1: error: split N=4 H=1 W=1 does not fit layer 'block1.0.conv': the "
+        "mini-batch has only 2 samples";
+    for (const std::string verb : {"check", "run", "explain"}) {
+        const Result r = run_dsl(verb + " samples/mesh_tiny.net samples/mesh_tiny_sample_4.sched --batch 2");
+        INFO(verb << "\n" << r.err);
+        CHECK(r.exit_code == 1);
+        CHECK(r.err.find(message) != std::string::npos);
+        CHECK(r.err.find("note: the mini-batch is set by --batch 2") != std::string::npos);
+        CHECK(r.out.empty());
+    }
+}
+
+TEST_CASE("a schedule's process count that no split can run is an error at its line", "[cli][run]") {
+    const fs::path dir = fs::temp_directory_path() / ("dsl_procs_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    std::ofstream(dir / "many.sched") << "procs = 100000\nbatch = 4\n";
+    std::ofstream(dir / "open.sched") << "default N=2\n";
+    const std::string many = (dir / "many.sched").string(), open = (dir / "open.sched").string();
+    for (const std::string& args : {"check samples/mesh_tiny.net " + many, "explain samples/mesh_tiny.net " + many,
+                                   "run samples/mesh_tiny.net " + many + " --auto-schedule --steps 1"}) {
+        const Result r = run_dsl(args);
+        INFO(args << "\n" << r.err);
+        CHECK(r.exit_code == 1);
+        CHECK(r.err.find(many + ":1:9: error: no split of 100000 processes fits layer 'block1.0.conv' with a "
+                                "mini-batch of 4") != std::string::npos);
+    }
+    const Result r = run_dsl("run samples/mesh_tiny.net " + open + " --procs 4 --steps 1");
+    INFO(r.err);
+    CHECK(r.exit_code == 1);
+    CHECK(r.err.find(open + ":1:1: error: split N=2 H=1 W=1 uses 2 processes, but the run has 4 (--procs 4)") !=
+          std::string::npos);
+    fs::remove_all(dir);
 }
 
 TEST_CASE("without a GPU, a GPU run or calibration says why and trains nothing", "[cli][run]") {

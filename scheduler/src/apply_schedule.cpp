@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <set>
 
 namespace dsl::scheduler {
 
@@ -347,6 +348,61 @@ std::string split_problem(const Network& net, const Layer& layer, const Split& s
     return {};
 }
 
+bool check_splits(const Network& net, const SchedFile& file, const Schedule& schedule,
+                  std::optional<std::int64_t> batch, const BatchOrigin& origin, Diagnostics& diags) {
+    std::map<int, std::vector<std::string>> failing;  // entry -> layers its split cannot run
+    struct Problem {
+        std::string why;
+        const Layer* layer;
+        Split split;
+    };
+    std::map<int, Problem> first_problem;
+    std::set<int> batch_short;  // entries whose problem is the mini-batch
+    for (std::size_t li = 0; li < net.layers.size(); ++li) {
+        const Layer& layer = net.layers[li];
+        const std::optional<Split>& split = schedule.layers[li].split;
+        const int entry = schedule.source_entry[li];
+        if (!schedulable(layer) || !split || entry < 0) continue;
+        if (std::string why = split_problem(net, layer, *split, batch); !why.empty()) {
+            failing[entry].push_back(layer.name);
+            if (first_problem.emplace(entry, Problem{std::move(why), &layer, *split}).second && batch &&
+                split->n > *batch)
+                batch_short.insert(entry);
+        }
+    }
+    // One error per entry: a default that cannot run deep layers would otherwise repeat for each of them.
+    for (const auto& [entry, layers] : failing) {
+        const auto& [why, layer, split] = first_problem.at(entry);
+        const SchedEntry& e = file.entries[static_cast<std::size_t>(entry)];
+        auto& d = diags.error(e.loc, fmt::format("split {} does not fit layer '{}': {}", split.str(), layer->name, why));
+        Diagnostics::note(d, layer->loc, fmt::format("layer '{}' declared here", layer->name));
+        if (layers.size() > 1) {
+            const std::vector<std::string> others(layers.begin() + 1, layers.end());
+            Diagnostics::note(d, e.loc,
+                              fmt::format("the same split does not fit layers {} either", quoted_list(others, 4)));
+        }
+        if (batch_short.count(entry) && !origin.note.empty()) Diagnostics::note(d, origin.loc, origin.note);
+    }
+    return failing.empty();
+}
+
+std::string batch_size_problem(const Network& net, std::int64_t batch) {
+    std::int64_t bytes = 0;
+    if (__builtin_mul_overflow(batch, net.total_activation_bytes(), &bytes) ||
+        __builtin_mul_overflow(batch, net.total_flops(), &bytes))
+        return fmt::format(
+            "a mini-batch of {} samples is too large: its activations ({} bytes per sample) or its FLOPs ({} per "
+            "sample) overflow 64-bit integers",
+            batch, net.total_activation_bytes(), net.total_flops());
+    return {};
+}
+
+bool check_batch_size(const Network& net, std::int64_t batch, const BatchOrigin& origin, Diagnostics& diags) {
+    const std::string why = batch_size_problem(net, batch);
+    if (!why.empty()) diags.error(origin.loc, why);
+    return why.empty();
+}
+
 std::optional<Schedule> apply_schedule(const Network& net, const SchedFile& file, Diagnostics& diags) {
     const std::size_t errors_before = diags.error_count();
     Schedule out;
@@ -359,8 +415,6 @@ std::optional<Schedule> apply_schedule(const Network& net, const SchedFile& file
 
     out.layers.resize(net.layers.size());
     out.source_entry.assign(net.layers.size(), -1);
-    std::map<int, std::vector<std::string>> failing;  // entry -> layers its split cannot run
-    std::map<int, std::pair<std::string, const Layer*>> first_problem;
     for (std::size_t li = 0; li < net.layers.size(); ++li) {
         const Layer& layer = net.layers[li];
         if (!schedulable(layer)) continue;
@@ -380,27 +434,13 @@ std::optional<Schedule> apply_schedule(const Network& net, const SchedFile& file
         if (best_overlap) d.overlap = fields[best_overlap->entry].overlap;
         if (best_bn) d.bn = fields[best_bn->entry].bn;
 
-        if (!d.split) continue;
-        if (std::string why = split_problem(net, layer, *d.split, out.batch); !why.empty()) {
-            const int entry = out.source_entry[li];
-            failing[entry].push_back(layer.name);
-            first_problem.emplace(entry, std::pair{std::move(why), &layer});
-        }
     }
     place_data(net, out);
-    // One error per entry: a default that cannot run deep layers would otherwise repeat for each of them.
-    for (const auto& [entry, layers] : failing) {
-        const auto& [why, layer] = first_problem.at(entry);
-        auto& d = diags.error(file.entries[static_cast<std::size_t>(entry)].loc,
-                              fmt::format("split {} does not fit layer '{}': {}",
-                                          fields[static_cast<std::size_t>(entry)].split->str(), layer->name, why));
-        Diagnostics::note(d, layer->loc, fmt::format("layer '{}' declared here", layer->name));
-        if (layers.size() > 1) {
-            const std::vector<std::string> others(layers.begin() + 1, layers.end());
-            Diagnostics::note(d, file.entries[static_cast<std::size_t>(entry)].loc,
-                              fmt::format("the same split does not fit layers {} either", quoted_list(others, 4)));
-        }
-    }
+    BatchOrigin origin;
+    for (const Setting& g : file.globals)
+        if (g.key == "batch") origin = {g.value.loc, "the mini-batch is set here"};
+    if (out.batch && !check_batch_size(net, *out.batch, origin, diags)) out.batch.reset();
+    check_splits(net, file, out, out.batch, origin, diags);
     if (diags.error_count() > errors_before) return std::nullopt;
     return out;
 }
