@@ -260,7 +260,7 @@ int run_training(const RunOptions& o) {
 
     SourceManager sources;
     Diagnostics diags;
-    auto checked = load_and_check(o.net, o.sched, sources, diags, "", {o.batch, default_batch, o.procs});
+    auto checked = load_and_check(o.net, o.sched, sources, diags, "", {o.batch, default_batch, o.procs}, true);
     diags.render(io.err(), stderr_color());
     if (!checked) return user_error;
 

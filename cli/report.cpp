@@ -70,8 +70,10 @@ bool check_procs(const Checked& c, std::optional<std::int64_t> flag, std::option
 
 std::optional<Checked> load_and_check(const std::string& net_path, const std::string& sched_path,
                                       SourceManager& sources, Diagnostics& diags, const std::string& dump_after,
-                                      const BatchChoice& batch) {
+                                      const BatchChoice& batch, bool trains) {
     auto net = frontend::load_network(net_path, sources, diags, dump_after);
+    if (net && !frontend::check_loss(*net, trains ? Severity::error : Severity::warning, diags) && trains)
+        net.reset();
     // The schedule's syntax is checked even when the network has errors: they are independent.
     std::optional<frontend::SchedFile> sched;
     if (!sched_path.empty()) sched = load_sched(sched_path, sources, diags);

@@ -26,11 +26,11 @@ struct BatchChoice {
 };
 
 // Runs the front end on `net_path` and, when `sched_path` is not empty, parses and applies the schedule and
-// checks it against the mini-batch `batch` chooses, at the schedule's lines. Errors go to `diags`; nullopt
-// when there was any.
+// checks it against the mini-batch `batch` chooses, at the schedule's lines. A network without a loss is an
+// error where the command `trains` it, else a warning. Errors go to `diags`; nullopt when there was any.
 std::optional<Checked> load_and_check(const std::string& net_path, const std::string& sched_path,
                                       SourceManager& sources, Diagnostics& diags, const std::string& dump_after,
-                                      const BatchChoice& batch = {});
+                                      const BatchChoice& batch = {}, bool trains = false);
 
 // Reads and parses one `.sched` file.
 std::optional<frontend::SchedFile> load_sched(const std::string& path, SourceManager& sources, Diagnostics& diags);

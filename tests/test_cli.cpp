@@ -282,6 +282,20 @@ TEST_CASE("run checks that the schedule fits the run before starting processes",
     CHECK(r.out.find("step") == std::string::npos);
 }
 
+TEST_CASE("a network without a loss is refused by run, at its output, and check warns", "[cli][run]") {
+    const Result run = run_dsl("run tests/diag/warn_no_loss.net --steps 1");
+    INFO(run.err);
+    CHECK(run.exit_code == 1);
+    CHECK(run.err.find("tests/diag/warn_no_loss.net:12:1: error: the network has no loss layer: there is nothing "
+                       "to train") != std::string::npos);
+    CHECK(run.err.find("add a loss such as 'loss = pixel_cross_entropy from head.relu, y'") != std::string::npos);
+    CHECK(run.out.find("loss") == std::string::npos);
+    const Result check = run_dsl("check tests/diag/warn_no_loss.net");
+    CHECK(check.exit_code == 0);
+    CHECK(check.err.find("tests/diag/warn_no_loss.net:12:1: warning: the network has no loss layer") !=
+          std::string::npos);
+}
+
 TEST_CASE("check and run refuse the same mini-batch, at the schedule's line", "[cli][run]") {
     const std::string message =
         "samples/mesh_tiny_sample_4.sched:5:1: error: split N=4 H=1 W=1 does not fit layer 'block1.0.conv': the "

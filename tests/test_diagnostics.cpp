@@ -1,6 +1,7 @@
 // Golden diagnostics: every tests/diag/fail_*.net, fail_*.sched and fail_*.platform is checked by the `dsl`
 // command and its stderr compared with the .stderr file beside it. A .sched case is checked against
-// samples/mesh_tiny.net; a .platform case by `dsl print`, which checks platform files.
+// samples/mesh_tiny.net; a .platform case by `dsl print`, which checks platform files. A warn_* case is
+// one that `dsl check` accepts with warnings.
 // DSL_UPDATE_GOLDEN=1 rewrites the .stderr files from the current output instead of comparing.
 #include "run_dsl.hpp"
 
@@ -21,7 +22,8 @@ std::vector<fs::path> cases() {
     for (const auto& e : fs::directory_iterator(fs::path(DSL_SOURCE_DIR) / "tests" / "diag")) {
         const std::string name = e.path().filename().string();
         const auto ext = e.path().extension();
-        if (name.rfind("fail_", 0) == 0 && (ext == ".net" || ext == ".sched" || ext == ".platform"))
+        if ((name.rfind("fail_", 0) == 0 || name.rfind("warn_", 0) == 0) &&
+            (ext == ".net" || ext == ".sched" || ext == ".platform"))
             out.push_back(e.path());
     }
     std::sort(out.begin(), out.end());
@@ -50,11 +52,19 @@ TEST_CASE("golden diagnostics: each failing input gives exactly the expected err
                 REQUIRE(fs::exists(expected));
                 CHECK(r.err == read(expected));
             }
-            // A user error: exit code 1, nothing on stdout, and never an internal error.
-            CHECK(r.exit_code == 1);
-            CHECK(r.out.empty());
             CHECK(r.err.find("internal error") == std::string::npos);
-            CHECK(r.err.find(": error: ") != std::string::npos);
+            if (input.filename().string().rfind("warn_", 0) == 0) {
+                // Accepted, with its report on stdout and only warnings on stderr.
+                CHECK(r.exit_code == 0);
+                CHECK(!r.out.empty());
+                CHECK(r.err.find(": warning: ") != std::string::npos);
+                CHECK(r.err.find("error: ") == std::string::npos);
+            } else {
+                // A user error: exit code 1, nothing on stdout.
+                CHECK(r.exit_code == 1);
+                CHECK(r.out.empty());
+                CHECK(r.err.find(": error: ") != std::string::npos);
+            }
         }
     }
 }
