@@ -332,6 +332,17 @@ TEST_CASE("a schedule's process count that no split can run is an error at its l
     fs::remove_all(dir);
 }
 
+TEST_CASE("a schedule that splits only the samples needs no overlap", "[cli][run][mpi]") {
+    const fs::path dir = fs::temp_directory_path() / ("dsl_sample_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    std::ofstream(dir / "n2.sched") << "procs = 2\nbatch = 4\ndefault N=2\n";
+    const Result r = run_dsl("run samples/mesh_tiny.net " + (dir / "n2.sched").string() + " --steps 1");
+    fs::remove_all(dir);
+    INFO(r.err);
+    CHECK(r.exit_code == 0);
+    CHECK(r.out.find("step     1") != std::string::npos);
+}
+
 TEST_CASE("without a GPU, a GPU run or calibration says why and trains nothing", "[cli][run]") {
     std::string why;
     if (dsl::backend::gpu_devices(&why) > 0) return;  // tests/gpu trains there

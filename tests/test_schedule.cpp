@@ -103,6 +103,23 @@ TEST_CASE("open fields stay open and the schedule is partial", "[schedule]") {
     CHECK(!s->complete());
 }
 
+TEST_CASE("overlap is not open where it cannot matter", "[schedule]") {
+    Fixture f;
+    // Sample parallelism exchanges no halo: nothing is left for the auto-scheduler.
+    auto s = f.apply("procs = 2\ndefault N=2\n");
+    INFO(f.errors());
+    REQUIRE(s);
+    CHECK(s->complete());
+    CHECK(f.of(*s, "a.conv").overlap == false);
+    // Under H=2 the first layer reads the input, made with its halo; a.conv exchanges one, and a.relu has none.
+    s = f.apply("procs = 2\ndefault H=2\n");
+    REQUIRE(s);
+    CHECK(f.of(*s, "stem").overlap == false);
+    CHECK(f.of(*s, "a.relu").overlap == false);
+    CHECK(!f.of(*s, "a.conv").overlap);
+    CHECK(!s->complete());
+}
+
 TEST_CASE("a split or process count beyond what MPI can start is an error, never a wrapped product", "[schedule]") {
     Fixture f;
     CHECK(!f.apply("default N=4294967296 H=4294967296 W=4\n"));

@@ -434,6 +434,9 @@ std::optional<Schedule> apply_schedule(const Network& net, const SchedFile& file
         if (best_overlap) d.overlap = fields[best_overlap->entry].overlap;
         if (best_bn) d.bn = fields[best_bn->entry].bn;
 
+        // Where overlap cannot matter (no halo, or none exchanged) it is not left open: it would only hold
+        // up a run that has nothing to decide.
+        if (d.split && !d.overlap && !overlap_matters(net, layer, *d.split)) d.overlap = false;
     }
     place_data(net, out);
     BatchOrigin origin;
