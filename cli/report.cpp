@@ -55,10 +55,11 @@ bool check_procs(const Checked& c, std::optional<std::int64_t> flag, std::option
             continue;
         }
         // Without a mini-batch yet, the most samples a split of `procs` can use: only what none can run fails.
-        if (!d.split && ok && scheduler::candidates(net, static_cast<int>(i), d, *procs, batch.value_or(*procs)).empty()) {
-            auto& e = diags.error(procs_loc, fmt::format("no split of {} processes fits layer '{}'{}{}", *procs, l.name,
-                                                         batch ? fmt::format(" with a mini-batch of {}", *batch) : "",
-                                                         from_flag));
+        if (!d.split && ok &&
+            scheduler::candidates(net, static_cast<int>(i), d, *procs, batch.value_or(*procs)).empty()) {
+            auto& e = diags.error(procs_loc,
+                                  fmt::format("no split of {} processes fits layer '{}'{}{}", *procs, l.name,
+                                              batch ? fmt::format(" with a mini-batch of {}", *batch) : "", from_flag));
             Diagnostics::note(e, l.loc, fmt::format("layer '{}' declared here", l.name));
             return false;  // the first such layer: the others would say the same
         }
@@ -72,8 +73,7 @@ std::optional<Checked> load_and_check(const std::string& net_path, const std::st
                                       SourceManager& sources, Diagnostics& diags, const std::string& dump_after,
                                       const BatchChoice& batch, bool trains) {
     auto net = frontend::load_network(net_path, sources, diags, dump_after);
-    if (net && !frontend::check_loss(*net, trains ? Severity::error : Severity::warning, diags) && trains)
-        net.reset();
+    if (net && !frontend::check_loss(*net, trains ? Severity::error : Severity::warning, diags) && trains) net.reset();
     // The schedule's syntax is checked even when the network has errors: they are independent.
     std::optional<frontend::SchedFile> sched;
     if (!sched_path.empty()) sched = load_sched(sched_path, sources, diags);
@@ -83,23 +83,21 @@ std::optional<Checked> load_and_check(const std::string& net_path, const std::st
         c.schedule = scheduler::apply_schedule(c.net.net, *c.sched_file, diags);
         if (!c.schedule) return std::nullopt;
     }
-    // apply_schedule has checked the schedule's own batch; the one the command runs may differ.
-    const std::optional<std::int64_t> runs = batch.flag                       ? batch.flag
-                                             : c.schedule && c.schedule->batch ? std::nullopt
-                                                                               : batch.fallback;
-    if (runs) {
+    // The mini-batch the command runs: apply_schedule has checked the schedule's own, but --batch (or the
+    // command's default) may differ.
+    const bool own = c.schedule && c.schedule->batch;
+    const std::optional<std::int64_t> runs = batch.flag ? batch.flag : own ? c.schedule->batch : batch.fallback;
+    if (runs && (batch.flag || !own)) {
         const scheduler::BatchOrigin origin{
             {},
-            batch.flag ? fmt::format("the mini-batch is set by --batch {}", *runs)
-                       : fmt::format("the mini-batch is {} where neither --batch nor the schedule's 'batch' sets it",
-                                     *runs)};
+            batch.flag
+                ? fmt::format("the mini-batch is set by --batch {}", *runs)
+                : fmt::format("the mini-batch is {} where neither --batch nor the schedule's 'batch' sets it", *runs)};
         if (!scheduler::check_batch_size(c.net.net, *runs, origin, diags)) return std::nullopt;
         if (c.schedule && !scheduler::check_splits(c.net.net, *c.sched_file, *c.schedule, runs, origin, diags))
             return std::nullopt;
     }
-    const std::optional<std::int64_t> effective =
-        batch.flag ? batch.flag : c.schedule && c.schedule->batch ? c.schedule->batch : batch.fallback;
-    if (c.schedule && !check_procs(c, batch.procs, effective, diags)) return std::nullopt;
+    if (c.schedule && !check_procs(c, batch.procs, runs, diags)) return std::nullopt;
     return c;
 }
 

@@ -317,7 +317,7 @@ TEST_CASE("a schedule's process count that no split can run is an error at its l
     std::ofstream(dir / "open.sched") << "default N=2\n";
     const std::string many = (dir / "many.sched").string(), open = (dir / "open.sched").string();
     for (const std::string& args : {"check samples/mesh_tiny.net " + many, "explain samples/mesh_tiny.net " + many,
-                                   "run samples/mesh_tiny.net " + many + " --auto-schedule --steps 1"}) {
+                                    "run samples/mesh_tiny.net " + many + " --auto-schedule --steps 1"}) {
         const Result r = run_dsl(args);
         INFO(args << "\n" << r.err);
         CHECK(r.exit_code == 1);

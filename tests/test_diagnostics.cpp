@@ -103,8 +103,9 @@ TEST_CASE("a file of thousands of errors stops after the first 20, with a line t
     std::ofstream(dir / "many.sched") << sched;
     std::ofstream(dir / "many.net") << net;
     std::ofstream(dir / "many.platform") << platform;
-    for (const std::string& args : {"check samples/mesh_tiny.net " + (dir / "many.sched").string(),
-                                   "check " + (dir / "many.net").string(), "print " + (dir / "many.platform").string()}) {
+    for (const std::string& args :
+         {"check samples/mesh_tiny.net " + (dir / "many.sched").string(), "check " + (dir / "many.net").string(),
+          "print " + (dir / "many.platform").string()}) {
         const Result r = run_dsl(args);
         INFO("dsl " << args << "\n" << r.err.substr(0, 2000));
         CHECK(r.exit_code == 1);

@@ -131,6 +131,11 @@ TEST_CASE("a split or process count beyond what MPI can start is an error, never
     Fixture g;
     CHECK(!g.apply("procs = 4294967296\n"));
     CHECK(g.errors().find("t.sched:1:9: error: 'procs' must be at most 2147483647") != std::string::npos);
+    // N x C x H x W of a mini-batch: its bytes would overflow.
+    Fixture h;
+    CHECK(!h.apply("batch = 4611686018427387904\n"));
+    CHECK(h.errors().find("t.sched:1:9: error: a mini-batch of 4611686018427387904 samples is too large") !=
+          std::string::npos);
 }
 
 TEST_CASE("a split whose product is not the processor count is an error at its entry", "[schedule]") {

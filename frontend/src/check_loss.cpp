@@ -46,8 +46,9 @@ bool check_loss(const LoadedNetwork& loaded, Severity severity, Diagnostics& dia
             for (const Stmt& st : loaded.file.body)
                 if (!st.name.empty() && st.name == out->instances[0]) at = st.loc;
     }
-    Diagnostic& d = severity == Severity::error ? diags.error(at, "the network has no loss layer: there is nothing to train")
-                                                : diags.warning(at, "the network has no loss layer: there is nothing to train");
+    Diagnostic& d = severity == Severity::error
+                        ? diags.error(at, "the network has no loss layer: there is nothing to train")
+                        : diags.warning(at, "the network has no loss layer: there is nothing to train");
     if (out) {
         const std::string loss = suggested_loss(net, *out);
         Diagnostics::note(d, at,

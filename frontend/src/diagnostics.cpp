@@ -103,10 +103,11 @@ std::string Diagnostics::colored(bool color) const {
     std::string out;
     for (const Diagnostic& d : list_) render_one(out, d, color);
     if (errors_ > error_limit)
-        render_one(out,
-                   Diagnostic{Severity::error, {}, fmt::format("too many errors, stopping after the first {}", error_limit),
-                              {}},
-                   color);
+        render_one(
+            out,
+            Diagnostic{
+                Severity::error, {}, fmt::format("too many errors, stopping after the first {}", error_limit), {}},
+            color);
     return out;
 }
 

@@ -185,8 +185,8 @@ EntryFields check_entry(const SchedEntry& e, Diagnostics& diags) {
         for (const std::int64_t parts : {split.n, split.c, split.f, split.d, split.h, split.w})
             too_many = too_many || __builtin_mul_overflow(product, parts, &product) || product > max_procs;
         if (too_many)
-            diags.error(e.loc, fmt::format("split {} uses more than {} processes, the most MPI can start",
-                                           split.str(), max_procs));
+            diags.error(e.loc, fmt::format("split {} uses more than {} processes, the most MPI can start", split.str(),
+                                           max_procs));
         else
             f.split = split;
     }
@@ -374,7 +374,8 @@ bool check_splits(const Network& net, const SchedFile& file, const Schedule& sch
     for (const auto& [entry, layers] : failing) {
         const auto& [why, layer, split] = first_problem.at(entry);
         const SchedEntry& e = file.entries[static_cast<std::size_t>(entry)];
-        auto& d = diags.error(e.loc, fmt::format("split {} does not fit layer '{}': {}", split.str(), layer->name, why));
+        auto& d =
+            diags.error(e.loc, fmt::format("split {} does not fit layer '{}': {}", split.str(), layer->name, why));
         Diagnostics::note(d, layer->loc, fmt::format("layer '{}' declared here", layer->name));
         if (layers.size() > 1) {
             const std::vector<std::string> others(layers.begin() + 1, layers.end());

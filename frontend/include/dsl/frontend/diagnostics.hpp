@@ -34,7 +34,7 @@ public:
     static void note(Diagnostic& d, Location loc, std::string message);
 
     bool has_errors() const { return errors_ > 0; }
-    std::size_t error_count() const { return errors_; }  // kept and dropped
+    std::size_t error_count() const { return errors_; }   // kept and dropped
     bool full() const { return errors_ >= error_limit; }  // the next error will be dropped
     // Whether `d` (as `error` returned it) was dropped: a pass spares the cost of its notes ("did you mean").
     bool dropped(const Diagnostic& d) const { return &d == &dropped_; }

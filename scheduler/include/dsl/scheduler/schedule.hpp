@@ -56,8 +56,7 @@ bool check_splits(const frontend::Network& net, const frontend::SchedFile& file,
 // Why a mini-batch of `batch` samples is too large for `net` (its activations' bytes or its FLOPs would
 // overflow 64-bit integers), or empty; check_batch_size reports it at `origin`.
 std::string batch_size_problem(const frontend::Network& net, std::int64_t batch);
-bool check_batch_size(const frontend::Network& net, std::int64_t batch, const BatchOrigin& origin,
-                      Diagnostics& diags);
+bool check_batch_size(const frontend::Network& net, std::int64_t batch, const BatchOrigin& origin, Diagnostics& diags);
 
 // Inputs and labels are made (or read) in the distribution of their first reader, so none is shuffled before
 // the first layer: gives each its reader's distribution (and source entry).
