@@ -385,7 +385,7 @@ int run_calibrate(CalibrateOptions o) {
 
     SourceManager sources;
     Diagnostics diags;
-    auto checked = load_and_check(o.net, "", sources, diags, "");
+    auto checked = load_and_check(o.net, "", sources, diags, "", {}, o.in_situ);
     // Times already in the output file are kept: it must be a platform file, or not exist.
     std::optional<PlatformChoice> base;
     std::error_code ec;

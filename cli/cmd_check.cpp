@@ -23,7 +23,7 @@ struct CheckOptions {
 int run_check(const CheckOptions& o) {
     SourceManager sources;
     Diagnostics diags;
-    auto checked = load_and_check(o.net, o.sched, sources, diags, o.dump_after);
+    auto checked = load_and_check(o.net, o.sched, sources, diags, o.dump_after, {o.batch, std::nullopt, std::nullopt});
     diags.render(std::cerr, stderr_color());
     if (!checked) return user_error;
     const std::int64_t batch = report_batch(*checked, o.batch);
@@ -43,8 +43,8 @@ void setup_check(CLI::App& app, Action& action) {
     sub->add_option("SCHED", o->sched, "A schedule (.sched) to check against the network");
     sub->add_flag("--json", o->json, "Print the report as JSON");
     sub->add_option("--batch", o->batch,
-                    "Mini-batch size for the tile shapes (default: the schedule's, or one "
-                    "sample per process)")
+                    "Mini-batch size for the tile shapes, checked against the splits as 'dsl run --batch' is "
+                    "(default: the schedule's, or one sample per process)")
         ->check(positive_count());
     sub->add_option("--dump-after", o->dump_after, "Print the state after a pass to stderr")
         ->check(CLI::IsMember({"parse", "imports", "elaborate", "shapes"}));

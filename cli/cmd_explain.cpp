@@ -21,7 +21,7 @@ struct ExplainOptions {
 int run_explain(const ExplainOptions& o) {
     SourceManager sources;
     Diagnostics diags;
-    auto inputs = load_model_inputs(o.net, o.sched, o.platform, sources, diags);
+    auto inputs = load_model_inputs(o.net, o.sched, o.platform, sources, diags, {o.batch, std::nullopt, o.procs});
     if (!inputs) return user_error;
     const Checked& checked = inputs->checked;
     PlatformChoice& platform = inputs->platform;

@@ -97,8 +97,9 @@ struct Output {
 };
 
 // The mini-batch size: --batch, the schedule's, or 4.
+constexpr std::int64_t default_batch = 4;
 std::int64_t run_batch(const Checked& c, const RunOptions& o) {
-    return o.batch.value_or(c.schedule && c.schedule->batch ? *c.schedule->batch : 4);
+    return o.batch.value_or(c.schedule && c.schedule->batch ? *c.schedule->batch : default_batch);
 }
 
 // Where a run computes: --device, else with --auto-schedule the device of the platform it schedules for, else
@@ -294,7 +295,7 @@ int run_training(const RunOptions& o) {
 
     SourceManager sources;
     Diagnostics diags;
-    auto checked = load_and_check(o.net, o.sched, sources, diags, "");
+    auto checked = load_and_check(o.net, o.sched, sources, diags, "", {o.batch, default_batch, o.procs}, true);
     diags.render(io.err(), stderr_color());
     if (!checked) return user_error;
 

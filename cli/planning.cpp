@@ -101,8 +101,8 @@ std::string platform_source(const PlatformChoice& p) {
 
 std::optional<ModelInputs> load_model_inputs(const std::string& net_path, const std::string& sched_path,
                                              const std::string& platform_flag, SourceManager& sources,
-                                             Diagnostics& diags) {
-    auto checked = load_and_check(net_path, sched_path, sources, diags, "");
+                                             Diagnostics& diags, const BatchChoice& batch) {
+    auto checked = load_and_check(net_path, sched_path, sources, diags, "", batch);
     std::optional<PlatformChoice> platform;
     if (checked) platform = resolve_platform(platform_flag, checked->schedule, sources, diags);
     diags.render(std::cerr, stderr_color());
@@ -122,6 +122,7 @@ std::optional<std::int64_t> run_procs(const std::optional<std::int64_t>& flag,
 }
 
 std::string batch_problem(const frontend::Network& net, const scheduler::Schedule& s, std::int64_t batch) {
+    if (std::string why = scheduler::batch_size_problem(net, batch); !why.empty()) return why;
     for (std::size_t i = 0; i < net.layers.size(); ++i) {
         if (net.layers[i].is_data() || !s.layers[i].split) continue;
         if (s.layers[i].split->n > batch)

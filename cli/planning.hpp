@@ -69,14 +69,16 @@ struct ModelInputs {
 };
 std::optional<ModelInputs> load_model_inputs(const std::string& net_path, const std::string& sched_path,
                                              const std::string& platform_flag, SourceManager& sources,
-                                             Diagnostics& diags);
+                                             Diagnostics& diags, const BatchChoice& batch = {});
 
 // The process count: --procs, else the schedule's; nullopt with `why` when the two differ, and with `why`
 // empty when neither gives one.
 std::optional<std::int64_t> run_procs(const std::optional<std::int64_t>& flag,
                                       const std::optional<scheduler::Schedule>& s, std::string& why);
 
-// Why `s` cannot run a mini-batch of `batch` (a layer splits the samples more ways than there are), or empty.
+// Why `s` cannot run a mini-batch of `batch` (a layer splits the samples more ways than there are, or the
+// mini-batch overflows sizes), or empty. Schedules read from a file are checked at their lines before
+// (load_and_check); this is for those the auto-scheduler filled.
 std::string batch_problem(const frontend::Network& net, const scheduler::Schedule& s, std::int64_t batch);
 
 // Writes `text` to `path` beside it and renames it into place, so that a failed write leaves the old file

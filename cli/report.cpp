@@ -3,10 +3,12 @@
 #include "report.hpp"
 
 #include <dsl/frontend/parse.hpp>
+#include <dsl/scheduler/autoschedule.hpp>
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <set>
 
 namespace dsl::cli {
 
@@ -22,9 +24,56 @@ std::optional<frontend::SchedFile> load_sched(const std::string& path, SourceMan
     return frontend::parse_sched(*file, diags);
 }
 
+namespace {
+
+// Whether the run's process count (the schedule's, else --procs) can run every layer: each split the
+// schedule fixes uses that many, and for each split it leaves open some split of that many fits the layer.
+// Each problem is reported at the line that caused it: the entry, or the `procs` setting.
+bool check_procs(const Checked& c, std::optional<std::int64_t> flag, std::optional<std::int64_t> batch,
+                 Diagnostics& diags) {
+    const auto& net = c.net.net;
+    const auto& s = *c.schedule;
+    const std::optional<std::int64_t> procs = s.procs ? s.procs : flag;
+    if (!procs || (s.procs && flag && *flag != *s.procs)) return true;  // run_procs says so where it matters
+    Location procs_loc;
+    for (const auto& g : c.sched_file->globals)
+        if (g.key == "procs") procs_loc = g.value.loc;
+    const std::string from_flag = s.procs ? "" : fmt::format(" (--procs {})", *procs);
+    std::set<int> reported;  // entries
+    bool ok = true;
+    for (std::size_t i = 0; i < net.layers.size(); ++i) {
+        const auto& l = net.layers[i];
+        const auto& d = s.layers[i];
+        if (l.is_data()) continue;
+        if (d.split && d.split->procs() != *procs) {
+            const int entry = s.source_entry[i];
+            if (entry >= 0 && reported.insert(entry).second)
+                diags.error(c.sched_file->entries[static_cast<std::size_t>(entry)].loc,
+                            fmt::format("split {} uses {} processes, but the run has {}{}", d.split->str(),
+                                        d.split->procs(), *procs, from_flag));
+            ok = false;
+            continue;
+        }
+        // Without a mini-batch yet, the most samples a split of `procs` can use: only what none can run fails.
+        if (!d.split && ok &&
+            scheduler::candidates(net, static_cast<int>(i), d, *procs, batch.value_or(*procs)).empty()) {
+            auto& e = diags.error(procs_loc,
+                                  fmt::format("no split of {} processes fits layer '{}'{}{}", *procs, l.name,
+                                              batch ? fmt::format(" with a mini-batch of {}", *batch) : "", from_flag));
+            Diagnostics::note(e, l.loc, fmt::format("layer '{}' declared here", l.name));
+            return false;  // the first such layer: the others would say the same
+        }
+    }
+    return ok;
+}
+
+}  // namespace
+
 std::optional<Checked> load_and_check(const std::string& net_path, const std::string& sched_path,
-                                      SourceManager& sources, Diagnostics& diags, const std::string& dump_after) {
+                                      SourceManager& sources, Diagnostics& diags, const std::string& dump_after,
+                                      const BatchChoice& batch, bool trains) {
     auto net = frontend::load_network(net_path, sources, diags, dump_after);
+    if (net && !frontend::check_loss(*net, trains ? Severity::error : Severity::warning, diags) && trains) net.reset();
     // The schedule's syntax is checked even when the network has errors: they are independent.
     std::optional<frontend::SchedFile> sched;
     if (!sched_path.empty()) sched = load_sched(sched_path, sources, diags);
@@ -34,6 +83,21 @@ std::optional<Checked> load_and_check(const std::string& net_path, const std::st
         c.schedule = scheduler::apply_schedule(c.net.net, *c.sched_file, diags);
         if (!c.schedule) return std::nullopt;
     }
+    // The mini-batch the command runs: apply_schedule has checked the schedule's own, but --batch (or the
+    // command's default) may differ.
+    const bool own = c.schedule && c.schedule->batch;
+    const std::optional<std::int64_t> runs = batch.flag ? batch.flag : own ? c.schedule->batch : batch.fallback;
+    if (runs && (batch.flag || !own)) {
+        const scheduler::BatchOrigin origin{
+            {},
+            batch.flag
+                ? fmt::format("the mini-batch is set by --batch {}", *runs)
+                : fmt::format("the mini-batch is {} where neither --batch nor the schedule's 'batch' sets it", *runs)};
+        if (!scheduler::check_batch_size(c.net.net, *runs, origin, diags)) return std::nullopt;
+        if (c.schedule && !scheduler::check_splits(c.net.net, *c.sched_file, *c.schedule, runs, origin, diags))
+            return std::nullopt;
+    }
+    if (c.schedule && !check_procs(c, batch.procs, runs, diags)) return std::nullopt;
     return c;
 }
 

@@ -18,10 +18,19 @@ struct Checked {
     std::optional<scheduler::Schedule> schedule;
 };
 
-// Runs the front end on `net_path` and, when `sched_path` is not empty, parses and applies the schedule.
-// Errors go to `diags`; nullopt when there was any.
+// The mini-batch a command runs, which the schedule must fit: `flag` (--batch), else the schedule's `batch`,
+// else `fallback` (none: the command takes one sample per process, which every split fits); and `procs`
+// (--procs), where the schedule leaves the process count open.
+struct BatchChoice {
+    std::optional<std::int64_t> flag, fallback, procs;
+};
+
+// Runs the front end on `net_path` and, when `sched_path` is not empty, parses and applies the schedule and
+// checks it against the mini-batch `batch` chooses, at the schedule's lines. A network without a loss is an
+// error where the command `trains` it, else a warning. Errors go to `diags`; nullopt when there was any.
 std::optional<Checked> load_and_check(const std::string& net_path, const std::string& sched_path,
-                                      SourceManager& sources, Diagnostics& diags, const std::string& dump_after);
+                                      SourceManager& sources, Diagnostics& diags, const std::string& dump_after,
+                                      const BatchChoice& batch = {}, bool trains = false);
 
 // Reads and parses one `.sched` file.
 std::optional<frontend::SchedFile> load_sched(const std::string& path, SourceManager& sources, Diagnostics& diags);

@@ -53,6 +53,25 @@ TEST_CASE("check with a schedule shows each layer's distribution and tile", "[cl
     CHECK(seen_pred);
 }
 
+TEST_CASE("check shows a per-pixel label's tile split as its loss's logits are", "[cli]") {
+    // The label y [N, 8, 8] is made in the distribution of the loss that reads it: H=2 halves its rows.
+    const Result r = run_dsl("check samples/mesh_tiny.net samples/mesh_tiny_spatial_h_2.sched --json");
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    const auto j = nlohmann::json::parse(r.out);
+    bool seen_label = false;
+    for (const auto& l : j["layers"]) {
+        if (l["name"] == "y") {
+            seen_label = true;
+            CHECK(l["distribution"]["tile"] == nlohmann::json::array({4, 4, 8}));
+        }
+        if (l["name"] == "pred") CHECK(l["distribution"]["tile"] == nlohmann::json::array({4, 2, 4, 8}));
+    }
+    CHECK(seen_label);
+    const Result table = run_dsl("check samples/mesh_tiny.net samples/mesh_tiny_spatial_h_2.sched");
+    CHECK(table.out.find("[4, 4, 8]") != std::string::npos);
+}
+
 TEST_CASE("check reports ResNet-50's figures", "[cli]") {
     const Result r = run_dsl("check stdlib/resnet50.net --json");
     INFO(r.err);
@@ -627,12 +646,73 @@ TEST_CASE("run checks that the schedule fits the run before starting processes",
         Case{"--procs 2", "--procs 2 needs a schedule"},
         Case{"samples/mesh_tiny_partial_4.sched", "the schedule leaves the split of layer 'block2.0.conv' open"},
         Case{"samples/mesh_tiny_sample_4.sched --batch 2",
-             "layer 'block1.0.conv' splits the samples 4 ways, but the mini-batch has 2"});
+             "split N=4 H=1 W=1 does not fit layer 'block1.0.conv': the mini-batch has only 2 samples"});
     const Result r = run_dsl("run samples/mesh_tiny.net " + c.args + " --steps 1");
     INFO(r.err);
     CHECK(r.exit_code != 0);
     CHECK(r.err.find(c.message) != std::string::npos);
     CHECK(r.out.find("step") == std::string::npos);
+}
+
+TEST_CASE("a network without a loss is refused by run, at its output, and check warns", "[cli][run]") {
+    const Result run = run_dsl("run tests/diag/warn_no_loss.net --steps 1");
+    INFO(run.err);
+    CHECK(run.exit_code == 1);
+    CHECK(run.err.find("tests/diag/warn_no_loss.net:12:1: error: the network has no loss layer: there is nothing "
+                       "to train") != std::string::npos);
+    CHECK(run.err.find("add a loss such as 'loss = pixel_cross_entropy from head.relu, y'") != std::string::npos);
+    CHECK(run.out.find("loss") == std::string::npos);
+    const Result check = run_dsl("check tests/diag/warn_no_loss.net");
+    CHECK(check.exit_code == 0);
+    CHECK(check.err.find("tests/diag/warn_no_loss.net:12:1: warning: the network has no loss layer") !=
+          std::string::npos);
+}
+
+TEST_CASE("check and run refuse the same mini-batch, at the schedule's line", "[cli][run]") {
+    const std::string message =
+        "samples/mesh_tiny_sample_4.sched:5:1: error: split N=4 H=1 W=1 does not fit layer 'block1.0.conv': the "
+        "mini-batch has only 2 samples";
+    for (const std::string verb : {"check", "run", "explain"}) {
+        const Result r = run_dsl(verb + " samples/mesh_tiny.net samples/mesh_tiny_sample_4.sched --batch 2");
+        INFO(verb << "\n" << r.err);
+        CHECK(r.exit_code == 1);
+        CHECK(r.err.find(message) != std::string::npos);
+        CHECK(r.err.find("note: the mini-batch is set by --batch 2") != std::string::npos);
+        CHECK(r.out.empty());
+    }
+}
+
+TEST_CASE("a schedule's process count that no split can run is an error at its line", "[cli][run]") {
+    const fs::path dir = fs::temp_directory_path() / ("dsl_procs_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    std::ofstream(dir / "many.sched") << "procs = 100000\nbatch = 4\n";
+    std::ofstream(dir / "open.sched") << "default N=2\n";
+    const std::string many = (dir / "many.sched").string(), open = (dir / "open.sched").string();
+    for (const std::string& args : {"check samples/mesh_tiny.net " + many, "explain samples/mesh_tiny.net " + many,
+                                    "run samples/mesh_tiny.net " + many + " --auto-schedule --steps 1"}) {
+        const Result r = run_dsl(args);
+        INFO(args << "\n" << r.err);
+        CHECK(r.exit_code == 1);
+        CHECK(r.err.find(many + ":1:9: error: no split of 100000 processes fits layer 'block1.0.conv' with a "
+                                "mini-batch of 4") != std::string::npos);
+    }
+    const Result r = run_dsl("run samples/mesh_tiny.net " + open + " --procs 4 --steps 1");
+    INFO(r.err);
+    CHECK(r.exit_code == 1);
+    CHECK(r.err.find(open + ":1:1: error: split N=2 H=1 W=1 uses 2 processes, but the run has 4 (--procs 4)") !=
+          std::string::npos);
+    fs::remove_all(dir);
+}
+
+TEST_CASE("a schedule that splits only the samples needs no overlap", "[cli][run][mpi]") {
+    const fs::path dir = fs::temp_directory_path() / ("dsl_sample_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    std::ofstream(dir / "n2.sched") << "procs = 2\nbatch = 4\ndefault N=2\n";
+    const Result r = run_dsl("run samples/mesh_tiny.net " + (dir / "n2.sched").string() + " --steps 1");
+    fs::remove_all(dir);
+    INFO(r.err);
+    CHECK(r.exit_code == 0);
+    CHECK(r.out.find("step     1") != std::string::npos);
 }
 
 TEST_CASE("without a GPU, a GPU run or calibration says why and trains nothing", "[cli][run]") {

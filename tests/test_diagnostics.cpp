@@ -1,6 +1,7 @@
 // Golden diagnostics: every tests/diag/fail_*.net, fail_*.sched and fail_*.platform is checked by the `dsl`
 // command and its stderr compared with the .stderr file beside it. A .sched case is checked against
-// samples/mesh_tiny.net; a .platform case by `dsl print`, which checks platform files.
+// samples/mesh_tiny.net; a .platform case by `dsl print`, which checks platform files. A warn_* case is
+// one that `dsl check` accepts with warnings.
 // DSL_UPDATE_GOLDEN=1 rewrites the .stderr files from the current output instead of comparing.
 #include "run_dsl.hpp"
 
@@ -21,7 +22,8 @@ std::vector<fs::path> cases() {
     for (const auto& e : fs::directory_iterator(fs::path(DSL_SOURCE_DIR) / "tests" / "diag")) {
         const std::string name = e.path().filename().string();
         const auto ext = e.path().extension();
-        if (name.rfind("fail_", 0) == 0 && (ext == ".net" || ext == ".sched" || ext == ".platform"))
+        if ((name.rfind("fail_", 0) == 0 || name.rfind("warn_", 0) == 0) &&
+            (ext == ".net" || ext == ".sched" || ext == ".platform"))
             out.push_back(e.path());
     }
     std::sort(out.begin(), out.end());
@@ -50,11 +52,19 @@ TEST_CASE("golden diagnostics: each failing input gives exactly the expected err
                 REQUIRE(fs::exists(expected));
                 CHECK(r.err == read(expected));
             }
-            // A user error: exit code 1, nothing on stdout, and never an internal error.
-            CHECK(r.exit_code == 1);
-            CHECK(r.out.empty());
             CHECK(r.err.find("internal error") == std::string::npos);
-            CHECK(r.err.find(": error: ") != std::string::npos);
+            if (input.filename().string().rfind("warn_", 0) == 0) {
+                // Accepted, with its report on stdout and only warnings on stderr.
+                CHECK(r.exit_code == 0);
+                CHECK(!r.out.empty());
+                CHECK(r.err.find(": warning: ") != std::string::npos);
+                CHECK(r.err.find("error: ") == std::string::npos);
+            } else {
+                // A user error: exit code 1, nothing on stdout.
+                CHECK(r.exit_code == 1);
+                CHECK(r.out.empty());
+                CHECK(r.err.find(": error: ") != std::string::npos);
+            }
         }
     }
 }
@@ -76,4 +86,36 @@ TEST_CASE("usage errors exit with 2", "[diag]") {
     CHECK(run_dsl("check").exit_code == 2);
     CHECK(run_dsl("frobnicate x.net").exit_code == 2);
     CHECK(run_dsl("--help").exit_code == 0);
+}
+
+TEST_CASE("a file of thousands of errors stops after the first 20, with a line that says so", "[diag]") {
+    const fs::path dir = fs::temp_directory_path() / ("dsl_many_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    // 20,000 lines that are each an error (beyond the first), in each kind of file: a setting given again
+    // and again, a layer reading one that does not exist (each would look for a name to suggest among all the
+    // others), an unknown platform setting.
+    std::string sched, net = "input x [N, 3, 8, 8]\n", platform;
+    for (int i = 0; i < 20000; ++i) {
+        sched += "procs = 4\n";
+        net += "l" + std::to_string(i) + " = relu from missing" + std::to_string(i) + "\n";
+        platform += "bogus" + std::to_string(i) + " = 1\n";
+    }
+    std::ofstream(dir / "many.sched") << sched;
+    std::ofstream(dir / "many.net") << net;
+    std::ofstream(dir / "many.platform") << platform;
+    for (const std::string& args :
+         {"check samples/mesh_tiny.net " + (dir / "many.sched").string(), "check " + (dir / "many.net").string(),
+          "print " + (dir / "many.platform").string()}) {
+        const Result r = run_dsl(args);
+        INFO("dsl " << args << "\n" << r.err.substr(0, 2000));
+        CHECK(r.exit_code == 1);
+        std::size_t located = 0;
+        for (std::size_t at = r.err.find(": error: "); at != std::string::npos; at = r.err.find(": error: ", at + 1))
+            ++located;
+        CHECK(located == 20);
+        const std::string last = "\nerror: too many errors, stopping after the first 20\n";
+        CHECK(r.err.size() >= last.size());
+        CHECK(r.err.compare(r.err.size() - last.size(), last.size(), last) == 0);
+    }
+    fs::remove_all(dir);
 }

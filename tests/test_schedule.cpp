@@ -103,6 +103,41 @@ TEST_CASE("open fields stay open and the schedule is partial", "[schedule]") {
     CHECK(!s->complete());
 }
 
+TEST_CASE("overlap is not open where it cannot matter", "[schedule]") {
+    Fixture f;
+    // Sample parallelism exchanges no halo: nothing is left for the auto-scheduler.
+    auto s = f.apply("procs = 2\ndefault N=2\n");
+    INFO(f.errors());
+    REQUIRE(s);
+    CHECK(s->complete());
+    CHECK(f.of(*s, "a.conv").overlap == false);
+    // Under H=2 the first layer reads the input, made with its halo; a.conv exchanges one, and a.relu has none.
+    s = f.apply("procs = 2\ndefault H=2\n");
+    REQUIRE(s);
+    CHECK(f.of(*s, "stem").overlap == false);
+    CHECK(f.of(*s, "a.relu").overlap == false);
+    CHECK(!f.of(*s, "a.conv").overlap);
+    CHECK(!s->complete());
+}
+
+TEST_CASE("a split or process count beyond what MPI can start is an error, never a wrapped product", "[schedule]") {
+    Fixture f;
+    CHECK(!f.apply("default N=4294967296 H=4294967296 W=4\n"));
+    CHECK(f.errors() ==
+          "t.sched:1:1: error: split N=4294967296 H=4294967296 W=4 uses more than 2147483647 processes, the most "
+          "MPI can start\n"
+          "default N=4294967296 H=4294967296 W=4\n"
+          "^~~~~~~\n");
+    Fixture g;
+    CHECK(!g.apply("procs = 4294967296\n"));
+    CHECK(g.errors().find("t.sched:1:9: error: 'procs' must be at most 2147483647") != std::string::npos);
+    // N x C x H x W of a mini-batch: its bytes would overflow.
+    Fixture h;
+    CHECK(!h.apply("batch = 4611686018427387904\n"));
+    CHECK(h.errors().find("t.sched:1:9: error: a mini-batch of 4611686018427387904 samples is too large") !=
+          std::string::npos);
+}
+
 TEST_CASE("a split whose product is not the processor count is an error at its entry", "[schedule]") {
     Fixture f;
     CHECK(!f.apply("procs = 4\n\ndefault N=2 H=2 W=2\n"));

@@ -4,10 +4,15 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <tuple>
 
 namespace dsl {
 
 Diagnostic& Diagnostics::error(Location loc, std::string message) {
+    if (errors_++ >= error_limit) {
+        dropped_ = Diagnostic{};
+        return dropped_;
+    }
     list_.push_back(Diagnostic{Severity::error, loc, std::move(message), {}});
     return list_.back();
 }
@@ -21,11 +26,17 @@ void Diagnostics::note(Diagnostic& d, Location loc, std::string message) {
     d.notes.push_back(Diagnostic{Severity::note, loc, std::move(message), {}});
 }
 
-bool Diagnostics::has_errors() const { return error_count() > 0; }
-
-std::size_t Diagnostics::error_count() const {
-    return static_cast<std::size_t>(
-        std::count_if(list_.begin(), list_.end(), [](const Diagnostic& d) { return d.severity == Severity::error; }));
+void Diagnostics::sort_from(std::size_t first) {
+    if (first >= list_.size()) return;
+    std::vector<const SourceFile*> files;
+    auto rank = [&](const Diagnostic& d) {
+        auto it = std::find(files.begin(), files.end(), d.loc.file);
+        if (it == files.end()) it = files.insert(files.end(), d.loc.file);
+        return std::tuple(it - files.begin(), d.loc.line, d.loc.col);
+    };
+    for (std::size_t i = first; i < list_.size(); ++i) rank(list_[i]);  // files in the order they appear
+    std::stable_sort(list_.begin() + static_cast<std::ptrdiff_t>(first), list_.end(),
+                     [&](const Diagnostic& a, const Diagnostic& b) { return rank(a) < rank(b); });
 }
 
 namespace {
@@ -84,15 +95,19 @@ std::string format_diagnostic(const Diagnostic& d) {
     return out;
 }
 
-void Diagnostics::render(std::ostream& os, bool color) const {
+void Diagnostics::render(std::ostream& os, bool color) const { os << (color ? colored() : text()); }
+
+std::string Diagnostics::text() const { return colored(false); }
+
+std::string Diagnostics::colored(bool color) const {
     std::string out;
     for (const Diagnostic& d : list_) render_one(out, d, color);
-    os << out;
-}
-
-std::string Diagnostics::text() const {
-    std::string out;
-    for (const Diagnostic& d : list_) render_one(out, d, false);
+    if (errors_ > error_limit)
+        render_one(
+            out,
+            Diagnostic{
+                Severity::error, {}, fmt::format("too many errors, stopping after the first {}", error_limit), {}},
+            color);
     return out;
 }
 

@@ -126,19 +126,20 @@ std::string ref_text(const Ref& r) {
 
 class Elaborator {
 public:
-    explicit Elaborator(Diagnostics& out) : out_(out) {}
+    explicit Elaborator(Diagnostics& diags) : diags_(diags) {}
 
     std::optional<Network> run(const NetFile& main, const std::vector<NetFile>& imports) {
+        const std::size_t first = diags_.all().size(), errors_before = diags_.error_count();
         std::optional<Network> net = elaborate(main, imports);
-        flush();
-        if (diags_.has_errors()) return std::nullopt;
+        // References and cycles are found after expansion, but should read in the order of the text.
+        diags_.sort_from(first);
+        if (diags_.error_count() > errors_before) return std::nullopt;
         net->train = train_;
         return net;
     }
 
 private:
-    Diagnostics& out_;
-    Diagnostics diags_;  // collected here, then passed on in source order (see flush)
+    Diagnostics& diags_;
     std::map<std::string, const BlockDef*> blocks_;
     std::vector<std::string> block_names_;
     std::vector<Scope> scopes_;
@@ -170,21 +171,6 @@ private:
 
         resolve_all();
         return order();
-    }
-
-    // Passes the errors on sorted by place, files in the order they first appear: references and cycles
-    // are found after expansion, but should read in the order of the text.
-    void flush() {
-        std::vector<const SourceFile*> files;
-        auto rank = [&](const Diagnostic& d) {
-            auto it = std::find(files.begin(), files.end(), d.loc.file);
-            if (it == files.end()) it = files.insert(files.end(), d.loc.file);
-            return std::tuple(it - files.begin(), d.loc.line, d.loc.col);
-        };
-        std::vector<std::pair<std::tuple<std::ptrdiff_t, unsigned, unsigned>, const Diagnostic*>> sorted;
-        for (const Diagnostic& d : diags_.all()) sorted.emplace_back(rank(d), &d);
-        std::stable_sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-        for (const auto& [_, d] : sorted) out_.error(d->loc, d->message).notes = d->notes;
     }
 
     // Reports an error once (a block instantiated many times would otherwise repeat it), with a "did you
@@ -334,7 +320,8 @@ private:
                     return found;
                 }
                 std::vector<std::string> names;
-                for (const auto& [n, _] : env) names.push_back(n);
+                if (!diags_.full())  // past the error limit a suggestion is never shown: spare its cost
+                    for (const auto& [n, _] : env) names.push_back(n);
                 report(e.loc, "unknown name '" + e.name + "'", scope, dsl::closest_match(e.name, names));
                 return std::nullopt;
             }
@@ -558,7 +545,8 @@ private:
         }
         auto it = blocks_.find(c.callee);
         if (it == blocks_.end()) {
-            std::vector<std::string> candidates = block_names_;
+            std::vector<std::string> candidates;
+            if (!diags_.full()) candidates = block_names_;
             for (const char* k : {"conv", "batchnorm", "relu", "leaky_relu", "maxpool", "avgpool", "global_avgpool",
                                   "fc", "add", "concat", "softmax_cross_entropy", "pixel_cross_entropy"})
                 candidates.emplace_back(k);
@@ -791,8 +779,10 @@ private:
             return head == "in" ? resolve_in(scope) : tensors_[head];
         } else {
             std::vector<std::string> names;
-            for (const auto& [n, _] : sc.by_name) names.push_back(n);
-            for (const auto& [n, _] : tensors_) names.push_back(n);
+            if (!diags_.full()) {
+                for (const auto& [n, _] : sc.by_name) names.push_back(n);
+                for (const auto& [n, _] : tensors_) names.push_back(n);
+            }
             if (scope > 0) names.emplace_back("in");
             report(r.loc, "unknown layer '" + text + "'", scope, dsl::closest_match(text, names));
             return -1;
@@ -809,7 +799,8 @@ private:
             auto it = child.by_name.find(r.path[i]);
             if (it == child.by_name.end()) {
                 std::vector<std::string> names;
-                for (const auto& [n, _] : child.by_name) names.push_back(prefix + "." + n);
+                if (!diags_.full())
+                    for (const auto& [n, _] : child.by_name) names.push_back(prefix + "." + n);
                 report(r.loc, "unknown layer '" + text + "'", scope, dsl::closest_match(text, names));
                 return -1;
             }

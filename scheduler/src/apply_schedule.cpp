@@ -3,12 +3,14 @@
 
 #include <dsl/frontend/passes.hpp>
 #include <dsl/scheduler/platform.hpp>
+#include <dsl/scheduler/tiles.hpp>
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <set>
 
 namespace dsl::scheduler {
 
@@ -172,11 +174,22 @@ EntryFields check_entry(const SchedEntry& e, Diagnostics& diags) {
             auto& d = diags.error(s.loc, fmt::format("unknown setting '{}' in a schedule entry", s.key));
             std::vector<std::string> known(std::begin(split_keys), std::end(split_keys));
             known.insert(known.end(), {"overlap", "bn"});
-            if (auto m = closest_match(s.key, known); !m.empty())
+            if (auto m = diags.dropped(d) ? "" : closest_match(s.key, known); !m.empty())
                 Diagnostics::note(d, s.loc, fmt::format("did you mean '{}'?", m));
         }
     }
-    if (f.sets_split && !open) f.split = split;
+    if (f.sets_split && !open) {
+        // Checked here, so that no later product of the split (its process count) can wrap around.
+        std::int64_t product = 1;
+        bool too_many = false;
+        for (const std::int64_t parts : {split.n, split.c, split.f, split.d, split.h, split.w})
+            too_many = too_many || __builtin_mul_overflow(product, parts, &product) || product > max_procs;
+        if (too_many)
+            diags.error(e.loc, fmt::format("split {} uses more than {} processes, the most MPI can start", split.str(),
+                                           max_procs));
+        else
+            f.split = split;
+    }
     return f;
 }
 
@@ -212,6 +225,11 @@ void check_globals(const SchedFile& file, Schedule& out, Diagnostics& diags) {
                                                s.key == "procs" ? " or '?'" : "", value_text(v)));
                 continue;
             }
+            if (s.key == "procs" && v.integer > max_procs) {
+                diags.error(v.loc, fmt::format("'procs' must be at most {}, the most MPI can start, not '{}'",
+                                               max_procs, v.integer));
+                continue;
+            }
             (s.key == "procs" ? out.procs : out.batch) = v.integer;
         } else if (s.key == "platform") {
             if (v.kind != SchedValue::Kind::word && v.kind != SchedValue::Kind::string) {
@@ -236,7 +254,7 @@ void check_globals(const SchedFile& file, Schedule& out, Diagnostics& diags) {
                 Diagnostics::note(
                     d, s.loc,
                     fmt::format("'{}' belongs to an entry: write 'default {}={}'", s.key, s.key, value_text(v)));
-            else if (auto m = closest_match(s.key, {"procs", "platform", "batch"}); !m.empty())
+            else if (auto m = diags.dropped(d) ? "" : closest_match(s.key, {"procs", "platform", "batch"}); !m.empty())
                 Diagnostics::note(d, s.loc, fmt::format("did you mean '{}'?", m));
         }
     }
@@ -257,7 +275,7 @@ void check_selectors(const Network& net, const SchedFile& file, Diagnostics& dia
             if (std::find(blocks.begin(), blocks.end(), e.pattern) != blocks.end()) continue;
             auto& d =
                 diags.error(e.pattern_loc, fmt::format("the network has no instance of a block named '{}'", e.pattern));
-            if (auto m = closest_match(e.pattern, blocks); !m.empty())
+            if (auto m = diags.dropped(d) ? "" : closest_match(e.pattern, blocks); !m.empty())
                 Diagnostics::note(d, e.pattern_loc, fmt::format("did you mean '{}'?", m));
             continue;
         }
@@ -270,7 +288,7 @@ void check_selectors(const Network& net, const SchedFile& file, Diagnostics& dia
             continue;
         }
         auto& d = diags.error(e.pattern_loc, fmt::format("the network has no layer named '{}'", e.pattern));
-        if (auto m = closest_match(e.pattern, names); !m.empty())
+        if (auto m = diags.dropped(d) ? "" : closest_match(e.pattern, names); !m.empty())
             Diagnostics::note(d, e.pattern_loc, fmt::format("did you mean '{}'?", m));
     }
 }
@@ -330,6 +348,62 @@ std::string split_problem(const Network& net, const Layer& layer, const Split& s
     return {};
 }
 
+bool check_splits(const Network& net, const SchedFile& file, const Schedule& schedule,
+                  std::optional<std::int64_t> batch, const BatchOrigin& origin, Diagnostics& diags) {
+    std::map<int, std::vector<std::string>> failing;  // entry -> layers its split cannot run
+    struct Problem {
+        std::string why;
+        const Layer* layer;
+        Split split;
+    };
+    std::map<int, Problem> first_problem;
+    std::set<int> batch_short;  // entries whose problem is the mini-batch
+    for (std::size_t li = 0; li < net.layers.size(); ++li) {
+        const Layer& layer = net.layers[li];
+        const std::optional<Split>& split = schedule.layers[li].split;
+        const int entry = schedule.source_entry[li];
+        if (!schedulable(layer) || !split || entry < 0) continue;
+        if (std::string why = split_problem(net, layer, *split, batch); !why.empty()) {
+            failing[entry].push_back(layer.name);
+            if (first_problem.emplace(entry, Problem{std::move(why), &layer, *split}).second && batch &&
+                split->n > *batch)
+                batch_short.insert(entry);
+        }
+    }
+    // One error per entry: a default that cannot run deep layers would otherwise repeat for each of them.
+    for (const auto& [entry, layers] : failing) {
+        const auto& [why, layer, split] = first_problem.at(entry);
+        const SchedEntry& e = file.entries[static_cast<std::size_t>(entry)];
+        auto& d =
+            diags.error(e.loc, fmt::format("split {} does not fit layer '{}': {}", split.str(), layer->name, why));
+        Diagnostics::note(d, layer->loc, fmt::format("layer '{}' declared here", layer->name));
+        if (layers.size() > 1) {
+            const std::vector<std::string> others(layers.begin() + 1, layers.end());
+            Diagnostics::note(d, e.loc,
+                              fmt::format("the same split does not fit layers {} either", quoted_list(others, 4)));
+        }
+        if (batch_short.count(entry) && !origin.note.empty()) Diagnostics::note(d, origin.loc, origin.note);
+    }
+    return failing.empty();
+}
+
+std::string batch_size_problem(const Network& net, std::int64_t batch) {
+    std::int64_t bytes = 0;
+    if (__builtin_mul_overflow(batch, net.total_activation_bytes(), &bytes) ||
+        __builtin_mul_overflow(batch, net.total_flops(), &bytes))
+        return fmt::format(
+            "a mini-batch of {} samples is too large: its activations ({} bytes per sample) or its FLOPs ({} per "
+            "sample) overflow 64-bit integers",
+            batch, net.total_activation_bytes(), net.total_flops());
+    return {};
+}
+
+bool check_batch_size(const Network& net, std::int64_t batch, const BatchOrigin& origin, Diagnostics& diags) {
+    const std::string why = batch_size_problem(net, batch);
+    if (!why.empty()) diags.error(origin.loc, why);
+    return why.empty();
+}
+
 std::optional<Schedule> apply_schedule(const Network& net, const SchedFile& file, Diagnostics& diags) {
     const std::size_t errors_before = diags.error_count();
     Schedule out;
@@ -342,8 +416,6 @@ std::optional<Schedule> apply_schedule(const Network& net, const SchedFile& file
 
     out.layers.resize(net.layers.size());
     out.source_entry.assign(net.layers.size(), -1);
-    std::map<int, std::vector<std::string>> failing;  // entry -> layers its split cannot run
-    std::map<int, std::pair<std::string, const Layer*>> first_problem;
     for (std::size_t li = 0; li < net.layers.size(); ++li) {
         const Layer& layer = net.layers[li];
         if (!schedulable(layer)) continue;
@@ -363,27 +435,16 @@ std::optional<Schedule> apply_schedule(const Network& net, const SchedFile& file
         if (best_overlap) d.overlap = fields[best_overlap->entry].overlap;
         if (best_bn) d.bn = fields[best_bn->entry].bn;
 
-        if (!d.split) continue;
-        if (std::string why = split_problem(net, layer, *d.split, out.batch); !why.empty()) {
-            const int entry = out.source_entry[li];
-            failing[entry].push_back(layer.name);
-            first_problem.emplace(entry, std::pair{std::move(why), &layer});
-        }
+        // Where overlap cannot matter (no halo, or none exchanged) it is not left open: it would only hold
+        // up a run that has nothing to decide.
+        if (d.split && !d.overlap && !overlap_matters(net, layer, *d.split)) d.overlap = false;
     }
     place_data(net, out);
-    // One error per entry: a default that cannot run deep layers would otherwise repeat for each of them.
-    for (const auto& [entry, layers] : failing) {
-        const auto& [why, layer] = first_problem.at(entry);
-        auto& d = diags.error(file.entries[static_cast<std::size_t>(entry)].loc,
-                              fmt::format("split {} does not fit layer '{}': {}",
-                                          fields[static_cast<std::size_t>(entry)].split->str(), layer->name, why));
-        Diagnostics::note(d, layer->loc, fmt::format("layer '{}' declared here", layer->name));
-        if (layers.size() > 1) {
-            const std::vector<std::string> others(layers.begin() + 1, layers.end());
-            Diagnostics::note(d, file.entries[static_cast<std::size_t>(entry)].loc,
-                              fmt::format("the same split does not fit layers {} either", quoted_list(others, 4)));
-        }
-    }
+    BatchOrigin origin;
+    for (const Setting& g : file.globals)
+        if (g.key == "batch") origin = {g.value.loc, "the mini-batch is set here"};
+    if (out.batch && !check_batch_size(net, *out.batch, origin, diags)) out.batch.reset();
+    check_splits(net, file, out, out.batch, origin, diags);
     if (diags.error_count() > errors_before) return std::nullopt;
     return out;
 }
@@ -409,11 +470,15 @@ void place_data(const Network& net, Schedule& schedule) {
 }
 
 frontend::Shape tile_shape(const Layer& layer, const Split& split, std::int64_t batch, std::int64_t* tile_batch) {
-    if (tile_batch) *tile_batch = max_block(batch, split.n);
+    // The first process's block, which is the largest, placed as the trainer places it: rows and columns
+    // are split wherever the tensor has them (a per-pixel label [N, H, W] too), never in a vector.
+    const Box box = tile_box(extent_of(layer, batch), split, 0, layer.planar());
+    if (tile_batch) *tile_batch = box.n1 - box.n0;
     frontend::Shape tile = layer.shape;
-    if (tile.dims.size() == 3) {
-        tile.dims[1] = max_block(tile.dims[1], split.h);
-        tile.dims[2] = max_block(tile.dims[2], split.w);
+    const std::size_t rank = tile.dims.size();
+    if (rank >= 2) {
+        tile.dims[rank - 2] = box.y1 - box.y0;
+        tile.dims[rank - 1] = box.x1 - box.x0;
     }
     return tile;
 }

@@ -176,7 +176,7 @@ std::optional<double> quantity(const PlatformValue& v, Kind kind, const std::str
             return std::nullopt;
         }
     }
-    if (auto m = closest_match(v.unit, unit_names(kind)); !m.empty())
+    if (auto m = diags.dropped(d) ? "" : closest_match(v.unit, unit_names(kind)); !m.empty())
         Diagnostics::note(d, v.unit_loc, fmt::format("did you mean '{}'?", m));
     return std::nullopt;
 }
@@ -410,7 +410,7 @@ std::optional<Platform> platform_from_file(const PlatformFile& file, Diagnostics
             auto& d = diags.error(s.loc, fmt::format("unknown setting '{}'", s.key));
             std::vector<std::string> known;
             for (const SettingSpec& k : setting_specs) known.emplace_back(k.key);
-            if (auto m = closest_match(s.key, known); !m.empty())
+            if (auto m = diags.dropped(d) ? "" : closest_match(s.key, known); !m.empty())
                 Diagnostics::note(d, s.loc, fmt::format("did you mean '{}'?", m));
             continue;
         }

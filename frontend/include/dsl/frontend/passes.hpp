@@ -39,4 +39,9 @@ struct LoadedNetwork {
 std::optional<LoadedNetwork> load_network(const std::string& path, SourceManager& sources, Diagnostics& diags,
                                           const std::string& dump_after = "");
 
+// A network trains through its loss layers: reports one that has none, as `severity` (a warning where it is
+// only checked, an error where it would train), at its output's statement with a note on the loss that
+// fits it. False then.
+bool check_loss(const LoadedNetwork& net, Severity severity, Diagnostics& diags);
+
 }  // namespace dsl::frontend

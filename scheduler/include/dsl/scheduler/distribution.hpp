@@ -8,6 +8,9 @@
 
 namespace dsl::scheduler {
 
+// The most processes a run can have: MPI numbers them with an int.
+constexpr std::int64_t max_procs = 2147483647;
+
 // Splits of each dimension into blocks. Channel (C), filter (F) and depth (D) splits are reserved in the
 // language and rejected by the checker until the backend supports them.
 struct Split {

@@ -39,6 +39,25 @@ std::optional<Schedule> apply_schedule(const frontend::Network& net, const front
 std::string split_problem(const frontend::Network& net, const frontend::Layer& layer, const Split& split,
                           std::optional<std::int64_t> batch);
 
+// Where a mini-batch size comes from, for the messages about it: the schedule's `batch` setting (a place in
+// the file), or the command line (`note` without a place); an empty note adds none.
+struct BatchOrigin {
+    Location loc;
+    std::string note;
+};
+
+// Reports, one error per entry and at the entry, each layer whose split (from `file`, as `schedule` binds it)
+// does not fit the layer (split_problem) under a mini-batch of `batch`; where the mini-batch is the reason,
+// with a note at `origin`. apply_schedule runs it with the schedule's batch; a command that runs another
+// (--batch) runs it again with that one. False when any did not fit.
+bool check_splits(const frontend::Network& net, const frontend::SchedFile& file, const Schedule& schedule,
+                  std::optional<std::int64_t> batch, const BatchOrigin& origin, Diagnostics& diags);
+
+// Why a mini-batch of `batch` samples is too large for `net` (its activations' bytes or its FLOPs would
+// overflow 64-bit integers), or empty; check_batch_size reports it at `origin`.
+std::string batch_size_problem(const frontend::Network& net, std::int64_t batch);
+bool check_batch_size(const frontend::Network& net, std::int64_t batch, const BatchOrigin& origin, Diagnostics& diags);
+
 // Inputs and labels are made (or read) in the distribution of their first reader, so none is shuffled before
 // the first layer: gives each its reader's distribution (and source entry).
 void place_data(const frontend::Network& net, Schedule& schedule);
