@@ -155,11 +155,7 @@ std::optional<Checkpoint> read_checkpoint(const fs::path& dir, bool copy, std::s
             error = fmt::format("{}: missing (the manifest lists it for '{}')", path.string(), out.name);
             return std::nullopt;
         }
-        if (!fs::is_regular_file(status)) {  // never opened: a FIFO would block
-            error = fmt::format("{}: not a regular file", path.string());
-            return std::nullopt;
-        }
-        auto npy = NpyFile::open(path.string(), error);
+        auto npy = NpyFile::open(path.string(), error);  // refuses a FIFO without waiting on it
         if (!npy) return std::nullopt;
         if (npy->dtype() != NpyType::f4) {
             error = fmt::format("{}: dtype '{}', expected float32", path.string(), dtype_name(npy->dtype()));
