@@ -69,6 +69,7 @@ std::string output_problem(const RunOptions& o) {
     const fs::path log_folder = fs::weakly_canonical(fs::absolute(o.log), log_ec).parent_path();
     if (!o.save.empty() && !log_ec && log_folder == fs::weakly_canonical(fs::absolute(o.save), save_ec) && !save_ec)
         return fmt::format("--log '{}' is in the --save folder, which holds the checkpoint alone", o.log);
+    if (const std::string bad = unwritable(o.log); !bad.empty()) return "--log: " + bad;
     if (!safe_to_write_log(o.log))
         return fmt::format("--log '{}' exists and is not a dsl log; it is left as it is", o.log);
     if (!std::ofstream(o.log, std::ios::app))

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 #include <algorithm>
 #include <cerrno>
@@ -135,25 +136,38 @@ std::string batch_problem(const frontend::Network& net, const scheduler::Schedul
 }
 
 bool replace_file(const std::string& path, const std::string& text, std::string& why) {
-    const std::string temp = path + ".tmp";
-    {
-        std::ofstream out(temp, std::ios::trunc);
-        out << text;
-        if (!out) {
-            why = fmt::format("cannot write '{}'", path);
-            return false;
-        }
+    // A fresh name beside it (O_EXCL): never a file of the user's that happens to be called PATH.tmp.
+    std::string temp = path + ".tmp-XXXXXX";
+    const int fd = ::mkstemp(temp.data());
+    if (fd < 0) {
+        why = fmt::format("cannot write '{}': {}", path, std::strerror(errno));
+        return false;
     }
+    bool written = true;
+    for (std::size_t done = 0; written && done < text.size();) {
+        const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+        if (n < 0 && errno == EINTR) continue;
+        written = n > 0;
+        if (written) done += static_cast<std::size_t>(n);
+    }
+    written = ::fchmod(fd, 0644) == 0 && written;
+    written = ::close(fd) == 0 && written;
     std::error_code ec;
-    std::filesystem::rename(temp, path, ec);
-    if (ec) why = fmt::format("cannot write '{}': {}", path, ec.message());
-    return !ec;
+    if (written) std::filesystem::rename(temp, path, ec);
+    if (!written || ec) {
+        why = fmt::format("cannot write '{}': {}", path, ec ? ec.message() : std::strerror(errno));
+        std::filesystem::remove(temp, ec);
+        return false;
+    }
+    return true;
 }
 
 std::string unwritable(const std::string& path) {
     namespace fs = std::filesystem;
     std::error_code ec;
     if (fs::is_directory(path, ec)) return fmt::format("'{}' is a folder", path);
+    if (fs::exists(path, ec) && !fs::is_regular_file(path, ec))  // a FIFO would be waited on, a device written
+        return fmt::format("cannot write '{}': it is not a regular file", path);
     const fs::path parent = fs::path(path).has_parent_path() ? fs::path(path).parent_path() : fs::path(".");
     if (!fs::is_directory(parent, ec))
         return fmt::format("cannot write '{}': '{}' is not a folder", path, parent.string());

@@ -36,14 +36,19 @@ inline std::string dsl_binary() {
     return env && *env ? env : DSL_BINARY;
 }
 
-// Runs `dsl ARGS` from the repository root, so that file names in messages are the relative ones. The
-// platform `local` is a fixture with fixed figures there, not this machine measured; `env`, words before the
-// command (`env -u DSL_LOCAL_PLATFORM DSL_CACHE_DIR=...`), replaces that.
+// The setting that makes the platform `local` a fixture with fixed figures, not this machine measured (and
+// kept in the user's cache): every test's dsl runs with it unless it says otherwise.
+inline std::string fixture_local() {
+    return "DSL_LOCAL_PLATFORM='" + source_dir() + "/tests/fixtures/local_epyc_2core.platform'";
+}
+
+// Runs `dsl ARGS` from the repository root, so that file names in messages are the relative ones, with
+// fixture_local(); `env`, words before the command (`env -u DSL_LOCAL_PLATFORM DSL_CACHE_DIR=...`), replaces
+// that.
 inline Result run_dsl(const std::string& args, const std::string& env = "") {
     const fs::path dir = fs::temp_directory_path() / ("dsl_diag_" + std::to_string(::getpid()));
     fs::create_directories(dir);
-    const std::string local =
-        env.empty() ? "DSL_LOCAL_PLATFORM='" + source_dir() + "/tests/fixtures/local_epyc_2core.platform'" : env;
+    const std::string local = env.empty() ? fixture_local() : env;
     const std::string cmd = "cd '" + source_dir() + "' && NO_COLOR=1 " + local + " '" + dsl_binary() + "' " + args +
                             " >'" + (dir / "out").string() + "' 2>'" + (dir / "err").string() + "'";
     const int status = std::system(cmd.c_str());

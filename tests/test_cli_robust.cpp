@@ -37,8 +37,8 @@ struct Scratch {
 Result run_command(const std::string& prefix, const std::string& args, int seconds = 120) {
     const fs::path dir = fs::temp_directory_path() / ("dsl_cmd_" + std::to_string(::getpid()));
     fs::create_directories(dir);
-    const std::string cmd = "cd '" + source_dir() + "' && NO_COLOR=1 timeout -s KILL " + std::to_string(seconds) + " " +
-                            prefix + " '" + dsl_binary() + "' " + args + " >'" + (dir / "out").string() + "' 2>'" +
+    const std::string cmd = "cd '" + source_dir() + "' && NO_COLOR=1 " + fixture_local() + " timeout -s KILL " +
+                            std::to_string(seconds) + " " + prefix + " '" + dsl_binary() + "' " + args + " >'" + (dir / "out").string() + "' 2>'" +
                             (dir / "err").string() + "'";
     const int status = std::system(cmd.c_str());
     Result r{WIFEXITED(status) ? WEXITSTATUS(status) : -1, read(dir / "out"), read(dir / "err")};
@@ -199,6 +199,30 @@ TEST_CASE("inputs that are not regular files are refused at once, never waited o
         CHECK(r.exit_code == 1);
         CHECK(r.err.find(c.message) != std::string::npos);
     }
+}
+
+TEST_CASE("outputs that are not regular files are refused at once, and a file beside an output is kept",
+          "[cli]") {
+    Scratch dir("dsl_fifo_out");
+    REQUIRE(::mkfifo((dir / "out").c_str(), 0600) == 0);
+    for (const std::string& args : {"run samples/mesh_tiny.net --steps 1 --log " + (dir / "out"),
+                                    "schedule samples/mesh_tiny.net --procs 2 -o " + (dir / "out"),
+                                    "calibrate samples/mesh_tiny.net --procs 1 -o " + (dir / "out")}) {
+        const Result r = run_command("", args, 60);
+        INFO(args << "\n" << r.err);
+        CHECK(r.exit_code == 1);
+        CHECK(r.err.find("not a regular file") != std::string::npos);
+    }
+    // dsl schedule writes its file through a temporary one beside it, never through a file of the user's.
+    write_file(dir / "s.sched.tmp", "mine\n");
+    const Result r = run_command("", "schedule samples/mesh_tiny.net --procs 2 -o " + (dir / "s.sched"), 60);
+    INFO(r.err);
+    CHECK(r.exit_code == 0);
+    CHECK(read(dir / "s.sched.tmp") == "mine\n");
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir.path)) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    CHECK(names == std::vector<std::string>{"out", "s.sched", "s.sched.tmp"});
 }
 
 TEST_CASE("a process of a run killed by SIGKILL is named, with its host and the signal", "[cli][run][mpi]") {
