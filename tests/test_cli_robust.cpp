@@ -38,8 +38,8 @@ Result run_command(const std::string& prefix, const std::string& args, int secon
     const fs::path dir = fs::temp_directory_path() / ("dsl_cmd_" + std::to_string(::getpid()));
     fs::create_directories(dir);
     const std::string cmd = "cd '" + source_dir() + "' && NO_COLOR=1 " + fixture_local() + " timeout -s KILL " +
-                            std::to_string(seconds) + " " + prefix + " '" + dsl_binary() + "' " + args + " >'" + (dir / "out").string() + "' 2>'" +
-                            (dir / "err").string() + "'";
+                            std::to_string(seconds) + " " + prefix + " '" + dsl_binary() + "' " + args + " >'" +
+                            (dir / "out").string() + "' 2>'" + (dir / "err").string() + "'";
     const int status = std::system(cmd.c_str());
     Result r{WIFEXITED(status) ? WEXITSTATUS(status) : -1, read(dir / "out"), read(dir / "err")};
     fs::remove_all(dir);
@@ -201,8 +201,7 @@ TEST_CASE("inputs that are not regular files are refused at once, never waited o
     }
 }
 
-TEST_CASE("outputs that are not regular files are refused at once, and a file beside an output is kept",
-          "[cli]") {
+TEST_CASE("outputs that are not regular files are refused at once, and a file beside an output is kept", "[cli]") {
     Scratch dir("dsl_fifo_out");
     REQUIRE(::mkfifo((dir / "out").c_str(), 0600) == 0);
     for (const std::string& args : {"run samples/mesh_tiny.net --steps 1 --log " + (dir / "out"),
