@@ -13,11 +13,9 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <set>
-#include <sstream>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -228,10 +226,8 @@ bool mark(const fs::path& folder, const std::string& pid, std::string& error) {
 bool ours_to_remove(const fs::path& folder, const std::string& pid) {
     std::error_code ec;
     if (!fs::is_directory(fs::symlink_status(folder, ec))) return false;
-    std::ifstream in(folder / marker_name, std::ios::binary);
-    std::ostringstream text;
-    text << in.rdbuf();
-    if (!in || text.str() != marker_text(pid)) return false;
+    std::string text, why;
+    if (!read_regular_file((folder / marker_name).string(), text, why) || text != marker_text(pid)) return false;
     for (const auto& e : fs::directory_iterator(folder, ec)) {
         const std::string f = e.path().filename().string();
         if (e.is_symlink() || !e.is_regular_file() || (f != marker_name && f != "manifest.json" && !valid_file(f)))
