@@ -34,7 +34,7 @@ bool safe_to_replace(const std::string& path) {
 int run_schedule(const ScheduleOptions& o) {
     SourceManager sources;
     Diagnostics diags;
-    auto inputs = load_model_inputs(o.net, o.sched, o.platform, sources, diags);
+    auto inputs = load_model_inputs(o.net, o.sched, o.platform, sources, diags, {o.batch, std::nullopt, o.procs});
     if (!inputs) return user_error;
     PlatformChoice& platform = inputs->platform;
     const auto& net = inputs->checked.net.net;

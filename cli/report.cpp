@@ -34,10 +34,14 @@ bool check_procs(const Checked& c, std::optional<std::int64_t> flag, std::option
     const auto& net = c.net.net;
     const auto& s = *c.schedule;
     const std::optional<std::int64_t> procs = s.procs ? s.procs : flag;
-    if (!procs || (s.procs && flag && *flag != *s.procs)) return true;  // run_procs says so where it matters
+    if (!procs) return true;
     Location procs_loc;
     for (const auto& g : c.sched_file->globals)
         if (g.key == "procs") procs_loc = g.value.loc;
+    if (s.procs && flag && *flag != *s.procs) {
+        diags.error(procs_loc, fmt::format("--procs {} differs from the schedule's procs = {}", *flag, *s.procs));
+        return false;
+    }
     const std::string from_flag = s.procs ? "" : fmt::format(" (--procs {})", *procs);
     std::set<int> reported;  // entries
     bool ok = true;

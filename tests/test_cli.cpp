@@ -642,7 +642,8 @@ TEST_CASE("run checks that the schedule fits the run before starting processes",
         std::string args, message;
     };
     const Case c = GENERATE(
-        Case{"samples/mesh_tiny_hybrid_4.sched --procs 2", "--procs 2 differs from the schedule's procs = 4"},
+        Case{"samples/mesh_tiny_hybrid_4.sched --procs 2",
+             "samples/mesh_tiny_hybrid_4.sched:4:9: error: --procs 2 differs from the schedule's procs = 4"},
         Case{"--procs 2", "--procs 2 needs a schedule"},
         Case{"samples/mesh_tiny_partial_4.sched", "the schedule leaves the split of layer 'block2.0.conv' open"},
         Case{"samples/mesh_tiny_sample_4.sched --batch 2",
@@ -652,6 +653,18 @@ TEST_CASE("run checks that the schedule fits the run before starting processes",
     CHECK(r.exit_code != 0);
     CHECK(r.err.find(c.message) != std::string::npos);
     CHECK(r.out.find("step") == std::string::npos);
+}
+
+TEST_CASE("a --procs that the schedule's procs contradicts is an error at that line, for every verb", "[cli]") {
+    for (const std::string verb : {"run", "explain", "schedule"}) {
+        const Result r = run_dsl(verb + " samples/mesh_tiny.net samples/mesh_tiny_hybrid_4.sched --procs 2");
+        INFO(verb << "\n" << r.err);
+        CHECK(r.exit_code == 1);
+        CHECK(r.err.rfind(
+                  "samples/mesh_tiny_hybrid_4.sched:4:9: error: --procs 2 differs from the schedule's procs = 4", 0) ==
+              0);
+        CHECK(r.out.empty());
+    }
 }
 
 TEST_CASE("a network without a loss is refused by run, at its output, and check warns", "[cli][run]") {
