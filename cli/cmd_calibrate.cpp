@@ -607,7 +607,8 @@ void setup_calibrate(CLI::App& app, Action& action) {
     sub->add_option("--batch", o->batches, "Mini-batch sizes (default 4)")->delimiter(',')->check(positive_count());
     sub->add_option("--platform", o->platform,
                     "The platform whose other settings the file starts from when it does not exist (default 'local')");
-    sub->add_option("--reps", o->reps, "Timed runs of each kernel (default 10)")
+    sub->add_option("--reps", o->reps,
+                    "Timed runs of each kernel (default 10; more, up to 100 times as many, until they add up to 50 ms)")
         ->check(positive_count(std::numeric_limits<int>::max()));
     sub->add_option("--warmup", o->warmup, "Runs before timing (default 2)")
         ->check(nonnegative_count(std::numeric_limits<int>::max()));

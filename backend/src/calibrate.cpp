@@ -23,17 +23,19 @@ Dims dims4(const std::vector<std::int64_t>& d) {
     return {};
 }
 
-// The median of `reps` timed calls after `warmup` untimed ones; a call ends when the kernels it started
-// in `mem` (a GPU's, which runs them after the call returns) have.
+// The median of `reps` timed calls (or more, to `min_seconds` in all) after `warmup` untimed ones; a call
+// ends when the kernels it started in `mem` (a GPU's, which runs them after the call returns) have.
 double median_seconds(const std::function<void()>& f, const TimingRuns& runs, Memory& mem) {
     for (int i = 0; i < runs.warmup; ++i) f();
     mem.synchronize();
     std::vector<double> t;
-    for (int i = 0; i < std::max(1, runs.reps); ++i) {
+    const std::size_t reps = static_cast<std::size_t>(std::max(1, runs.reps)), most = 100 * reps;
+    for (double timed = 0.0; t.size() < reps || (timed < runs.min_seconds && t.size() < most);) {
         const auto t0 = Clock::now();
         f();
         mem.synchronize();
         t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+        timed += t.back();
     }
     std::sort(t.begin(), t.end());
     return t.size() % 2 ? t[t.size() / 2] : (t[t.size() / 2 - 1] + t[t.size() / 2]) / 2;
@@ -203,6 +205,9 @@ std::vector<std::pair<std::string, double>> time_communication(Comm& comm, std::
     for (std::int64_t b = 8; b <= max_bytes; b *= 4) sizes.push_back(b);
     if (sizes.empty() || sizes.back() != max_bytes) sizes.push_back(max_bytes);
     const int me = comm.rank();
+    // Every process must time as many exchanges as its peers: a count, never a time each decides alone.
+    TimingRuns counted = runs;
+    counted.min_seconds = 0.0;
     Buffer send(mem), receive(mem);
     send.resize(max_bytes / 4 + 1);
     receive.resize(send.size());
@@ -219,7 +224,7 @@ std::vector<std::pair<std::string, double>> time_communication(Comm& comm, std::
                                             7);
                         comm.finish_exchange();
                     },
-                    runs, mem);
+                    counted, mem);
             }
             double barrier = 0.0;
             comm.allreduce(&barrier, 1);
@@ -234,7 +239,7 @@ std::vector<std::pair<std::string, double>> time_communication(Comm& comm, std::
                     comm.start_allreduce(send.data(), count);
                     comm.finish_allreduces();
                 },
-                runs, mem);
+                counted, mem);
             double barrier = 0.0;
             comm.allreduce(&barrier, 1);
             if (me == 0)

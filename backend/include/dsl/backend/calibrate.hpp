@@ -20,6 +20,10 @@ struct TimingRuns {
     int warmup = 2;  // runs before timing: primitive creation, first touch
     int reps = 10;   // timed runs, ten as in the reference paper, which takes their mean; we take the median,
                      // which a shared machine's interruptions do not move
+    // Kernels timed alone make more runs, up to 100 times `reps`, until the timed ones add up to this many
+    // seconds: ten runs of a 10-microsecond kernel fit in one interruption, and their median would be that
+    // interruption's. (Communication runs `reps`: every process must make as many calls as its peers.)
+    double min_seconds = 0.05;
 };
 
 // The seconds of one call of the kernel that a time key names ("conv.forward d=1x1 k=3x3 s=2x2
