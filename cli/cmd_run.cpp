@@ -548,7 +548,7 @@ void setup_run(CLI::App& app, Action& action) {
     run->add_option("--save-every", o->save_every,
                     "With --save: a checkpoint every K steps as well, each replacing the last, so that a killed run "
                     "resumes from there (--load)")
-        ->check(CLI::PositiveNumber)
+        ->check(positive_count())
         ->needs(save);
     run->add_option("--load", o->load, "Resume from the checkpoint in this folder");
     run->add_option("--inputs", o->inputs, "Inputs from a .npy file [S, C, H, W] (default: synthetic data)");

@@ -360,6 +360,7 @@ TEST_CASE("whole-number options say what is wrong in the user's terms", "[cli]")
         {"run samples/mesh_tiny.net --procs 1,2", "--procs: '1,2' is not a whole number"},
         {"run samples/mesh_tiny.net --procs 0", "--procs: 0 is not positive"},
         {"run samples/mesh_tiny.net --seed -1", "--seed: -1 is not 0 or more"},
+        {"run samples/mesh_tiny.net --save ck --save-every 0", "--save-every: 0 is not positive"},
         {"run samples/mesh_tiny.net --steps 1e3", "--steps: '1e3' is not a whole number"},
         {"check samples/mesh_tiny.net --batch 0", "--batch: 0 is not positive"},
         {"schedule samples/mesh_tiny.net --procs 1,2", "--procs: '1,2' is not a whole number"},
