@@ -3,10 +3,14 @@
 #include "commands.hpp"
 #include "report.hpp"
 
+#include <dsl/scheduler/plan.hpp>
+
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include <iostream>
 #include <memory>
+#include <stdexcept>
 
 namespace dsl::cli {
 
@@ -18,15 +22,58 @@ struct CheckOptions {
     bool json = false;
     std::optional<std::int64_t> batch;
     std::string dump_after;
+    std::optional<std::int64_t> rank;
 };
 
+// `--dump-after plan`: the plan of process `rank` of the run the schedule describes (every field fixed:
+// `dsl schedule` fills the open ones), or of the one-process run without a schedule.
+int dump_plan(const Checked& c, const CheckOptions& o, std::int64_t batch) {
+    const auto& net = c.net.net;
+    const scheduler::Schedule s = c.schedule.value_or(scheduler::Schedule{});
+    std::int64_t procs = 1;
+    if (c.schedule) {
+        for (std::size_t i = 0; i < net.layers.size(); ++i) {
+            if (net.layers[i].is_data() || s.layers[i].complete()) continue;
+            std::cerr << fmt::format("error: layer '{}' leaves its distribution open, and a plan needs every field "
+                                     "fixed (dsl schedule fills them)\n",
+                                     net.layers[i].name);
+            return user_error;
+        }
+        procs = s.procs.value_or(0);
+        for (std::size_t i = 0; i < net.layers.size() && procs == 0; ++i)
+            if (!net.layers[i].is_data()) procs = s.layers[i].split->procs();
+    }
+    const std::int64_t rank = o.rank.value_or(0);
+    if (rank >= procs) {
+        std::cerr << fmt::format("error: --rank {} is out of range: the run has {} process{} (ranks 0 to {})\n", rank,
+                                 procs, procs == 1 ? "" : "es", procs - 1);
+        return usage;
+    }
+    try {
+        const scheduler::Plan plan =
+            scheduler::make_plan(net, s, batch, static_cast<int>(rank), static_cast<int>(procs));
+        std::cerr << "// after plan\n" << scheduler::plan_text(net, plan);
+    } catch (const std::invalid_argument& e) {
+        std::cerr << "error: " << e.what() << "\n";
+        return user_error;
+    }
+    return ok;
+}
+
 int run_check(const CheckOptions& o) {
+    if (o.rank && o.dump_after != "plan") {
+        std::cerr << "error: --rank picks the process whose plan --dump-after plan prints, and has no effect "
+                     "without it\n";
+        return usage;
+    }
     SourceManager sources;
     Diagnostics diags;
     auto checked = load_and_check(o.net, o.sched, sources, diags, o.dump_after, {o.batch, std::nullopt, std::nullopt});
     diags.render(std::cerr, stderr_color());
     if (!checked) return user_error;
     const std::int64_t batch = report_batch(*checked, o.batch);
+    if (o.dump_after == "plan")
+        if (const int code = dump_plan(*checked, o, batch); code != ok) return code;
     if (o.json)
         std::cout << json_text(check_json(*checked, batch));
     else
@@ -46,8 +93,12 @@ void setup_check(CLI::App& app, Action& action) {
                     "Mini-batch size for the tile shapes, checked against the splits as 'dsl run --batch' is "
                     "(default: the schedule's, or one sample per process)")
         ->check(positive_count());
-    sub->add_option("--dump-after", o->dump_after, "Print the state after a pass to stderr")
-        ->check(CLI::IsMember({"parse", "imports", "elaborate", "shapes"}));
+    sub->add_option("--dump-after", o->dump_after,
+                    "Print the state after a stage to stderr: parse, imports, elaborate, shapes (the network), "
+                    "plan (one process's execution plan)")
+        ->check(CLI::IsMember({"parse", "imports", "elaborate", "shapes", "plan"}));
+    sub->add_option("--rank", o->rank, "With --dump-after plan: the process whose plan is printed (default 0)")
+        ->check(nonnegative_count());
     sub->footer("Example:\n  dsl check samples/mesh_tiny.net samples/mesh_tiny_hybrid_4.sched");
     sub->callback([o, &action] { action = [o] { return run_check(*o); }; });
 }

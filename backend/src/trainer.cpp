@@ -38,17 +38,6 @@ double normal(std::uint64_t stream, std::uint64_t i) {
     return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
 }
 
-// Activations are [N, C, H, W]; a vector [N, K] is {n, k, 1, 1}; labels [N, H, W] are {n, 1, h, w}.
-Dims dims_of(const frontend::Shape& s, std::int64_t batch) {
-    const auto& d = s.dims;
-    switch (d.size()) {
-        case 0: return Dims{batch, 1, 1, 1};
-        case 1: return Dims{batch, d[0], 1, 1};
-        case 2: return Dims{batch, 1, d[0], d[1]};
-        default: return Dims{batch, d[0], d[1], d[2]};
-    }
-}
-
 Window window_of(const Layer& l) {
     Window w;
     w.kernel = l.kernel;
@@ -65,55 +54,25 @@ struct Region {
 };
 
 using scheduler::Box;
-using scheduler::coords;
-using scheduler::Coords;
 
 bool has_planes(const Layer& l) { return l.planar(); }
+
+Dims dims_of(const scheduler::Extent& e) { return Dims{e.n, e.c, e.h, e.w}; }
 
 }  // namespace
 
 struct Trainer::Impl {
-    // How a layer reads one of its inputs: that tensor's tile in the reader's split, optionally whole planes
-    // (a fully connected layer reads its samples' whole images).
-    struct Spec {
-        int layer = 0;  // the tensor: this layer's output
-        scheduler::Split split;
-        bool whole = false;
+    // The message buffers of one direction of a tile's exchange, one per piece of the plan, in its order.
+    struct Messages {
+        std::vector<Buffer> sends, receives;
     };
 
-    // A piece of a halo exchange or redistribution: the elements of `box` sent to or received from `peer`.
-    struct Piece {
-        int peer = 0;
-        Box box;
-        Buffer buffer{host_memory()};  // in the kernels' memory (plan_exchanges)
-    };
-    struct Plan {
-        std::vector<Piece> sends, receives;
-        std::vector<Box> local;  // copied (forward) or added (backward) within this process
-        bool empty() const { return sends.empty() && receives.empty() && local.empty(); }
-    };
-
-    // One process's tile of a tensor in one split: the layer's own output tile, or a copy in a reader's
-    // split (redistributed). Its margins hold what windowed readers need beyond the interior: halos from
-    // the neighbours' tiles, or padding outside the tensor.
-    struct Tile {
-        Spec spec;
-        int id = 0;
-        bool copy = false;        // a redistributed copy of the layer's own tile
-        bool replicated = false;  // the same tile on every process of a spatial group
-        bool leader = true;       // the one of those that speaks for them (loss, weight gradients)
-        Box box;
-        Margins need;
+    // A tile of the plan with its memory: its values and gradient (with the margins the plan gives it), what
+    // its margins hold now, and its message buffers.
+    struct Tile : scheduler::TilePlan {
         Tensor y, dy;
         float padding = 0.0f;  // what the margins outside the tensor hold now
-        std::vector<int> windowed_readers;
-        std::vector<int> reader_layers;
-        int readers = 0;
-        // When its gradient is needed, in backward's order (slot L-1 is 0): from when the first reader writes
-        // it (-1: a loss, in forward) to when its layer has used it. Tiles whose spans do not meet share memory.
-        int grad_first = 0, grad_last = 0;
-        bool zero_grad = false;  // the gradient is accumulated, or some of it is never written
-        Plan forward, backward;
+        Messages forward_messages, backward_messages;
         std::int64_t gathered = -1;   // the step whose halos (or copy) it holds
         std::int64_t scattered = -1;  // the step whose gradient it has sent back
     };
@@ -138,8 +97,8 @@ struct Trainer::Impl {
     Kernels k;
     Memory& mem;  // the kernels' memory: every tile, parameter and message buffer
     TrainConfig config;
-    std::vector<scheduler::Distribution> dist;  // per layer
-    std::unique_ptr<Comm> self;                 // a run on one process
+    const scheduler::Plan plan;
+    std::unique_ptr<Comm> self;  // a run on one process
     Comm& comm;
     std::vector<std::unique_ptr<Comm>> groups;
     std::vector<Slot> slots;
@@ -158,7 +117,6 @@ struct Trainer::Impl {
     std::vector<LossValue> losses;  // the last forward's, per loss layer
     std::int64_t step_index = 0;
     std::int64_t sent_bytes = 0;
-    int tiles_made = 0;
 
     // Profiling: `waited` collects the seconds spent in communication waits since the current layer began.
     using Clock = std::chrono::steady_clock;
@@ -182,129 +140,28 @@ struct Trainer::Impl {
         return since(t0);
     }
 
-    Impl(const frontend::Network& n, Kernels kernels, TrainConfig c, std::vector<scheduler::Distribution> d,
-         Comm* shared)
+    Impl(const frontend::Network& n, Kernels kernels, TrainConfig c, scheduler::Plan p, Comm* shared)
         : net(n),
           k(kernels),
           mem(kernels.mem()),
           config(c),
-          dist(std::move(d)),
+          plan(std::move(p)),
           self(shared ? nullptr : self_comm()),
           comm(shared ? *shared : *self),
           scratch(mem),
           staging(mem) {
-        dist.resize(net.layers.size());
-        for (auto& x : dist)
-            if (!x.split) x.split = scheduler::Split{};
+        DSL_INTERNAL_CHECK(plan.layers.size() == net.layers.size() && plan.procs == comm.size() &&
+                               plan.rank == comm.rank() && plan.batch == config.batch,
+                           "a plan for another network, process or mini-batch");
         slots.resize(net.layers.size());
         for (std::size_t i = 0; i < net.layers.size(); ++i) slots[i].layer = &net.layers[i];
-        check_batch();
-        place_tiles();
-        plan_margins();
         allocate();
-        plan_gradients();
-        plan_exchanges();
         make_groups();
         initialize();
     }
 
-    // ---- Placement: boxes of tiles on every process.
-
-    const scheduler::Split& split_of(int layer) const { return *dist[static_cast<std::size_t>(layer)].split; }
-    Dims global_dims(int layer) const {
-        return dims_of(net.layers[static_cast<std::size_t>(layer)].shape, config.batch);
-    }
-
-    void check_batch() {
-        for (std::size_t i = 0; i < net.layers.size(); ++i)
-            if (dist[i].split->n > config.batch)
-                throw std::invalid_argument("layer '" + net.layers[i].name + "' splits the samples " +
-                                            std::to_string(dist[i].split->n) + " ways, but the mini-batch has " +
-                                            std::to_string(config.batch));
-    }
-
-    bool whole_planes(const Spec& s) const {
-        return s.whole && has_planes(net.layers[static_cast<std::size_t>(s.layer)]) && s.split.h * s.split.w > 1;
-    }
-    bool replicated(const Spec& s) const {
-        const bool planes = has_planes(net.layers[static_cast<std::size_t>(s.layer)]);
-        return (!planes || whole_planes(s)) && s.split.h * s.split.w > 1;
-    }
-    bool leader(const Spec& s, int rank) const {
-        const Coords c = coords(s.split, rank);
-        return !replicated(s) || (c.h == 0 && c.w == 0);
-    }
-
-    Box box_at(const Spec& s, int rank) const {
-        const Dims d = global_dims(s.layer);
-        return scheduler::tile_box({d.n, d.c, d.h, d.w}, s.split, rank,
-                                   has_planes(net.layers[static_cast<std::size_t>(s.layer)]) && !whole_planes(s));
-    }
-
-    bool same_tiles(const Spec& a, const Spec& b) const {
-        if (a.layer != b.layer) return false;
-        for (int r = 0; r < comm.size(); ++r)
-            if (!(box_at(a, r) == box_at(b, r)) || leader(a, r) != leader(b, r)) return false;
-        return true;
-    }
-
-    Spec own_spec(int layer) const { return Spec{layer, split_of(layer), false}; }
-
-    // What layer `reader` reads of its input `i`.
-    Spec operand_spec(const Layer& reader, int reader_index, std::size_t i) const {
-        return Spec{reader.inputs[i], split_of(reader_index), reader.op == OpKind::fc};
-    }
-
-    Tile& tile_for(const Spec& s) {
-        Slot& owner = slots[static_cast<std::size_t>(s.layer)];
-        for (auto& t : owner.tiles)
-            if (same_tiles(t->spec, s)) return *t;
-        auto t = std::make_unique<Tile>();
-        t->spec = s;
-        t->id = tiles_made++;
-        t->copy = !owner.tiles.empty();
-        t->replicated = replicated(s);
-        t->leader = leader(s, comm.rank());
-        t->box = box_at(s, comm.rank());
-        owner.tiles.push_back(std::move(t));
-        return *owner.tiles.back();
-    }
-
-    void place_tiles() {
-        for (std::size_t i = 0; i < net.layers.size(); ++i) tile_for(own_spec(static_cast<int>(i)));
-        for (std::size_t i = 0; i < net.layers.size(); ++i) {
-            const Layer& l = net.layers[i];
-            for (std::size_t j = 0; j < l.inputs.size(); ++j) {
-                if (net.layers[static_cast<std::size_t>(l.inputs[j])].op == OpKind::label) {
-                    slots[i].operands.push_back(nullptr);  // a loss makes its labels over its logits' tile
-                    continue;
-                }
-                Tile& t = tile_for(operand_spec(l, static_cast<int>(i), j));
-                ++t.readers;
-                t.reader_layers.push_back(static_cast<int>(i));
-                if (l.windowed()) t.windowed_readers.push_back(static_cast<int>(i));
-                slots[i].operands.push_back(&t);
-            }
-        }
-    }
-
-    // The rows and columns beyond its box that the tile of `s` at `rank` must hold for its windowed readers.
-    Margins need_at(const Tile& t, int rank) const {
-        Margins m;
-        const Box box = box_at(t.spec, rank);
-        for (int reader : t.windowed_readers) {
-            const Margins r = box.reach(
-                scheduler::window_input(net.layers[static_cast<std::size_t>(reader)], box_at(own_spec(reader), rank)));
-            m = {std::max(m.top, r.top), std::max(m.bottom, r.bottom), std::max(m.left, r.left),
-                 std::max(m.right, r.right)};
-        }
-        return m;
-    }
-
-    void plan_margins() {
-        for (Slot& s : slots)
-            for (auto& t : s.tiles) t->need = need_at(*t, comm.rank());
-    }
+    Dims global_dims(int layer) const { return dims_of(plan.layers[static_cast<std::size_t>(layer)].whole); }
+    bool overlap_of(int layer) const { return plan.layers[static_cast<std::size_t>(layer)].dist.overlap.value_or(false); }
 
     Region region(const Layer& l, int index) {
         const Tile& in = *slots[static_cast<std::size_t>(index)].operands[0];
@@ -317,77 +174,47 @@ struct Trainer::Impl {
         return Dims{b.n1 - b.n0, channels, b.y1 - b.y0, b.x1 - b.x0};
     }
 
+    // The plan's tiles in the kernels' memory: values with their margins, gradients over the buffers the plan
+    // shares among them, and a message buffer for every piece of their exchanges.
     void allocate() {
         for (std::size_t i = 0; i < slots.size(); ++i) {
             Slot& s = slots[i];
-            const Layer& l = *s.layer;
-            if (l.op == OpKind::label) continue;
-            const std::int64_t channels = global_dims(static_cast<int>(i)).c;
-            for (auto& t : s.tiles) {
-                t->y = Tensor(box_dims(t->box, channels), t->need, mem);
-                t->zero_grad = t->copy || t->readers != 1;
+            for (const scheduler::TilePlan& tp : plan.layers[i].tiles) {
+                auto t = std::make_unique<Tile>();
+                static_cast<scheduler::TilePlan&>(*t) = tp;
+                s.tiles.push_back(std::move(t));
             }
         }
-        // A gradient whose reader covers only part of it (a strided window that never reaches the last rows)
-        // must be zero where it is not written.
-        for (std::size_t i = 0; i < net.layers.size(); ++i) {
-            const Layer& l = net.layers[i];
-            if (!l.windowed()) continue;
-            Tile& t = *slots[i].operands[0];
-            const Region r = region(l, static_cast<int>(i));
-            if (r.y > t.need.top || r.x > t.need.left || r.y + r.dims.h < t.need.top + t.y.dims().h ||
-                r.x + r.dims.w < t.need.left + t.y.dims().w)
-                t.zero_grad = true;
-        }
-    }
-
-    // Gradients live only from their first reader's backward to their own layer's: in a chain, two at a time.
-    // Tiles whose spans do not meet share buffers, each tile taking the free buffer closest to its size
-    // (growing the largest free one when none is large enough).
-    void plan_gradients() {
-        const int last = static_cast<int>(slots.size()) - 1;
-        std::vector<Tile*> tiles;
         for (std::size_t i = 0; i < slots.size(); ++i) {
-            if (slots[i].layer->is_data()) continue;
-            for (auto& t : slots[i].tiles) {
-                t->grad_last = last - static_cast<int>(i);
-                t->grad_first = t->grad_last;
-                for (int r : t->reader_layers) {
-                    const OpKind rop = net.layers[static_cast<std::size_t>(r)].op;
-                    const bool loss = rop == OpKind::softmax_cross_entropy || rop == OpKind::pixel_cross_entropy;
-                    t->grad_first = std::min(t->grad_first, loss ? -1 : last - r);
-                }
-                tiles.push_back(t.get());
+            const Layer& l = *slots[i].layer;
+            for (std::size_t j = 0; j < l.inputs.size(); ++j) {
+                const int t = plan.layers[i].operands[j];
+                slots[i].operands.push_back(
+                    t < 0 ? nullptr : slots[static_cast<std::size_t>(l.inputs[j])].tiles[static_cast<std::size_t>(t)].get());
             }
         }
-        std::stable_sort(tiles.begin(), tiles.end(),
-                         [](const Tile* a, const Tile* b) { return a->grad_first < b->grad_first; });
-        struct Span {
-            std::int64_t size = 0;
-            int busy_until = -2;
-            std::vector<Tile*> tiles;
-        };
-        std::vector<Span> buffers;
-        for (Tile* t : tiles) {
-            const std::int64_t need = t->y.padded_dims().elements();
-            Span* best = nullptr;
-            for (Span& b : buffers) {
-                if (b.busy_until >= t->grad_first) continue;
-                const bool fits = b.size >= need, best_fits = best && best->size >= need;
-                if (!best || (fits && (!best_fits || b.size < best->size)) ||
-                    (!fits && !best_fits && b.size > best->size))
-                    best = &b;
-            }
-            if (!best) best = &buffers.emplace_back();
-            best->size = std::max(best->size, need);
-            best->busy_until = t->grad_last;
-            best->tiles.push_back(t);
+        for (std::size_t i = 0; i < slots.size(); ++i) {
+            if (slots[i].layer->op == OpKind::label) continue;
+            const std::int64_t channels = global_dims(static_cast<int>(i)).c;
+            for (auto& t : slots[i].tiles) t->y = Tensor(box_dims(t->box, channels), t->need, mem);
         }
         grad_buffers.clear();
-        grad_buffers.reserve(buffers.size());
-        for (const Span& b : buffers) {
-            grad_buffers.emplace_back(mem).resize(b.size);
-            for (Tile* t : b.tiles) t->dy = Tensor::over(grad_buffers.back().data(), t->y.dims(), t->need);
+        grad_buffers.reserve(plan.grad_buffers.size());
+        for (std::int64_t size : plan.grad_buffers) grad_buffers.emplace_back(mem).resize(size);
+        for (Slot& s : slots)
+            for (auto& t : s.tiles)
+                if (t->grad_buffer >= 0)
+                    t->dy = Tensor::over(grad_buffers[static_cast<std::size_t>(t->grad_buffer)].data(), t->y.dims(),
+                                         t->need);
+        for (std::size_t i = 0; i < slots.size(); ++i) {
+            const std::int64_t channels = global_dims(static_cast<int>(i)).c;
+            for (auto& t : slots[i].tiles)
+                for (auto [exchange, messages] : {std::pair{&t->forward, &t->forward_messages},
+                                                  std::pair{&t->backward, &t->backward_messages}})
+                    for (auto [pieces, buffers] : {std::pair{&exchange->sends, &messages->sends},
+                                                   std::pair{&exchange->receives, &messages->receives}})
+                        for (const scheduler::Piece& piece : *pieces)
+                            buffers->emplace_back(mem).resize(box_dims(piece.box, channels).elements());
         }
     }
 
@@ -404,94 +231,24 @@ struct Trainer::Impl {
             }
     }
 
-    // This process's part in moving `b` from process `from` to process `to`.
-    void route(Plan& p, int from, int to, const Box& b) const {
-        const int me = comm.rank();
-        if (from == me && to == me)
-            p.local.push_back(b);
-        else if (to == me)
-            p.receives.push_back(Piece{from, b});
-        else if (from == me)
-            p.sends.push_back(Piece{to, b});
-    }
-
-    // Which process sends each part of every tile's padded box, and which receive it: for every process r and
-    // every group of processes holding the same block of the tensor (one, or the replicas of a spatial group),
-    // the part of r's padded box within the block comes from r itself where r holds it, else from the group's
-    // first process. Every process computes the same plan, so sends and receives match. In backward, the
-    // gradient of each part goes back the other way, to every process of the group, from the one process
-    // that speaks for r's replicas.
-    void plan_exchanges() {
-        const int procs = comm.size();
-        for (std::size_t li = 0; li < slots.size(); ++li) {
-            Slot& s = slots[li];
-            if (s.layer->op == OpKind::label || s.layer->op == OpKind::input) continue;  // made where needed
-            const Spec owner = own_spec(static_cast<int>(li));
-            const Dims d = global_dims(static_cast<int>(li));
-            const Box extent{0, d.n, 0, d.h, 0, d.w};
-            struct Group {
-                Box box;
-                std::vector<int> ranks;
-            };
-            std::vector<Group> blocks;
-            for (int q = 0; q < procs; ++q) {
-                const Box b = box_at(owner, q);
-                auto it = std::find_if(blocks.begin(), blocks.end(), [&](const Group& g) { return g.box == b; });
-                if (it == blocks.end())
-                    blocks.push_back(Group{b, {q}});
-                else
-                    it->ranks.push_back(q);
-            }
-            for (auto& tp : s.tiles) {
-                Tile& t = *tp;
-                if (!t.copy && t.windowed_readers.empty()) continue;  // no margins: nothing to exchange
-                for (int r = 0; r < procs; ++r) {
-                    const Box want = box_at(t.spec, r).grown(need_at(t, r)).meet(extent);
-                    const bool speaks = leader(t.spec, r);
-                    for (const Group& g : blocks) {
-                        const Box b = want.meet(g.box);
-                        if (b.empty()) continue;
-                        const bool holds = std::find(g.ranks.begin(), g.ranks.end(), r) != g.ranks.end();
-                        const int from = holds ? r : g.ranks.front();
-                        if (!t.copy && from == r) continue;  // the tile's own interior
-                        route(t.forward, from, r, b);
-                        if (!speaks) continue;
-                        for (int q : g.ranks)
-                            if (q != r || t.copy) route(t.backward, r, q, b);
-                    }
-                }
-                for (Plan* p : {&t.forward, &t.backward})
-                    for (auto* pieces : {&p->sends, &p->receives})
-                        for (Piece& piece : *pieces) {
-                            piece.buffer = Buffer(mem);
-                            piece.buffer.resize(box_dims(piece.box, d.c).elements());
-                        }
-            }
-        }
-    }
-
-    // Batch norm and global pooling sum over a group of processes: every process, a split's sample group
-    // (the processes with the same block of samples), or none.
+    // The plan's process groups: each split's sample group is made once, in the order of the layers, the same
+    // on every process.
     void make_groups() {
         std::vector<std::pair<std::string, Comm*>> made;
-        auto sample_group = [&](const scheduler::Split& split) -> Comm* {
-            const std::string key = split.str();
-            for (auto& [k2, c] : made)
-                if (k2 == key) return c;
-            groups.push_back(comm.split(static_cast<int>(coords(split, comm.rank()).n)));
-            made.emplace_back(key, groups.back().get());
-            return groups.back().get();
-        };
         for (std::size_t i = 0; i < slots.size(); ++i) {
-            const Layer& l = *slots[i].layer;
-            if (l.op == OpKind::global_avgpool) slots[i].group = sample_group(split_of(static_cast<int>(i)));
-            if (l.op != OpKind::batchnorm) continue;
-            switch (*dist[i].bn) {
-                case scheduler::BatchNormStats::batch: slots[i].group = &comm; break;
-                case scheduler::BatchNormStats::spatial:
-                    slots[i].group = sample_group(split_of(static_cast<int>(i)));
+            const scheduler::GroupPlan& g = plan.layers[i].group;
+            switch (g.kind) {
+                case scheduler::GroupPlan::Kind::none: slots[i].group = nullptr; break;
+                case scheduler::GroupPlan::Kind::every: slots[i].group = &comm; break;
+                case scheduler::GroupPlan::Kind::samples: {
+                    auto it = std::find_if(made.begin(), made.end(), [&](const auto& m) { return m.first == g.key; });
+                    if (it == made.end()) {
+                        groups.push_back(comm.split(g.colour));
+                        it = made.emplace(made.end(), g.key, groups.back().get());
+                    }
+                    slots[i].group = it->second;
                     break;
-                case scheduler::BatchNormStats::local: slots[i].group = nullptr; break;
+                }
             }
         }
     }
@@ -508,7 +265,7 @@ struct Trainer::Impl {
             const Layer& l = *s.layer;
             const std::uint64_t stream = splitmix64(config.seed) ^ name_hash(l.name);
             if (l.op == OpKind::conv || l.op == OpKind::fc) {
-                const Dims in = dims_of(net.layers[static_cast<std::size_t>(l.inputs[0])].shape, 1);
+                const Dims in = dims_of(scheduler::extent_of(net.layers[static_cast<std::size_t>(l.inputs[0])], 1));
                 const Dims wd = l.op == OpKind::conv ? Dims{l.filters, in.c, l.kernel[0], l.kernel[1]}
                                                      : Dims{l.filters, in.c * in.h * in.w, 1, 1};
                 const double fan_in = static_cast<double>(wd.c * wd.h * wd.w);
@@ -557,15 +314,16 @@ struct Trainer::Impl {
                                    box_dims(b, tensor.dims().c));
     }
 
-    void start(Plan& p, int tag, Tensor& from, const Tile& from_tile) {
+    void start(const scheduler::Exchange& p, Messages& m, int tag, Tensor& from, const Tile& from_tile) {
         std::vector<Message> sends, receives;
-        for (Piece& piece : p.sends) {
-            mem.pack(view_of(from, from_tile, piece.box), piece.buffer.data());
-            sends.push_back(Message{piece.peer, piece.buffer.data(), piece.buffer.size()});
-            sent_bytes += piece.buffer.size() * static_cast<std::int64_t>(sizeof(float));
+        for (std::size_t i = 0; i < p.sends.size(); ++i) {
+            Buffer& buffer = m.sends[i];
+            mem.pack(view_of(from, from_tile, p.sends[i].box), buffer.data());
+            sends.push_back(Message{p.sends[i].peer, buffer.data(), buffer.size()});
+            sent_bytes += buffer.size() * static_cast<std::int64_t>(sizeof(float));
         }
-        for (Piece& piece : p.receives)
-            receives.push_back(Message{piece.peer, piece.buffer.data(), piece.buffer.size()});
+        for (std::size_t i = 0; i < p.receives.size(); ++i)
+            receives.push_back(Message{p.receives[i].peer, m.receives[i].data(), m.receives[i].size()});
         comm.start_exchange(sends, receives, tag);
     }
 
@@ -575,14 +333,15 @@ struct Trainer::Impl {
         t.gathered = step_index;
         if (t.forward.empty()) return;
         Tile& owner = slots[static_cast<std::size_t>(t.spec.layer)].own();
-        start(t.forward, 2 * t.id, owner.y, owner);
+        start(t.forward, t.forward_messages, 2 * t.id, owner.y, owner);
         for (const Box& b : t.forward.local) k.eltwise->copy(view_of(owner.y, owner, b), view_of(t.y, t, b));
     }
 
     void finish_gather(Tile& t) {
         if (t.forward.empty()) return;
         wait([&] { comm.finish_exchange(); });
-        for (Piece& piece : t.forward.receives) mem.unpack(piece.buffer.data(), view_of(t.y, t, piece.box), false);
+        for (std::size_t i = 0; i < t.forward.receives.size(); ++i)
+            mem.unpack(t.forward_messages.receives[i].data(), view_of(t.y, t, t.forward.receives[i].box), false);
     }
 
     void gather(Tile& t) {
@@ -597,7 +356,7 @@ struct Trainer::Impl {
         t.scattered = step_index;
         if (t.backward.empty()) return;
         Tile& owner = slots[static_cast<std::size_t>(t.spec.layer)].own();
-        start(t.backward, 2 * t.id + 1, t.dy, t);
+        start(t.backward, t.backward_messages, 2 * t.id + 1, t.dy, t);
         for (const Box& b : t.backward.local) k.eltwise->accumulate(view_of(t.dy, t, b), view_of(owner.dy, owner, b));
     }
 
@@ -605,8 +364,9 @@ struct Trainer::Impl {
         if (t.backward.empty()) return;
         Tile& owner = slots[static_cast<std::size_t>(t.spec.layer)].own();
         wait([&] { comm.finish_exchange(); });
-        for (Piece& piece : t.backward.receives)
-            mem.unpack(piece.buffer.data(), view_of(owner.dy, owner, piece.box), true);
+        for (std::size_t i = 0; i < t.backward.receives.size(); ++i)
+            mem.unpack(t.backward_messages.receives[i].data(), view_of(owner.dy, owner, t.backward.receives[i].box),
+                       true);
     }
 
     void scatter(Tile& t) {
@@ -749,7 +509,7 @@ struct Trainer::Impl {
     // schedule asks, and the input is a tile of its own split whose halo has yet to come.
     bool overlaps(int index) {
         const Slot& s = slots[static_cast<std::size_t>(index)];
-        if (!s.layer->windowed() || !dist[static_cast<std::size_t>(index)].overlap.value_or(false)) return false;
+        if (!s.layer->windowed() || !overlap_of(index)) return false;
         const Tile& in = *s.operands[0];
         return !in.copy && !in.forward.empty() && in.gathered != step_index && !is_input(&in);
     }
@@ -954,7 +714,7 @@ struct Trainer::Impl {
                 }
                 // With overlap, when this layer is the only reader of its input, the input's gradient is
                 // complete here: its halo goes back to the neighbours while the weight gradient is computed.
-                const bool send_now = dist[static_cast<std::size_t>(index)].overlap.value_or(false) && !is_input(&in) &&
+                const bool send_now = overlap_of(index) && !is_input(&in) &&
                                       !in.copy && in.readers == 1;
                 if (send_now) start_scatter(in);
                 k.conv->backward_weights(windowed_input(l, index), s.own().dy.interior(), s.dw.interior(),
@@ -1066,11 +826,18 @@ struct Trainer::Impl {
 };
 
 Trainer::Trainer(const frontend::Network& net, Kernels kernels, TrainConfig config)
-    : impl_(std::make_unique<Impl>(net, kernels, config, std::vector<scheduler::Distribution>{}, nullptr)) {}
+    : impl_(std::make_unique<Impl>(net, kernels, config,
+                                   scheduler::make_plan(net, scheduler::Schedule{}, config.batch, 0, 1), nullptr)) {}
 
 Trainer::Trainer(const frontend::Network& net, Kernels kernels, TrainConfig config, const scheduler::Schedule& schedule,
                  Comm& comm)
-    : impl_(std::make_unique<Impl>(net, kernels, config, schedule.layers, &comm)) {}
+    : impl_(std::make_unique<Impl>(net, kernels, config,
+                                   scheduler::make_plan(net, schedule, config.batch, comm.rank(), comm.size()),
+                                   &comm)) {}
+
+Trainer::Trainer(const frontend::Network& net, Kernels kernels, TrainConfig config, const scheduler::Plan& plan,
+                 Comm& comm)
+    : impl_(std::make_unique<Impl>(net, kernels, config, plan, &comm)) {}
 
 Trainer::~Trainer() = default;
 
@@ -1144,9 +911,9 @@ std::int64_t Trainer::memory_bytes() const {
     for (const auto& s : impl_->slots) {
         for (const auto& t : s.tiles) {
             floats += t->y.size();
-            for (const auto* p : {&t->forward, &t->backward})
-                for (const auto* pieces : {&p->sends, &p->receives})
-                    for (const auto& piece : *pieces) floats += piece.buffer.size();
+            for (const auto* m : {&t->forward_messages, &t->backward_messages})
+                for (const auto* buffers : {&m->sends, &m->receives})
+                    for (const auto& buffer : *buffers) floats += buffer.size();
         }
         floats += s.w.size() + s.dw.size() + s.mw.size() + s.b.size() + s.db.size() + s.mb.size();
         floats += static_cast<std::int64_t>(s.mean.size() * 4) + static_cast<std::int64_t>(s.labels.size());

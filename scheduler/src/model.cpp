@@ -3,6 +3,7 @@
 // the backward allreduce overlap as a greedy timeline (one allreduce at a time), and memory per process.
 #include <dsl/scheduler/model.hpp>
 
+#include <dsl/scheduler/plan.hpp>
 #include <dsl/scheduler/tiles.hpp>
 
 #include <fmt/format.h>
@@ -186,8 +187,7 @@ Model::Geometry Model::geometry(int index, const Split& split) const {
     const Layer& l = net_.layers[static_cast<std::size_t>(index)];
     Geometry g;
     g.whole = extent_of(l, batch_);
-    const bool planes = l.planar();
-    g.out = tile_box(g.whole, split, 0, planes);
+    g.out = tile_box(l, TileSpec{index, split, false}, batch_, 0);
     g.y = box_dims(g.out, g.whole.c);
     if (l.inputs.empty()) {
         g.x = g.y;
@@ -195,15 +195,10 @@ Model::Geometry Model::geometry(int index, const Split& split) const {
     }
     const Layer& in = net_.layers[static_cast<std::size_t>(l.inputs[0])];
     const Extent in_whole = extent_of(in, batch_);
-    const bool in_planes = in.planar();
-    if (l.op == OpKind::fc || l.op == OpKind::global_avgpool || !planes) {
-        // Whole planes of its samples (fc), or its input's own tile (global pooling sums its tile).
-        const bool whole = l.op == OpKind::fc || !in_planes;
-        g.x = box_dims(tile_box(in_whole, split, 0, !whole), in_whole.c);
-        return g;
-    }
     if (!l.windowed()) {
-        g.x = box_dims(tile_box(in_whole, split, 0, in_planes), in_whole.c);
+        // The tile it reads, as the plan places it: whole planes of its samples (fc), else its input's tile in
+        // its split (global pooling sums its tile).
+        g.x = box_dims(tile_box(in, TileSpec{l.inputs[0], split, reads_whole_planes(l)}, batch_, 0), in_whole.c);
         return g;
     }
     g.x = box_dims(window_input(l, g.out), in_whole.c);
@@ -495,7 +490,7 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
     if (!is_loss(l)) c.memory += ny * word;
     if (l.windowed()) {
         const Layer& in = net_.layers[static_cast<std::size_t>(l.inputs[0])];
-        const Dims tile = box_dims(tile_box(extent_of(in, batch_), split, 0, in.planar()), g.x[1]);
+        const Dims tile = box_dims(tile_box(in, TileSpec{l.inputs[0], split, false}, batch_, 0), g.x[1]);
         c.memory += std::max(0.0, nx - elements(tile)) * word;
     }
     return c;
@@ -512,7 +507,8 @@ ShuffleCost Model::shuffle(int reader, int input, const Split& from, const Split
     const bool from_planes = p.planar();
     // The reader's tile: whole planes for a fully connected layer, else its own tile of rows and columns
     // (with the margins its window reads).
-    const bool to_planes = p.planar() && r.op != OpKind::fc;
+    const TileSpec own_spec{producer, from, false}, read_spec{producer, to, reads_whole_planes(r)};
+    const bool to_planes = p.planar() && !reads_whole_planes(r);
     if (from == to && from_planes == to_planes) return {};
     const bool window = r.windowed() && to_planes;
     // The tiles' arithmetic depends on the extents, the splits and the reader's window only: many layers
@@ -544,7 +540,7 @@ ShuffleCost Model::shuffle(int reader, int input, const Split& from, const Split
         bool same = true;
         double total_received = 0.0;
         for (std::int64_t q : ranks) {
-            const Box tile = tile_box(whole, to, q, to_planes), own = tile_box(whole, from, q, from_planes);
+            const Box tile = tile_box(p, read_spec, batch_, q), own = tile_box(p, own_spec, batch_, q);
             if (!(tile == own)) same = false;
             const Box want = (window ? window_input(r, tile) : tile).meet(extent);
             const double points = static_cast<double>(want.points());
@@ -561,7 +557,7 @@ ShuffleCost Model::shuffle(int reader, int input, const Split& from, const Split
         }
         s.same = same;
         // Senders: one process per block of the producer's split (replicas do not all send).
-        const double senders = static_cast<double>(from.n * (from_planes ? from.h * from.w : 1));
+        const double senders = static_cast<double>(replicated(p, own_spec) ? from.n : from.n * from.h * from.w);
         s.most_sent = total_received * static_cast<double>(procs_) / static_cast<double>(ranks.size()) / senders;
         it = shuffles_.emplace(key, s).first;
     }

@@ -40,7 +40,7 @@ Box tile_box(const Extent& whole, const Split& split, std::int64_t rank, bool pl
 
 std::int64_t window_extent(const Layer& layer, int d, std::int64_t outputs) {
     const std::int64_t dilation = layer.op == OpKind::conv ? layer.dilation[d] : 1;
-    return (outputs - 1) * layer.stride[d] + dilation * (layer.kernel[d] - 1) + 1;
+    return window_extent(outputs, layer.kernel[d], layer.stride[d], dilation);
 }
 
 Box window_input(const Layer& layer, const Box& out) {

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <dsl/backend/tensor.hpp>
+#include <dsl/scheduler/window.hpp>
 
 #include <array>
 #include <cstdint>
@@ -27,7 +28,7 @@ struct Window {
 
     // The input extent that `out` outputs read along dimension `d`.
     std::int64_t input_extent(int d, std::int64_t out) const {
-        return (out - 1) * stride[d] + dilation[d] * (kernel[d] - 1) + 1;
+        return scheduler::window_extent(out, kernel[d], stride[d], dilation[d]);
     }
 };
 

@@ -9,6 +9,7 @@
 #include <dsl/backend/comm.hpp>
 #include <dsl/backend/kernels.hpp>
 #include <dsl/frontend/network.hpp>
+#include <dsl/scheduler/plan.hpp>
 #include <dsl/scheduler/schedule.hpp>
 
 #include <cstdint>
@@ -80,6 +81,9 @@ public:
     // This process's part of a run under `schedule` (complete, its splits' product comm.size()); every
     // process of `comm` constructs its Trainer and calls every method alike, in the same order.
     Trainer(const frontend::Network& net, Kernels kernels, TrainConfig config, const scheduler::Schedule& schedule,
+            Comm& comm);
+    // This process's part of a run as `plan` (made for comm's rank and size and config's mini-batch) has it.
+    Trainer(const frontend::Network& net, Kernels kernels, TrainConfig config, const scheduler::Plan& plan,
             Comm& comm);
     ~Trainer();
     Trainer(const Trainer&) = delete;

@@ -5,6 +5,7 @@
 
 #include <dsl/frontend/network.hpp>
 #include <dsl/scheduler/distribution.hpp>
+#include <dsl/scheduler/window.hpp>
 
 #include <algorithm>
 #include <cstdint>

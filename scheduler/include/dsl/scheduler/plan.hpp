@@ -1,0 +1,113 @@
+// The execution plan: what one process of a run holds and moves, worked out once from the network, the
+// filled schedule, the mini-batch and the rank, as plain data (no tensors, no communicator, no memory).
+// Per layer: its tiles (its own output tile, and copies of it in its readers' splits), which tile it reads
+// of each input, the halo exchanges and shuffles that fill the tiles' margins and copies (and send the
+// gradients back), which gradient buffer each tile's gradient lies in, and the group of processes that sums
+// its statistics. The trainer executes a plan; the tile rules here are the ones the performance model uses.
+#pragma once
+
+#include <dsl/frontend/network.hpp>
+#include <dsl/scheduler/schedule.hpp>
+#include <dsl/scheduler/tiles.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dsl::scheduler {
+
+// ---- Tile rules, cheap enough for the model to call for sampled ranks.
+
+// A fully connected layer reads its samples' whole images: the tile it reads of its input is whole planes.
+bool reads_whole_planes(const frontend::Layer& reader);
+
+// How a layer reads one of its inputs: that tensor's tile in the reader's split, optionally whole planes.
+struct TileSpec {
+    int layer = 0;  // the tensor: this layer's output
+    Split split;
+    bool whole = false;
+};
+
+// Whether the tile of `producer` (the layer `spec` names) is whole planes though the split cuts rows or
+// columns; whether it is the same on every process of a spatial group (a vector, or whole planes); and
+// whether `rank` is the one of those replicas that speaks for them (loss, weight gradients, statistics).
+bool whole_planes(const frontend::Layer& producer, const TileSpec& spec);
+bool replicated(const frontend::Layer& producer, const TileSpec& spec);
+bool leader(const frontend::Layer& producer, const TileSpec& spec, std::int64_t rank);
+
+// The block of `producer`'s output that `rank` holds in the tile `spec`, for a mini-batch of `batch`.
+Box tile_box(const frontend::Layer& producer, const TileSpec& spec, std::int64_t batch, std::int64_t rank);
+
+// ---- The plan.
+
+// A piece of a halo exchange or redistribution: the elements of `box` sent to or received from `peer`.
+struct Piece {
+    int peer = 0;
+    Box box;
+};
+
+// One direction of a tile's exchange, in this process's part: the pieces it sends and receives, and the
+// boxes it copies (forward) or adds (backward) within itself.
+struct Exchange {
+    std::vector<Piece> sends, receives;
+    std::vector<Box> local;
+    bool empty() const { return sends.empty() && receives.empty() && local.empty(); }
+};
+
+// One process's tile of a tensor in one split: the layer's own output tile, or a copy in a reader's split
+// (redistributed). Its margins hold what windowed readers need beyond the interior: halos from the
+// neighbours' tiles, or padding outside the tensor.
+struct TilePlan {
+    TileSpec spec;
+    int id = 0;               // in order of placement over every layer; message tags derive from it
+    bool copy = false;        // a redistributed copy of the layer's own tile
+    bool replicated = false;  // the same tile on every process of a spatial group
+    bool leader = true;       // the one of those that speaks for them (loss, weight gradients)
+    Box box;
+    Margins need;
+    std::vector<int> windowed_readers;
+    std::vector<int> reader_layers;
+    int readers = 0;
+    // When its gradient is needed, in backward's order (slot L-1 is 0): from when the first reader writes it
+    // (-1: a loss, in forward) to when its layer has used it. Tiles whose spans do not meet share memory.
+    int grad_first = 0, grad_last = 0;
+    int grad_buffer = -1;     // index into Plan::grad_buffers; -1: no gradient (data)
+    bool zero_grad = false;   // the gradient is accumulated, or some of it is never written
+    Exchange forward, backward;
+};
+
+// Who sums a layer's statistics (batch norm, global pooling): nobody else, every process, or the processes
+// of the layer's split that hold the same block of samples. A sample group is made once per split (`key`);
+// this process joins it with `colour`.
+struct GroupPlan {
+    enum class Kind { none, every, samples };
+    Kind kind = Kind::none;
+    std::string key;  // the split, for a sample group
+    int colour = 0;
+};
+
+struct LayerPlan {
+    Distribution dist;              // filled: split, overlap and bn all set
+    Extent whole;                   // the output tensor
+    std::vector<TilePlan> tiles;    // the own tile first, then copies (none for a label)
+    std::vector<int> operands;      // per input: the index of the tile it reads in the input's layer; -1 for
+                                    // labels, which a loss makes over its logits' tile
+    GroupPlan group;
+};
+
+struct Plan {
+    int rank = 0, procs = 1;
+    std::int64_t batch = 1;
+    std::vector<LayerPlan> layers;          // indexed like Network::layers
+    std::vector<std::int64_t> grad_buffers;  // elements of each buffer that gradients share
+};
+
+// The plan of process `rank` of `procs` running `net` under `schedule` (filled: every field of every layer
+// set; its layers may be empty, for one process) with mini-batches of `batch`. Throws
+// std::invalid_argument when a layer splits the samples more ways than the mini-batch has.
+Plan make_plan(const frontend::Network& net, const Schedule& schedule, std::int64_t batch, int rank, int procs);
+
+// A readable text form of a plan, one block per layer (what `dsl check --dump-after plan` prints).
+std::string plan_text(const frontend::Network& net, const Plan& plan);
+
+}  // namespace dsl::scheduler

@@ -1,0 +1,161 @@
+// The execution plan: for sample schedules, what every process plans agrees with what every other plans
+// (each piece sent is a piece received), pieces lie where their tiles are, and one process moves nothing.
+#include "run_dsl.hpp"
+
+#include <dsl/frontend/parse.hpp>
+#include <dsl/frontend/passes.hpp>
+#include <dsl/scheduler/plan.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+using namespace dsl;
+
+namespace {
+
+struct Loaded {
+    SourceManager sources;
+    Diagnostics diags;
+    std::optional<frontend::LoadedNetwork> net;
+    std::optional<scheduler::Schedule> schedule;
+};
+
+std::unique_ptr<Loaded> load(const std::string& net, const std::string& sched) {
+    auto l = std::make_unique<Loaded>();
+    l->net = frontend::load_network(source_dir() + "/" + net, l->sources, l->diags);
+    INFO(l->diags.text());
+    REQUIRE(l->net);
+    auto tree = frontend::parse_sched(*l->sources.load(source_dir() + "/" + sched), l->diags);
+    REQUIRE(tree);
+    l->schedule = scheduler::apply_schedule(l->net->net, *tree, l->diags);
+    REQUIRE(l->schedule);
+    REQUIRE(l->schedule->complete());
+    return l;
+}
+
+// A piece as both ends see it: (layer, tile id, from, to, box).
+using Key = std::tuple<int, int, int, int, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+                       std::int64_t>;
+Key key(int layer, int id, int from, int to, const scheduler::Box& b) {
+    return {layer, id, from, to, b.n0, b.n1, b.y0, b.y1, b.x0, b.x1};
+}
+
+}  // namespace
+
+TEST_CASE("every process's plan sends what its peers' plans receive", "[plan]") {
+    const auto [net_file, sched_file] = GENERATE(table<std::string, std::string>(
+        {{"samples/mesh_tiny.net", "samples/mesh_tiny_hybrid_4.sched"},
+         {"samples/mesh_tiny.net", "samples/mesh_tiny_mixed_4.sched"},
+         {"samples/mesh_tiny.net", "samples/mesh_tiny_spatial_hw_4.sched"},
+         {"samples/resnet_tiny.net", "samples/resnet_tiny_hybrid_4.sched"},
+         {"tests/dist/odd.net", "tests/dist/odd_h3.sched"},
+         {"tests/dist/heads.net", "tests/dist/heads_hybrid_4.sched"}}));
+    INFO(sched_file);
+    auto l = load(net_file, sched_file);
+    const auto& net = l->net->net;
+    const int procs = static_cast<int>(*l->schedule->procs);
+    const std::int64_t batch = l->schedule->batch.value_or(procs);
+    std::vector<scheduler::Plan> plans;
+    for (int r = 0; r < procs; ++r) plans.push_back(scheduler::make_plan(net, *l->schedule, batch, r, procs));
+
+    std::multiset<Key> sent[2], received[2];
+    std::size_t pieces = 0;
+    for (int r = 0; r < procs; ++r) {
+        const scheduler::Plan& p = plans[static_cast<std::size_t>(r)];
+        REQUIRE(p.layers.size() == net.layers.size());
+        for (std::size_t i = 0; i < p.layers.size(); ++i) {
+            const scheduler::LayerPlan& lp = p.layers[i];
+            const scheduler::Box extent{0, lp.whole.n, 0, lp.whole.h, 0, lp.whole.w};
+            for (std::size_t t = 0; t < lp.tiles.size(); ++t) {
+                const scheduler::TilePlan& tile = lp.tiles[t];
+                // Every process places the same tiles in the same order: message tags derive from the ids.
+                CHECK(tile.id == plans[0].layers[i].tiles[t].id);
+                CHECK(tile.copy == (t > 0));
+                const scheduler::Box padded = tile.box.grown(tile.need).meet(extent);
+                int d = 0;
+                for (const scheduler::Exchange* e : {&tile.forward, &tile.backward}) {
+                    for (const scheduler::Piece& piece : e->sends) {
+                        CHECK(piece.peer != r);
+                        sent[d].insert(key(static_cast<int>(i), tile.id, r, piece.peer, piece.box));
+                        // What goes back in backward is the gradient of part of this tile's padded box.
+                        if (d == 1) CHECK(piece.box.meet(padded) == piece.box);
+                    }
+                    for (const scheduler::Piece& piece : e->receives) {
+                        CHECK(piece.peer != r);
+                        received[d].insert(key(static_cast<int>(i), tile.id, piece.peer, r, piece.box));
+                        // A halo or a copy's piece is part of what this tile holds with its margins.
+                        if (d == 0) CHECK(piece.box.meet(padded) == piece.box);
+                    }
+                    pieces += e->sends.size() + e->receives.size();
+                    ++d;
+                }
+                // A forward piece comes from a process whose own tile holds it.
+                for (const scheduler::Piece& piece : tile.forward.receives) {
+                    const scheduler::TilePlan& own = plans[static_cast<std::size_t>(piece.peer)].layers[i].tiles[0];
+                    CHECK(piece.box.meet(own.box) == piece.box);
+                }
+                if (tile.grad_buffer >= 0) CHECK(tile.grad_buffer < static_cast<int>(p.grad_buffers.size()));
+            }
+        }
+    }
+    CHECK(pieces > 0);
+    CHECK(sent[0] == received[0]);
+    CHECK(sent[1] == received[1]);
+}
+
+TEST_CASE("the one-process plan moves nothing and places one tile per tensor", "[plan]") {
+    auto l = load("samples/mesh_tiny.net", "samples/mesh_tiny_serial_1.sched");
+    const auto& net = l->net->net;
+    for (const scheduler::Schedule& s : {*l->schedule, scheduler::Schedule{}}) {
+        const scheduler::Plan p = scheduler::make_plan(net, s, 4, 0, 1);
+        for (const scheduler::LayerPlan& lp : p.layers) {
+            CHECK(lp.tiles.size() == 1);
+            for (const scheduler::TilePlan& t : lp.tiles) {
+                CHECK(t.forward.empty());
+                CHECK(t.backward.empty());
+                CHECK(t.leader);
+                CHECK_FALSE(t.replicated);
+                CHECK(t.box == (scheduler::Box{0, lp.whole.n, 0, lp.whole.h, 0, lp.whole.w}));
+            }
+        }
+    }
+}
+
+TEST_CASE("a plan refuses a split of the samples that the mini-batch cannot fill", "[plan]") {
+    auto l = load("samples/mesh_tiny.net", "samples/mesh_tiny_sample_4.sched");
+    CHECK_THROWS_AS(scheduler::make_plan(l->net->net, *l->schedule, 2, 0, 4), std::invalid_argument);
+}
+
+TEST_CASE("check --dump-after plan prints one process's plan", "[cli][plan]") {
+    const Result r = run_dsl("check samples/mesh_tiny.net samples/mesh_tiny_spatial_hw_4.sched --dump-after plan --rank 1");
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.err.find("// after plan") != std::string::npos);
+    CHECK(r.err.find("plan of rank 1 of 4") != std::string::npos);
+    CHECK(r.err.find("to rank 0") != std::string::npos);     // rank 1 sends its neighbour a halo
+    CHECK(r.err.find("from rank 3") != std::string::npos);   // and receives one from below
+    CHECK(r.err.find("gradient buffers:") != std::string::npos);
+
+    const Result one = run_dsl("check samples/mesh_tiny.net --dump-after plan");
+    INFO(one.err);
+    CHECK(one.exit_code == 0);
+    CHECK(one.err.find("plan of rank 0 of 1") != std::string::npos);
+    CHECK(one.err.find(" to rank") == std::string::npos);
+    CHECK(one.err.find(" from rank") == std::string::npos);
+}
+
+TEST_CASE("check --rank outside the run, or without --dump-after plan, is a usage error", "[cli][plan]") {
+    const Result far = run_dsl("check samples/mesh_tiny.net samples/mesh_tiny_spatial_hw_4.sched --dump-after plan --rank 4");
+    CHECK(far.exit_code == 2);
+    CHECK(far.err == "error: --rank 4 is out of range: the run has 4 processes (ranks 0 to 3)\n");
+    const Result alone = run_dsl("check samples/mesh_tiny.net --rank 0");
+    CHECK(alone.exit_code == 2);
+    CHECK(alone.err.find("--dump-after plan") != std::string::npos);
+    const Result open = run_dsl("check samples/mesh_tiny.net samples/mesh_tiny_partial_4.sched --dump-after plan");
+    CHECK(open.exit_code == 1);
+    CHECK(open.err.find("leaves its distribution open") != std::string::npos);
+}
