@@ -95,8 +95,8 @@ void setup_check(CLI::App& app, Action& action) {
         ->check(positive_count());
     sub->add_option("--dump-after", o->dump_after,
                     "Print the state after a stage to stderr: parse, imports, elaborate, shapes (the network), "
-                    "plan (one process's execution plan)")
-        ->check(CLI::IsMember({"parse", "imports", "elaborate", "shapes", "plan"}));
+                    "schedule (bound to it), plan (one process's execution plan)")
+        ->check(CLI::IsMember(stages));
     sub->add_option("--rank", o->rank, "With --dump-after plan: the process whose plan is printed (default 0)")
         ->check(nonnegative_count());
     sub->footer("Example:\n  dsl check samples/mesh_tiny.net samples/mesh_tiny_hybrid_4.sched");

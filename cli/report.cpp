@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <iostream>
 #include <set>
 
 namespace dsl::cli {
@@ -71,6 +72,27 @@ bool check_procs(const Checked& c, std::optional<std::int64_t> flag, std::option
     return ok;
 }
 
+// The bound schedule as .sched text: every layer's distribution in an entry of its own, a field the schedule
+// leaves open left out (a layer with none set, a comment), so that it applies back to the same schedule.
+std::string bound_schedule_text(const frontend::Network& net, const scheduler::Schedule& s) {
+    std::string text = "# every layer's distribution as the schedule sets it\n";
+    if (s.procs) text += fmt::format("procs = {}\n", *s.procs);
+    if (s.batch) text += fmt::format("batch = {}\n", *s.batch);
+    if (s.platform) text += fmt::format("# platform: {}\n", *s.platform);
+    text += "\n";
+    for (std::size_t i = 0; i < net.layers.size(); ++i) {
+        const Layer& l = net.layers[i];
+        if (l.is_data()) continue;  // read in its first reader's distribution
+        const scheduler::Distribution& d = s.layers[i];
+        std::string fields;
+        if (d.split) fields += " " + d.split->str();
+        if (d.overlap) fields += *d.overlap ? " overlap=on" : " overlap=off";
+        if (d.bn && l.op == OpKind::batchnorm) fields += fmt::format(" bn={}", scheduler::bn_name(*d.bn));
+        text += fields.empty() ? fmt::format("# layer {}: open\n", l.name) : fmt::format("layer {}{}\n", l.name, fields);
+    }
+    return text;
+}
+
 }  // namespace
 
 std::optional<Checked> load_and_check(const std::string& net_path, const std::string& sched_path,
@@ -86,6 +108,8 @@ std::optional<Checked> load_and_check(const std::string& net_path, const std::st
     if (c.sched_file) {
         c.schedule = scheduler::apply_schedule(c.net.net, *c.sched_file, diags);
         if (!c.schedule) return std::nullopt;
+        if (dump_after == "schedule")
+            std::cerr << "// after schedule\n" << bound_schedule_text(c.net.net, *c.schedule);
     }
     // The mini-batch the command runs: apply_schedule has checked the schedule's own, but --batch (or the
     // command's default) may differ.

@@ -9,8 +9,16 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace dsl::cli {
+
+// The stages a network and its schedule go through, in order, each named as `--dump-after` names it: the
+// front end's (load_network: parse, imports, elaborate, shapes), the schedule bound to the network
+// (load_and_check), and one process's execution plan (scheduler::make_plan, which `dsl run` makes on every
+// process before it trains). The auto-scheduler, where a command runs it, fills the bound schedule's open
+// fields between `schedule` and `plan`.
+inline const std::vector<std::string> stages{"parse", "imports", "elaborate", "shapes", "schedule", "plan"};
 
 struct Checked {
     frontend::LoadedNetwork net;
@@ -26,7 +34,8 @@ struct BatchChoice {
 };
 
 // Runs the front end on `net_path` and, when `sched_path` is not empty, parses and applies the schedule and
-// checks it against the mini-batch `batch` chooses, at the schedule's lines. A network without a loss is an
+// checks it against the mini-batch `batch` chooses, at the schedule's lines; prints the state after the stage
+// `dump_after` names, up to `schedule`. A network without a loss is an
 // error where the command `trains` it, else a warning. Errors go to `diags`; nullopt when there was any.
 std::optional<Checked> load_and_check(const std::string& net_path, const std::string& sched_path,
                                       SourceManager& sources, Diagnostics& diags, const std::string& dump_after,

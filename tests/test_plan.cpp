@@ -1,5 +1,6 @@
 // The execution plan: for sample schedules, what every process plans agrees with what every other plans
-// (each piece sent is a piece received), pieces lie where their tiles are, and one process moves nothing.
+// (each piece sent is a piece received), pieces lie where their tiles are, and one process moves nothing;
+// `dsl check --dump-after plan` and `schedule`.
 #include "run_dsl.hpp"
 
 #include <dsl/frontend/parse.hpp>
@@ -7,7 +8,9 @@
 #include <dsl/scheduler/plan.hpp>
 
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
+#include <fstream>
 #include <set>
 #include <string>
 #include <tuple>
@@ -158,4 +161,22 @@ TEST_CASE("check --rank outside the run, or without --dump-after plan, is a usag
     const Result open = run_dsl("check samples/mesh_tiny.net samples/mesh_tiny_partial_4.sched --dump-after plan");
     CHECK(open.exit_code == 1);
     CHECK(open.err.find("leaves its distribution open") != std::string::npos);
+}
+
+TEST_CASE("check --dump-after schedule prints .sched text that binds the same distributions", "[cli][plan]") {
+    for (const std::string sched : {"samples/mesh_tiny_mixed_4.sched", "samples/mesh_tiny_partial_4.sched"}) {
+        INFO(sched);
+        const Result r = run_dsl("check samples/mesh_tiny.net " + sched + " --dump-after schedule --json");
+        INFO(r.err);
+        REQUIRE(r.exit_code == 0);
+        const std::string header = "// after schedule\n";
+        REQUIRE(r.err.rfind(header, 0) == 0);
+        const fs::path copy = fs::temp_directory_path() / ("dsl_bound_" + std::to_string(::getpid()) + ".sched");
+        std::ofstream(copy) << r.err.substr(header.size());
+        const Result again = run_dsl("check samples/mesh_tiny.net '" + copy.string() + "' --json");
+        fs::remove(copy);
+        INFO(again.err);
+        REQUIRE(again.exit_code == 0);
+        CHECK(nlohmann::json::parse(again.out)["layers"] == nlohmann::json::parse(r.out)["layers"]);
+    }
 }
