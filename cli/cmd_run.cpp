@@ -402,7 +402,9 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
     }
     std::unique_ptr<backend::Trainer> trainer;
     try {
-        trainer = std::make_unique<backend::Trainer>(net, kernels, cfg, schedule, comm);
+        // This process's plan (the stage after the filled schedule), which the trainer executes.
+        const scheduler::Plan plan = scheduler::make_plan(net, schedule, cfg.batch, comm.rank(), comm.size());
+        trainer = std::make_unique<backend::Trainer>(net, kernels, cfg, plan, comm);
     } catch (const std::invalid_argument& e) {
         io.err() << fmt::format("error: {} (--batch, or 'batch' in the schedule)\n", e.what());
         return user_error;

@@ -1,5 +1,6 @@
-// The interpreter: allocates each layer's tiles (with the margins its readers need), initializes the
-// parameters from the seed, and runs forward, backward and SGD through the kernel interfaces.
+// The interpreter, an executor of a plan (scheduler/plan.hpp): allocates each layer's tiles as the plan places
+// them (with the margins its readers need), initializes the parameters from the seed, and runs forward,
+// backward and SGD through the kernel interfaces, moving halos and shuffles as the plan's pieces say.
 #include <dsl/backend/trainer.hpp>
 
 #include <dsl/backend/synthetic.hpp>

@@ -1,6 +1,6 @@
 // Tiles: which block of a tensor each process holds under a split, and which part of its input a windowed
-// layer (convolution, pooling) reads. The trainer places its tiles with these, and the performance model
-// predicts halos and shuffles with the same arithmetic.
+// layer (convolution, pooling) reads. The plan (plan.hpp) places the trainer's tiles with these, and the
+// performance model predicts halos and shuffles with the same arithmetic.
 #pragma once
 
 #include <dsl/frontend/network.hpp>
