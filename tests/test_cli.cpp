@@ -328,7 +328,6 @@ TEST_CASE("explain says where its figures come from", "[cli][model]") {
     CHECK(lassen.out.find("figures: the published figures of the stdlib platform 'lassen'") != std::string::npos);
 }
 
-
 TEST_CASE("schedule and calibrate refuse an -o they could not write before they search or measure", "[cli]") {
     const fs::path dir = fs::temp_directory_path() / ("dsl_o_" + std::to_string(::getpid()));
     fs::create_directories(dir / "folder");
@@ -350,7 +349,6 @@ TEST_CASE("schedule and calibrate refuse an -o they could not write before they 
     fs::remove_all(dir);
 }
 
-
 TEST_CASE("a --procs that the schedule's procs contradicts is an error at that line, for every verb", "[cli]") {
     for (const std::string verb : {"run", "explain", "schedule"}) {
         const Result r = run_dsl(verb + " samples/mesh_tiny.net samples/mesh_tiny_hybrid_4.sched --procs 2");
@@ -362,7 +360,6 @@ TEST_CASE("a --procs that the schedule's procs contradicts is an error at that l
         CHECK(r.out.empty());
     }
 }
-
 
 TEST_CASE("every verb has help with an example", "[cli]") {
     for (const std::string verb : {"check", "print", "run", "schedule", "explain", "compare", "calibrate"}) {

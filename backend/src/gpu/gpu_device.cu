@@ -41,8 +41,8 @@ cudaStream_t stream() {
 
 }  // namespace gpu
 
-using gpu::check;
 using gpu::bind_device;
+using gpu::check;
 using gpu::selected_device;
 using gpu::stream_created;
 
@@ -95,9 +95,17 @@ std::int64_t gpu_memory_in_use() {
 Kernels gpu_kernels(const GpuOptions& options) {
     static const Kernels set = [&] {
         gpu::context().options = options;
-        return Kernels{gpu::conv_kernels(), gpu::batchnorm_kernels(), gpu::activation_kernels(), gpu::pool_kernels(),
-                       gpu::fc_kernels(), gpu::eltwise_kernels(), gpu::loss_kernels(), gpu::memory_kernels(),
-                       gpu::synthetic_kernels()};
+        Kernels k;
+        k.conv = gpu::conv_kernels();
+        k.batchnorm = gpu::batchnorm_kernels();
+        k.activation = gpu::activation_kernels();
+        k.pool = gpu::pool_kernels();
+        k.fc = gpu::fc_kernels();
+        k.eltwise = gpu::eltwise_kernels();
+        k.loss = gpu::loss_kernels();
+        k.memory = gpu::memory_kernels();
+        k.synthetic = gpu::synthetic_kernels();
+        return k;
     }();
     return set;
 }

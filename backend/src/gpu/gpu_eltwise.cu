@@ -14,7 +14,6 @@ namespace dsl::backend::gpu {
 
 namespace {
 
-
 // The sum of `count` inputs in double, rounded once, as the reference adds.
 struct SumInputs : PerElement {
     int count;
