@@ -1,7 +1,7 @@
 // The `dsl` command: parses the command line and runs one verb, mapping its result to an exit code.
 #include "commands.hpp"
 
-#include <dsl/frontend/diagnostics.hpp>
+#include <dsl/base/diagnostics.hpp>
 
 #include <CLI/CLI.hpp>
 

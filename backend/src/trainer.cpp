@@ -6,7 +6,7 @@
 
 #include "splitmix.hpp"
 
-#include <dsl/frontend/diagnostics.hpp>
+#include <dsl/base/diagnostics.hpp>
 
 #include <algorithm>
 #include <chrono>

@@ -13,7 +13,7 @@
 #include "../synthetic_formula.hpp"
 
 #include <dsl/backend/gpu.hpp>
-#include <dsl/frontend/diagnostics.hpp>
+#include <dsl/base/diagnostics.hpp>
 
 #include <cudnn.h>
 

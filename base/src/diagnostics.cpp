@@ -1,5 +1,5 @@
 // Collecting and rendering diagnostics in clang's form.
-#include <dsl/frontend/diagnostics.hpp>
+#include <dsl/base/diagnostics.hpp>
 
 #include <fmt/format.h>
 

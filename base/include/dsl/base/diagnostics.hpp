@@ -1,7 +1,7 @@
 // Diagnostics in clang's form (`file:line:col: error: message`, the source line, a caret), collected per run.
 #pragma once
 
-#include <dsl/frontend/source.hpp>
+#include <dsl/base/source.hpp>
 
 #include <ostream>
 #include <stdexcept>
