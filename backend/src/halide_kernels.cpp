@@ -3,7 +3,7 @@
 #include "halide_kernels.hpp"
 #include "kernel_checks.hpp"
 
-#include <dsl/base/diagnostics.hpp>
+#include <dsl/base/error.hpp>
 
 #include <HalideRuntime.h>
 

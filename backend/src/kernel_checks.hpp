@@ -4,7 +4,7 @@
 #pragma once
 
 #include <dsl/backend/kernels.hpp>
-#include <dsl/base/diagnostics.hpp>
+#include <dsl/base/error.hpp>
 
 #include <string>
 

@@ -3,7 +3,7 @@
 #include "kernel_checks.hpp"
 
 #include <dsl/backend/kernels.hpp>
-#include <dsl/base/diagnostics.hpp>
+#include <dsl/base/error.hpp>
 
 #include <algorithm>
 #include <cmath>

@@ -6,7 +6,7 @@
 
 #include "splitmix.hpp"
 
-#include <dsl/base/diagnostics.hpp>
+#include <dsl/base/error.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -218,9 +218,9 @@ struct Trainer::Impl {
     void check_batch() {
         for (std::size_t i = 0; i < net.layers.size(); ++i)
             if (dist[i].split->n > config.batch)
-                throw std::invalid_argument("layer '" + net.layers[i].name + "' splits the samples " +
-                                            std::to_string(dist[i].split->n) + " ways, but the mini-batch has " +
-                                            std::to_string(config.batch));
+                throw UserError("layer '" + net.layers[i].name + "' splits the samples " +
+                                std::to_string(dist[i].split->n) + " ways, but the mini-batch has " +
+                                std::to_string(config.batch));
     }
 
     bool whole_planes(const Spec& s) const {

@@ -111,10 +111,6 @@ std::string Diagnostics::colored(bool color) const {
     return out;
 }
 
-void internal_failure(const char* file, int line, const char* condition, const std::string& what) {
-    throw InternalError(fmt::format("internal error at {}:{}: {} ({})", file, line, what, condition));
-}
-
 namespace {
 
 // Edit distance where swapping two neighbouring characters counts as one edit, the commonest typo.

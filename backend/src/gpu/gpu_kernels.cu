@@ -13,7 +13,7 @@
 #include "../synthetic_formula.hpp"
 
 #include <dsl/backend/gpu.hpp>
-#include <dsl/base/diagnostics.hpp>
+#include <dsl/base/error.hpp>
 
 #include <cudnn.h>
 
@@ -867,8 +867,8 @@ void check_cudnn(cudnnStatus_t status, const char* what) {
 
 int to_int(std::int64_t v, const char* what) {
     if (v < 0 || v > INT_MAX)
-        throw std::runtime_error(std::string("cuDNN convolution: ") + what + " " + std::to_string(v) +
-                                 " does not fit cuDNN's 32-bit sizes");
+        throw UserError(std::string("cuDNN convolution: ") + what + " " + std::to_string(v) +
+                        " does not fit cuDNN's 32-bit sizes");
     return static_cast<int>(v);
 }
 
@@ -1177,8 +1177,8 @@ private:
             dense.reset();
         }
         if (!strided && !dense)
-            throw std::runtime_error(problem + ": no algorithm runs within the workspace of " +
-                                     std::to_string(context().options.workspace) + " bytes");
+            throw UserError(problem + ": no algorithm runs within the workspace of " +
+                            std::to_string(context().options.workspace) + " bytes");
         std::unique_ptr<Candidate> chosen =
             strided && (!dense || strided->milliseconds <= dense->milliseconds + copy_ms) ? std::move(strided)
                                                                                           : std::move(dense);
@@ -1662,17 +1662,17 @@ int gpu_devices(std::string* why) {
 }
 
 void gpu_select(int device) {
-    if (stream_created && device != selected_device.load())
-        throw std::logic_error("gpu_select(" + std::to_string(device) + ") after device " +
-                               std::to_string(selected_device.load()) + " was first used");
+    DSL_INTERNAL_CHECK(!stream_created || device == selected_device.load(),
+                       "gpu_select(" + std::to_string(device) + ") after device " +
+                           std::to_string(selected_device.load()) + " was first used");
     check(cudaSetDevice(device), "cudaSetDevice");
     selected_device = device;
     bind_device();
 }
 
 int gpu_for_local_rank(int local_rank, int devices) {
-    if (devices <= 0) throw std::invalid_argument("gpu_for_local_rank: no GPU to choose from");
-    if (local_rank < 0) throw std::invalid_argument("gpu_for_local_rank: negative local rank");
+    DSL_INTERNAL_CHECK(devices > 0, "gpu_for_local_rank: no GPU to choose from");
+    DSL_INTERNAL_CHECK(local_rank >= 0, "gpu_for_local_rank: negative local rank");
     return local_rank % devices;
 }
 
