@@ -3,6 +3,7 @@
 #include "commands.hpp"
 #include "report.hpp"
 
+#include <dsl/base/error.hpp>
 #include <dsl/scheduler/plan.hpp>
 
 #include <CLI/CLI.hpp>
@@ -10,7 +11,6 @@
 
 #include <iostream>
 #include <memory>
-#include <stdexcept>
 
 namespace dsl::cli {
 
@@ -53,7 +53,7 @@ int dump_plan(const Checked& c, const CheckOptions& o, std::int64_t batch) {
         const scheduler::Plan plan =
             scheduler::make_plan(net, s, batch, static_cast<int>(rank), static_cast<int>(procs));
         std::cerr << "// after plan\n" << scheduler::plan_text(net, plan);
-    } catch (const std::invalid_argument& e) {
+    } catch (const UserError& e) {
         std::cerr << "error: " << e.what() << "\n";
         return user_error;
     }

@@ -3,6 +3,7 @@
 // `dsl check --dump-after plan` and `schedule`.
 #include "run_dsl.hpp"
 
+#include <dsl/base/error.hpp>
 #include <dsl/frontend/parse.hpp>
 #include <dsl/frontend/passes.hpp>
 #include <dsl/scheduler/plan.hpp>
@@ -130,7 +131,7 @@ TEST_CASE("the one-process plan moves nothing and places one tile per tensor", "
 
 TEST_CASE("a plan refuses a split of the samples that the mini-batch cannot fill", "[plan]") {
     auto l = load("samples/mesh_tiny.net", "samples/mesh_tiny_sample_4.sched");
-    CHECK_THROWS_AS(scheduler::make_plan(l->net->net, *l->schedule, 2, 0, 4), std::invalid_argument);
+    CHECK_THROWS_AS(scheduler::make_plan(l->net->net, *l->schedule, 2, 0, 4), UserError);
 }
 
 TEST_CASE("check --dump-after plan prints one process's plan", "[cli][plan]") {

@@ -7,7 +7,7 @@
 
 #include "splitmix.hpp"
 
-#include <dsl/frontend/diagnostics.hpp>
+#include <dsl/base/error.hpp>
 
 #include <algorithm>
 #include <chrono>

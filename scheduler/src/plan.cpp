@@ -2,10 +2,11 @@
 // and process groups, in that order.
 #include <dsl/scheduler/plan.hpp>
 
+#include <dsl/base/error.hpp>
+
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <stdexcept>
 
 namespace dsl::scheduler {
 
@@ -47,9 +48,9 @@ struct Planner {
     void check_batch() const {
         for (std::size_t i = 0; i < net.layers.size(); ++i)
             if (plan.layers[i].dist.split->n > plan.batch)
-                throw std::invalid_argument("layer '" + net.layers[i].name + "' splits the samples " +
-                                            std::to_string(plan.layers[i].dist.split->n) +
-                                            " ways, but the mini-batch has " + std::to_string(plan.batch));
+                throw UserError("layer '" + net.layers[i].name + "' splits the samples " +
+                                std::to_string(plan.layers[i].dist.split->n) + " ways, but the mini-batch has " +
+                                std::to_string(plan.batch));
     }
 
     // ---- Placement: boxes of tiles on every process.

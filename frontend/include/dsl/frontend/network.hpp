@@ -2,7 +2,7 @@
 // topological order, with the shapes and costs that shape inference fills in.
 #pragma once
 
-#include <dsl/frontend/source.hpp>
+#include <dsl/base/source.hpp>
 
 #include <array>
 #include <cstdint>

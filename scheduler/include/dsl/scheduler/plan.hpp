@@ -103,8 +103,8 @@ struct Plan {
 };
 
 // The plan of process `rank` of `procs` running `net` under `schedule` (filled: every field of every layer
-// set; its layers may be empty, for one process) with mini-batches of `batch`. Throws
-// std::invalid_argument when a layer splits the samples more ways than the mini-batch has.
+// set; its layers may be empty, for one process) with mini-batches of `batch`. A layer that splits the
+// samples more ways than the mini-batch has is a UserError.
 Plan make_plan(const frontend::Network& net, const Schedule& schedule, std::int64_t batch, int rank, int procs);
 
 // A readable text form of a plan, one block per layer (what `dsl check --dump-after plan` prints).
