@@ -6,8 +6,8 @@
 #include <dsl/base/error.hpp>
 #include <dsl/scheduler/plan.hpp>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <iostream>
 #include <memory>
@@ -34,9 +34,10 @@ int dump_plan(const Checked& c, const CheckOptions& o, std::int64_t batch) {
     if (c.schedule) {
         for (std::size_t i = 0; i < net.layers.size(); ++i) {
             if (net.layers[i].is_data() || s.layers[i].complete()) continue;
-            std::cerr << fmt::format("error: layer '{}' leaves its distribution open, and a plan needs every field "
-                                     "fixed (dsl schedule fills them)\n",
-                                     net.layers[i].name);
+            std::cerr << fmt::format(
+                "error: layer '{}' leaves its distribution open, and a plan needs every field "
+                "fixed (dsl schedule fills them)\n",
+                net.layers[i].name);
             return user_error;
         }
         procs = s.procs.value_or(0);

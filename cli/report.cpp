@@ -88,7 +88,8 @@ std::string bound_schedule_text(const frontend::Network& net, const scheduler::S
         if (d.split) fields += " " + d.split->str();
         if (d.overlap) fields += *d.overlap ? " overlap=on" : " overlap=off";
         if (d.bn && l.op == OpKind::batchnorm) fields += fmt::format(" bn={}", scheduler::bn_name(*d.bn));
-        text += fields.empty() ? fmt::format("# layer {}: open\n", l.name) : fmt::format("layer {}{}\n", l.name, fields);
+        text +=
+            fields.empty() ? fmt::format("# layer {}: open\n", l.name) : fmt::format("layer {}{}\n", l.name, fields);
     }
     return text;
 }
@@ -108,8 +109,7 @@ std::optional<Checked> load_and_check(const std::string& net_path, const std::st
     if (c.sched_file) {
         c.schedule = scheduler::apply_schedule(c.net.net, *c.sched_file, diags);
         if (!c.schedule) return std::nullopt;
-        if (dump_after == "schedule")
-            std::cerr << "// after schedule\n" << bound_schedule_text(c.net.net, *c.schedule);
+        if (dump_after == "schedule") std::cerr << "// after schedule\n" << bound_schedule_text(c.net.net, *c.schedule);
     }
     // The mini-batch the command runs: apply_schedule has checked the schedule's own, but --batch (or the
     // command's default) may differ.

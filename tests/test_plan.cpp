@@ -42,8 +42,8 @@ std::unique_ptr<Loaded> load(const std::string& net, const std::string& sched) {
 }
 
 // A piece as both ends see it: (layer, tile id, from, to, box).
-using Key = std::tuple<int, int, int, int, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
-                       std::int64_t>;
+using Key =
+    std::tuple<int, int, int, int, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t>;
 Key key(int layer, int id, int from, int to, const scheduler::Box& b) {
     return {layer, id, from, to, b.n0, b.n1, b.y0, b.y1, b.x0, b.x1};
 }
@@ -51,13 +51,13 @@ Key key(int layer, int id, int from, int to, const scheduler::Box& b) {
 }  // namespace
 
 TEST_CASE("every process's plan sends what its peers' plans receive", "[plan]") {
-    const auto [net_file, sched_file] = GENERATE(table<std::string, std::string>(
-        {{"samples/mesh_tiny.net", "samples/mesh_tiny_hybrid_4.sched"},
-         {"samples/mesh_tiny.net", "samples/mesh_tiny_mixed_4.sched"},
-         {"samples/mesh_tiny.net", "samples/mesh_tiny_spatial_hw_4.sched"},
-         {"samples/resnet_tiny.net", "samples/resnet_tiny_hybrid_4.sched"},
-         {"tests/dist/odd.net", "tests/dist/odd_h3.sched"},
-         {"tests/dist/heads.net", "tests/dist/heads_hybrid_4.sched"}}));
+    const auto [net_file, sched_file] =
+        GENERATE(table<std::string, std::string>({{"samples/mesh_tiny.net", "samples/mesh_tiny_hybrid_4.sched"},
+                                                  {"samples/mesh_tiny.net", "samples/mesh_tiny_mixed_4.sched"},
+                                                  {"samples/mesh_tiny.net", "samples/mesh_tiny_spatial_hw_4.sched"},
+                                                  {"samples/resnet_tiny.net", "samples/resnet_tiny_hybrid_4.sched"},
+                                                  {"tests/dist/odd.net", "tests/dist/odd_h3.sched"},
+                                                  {"tests/dist/heads.net", "tests/dist/heads_hybrid_4.sched"}}));
     INFO(sched_file);
     auto l = load(net_file, sched_file);
     const auto& net = l->net->net;
@@ -135,13 +135,14 @@ TEST_CASE("a plan refuses a split of the samples that the mini-batch cannot fill
 }
 
 TEST_CASE("check --dump-after plan prints one process's plan", "[cli][plan]") {
-    const Result r = run_dsl("check samples/mesh_tiny.net samples/mesh_tiny_spatial_hw_4.sched --dump-after plan --rank 1");
+    const Result r =
+        run_dsl("check samples/mesh_tiny.net samples/mesh_tiny_spatial_hw_4.sched --dump-after plan --rank 1");
     INFO(r.err);
     REQUIRE(r.exit_code == 0);
     CHECK(r.err.find("// after plan") != std::string::npos);
     CHECK(r.err.find("plan of rank 1 of 4") != std::string::npos);
-    CHECK(r.err.find("to rank 0") != std::string::npos);     // rank 1 sends its neighbour a halo
-    CHECK(r.err.find("from rank 3") != std::string::npos);   // and receives one from below
+    CHECK(r.err.find("to rank 0") != std::string::npos);    // rank 1 sends its neighbour a halo
+    CHECK(r.err.find("from rank 3") != std::string::npos);  // and receives one from below
     CHECK(r.err.find("gradient buffers:") != std::string::npos);
 
     const Result one = run_dsl("check samples/mesh_tiny.net --dump-after plan");
@@ -153,7 +154,8 @@ TEST_CASE("check --dump-after plan prints one process's plan", "[cli][plan]") {
 }
 
 TEST_CASE("check --rank outside the run, or without --dump-after plan, is a usage error", "[cli][plan]") {
-    const Result far = run_dsl("check samples/mesh_tiny.net samples/mesh_tiny_spatial_hw_4.sched --dump-after plan --rank 4");
+    const Result far =
+        run_dsl("check samples/mesh_tiny.net samples/mesh_tiny_spatial_hw_4.sched --dump-after plan --rank 4");
     CHECK(far.exit_code == 2);
     CHECK(far.err == "error: --rank 4 is out of range: the run has 4 processes (ranks 0 to 3)\n");
     const Result alone = run_dsl("check samples/mesh_tiny.net --rank 0");

@@ -162,7 +162,9 @@ struct Trainer::Impl {
     }
 
     Dims global_dims(int layer) const { return dims_of(plan.layers[static_cast<std::size_t>(layer)].whole); }
-    bool overlap_of(int layer) const { return plan.layers[static_cast<std::size_t>(layer)].dist.overlap.value_or(false); }
+    bool overlap_of(int layer) const {
+        return plan.layers[static_cast<std::size_t>(layer)].dist.overlap.value_or(false);
+    }
 
     Region region(const Layer& l, int index) {
         const Tile& in = *slots[static_cast<std::size_t>(index)].operands[0];
@@ -191,7 +193,8 @@ struct Trainer::Impl {
             for (std::size_t j = 0; j < l.inputs.size(); ++j) {
                 const int t = plan.layers[i].operands[j];
                 slots[i].operands.push_back(
-                    t < 0 ? nullptr : slots[static_cast<std::size_t>(l.inputs[j])].tiles[static_cast<std::size_t>(t)].get());
+                    t < 0 ? nullptr
+                          : slots[static_cast<std::size_t>(l.inputs[j])].tiles[static_cast<std::size_t>(t)].get());
             }
         }
         for (std::size_t i = 0; i < slots.size(); ++i) {
@@ -210,8 +213,8 @@ struct Trainer::Impl {
         for (std::size_t i = 0; i < slots.size(); ++i) {
             const std::int64_t channels = global_dims(static_cast<int>(i)).c;
             for (auto& t : slots[i].tiles)
-                for (auto [exchange, messages] : {std::pair{&t->forward, &t->forward_messages},
-                                                  std::pair{&t->backward, &t->backward_messages}})
+                for (auto [exchange, messages] :
+                     {std::pair{&t->forward, &t->forward_messages}, std::pair{&t->backward, &t->backward_messages}})
                     for (auto [pieces, buffers] : {std::pair{&exchange->sends, &messages->sends},
                                                    std::pair{&exchange->receives, &messages->receives}})
                         for (const scheduler::Piece& piece : *pieces)
@@ -715,8 +718,7 @@ struct Trainer::Impl {
                 }
                 // With overlap, when this layer is the only reader of its input, the input's gradient is
                 // complete here: its halo goes back to the neighbours while the weight gradient is computed.
-                const bool send_now = overlap_of(index) && !is_input(&in) &&
-                                      !in.copy && in.readers == 1;
+                const bool send_now = overlap_of(index) && !is_input(&in) && !in.copy && in.readers == 1;
                 if (send_now) start_scatter(in);
                 k.conv->backward_weights(windowed_input(l, index), s.own().dy.interior(), s.dw.interior(),
                                          l.bias ? s.db.data() : nullptr, w);
@@ -832,9 +834,8 @@ Trainer::Trainer(const frontend::Network& net, Kernels kernels, TrainConfig conf
 
 Trainer::Trainer(const frontend::Network& net, Kernels kernels, TrainConfig config, const scheduler::Schedule& schedule,
                  Comm& comm)
-    : impl_(std::make_unique<Impl>(net, kernels, config,
-                                   scheduler::make_plan(net, schedule, config.batch, comm.rank(), comm.size()),
-                                   &comm)) {}
+    : impl_(std::make_unique<Impl>(
+          net, kernels, config, scheduler::make_plan(net, schedule, config.batch, comm.rank(), comm.size()), &comm)) {}
 
 Trainer::Trainer(const frontend::Network& net, Kernels kernels, TrainConfig config, const scheduler::Plan& plan,
                  Comm& comm)

@@ -334,12 +334,11 @@ std::string plan_text(const frontend::Network& net, const Plan& plan) {
         out += fmt::format("layer {} ({}): split {}\n", l.name, frontend::op_name(l.op), s.dist.split->str());
         for (std::size_t j = 0; j < s.operands.size(); ++j) {
             const std::string& in = net.layers[static_cast<std::size_t>(l.inputs[j])].name;
-            out += s.operands[j] < 0
-                       ? fmt::format("  reads {}: labels over its logits' tile\n", in)
-                       : fmt::format("  reads {}: tile {}\n", in,
-                                     plan.layers[static_cast<std::size_t>(l.inputs[j])]
-                                         .tiles[static_cast<std::size_t>(s.operands[j])]
-                                         .id);
+            out += s.operands[j] < 0 ? fmt::format("  reads {}: labels over its logits' tile\n", in)
+                                     : fmt::format("  reads {}: tile {}\n", in,
+                                                   plan.layers[static_cast<std::size_t>(l.inputs[j])]
+                                                       .tiles[static_cast<std::size_t>(s.operands[j])]
+                                                       .id);
         }
         for (const TilePlan& t : s.tiles) {
             const Margins& m = t.need;

@@ -71,8 +71,8 @@ struct TilePlan {
     // When its gradient is needed, in backward's order (slot L-1 is 0): from when the first reader writes it
     // (-1: a loss, in forward) to when its layer has used it. Tiles whose spans do not meet share memory.
     int grad_first = 0, grad_last = 0;
-    int grad_buffer = -1;     // index into Plan::grad_buffers; -1: no gradient (data)
-    bool zero_grad = false;   // the gradient is accumulated, or some of it is never written
+    int grad_buffer = -1;    // index into Plan::grad_buffers; -1: no gradient (data)
+    bool zero_grad = false;  // the gradient is accumulated, or some of it is never written
     Exchange forward, backward;
 };
 
@@ -87,18 +87,18 @@ struct GroupPlan {
 };
 
 struct LayerPlan {
-    Distribution dist;              // filled: split, overlap and bn all set
-    Extent whole;                   // the output tensor
-    std::vector<TilePlan> tiles;    // the own tile first, then copies (none for a label)
-    std::vector<int> operands;      // per input: the index of the tile it reads in the input's layer; -1 for
-                                    // labels, which a loss makes over its logits' tile
+    Distribution dist;            // filled: split, overlap and bn all set
+    Extent whole;                 // the output tensor
+    std::vector<TilePlan> tiles;  // the own tile first, then copies (none for a label)
+    std::vector<int> operands;    // per input: the index of the tile it reads in the input's layer; -1 for
+                                  // labels, which a loss makes over its logits' tile
     GroupPlan group;
 };
 
 struct Plan {
     int rank = 0, procs = 1;
     std::int64_t batch = 1;
-    std::vector<LayerPlan> layers;          // indexed like Network::layers
+    std::vector<LayerPlan> layers;           // indexed like Network::layers
     std::vector<std::int64_t> grad_buffers;  // elements of each buffer that gradients share
 };
 
