@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <map>
 #include <set>
 #include <string>
 #include <tuple>
@@ -107,6 +108,16 @@ TEST_CASE("every process's plan sends what its peers' plans receive", "[plan]") 
         }
     }
     CHECK(pieces > 0);
+    // Of the processes that hold the same block of a tile (replicas), exactly one speaks for them.
+    for (std::size_t i = 0; i < net.layers.size(); ++i)
+        for (std::size_t t = 0; t < plans[0].layers[i].tiles.size(); ++t) {
+            std::map<Key, int> leaders;
+            for (const scheduler::Plan& p : plans) {
+                const scheduler::TilePlan& tile = p.layers[i].tiles[t];
+                leaders[key(0, 0, 0, 0, tile.box)] += tile.leader ? 1 : 0;
+            }
+            for (const auto& [box, count] : leaders) CHECK(count == 1);
+        }
     CHECK(sent[0] == received[0]);
     CHECK(sent[1] == received[1]);
 }
