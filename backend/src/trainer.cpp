@@ -43,7 +43,7 @@ Window window_of(const Layer& l) {
     Window w;
     w.kernel = l.kernel;
     w.stride = l.stride;
-    w.dilation = l.op == OpKind::conv ? l.dilation : frontend::Pair{1, 1};
+    w.dilation = {scheduler::window_dilation(l, 0), scheduler::window_dilation(l, 1)};
     return w;
 }
 

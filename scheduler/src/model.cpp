@@ -530,8 +530,8 @@ ShuffleCost Model::shuffle(int reader, int input, const Split& from, const Split
                          window ? r.stride[1] : 0,
                          window ? r.pad[0] : 0,
                          window ? r.pad[1] : 0,
-                         window && r.op == OpKind::conv ? r.dilation[0] : 1,
-                         window && r.op == OpKind::conv ? r.dilation[1] : 1};
+                         window ? window_dilation(r, 0) : 1,
+                         window ? window_dilation(r, 1) : 1};
     auto it = shuffles_.find(key);
     if (it == shuffles_.end()) {
         ShufflePoints s;

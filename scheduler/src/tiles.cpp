@@ -38,9 +38,10 @@ Box tile_box(const Extent& whole, const Split& split, std::int64_t rank, bool pl
     return b;
 }
 
+std::int64_t window_dilation(const Layer& layer, int d) { return layer.op == OpKind::conv ? layer.dilation[d] : 1; }
+
 std::int64_t window_extent(const Layer& layer, int d, std::int64_t outputs) {
-    const std::int64_t dilation = layer.op == OpKind::conv ? layer.dilation[d] : 1;
-    return window_extent(outputs, layer.kernel[d], layer.stride[d], dilation);
+    return window_extent(outputs, layer.kernel[d], layer.stride[d], window_dilation(layer, d));
 }
 
 Box window_input(const Layer& layer, const Box& out) {

@@ -75,5 +75,7 @@ std::vector<Box> edge_strips(const Box& out, const Box& inner);
 
 // The input rows (or columns) a window reads for `outputs` outputs along dimension d (0: H, 1: W).
 std::int64_t window_extent(const frontend::Layer& layer, int d, std::int64_t outputs);
+// The spacing of a window's taps along dimension d: a convolution's dilation; pooling windows are dense.
+std::int64_t window_dilation(const frontend::Layer& layer, int d);
 
 }  // namespace dsl::scheduler
