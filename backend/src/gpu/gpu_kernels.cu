@@ -1380,15 +1380,28 @@ public:
 
 class GpuActivation final : public ActivationKernels {
 public:
-    void forward(ConstView x, float slope, View y) override {
+    void forward(frontend::Activation f, ConstView x, float slope, View y) override {
         check_same_dims(x, y, "activation forward");
-        map("activation forward", y.dims, Merge::all, operand(y), inputs(x), LeakyForward{{}, slope});
+        switch (f) {
+            case frontend::Activation::relu:
+            case frontend::Activation::leaky_relu:
+                return map("activation forward", y.dims, Merge::all, operand(y), inputs(x), LeakyForward{{}, slope});
+            case frontend::Activation::none: break;
+        }
+        throw dsl::InternalError("activation kernels called without a function");
     }
 
-    void backward(ConstView x, ConstView dy, float slope, View dx) override {
+    void backward(frontend::Activation f, ConstView x, ConstView dy, float slope, View dx) override {
         check_same_dims(x, dy, "activation backward");
         check_same_dims(x, dx, "activation backward");
-        map("activation backward", dx.dims, Merge::all, operand(dx), inputs(x, dy), LeakyBackward{{}, slope});
+        switch (f) {
+            case frontend::Activation::relu:
+            case frontend::Activation::leaky_relu:
+                return map("activation backward", dx.dims, Merge::all, operand(dx), inputs(x, dy),
+                           LeakyBackward{{}, slope});
+            case frontend::Activation::none: break;
+        }
+        throw dsl::InternalError("activation kernels called without a function");
     }
 };
 
