@@ -1,7 +1,8 @@
 // Shape inference: each layer's output shape, parameters, MACs, FLOPs and activation memory, in order.
 //
 // FLOPs count the forward pass per sample: 2 per MAC for conv and fc (bias additions are not counted),
-// one per output element for batchnorm, relu and leaky_relu, (inputs - 1) per output element for add,
+// one per output element for batchnorm, an element-wise kind's own count per element (its `flops` in
+// layer_kinds.cpp: one for relu and leaky_relu), (inputs - 1) per output element for add,
 // one per window element for max/avg pooling (kernel area per output element), one per input element for
 // global_avgpool and the losses, none for concat (it only moves data).
 //
