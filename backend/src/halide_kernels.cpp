@@ -22,6 +22,8 @@
 #include <dsl_halide_max_pool_forward.h>
 #include <dsl_halide_plane_sum.h>
 #include <dsl_halide_sgd.h>
+#include <dsl_halide_sigmoid_backward.h>
+#include <dsl_halide_sigmoid_forward.h>
 
 #include <algorithm>
 #include <cmath>
@@ -134,6 +136,8 @@ public:
             case frontend::Activation::relu:
             case frontend::Activation::leaky_relu:
                 return check_halide(dsl_halide_leaky_relu_forward(xb.raw(), slope, yb.raw()), "leaky_relu_forward");
+            case frontend::Activation::sigmoid:
+                return check_halide(dsl_halide_sigmoid_forward(xb.raw(), yb.raw()), "sigmoid_forward");
             case frontend::Activation::none: break;
         }
         throw dsl::InternalError("activation kernels called without a function");
@@ -149,6 +153,8 @@ public:
             case frontend::Activation::leaky_relu:
                 return check_halide(dsl_halide_leaky_relu_backward(xb.raw(), dyb.raw(), slope, dxb.raw()),
                                     "leaky_relu_backward");
+            case frontend::Activation::sigmoid:
+                return check_halide(dsl_halide_sigmoid_backward(xb.raw(), dyb.raw(), dxb.raw()), "sigmoid_backward");
             case frontend::Activation::none: break;
         }
         throw dsl::InternalError("activation kernels called without a function");

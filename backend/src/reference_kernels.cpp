@@ -157,6 +157,7 @@ float activate(frontend::Activation f, float v, float slope) {
     switch (f) {
         case frontend::Activation::relu:
         case frontend::Activation::leaky_relu: return v > 0.0f ? v : slope * v;
+        case frontend::Activation::sigmoid: return 1.0f / (1.0f + std::exp(-v));
         case frontend::Activation::none: break;
     }
     throw dsl::InternalError("activation kernels called without a function");
@@ -167,6 +168,10 @@ float activate_backward(frontend::Activation f, float v, float g, float slope) {
     switch (f) {
         case frontend::Activation::relu:
         case frontend::Activation::leaky_relu: return v > 0.0f ? g : slope * g;
+        case frontend::Activation::sigmoid: {
+            const float y = activate(f, v, slope);
+            return g * y * (1.0f - y);
+        }
         case frontend::Activation::none: break;
     }
     throw dsl::InternalError("activation kernels called without a function");

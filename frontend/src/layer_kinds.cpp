@@ -47,6 +47,8 @@ std::vector<LayerKind> make_table() {
          .params = {{"slope", T::any_real, Field::slope, false, 0.01}},
          .activation = Activation::leaky_relu,
          .kernels = "activation"},
+        // exp, an add and a division per element.
+        {.op = OpKind::sigmoid, .name = "sigmoid", .activation = Activation::sigmoid, .flops = 4, .kernels = "sigmoid"},
         {.op = OpKind::maxpool,
          .name = "maxpool",
          .params = {{"kernel", T::positive_pair, Field::kernel, true},

@@ -420,6 +420,25 @@ struct LeakyBackward : PerElement {
     }
 };
 
+// 1 / (1 + exp(-x)), in float.
+__device__ inline float sigmoid_of(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+struct SigmoidForward : PerElement {
+    template <int S>
+    __device__ float operator()(NoRow, const float (&v)[S], std::int64_t) const {
+        return sigmoid_of(v[0]);
+    }
+};
+
+// Inputs x, dy: dy * y * (1 - y), with y recomputed from x.
+struct SigmoidBackward : PerElement {
+    template <int S>
+    __device__ float operator()(NoRow, const float (&v)[S], std::int64_t) const {
+        const float y = sigmoid_of(v[0]);
+        return v[1] * y * (1.0f - y);
+    }
+};
+
 // y + bias[c]: the bias of a convolution or fc, after cuDNN's sum.
 struct AddBias {
     const float* bias;
@@ -1386,6 +1405,8 @@ public:
             case frontend::Activation::relu:
             case frontend::Activation::leaky_relu:
                 return map("activation forward", y.dims, Merge::all, operand(y), inputs(x), LeakyForward{{}, slope});
+            case frontend::Activation::sigmoid:
+                return map("sigmoid forward", y.dims, Merge::all, operand(y), inputs(x), SigmoidForward{});
             case frontend::Activation::none: break;
         }
         throw dsl::InternalError("activation kernels called without a function");
@@ -1399,6 +1420,8 @@ public:
             case frontend::Activation::leaky_relu:
                 return map("activation backward", dx.dims, Merge::all, operand(dx), inputs(x, dy),
                            LeakyBackward{{}, slope});
+            case frontend::Activation::sigmoid:
+                return map("sigmoid backward", dx.dims, Merge::all, operand(dx), inputs(x, dy), SigmoidBackward{});
             case frontend::Activation::none: break;
         }
         throw dsl::InternalError("activation kernels called without a function");

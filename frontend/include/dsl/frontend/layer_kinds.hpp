@@ -20,6 +20,7 @@ enum class OpKind {
     batchnorm,
     relu,
     leaky_relu,
+    sigmoid,
     maxpool,
     avgpool,
     global_avgpool,
@@ -31,8 +32,9 @@ enum class OpKind {
 };
 
 // What an element-wise kind computes, element by element, as its kernels take it: y = f(x) forward,
-// dx = dy * f'(x) backward. relu is leaky_relu with slope 0 (its kernels are leaky_relu's).
-enum class Activation { none, relu, leaky_relu };
+// dx = dy * f'(x) backward. relu is leaky_relu with slope 0 (its kernels are leaky_relu's); sigmoid is
+// y = 1 / (1 + exp(-x)), dx = dy * y * (1 - y).
+enum class Activation { none, relu, leaky_relu, sigmoid };
 
 // The value a parameter takes, and the text of its type in errors.
 enum class ParamType { positive_int, positive_pair, nonneg_pair, boolean, positive_real, any_real, unit_real };
