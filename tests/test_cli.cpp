@@ -120,6 +120,27 @@ TEST_CASE("explain predicts every layer's time, the step and the memory", "[cli]
     CHECK(bad.err.find("fail_sched_product.sched:3:1: error:") != std::string::npos);
 }
 
+TEST_CASE("explain costs sigmoids: their kernels forward and backward, on their tiles", "[cli][model]") {
+    const Result r = run_dsl("explain tests/dist/sigmoid.net tests/dist/sigmoid_hybrid_4.sched --json");
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    const auto j = nlohmann::json::parse(r.out);
+    int sigmoids = 0;
+    for (const auto& l : j["layers"]) {
+        if (l["kind"] != "sigmoid") continue;
+        INFO(l["name"]);
+        ++sigmoids;
+        CHECK(l["seconds"]["forward"].get<double>() > 0.0);
+        CHECK(l["seconds"]["backward_data"].get<double>() > 0.0);
+        CHECK(l["memory_bytes"].get<double>() > 0.0);
+    }
+    CHECK(sigmoids == 3);
+    const Result checked = run_dsl("check tests/dist/sigmoid.net --json");
+    REQUIRE(checked.exit_code == 0);
+    for (const auto& l : nlohmann::json::parse(checked.out)["layers"])
+        if (l["name"] == "r1") CHECK(l["flops"].get<double>() == 4.0 * 8 * 12 * 9);  // 4 per element
+}
+
 TEST_CASE("schedule fills a partial schedule, keeping its fixed fields, into a file check accepts", "[cli][model]") {
     const fs::path dir = fs::temp_directory_path() / ("dsl_schedule_" + std::to_string(::getpid()));
     fs::create_directories(dir);

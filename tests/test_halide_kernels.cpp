@@ -86,6 +86,25 @@ TEST_CASE("halide activation matches the reference bit for bit", "[halide]") {
     CHECK(same_storage(got, expected));
 }
 
+TEST_CASE("halide sigmoid matches the reference", "[halide]") {
+    const Dims d = GENERATE(from_range(shapes));
+    const auto f = dsl::frontend::Activation::sigmoid;
+    std::mt19937 rng(13);
+    const Tensor x = random_tensor(d, some_margins, rng), dy = random_tensor(d, {1, 0, 0, 1}, rng);
+    Tensor expected = random_tensor(d, some_margins, rng), got = expected;
+
+    // Halide's exp and the C library's round differently: within a few float ulps.
+    reference_kernels().activation->forward(f, x.interior(), 0.0f, expected.interior());
+    halide_activation().forward(f, x.interior(), 0.0f, got.interior());
+    CHECK(mismatches(got.interior(), expected.interior(), 1e-6) == 0);
+    CHECK(same_margins(got, expected));
+
+    reference_kernels().activation->backward(f, x.interior(), dy.interior(), 0.0f, expected.interior());
+    halide_activation().backward(f, x.interior(), dy.interior(), 0.0f, got.interior());
+    CHECK(mismatches(got.interior(), expected.interior(), 1e-5) == 0);
+    CHECK(same_margins(got, expected));
+}
+
 TEST_CASE("halide batch norm matches the reference", "[halide]") {
     const Dims d = GENERATE(from_range(shapes));
     std::mt19937 rng(11);
