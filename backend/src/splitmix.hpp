@@ -1,6 +1,6 @@
 // splitmix64: the 64-bit mixing function behind every value that must be a pure function of its indices
 // (synthetic data, initial weights), so that any process can make any part without communicating. The GPU's
-// kernels (gpu/gpu_kernels.cu) use it too.
+// kernels (gpu/gpu_synthetic.cu) use it too.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
 // The synthetic data set's formulas (synthetic.hpp defines them), shared by the host's generator (data.cpp)
-// and the GPU's (gpu/gpu_kernels.cu) so that both make the same values: the GPU's products and sums are
+// and the GPU's (gpu/gpu_synthetic.cu) so that both make the same values: the GPU's products and sums are
 // the _rn intrinsics, which its compiler may not fuse into multiply-adds that round otherwise. Its sines
 // and cosines differ from the host's in the last bits of a double, which reach a float only rarely, by one
 // unit in its last place. (C++17: nvcc compiles the GPU's side.)

@@ -1,4 +1,4 @@
-// The GPU backend: cuDNN convolutions and CUDA kernels for every other layer (gpu/gpu_kernels.cu), device
+// The GPU backend: cuDNN convolutions and CUDA kernels for every other layer (gpu/gpu_*.cu), device
 // selection, and the communicators of device buffers (gpu/gpu_comm.cpp): NCCL where every process has a
 // GPU of its own, MPI through host memory where processes share one. It is built when CUDA, cuDNN and
 // NCCL are found; in a build without it, gpu_built() is false, gpu_devices() is 0 and says why, and the

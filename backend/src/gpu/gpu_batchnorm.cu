@@ -1,0 +1,152 @@
+// Batch normalization on the GPU: per-channel statistics and gradient sums (reductions in double), and
+// the forward and backward formulas in the reference's order of operations.
+#include "gpu_common.cuh"
+#include "gpu_map.cuh"
+#include "gpu_reduce.cuh"
+
+#include "../kernel_checks.hpp"
+
+#include <dsl/frontend/diagnostics.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace dsl::backend::gpu {
+
+namespace {
+
+// The batch-norm formulas in double, in the reference's order of operations; the _rn intrinsics keep the
+// compiler from contracting them into fused multiply-adds, which would round differently.
+struct NormForward {
+    const double* mean_inv_std;  // mean at [c], inv_std at [channels + c]
+    std::int64_t channels;
+    const float *gamma, *beta;
+    struct Row {
+        double gamma, mean, inv_std, beta;
+    };
+    __device__ Row row(std::int64_t, std::int64_t c, std::int64_t) const {
+        return {gamma[c], mean_inv_std[c], mean_inv_std[channels + c], beta[c]};
+    }
+    template <int S>
+    __device__ float operator()(const Row& r, const float (&v)[S], std::int64_t) const {
+        const double scaled = __dmul_rn(__dmul_rn(r.gamma, __dsub_rn(double(v[0]), r.mean)), r.inv_std);
+        return static_cast<float>(__dadd_rn(scaled, r.beta));
+    }
+};
+
+// Inputs x, dy.
+struct NormBackward {
+    const double* values;  // mean, inv_std, sum_dy / count, sum_dy_xhat, each `channels` long
+    std::int64_t channels;
+    double count;
+    const float* gamma;
+    struct Row {
+        double scale, mean, inv_std, mean_dy, sum_dy_xhat;
+    };
+    __device__ Row row(std::int64_t, std::int64_t c, std::int64_t) const {
+        const double inv_std = values[channels + c];
+        return {__dmul_rn(double(gamma[c]), inv_std), values[c], inv_std, values[2 * channels + c],
+                values[3 * channels + c]};
+    }
+    template <int S>
+    __device__ float operator()(const Row& r, const float (&v)[S], std::int64_t) const {
+        const double x_hat = __dmul_rn(__dsub_rn(double(v[0]), r.mean), r.inv_std);
+        const double term = __ddiv_rn(__dmul_rn(x_hat, r.sum_dy_xhat), count);
+        return static_cast<float>(__dmul_rn(r.scale, __dsub_rn(__dsub_rn(double(v[1]), r.mean_dy), term)));
+    }
+};
+
+// Σ x and Σ x²
+struct MomentsTerm {
+    static constexpr int inputs = 1, quantities = 2;
+    struct Group {};
+    __device__ Group group(std::int64_t, std::int64_t) const { return {}; }
+    __device__ void add(Group, const float (&v)[1], double (&acc)[2]) const {
+        const double x = v[0];
+        acc[0] += x;
+        acc[1] += x * x;
+    }
+};
+
+// Σ dy and Σ dy * x_hat over inputs x, dy.
+struct NormGradientTerm {
+    static constexpr int inputs = 2, quantities = 2;
+    const double* mean_inv_std;  // mean at [c], inv_std at [channels + c]
+    std::int64_t channels;
+    struct Group {
+        double mean, inv_std;
+    };
+    __device__ Group group(std::int64_t, std::int64_t c) const { return {mean_inv_std[c], mean_inv_std[channels + c]}; }
+    __device__ void add(const Group& grp, const float (&v)[2], double (&acc)[2]) const {
+        const double g = v[1];
+        const double x_hat = __dmul_rn(__dsub_rn(double(v[0]), grp.mean), grp.inv_std);
+        acc[0] += g;
+        acc[1] += __dmul_rn(g, x_hat);
+    }
+};
+
+class GpuBatchNorm final : public BatchNormKernels {
+public:
+    void statistics(ConstView x, double* sum, double* sum_sq) override {
+        const std::int64_t c = x.dims.c;
+        if (c == 0) return;
+        Context& ctx = context();
+        double* totals = ctx.totals.as<double>(2 * c);
+        reduce("batchnorm statistics", x.dims, Over::channels, {x}, MomentsTerm{}, totals);
+        const double* host = ctx.fetch(totals, 2 * c);
+        for (std::int64_t k = 0; k < c; ++k) {
+            sum[k] += host[2 * k];
+            sum_sq[k] += host[2 * k + 1];
+        }
+    }
+
+    void forward(ConstView x, const float* mean, const float* inv_std, const float* gamma, const float* beta,
+                 View y) override {
+        check_same_dims(x, y, "batchnorm forward");
+        if (y.dims.elements() == 0) return;
+        const std::int64_t c = x.dims.c;
+        const double* values = context().upload(c, {mean, inv_std});
+        map("batchnorm forward", y.dims, Merge::rows, operand(y), inputs(x), NormForward{values, c, gamma, beta});
+    }
+
+    void backward_statistics(ConstView x, ConstView dy, const float* mean, const float* inv_std, double* sum_dy,
+                             double* sum_dy_xhat) override {
+        check_same_dims(x, dy, "batchnorm backward_statistics");
+        const std::int64_t c = x.dims.c;
+        if (c == 0) return;
+        Context& ctx = context();
+        const double* values = ctx.upload(c, {mean, inv_std});
+        double* totals = ctx.totals.as<double>(2 * c);
+        reduce("batchnorm backward statistics", x.dims, Over::channels, {x, dy}, NormGradientTerm{values, c}, totals);
+        const double* host = ctx.fetch(totals, 2 * c);
+        for (std::int64_t k = 0; k < c; ++k) {
+            sum_dy[k] += host[2 * k];
+            sum_dy_xhat[k] += host[2 * k + 1];
+        }
+    }
+
+    void backward(ConstView x, ConstView dy, const float* mean, const float* inv_std, const float* gamma,
+                  const double* sum_dy, const double* sum_dy_xhat, double count, View dx) override {
+        check_same_dims(x, dy, "batchnorm backward");
+        check_same_dims(x, dx, "batchnorm backward");
+        DSL_INTERNAL_CHECK(count > 0, "batchnorm backward: empty group");
+        if (dx.dims.elements() == 0) return;
+        const std::int64_t c = x.dims.c;
+        // sum_dy / count once per channel: the reference's per-element quotient, the same in every element.
+        std::vector<double> mean_dy(static_cast<std::size_t>(c));
+        for (std::int64_t k = 0; k < c; ++k) mean_dy[static_cast<std::size_t>(k)] = sum_dy[k] / count;
+        const double* values = context().upload(c, {mean, inv_std, mean_dy.data(), sum_dy_xhat});
+        map("batchnorm backward", dx.dims, Merge::rows, operand(dx), inputs(x, dy),
+            NormBackward{values, c, count, gamma});
+    }
+};
+
+}  // namespace
+
+BatchNormKernels* batchnorm_kernels() {
+    static GpuBatchNorm instance;
+    return &instance;
+}
+
+}  // namespace dsl::backend::gpu

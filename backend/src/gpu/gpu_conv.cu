@@ -1,0 +1,519 @@
+// Convolutions through cuDNN, with the search for each problem's fastest algorithm and layout, and fc as a
+// convolution.
+#include "gpu_common.cuh"
+#include "gpu_map.cuh"
+#include "gpu_reduce.cuh"
+
+#include "../kernel_checks.hpp"
+
+#include <dsl/frontend/diagnostics.hpp>
+
+#include <cudnn.h>
+
+#include <algorithm>
+#include <array>
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace dsl::backend::gpu {
+
+namespace {
+
+// y + bias[c]: the bias of a convolution or fc, after cuDNN's sum.
+struct AddBias {
+    const float* bias;
+    __device__ float row(std::int64_t, std::int64_t c, std::int64_t) const { return bias[c]; }
+    template <int S>
+    __device__ float operator()(float b, const float (&v)[S], std::int64_t) const {
+        return __fadd_rn(v[0], b);
+    }
+};
+
+// ---------------------------------------------------------------------------------------------------------
+// Convolutions through cuDNN's legacy API.
+
+class CudnnError : public std::runtime_error {
+public:
+    CudnnError(cudnnStatus_t status, const char* what)
+        : std::runtime_error(std::string(what) + ": " + cudnnGetErrorString(status)) {}
+};
+
+void check_cudnn(cudnnStatus_t status, const char* what) {
+    if (status != CUDNN_STATUS_SUCCESS) throw CudnnError(status, what);
+}
+
+int to_int(std::int64_t v, const char* what) {
+    if (v < 0 || v > INT_MAX)
+        throw std::runtime_error(std::string("cuDNN convolution: ") + what + " " + std::to_string(v) +
+                                 " does not fit cuDNN's 32-bit sizes");
+    return static_cast<int>(v);
+}
+
+template <typename T, cudnnStatus_t (*Create)(T*), cudnnStatus_t (*Destroy)(T)>
+class Descriptor {
+public:
+    Descriptor() { check_cudnn(Create(&d_), "cuDNN descriptor creation"); }
+    ~Descriptor() { Destroy(d_); }
+    Descriptor(const Descriptor&) = delete;
+    Descriptor& operator=(const Descriptor&) = delete;
+    T get() const { return d_; }
+
+private:
+    T d_{};
+};
+
+using TensorDescriptor = Descriptor<cudnnTensorDescriptor_t, cudnnCreateTensorDescriptor, cudnnDestroyTensorDescriptor>;
+using FilterDescriptor = Descriptor<cudnnFilterDescriptor_t, cudnnCreateFilterDescriptor, cudnnDestroyFilterDescriptor>;
+using ConvolutionDescriptor =
+    Descriptor<cudnnConvolutionDescriptor_t, cudnnCreateConvolutionDescriptor, cudnnDestroyConvolutionDescriptor>;
+
+enum class Pass : std::int64_t { forward, backward_data, backward_weights };
+
+const char* pass_name(Pass p) {
+    switch (p) {
+        case Pass::forward: return "forward";
+        case Pass::backward_data: return "backward data";
+        case Pass::backward_weights: return "backward weights";
+    }
+    return "?";
+}
+
+// The operands of a pass named as in the forward: input x, filter w {F, C, KH, KW}, output y. The forward
+// writes y, backward_data x (dx from dy), backward_weights w (dw); the others are only read.
+struct ConvViews {
+    View x, w, y;
+};
+
+View writable(ConstView v) { return View{const_cast<float*>(v.base), v.dims, v.stride_n, v.stride_c, v.stride_h}; }
+
+// One way to run a pass: in the views' own strided layout, or with operands copied to and from dense
+// scratch (w always is dense or copied: cuDNN's filters have no strides), and cuDNN's fastest algorithm
+// for it.
+struct Candidate {
+    std::array<bool, 3> scratch{};  // x, w, y go through dense scratch
+    TensorDescriptor x, y;
+    FilterDescriptor w;
+    ConvolutionDescriptor conv;
+    int algo = 0;
+    std::size_t workspace = 0;
+    float milliseconds = 0.0f;
+    cudnnMathType_t math = CUDNN_FMA_MATH;
+};
+
+class ConvEngine {
+public:
+    // Runs `pass`; the first time a problem is seen, it is timed in both layouts as PyTorch's benchmark mode
+    // times algorithms, and the choice is kept.
+    void run(Pass pass, const ConvViews& v, const Window& window) {
+        bind_device();
+        Key key{static_cast<std::int64_t>(pass), window.stride[0], window.stride[1], window.dilation[0],
+                window.dilation[1]};
+        std::size_t k = 5;
+        for (const View& view : {v.x, v.w, v.y})
+            for (std::int64_t value :
+                 {view.dims.n, view.dims.c, view.dims.h, view.dims.w, view.stride_n, view.stride_c, view.stride_h})
+                key[k++] = value;
+        auto it = plans_.find(key);
+        if (it == plans_.end()) {
+            // A network has a few dozen problems; the cap only bounds pathological use.
+            if (plans_.size() >= max_plans) plans_.clear();
+            it = plans_.emplace(key, plan(pass, v, window)).first;
+        }
+        Candidate& c = *it->second;
+        const Bound b = bind(pass, v, c);
+        call(pass, c, b, c.algo, workspace_.get(c.workspace), c.workspace);
+        finish(pass, v, c, b);
+    }
+
+private:
+    using Key = std::array<std::int64_t, 5 + 3 * 7>;  // pass, window; each operand's dims and strides
+    static constexpr std::size_t max_plans = 1024;
+
+    struct Bound {
+        float *x, *w, *y;
+    };
+
+    cudnnHandle_t handle() {
+        if (!handle_) {
+            bind_device();
+            cudnnHandle_t h = nullptr;
+            check_cudnn(cudnnCreate(&h), "cudnnCreate");
+            handle_ = h;
+            check_cudnn(cudnnSetStream(handle_, gpu::stream()), "cudnnSetStream");
+        }
+        return handle_;
+    }
+
+    static bool input_of(Pass pass, int operand) {
+        return operand != (pass == Pass::forward ? 2 : pass == Pass::backward_data ? 0 : 1);
+    }
+
+    static std::array<View, 3> operands(const ConvViews& v) { return {v.x, v.w, v.y}; }
+
+    // Pointers for a pass: the views' own memory, or scratch filled with their elements where they are read.
+    Bound bind(Pass pass, const ConvViews& v, const Candidate& c) {
+        const auto views = operands(v);
+        std::array<float*, 3> p{};
+        for (int k = 0; k < 3; ++k) {
+            const View& view = views[static_cast<std::size_t>(k)];
+            if (!c.scratch[static_cast<std::size_t>(k)]) {
+                p[static_cast<std::size_t>(k)] = view.base;
+                continue;
+            }
+            float* s = slots_[static_cast<std::size_t>(k)].as<float>(view.dims.elements());
+            if (input_of(pass, k))
+                map("conv pack", view.dims, Merge::all, dense_operand(s, view.dims), inputs(ConstView(view)), Copy{});
+            p[static_cast<std::size_t>(k)] = s;
+        }
+        return {p[0], p[1], p[2]};
+    }
+
+    // Copies the output from scratch into its view.
+    void finish(Pass pass, const ConvViews& v, const Candidate& c, const Bound& b) {
+        const auto views = operands(v);
+        const std::array<float*, 3> p{b.x, b.w, b.y};
+        for (std::size_t k = 0; k < 3; ++k)
+            if (c.scratch[k] && !input_of(pass, static_cast<int>(k))) {
+                const View& view = views[k];
+                map("conv unpack", view.dims, Merge::all, operand(view),
+                    inputs(ConstView{p[k], view.dims, view.dims.c * view.dims.h * view.dims.w,
+                                     view.dims.h * view.dims.w, view.dims.w}),
+                    Copy{});
+            }
+    }
+
+    void call(Pass pass, const Candidate& c, const Bound& b, int algo, void* workspace, std::size_t bytes) {
+        const float one = 1.0f, zero = 0.0f;
+        switch (pass) {
+            case Pass::forward:
+                check_cudnn(cudnnConvolutionForward(handle(), &one, c.x.get(), b.x, c.w.get(), b.w, c.conv.get(),
+                                                    static_cast<cudnnConvolutionFwdAlgo_t>(algo), workspace, bytes,
+                                                    &zero, c.y.get(), b.y),
+                            "cudnnConvolutionForward");
+                break;
+            case Pass::backward_data:
+                check_cudnn(cudnnConvolutionBackwardData(handle(), &one, c.w.get(), b.w, c.y.get(), b.y, c.conv.get(),
+                                                         static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), workspace,
+                                                         bytes, &zero, c.x.get(), b.x),
+                            "cudnnConvolutionBackwardData");
+                break;
+            case Pass::backward_weights:
+                check_cudnn(cudnnConvolutionBackwardFilter(handle(), &one, c.x.get(), b.x, c.y.get(), b.y, c.conv.get(),
+                                                           static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo),
+                                                           workspace, bytes, &zero, c.w.get(), b.w),
+                            "cudnnConvolutionBackwardFilter");
+                break;
+        }
+    }
+
+    static void describe(const TensorDescriptor& d, const View& v, bool dense) {
+        const Dims& s = v.dims;
+        const std::int64_t sn = dense ? s.c * s.h * s.w : v.stride_n, sc = dense ? s.h * s.w : v.stride_c,
+                           sh = dense ? s.w : v.stride_h;
+        check_cudnn(cudnnSetTensor4dDescriptorEx(d.get(), CUDNN_DATA_FLOAT, to_int(s.n, "batch"),
+                                                 to_int(s.c, "channels"), to_int(s.h, "height"), to_int(s.w, "width"),
+                                                 to_int(sn, "stride"), to_int(sc, "stride"), to_int(sh, "stride"), 1),
+                    "cudnnSetTensor4dDescriptorEx");
+    }
+
+    std::unique_ptr<Candidate> candidate(const ConvViews& v, const Window& window, bool dense) const {
+        auto c = std::make_unique<Candidate>();
+        c->scratch = {dense && !v.x.dense(), !v.w.dense(), dense && !v.y.dense()};
+        describe(c->x, v.x, c->scratch[0]);
+        describe(c->y, v.y, c->scratch[2]);
+        const Dims& w = v.w.dims;
+        check_cudnn(cudnnSetFilter4dDescriptor(c->w.get(), CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, to_int(w.n, "filters"),
+                                               to_int(w.c, "channels"), to_int(w.h, "kernel"), to_int(w.w, "kernel")),
+                    "cudnnSetFilter4dDescriptor");
+        // No padding: it is in the input's margins.
+        check_cudnn(cudnnSetConvolution2dDescriptor(
+                        c->conv.get(), 0, 0, to_int(window.stride[0], "stride"), to_int(window.stride[1], "stride"),
+                        to_int(window.dilation[0], "dilation"), to_int(window.dilation[1], "dilation"),
+                        CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+                    "cudnnSetConvolution2dDescriptor");
+        c->math = context().options.tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+        check_cudnn(cudnnSetConvolutionMathType(c->conv.get(), c->math), "cudnnSetConvolutionMathType");
+        return c;
+    }
+
+    // The fastest successful algorithm within `capacity` bytes; without TF32, none that uses tensor cores.
+    template <typename Perf>
+    static bool choose(const std::vector<Perf>& perf, int returned, std::size_t capacity, Candidate& c) {
+        const bool tf32 = context().options.tf32;
+        bool found = false;
+        for (int i = 0; i < returned; ++i) {
+            const Perf& p = perf[static_cast<std::size_t>(i)];
+            if (p.status != CUDNN_STATUS_SUCCESS || p.memory > capacity) continue;
+            if (!tf32 && (p.mathType == CUDNN_TENSOR_OP_MATH || p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
+                continue;
+            if (found && p.time >= c.milliseconds) continue;
+            c.algo = static_cast<int>(p.algo);
+            c.workspace = p.memory;
+            c.milliseconds = p.time;
+            c.math = p.mathType;
+            found = true;
+        }
+        return found;
+    }
+
+    // Times cuDNN's algorithms for `c` on the bound operands (writing the output, which the real call
+    // overwrites); false when none runs.
+    bool find(Pass pass, Candidate& c, const Bound& b) {
+        const std::size_t capacity = workspace_for_find();
+        void* ws = workspace_.get(capacity);
+        int count = 0, returned = 0;
+        bool found = false;
+        switch (pass) {
+            case Pass::forward: {
+                check_cudnn(cudnnGetConvolutionForwardAlgorithmMaxCount(handle(), &count),
+                            "cudnnGetConvolutionForwardAlgorithmMaxCount");
+                std::vector<cudnnConvolutionFwdAlgoPerf_t> perf(static_cast<std::size_t>(std::max(count, 1)));
+                check_cudnn(
+                    cudnnFindConvolutionForwardAlgorithmEx(handle(), c.x.get(), b.x, c.w.get(), b.w, c.conv.get(),
+                                                           c.y.get(), b.y, count, &returned, perf.data(), ws, capacity),
+                    "cudnnFindConvolutionForwardAlgorithmEx");
+                found = choose(perf, returned, capacity, c);
+                break;
+            }
+            case Pass::backward_data: {
+                check_cudnn(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(handle(), &count),
+                            "cudnnGetConvolutionBackwardDataAlgorithmMaxCount");
+                std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perf(static_cast<std::size_t>(std::max(count, 1)));
+                check_cudnn(cudnnFindConvolutionBackwardDataAlgorithmEx(handle(), c.w.get(), b.w, c.y.get(), b.y,
+                                                                        c.conv.get(), c.x.get(), b.x, count, &returned,
+                                                                        perf.data(), ws, capacity),
+                            "cudnnFindConvolutionBackwardDataAlgorithmEx");
+                found = choose(perf, returned, capacity, c);
+                break;
+            }
+            case Pass::backward_weights: {
+                check_cudnn(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(handle(), &count),
+                            "cudnnGetConvolutionBackwardFilterAlgorithmMaxCount");
+                std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perf(static_cast<std::size_t>(std::max(count, 1)));
+                check_cudnn(cudnnFindConvolutionBackwardFilterAlgorithmEx(handle(), c.x.get(), b.x, c.y.get(), b.y,
+                                                                          c.conv.get(), c.w.get(), b.w, count,
+                                                                          &returned, perf.data(), ws, capacity),
+                            "cudnnFindConvolutionBackwardFilterAlgorithmEx");
+                found = choose(perf, returned, capacity, c);
+                break;
+            }
+        }
+        // With TF32 allowed, an algorithm may have been timed with tensor-op math: run it with the same.
+        if (found && context().options.tf32)
+            check_cudnn(cudnnSetConvolutionMathType(c.conv.get(), c.math), "cudnnSetConvolutionMathType");
+        return found;
+    }
+
+    // The workspace that algorithms are timed with: the limit, or as much of it as the device has free.
+    std::size_t workspace_for_find() {
+        std::size_t bytes = static_cast<std::size_t>(std::max<std::int64_t>(context().options.workspace, 0));
+        while (true) {
+            try {
+                workspace_.get(bytes);
+                return bytes;
+            } catch (const std::bad_alloc&) {
+                bytes = bytes < (std::size_t{1} << 20) ? 0 : bytes / 2;
+            }
+        }
+    }
+
+    // Chooses between the views' strided layout (when it differs from the dense one) and dense scratch, by
+    // cuDNN's time plus, for scratch, the copies' time. Either may be unsupported (cuDNN has no algorithm
+    // for some strided layouts; the scratch may not fit in memory), not both.
+    std::unique_ptr<Candidate> plan(Pass pass, const ConvViews& v, const Window& window) {
+        const std::string problem = std::string("cuDNN convolution ") + pass_name(pass) + " of x " +
+                                    dims_text(v.x.dims) + ", w " + dims_text(v.w.dims) + ", y " + dims_text(v.y.dims);
+        std::unique_ptr<Candidate> strided;
+        if (!v.x.dense() || !v.y.dense()) {
+            try {
+                strided = candidate(v, window, false);
+                if (!find(pass, *strided, bind(pass, v, *strided))) strided.reset();
+            } catch (const CudnnError&) {
+                strided.reset();
+            }
+        }
+        std::unique_ptr<Candidate> dense;
+        float copy_ms = 0.0f;
+        try {
+            dense = candidate(v, window, true);
+            // Copied once untimed, so that neither the scratch's allocation nor the copy kernels' first
+            // loading counts. The output's copy moves what is there now: the real call overwrites it.
+            finish(pass, v, *dense, bind(pass, v, *dense));
+            Timer copies;
+            copies.start();
+            const Bound b = bind(pass, v, *dense);
+            finish(pass, v, *dense, b);
+            copies.stop();
+            copy_ms = copies.milliseconds();
+            if (!find(pass, *dense, b)) dense.reset();
+        } catch (const CudnnError&) {
+            if (!strided) throw;
+            dense.reset();
+        } catch (const std::bad_alloc&) {
+            if (!strided) throw;
+            dense.reset();
+        }
+        if (!strided && !dense)
+            throw std::runtime_error(problem + ": no algorithm runs within the workspace of " +
+                                     std::to_string(context().options.workspace) + " bytes");
+        std::unique_ptr<Candidate> chosen =
+            strided && (!dense || strided->milliseconds <= dense->milliseconds + copy_ms) ? std::move(strided)
+                                                                                          : std::move(dense);
+        // Keep only the memory that chosen plans need: timing took the whole workspace limit and scratch
+        // for every operand, which the trainer's own tensors may need.
+        const auto views = operands(v);
+        for (std::size_t k = 0; k < 3; ++k) {
+            if (chosen->scratch[k])
+                slot_needs_[k] =
+                    std::max(slot_needs_[k], static_cast<std::size_t>(views[k].dims.elements()) * sizeof(float));
+            slots_[k].shrink_to(slot_needs_[k]);
+        }
+        workspace_needs_ = std::max(workspace_needs_, chosen->workspace);
+        workspace_.shrink_to(workspace_needs_);
+        return chosen;
+    }
+
+    // Times work on the stream.
+    class Timer {
+    public:
+        Timer() {
+            check(cudaEventCreate(&start_), "cudaEventCreate");
+            check(cudaEventCreate(&stop_), "cudaEventCreate");
+        }
+        ~Timer() {
+            cudaEventDestroy(start_);
+            cudaEventDestroy(stop_);
+        }
+        Timer(const Timer&) = delete;
+        Timer& operator=(const Timer&) = delete;
+        void start() { check(cudaEventRecord(start_, gpu::stream()), "cudaEventRecord"); }
+        void stop() { check(cudaEventRecord(stop_, gpu::stream()), "cudaEventRecord"); }
+        float milliseconds() {
+            check(cudaEventSynchronize(stop_), "cudaEventSynchronize");
+            float ms = 0.0f;
+            check(cudaEventElapsedTime(&ms, start_, stop_), "cudaEventElapsedTime");
+            return ms;
+        }
+
+    private:
+        cudaEvent_t start_ = nullptr, stop_ = nullptr;
+    };
+
+    cudnnHandle_t handle_ = nullptr;
+    DeviceBuffer workspace_;
+    std::array<DeviceBuffer, 3> slots_;  // dense scratch for x, w, y
+    std::array<std::size_t, 3> slot_needs_{};
+    std::size_t workspace_needs_ = 0;
+    std::map<Key, std::unique_ptr<Candidate>> plans_;
+};
+
+ConvEngine& conv_engine() {
+    static ConvEngine* engine = new ConvEngine();  // never destroyed, as the context
+    return *engine;
+}
+
+void add_bias(const float* bias, View y) {
+    map("bias", y.dims, Merge::rows, operand(y), inputs(ConstView(y)), AddBias{bias});
+}
+
+// db[f] = Σ dy(n, f, i, j), into device memory.
+void bias_gradient(ConstView dy, float* db) { reduce("bias gradient", dy.dims, Over::channels, {dy}, SumTerm{}, db); }
+
+class GpuConv final : public ConvKernels {
+public:
+    void forward(ConstView x, ConstView w, const float* bias, View y, const Window& window) override {
+        check_shapes(x, w, y, window);
+        if (y.dims.elements() == 0) return;
+        if (x.dims.elements() == 0 || w.dims.elements() == 0)
+            zero(y);
+        else
+            conv_engine().run(Pass::forward, {writable(x), writable(w), y}, window);
+        if (bias) add_bias(bias, y);
+    }
+
+    void backward_data(ConstView dy, ConstView w, View dx, const Window& window) override {
+        check_shapes(dx, w, dy, window);
+        if (dx.dims.elements() == 0) return;
+        if (dy.dims.elements() == 0 || w.dims.elements() == 0) return zero(dx);
+        conv_engine().run(Pass::backward_data, {dx, writable(w), writable(dy)}, window);
+    }
+
+    void backward_weights(ConstView x, ConstView dy, View dw, float* db, const Window& window) override {
+        check_shapes(x, dw, dy, window);
+        if (db) bias_gradient(dy, db);
+        if (dw.dims.elements() == 0) return;
+        if (dy.dims.elements() == 0 || x.dims.elements() == 0) return zero(dw);
+        conv_engine().run(Pass::backward_weights, {writable(x), dw, writable(dy)}, window);
+    }
+
+private:
+    // Templates rather than `auto` parameters: nvcc compiles this file as C++17.
+    template <typename X, typename W, typename Y>
+    static void check_shapes(const X& x, const W& w, const Y& y, const Window& window) {
+        check_conv(x.dims, w.dims, y.dims, window);
+    }
+};
+
+// fc is the convolution of x {N, C, H, W} with K filters {C, H, W} that covers x exactly (output {N, K, 1, 1}):
+// feature i of x is (c, h, w) in row-major order, as filter k's elements are, so w {K, I, 1, 1} is the
+// filter bank {K, C, H, W} over the same memory.
+class GpuFc final : public FcKernels {
+public:
+    void forward(ConstView x, ConstView w, const float* bias, View y) override {
+        check_shapes(x, w, y);
+        conv().forward(x, filters(w, x.dims), bias, y, window(x.dims));
+    }
+
+    void backward_data(ConstView dy, ConstView w, View dx) override {
+        check_shapes(dx, w, dy);
+        conv().backward_data(dy, filters(w, dx.dims), dx, window(dx.dims));
+    }
+
+    void backward_weights(ConstView x, ConstView dy, View dw, float* db) override {
+        check_shapes(x, dw, dy);
+        conv().backward_weights(x, dy, writable(filters(dw, x.dims)), db, window(x.dims));
+    }
+
+private:
+    static GpuConv& conv() {
+        static GpuConv instance;
+        return instance;
+    }
+
+    static Window window(const Dims& x) {
+        Window w;
+        w.kernel = {x.h, x.w};
+        return w;
+    }
+
+    static ConstView filters(ConstView w, const Dims& x) {
+        DSL_INTERNAL_CHECK(w.dims.c <= 1 || w.stride_c == 1, "fc: the weights' rows must be contiguous");
+        return ConstView{w.base, {w.dims.n, x.c, x.h, x.w}, w.stride_n, x.h * x.w, x.w};
+    }
+
+    template <typename X, typename W, typename Y>
+    static void check_shapes(const X& x, const W& w, const Y& y) {
+        check_fc(x.dims, w.dims, y.dims);
+    }
+};
+
+}  // namespace
+
+ConvKernels* conv_kernels() {
+    static GpuConv instance;
+    return &instance;
+}
+
+FcKernels* fc_kernels() {
+    static GpuFc instance;
+    return &instance;
+}
+
+}  // namespace dsl::backend::gpu

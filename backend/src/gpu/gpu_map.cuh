@@ -1,0 +1,176 @@
+// Element-wise kernels: one thread per element of a row, rows spread over blocks. `map` runs an operation
+// over every element of a strided 4-D view; the operations every kernel file uses are here too.
+#pragma once
+
+#include "gpu_common.cuh"
+
+#include <algorithm>
+#include <cstdint>
+
+namespace dsl::backend::gpu {
+
+// A strided 4-D operand as the kernels see it; element (n, c, y, x) is at base[n*sn + c*sc + y*sh + x].
+template <typename T>
+struct Operand {
+    T* base = nullptr;
+    std::int64_t sn = 0, sc = 0, sh = 0;
+};
+
+template <typename T>
+Operand<T> operand(const BasicView<T>& v) {
+    return {v.base, v.stride_n, v.stride_c, v.stride_h};
+}
+
+inline Operand<const float> input(const ConstView& v) { return operand(v); }
+
+template <typename T>
+Operand<T> dense_operand(T* data, const Dims& d) {
+    return {data, d.c * d.h * d.w, d.h * d.w, d.w};
+}
+
+// The inputs an element-wise kernel loads for each element (the operation reads them all before it writes,
+// so the output may be one of them); `count` <= N of them are used.
+template <int N>
+struct Inputs {
+    static constexpr int slots = N > 0 ? N : 1;
+    Operand<const float> op[slots];
+    int count = N;
+};
+
+template <typename... V>
+Inputs<sizeof...(V)> inputs(const V&... views) {
+    return Inputs<sizeof...(V)>{{input(views)...}, static_cast<int>(sizeof...(V))};
+}
+
+inline Inputs<0> no_inputs() { return {}; }
+
+// Rows (n, c, y) of `w` contiguous elements.
+struct Geometry {
+    std::int64_t n = 0, c = 0, h = 0, w = 0;
+};
+
+// How far the rows of a kernel may be folded into longer ones: per-element kernels (`all`) need no
+// coordinates, per-channel ones (`rows`) need n and c, windowed ones (`none`) every coordinate.
+enum class Merge { none, rows, all };
+
+// Folds outer dimensions into the row wherever every operand lays them out without a gap (a dense tensor is
+// one row; a tile without left and right margins has rows of whole planes), so that short rows do not leave
+// threads idle. A folded dimension keeps size 1, so the kernels' coordinates stay valid.
+template <typename Out, int N>
+Geometry fold(const Dims& d, Merge merge, const Operand<Out>& out, const Inputs<N>& in) {
+    std::int64_t size[3] = {d.n, d.c, d.h};
+    std::int64_t w = d.w;
+    if (merge == Merge::none) return {d.n, d.c, d.h, d.w};
+    const auto stride = [](const auto& op, int i) { return i == 0 ? op.sn : i == 1 ? op.sc : op.sh; };
+    // The innermost dimension not yet folded into the row (-1: the row itself).
+    int inner = -1;
+    for (int i = 2; i >= (merge == Merge::rows ? 2 : 0); --i) {
+        if (size[i] == 1) continue;
+        const auto folds_in = [&](const auto& op) {
+            return stride(op, i) == (inner < 0 ? w : size[inner] * stride(op, inner));
+        };
+        bool folds = folds_in(out);
+        for (int k = 0; k < in.count; ++k) folds = folds && folds_in(in.op[k]);
+        if (!folds) {
+            inner = i;
+            continue;
+        }
+        if (inner < 0)
+            w *= size[i];
+        else
+            size[inner] *= size[i];
+        size[i] = 1;
+    }
+    return {size[0], size[1], size[2], w};
+}
+
+struct NoRow {};
+
+template <int U, int N, typename Out, typename Op>
+__global__ void __launch_bounds__(256) map_kernel(Geometry g, Operand<Out> out, Inputs<N> in, Op op) {
+    constexpr int S = Inputs<N>::slots;
+    const std::int64_t rows = g.n * g.c * g.h;
+    const std::int64_t row_step = std::int64_t(gridDim.y) * blockDim.y;
+    const std::int64_t col_step = std::int64_t(gridDim.x) * blockDim.x * U;
+    for (std::int64_t r = std::int64_t(blockIdx.y) * blockDim.y + threadIdx.y; r < rows; r += row_step) {
+        const std::int64_t y = r % g.h, nc = r / g.h, c = nc % g.c, n = nc / g.c;
+        const auto row = op.row(n, c, y);
+        Out* const out_row = out.base + (n * out.sn + c * out.sc + y * out.sh);
+        const float* in_row[S];
+#pragma unroll
+        for (int k = 0; k < S; ++k)
+            in_row[k] = k < in.count ? in.op[k].base + (n * in.op[k].sn + c * in.op[k].sc + y * in.op[k].sh) : nullptr;
+        for (std::int64_t x0 = std::int64_t(blockIdx.x) * blockDim.x * U + threadIdx.x; x0 < g.w; x0 += col_step) {
+            // Every load of the U elements is issued before any store: more memory traffic in flight, and an
+            // output that aliases an input is read before it is written.
+            float v[U][S] = {};
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const std::int64_t x = x0 + std::int64_t(u) * blockDim.x;
+#pragma unroll
+                for (int k = 0; k < S; ++k)
+                    if (x < g.w && k < in.count) v[u][k] = in_row[k][x];
+            }
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const std::int64_t x = x0 + std::int64_t(u) * blockDim.x;
+                if (x < g.w) out_row[x] = op(row, v[u], x);
+            }
+        }
+    }
+}
+
+template <int U, int N, typename Out, typename Op>
+void launch_map(const char* kernel, const Geometry& g, Operand<Out> out, const Inputs<N>& in, const Op& op) {
+    int bx = 32;
+    while (bx < 256 && std::int64_t(bx) * U < g.w) bx *= 2;
+    const int by = 256 / bx;
+    const auto gx = static_cast<unsigned>(std::min<std::int64_t>(ceil_div(g.w, std::int64_t(bx) * U), 65535));
+    const auto gy = static_cast<unsigned>(std::min<std::int64_t>(ceil_div(g.n * g.c * g.h, by), 65535));
+    map_kernel<U><<<dim3(gx, gy), dim3(bx, by), 0, gpu::stream()>>>(g, out, in, op);
+    check_launch(kernel);
+}
+
+// out(n, c, y, x) = op(row(n, c, y), inputs at (n, c, y, x), x) over `d`.
+template <int N, typename Out, typename Op>
+void map(const char* kernel, const Dims& d, Merge merge, Operand<Out> out, const Inputs<N>& in, const Op& op) {
+    if (d.elements() == 0) return;
+    const Geometry g = fold(d, merge, out, in);
+    // Four elements per thread where rows are long enough to keep the threads busy.
+    if (g.w >= 4 * 32)
+        launch_map<4>(kernel, g, out, in, op);
+    else
+        launch_map<1>(kernel, g, out, in, op);
+}
+
+// Operations on rows that need nothing per row.
+struct PerElement {
+    __device__ NoRow row(std::int64_t, std::int64_t, std::int64_t) const { return {}; }
+};
+
+struct Fill : PerElement {
+    float value;
+    template <int S>
+    __device__ float operator()(NoRow, const float (&)[S], std::int64_t) const {
+        return value;
+    }
+};
+
+struct Copy : PerElement {
+    template <int S>
+    __device__ float operator()(NoRow, const float (&v)[S], std::int64_t) const {
+        return v[0];
+    }
+};
+
+// y + x in float, as `y += x` (accumulate, unpack's add).
+struct Add2 : PerElement {
+    template <int S>
+    __device__ float operator()(NoRow, const float (&v)[S], std::int64_t) const {
+        return __fadd_rn(v[0], v[1]);
+    }
+};
+
+inline void zero(View v) { map("fill", v.dims, Merge::all, operand(v), no_inputs(), Fill{{}, 0.0f}); }
+
+}  // namespace dsl::backend::gpu

@@ -1,0 +1,113 @@
+// Device memory: allocation, the context that holds every kernel's scratch, and the Memory interface
+// (copies to and from the host, and the packing of views that communication sends).
+#include "gpu_common.cuh"
+#include "gpu_map.cuh"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <new>
+
+namespace dsl::backend::gpu {
+
+// cudaMalloc's out-of-memory is reported as std::bad_alloc, so that the command says "out of memory" as it
+// does for host memory. The error is not sticky; clearing it keeps later checks from reporting it again.
+void* device_malloc(std::size_t bytes) {
+    bind_device();
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, bytes);
+    if (e == cudaErrorMemoryAllocation) {
+        cudaGetLastError();
+        throw std::bad_alloc();
+    }
+    check(e, "cudaMalloc");
+    return p;
+}
+
+void device_free(void* p) {
+    if (!p) return;
+    // Kernels already queued may still use it.
+    check(cudaStreamSynchronize(gpu::stream()), "cudaStreamSynchronize before cudaFree");
+    check(cudaFree(p), "cudaFree");
+}
+
+// Never destroyed: at exit the CUDA runtime may be unloaded before static destructors would free it.
+Context& context() {
+    static Context* ctx = new Context();
+    return *ctx;
+}
+
+namespace {
+
+class GpuMemory final : public Memory {
+public:
+    bool host() const override { return false; }
+
+    float* allocate(std::int64_t count) override {
+        // At least one element, so that every allocation is a distinct pointer as on the host.
+        const std::size_t bytes = static_cast<std::size_t>(std::max<std::int64_t>(count, 1)) * sizeof(float);
+        void* p = device_malloc(bytes);
+        // Zeroed before any other stream (NCCL's, the legacy default one) can see it.
+        const cudaError_t set = cudaMemsetAsync(p, 0, bytes, gpu::stream());
+        const cudaError_t done = set == cudaSuccess ? cudaStreamSynchronize(gpu::stream()) : set;
+        if (done != cudaSuccess) {
+            cudaFree(p);
+            check(done, "zeroing new device memory");
+        }
+        return static_cast<float*>(p);
+    }
+
+    // Tensors and buffers release from destructors, where an exception would end the process. An error here
+    // is the sticky one of a kernel that failed before, which the call that met it first has thrown.
+    void release(float* data) override {
+        try {
+            device_free(data);
+        } catch (const std::exception&) {
+        }
+    }
+
+    void fill(View v, float value) override {
+        map("fill", v.dims, Merge::all, operand(v), no_inputs(), Fill{{}, value});
+    }
+
+    void upload(const float* host, float* data, std::int64_t count) override {
+        if (count <= 0) return;
+        check(cudaMemcpyAsync(data, host, static_cast<std::size_t>(count) * sizeof(float), cudaMemcpyHostToDevice,
+                              gpu::stream()),
+              "upload (cudaMemcpyAsync)");
+        // The caller may reuse `host` as soon as this returns.
+        check(cudaStreamSynchronize(gpu::stream()), "upload (cudaStreamSynchronize)");
+    }
+
+    void download(const float* data, float* host, std::int64_t count) override {
+        if (count <= 0) return;
+        check(cudaMemcpyAsync(host, data, static_cast<std::size_t>(count) * sizeof(float), cudaMemcpyDeviceToHost,
+                              gpu::stream()),
+              "download (cudaMemcpyAsync)");
+        check(cudaStreamSynchronize(gpu::stream()), "download (cudaStreamSynchronize)");
+    }
+
+    void pack(ConstView v, float* out) override {
+        map("pack", v.dims, Merge::all, dense_operand(out, v.dims), inputs(v), Copy{});
+    }
+
+    void unpack(const float* in, View v, bool add) override {
+        const ConstView from{in, v.dims, v.dims.c * v.dims.h * v.dims.w, v.dims.h * v.dims.w, v.dims.w};
+        if (add)
+            map("unpack", v.dims, Merge::all, operand(v), inputs(ConstView(v), from), Add2{});
+        else
+            map("unpack", v.dims, Merge::all, operand(v), inputs(from), Copy{});
+    }
+
+    void synchronize() override { check(cudaStreamSynchronize(gpu::stream()), "cudaStreamSynchronize"); }
+};
+
+}  // namespace
+
+Memory* memory_kernels() {
+    static GpuMemory instance;
+    return &instance;
+}
+
+}  // namespace dsl::backend::gpu
