@@ -1,7 +1,7 @@
 // Helpers the benchmarks share (see common.hpp), and the timing wrappers of every kernel interface.
 #include "common.hpp"
 
-#include <dsl/frontend/diagnostics.hpp>
+#include <dsl/base/diagnostics.hpp>
 #include <dsl/frontend/passes.hpp>
 
 #include <omp.h>

@@ -10,6 +10,7 @@
 #include <dsl/backend/data.hpp>
 #include <dsl/backend/gpu.hpp>
 #include <dsl/backend/trainer.hpp>
+#include <dsl/base/error.hpp>
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
@@ -359,6 +360,11 @@ int run_training(const RunOptions& o) {
             "columns more ways divides the activations further\n",
             rank, size);
         backend::mpi_abort(user_error);
+    } catch (const UserError& e) {
+        if (!mpi || size == 1) throw;
+        // A user error that only this process met (the others may wait for it): end them all, having said it.
+        std::cerr << fmt::format("error: process {} of {}: {}\n", rank, size, e.what());
+        backend::mpi_abort(user_error);
     } catch (const std::exception& e) {
         if (!mpi || size == 1) throw;
         // The others wait for this process in a collective or an exchange: end them all, having said why.
@@ -403,7 +409,7 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
     std::unique_ptr<backend::Trainer> trainer;
     try {
         trainer = std::make_unique<backend::Trainer>(net, kernels, cfg, schedule, comm);
-    } catch (const std::invalid_argument& e) {
+    } catch (const UserError& e) {
         io.err() << fmt::format("error: {} (--batch, or 'batch' in the schedule)\n", e.what());
         return user_error;
     }

@@ -3,6 +3,8 @@
 #include "commands.hpp"
 #include "planning.hpp"
 
+#include <dsl/base/error.hpp>
+
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
@@ -48,16 +50,11 @@ int run_schedule(const ScheduleOptions& o) {
     }
     const std::int64_t procs = *run;
     const std::int64_t batch = o.batch ? *o.batch : s && s->batch ? *s->batch : procs;
-    if (const std::string bad = o.output.empty() || o.output == "-" ? "" : unwritable(o.output); !bad.empty()) {
-        std::cerr << "error: -o: " << bad << "\n";
-        return user_error;
-    }
-    if (!o.output.empty() && !safe_to_replace(o.output)) {
-        std::cerr << fmt::format(
-            "error: -o '{}' exists and was not written by dsl schedule; it is left as it is (choose another name)\n",
-            o.output);
-        return user_error;
-    }
+    if (const std::string bad = o.output.empty() || o.output == "-" ? "" : unwritable(o.output); !bad.empty())
+        throw UserError("-o: " + bad);
+    if (!o.output.empty() && !safe_to_replace(o.output))
+        throw UserError(fmt::format(
+            "-o '{}' exists and was not written by dsl schedule; it is left as it is (choose another name)", o.output));
 
     if (!measure_local(platform, o.net, net, {procs}, batch, why)) {
         std::cerr << "error: " << why << "\n";

@@ -1,7 +1,8 @@
 // The `dsl` command: parses the command line and runs one verb, mapping its result to an exit code.
 #include "commands.hpp"
 
-#include <dsl/frontend/diagnostics.hpp>
+#include <dsl/base/diagnostics.hpp>
+#include <dsl/base/error.hpp>
 
 #include <CLI/CLI.hpp>
 
@@ -108,6 +109,9 @@ int main(int argc, char** argv) {
     } catch (const std::bad_alloc&) {
         std::cerr << "error: out of memory; a schedule that splits the samples' rows and columns over several "
                      "processes divides the activations among them (see 'dsl check NET SCHED')\n";
+        return user_error;
+    } catch (const dsl::UserError& e) {
+        std::cerr << e.render(stderr_color());
         return user_error;
     } catch (const dsl::InternalError& e) {
         std::cerr << "dsl: " << e.what() << "\nThis is a bug in dsl; please report it with the input files.\n";

@@ -3,7 +3,7 @@
 #include "kernel_layouts.hpp"
 
 #include <dsl/backend/kernels.hpp>
-#include <dsl/frontend/diagnostics.hpp>
+#include <dsl/base/error.hpp>
 
 #include <catch2/catch.hpp>
 

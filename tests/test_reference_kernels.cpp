@@ -7,7 +7,7 @@
 // dL/dx = backward(R). A gradient element passes when |numeric - analytic| <= 1e-2 * max(|analytic|,
 // 0.1 * max|analytic|) + 1e-5: a wrong index or a missing term is off by O(max|analytic|) and fails.
 #include <dsl/backend/kernels.hpp>
-#include <dsl/frontend/diagnostics.hpp>
+#include <dsl/base/error.hpp>
 
 #include <catch2/catch.hpp>
 

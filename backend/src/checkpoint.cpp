@@ -4,7 +4,7 @@
 
 #include <dsl/backend/npy.hpp>
 #include <dsl/backend/trainer.hpp>
-#include <dsl/frontend/source.hpp>
+#include <dsl/base/source.hpp>
 
 #include <fmt/format.h>
 

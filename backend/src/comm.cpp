@@ -1,7 +1,7 @@
 // The communicators: over MPI, and the trivial one of a single process.
 #include <dsl/backend/comm.hpp>
 
-#include <dsl/frontend/diagnostics.hpp>
+#include <dsl/base/error.hpp>
 
 #include <mpi.h>
 #include <omp.h>

@@ -6,13 +6,13 @@
 #include "synthetic_formula.hpp"
 
 #include <dsl/backend/npy.hpp>
+#include <dsl/base/error.hpp>
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
 #include <map>
-#include <stdexcept>
 #include <vector>
 
 namespace dsl::backend {
@@ -100,7 +100,7 @@ public:
 private:
     const SyntheticData& spec(const Layer& l) const {
         const auto it = specs_.find(l.name);
-        if (it == specs_.end()) throw std::logic_error("synthetic data: no layer '" + l.name + "'");
+        DSL_INTERNAL_CHECK(it != specs_.end(), "synthetic data: no layer '" + l.name + "'");
         return it->second;
     }
     std::map<std::string, SyntheticData> specs_;
@@ -136,9 +136,7 @@ public:
 
 private:
     // The files were checked against the network when the source was made: a failure here is ours.
-    static void check(bool ok, const std::string& why) {
-        if (!ok) throw std::logic_error("npy data source: " + why);
-    }
+    static void check(bool ok, const std::string& why) { DSL_INTERNAL_CHECK(ok, "npy data source: " + why); }
     NpyFile inputs_, labels_;
     std::string input_name_, label_name_;
     std::int64_t samples_;

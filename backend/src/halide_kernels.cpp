@@ -3,7 +3,7 @@
 #include "halide_kernels.hpp"
 #include "kernel_checks.hpp"
 
-#include <dsl/frontend/diagnostics.hpp>
+#include <dsl/base/error.hpp>
 
 #include <HalideRuntime.h>
 

@@ -4,7 +4,7 @@
 #pragma once
 
 #include <dsl/backend/kernels.hpp>
-#include <dsl/frontend/diagnostics.hpp>
+#include <dsl/base/error.hpp>
 
 #include <string>
 

@@ -1,7 +1,7 @@
 // The .npy reader (mmap, header parsed by a small parser of the Python dict literal NumPy writes) and writer.
 #include <dsl/backend/npy.hpp>
 
-#include <dsl/frontend/source.hpp>
+#include <dsl/base/source.hpp>
 
 #include <fmt/format.h>
 

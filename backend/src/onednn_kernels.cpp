@@ -2,7 +2,7 @@
 #include "onednn_kernels.hpp"
 #include "kernel_checks.hpp"
 
-#include <dsl/frontend/diagnostics.hpp>
+#include <dsl/base/error.hpp>
 
 #include <oneapi/dnnl/dnnl.hpp>
 

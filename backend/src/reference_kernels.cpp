@@ -3,7 +3,7 @@
 #include "kernel_checks.hpp"
 
 #include <dsl/backend/kernels.hpp>
-#include <dsl/frontend/diagnostics.hpp>
+#include <dsl/base/error.hpp>
 
 #include <algorithm>
 #include <cmath>

@@ -2,11 +2,11 @@
 #include <dsl/backend/tensor.hpp>
 
 #include <dsl/backend/kernels.hpp>
+#include <dsl/base/error.hpp>
 
 #include <algorithm>
 #include <cstring>
 #include <new>
-#include <stdexcept>
 #include <utility>
 
 namespace dsl::backend {
@@ -86,13 +86,13 @@ Tensor Tensor::over(float* memory, Dims dims, Margins margins) {
 }
 
 Tensor::Tensor(const Tensor& o) : dims_(o.dims_), margins_(o.margins_), storage_(o.storage_), size_(o.size_) {
-    if (o.elsewhere_) throw std::logic_error("a tensor in a GPU's memory is moved, never copied");
+    DSL_INTERNAL_CHECK(!o.elsewhere_, "a tensor in a GPU's memory is moved, never copied");
     data_ = storage_.empty() ? o.data_ : storage_.data();
 }
 
 Tensor& Tensor::operator=(const Tensor& o) {
     if (this != &o) {
-        if (o.elsewhere_) throw std::logic_error("a tensor in a GPU's memory is moved, never copied");
+        DSL_INTERNAL_CHECK(!o.elsewhere_, "a tensor in a GPU's memory is moved, never copied");
         elsewhere_.reset();
         dims_ = o.dims_;
         margins_ = o.margins_;

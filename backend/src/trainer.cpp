@@ -6,7 +6,7 @@
 
 #include "splitmix.hpp"
 
-#include <dsl/frontend/diagnostics.hpp>
+#include <dsl/base/error.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -59,8 +59,8 @@ Window window_of(const Layer& l) {
 
 // An element-wise layer's function; the trainer's switches give every other kind a case of its own.
 frontend::Activation elementwise(const Layer& l) {
-    if (!l.kind().elementwise())
-        throw dsl::InternalError(std::string("the trainer has no kernels for layer kind '") + l.kind().name + "'");
+    DSL_INTERNAL_CHECK(l.kind().elementwise(),
+                       std::string("the trainer has no kernels for layer kind '") + l.kind().name + "'");
     return l.kind().activation;
 }
 
@@ -227,9 +227,9 @@ struct Trainer::Impl {
     void check_batch() {
         for (std::size_t i = 0; i < net.layers.size(); ++i)
             if (dist[i].split->n > config.batch)
-                throw std::invalid_argument("layer '" + net.layers[i].name + "' splits the samples " +
-                                            std::to_string(dist[i].split->n) + " ways, but the mini-batch has " +
-                                            std::to_string(config.batch));
+                throw UserError("layer '" + net.layers[i].name + "' splits the samples " +
+                                std::to_string(dist[i].split->n) + " ways, but the mini-batch has " +
+                                std::to_string(config.batch));
     }
 
     bool whole_planes(const Spec& s) const {

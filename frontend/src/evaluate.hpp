@@ -2,7 +2,7 @@
 // counts. Integers stay integers (checked for overflow), reals are doubles; names are a block's parameters.
 #pragma once
 
-#include <dsl/frontend/diagnostics.hpp>
+#include <dsl/base/diagnostics.hpp>
 #include <dsl/frontend/net_ast.hpp>
 
 #include <cstdint>

@@ -1,7 +1,7 @@
 // The table of layer kinds (layer_kinds.hpp), and its lookups.
 #include <dsl/frontend/layer_kinds.hpp>
 
-#include <dsl/frontend/diagnostics.hpp>
+#include <dsl/base/error.hpp>
 
 namespace dsl::frontend {
 
@@ -116,8 +116,8 @@ const std::vector<LayerKind>& layer_kinds() {
     static const std::vector<LayerKind> table = [] {
         std::vector<LayerKind> t = make_table();
         for (std::size_t i = 0; i < t.size(); ++i)
-            if (static_cast<std::size_t>(t[i].op) != i)
-                throw dsl::InternalError(std::string("the layer kind table is out of OpKind's order at ") + t[i].name);
+            DSL_INTERNAL_CHECK(static_cast<std::size_t>(t[i].op) == i,
+                               std::string("the layer kind table is out of OpKind's order at ") + t[i].name);
         return t;
     }();
     return table;

@@ -1,5 +1,7 @@
 // The `.net` parser: runs the PEGTL grammar with actions that build the owned NetFile as the rules match.
 #include <dsl/frontend/parse.hpp>
+
+#include <dsl/base/error.hpp>
 #include <dsl/grammar/net.hpp>
 
 #include "syntax_error.hpp"
@@ -32,12 +34,6 @@ namespace g = dsl::grammar::net;
 // recursively, so the tree's depth has its own limit.
 constexpr int max_nesting = 64;
 constexpr int max_tree_depth = 256;
-
-// A syntax error found by an action (a literal out of range, nesting too deep), with its exact span.
-struct SyntaxError {
-    Location loc;
-    std::string message;
-};
 
 // What the actions have seen so far. Statements, calls and blocks do not nest, so one of each is enough;
 // expressions do, and live on a stack.
@@ -94,7 +90,7 @@ struct Builder {
         push(in.begin(), std::move(e), depth);
     }
     void push(const char* begin, Expr e, int depth) {
-        if (depth > max_tree_depth) throw SyntaxError{e.loc, "expression is nested too deeply"};
+        if (depth > max_tree_depth) throw UserError("expression is nested too deeply", e.loc);
         exprs.push_back(Item{std::move(e), depth, begin});
     }
     // The location of `start`, spanning the text from `begin` to `end` without the blanks and comments that
@@ -114,7 +110,7 @@ struct Builder {
     }
     template <typename ActionInput>
     void enter(const ActionInput& in) {
-        if (++nesting > max_nesting) throw SyntaxError{loc(in), "expression is nested too deeply"};
+        if (++nesting > max_nesting) throw UserError("expression is nested too deeply", loc(in));
     }
 
     void finish_stmt(std::string name, Location at) {
@@ -139,7 +135,7 @@ template <typename ActionInput>
 std::int64_t parse_int(const ActionInput& in, const Builder& b) {
     std::int64_t v = 0;
     const auto [p, ec] = std::from_chars(in.begin(), in.end(), v);
-    if (ec != std::errc() || p != in.end()) throw SyntaxError{b.loc(in), "integer literal is too large"};
+    if (ec != std::errc() || p != in.end()) throw UserError("integer literal is too large", b.loc(in));
     return v;
 }
 
@@ -171,7 +167,7 @@ struct action<g::real_lit> {
     static void apply(const ActionInput& in, Builder& b) {
         Expr e = leaf(Expr::Kind::real, b.loc(in));
         const auto [p, ec] = std::from_chars(in.begin(), in.end(), e.real);
-        if (ec != std::errc() || p != in.end()) throw SyntaxError{e.loc, "real literal is out of range"};
+        if (ec != std::errc() || p != in.end()) throw UserError("real literal is out of range", e.loc);
         b.push(in, std::move(e));
     }
 };
@@ -587,8 +583,8 @@ std::optional<NetFile> parse_net(const SourceFile& file, Diagnostics& diags) {
     } catch (const pegtl::parse_error& e) {
         report(e, file, b, diags);
         return std::nullopt;
-    } catch (const SyntaxError& e) {
-        diags.error(e.loc, e.message);
+    } catch (const UserError& e) {  // found by an action (a literal out of range, nesting too deep), with its span
+        diags.error(e.location(), e.what());
         return std::nullopt;
     }
     return std::move(b.out);

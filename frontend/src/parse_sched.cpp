@@ -1,5 +1,7 @@
 // The `.sched` parser: runs the PEGTL grammar with actions that build the owned SchedFile as they match.
 #include <dsl/frontend/parse.hpp>
+
+#include <dsl/base/error.hpp>
 #include <dsl/grammar/sched.hpp>
 
 #include "syntax_error.hpp"

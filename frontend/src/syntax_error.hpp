@@ -1,7 +1,7 @@
 // Where and how the parsers report a syntax error: shared so that errors in every language read alike.
 #pragma once
 
-#include <dsl/frontend/source.hpp>
+#include <dsl/base/source.hpp>
 
 #include <tao/pegtl.hpp>
 

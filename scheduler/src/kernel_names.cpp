@@ -1,7 +1,7 @@
 // The names of kernels in platform time keys (kernel_names.hpp).
 #include <dsl/scheduler/kernel_names.hpp>
 
-#include <dsl/frontend/diagnostics.hpp>
+#include <dsl/base/error.hpp>
 
 #include <fmt/format.h>
 
@@ -27,7 +27,7 @@ const char* phase_name(Phase phase) {
 
 std::string kernel_name(frontend::OpKind kind, Phase phase) {
     const char* kernels = frontend::kind_of(kind).kernels;
-    if (!*kernels) throw dsl::InternalError(std::string("layer kind '") + frontend::op_name(kind) + "' has no kernels");
+    DSL_INTERNAL_CHECK(*kernels, std::string("layer kind '") + frontend::op_name(kind) + "' has no kernels");
     return fmt::format("{}.{}", kernels, phase_name(phase));
 }
 

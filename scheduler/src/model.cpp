@@ -3,7 +3,7 @@
 // the backward allreduce overlap as a greedy timeline (one allreduce at a time), and memory per process.
 #include <dsl/scheduler/model.hpp>
 
-#include <dsl/frontend/diagnostics.hpp>
+#include <dsl/base/error.hpp>
 #include <dsl/scheduler/kernel_names.hpp>
 #include <dsl/scheduler/tiles.hpp>
 
@@ -443,8 +443,7 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
             break;
         case OpKind::label: break;
         default:  // the element-wise kinds: their FLOPs per element (layer_kinds.hpp), a read and a write
-            if (!l.kind().elementwise())
-                throw dsl::InternalError(fmt::format("no cost for layer kind '{}'", l.kind().name));
+            DSL_INTERNAL_CHECK(l.kind().elementwise(), fmt::format("no cost for layer kind '{}'", l.kind().name));
             c.forward = run(kernel_name(l.op, Phase::forward), {{"x", g.y}}, l.kind().flops * ny, 2 * ny * word);
             if (!data_in)
                 c.backward_data =

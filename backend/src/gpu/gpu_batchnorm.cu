@@ -6,7 +6,7 @@
 
 #include "../kernel_checks.hpp"
 
-#include <dsl/frontend/diagnostics.hpp>
+#include <dsl/base/error.hpp>
 
 #include <cstddef>
 #include <cstdint>

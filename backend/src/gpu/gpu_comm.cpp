@@ -7,7 +7,7 @@
 
 #include "gpu_context.hpp"
 
-#include <dsl/frontend/diagnostics.hpp>
+#include <dsl/base/diagnostics.hpp>
 
 #include <nccl.h>
 

@@ -6,7 +6,7 @@
 
 #include "../kernel_checks.hpp"
 
-#include <dsl/frontend/diagnostics.hpp>
+#include <dsl/base/error.hpp>
 
 #include <cudnn.h>
 
@@ -51,8 +51,8 @@ void check_cudnn(cudnnStatus_t status, const char* what) {
 
 int to_int(std::int64_t v, const char* what) {
     if (v < 0 || v > INT_MAX)
-        throw std::runtime_error(std::string("cuDNN convolution: ") + what + " " + std::to_string(v) +
-                                 " does not fit cuDNN's 32-bit sizes");
+        throw UserError(std::string("cuDNN convolution: ") + what + " " + std::to_string(v) +
+                        " does not fit cuDNN's 32-bit sizes");
     return static_cast<int>(v);
 }
 
@@ -361,8 +361,8 @@ private:
             dense.reset();
         }
         if (!strided && !dense)
-            throw std::runtime_error(problem + ": no algorithm runs within the workspace of " +
-                                     std::to_string(context().options.workspace) + " bytes");
+            throw UserError(problem + ": no algorithm runs within the workspace of " +
+                            std::to_string(context().options.workspace) + " bytes");
         std::unique_ptr<Candidate> chosen =
             strided && (!dense || strided->milliseconds <= dense->milliseconds + copy_ms) ? std::move(strided)
                                                                                           : std::move(dense);

@@ -3,9 +3,9 @@
 #include "gpu_common.cuh"
 
 #include <dsl/backend/gpu.hpp>
+#include <dsl/base/error.hpp>
 
 #include <atomic>
-#include <stdexcept>
 #include <string>
 
 namespace dsl::backend {
@@ -64,17 +64,17 @@ int gpu_devices(std::string* why) {
 }
 
 void gpu_select(int device) {
-    if (stream_created && device != selected_device.load())
-        throw std::logic_error("gpu_select(" + std::to_string(device) + ") after device " +
-                               std::to_string(selected_device.load()) + " was first used");
+    DSL_INTERNAL_CHECK(!stream_created || device == selected_device.load(),
+                       "gpu_select(" + std::to_string(device) + ") after device " +
+                           std::to_string(selected_device.load()) + " was first used");
     check(cudaSetDevice(device), "cudaSetDevice");
     selected_device = device;
     bind_device();
 }
 
 int gpu_for_local_rank(int local_rank, int devices) {
-    if (devices <= 0) throw std::invalid_argument("gpu_for_local_rank: no GPU to choose from");
-    if (local_rank < 0) throw std::invalid_argument("gpu_for_local_rank: negative local rank");
+    DSL_INTERNAL_CHECK(devices > 0, "gpu_for_local_rank: no GPU to choose from");
+    DSL_INTERNAL_CHECK(local_rank >= 0, "gpu_for_local_rank: negative local rank");
     return local_rank % devices;
 }
 

@@ -5,7 +5,7 @@
 
 #include "../kernel_checks.hpp"
 
-#include <dsl/frontend/diagnostics.hpp>
+#include <dsl/base/error.hpp>
 
 #include <algorithm>
 #include <cstddef>

@@ -1,14 +1,15 @@
 // The GPU backend's stand-in in a build without CUDA, cuDNN or NCCL: it says so and runs nothing.
 #include <dsl/backend/gpu.hpp>
 
-#include <stdexcept>
+#include <dsl/base/error.hpp>
 
 namespace dsl::backend {
 
 namespace {
+// The command asks gpu_devices() first: a call that gets here is a bug.
 [[noreturn]] void not_built() {
-    throw std::logic_error(
-        "this build of dsl has no GPU backend (CUDA, cuDNN or NCCL was not found when it was built)");
+    internal_failure(__FILE__, __LINE__, "gpu_built()",
+                     "this build of dsl has no GPU backend (CUDA, cuDNN or NCCL was not found when it was built)");
 }
 }  // namespace
 

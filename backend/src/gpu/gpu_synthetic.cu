@@ -5,7 +5,7 @@
 #include "../kernel_checks.hpp"
 #include "../synthetic_formula.hpp"
 
-#include <dsl/frontend/diagnostics.hpp>
+#include <dsl/base/error.hpp>
 
 #include <cstdint>
 #include <string>

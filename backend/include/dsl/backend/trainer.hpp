@@ -78,7 +78,8 @@ public:
     // One process.
     Trainer(const frontend::Network& net, Kernels kernels, TrainConfig config);
     // This process's part of a run under `schedule` (complete, its splits' product comm.size()); every
-    // process of `comm` constructs its Trainer and calls every method alike, in the same order.
+    // process of `comm` constructs its Trainer and calls every method alike, in the same order. A layer that
+    // splits the samples more ways than `config.batch` is a UserError.
     Trainer(const frontend::Network& net, Kernels kernels, TrainConfig config, const scheduler::Schedule& schedule,
             Comm& comm);
     ~Trainer();

@@ -1,7 +1,7 @@
 // The owned syntax tree of a `.net` file, as written (blocks not yet expanded); every node has its location.
 #pragma once
 
-#include <dsl/frontend/source.hpp>
+#include <dsl/base/source.hpp>
 
 #include <cstdint>
 #include <optional>

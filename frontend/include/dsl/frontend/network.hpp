@@ -2,8 +2,8 @@
 // topological order, with the shapes and costs that shape inference fills in.
 #pragma once
 
+#include <dsl/base/source.hpp>
 #include <dsl/frontend/layer_kinds.hpp>
-#include <dsl/frontend/source.hpp>
 
 #include <array>
 #include <cstdint>

@@ -2,7 +2,7 @@
 // to `diags`; nothing is returned then.
 #pragma once
 
-#include <dsl/frontend/diagnostics.hpp>
+#include <dsl/base/diagnostics.hpp>
 #include <dsl/frontend/net_ast.hpp>
 #include <dsl/frontend/platform_ast.hpp>
 #include <dsl/frontend/sched_ast.hpp>

@@ -6,7 +6,7 @@
 // load_network runs them all; `dump_after` names a pass after which the state is printed to stderr.
 #pragma once
 
-#include <dsl/frontend/diagnostics.hpp>
+#include <dsl/base/diagnostics.hpp>
 #include <dsl/frontend/net_ast.hpp>
 #include <dsl/frontend/network.hpp>
 

@@ -1,7 +1,7 @@
 // The owned syntax tree of a `.sched` file: global settings and per-layer entries, as written.
 #pragma once
 
-#include <dsl/frontend/source.hpp>
+#include <dsl/base/source.hpp>
 
 #include <cstdint>
 #include <string>

@@ -4,7 +4,7 @@
 // fallback from peak FLOP/s and memory bandwidth.
 #pragma once
 
-#include <dsl/frontend/diagnostics.hpp>
+#include <dsl/base/diagnostics.hpp>
 #include <dsl/frontend/platform_ast.hpp>
 
 #include <cstdint>

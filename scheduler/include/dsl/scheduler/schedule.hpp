@@ -2,7 +2,7 @@
 // precedence rule, and checked against the network and the processor count.
 #pragma once
 
-#include <dsl/frontend/diagnostics.hpp>
+#include <dsl/base/diagnostics.hpp>
 #include <dsl/frontend/network.hpp>
 #include <dsl/frontend/sched_ast.hpp>
 #include <dsl/scheduler/distribution.hpp>

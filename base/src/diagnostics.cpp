@@ -1,5 +1,5 @@
 // Collecting and rendering diagnostics in clang's form.
-#include <dsl/frontend/diagnostics.hpp>
+#include <dsl/base/diagnostics.hpp>
 
 #include <fmt/format.h>
 
@@ -109,10 +109,6 @@ std::string Diagnostics::colored(bool color) const {
                 Severity::error, {}, fmt::format("too many errors, stopping after the first {}", error_limit), {}},
             color);
     return out;
-}
-
-void internal_failure(const char* file, int line, const char* condition, const std::string& what) {
-    throw InternalError(fmt::format("internal error at {}:{}: {} ({})", file, line, what, condition));
 }
 
 namespace {

@@ -1,10 +1,9 @@
 // Diagnostics in clang's form (`file:line:col: error: message`, the source line, a caret), collected per run.
 #pragma once
 
-#include <dsl/frontend/source.hpp>
+#include <dsl/base/source.hpp>
 
 #include <ostream>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -62,21 +61,7 @@ private:
 // One diagnostic as text (the location line, the source line and the caret), without colour.
 std::string format_diagnostic(const Diagnostic& d);
 
-// A bug in dsl, never a user's mistake: thrown by DSL_INTERNAL_CHECK, reported with exit code 3.
-class InternalError : public std::logic_error {
-public:
-    using std::logic_error::logic_error;
-};
-
-[[noreturn]] void internal_failure(const char* file, int line, const char* condition, const std::string& what);
-
 // "did you mean 'x'?" helper: the candidate closest to `name` by edit distance, or empty when none is close.
 std::string closest_match(const std::string& name, const std::vector<std::string>& candidates);
 
 }  // namespace dsl
-
-// Internal consistency checks; never compiled out.
-#define DSL_INTERNAL_CHECK(cond, what)                                           \
-    do {                                                                         \
-        if (!(cond)) ::dsl::internal_failure(__FILE__, __LINE__, #cond, (what)); \
-    } while (false)

@@ -1,5 +1,5 @@
 // Reading and owning source files.
-#include <dsl/frontend/source.hpp>
+#include <dsl/base/source.hpp>
 
 #include <fcntl.h>
 #include <sys/stat.h>
