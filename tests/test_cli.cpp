@@ -129,6 +129,20 @@ TEST_CASE("explain costs sigmoids: their kernels forward and backward, on their 
         CHECK(l["memory_bytes"].get<double>() > 0.0);
     }
     CHECK(sigmoids == 3);
+    // Calibration times the sigmoid kernels under their own names, which the model looks up.
+    const fs::path dir = fs::temp_directory_path() / ("dsl_sigmoid_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    const std::string platform = (dir / "here.platform").string();
+    const Result calibrated =
+        run_dsl("calibrate tests/dist/sigmoid.net --procs 1 --batch 2 --reps 1 --warmup 0 -o " + platform);
+    INFO(calibrated.err);
+    REQUIRE(calibrated.exit_code == 0);
+    CHECK(calibrated.err.find("cannot time") == std::string::npos);
+    const std::string text = read(platform);
+    CHECK(text.find("time sigmoid.forward threads=") != std::string::npos);
+    CHECK(text.find("time sigmoid.backward threads=") != std::string::npos);
+    CHECK(text.find("time factor.sigmoid.forward ") != std::string::npos);
+    fs::remove_all(dir);
     const Result checked = run_dsl("check tests/dist/sigmoid.net --json");
     REQUIRE(checked.exit_code == 0);
     for (const auto& l : nlohmann::json::parse(checked.out)["layers"])
