@@ -138,11 +138,11 @@ struct Activation final : ActivationKernels {
     ActivationKernels* in;
     KernelTimes* t;
     Activation(ActivationKernels* i, KernelTimes* tt) : in(i), t(tt) {}
-    void forward(ConstView x, float slope, View y) override {
-        charge(*t, "activation.forward", x.dims, [&] { in->forward(x, slope, y); });
+    void forward(frontend::Activation f, ConstView x, float slope, View y) override {
+        charge(*t, "activation.forward", x.dims, [&] { in->forward(f, x, slope, y); });
     }
-    void backward(ConstView x, ConstView dy, float slope, View dx) override {
-        charge(*t, "activation.backward", x.dims, [&] { in->backward(x, dy, slope, dx); });
+    void backward(frontend::Activation f, ConstView x, ConstView dy, float slope, View dx) override {
+        charge(*t, "activation.backward", x.dims, [&] { in->backward(f, x, dy, slope, dx); });
     }
 };
 

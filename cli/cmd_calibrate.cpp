@@ -16,6 +16,7 @@
 #include <dsl/backend/comm.hpp>
 #include <dsl/backend/data.hpp>
 #include <dsl/backend/gpu.hpp>
+#include <dsl/scheduler/kernel_names.hpp>
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
@@ -89,7 +90,8 @@ std::map<int, std::set<std::string>> keys_by_threads(const frontend::Network& ne
                 for (const auto& d : scheduler::candidates(net, static_cast<int>(i), open, procs, batch))
                     for (std::string& k : model.kernel_keys(static_cast<int>(i), d)) keys.insert(std::move(k));
             }
-            keys.insert(scheduler::time_key("sgd", {{"params", {net.total_params()}}, {"threads", {model.threads()}}}));
+            keys.insert(scheduler::time_key(scheduler::sgd_kernel,
+                                            {{"params", {net.total_params()}}, {"threads", {model.threads()}}}));
         }
     return out;
 }
@@ -179,8 +181,11 @@ int profile_worker(const CalibrateOptions& o) {
     // Only kernels and communication: what this worker measures is not taken from an earlier calibration.
     for (auto it = measured_so_far->times.begin(); it != measured_so_far->times.end();) {
         const std::string& k = it->first;
-        const bool derived = k.rfind("factor.", 0) == 0 || k.rfind("drift ", 0) == 0 || k.rfind("shuffle ", 0) == 0 ||
-                             k.rfind("step.update ", 0) == 0;
+        const auto key = scheduler::parse_time_key(k);
+        const bool derived =
+            k.rfind(scheduler::factor_prefix, 0) == 0 ||
+            (key && (key->kernel == scheduler::drift_kernel || key->kernel == scheduler::shuffle_kernel ||
+                     key->kernel == scheduler::update_kernel));
         it = derived ? measured_so_far->times.erase(it) : std::next(it);
     }
     const scheduler::Model model(net, this_machine(*measured_so_far, o.gpu()), procs, batch);
@@ -295,12 +300,12 @@ int profile_worker(const CalibrateOptions& o) {
         if (!updates.empty()) out << model.update_key() << "\t" << updates[updates.size() / 2] << "\n";
         if (!drifts.empty()) {
             std::sort(drifts.begin(), drifts.end());
-            out << scheduler::time_key("drift", {{"compute", {1000}}, {"procs", {procs}}}) << "\t"
+            out << scheduler::time_key(scheduler::drift_kernel, {{"compute", {1000}}, {"procs", {procs}}}) << "\t"
                 << drifts[drifts.size() / 2] * 1e-3 << "\n";
         }
         if (shuffle_extra >= 0)
-            out << scheduler::time_key("shuffle", {{"procs", {procs}}}) << "\t" << std::max(1e-9, shuffle_extra)
-                << "\n";
+            out << scheduler::time_key(scheduler::shuffle_kernel, {{"procs", {procs}}}) << "\t"
+                << std::max(1e-9, shuffle_extra) << "\n";
         if (!out) code = user_error;
     }
     comm.reset();
@@ -364,10 +369,11 @@ Needed needed(const frontend::Network& net, const scheduler::Platform& platform,
             if (o.in_situ && (fresh || !has(scheduler::Model(net, platform, procs, batch).update_key())))
                 n.profiles.emplace_back(procs, batch);
         }
-        if (procs > 1 && !has_any("allreduce ", fmt::format(" procs={}", procs))) n.comm.push_back(procs);
+        if (procs > 1 && !has_any(scheduler::allreduce_kernel + std::string(" "), fmt::format(" procs={}", procs)))
+            n.comm.push_back(procs);
     }
     const auto first = std::find_if(o.procs.begin(), o.procs.end(), [](std::int64_t p) { return p > 1; });
-    n.exchanges = first != o.procs.end() && !has_any("sendrecv ", "");
+    n.exchanges = first != o.procs.end() && !has_any(scheduler::sendrecv_kernel + std::string(" "), "");
     if (n.exchanges && (n.comm.empty() || n.comm.front() != *first)) n.comm.insert(n.comm.begin(), *first);
     return n;
 }
@@ -517,7 +523,7 @@ int measure(const CalibrateOptions& o, const Needed& n, scheduler::Platform& pla
             platform.times[k] = s;
             ++measured;
             if (const auto key = scheduler::parse_time_key(k);
-                key && key->kernel == "sendrecv" && key->field("bytes").size() == 1)
+                key && key->kernel == scheduler::sendrecv_kernel && key->field("bytes").size() == 1)
                 points.emplace_back(static_cast<double>(key->field("bytes").at(0)), s);
         }
     }

@@ -114,6 +114,41 @@ TEST_CASE("explain predicts every layer's time, the step and the memory", "[cli]
     CHECK(bad.err.find("fail_sched_product.sched:3:1: error:") != std::string::npos);
 }
 
+TEST_CASE("explain costs sigmoids: their kernels forward and backward, on their tiles", "[cli][model]") {
+    const Result r = run_dsl("explain tests/dist/sigmoid.net tests/dist/sigmoid_hybrid_4.sched --json");
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    const auto j = nlohmann::json::parse(r.out);
+    int sigmoids = 0;
+    for (const auto& l : j["layers"]) {
+        if (l["kind"] != "sigmoid") continue;
+        INFO(l["name"]);
+        ++sigmoids;
+        CHECK(l["seconds"]["forward"].get<double>() > 0.0);
+        CHECK(l["seconds"]["backward_data"].get<double>() > 0.0);
+        CHECK(l["memory_bytes"].get<double>() > 0.0);
+    }
+    CHECK(sigmoids == 3);
+    // Calibration times the sigmoid kernels under their own names, which the model looks up.
+    const fs::path dir = fs::temp_directory_path() / ("dsl_sigmoid_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    const std::string platform = (dir / "here.platform").string();
+    const Result calibrated =
+        run_dsl("calibrate tests/dist/sigmoid.net --procs 1 --batch 2 --reps 1 --warmup 0 -o " + platform);
+    INFO(calibrated.err);
+    REQUIRE(calibrated.exit_code == 0);
+    CHECK(calibrated.err.find("cannot time") == std::string::npos);
+    const std::string text = read(platform);
+    CHECK(text.find("time sigmoid.forward threads=") != std::string::npos);
+    CHECK(text.find("time sigmoid.backward threads=") != std::string::npos);
+    CHECK(text.find("time factor.sigmoid.forward ") != std::string::npos);
+    fs::remove_all(dir);
+    const Result checked = run_dsl("check tests/dist/sigmoid.net --json");
+    REQUIRE(checked.exit_code == 0);
+    for (const auto& l : nlohmann::json::parse(checked.out)["layers"])
+        if (l["name"] == "r1") CHECK(l["flops"].get<double>() == 4.0 * 8 * 12 * 9);  // 4 per element
+}
+
 TEST_CASE("schedule fills a partial schedule, keeping its fixed fields, into a file check accepts", "[cli][model]") {
     const fs::path dir = fs::temp_directory_path() / ("dsl_schedule_" + std::to_string(::getpid()));
     fs::create_directories(dir);

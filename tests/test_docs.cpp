@@ -5,11 +5,16 @@
 // example goes unchecked for want of one.
 #include "run_dsl.hpp"
 
+#include <dsl/frontend/layer_kinds.hpp>
+
+#include <fmt/format.h>
+
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <vector>
@@ -104,4 +109,82 @@ TEST_CASE("every whole-file example in the README and docs is checked", "[cli][d
     fs::remove_all(dir);
     // README: a network and its schedule; docs/language.md: one of each kind.
     CHECK(checked >= 5);
+}
+
+namespace {
+
+// The `name` of every "`name`" in `text`, in order.
+std::vector<std::string> quoted(const std::string& text) {
+    std::vector<std::string> out;
+    for (std::size_t a = text.find('`'); a != std::string::npos; a = text.find('`', a + 1)) {
+        const std::size_t b = text.find('`', a + 1);
+        if (b == std::string::npos) break;
+        out.push_back(text.substr(a + 1, b - a - 1));
+        a = b;
+    }
+    return out;
+}
+
+// A row of a markdown table, split into its cells.
+std::vector<std::string> cells(const std::string& line) {
+    std::vector<std::string> out;
+    std::istringstream in(line);
+    std::string cell;
+    std::getline(in, cell, '|');  // before the first bar
+    while (std::getline(in, cell, '|')) out.push_back(cell);
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("the docs' layer kinds are the table's: every kind, its parameters and their defaults", "[docs]") {
+    using namespace dsl::frontend;
+    // docs/language.md: "| `maxpool`, `avgpool` | `kernel`, `stride=kernel`, `pad=0` | ..." under "### Layer kinds".
+    const std::string doc = read(fs::path(source_dir()) / "docs" / "language.md");
+    const std::size_t start = doc.find("### Layer kinds");
+    REQUIRE(start != std::string::npos);
+    std::istringstream in(doc.substr(start));
+    std::map<std::string, std::vector<std::string>> documented;  // kind -> its parameters as documented
+    std::string line;
+    std::getline(in, line);
+    while (std::getline(in, line) && (line.empty() || line[0] == '|')) {
+        const auto row = cells(line);
+        if (row.size() < 2 || line.find("---") != std::string::npos || row[0].find("kind") != std::string::npos)
+            continue;
+        for (const std::string& kind : quoted(row[0])) documented[kind] = quoted(row[1]);
+    }
+    for (const LayerKind& k : layer_kinds()) {
+        if (k.data()) continue;
+        INFO("layer kind '" << k.name << "'");
+        auto it = documented.find(k.name);
+        if (it == documented.end()) {
+            FAIL_CHECK("missing from the layer kinds of docs/language.md");
+            continue;
+        }
+        std::vector<std::string> want;
+        for (const ParamSpec& p : k.params) {
+            if (p.required) {
+                want.emplace_back(p.name);
+            } else if (*p.default_of) {
+                want.push_back(std::string(p.name) + "=" + p.default_of);
+            } else {
+                // The default as the docs write it: the number, or true and false.
+                std::string value = fmt::format("{}", p.default_value);
+                if (p.type == ParamType::boolean) value = p.default_value != 0 ? "true" : "false";
+                if (value.find("e-0") != std::string::npos) value.erase(value.find("e-0") + 2, 1);  // 1e-05: 1e-5
+                want.push_back(std::string(p.name) + "=" + value);
+            }
+        }
+        CHECK(it->second == want);
+        documented.erase(it);
+    }
+    for (const auto& [kind, params] : documented)
+        FAIL_CHECK("docs/language.md documents layer kind '" << kind << "', which is no kind");
+
+    // README.md lists the kinds by name.
+    const std::string readme = read(fs::path(source_dir()) / "README.md");
+    const std::size_t list = readme.find("Layer kinds: ");
+    REQUIRE(list != std::string::npos);
+    const std::string sentence = readme.substr(list, readme.find('.', list) - list);
+    CHECK(quoted(sentence) == layer_kind_names());
 }

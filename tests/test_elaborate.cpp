@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 using namespace dsl;
 using namespace dsl::frontend;
@@ -215,6 +216,28 @@ TEST_CASE("cycles are reported with their path", "[elaborate]") {
     one_error(head + "a = relu from a\n", "layers form a cycle: 'a' -> 'a'", 3, 1);
     one_error(head + "a = relu\nb = add from a, d\nc = relu\nd = relu\n",
               "layers form a cycle: 'b' -> 'c' -> 'd' -> 'b'", 4, 1);
+}
+
+TEST_CASE("the layer kind table is indexed by OpKind and names every kind once", "[elaborate]") {
+    std::set<std::string> names;
+    for (std::size_t i = 0; i < layer_kinds().size(); ++i) {
+        const LayerKind& k = layer_kinds()[i];
+        CHECK(static_cast<std::size_t>(k.op) == i);
+        CHECK(&kind_of(k.op) == &k);
+        CHECK(names.insert(k.name).second);
+        CHECK(op_from_name(k.name) == (k.data() ? std::nullopt : std::optional<OpKind>(k.op)));
+        CHECK(k.elementwise() == (k.activation != Activation::none));
+        for (const ParamSpec& p : k.params) CHECK(k.param(p.name) == &p);
+    }
+    CHECK(layer_kind_names().size() == layer_kinds().size() - 2);  // all but input and label
+}
+
+TEST_CASE("an unknown kind with no name near it lists the layer kinds", "[elaborate]") {
+    Elab e(head + "a = qqqqqqqqqq\n");
+    std::string list;
+    for (const std::string& k : layer_kind_names()) list += (list.empty() ? "" : ", ") + k;
+    CHECK(e.messages() ==
+          std::vector<std::string>{"unknown layer kind or block 'qqqqqqqqqq'", "  the layer kinds are " + list});
 }
 
 TEST_CASE("unknown names get suggestions", "[elaborate]") {

@@ -28,6 +28,7 @@ Tensor random_tensor(Dims d, Margins m, std::mt19937& rng, int levels = 0) {
 }
 
 constexpr Margins some_margins{2, 1, 3, 2};
+constexpr dsl::frontend::Activation leaky = dsl::frontend::Activation::leaky_relu;
 
 // Every element of `a` and `b` (same dims) within `rel` of each other (relative, with a floor of 1e-6 for
 // values near zero); rel = 0 asks for bit-exact equality. Returns the number of elements that differ.
@@ -76,13 +77,32 @@ TEST_CASE("halide activation matches the reference bit for bit", "[halide]") {
     const Tensor x = random_tensor(d, some_margins, rng), dy = random_tensor(d, {1, 0, 0, 1}, rng);
     Tensor expected = random_tensor(d, some_margins, rng), got = expected;
 
-    reference_kernels().activation->forward(x.interior(), slope, expected.interior());
-    halide_activation().forward(x.interior(), slope, got.interior());
+    reference_kernels().activation->forward(leaky, x.interior(), slope, expected.interior());
+    halide_activation().forward(leaky, x.interior(), slope, got.interior());
     CHECK(same_storage(got, expected));
 
-    reference_kernels().activation->backward(x.interior(), dy.interior(), slope, expected.interior());
-    halide_activation().backward(x.interior(), dy.interior(), slope, got.interior());
+    reference_kernels().activation->backward(leaky, x.interior(), dy.interior(), slope, expected.interior());
+    halide_activation().backward(leaky, x.interior(), dy.interior(), slope, got.interior());
     CHECK(same_storage(got, expected));
+}
+
+TEST_CASE("halide sigmoid matches the reference", "[halide]") {
+    const Dims d = GENERATE(from_range(shapes));
+    const auto f = dsl::frontend::Activation::sigmoid;
+    std::mt19937 rng(13);
+    const Tensor x = random_tensor(d, some_margins, rng), dy = random_tensor(d, {1, 0, 0, 1}, rng);
+    Tensor expected = random_tensor(d, some_margins, rng), got = expected;
+
+    // Halide's exp and the C library's round differently: within a few float ulps.
+    reference_kernels().activation->forward(f, x.interior(), 0.0f, expected.interior());
+    halide_activation().forward(f, x.interior(), 0.0f, got.interior());
+    CHECK(mismatches(got.interior(), expected.interior(), 1e-6) == 0);
+    CHECK(same_margins(got, expected));
+
+    reference_kernels().activation->backward(f, x.interior(), dy.interior(), 0.0f, expected.interior());
+    halide_activation().backward(f, x.interior(), dy.interior(), 0.0f, got.interior());
+    CHECK(mismatches(got.interior(), expected.interior(), 1e-5) == 0);
+    CHECK(same_margins(got, expected));
 }
 
 TEST_CASE("halide batch norm matches the reference", "[halide]") {
@@ -301,8 +321,8 @@ TEST_CASE("halide kernels split big tensors into parallel tasks as the reference
     const auto c = static_cast<std::size_t>(d.c);
 
     Tensor expected = random_tensor(d, some_margins, rng), got = expected;
-    reference_kernels().activation->backward(x.interior(), dy.interior(), 0.1f, expected.interior());
-    halide_activation().backward(x.interior(), dy.interior(), 0.1f, got.interior());
+    reference_kernels().activation->backward(leaky, x.interior(), dy.interior(), 0.1f, expected.interior());
+    halide_activation().backward(leaky, x.interior(), dy.interior(), 0.1f, got.interior());
     CHECK(same_storage(got, expected));
     reference_kernels().eltwise->add({x.interior(), dy.interior()}, expected.interior());
     halide_eltwise().add({x.interior(), dy.interior()}, got.interior());

@@ -3,6 +3,7 @@
 // platform has them, memory, and processes that share a processor.
 #include "support.hpp"
 
+#include <dsl/scheduler/kernel_names.hpp>
 #include <dsl/scheduler/model.hpp>
 #include <dsl/scheduler/platform.hpp>
 
@@ -156,4 +157,28 @@ TEST_CASE("model: memory per process, and processes that share a processor", "[m
     CHECK(crowded.threads() == 1);
     CHECK(crowded.sharing() == 2.0);
     CHECK(crowded.memory_limit() == p.memory / 2);
+}
+
+TEST_CASE("kernel names read back as the kind and phase that made them, and keep their spelling", "[model]") {
+    using frontend::OpKind;
+    for (const frontend::LayerKind& k : frontend::layer_kinds()) {
+        if (!*k.kernels) continue;
+        for (Phase p : {Phase::forward, Phase::backward, Phase::backward_data, Phase::backward_weights}) {
+            const auto back = parse_kernel_name(kernel_name(k.op, p));
+            REQUIRE(back);
+            CHECK(std::string(frontend::kind_of(back->kind).kernels) == k.kernels);
+            CHECK(back->phase == p);
+        }
+    }
+    // What `.platform` files hold.
+    CHECK(kernel_name(OpKind::conv, Phase::backward_data) == "conv.backward_data");
+    CHECK(kernel_name(OpKind::relu, Phase::forward) == "activation.forward");
+    CHECK(kernel_name(OpKind::leaky_relu, Phase::backward) == "activation.backward");
+    CHECK(kernel_name(OpKind::pixel_cross_entropy, Phase::forward) == "loss.forward");
+    CHECK(kernel_name(OpKind::maxpool, Phase::backward) == "maxpool.backward");
+    CHECK(kernel_name(OpKind::input, Phase::forward) == "input.forward");
+    CHECK(factor_name(OpKind::leaky_relu, false) == "factor.leaky_relu.backward");
+    CHECK(parse_kernel_name("activation.forward")->kind == OpKind::relu);
+    for (const char* other : {"sgd", "step.update", "factor.conv.forward", "sendrecv", "conv.sideways", ".forward"})
+        CHECK_FALSE(parse_kernel_name(other));
 }

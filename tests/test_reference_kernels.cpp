@@ -412,14 +412,17 @@ TEST_CASE("reference batchnorm: hand-computed forward", "[reference]") {
 TEST_CASE("reference activation: relu and leaky relu", "[reference]") {
     ActivationKernels& act = *reference_kernels().activation;
     const float slope = GENERATE(0.0f, 0.1f);
+    // relu is leaky_relu with slope 0: the trainer passes relu that slope.
+    const dsl::frontend::Activation f =
+        slope == 0.0f ? dsl::frontend::Activation::relu : dsl::frontend::Activation::leaky_relu;
     CAPTURE(slope);
 
     SECTION("forward by hand") {
         std::vector<float> xs{-2.0f, -0.5f, 0.0f, 0.5f, 3.0f}, ys(5), dy{1, 2, 3, 4, 5}, dx(5);
-        act.forward(dense_view(xs.data(), {1, 5, 1, 1}), slope, dense_view(ys.data(), {1, 5, 1, 1}));
+        act.forward(f, dense_view(xs.data(), {1, 5, 1, 1}), slope, dense_view(ys.data(), {1, 5, 1, 1}));
         CHECK(ys == std::vector<float>{-2.0f * slope, -0.5f * slope, 0.0f, 0.5f, 3.0f});
         // x = 0 is not above zero: it takes the slope, as PyTorch's relu gradient does.
-        act.backward(dense_view(xs.data(), {1, 5, 1, 1}), dense_view(dy.data(), {1, 5, 1, 1}), slope,
+        act.backward(f, dense_view(xs.data(), {1, 5, 1, 1}), dense_view(dy.data(), {1, 5, 1, 1}), slope,
                      dense_view(dx.data(), {1, 5, 1, 1}));
         CHECK(dx == std::vector<float>{1 * slope, 2 * slope, 3 * slope, 4, 5});
     }
@@ -429,18 +432,62 @@ TEST_CASE("reference activation: relu and leaky relu", "[reference]") {
         Tile x(d, rng), y(d, rng), r(d, rng), dx(d, rng);
         x.fill([&] { return off_zero(rng); });
         auto objective = [&] {
-            act.forward(x.view, slope, y.view);
+            act.forward(f, x.view, slope, y.view);
             return dot(y.view, r.view);
         };
         y.save();
         objective();
         CHECK(y.changed_outside() == 0);
         dx.save();
-        act.backward(x.view, r.view, slope, dx.view);
+        act.backward(f, x.view, r.view, slope, dx.view);
         CHECK(dx.changed_outside() == 0);
         Dense xs(x.view), rs(r.view), ys(y.view), dxs(dx.view);
-        act.forward(xs.view, slope, ys.view);
-        act.backward(xs.view, rs.view, slope, dxs.view);
+        act.forward(f, xs.view, slope, ys.view);
+        act.backward(f, xs.view, rs.view, slope, dxs.view);
+        CHECK(to_vector(ys.view) == to_vector(y.view));
+        CHECK(to_vector(dxs.view) == to_vector(dx.view));
+        check_gradient("dx", to_vector(dx.view), numeric_gradient(x.view, objective));
+    }
+}
+
+TEST_CASE("reference activation: sigmoid", "[reference][oracle]") {
+    ActivationKernels& act = *reference_kernels().activation;
+    const dsl::frontend::Activation f = dsl::frontend::Activation::sigmoid;
+
+    SECTION("against torch.sigmoid in float64") {
+        // PyTorch is not installed here: these are torch.sigmoid(x.double()) and its gradient dy * y * (1 - y)
+        // as float64 computes them (1 / (1 + exp(-x)), by Python's math.exp; torch's own agree to an ulp).
+        std::vector<float> xs{-10, -3, -0.5, 0, 0.5, 3, 10}, dy{1, -2, 0.5, 3, -1, 2, 4}, ys(7), dx(7);
+        const std::vector<double> y64{4.5397868702434395e-05, 0.04742587317756678, 0.3775406687981454, 0.5,
+                                      0.6224593312018546,     0.9525741268224334,  0.9999546021312976};
+        const std::vector<double> dx64{4.5395807735951673e-05, -0.09035331946182427, 0.11750185610079725,   0.75,
+                                       -0.2350037122015945,    0.090353319461824,    0.00018158323094363062};
+        act.forward(f, vector_view(xs), 0.0f, vector_view(ys));
+        act.backward(f, vector_view(xs), vector_view(dy), 0.0f, vector_view(dx));
+        for (std::size_t i = 0; i < xs.size(); ++i) {
+            CAPTURE(xs[i]);
+            CHECK(ys[i] == Approx(y64[i]).epsilon(1e-6).margin(1e-7));
+            // 1 - y in float loses digits where y is near 1: float32 (PyTorch's too) is that close.
+            CHECK(dx[i] == Approx(dx64[i]).epsilon(1e-5).margin(1e-6));
+        }
+    }
+    SECTION("backward by finite differences in double") {
+        std::mt19937 rng(17);
+        const Dims d{2, 3, 3, 4};
+        Tile x(d, rng, -4.0f, 4.0f), y(d, rng), r(d, rng), dx(d, rng);
+        auto objective = [&] {
+            act.forward(f, x.view, 0.0f, y.view);
+            return dot(y.view, r.view);
+        };
+        y.save();
+        objective();
+        CHECK(y.changed_outside() == 0);
+        dx.save();
+        act.backward(f, x.view, r.view, 0.0f, dx.view);
+        CHECK(dx.changed_outside() == 0);
+        Dense xs(x.view), rs(r.view), ys(y.view), dxs(dx.view);
+        act.forward(f, xs.view, 0.0f, ys.view);
+        act.backward(f, xs.view, rs.view, 0.0f, dxs.view);
         CHECK(to_vector(ys.view) == to_vector(y.view));
         CHECK(to_vector(dxs.view) == to_vector(dx.view));
         check_gradient("dx", to_vector(dx.view), numeric_gradient(x.view, objective));
@@ -849,9 +896,9 @@ TEST_CASE("reference kernels: mismatched views are internal errors", "[reference
     CHECK_THROWS_AS(k.conv->forward(dense_view(buffer.data(), {1, 1, 5, 5}), dense_view(ws.data(), {1, 1, 3, 3}),
                                     nullptr, dense_view(out.data(), {1, 1, 2, 2}), make_window(3, 3, 1, 1, 1, 1)),
                     dsl::InternalError);
-    CHECK_THROWS_AS(
-        k.activation->forward(dense_view(buffer.data(), {1, 2, 2, 2}), 0.0f, dense_view(out.data(), {1, 2, 2, 3})),
-        dsl::InternalError);
+    CHECK_THROWS_AS(k.activation->forward(dsl::frontend::Activation::relu, dense_view(buffer.data(), {1, 2, 2, 2}),
+                                          0.0f, dense_view(out.data(), {1, 2, 2, 3})),
+                    dsl::InternalError);
     const std::vector<std::int32_t> labels{3};
     CHECK_THROWS_AS(
         k.loss->cross_entropy(dense_view(buffer.data(), {1, 3, 1, 1}), label_view(labels, {1, 1, 1, 1}), 1.0f, View{}),

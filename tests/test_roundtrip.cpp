@@ -48,6 +48,24 @@ TEMPLATE_TEST_CASE("every file of the language prints to text that parses back t
     }
 }
 
+TEST_CASE("a network of every layer kind prints to text that parses back to the same tree", "[roundtrip]") {
+    // tests/dist/sigmoid.net has sigmoids (the newest kind); the text below calls every kind the table has.
+    std::ifstream in(fs::path(DSL_SOURCE_DIR) / "tests" / "dist" / "sigmoid.net", std::ios::binary);
+    test::check_round_trip<NetFile>(std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()),
+                                    "sigmoid.net");
+    std::string text = "input x [N, 3, 8, 8]\nlabel y [N]\n";
+    for (const LayerKind& k : layer_kinds()) {
+        if (k.data()) continue;
+        text += std::string("l_") + k.name + " = " + k.name;
+        std::string args;
+        for (const ParamSpec& p : k.params)
+            if (p.required) args += (args.empty() ? "" : ", ") + std::string(p.name) + " = 2";
+        if (!args.empty()) text += "(" + args + ")";
+        text += k.min_inputs == 2 ? " from x, y\n" : "\n";
+    }
+    test::check_round_trip<NetFile>(text, "kinds.net");
+}
+
 TEST_CASE("every stdlib network and sample checks without errors", "[roundtrip]") {
     for (const fs::path& p : files_with(".net")) {
         SECTION(p.filename().string()) {

@@ -168,6 +168,26 @@ TEST_CASE("several losses and logits with other readers: gradients agree with fi
     check_gradients(heads_net);
 }
 
+// Sigmoids on planes and on a vector.
+const char* sigmoid_net = R"(
+input x [N, 2, 6, 5]
+label y [N]
+c1 = conv(3, kernel = 3, pad = 1)
+s1 = sigmoid
+c2 = conv(2, kernel = 3, stride = 2)
+g = global_avgpool
+f = fc(3)
+s2 = sigmoid
+h = fc(3)
+loss = softmax_cross_entropy from h, y
+)";
+
+TEST_CASE("sigmoid: gradients agree with finite differences, and the CPU kernels train like the reference",
+          "[trainer]") {
+    check_gradients(sigmoid_net);
+    check_cpu_like_reference(sigmoid_net);
+}
+
 TEST_CASE("the CPU kernels train like the reference kernels", "[trainer]") { check_cpu_like_reference(small_net); }
 
 TEST_CASE("several losses and logits with other readers: the CPU kernels train like the reference kernels",

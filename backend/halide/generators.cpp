@@ -93,6 +93,38 @@ private:
     Var i{"i"}, j{"j"}, c{"c"}, n{"n"};
 };
 
+// Sigmoid forward: y = 1 / (1 + exp(-x)).
+class SigmoidForward : public Generator<SigmoidForward> {
+public:
+    Input<Buffer<float>> x{"x", 4};
+    Output<Buffer<float>> y{"y", 4};
+
+    void generate() {
+        y(i, j, c, n) = 1.0f / (1.0f + exp(-x(i, j, c, n)));
+        schedule_pointwise(y, i, j, c, n, vector_width(get_target()));
+    }
+
+private:
+    Var i{"i"}, j{"j"}, c{"c"}, n{"n"};
+};
+
+// Sigmoid backward from its input: dx = dy * y * (1 - y), with y recomputed from x as forward computes it.
+class SigmoidBackward : public Generator<SigmoidBackward> {
+public:
+    Input<Buffer<float>> x{"x", 4};
+    Input<Buffer<float>> dy{"dy", 4};
+    Output<Buffer<float>> dx{"dx", 4};
+
+    void generate() {
+        const Expr y = 1.0f / (1.0f + exp(-x(i, j, c, n)));
+        dx(i, j, c, n) = dy(i, j, c, n) * y * (1.0f - y);
+        schedule_pointwise(dx, i, j, c, n, vector_width(get_target()));
+    }
+
+private:
+    Var i{"i"}, j{"j"}, c{"c"}, n{"n"};
+};
+
 // y = a + b, summed in double and rounded once (as the reference sums any number of inputs). Also y += x in
 // place (b aliases y) and the fold of a sum of many inputs.
 class Add2 : public Generator<Add2> {
@@ -394,6 +426,8 @@ private:
 
 HALIDE_REGISTER_GENERATOR(LeakyReluForward, leaky_relu_forward)
 HALIDE_REGISTER_GENERATOR(LeakyReluBackward, leaky_relu_backward)
+HALIDE_REGISTER_GENERATOR(SigmoidForward, sigmoid_forward)
+HALIDE_REGISTER_GENERATOR(SigmoidBackward, sigmoid_backward)
 HALIDE_REGISTER_GENERATOR(Add2, add2)
 HALIDE_REGISTER_GENERATOR(Copy, copy)
 HALIDE_REGISTER_GENERATOR(Broadcast, broadcast)

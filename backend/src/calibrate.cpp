@@ -1,6 +1,7 @@
 // Timing kernels on the shapes a platform key names, and communication over MPI, for `dsl calibrate`.
 #include <dsl/backend/calibrate.hpp>
 
+#include <dsl/scheduler/kernel_names.hpp>
 #include <dsl/scheduler/platform.hpp>
 
 #include <unistd.h>
@@ -65,9 +66,14 @@ std::optional<double> time_kernel(const std::string& key, Kernels k, DataSource&
         why = "malformed key";
         return std::nullopt;
     }
-    const std::string& kernel = parsed->kernel;
-    const std::size_t dot = kernel.find('.');
-    const std::string kind = kernel.substr(0, dot), phase = dot == std::string::npos ? "" : kernel.substr(dot + 1);
+    using frontend::OpKind;
+    using scheduler::Phase;
+    // A layer kind's kernel ("conv.forward", "activation.backward": the kernel of the first kind with those
+    // kernels, relu's, with slope 0), else one of no layer ("sgd").
+    const auto layer_kernel = scheduler::parse_kernel_name(parsed->kernel);
+    const frontend::LayerKind* kind = layer_kernel ? &frontend::kind_of(layer_kernel->kind) : nullptr;
+    const OpKind op = kind ? kind->op : OpKind::label;
+    const Phase phase = layer_kernel ? layer_kernel->phase : Phase::forward;
     auto field = [&](const char* name) -> const std::vector<std::int64_t>& { return parsed->field(name); };
     const Dims x = dims4(field("x")), y = dims4(field("y"));
     Window w;
@@ -85,27 +91,37 @@ std::optional<double> time_kernel(const std::string& key, Kernels k, DataSource&
     std::vector<std::int32_t> labels;
     std::vector<Tensor> many;
 
-    if (kind == "conv" && x.n && y.n) {
+    if (kind && kind->elementwise() && x.n) {
+        a = filled(x);
+        b = filled(x);
+        c = zeros(x);
+        const frontend::Activation f = kind->activation;
+        if (phase == Phase::forward) run = [&, f] { k.activation->forward(f, a.interior(), 0.0f, c.interior()); };
+        if (phase == Phase::backward)
+            run = [&, f] { k.activation->backward(f, a.interior(), b.interior(), 0.0f, c.interior()); };
+    } else if (op == OpKind::conv && x.n && y.n) {
         a = filled(x);
         b = filled(y);
         wt = filled(Dims{y.c, x.c, w.kernel[0], w.kernel[1]});
         c = zeros(Dims{y.c, x.c, w.kernel[0], w.kernel[1]});
-        if (phase == "forward") run = [&] { k.conv->forward(a.interior(), wt.interior(), nullptr, b.interior(), w); };
-        if (phase == "backward_data")
+        if (phase == Phase::forward)
+            run = [&] { k.conv->forward(a.interior(), wt.interior(), nullptr, b.interior(), w); };
+        if (phase == Phase::backward_data)
             run = [&] { k.conv->backward_data(b.interior(), wt.interior(), a.interior(), w); };
-        if (phase == "backward_weights")
+        if (phase == Phase::backward_weights)
             run = [&] { k.conv->backward_weights(a.interior(), b.interior(), c.interior(), nullptr, w); };
-    } else if (kind == "fc" && x.n && y.n) {
+    } else if (op == OpKind::fc && x.n && y.n) {
         a = filled(x);
         b = filled(y);
         wt = filled(Dims{y.c, x.c, 1, 1});
         c = zeros(wt.dims());
         p1 = zeros(Dims{1, y.c, 1, 1});
-        if (phase == "forward") run = [&] { k.fc->forward(a.interior(), wt.interior(), p1.data(), b.interior()); };
-        if (phase == "backward_data") run = [&] { k.fc->backward_data(b.interior(), wt.interior(), a.interior()); };
-        if (phase == "backward_weights")
+        if (phase == Phase::forward) run = [&] { k.fc->forward(a.interior(), wt.interior(), p1.data(), b.interior()); };
+        if (phase == Phase::backward_data)
+            run = [&] { k.fc->backward_data(b.interior(), wt.interior(), a.interior()); };
+        if (phase == Phase::backward_weights)
             run = [&] { k.fc->backward_weights(a.interior(), b.interior(), c.interior(), p1.data()); };
-    } else if (kind == "batchnorm" && x.n) {
+    } else if (op == OpKind::batchnorm && x.n) {
         a = filled(x);
         b = filled(x);
         c = zeros(x);
@@ -117,75 +133,71 @@ std::optional<double> time_kernel(const std::string& key, Kernels k, DataSource&
         s1.assign(ch, 0.0);
         s2.assign(ch, 0.0);
         const double count = static_cast<double>(x.n * x.h * x.w);
-        if (phase == "forward")
+        if (phase == Phase::forward)
             run = [&] {
                 k.batchnorm->statistics(a.interior(), s1.data(), s2.data());
                 k.batchnorm->forward(a.interior(), v1.data(), v2.data(), p1.data(), p2.data(), c.interior());
             };
-        if (phase == "backward")
+        if (phase == Phase::backward)
             run = [&] {
                 k.batchnorm->backward_statistics(a.interior(), b.interior(), v1.data(), v2.data(), s1.data(),
                                                  s2.data());
                 k.batchnorm->backward(a.interior(), b.interior(), v1.data(), v2.data(), p1.data(), s1.data(), s2.data(),
                                       count, c.interior());
             };
-    } else if (kind == "activation" && x.n) {
-        a = filled(x);
-        b = filled(x);
-        c = zeros(x);
-        if (phase == "forward") run = [&] { k.activation->forward(a.interior(), 0.0f, c.interior()); };
-        if (phase == "backward") run = [&] { k.activation->backward(a.interior(), b.interior(), 0.0f, c.interior()); };
-    } else if ((kind == "maxpool" || kind == "avgpool") && x.n && y.n) {
-        const PoolKind pk = kind == "maxpool" ? PoolKind::max : PoolKind::average;
+    } else if ((op == OpKind::maxpool || op == OpKind::avgpool) && x.n && y.n) {
+        const PoolKind pk = op == OpKind::maxpool ? PoolKind::max : PoolKind::average;
         a = filled(x);
         b = filled(y);
         c = zeros(x);
-        if (phase == "forward") run = [&, pk] { k.pool->forward(pk, a.interior(), b.interior(), w); };
-        if (phase == "backward") run = [&, pk] { k.pool->backward(pk, a.interior(), b.interior(), c.interior(), w); };
-    } else if (kind == "global_avgpool" && x.n) {
+        if (phase == Phase::forward) run = [&, pk] { k.pool->forward(pk, a.interior(), b.interior(), w); };
+        if (phase == Phase::backward)
+            run = [&, pk] { k.pool->backward(pk, a.interior(), b.interior(), c.interior(), w); };
+    } else if (op == OpKind::global_avgpool && x.n) {
         a = filled(x);
         s1.assign(static_cast<std::size_t>(x.n * x.c), 0.0);
         v1.assign(static_cast<std::size_t>(x.n * x.c), 1.0f);
-        if (phase == "forward") run = [&] { k.pool->global_sum(a.interior(), s1.data()); };
-        if (phase == "backward") run = [&] { k.pool->broadcast(v1.data(), 0.5f, a.interior()); };
-    } else if (kind == "add" && x.n) {
+        if (phase == Phase::forward) run = [&] { k.pool->global_sum(a.interior(), s1.data()); };
+        if (phase == Phase::backward) run = [&] { k.pool->broadcast(v1.data(), 0.5f, a.interior()); };
+    } else if (op == OpKind::add && x.n) {
         const std::int64_t inputs = field("inputs").empty() ? 2 : field("inputs")[0];
         for (std::int64_t i = 0; i < inputs; ++i) many.push_back(filled(x));
         c = zeros(x);
-        if (phase == "forward")
+        if (phase == Phase::forward)
             run = [&] {
                 std::vector<ConstView> xs;
                 for (Tensor& t : many) xs.push_back(t.interior());
                 k.eltwise->add(xs, c.interior());
             };
-        if (phase == "backward")
+        if (phase == Phase::backward)
             run = [&] {
                 for (Tensor& t : many) k.eltwise->copy(c.interior(), t.interior());
             };
-    } else if (kind == "concat" && y.n) {
+    } else if (op == OpKind::concat && y.n) {
         a = filled(y);
         c = zeros(y);
-        if (phase == "forward" || phase == "backward") run = [&] { k.eltwise->copy(a.interior(), c.interior()); };
-    } else if (kind == "loss" && x.n) {
+        if (phase == Phase::forward || phase == Phase::backward)
+            run = [&] { k.eltwise->copy(a.interior(), c.interior()); };
+    } else if (kind && kind->loss && x.n) {
         a = filled(x);
         c = zeros(x);
         labels.assign(static_cast<std::size_t>(x.n * x.h * x.w), 0);
         const Dims ld{x.n, 1, x.h, x.w};
-        if (phase == "forward")
+        if (phase == Phase::forward)
             run = [&, ld] {
                 const LabelView lv{labels.data(), ld, ld.h * ld.w, ld.h * ld.w, ld.w};
                 k.loss->cross_entropy(a.interior(), lv, 1.0f, c.interior());
             };
-    } else if (kind == "input" && x.n) {
+    } else if (op == OpKind::input && x.n) {
         // Made on the host, then (on a GPU) sent to the device, as training does.
         a = Tensor(x);
         b = zeros(x);
-        if (phase == "forward")
+        if (phase == Phase::forward)
             run = [&] {
                 data.inputs(input, 0, 0, 0, a.interior());
                 mem.upload(a.data(), b.data(), a.size());
             };
-    } else if (kind == "sgd" && !field("params").empty()) {
+    } else if (parsed->kernel == scheduler::sgd_kernel && !field("params").empty()) {
         const std::int64_t n = field("params")[0];
         p1 = constant(mem, Dims{1, n, 1, 1}, 0.5f);  // the weights, and their gradient
         p2 = zeros(Dims{1, n, 1, 1});                // the momentum
@@ -228,7 +240,7 @@ std::vector<std::pair<std::string, double>> time_communication(Comm& comm, std::
             }
             double barrier = 0.0;
             comm.allreduce(&barrier, 1);
-            if (me == 0) out.emplace_back("sendrecv bytes=" + std::to_string(b), seconds);
+            if (me == 0) out.emplace_back(scheduler::time_key(scheduler::sendrecv_kernel, {{"bytes", {b}}}), seconds);
         }
     // Allreduces over every process, as the weight gradients' (non-blocking, then waited for).
     if (comm.size() > 1)
@@ -243,8 +255,9 @@ std::vector<std::pair<std::string, double>> time_communication(Comm& comm, std::
             double barrier = 0.0;
             comm.allreduce(&barrier, 1);
             if (me == 0)
-                out.emplace_back("allreduce bytes=" + std::to_string(b) + " procs=" + std::to_string(comm.size()),
-                                 seconds);
+                out.emplace_back(
+                    scheduler::time_key(scheduler::allreduce_kernel, {{"bytes", {b}}, {"procs", {comm.size()}}}),
+                    seconds);
         }
     return out;
 }

@@ -22,11 +22,14 @@
 #include <dsl_halide_max_pool_forward.h>
 #include <dsl_halide_plane_sum.h>
 #include <dsl_halide_sgd.h>
+#include <dsl_halide_sigmoid_backward.h>
+#include <dsl_halide_sigmoid_forward.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -125,19 +128,36 @@ bool empty(const Dims& d) { return d.elements() == 0; }
 
 class HalideActivation final : public ActivationKernels {
 public:
-    void forward(ConstView x, float slope, View y) override {
+    void forward(frontend::Activation f, ConstView x, float slope, View y) override {
         check_same_dims(x.dims, y.dims, "activation forward");
         if (empty(y.dims)) return;
         TileBuffer xb(x), yb(y);
-        check_halide(dsl_halide_leaky_relu_forward(xb.raw(), slope, yb.raw()), "leaky_relu_forward");
+        switch (f) {
+            case frontend::Activation::relu:
+            case frontend::Activation::leaky_relu:
+                return check_halide(dsl_halide_leaky_relu_forward(xb.raw(), slope, yb.raw()), "leaky_relu_forward");
+            case frontend::Activation::sigmoid:
+                return check_halide(dsl_halide_sigmoid_forward(xb.raw(), yb.raw()), "sigmoid_forward");
+            case frontend::Activation::none: break;
+        }
+        throw dsl::InternalError("activation kernels called without a function");
     }
 
-    void backward(ConstView x, ConstView dy, float slope, View dx) override {
+    void backward(frontend::Activation f, ConstView x, ConstView dy, float slope, View dx) override {
         check_same_dims(x.dims, dy.dims, "activation backward");
         check_same_dims(x.dims, dx.dims, "activation backward");
         if (empty(dx.dims)) return;
         TileBuffer xb(x), dyb(dy), dxb(dx);
-        check_halide(dsl_halide_leaky_relu_backward(xb.raw(), dyb.raw(), slope, dxb.raw()), "leaky_relu_backward");
+        switch (f) {
+            case frontend::Activation::relu:
+            case frontend::Activation::leaky_relu:
+                return check_halide(dsl_halide_leaky_relu_backward(xb.raw(), dyb.raw(), slope, dxb.raw()),
+                                    "leaky_relu_backward");
+            case frontend::Activation::sigmoid:
+                return check_halide(dsl_halide_sigmoid_backward(xb.raw(), dyb.raw(), dxb.raw()), "sigmoid_backward");
+            case frontend::Activation::none: break;
+        }
+        throw dsl::InternalError("activation kernels called without a function");
     }
 };
 

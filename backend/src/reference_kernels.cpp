@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -151,29 +152,49 @@ public:
     }
 };
 
+// An element-wise kind's function and its derivative at one element, in float.
+float activate(frontend::Activation f, float v, float slope) {
+    switch (f) {
+        case frontend::Activation::relu:
+        case frontend::Activation::leaky_relu: return v > 0.0f ? v : slope * v;
+        case frontend::Activation::sigmoid: return 1.0f / (1.0f + std::exp(-v));
+        case frontend::Activation::none: break;
+    }
+    throw dsl::InternalError("activation kernels called without a function");
+}
+
+// dy * f'(v). At v = 0, relu's is the slope's, as PyTorch's gradient is.
+float activate_backward(frontend::Activation f, float v, float g, float slope) {
+    switch (f) {
+        case frontend::Activation::relu:
+        case frontend::Activation::leaky_relu: return v > 0.0f ? g : slope * g;
+        case frontend::Activation::sigmoid: {
+            const float y = activate(f, v, slope);
+            return g * y * (1.0f - y);
+        }
+        case frontend::Activation::none: break;
+    }
+    throw dsl::InternalError("activation kernels called without a function");
+}
+
 class ReferenceActivation final : public ActivationKernels {
 public:
-    void forward(ConstView x, float slope, View y) override {
+    void forward(frontend::Activation f, ConstView x, float slope, View y) override {
         check_same_dims(x, y, "activation forward");
         for (std::int64_t n = 0; n < x.dims.n; ++n)
             for (std::int64_t c = 0; c < x.dims.c; ++c)
                 for (std::int64_t i = 0; i < x.dims.h; ++i)
-                    for (std::int64_t j = 0; j < x.dims.w; ++j) {
-                        const float v = x.at(n, c, i, j);
-                        y.at(n, c, i, j) = v > 0.0f ? v : slope * v;
-                    }
+                    for (std::int64_t j = 0; j < x.dims.w; ++j) y.at(n, c, i, j) = activate(f, x.at(n, c, i, j), slope);
     }
 
-    void backward(ConstView x, ConstView dy, float slope, View dx) override {
+    void backward(frontend::Activation f, ConstView x, ConstView dy, float slope, View dx) override {
         check_same_dims(x, dy, "activation backward");
         check_same_dims(x, dx, "activation backward");
         for (std::int64_t n = 0; n < x.dims.n; ++n)
             for (std::int64_t c = 0; c < x.dims.c; ++c)
                 for (std::int64_t i = 0; i < x.dims.h; ++i)
-                    for (std::int64_t j = 0; j < x.dims.w; ++j) {
-                        const float g = dy.at(n, c, i, j);
-                        dx.at(n, c, i, j) = x.at(n, c, i, j) > 0.0f ? g : slope * g;
-                    }
+                    for (std::int64_t j = 0; j < x.dims.w; ++j)
+                        dx.at(n, c, i, j) = activate_backward(f, x.at(n, c, i, j), dy.at(n, c, i, j), slope);
     }
 };
 

@@ -47,6 +47,15 @@ Window window_of(const Layer& l) {
     return w;
 }
 
+// An element-wise layer's function; the trainer's switches give every other kind a case of its own.
+frontend::Activation elementwise(const Layer& l) {
+    DSL_INTERNAL_CHECK(l.kind().elementwise(),
+                       std::string("the trainer has no kernels for layer kind '") + l.kind().name + "'");
+    return l.kind().activation;
+}
+
+float activation_slope(const Layer& l) { return static_cast<float>(l.activation_slope()); }
+
 // The part of an input's padded buffer that a windowed layer reads: from `pad` before its output tile's
 // first row reads, as far as its last row reads.
 struct Region {
@@ -470,8 +479,6 @@ struct Trainer::Impl {
                     windowed_forward(s, index, s.own().box);
                 break;
             case OpKind::batchnorm: batchnorm_forward(s, training); break;
-            case OpKind::relu: k.activation->forward(in(), 0.0f, y); break;
-            case OpKind::leaky_relu: k.activation->forward(in(), static_cast<float>(l.slope), y); break;
             case OpKind::global_avgpool: {
                 const ConstView x = in();
                 sums_a.assign(static_cast<std::size_t>(x.dims.n * x.dims.c), 0.0);
@@ -505,6 +512,9 @@ struct Trainer::Impl {
             case OpKind::pixel_cross_entropy:
                 losses.push_back(LossValue{l.name, loss_layer(s, data, first, training)});
                 loss += losses.back().value;
+                break;
+            default:  // an element-wise kind: its function (layer_kinds.hpp)
+                k.activation->forward(elementwise(l), in(), activation_slope(l), y);
                 break;
         }
     }
@@ -739,15 +749,6 @@ struct Trainer::Impl {
                 break;
             }
             case OpKind::batchnorm: batchnorm_backward(s, speaks); break;
-            case OpKind::relu:
-            case OpKind::leaky_relu: {
-                Tile& in = *s.operands[0];
-                if (is_input(&in)) break;
-                const float slope = l.op == OpKind::relu ? 0.0f : static_cast<float>(l.slope);
-                interior_gradient(
-                    in, [&](View dx) { k.activation->backward(in.y.interior(), s.own().dy.interior(), slope, dx); });
-                break;
-            }
             case OpKind::global_avgpool: {
                 Tile& in = *s.operands[0];
                 if (is_input(&in)) break;
@@ -782,6 +783,15 @@ struct Trainer::Impl {
                             *in, [&](View dx) { k.eltwise->copy(s.own().dy.interior().sub(0, c0, 0, 0, d), dx); });
                     c0 += d.c;
                 }
+                break;
+            }
+            default: {  // an element-wise kind: its function (layer_kinds.hpp)
+                Tile& in = *s.operands[0];
+                if (is_input(&in)) break;
+                interior_gradient(in, [&](View dx) {
+                    k.activation->backward(elementwise(l), in.y.interior(), s.own().dy.interior(), activation_slope(l),
+                                           dx);
+                });
                 break;
             }
         }

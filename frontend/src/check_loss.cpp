@@ -7,8 +7,6 @@ namespace dsl::frontend {
 
 namespace {
 
-bool is_loss(OpKind op) { return op == OpKind::softmax_cross_entropy || op == OpKind::pixel_cross_entropy; }
-
 // The loss (and label) that would train `out`, as a statement to add; empty where no loss fits its shape.
 std::string suggested_loss(const Network& net, const Layer& out) {
     const auto& d = out.shape.dims;
@@ -28,7 +26,7 @@ std::string suggested_loss(const Network& net, const Layer& out) {
 bool check_loss(const LoadedNetwork& loaded, Severity severity, Diagnostics& diags) {
     const Network& net = loaded.net;
     for (const Layer& l : net.layers)
-        if (is_loss(l.op)) return true;
+        if (l.is_loss()) return true;
     // The network's output: the last layer that nothing reads (layers are in topological order).
     std::vector<bool> read(net.layers.size(), false);
     for (const Layer& l : net.layers)

@@ -5,6 +5,9 @@
 // named repeat) together with how its inputs are to be found. Resolution then turns those input specs into
 // layer indices: `from` may name a sibling defined later, so it can only run once a scope is complete.
 // Errors inside instances point at the statement in the block body, with notes at the instantiations.
+#include "evaluate.hpp"
+#include "layer_args.hpp"
+
 #include <dsl/frontend/passes.hpp>
 
 #include <algorithm>
@@ -22,22 +25,6 @@ namespace {
 constexpr std::int64_t max_repeat = 100000;
 constexpr std::size_t max_graph = 300000;  // layers plus instances
 constexpr std::size_t max_nesting = 100;   // block instances inside one another
-constexpr int max_expr_depth = 200;
-
-// The value of an argument or block parameter.
-struct Value {
-    enum class Kind { integer, real, boolean, list } kind = Kind::integer;
-    std::int64_t integer = 0;
-    double real = 0.0;
-    bool boolean = false;
-    std::vector<Value> items;
-    Location loc;
-
-    bool is_number() const { return kind == Kind::integer || kind == Kind::real; }
-    double number() const { return kind == Kind::integer ? static_cast<double>(integer) : real; }
-};
-
-using Env = std::map<std::string, Value>;
 
 // How a statement finds one of its inputs; resolved once every scope is complete.
 struct Spec {
@@ -72,47 +59,7 @@ struct Node {
     int scope = 0;
 };
 
-enum class ArgType { positive_int, positive_pair, nonneg_pair, boolean, positive_real, any_real, unit_real };
-
-struct ParamSpec {
-    const char* name;
-    ArgType type;
-    bool required;
-};
-
-std::vector<ParamSpec> params_of(OpKind op) {
-    switch (op) {
-        case OpKind::conv:
-            return {{"filters", ArgType::positive_int, true},    {"kernel", ArgType::positive_pair, false},
-                    {"stride", ArgType::positive_pair, false},   {"pad", ArgType::nonneg_pair, false},
-                    {"dilation", ArgType::positive_pair, false}, {"bias", ArgType::boolean, false}};
-        case OpKind::batchnorm:
-            return {{"eps", ArgType::positive_real, false}, {"momentum", ArgType::unit_real, false}};
-        case OpKind::leaky_relu: return {{"slope", ArgType::any_real, false}};
-        case OpKind::maxpool:
-        case OpKind::avgpool:
-            return {{"kernel", ArgType::positive_pair, true},
-                    {"stride", ArgType::positive_pair, false},
-                    {"pad", ArgType::nonneg_pair, false}};
-        case OpKind::fc: return {{"outputs", ArgType::positive_int, true}, {"bias", ArgType::boolean, false}};
-        default: return {};
-    }
-}
-
-const char* type_text(ArgType t) {
-    switch (t) {
-        case ArgType::positive_int: return "a positive integer";
-        case ArgType::positive_pair: return "a positive integer or a [height, width] list";
-        case ArgType::nonneg_pair: return "a non-negative integer or a [height, width] list";
-        case ArgType::boolean: return "true or false";
-        case ArgType::positive_real: return "a positive number";
-        case ArgType::any_real: return "a number";
-        case ArgType::unit_real: return "a number between 0 and 1";
-    }
-    return "?";
-}
-
-bool is_loss(OpKind op) { return op == OpKind::softmax_cross_entropy || op == OpKind::pixel_cross_entropy; }
+bool is_loss(OpKind op) { return kind_of(op).loss; }
 
 std::string join_path(const std::string& prefix, const std::string& name) {
     return prefix.empty() ? name : prefix + "." + name;
@@ -126,7 +73,11 @@ std::string ref_text(const Ref& r) {
 
 class Elaborator {
 public:
-    explicit Elaborator(Diagnostics& diags) : diags_(diags) {}
+    explicit Elaborator(Diagnostics& diags)
+        : diags_(diags),
+          evaluator_(diags, [this](Location loc, std::string message, int scope, const std::string& suggestion) {
+              report(loc, std::move(message), scope, suggestion);
+          }) {}
 
     std::optional<Network> run(const NetFile& main, const std::vector<NetFile>& imports) {
         const std::size_t first = diags_.all().size(), errors_before = diags_.error_count();
@@ -140,6 +91,7 @@ public:
 
 private:
     Diagnostics& diags_;
+    Evaluator evaluator_;
     std::map<std::string, const BlockDef*> blocks_;
     std::vector<std::string> block_names_;
     std::vector<Scope> scopes_;
@@ -174,11 +126,13 @@ private:
     }
 
     // Reports an error once (a block instantiated many times would otherwise repeat it), with a "did you
-    // mean" note when `suggestion` is set and notes at the instantiations that enclose `scope`.
-    void report(Location loc, std::string message, int scope, const std::string& suggestion = "") {
+    // mean" note when `suggestion` is set, `note` when set, and notes at the instantiations that enclose `scope`.
+    void report(Location loc, std::string message, int scope, const std::string& suggestion = "",
+                const std::string& note = "") {
         if (!reported_.emplace(loc.file, loc.line, loc.col, message).second) return;
         Diagnostic& d = diags_.error(loc, std::move(message));
         if (!suggestion.empty()) Diagnostics::note(d, loc, "did you mean '" + suggestion + "'?");
+        if (!note.empty()) Diagnostics::note(d, loc, note);
         for (int s = scope; s > 0; s = scopes_[static_cast<std::size_t>(s)].parent) {
             const Scope& sc = scopes_[static_cast<std::size_t>(s)];
             if (!sc.block.empty())
@@ -279,7 +233,7 @@ private:
                 report(a.loc, "duplicate argument '" + name + "'", -1);
                 continue;
             }
-            auto v = eval(a.value, none, -1, 0);
+            auto v = evaluator_.eval(a.value, none, -1);
             if (!v) continue;
             const double x = v->number();
             const bool good = v->is_number() && (name == "lr" ? x > 0 : name == "momentum" ? x >= 0 && x <= 1 : x >= 0);
@@ -292,108 +246,6 @@ private:
             }
             (name == "lr" ? train_.lr : name == "momentum" ? train_.momentum : train_.weight_decay) = x;
         }
-    }
-
-    // ---- expressions --------------------------------------------------------------------------------
-
-    std::optional<Value> eval(const Expr& e, const Env& env, int scope, int depth) {
-        if (depth > max_expr_depth) {
-            report(e.loc, "expression nested too deeply", scope);
-            return std::nullopt;
-        }
-        Value v;
-        v.loc = e.loc;
-        switch (e.kind) {
-            case Expr::Kind::integer: v.integer = e.integer; return v;
-            case Expr::Kind::real:
-                v.kind = Value::Kind::real;
-                v.real = e.real;
-                return v;
-            case Expr::Kind::boolean:
-                v.kind = Value::Kind::boolean;
-                v.boolean = e.boolean;
-                return v;
-            case Expr::Kind::name: {
-                if (auto it = env.find(e.name); it != env.end()) {
-                    Value found = it->second;
-                    found.loc = e.loc;
-                    return found;
-                }
-                std::vector<std::string> names;
-                if (!diags_.full())  // past the error limit a suggestion is never shown: spare its cost
-                    for (const auto& [n, _] : env) names.push_back(n);
-                report(e.loc, "unknown name '" + e.name + "'", scope, dsl::closest_match(e.name, names));
-                return std::nullopt;
-            }
-            case Expr::Kind::list: {
-                v.kind = Value::Kind::list;
-                for (const Expr& op : e.operands) {
-                    auto item = eval(op, env, scope, depth + 1);
-                    if (!item) return std::nullopt;
-                    v.items.push_back(std::move(*item));
-                }
-                return v;
-            }
-            case Expr::Kind::neg: {
-                if (e.operands.size() != 1) return std::nullopt;
-                auto a = eval(e.operands[0], env, scope, depth + 1);
-                if (!a) return std::nullopt;
-                if (a->kind == Value::Kind::integer && a->integer != std::numeric_limits<std::int64_t>::min()) {
-                    v.integer = -a->integer;
-                    return v;
-                }
-                if (a->kind == Value::Kind::real) {
-                    v.kind = Value::Kind::real;
-                    v.real = -a->real;
-                    return v;
-                }
-                report(e.loc, a->kind == Value::Kind::integer ? "integer overflow" : "'-' needs a number", scope);
-                return std::nullopt;
-            }
-            default: return arithmetic(e, env, scope, depth);
-        }
-    }
-
-    std::optional<Value> arithmetic(const Expr& e, const Env& env, int scope, int depth) {
-        if (e.operands.size() != 2) return std::nullopt;
-        auto a = eval(e.operands[0], env, scope, depth + 1);
-        auto b = eval(e.operands[1], env, scope, depth + 1);
-        if (!a || !b) return std::nullopt;
-        if (!a->is_number() || !b->is_number()) {
-            report(e.loc, "arithmetic needs numbers", scope);
-            return std::nullopt;
-        }
-        Value v;
-        v.loc = e.loc;
-        const bool div = e.kind == Expr::Kind::div;
-        if (div && b->number() == 0) {
-            report(e.loc, "division by zero", scope);
-            return std::nullopt;
-        }
-        if (a->kind == Value::Kind::integer && b->kind == Value::Kind::integer) {
-            const std::int64_t x = a->integer, y = b->integer;
-            bool overflow = false;
-            switch (e.kind) {
-                case Expr::Kind::add: overflow = __builtin_add_overflow(x, y, &v.integer); break;
-                case Expr::Kind::sub: overflow = __builtin_sub_overflow(x, y, &v.integer); break;
-                case Expr::Kind::mul: overflow = __builtin_mul_overflow(x, y, &v.integer); break;
-                default:
-                    overflow = x == std::numeric_limits<std::int64_t>::min() && y == -1;
-                    if (!overflow) v.integer = x / y;  // truncates toward zero, as C does
-            }
-            if (overflow) {
-                report(e.loc, "integer overflow", scope);
-                return std::nullopt;
-            }
-            return v;
-        }
-        v.kind = Value::Kind::real;
-        const double x = a->number(), y = b->number();
-        v.real = e.kind == Expr::Kind::add   ? x + y
-                 : e.kind == Expr::Kind::sub ? x - y
-                 : e.kind == Expr::Kind::mul ? x * y
-                                             : x / y;
-        return v;
     }
 
     // ---- expansion ----------------------------------------------------------------------------------
@@ -480,7 +332,7 @@ private:
 
     std::optional<std::int64_t> integer_in(const Expr& e, const Env& env, int scope, std::int64_t lo, std::int64_t hi,
                                            const std::string& what) {
-        auto v = eval(e, env, scope, 0);
+        auto v = evaluator_.eval(e, env, scope);
         if (!v) return std::nullopt;
         if (v->kind != Value::Kind::integer || v->integer < lo || v->integer > hi) {
             std::string got = v->kind == Value::Kind::integer ? ", got " + std::to_string(v->integer) : "";
@@ -536,7 +388,10 @@ private:
                 n.layer.blocks.insert(n.layer.blocks.begin(), sc.block);
                 n.layer.instances.insert(n.layer.instances.begin(), sc.path);
             }
-            layer_args(c, n.layer, scope, env);
+            bind_layer_args(c, n.layer, scope, env, evaluator_,
+                            [this](Location at, std::string message, int in, const std::string& suggestion) {
+                                report(at, std::move(message), in, suggestion);
+                            });
             n.specs = std::move(specs);
             n.scope = scope;
             entry(scope, e).node = static_cast<int>(nodes_.size());
@@ -547,11 +402,14 @@ private:
         if (it == blocks_.end()) {
             std::vector<std::string> candidates;
             if (!diags_.full()) candidates = block_names_;
-            for (const char* k : {"conv", "batchnorm", "relu", "leaky_relu", "maxpool", "avgpool", "global_avgpool",
-                                  "fc", "add", "concat", "softmax_cross_entropy", "pixel_cross_entropy"})
-                candidates.emplace_back(k);
-            report(c.loc, "unknown layer kind or block '" + c.callee + "'", scope,
-                   dsl::closest_match(c.callee, candidates));
+            const std::vector<std::string> kinds = layer_kind_names();
+            candidates.insert(candidates.end(), kinds.begin(), kinds.end());
+            const std::string suggestion = dsl::closest_match(c.callee, candidates);
+            // Without a near name, the list of what there is.
+            std::string list;
+            for (const std::string& k : kinds) list += (list.empty() ? "" : ", ") + k;
+            report(c.loc, "unknown layer kind or block '" + c.callee + "'", scope, suggestion,
+                   suggestion.empty() ? "the layer kinds are " + list : "");
             return;
         }
         const BlockDef& block = *it->second;
@@ -611,7 +469,7 @@ private:
                 ok = false;
                 continue;
             }
-            auto v = eval(a.value, env, scope, 0);
+            auto v = evaluator_.eval(a.value, env, scope);
             if (!v) {
                 ok = false;
                 continue;
@@ -627,7 +485,7 @@ private:
                 continue;
             }
             Env before = bound;
-            auto v = eval(*p.default_value, before, -1, 0);
+            auto v = evaluator_.eval(*p.default_value, before, -1);
             if (!v) {
                 ok = false;
                 continue;
@@ -636,96 +494,6 @@ private:
         }
         if (!ok) return std::nullopt;
         return bound;
-    }
-
-    // Sets a layer's attributes from its arguments, checking names and types.
-    void layer_args(const Call& c, Layer& layer, int scope, const Env& env) {
-        const std::vector<ParamSpec> params = params_of(layer.op);
-        const std::string kind = "'" + c.callee + "'";
-        std::vector<std::string> names;
-        for (const ParamSpec& p : params) names.emplace_back(p.name);
-        std::set<std::string> seen;
-        std::size_t positional = 0;
-        bool stride_given = false;
-        for (const Arg& a : c.args) {
-            std::string name = a.name;
-            if (name.empty()) {
-                if (positional >= params.size()) {
-                    report(a.loc,
-                           params.empty()
-                               ? kind + " takes no arguments"
-                               : "too many positional arguments: " + kind + " takes " + std::to_string(params.size()) +
-                                     ", got " + std::to_string(positional + 1),
-                           scope);
-                    continue;
-                }
-                name = names[positional++];
-            } else if (std::find(names.begin(), names.end(), name) == names.end()) {
-                report(a.loc, kind + " has no parameter '" + name + "'", scope, dsl::closest_match(name, names));
-                continue;
-            }
-            if (!seen.insert(name).second) {
-                report(a.loc, "duplicate argument '" + name + "'", scope);
-                continue;
-            }
-            const ParamSpec& p =
-                *std::find_if(params.begin(), params.end(), [&](const ParamSpec& s) { return name == s.name; });
-            auto v = eval(a.value, env, scope, 0);
-            if (!v) continue;
-            if (!assign(layer, p, *v)) {
-                report(a.value.loc, "'" + name + "' must be " + type_text(p.type), scope);
-                continue;
-            }
-            stride_given = stride_given || name == "stride";
-        }
-        for (const ParamSpec& p : params)
-            if (p.required && !seen.count(p.name))
-                report(c.loc, "missing argument '" + std::string(p.name) + "' of " + kind, scope);
-        if ((layer.op == OpKind::maxpool || layer.op == OpKind::avgpool) && !stride_given) layer.stride = layer.kernel;
-    }
-
-    static bool assign(Layer& layer, const ParamSpec& p, const Value& v) {
-        const std::string name = p.name;
-        switch (p.type) {
-            case ArgType::positive_int:
-                if (v.kind != Value::Kind::integer || v.integer < 1) return false;
-                layer.filters = v.integer;
-                return true;
-            case ArgType::positive_pair:
-            case ArgType::nonneg_pair: {
-                const std::int64_t lo = p.type == ArgType::positive_pair ? 1 : 0;
-                Pair pair{};
-                if (v.kind == Value::Kind::integer) {
-                    pair = {v.integer, v.integer};
-                } else if (v.kind == Value::Kind::list && v.items.size() == 2 &&
-                           v.items[0].kind == Value::Kind::integer && v.items[1].kind == Value::Kind::integer) {
-                    pair = {v.items[0].integer, v.items[1].integer};
-                } else {
-                    return false;
-                }
-                if (pair[0] < lo || pair[1] < lo) return false;
-                (name == "kernel"   ? layer.kernel
-                 : name == "stride" ? layer.stride
-                 : name == "pad"    ? layer.pad
-                                    : layer.dilation) = pair;
-                return true;
-            }
-            case ArgType::boolean:
-                if (v.kind != Value::Kind::boolean) return false;
-                layer.bias = v.boolean;
-                return true;
-            case ArgType::positive_real:
-            case ArgType::any_real:
-            case ArgType::unit_real: {
-                if (!v.is_number()) return false;
-                const double x = v.number();
-                if (p.type == ArgType::positive_real && !(x > 0)) return false;
-                if (p.type == ArgType::unit_real && !(x >= 0 && x <= 1)) return false;
-                (name == "eps" ? layer.eps : name == "momentum" ? layer.momentum : layer.slope) = x;
-                return true;
-            }
-        }
-        return false;
     }
 
     // ---- resolution ---------------------------------------------------------------------------------
@@ -815,7 +583,7 @@ private:
         for (std::size_t s = 1; s < scopes_.size(); ++s)
             for (const Spec& spec : scopes_[s].in) resolve(spec);
         for (Node& n : nodes_) {
-            if (n.layer.op == OpKind::input || n.layer.op == OpKind::label) continue;
+            if (n.layer.is_data()) continue;
             bool ok = true;
             for (const Spec& spec : n.specs) {
                 const int i = resolve(spec);
@@ -831,12 +599,15 @@ private:
         const std::string kind = std::string("'") + op_name(l.op) + "'";
         const std::size_t count = l.inputs.size();
         const std::string got = ", got " + std::to_string(count);
-        if (l.op == OpKind::add || l.op == OpKind::concat) {
-            if (count < 2) return report(l.loc, kind + " needs at least 2 inputs" + got, n.scope);
-        } else if (is_loss(l.op)) {
-            if (count != 2) return report(l.loc, kind + " takes 2 inputs (logits and labels)" + got, n.scope);
-        } else if (count != 1) {
-            return report(n.specs[1].loc, kind + " takes 1 input" + got, n.scope);
+        const LayerKind& k = l.kind();
+        const auto least = static_cast<std::size_t>(k.min_inputs), most = static_cast<std::size_t>(k.max_inputs);
+        if (k.max_inputs < 0) {
+            if (count < least)
+                return report(l.loc, kind + " needs at least " + std::to_string(least) + " inputs" + got, n.scope);
+        } else if (count < least || count > most) {
+            if (k.loss) return report(l.loc, kind + " takes 2 inputs (logits and labels)" + got, n.scope);
+            return report(count > most ? n.specs[most].loc : l.loc,
+                          kind + " takes " + std::to_string(most) + (most == 1 ? " input" : " inputs") + got, n.scope);
         }
         for (std::size_t i = 0; i < count; ++i) {
             const Layer& in = nodes_[static_cast<std::size_t>(l.inputs[i])].layer;

@@ -1,7 +1,8 @@
 // Shape inference: each layer's output shape, parameters, MACs, FLOPs and activation memory, in order.
 //
 // FLOPs count the forward pass per sample: 2 per MAC for conv and fc (bias additions are not counted),
-// one per output element for batchnorm, relu and leaky_relu, (inputs - 1) per output element for add,
+// one per output element for batchnorm, an element-wise kind's own count per element (its `flops` in
+// layer_kinds.cpp: one for relu and leaky_relu), (inputs - 1) per output element for add,
 // one per window element for max/avg pooling (kernel area per output element), one per input element for
 // global_avgpool and the losses, none for concat (it only moves data).
 //
@@ -120,17 +121,17 @@ private:
     }
 
     bool infer(Layer& l, Checked& c) {
-        if (l.op == OpKind::input || l.op == OpKind::label) return true;  // shapes set by elaboration
+        const LayerKind& k = l.kind();
+        if (k.shape == ShapeRule::data) return true;  // shapes set by elaboration
         const Shape& in = input(l, 0).shape;
         const std::int64_t in_elements = c.elements(in);
-        switch (l.op) {
-            case OpKind::conv:
-            case OpKind::maxpool:
-            case OpKind::avgpool: {
+        switch (k.shape) {
+            case ShapeRule::data: break;
+            case ShapeRule::window: {
                 if (in.dims.size() != 3)
                     return fail(l, kind(l) + " needs a 4-D input [N, C, H, W], got " + in.str() + " from '" +
                                        input(l, 0).name + "'");
-                if (l.op != OpKind::conv && (2 * l.pad[0] > l.kernel[0] || 2 * l.pad[1] > l.kernel[1]))
+                if (!k.weights && (2 * l.pad[0] > l.kernel[0] || 2 * l.pad[1] > l.kernel[1]))
                     return fail(l, "the padding of " + kind(l) + " must be at most half its kernel");
                 auto h = window(l, 0, in.dims[1], c);
                 if (!h) return false;
@@ -138,7 +139,7 @@ private:
                 if (!w) return false;
                 const std::int64_t channels = in.dims[0];
                 const std::int64_t area = c.mul(l.kernel[0], l.kernel[1]);
-                if (l.op == OpKind::conv) {
+                if (k.weights) {  // a convolution: `filters` channels
                     l.shape.dims = {l.filters, *h, *w};
                     const std::int64_t weights = c.mul(c.mul(l.filters, channels), area);
                     l.params = c.add(weights, l.bias ? l.filters : 0);
@@ -150,31 +151,28 @@ private:
                 }
                 return true;
             }
-            case OpKind::batchnorm:
-                if (in.dims.empty()) return fail(l, "'batchnorm' needs an input with channels, got " + in.str());
+            case ShapeRule::same:
+                if (k.weights) {  // batch norm: a scale and a shift per channel
+                    if (in.dims.empty()) return fail(l, kind(l) + " needs an input with channels, got " + in.str());
+                    l.params = c.mul(2, in.dims[0]);
+                }
                 l.shape = in;
-                l.params = c.mul(2, in.dims[0]);
-                l.flops = in_elements;
+                l.flops = c.mul(k.flops, in_elements);
                 return true;
-            case OpKind::relu:
-            case OpKind::leaky_relu:
-                l.shape = in;
-                l.flops = in_elements;
-                return true;
-            case OpKind::global_avgpool:
+            case ShapeRule::global_pool:
                 if (in.dims.size() != 3)
-                    return fail(l, "'global_avgpool' needs a 4-D input [N, C, H, W], got " + in.str() + " from '" +
+                    return fail(l, kind(l) + " needs a 4-D input [N, C, H, W], got " + in.str() + " from '" +
                                        input(l, 0).name + "'");
                 l.shape.dims = {in.dims[0], 1, 1};
                 l.flops = in_elements;
                 return true;
-            case OpKind::fc:
+            case ShapeRule::flatten:
                 l.shape.dims = {l.filters};
                 l.params = c.add(c.mul(in_elements, l.filters), l.bias ? l.filters : 0);
                 l.macs = c.mul(in_elements, l.filters);
                 l.flops = c.mul(2, l.macs);
                 return true;
-            case OpKind::add:
+            case ShapeRule::sum:
                 for (std::size_t i = 1; i < l.inputs.size(); ++i)
                     if (!(input(l, i).shape == in))
                         return fail(l, "cannot add tensors of shapes " + in.str() + " ('" + input(l, 0).name +
@@ -182,7 +180,7 @@ private:
                 l.shape = in;
                 l.flops = c.mul(in_elements, static_cast<std::int64_t>(l.inputs.size()) - 1);
                 return true;
-            case OpKind::concat: {
+            case ShapeRule::concat: {
                 l.shape = in;
                 for (std::size_t i = 1; i < l.inputs.size(); ++i) {
                     const Shape& other = input(l, i).shape;
@@ -196,8 +194,7 @@ private:
                 }
                 return true;
             }
-            case OpKind::softmax_cross_entropy:
-            case OpKind::pixel_cross_entropy: {
+            case ShapeRule::loss: {
                 const Shape& labels = input(l, 1).shape;
                 const bool pixel = l.op == OpKind::pixel_cross_entropy;
                 const bool logits_ok =
@@ -215,8 +212,6 @@ private:
                 l.flops = in_elements;
                 return true;
             }
-            case OpKind::input:
-            case OpKind::label: break;
         }
         return true;
     }

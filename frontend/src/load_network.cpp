@@ -15,28 +15,32 @@ std::string pair_text(const Pair& p) {
     return p[0] == p[1] ? std::to_string(p[0]) : fmt::format("[{}, {}]", p[0], p[1]);
 }
 
+// A parameter's value as the dump shows it.
+std::string param_text(const Layer& l, Field field) {
+    switch (field) {
+        case Field::filters: return std::to_string(l.filters);
+        case Field::kernel: return pair_text(l.kernel);
+        case Field::stride: return pair_text(l.stride);
+        case Field::pad: return pair_text(l.pad);
+        case Field::dilation: return pair_text(l.dilation);
+        case Field::bias: return fmt::format("{}", l.bias);
+        case Field::slope: return fmt::format("{}", l.slope);
+        case Field::eps: return fmt::format("{}", l.eps);
+        case Field::momentum: return fmt::format("{}", l.momentum);
+    }
+    return "?";
+}
+
 // One line per layer: its name, kind, inputs and attributes, and once shapes are known, the figures.
 std::string dump_network(const Network& net, bool shapes) {
     std::string out;
     for (std::size_t i = 0; i < net.layers.size(); ++i) {
         const Layer& l = net.layers[i];
         out += fmt::format("{:4} {} = {}", i, l.name, op_name(l.op));
-        switch (l.op) {
-            case OpKind::conv:
-                out += fmt::format("(filters={}, kernel={}, stride={}, pad={}, dilation={}, bias={})", l.filters,
-                                   pair_text(l.kernel), pair_text(l.stride), pair_text(l.pad), pair_text(l.dilation),
-                                   l.bias);
-                break;
-            case OpKind::maxpool:
-            case OpKind::avgpool:
-                out += fmt::format("(kernel={}, stride={}, pad={})", pair_text(l.kernel), pair_text(l.stride),
-                                   pair_text(l.pad));
-                break;
-            case OpKind::fc: out += fmt::format("(outputs={}, bias={})", l.filters, l.bias); break;
-            case OpKind::batchnorm: out += fmt::format("(eps={}, momentum={})", l.eps, l.momentum); break;
-            case OpKind::leaky_relu: out += fmt::format("(slope={})", l.slope); break;
-            default: break;
-        }
+        const std::vector<ParamSpec>& params = l.kind().params;
+        for (std::size_t k = 0; k < params.size(); ++k)
+            out += fmt::format("{}{}={}{}", k ? ", " : "(", params[k].name, param_text(l, params[k].field),
+                               k + 1 == params.size() ? ")" : "");
         if (!l.inputs.empty()) {
             out += " from ";
             for (std::size_t k = 0; k < l.inputs.size(); ++k) {
@@ -44,7 +48,7 @@ std::string dump_network(const Network& net, bool shapes) {
                 out += (k ? ", " : "") + (in >= 0 ? net.layers[static_cast<std::size_t>(in)].name : std::string("?"));
             }
         }
-        if (shapes || l.op == OpKind::input || l.op == OpKind::label) out += "  " + l.shape.str();
+        if (shapes || l.is_data()) out += "  " + l.shape.str();
         if (shapes) out += fmt::format("  params={} macs={} flops={}", l.params, l.macs, l.flops);
         if (!l.blocks.empty()) {
             out += "  in";

@@ -1,43 +1,9 @@
-// The checked network's small helpers: kind names, shape text, halos and totals.
+// The checked network's small helpers: shape text, halos and totals.
 #include <dsl/frontend/network.hpp>
 
 #include <algorithm>
-#include <utility>
 
 namespace dsl::frontend {
-
-namespace {
-
-constexpr std::pair<OpKind, const char*> op_names[] = {
-    {OpKind::input, "input"},
-    {OpKind::label, "label"},
-    {OpKind::conv, "conv"},
-    {OpKind::batchnorm, "batchnorm"},
-    {OpKind::relu, "relu"},
-    {OpKind::leaky_relu, "leaky_relu"},
-    {OpKind::maxpool, "maxpool"},
-    {OpKind::avgpool, "avgpool"},
-    {OpKind::global_avgpool, "global_avgpool"},
-    {OpKind::fc, "fc"},
-    {OpKind::add, "add"},
-    {OpKind::concat, "concat"},
-    {OpKind::softmax_cross_entropy, "softmax_cross_entropy"},
-    {OpKind::pixel_cross_entropy, "pixel_cross_entropy"},
-};
-
-}  // namespace
-
-const char* op_name(OpKind op) {
-    for (const auto& [kind, name] : op_names)
-        if (kind == op) return name;
-    return "?";
-}
-
-std::optional<OpKind> op_from_name(const std::string& name) {
-    for (const auto& [kind, spelling] : op_names)
-        if (kind != OpKind::input && kind != OpKind::label && name == spelling) return kind;
-    return std::nullopt;
-}
 
 std::int64_t Shape::elements() const {
     std::int64_t n = 1;
@@ -54,13 +20,13 @@ std::string Shape::str() const {
 Pair Layer::halo() const {
     // A tile's output rows need the input rows a kernel window reaches beyond the tile: `pad` rows on the
     // side where padding is read, `dilation*(kernel-1) - pad` on the other; the halo is the larger.
-    if (op != OpKind::conv && op != OpKind::maxpool && op != OpKind::avgpool) return {0, 0};
+    if (!windowed()) return {0, 0};
     Pair h{};
     for (int i = 0; i < 2; ++i) h[i] = std::max(pad[i], dilation[i] * (kernel[i] - 1) - pad[i]);
     return h;
 }
 
-bool Layer::planar() const { return shape.dims.size() >= 2 && op != OpKind::global_avgpool; }
+bool Layer::planar() const { return shape.dims.size() >= 2 && kind().shape != ShapeRule::global_pool; }
 
 int Network::find(const std::string& name) const {
     for (std::size_t i = 0; i < layers.size(); ++i)

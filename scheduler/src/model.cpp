@@ -3,6 +3,8 @@
 // the backward allreduce overlap as a greedy timeline (one allreduce at a time), and memory per process.
 #include <dsl/scheduler/model.hpp>
 
+#include <dsl/base/error.hpp>
+#include <dsl/scheduler/kernel_names.hpp>
 #include <dsl/scheduler/plan.hpp>
 #include <dsl/scheduler/tiles.hpp>
 
@@ -20,8 +22,6 @@ using frontend::OpKind;
 namespace {
 
 constexpr double word = 4.0;  // bytes per float
-
-bool is_loss(const Layer& l) { return l.op == OpKind::softmax_cross_entropy || l.op == OpKind::pixel_cross_entropy; }
 
 using Dims = std::vector<std::int64_t>;
 
@@ -90,21 +90,22 @@ Model::Model(const frontend::Network& net, const Platform& platform, std::int64_
     if (platform_.device == Device::cpu && procs < ppn) threads_ = static_cast<int>(ppn / procs);
     for (const auto& [key, seconds] : platform_.times) {
         // "sendrecv bytes=N", "allreduce bytes=N procs=P": measured communication, by size.
-        if (key.rfind("sendrecv ", 0) != 0 && key.rfind("allreduce ", 0) != 0) continue;
         const auto k = parse_time_key(key);
-        if (!k || k->field("bytes").size() != 1) continue;
-        const bool sr = k->kernel == "sendrecv";
+        if (!k || (k->kernel != sendrecv_kernel && k->kernel != allreduce_kernel) || k->field("bytes").size() != 1)
+            continue;
+        const bool sr = k->kernel == sendrecv_kernel;
         const std::int64_t p = k->field("procs").empty() ? 0 : k->field("procs")[0];
-        const std::string prefix = sr ? "sendrecv" : fmt::format("allreduce procs={}", p);
+        const std::string prefix = sr ? sendrecv_kernel : fmt::format("{} procs={}", allreduce_kernel, p);
         measured_[prefix].emplace_back(static_cast<double>(k->field("bytes")[0]), seconds);
     }
     for (auto& [prefix, points] : measured_) std::sort(points.begin(), points.end());
-    measured_sendrecv_ = measured_.count("sendrecv") > 0;
+    measured_sendrecv_ = measured_.count(sendrecv_kernel) > 0;
     if (procs_ > 1) {
-        if (auto it = platform_.times.find(time_key("drift", {{"compute", {1000}}, {"procs", {procs_}}}));
+        if (auto it = platform_.times.find(time_key(drift_kernel, {{"compute", {1000}}, {"procs", {procs_}}}));
             it != platform_.times.end())
             drift_ = it->second / 1e-3;
-        if (auto it = platform_.times.find(time_key("shuffle", {{"procs", {procs_}}})); it != platform_.times.end())
+        if (auto it = platform_.times.find(time_key(shuffle_kernel, {{"procs", {procs_}}}));
+            it != platform_.times.end())
             shuffle_extra_ = it->second;
     }
 }
@@ -152,14 +153,14 @@ double Model::interpolate(const std::string& prefix, double bytes) const {
 double Model::sendrecv(double bytes, bool between_nodes) const {
     if (bytes <= 0) return 0.0;
     // Processes that share a processor wait for each other's turn at it too.
-    if (!between_nodes && measured_sendrecv_) return interpolate("sendrecv", bytes) * share_;
+    if (!between_nodes && measured_sendrecv_) return interpolate(sendrecv_kernel, bytes) * share_;
     const Link& link = between_nodes ? platform_.network : platform_.node;
     return (link.latency + bytes / link.bandwidth) * share_;
 }
 
 double Model::allreduce(std::int64_t procs, double bytes, bool between_nodes) const {
     if (procs <= 1 || bytes <= 0) return 0.0;
-    const std::string prefix = fmt::format("allreduce procs={}", procs);
+    const std::string prefix = fmt::format("{} procs={}", allreduce_kernel, procs);
     if (!between_nodes && measured_.count(prefix)) return interpolate(prefix, bytes);
     // Thakur, Rabenseifner and Gropp (2005), as MPICH chooses: recursive doubling for short messages,
     // Rabenseifner's reduce-scatter and allgather for long ones on a power of two, else the ring.
@@ -312,8 +313,7 @@ int Model::size_class(double bytes) {
 }
 
 std::string Model::factor_key(frontend::OpKind op, bool forward, int size) const {
-    return time_key(fmt::format("factor.{}.{}", frontend::op_name(op), forward ? "forward" : "backward"),
-                    {{"procs", {procs_}}, {"size", {size}}, {"threads", {threads_}}});
+    return time_key(factor_name(op, forward), {{"procs", {procs_}}, {"size", {size}}, {"threads", {threads_}}});
 }
 
 double Model::factor(frontend::OpKind op, bool forward, int size) const {
@@ -329,7 +329,7 @@ double Model::factor(frontend::OpKind op, bool forward, int size) const {
 }
 
 std::string Model::update_key() const {
-    return time_key("step.update", {{"params", {net_.total_params()}}, {"procs", {procs_}}, {"threads", {threads_}}});
+    return time_key(update_kernel, {{"params", {net_.total_params()}}, {"procs", {procs_}}, {"threads", {threads_}}});
 }
 
 LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<std::string>* keys) const {
@@ -361,8 +361,7 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
         const double in = elements(window_dims(l, y, g.x[1]));
         const double flops =
             l.op == OpKind::conv ? 2.0 * elements(y) * static_cast<double>(g.x[1] * l.kernel[0] * l.kernel[1]) : in;
-        return run(frontend::op_name(l.op) + std::string(".forward"), window_fields(y), flops,
-                   (in + elements(y)) * word);
+        return run(kernel_name(l.op, Phase::forward), window_fields(y), flops, (in + elements(y)) * word);
     };
     const bool data_in = !l.inputs.empty() && (net_.layers[static_cast<std::size_t>(l.inputs[0])]).is_data();
     const std::int64_t sample_group = split.h * split.w;
@@ -371,27 +370,27 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
     switch (l.op) {
         case OpKind::input:
             // Made (or read) where it is needed, halo included: the cost of the data source.
-            c.forward = run("input.forward", {{"x", g.y}}, 0.0, ny * word * 2.0);
+            c.forward = run(kernel_name(l.op, Phase::forward), {{"x", g.y}}, 0.0, ny * word * 2.0);
             break;
         case OpKind::conv: {
             c.forward = window_forward(g.y);
             // The backward passes move and multiply as much as the forward.
             const double flops = 2.0 * ny * static_cast<double>(g.x[1] * l.kernel[0] * l.kernel[1]);
             const double bytes = (elements(window_dims(l, g.y, g.x[1])) + ny) * word;
-            if (!data_in) c.backward_data = run("conv.backward_data", window_fields(g.y), flops, bytes);
-            c.backward_weights = run("conv.backward_weights", window_fields(g.y), flops, bytes);
+            if (!data_in)
+                c.backward_data = run(kernel_name(l.op, Phase::backward_data), window_fields(g.y), flops, bytes);
+            c.backward_weights = run(kernel_name(l.op, Phase::backward_weights), window_fields(g.y), flops, bytes);
             break;
         }
         case OpKind::maxpool:
         case OpKind::avgpool:
             c.forward = window_forward(g.y);
             if (!data_in)
-                c.backward_data = run(frontend::op_name(l.op) + std::string(".backward"), window_fields(g.y), nx,
-                                      (2 * nx + ny) * word);
+                c.backward_data = run(kernel_name(l.op, Phase::backward), window_fields(g.y), nx, (2 * nx + ny) * word);
             break;
         case OpKind::batchnorm: {
-            c.forward = run("batchnorm.forward", {{"x", g.y}}, 4 * ny, 3 * ny * word);
-            c.backward_data = run("batchnorm.backward", {{"x", g.y}}, 6 * ny, 5 * ny * word);
+            c.forward = run(kernel_name(l.op, Phase::forward), {{"x", g.y}}, 4 * ny, 3 * ny * word);
+            c.backward_data = run(kernel_name(l.op, Phase::backward), {{"x", g.y}}, 6 * ny, 5 * ny * word);
             const double stats = 16.0 * static_cast<double>(g.y[1]);  // sums and sums of squares, doubles
             const BatchNormStats mode = dist.bn.value_or(BatchNormStats::batch);
             const std::int64_t group = mode == BatchNormStats::batch     ? procs_
@@ -404,14 +403,9 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
             c.allreduce = 2.0 * allreduce(procs_, static_cast<double>(g.y[1]) * word, group_spans);
             break;
         }
-        case OpKind::relu:
-        case OpKind::leaky_relu:
-            c.forward = run("activation.forward", {{"x", g.y}}, ny, 2 * ny * word);
-            if (!data_in) c.backward_data = run("activation.backward", {{"x", g.y}}, ny, 3 * ny * word);
-            break;
         case OpKind::global_avgpool:
-            c.forward = run("global_avgpool.forward", {{"x", g.x}}, nx, nx * word);
-            if (!data_in) c.backward_data = run("global_avgpool.backward", {{"x", g.x}}, nx, nx * word);
+            c.forward = run(kernel_name(l.op, Phase::forward), {{"x", g.x}}, nx, nx * word);
+            if (!data_in) c.backward_data = run(kernel_name(l.op, Phase::backward), {{"x", g.x}}, nx, nx * word);
             c.forward_sync = allreduce(sample_group, 8.0 * static_cast<double>(g.x[0] * g.x[1]),
                                        multi_node_ && sample_group > platform_.procs_per_node);
             break;
@@ -419,29 +413,37 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
             const Dims x{g.x[0], g.x[1] * g.x[2] * g.x[3]}, y{g.y[0], g.y[1]};
             const double flops = 2.0 * elements(x) * static_cast<double>(y[1]);
             const double bytes = (elements(x) + elements(y) + static_cast<double>(l.params)) * word;
-            c.forward = run("fc.forward", {{"x", x}, {"y", y}}, flops, bytes);
-            if (!data_in) c.backward_data = run("fc.backward_data", {{"x", x}, {"y", y}}, flops, bytes);
-            c.backward_weights = run("fc.backward_weights", {{"x", x}, {"y", y}}, flops, bytes);
+            c.forward = run(kernel_name(l.op, Phase::forward), {{"x", x}, {"y", y}}, flops, bytes);
+            if (!data_in)
+                c.backward_data = run(kernel_name(l.op, Phase::backward_data), {{"x", x}, {"y", y}}, flops, bytes);
+            c.backward_weights = run(kernel_name(l.op, Phase::backward_weights), {{"x", x}, {"y", y}}, flops, bytes);
             break;
         }
         case OpKind::add: {
             const auto k = static_cast<std::int64_t>(l.inputs.size());
-            c.forward = run("add.forward", {{"x", g.y}, {"inputs", {k}}}, ny * static_cast<double>(k - 1),
-                            ny * static_cast<double>(k + 1) * word);
-            c.backward_data =
-                run("add.backward", {{"x", g.y}, {"inputs", {k}}}, 0.0, ny * 2.0 * static_cast<double>(k) * word);
+            c.forward = run(kernel_name(l.op, Phase::forward), {{"x", g.y}, {"inputs", {k}}},
+                            ny * static_cast<double>(k - 1), ny * static_cast<double>(k + 1) * word);
+            c.backward_data = run(kernel_name(l.op, Phase::backward), {{"x", g.y}, {"inputs", {k}}}, 0.0,
+                                  ny * 2.0 * static_cast<double>(k) * word);
             break;
         }
         case OpKind::concat:
-            c.forward = run("concat.forward", {{"y", g.y}}, 0.0, 2 * ny * word);
-            c.backward_data = run("concat.backward", {{"y", g.y}}, 0.0, 2 * ny * word);
+            c.forward = run(kernel_name(l.op, Phase::forward), {{"y", g.y}}, 0.0, 2 * ny * word);
+            c.backward_data = run(kernel_name(l.op, Phase::backward), {{"y", g.y}}, 0.0, 2 * ny * word);
             break;
         case OpKind::softmax_cross_entropy:
         case OpKind::pixel_cross_entropy:
-            c.forward = run("loss.forward", {{"x", g.x}}, 10 * nx, 3 * nx * word);
+            c.forward = run(kernel_name(l.op, Phase::forward), {{"x", g.x}}, 10 * nx, 3 * nx * word);
             c.forward_sync = allreduce(procs_, 8.0, group_spans);
             break;
         case OpKind::label: break;
+        default:  // the element-wise kinds: their FLOPs per element (layer_kinds.hpp), a read and a write
+            DSL_INTERNAL_CHECK(l.kind().elementwise(), fmt::format("no cost for layer kind '{}'", l.kind().name));
+            c.forward = run(kernel_name(l.op, Phase::forward), {{"x", g.y}}, l.kind().flops * ny, 2 * ny * word);
+            if (!data_in)
+                c.backward_data =
+                    run(kernel_name(l.op, Phase::backward), {{"x", g.y}}, l.kind().flops * ny, 3 * ny * word);
+            break;
     }
     if (l.params > 0 && l.op != OpKind::batchnorm)
         c.allreduce = allreduce(procs_, static_cast<double>(l.params) * word, group_spans);
@@ -487,7 +489,7 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
         c.backward_halo = overlapped && l.op == OpKind::conv ? std::max(0.0, halo - c.backward_weights) : halo;
     }
     // The output tile, and the margins this layer's window needs around its input's tile.
-    if (!is_loss(l)) c.memory += ny * word;
+    if (!l.is_loss()) c.memory += ny * word;
     if (l.windowed()) {
         const Layer& in = net_.layers[static_cast<std::size_t>(l.inputs[0])];
         const Dims tile = box_dims(tile_box(in, TileSpec{l.inputs[0], split, false}, batch_, 0), g.x[1]);
@@ -606,7 +608,7 @@ Prediction Model::predict(const Schedule& schedule) const {
         out.halo_bytes += lp.cost.halo_bytes + lp.shuffle.bytes;
         out.activations += lp.cost.memory + lp.shuffle.memory;
         out.buffers += lp.cost.buffers;
-        if (!is_loss(l) && l.op != OpKind::input) largest_tile = std::max(largest_tile, elements(g.y) * word);
+        if (!l.is_loss() && l.op != OpKind::input) largest_tile = std::max(largest_tile, elements(g.y) * word);
     }
     // Backward in reverse order; each layer's allreduce starts when its backward ends and the previous
     // allreduce is done (one at a time, as the paper's model has it).
@@ -624,7 +626,7 @@ Prediction Model::predict(const Schedule& schedule) const {
     out.backward = t;
     out.allreduce_exposed = std::max(0.0, comm - t);
     const auto params = static_cast<double>(net_.total_params());
-    out.update = kernel("sgd", {{"params", {net_.total_params()}}}, 4.0 * params, 16.0 * params);
+    out.update = kernel(sgd_kernel, {{"params", {net_.total_params()}}}, 4.0 * params, 16.0 * params);
     if (auto it = platform_.times.find(update_key()); it != platform_.times.end()) {
         out.update = it->second;
         out.allreduce_exposed = 0.0;  // measured with the update

@@ -393,6 +393,7 @@ TEST_CASE("gpu batch norm matches the reference", "[gpu]") {
 
 TEST_CASE("gpu activations match the reference", "[gpu]") {
     const float slope = GENERATE(0.0f, 0.1f);
+    const dsl::frontend::Activation f = dsl::frontend::Activation::leaky_relu;
     std::mt19937 rng(59);
     std::vector<Dims> all = shapes;
     all.insert(all.end(), big_shapes.begin(), big_shapes.end());
@@ -402,16 +403,41 @@ TEST_CASE("gpu activations match the reference", "[gpu]") {
         const Tile x_dev(x.tensor), dy_dev(dy.tensor);
         Operand y = make_operand(d, Layout::interior, false, rng), y_ref = y;
         const Tile y_dev(y.tensor);
-        reference().activation->forward(x.view(), slope, y_ref.view());
-        gpu().activation->forward(x_dev.on_device(x.view()), slope, y_dev.on_device(y.view()));
+        reference().activation->forward(f, x.view(), slope, y_ref.view());
+        gpu().activation->forward(f, x_dev.on_device(x.view()), slope, y_dev.on_device(y.view()));
         require_close(y_dev.download(), y_ref.tensor, "activation forward", 0.0);
 
         Operand dx = make_operand(d, Layout::dense, false, rng), dx_ref = dx;
         const Tile dx_dev(dx.tensor);
-        reference().activation->backward(x.view(), dy.view(), slope, dx_ref.view());
-        gpu().activation->backward(x_dev.on_device(x.view()), dy_dev.on_device(dy.view()), slope,
+        reference().activation->backward(f, x.view(), dy.view(), slope, dx_ref.view());
+        gpu().activation->backward(f, x_dev.on_device(x.view()), dy_dev.on_device(dy.view()), slope,
                                    dx_dev.on_device(dx.view()));
         require_close(dx_dev.download(), dx_ref.tensor, "activation backward", 0.0);
+    }
+}
+
+TEST_CASE("gpu sigmoid matches the reference", "[gpu]") {
+    const dsl::frontend::Activation f = dsl::frontend::Activation::sigmoid;
+    std::mt19937 rng(61);
+    std::vector<Dims> all = shapes;
+    all.insert(all.end(), big_shapes.begin(), big_shapes.end());
+    for (const Dims& d : all) {
+        INFO("sigmoid " << d.n << "x" << d.c << "x" << d.h << "x" << d.w);
+        Operand x = make_operand(d, Layout::interior, true, rng), dy = make_operand(d, Layout::channels, true, rng);
+        const Tile x_dev(x.tensor), dy_dev(dy.tensor);
+        Operand y = make_operand(d, Layout::interior, false, rng), y_ref = y;
+        const Tile y_dev(y.tensor);
+        // CUDA's expf and the C library's round differently: a few float ulps.
+        reference().activation->forward(f, x.view(), 0.0f, y_ref.view());
+        gpu().activation->forward(f, x_dev.on_device(x.view()), 0.0f, y_dev.on_device(y.view()));
+        require_close(y_dev.download(), y_ref.tensor, "sigmoid forward", 1e-6);
+
+        Operand dx = make_operand(d, Layout::dense, false, rng), dx_ref = dx;
+        const Tile dx_dev(dx.tensor);
+        reference().activation->backward(f, x.view(), dy.view(), 0.0f, dx_ref.view());
+        gpu().activation->backward(f, x_dev.on_device(x.view()), dy_dev.on_device(dy.view()), 0.0f,
+                                   dx_dev.on_device(dx.view()));
+        require_close(dx_dev.download(), dx_ref.tensor, "sigmoid backward", 1e-5);
     }
 }
 

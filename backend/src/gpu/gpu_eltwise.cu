@@ -5,6 +5,8 @@
 
 #include "../kernel_checks.hpp"
 
+#include <dsl/base/error.hpp>
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -44,6 +46,25 @@ struct LeakyBackward : PerElement {
     }
 };
 
+// 1 / (1 + exp(-x)), in float.
+__device__ inline float sigmoid_of(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+struct SigmoidForward : PerElement {
+    template <int S>
+    __device__ float operator()(NoRow, const float (&v)[S], std::int64_t) const {
+        return sigmoid_of(v[0]);
+    }
+};
+
+// Inputs x, dy: dy * y * (1 - y), with y recomputed from x.
+struct SigmoidBackward : PerElement {
+    template <int S>
+    __device__ float operator()(NoRow, const float (&v)[S], std::int64_t) const {
+        const float y = sigmoid_of(v[0]);
+        return v[1] * y * (1.0f - y);
+    }
+};
+
 __global__ void sgd_kernel(float* w, float* m, const float* g, std::int64_t count, float lr, float momentum,
                            float decay) {
     for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
@@ -58,15 +79,32 @@ __global__ void sgd_kernel(float* w, float* m, const float* g, std::int64_t coun
 
 class GpuActivation final : public ActivationKernels {
 public:
-    void forward(ConstView x, float slope, View y) override {
+    void forward(frontend::Activation f, ConstView x, float slope, View y) override {
         check_same_dims(x, y, "activation forward");
-        map("activation forward", y.dims, Merge::all, operand(y), inputs(x), LeakyForward{{}, slope});
+        switch (f) {
+            case frontend::Activation::relu:
+            case frontend::Activation::leaky_relu:
+                return map("activation forward", y.dims, Merge::all, operand(y), inputs(x), LeakyForward{{}, slope});
+            case frontend::Activation::sigmoid:
+                return map("sigmoid forward", y.dims, Merge::all, operand(y), inputs(x), SigmoidForward{});
+            case frontend::Activation::none: break;
+        }
+        throw dsl::InternalError("activation kernels called without a function");
     }
 
-    void backward(ConstView x, ConstView dy, float slope, View dx) override {
+    void backward(frontend::Activation f, ConstView x, ConstView dy, float slope, View dx) override {
         check_same_dims(x, dy, "activation backward");
         check_same_dims(x, dx, "activation backward");
-        map("activation backward", dx.dims, Merge::all, operand(dx), inputs(x, dy), LeakyBackward{{}, slope});
+        switch (f) {
+            case frontend::Activation::relu:
+            case frontend::Activation::leaky_relu:
+                return map("activation backward", dx.dims, Merge::all, operand(dx), inputs(x, dy),
+                           LeakyBackward{{}, slope});
+            case frontend::Activation::sigmoid:
+                return map("sigmoid backward", dx.dims, Merge::all, operand(dx), inputs(x, dy), SigmoidBackward{});
+            case frontend::Activation::none: break;
+        }
+        throw dsl::InternalError("activation kernels called without a function");
     }
 };
 

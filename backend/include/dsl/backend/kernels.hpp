@@ -14,6 +14,7 @@
 #pragma once
 
 #include <dsl/backend/tensor.hpp>
+#include <dsl/frontend/layer_kinds.hpp>
 #include <dsl/scheduler/window.hpp>
 
 #include <array>
@@ -64,13 +65,15 @@ public:
                           const double* sum_dy, const double* sum_dy_xhat, double count, View dx) = 0;
 };
 
+// The element-wise kinds (layer_kinds.hpp), each by its function `f`: relu and leaky_relu are y = x where
+// x > 0, slope * x elsewhere (relu is slope 0); `slope` is ignored by the others.
 class ActivationKernels {
 public:
     virtual ~ActivationKernels() = default;
-    // y = x where x > 0, slope * x elsewhere (ReLU is slope 0).
-    virtual void forward(ConstView x, float slope, View y) = 0;
-    // dx = dy where x > 0, slope * dy elsewhere.
-    virtual void backward(ConstView x, ConstView dy, float slope, View dx) = 0;
+    // y = f(x), element by element.
+    virtual void forward(frontend::Activation f, ConstView x, float slope, View y) = 0;
+    // dx = dy * f'(x): for relu and leaky_relu, dy where x > 0, slope * dy elsewhere.
+    virtual void backward(frontend::Activation f, ConstView x, ConstView dy, float slope, View dx) = 0;
 };
 
 enum class PoolKind { max, average };
@@ -154,8 +157,7 @@ Memory& host_memory();
 
 // Sets every element of `p` outside rows [y0, y1) and columns [x0, x1) (clamped to p) to `v`, through
 // `memory`: the four strips around the rectangle, one fill each.
-void fill_outside(Memory& memory, View p, std::int64_t y0, std::int64_t y1, std::int64_t x0, std::int64_t x1,
-                  float v);
+void fill_outside(Memory& memory, View p, std::int64_t y0, std::int64_t y1, std::int64_t x0, std::int64_t x1, float v);
 
 // One implementation of every kind; tests may mix them (of one memory).
 struct Kernels {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <dsl/base/source.hpp>
+#include <dsl/frontend/layer_kinds.hpp>
 
 #include <array>
 #include <cstdint>
@@ -11,26 +12,6 @@
 #include <vector>
 
 namespace dsl::frontend {
-
-enum class OpKind {
-    input,  // a declared input tensor
-    label,  // a declared label tensor
-    conv,
-    batchnorm,
-    relu,
-    leaky_relu,
-    maxpool,
-    avgpool,
-    global_avgpool,
-    fc,
-    add,
-    concat,
-    softmax_cross_entropy,  // logits [N, K] against labels [N]
-    pixel_cross_entropy,    // logits [N, K, H, W] against labels [N, H, W]
-};
-
-const char* op_name(OpKind op);                               // the spelling in `.net` files
-std::optional<OpKind> op_from_name(const std::string& name);  // built-in layer kinds only (not input/label)
 
 // A shape without the mini-batch dimension: every activation is [N, dims...]. A loss is [N] (dims empty).
 struct Shape {
@@ -51,7 +32,8 @@ struct Layer {
     std::vector<std::string> blocks;     // types of the enclosing block instances, outermost first
     std::vector<std::string> instances;  // their paths ("layer1", "layer1.0"), parallel to `blocks`
 
-    // Attributes; those a kind does not use keep their defaults.
+    // Attributes (the Fields of layer_kinds.hpp): elaboration sets those of the layer's kind, from its
+    // arguments or the table's defaults; the others keep these values.
     std::int64_t filters = 0;  // conv: output channels; fc: outputs
     Pair kernel{1, 1};
     Pair stride{1, 1};
@@ -77,10 +59,14 @@ struct Layer {
     // whose output has none gives every process of a sample group the whole of it (replicated).
     bool planar() const;
 
+    const LayerKind& kind() const { return kind_of(op); }
     // An input or a label: data made (or read) where it is needed, in its first reader's distribution.
-    bool is_data() const { return op == OpKind::input || op == OpKind::label; }
+    bool is_data() const { return kind().data(); }
     // A convolution or pooling: a window over rows and columns, which reads a halo under a spatial split.
-    bool windowed() const { return op == OpKind::conv || op == OpKind::maxpool || op == OpKind::avgpool; }
+    bool windowed() const { return kind().windowed; }
+    bool is_loss() const { return kind().loss; }
+    // The parameter an element-wise kind's kernels take: leaky_relu's slope; 0 for a kind without one (relu).
+    double activation_slope() const { return kind().param("slope") ? slope : 0.0; }
 };
 
 struct TrainOptions {

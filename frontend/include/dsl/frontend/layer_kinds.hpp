@@ -1,0 +1,99 @@
+// The layer kinds, as one table of plain data (in the spirit of MLIR's ODS or PyTorch's
+// native_functions.yaml): each kind's name, parameters, inputs, window, weights, loss, element-wise function,
+// shape rule and kernel name. The elaborator, shape inference, the printers, the unknown-kind error, the
+// scheduler's model and calibration and the trainer read it; a new element-wise kind is a row here and its
+// kernels.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dsl::frontend {
+
+// Indexes layer_kinds(): the order of the table.
+enum class OpKind {
+    input,  // a declared input tensor
+    label,  // a declared label tensor
+    conv,
+    batchnorm,
+    relu,
+    leaky_relu,
+    sigmoid,
+    maxpool,
+    avgpool,
+    global_avgpool,
+    fc,
+    add,
+    concat,
+    softmax_cross_entropy,  // logits [N, K] against labels [N]
+    pixel_cross_entropy,    // logits [N, K, H, W] against labels [N, H, W]
+};
+
+// What an element-wise kind computes, element by element, as its kernels take it: y = f(x) forward,
+// dx = dy * f'(x) backward. relu is leaky_relu with slope 0 (its kernels are leaky_relu's); sigmoid is
+// y = 1 / (1 + exp(-x)), dx = dy * y * (1 - y).
+enum class Activation { none, relu, leaky_relu, sigmoid };
+
+// The value a parameter takes, and the text of its type in errors.
+enum class ParamType { positive_int, positive_pair, nonneg_pair, boolean, positive_real, any_real, unit_real };
+
+// The Layer member a parameter sets (network.hpp).
+enum class Field { filters, kernel, stride, pad, dilation, bias, slope, eps, momentum };
+
+struct ParamSpec {
+    const char* name;
+    ParamType type;
+    Field field;
+    bool required = false;
+    double default_value = 0.0;   // when not required: the number (pairs take it twice; booleans 0 or 1)
+    const char* default_of = "";  // the default is another parameter's value ("kernel"): pooling's stride
+};
+
+// How shape inference derives a kind's output shape (infer_shapes.cpp dispatches on it).
+enum class ShapeRule {
+    data,         // declared: input and label
+    window,       // [N, C', H', W'] from a window over rows and columns: conv (C' = filters), pooling (C)
+    same,         // the input's shape: batch norm, element-wise kinds
+    global_pool,  // [N, C, 1, 1]
+    flatten,      // [N, outputs] from the flattened input: fc
+    sum,          // the inputs' common shape: add
+    concat,       // the channels summed, the rest equal: concat
+    loss,         // [N] from logits and labels: the losses
+};
+
+struct LayerKind {
+    OpKind op;
+    const char* name = "";                     // the spelling in `.net` files
+    std::vector<ParamSpec> params{};           // in positional order
+    int min_inputs = 1, max_inputs = 1;        // max_inputs -1: no limit
+    bool windowed = false;                     // reads a window over rows and columns: a halo under a spatial split
+    bool weights = false;                      // has learnable parameters
+    bool loss = false;                         // reads logits and a label, gives the loss; nothing reads it
+    Activation activation = Activation::none;  // an element-wise kind's function, else none
+    int flops = 1;  // element-wise kinds: FLOPs per element of forward (shapes, and the model's cost)
+    ShapeRule shape = ShapeRule::same;
+    // The kernels' name in platform time keys ("conv" in "conv.forward"; see scheduler/kernel_names.hpp):
+    // relu and leaky_relu share "activation", the losses "loss"; empty for a kind without kernels.
+    const char* kernels = "";
+
+    bool elementwise() const { return activation != Activation::none; }
+    bool data() const { return shape == ShapeRule::data; }
+    const ParamSpec* param(const std::string& name) const;  // null when the kind has none of that name
+};
+
+// Every kind, input and label first, indexed by OpKind.
+const std::vector<LayerKind>& layer_kinds();
+const LayerKind& kind_of(OpKind op);
+const char* op_name(OpKind op);  // kind_of(op).name
+
+// The kinds a statement may call (all but input and label): by name, or nullopt; and their names in the
+// table's order (for "did you mean" and the list in the unknown-kind error).
+std::optional<OpKind> op_from_name(const std::string& name);
+std::vector<std::string> layer_kind_names();
+
+// The kinds whose kernels are named `kernels` in time keys ("activation": relu and leaky_relu), in order.
+std::vector<OpKind> kinds_with_kernels(const std::string& kernels);
+
+}  // namespace dsl::frontend

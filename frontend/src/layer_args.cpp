@@ -1,0 +1,139 @@
+// A layer's arguments: each checked against its kind's parameters in the table (layer_kinds.cpp), by name
+// or position and by type, and the parameters not given set to the table's defaults.
+#include "layer_args.hpp"
+
+#include <algorithm>
+#include <set>
+
+namespace dsl::frontend {
+
+namespace {
+
+const char* type_text(ParamType t) {
+    switch (t) {
+        case ParamType::positive_int: return "a positive integer";
+        case ParamType::positive_pair: return "a positive integer or a [height, width] list";
+        case ParamType::nonneg_pair: return "a non-negative integer or a [height, width] list";
+        case ParamType::boolean: return "true or false";
+        case ParamType::positive_real: return "a positive number";
+        case ParamType::any_real: return "a number";
+        case ParamType::unit_real: return "a number between 0 and 1";
+    }
+    return "?";
+}
+
+// The member of `layer` that `field` names, for a pair, real or the rest.
+Pair& pair_member(Layer& layer, Field field) {
+    return field == Field::kernel   ? layer.kernel
+           : field == Field::stride ? layer.stride
+           : field == Field::pad    ? layer.pad
+                                    : layer.dilation;
+}
+
+double& real_member(Layer& layer, Field field) {
+    return field == Field::eps ? layer.eps : field == Field::momentum ? layer.momentum : layer.slope;
+}
+
+// Sets a parameter the statement did not give to the table's default.
+void set_default(Layer& layer, const ParamSpec& p) {
+    const auto whole = static_cast<std::int64_t>(p.default_value);
+    switch (p.type) {
+        case ParamType::positive_int: layer.filters = whole; break;
+        case ParamType::positive_pair:
+        case ParamType::nonneg_pair:
+            pair_member(layer, p.field) = std::string(p.default_of) == "kernel" ? layer.kernel : Pair{whole, whole};
+            break;
+        case ParamType::boolean: layer.bias = p.default_value != 0.0; break;
+        case ParamType::positive_real:
+        case ParamType::any_real:
+        case ParamType::unit_real: real_member(layer, p.field) = p.default_value; break;
+    }
+}
+
+// Sets the member of `layer` that `p` names to `v`; false when `v` is not of `p`'s type.
+bool assign(Layer& layer, const ParamSpec& p, const Value& v) {
+    switch (p.type) {
+        case ParamType::positive_int:
+            if (v.kind != Value::Kind::integer || v.integer < 1) return false;
+            layer.filters = v.integer;
+            return true;
+        case ParamType::positive_pair:
+        case ParamType::nonneg_pair: {
+            const std::int64_t lo = p.type == ParamType::positive_pair ? 1 : 0;
+            Pair pair{};
+            if (v.kind == Value::Kind::integer) {
+                pair = {v.integer, v.integer};
+            } else if (v.kind == Value::Kind::list && v.items.size() == 2 && v.items[0].kind == Value::Kind::integer &&
+                       v.items[1].kind == Value::Kind::integer) {
+                pair = {v.items[0].integer, v.items[1].integer};
+            } else {
+                return false;
+            }
+            if (pair[0] < lo || pair[1] < lo) return false;
+            pair_member(layer, p.field) = pair;
+            return true;
+        }
+        case ParamType::boolean:
+            if (v.kind != Value::Kind::boolean) return false;
+            layer.bias = v.boolean;
+            return true;
+        case ParamType::positive_real:
+        case ParamType::any_real:
+        case ParamType::unit_real: {
+            if (!v.is_number()) return false;
+            const double x = v.number();
+            if (p.type == ParamType::positive_real && !(x > 0)) return false;
+            if (p.type == ParamType::unit_real && !(x >= 0 && x <= 1)) return false;
+            real_member(layer, p.field) = x;
+            return true;
+        }
+    }
+    return false;
+}
+
+}  // namespace
+
+void bind_layer_args(const Call& c, Layer& layer, int scope, const Env& env, Evaluator& evaluator,
+                     const Evaluator::Report& report) {
+    const std::vector<ParamSpec>& params = kind_of(layer.op).params;
+    const std::string kind = "'" + c.callee + "'";
+    std::vector<std::string> names;
+    for (const ParamSpec& p : params) names.emplace_back(p.name);
+    std::set<std::string> seen;
+    std::size_t positional = 0;
+    for (const Arg& a : c.args) {
+        std::string name = a.name;
+        if (name.empty()) {
+            if (positional >= params.size()) {
+                report(a.loc,
+                       params.empty() ? kind + " takes no arguments"
+                                      : "too many positional arguments: " + kind + " takes " +
+                                            std::to_string(params.size()) + ", got " + std::to_string(positional + 1),
+                       scope, "");
+                continue;
+            }
+            name = names[positional++];
+        } else if (std::find(names.begin(), names.end(), name) == names.end()) {
+            report(a.loc, kind + " has no parameter '" + name + "'", scope, dsl::closest_match(name, names));
+            continue;
+        }
+        if (!seen.insert(name).second) {
+            report(a.loc, "duplicate argument '" + name + "'", scope, "");
+            continue;
+        }
+        const ParamSpec& p = *kind_of(layer.op).param(name);
+        auto v = evaluator.eval(a.value, env, scope);
+        if (!v) continue;
+        if (!assign(layer, p, *v)) report(a.value.loc, "'" + name + "' must be " + type_text(p.type), scope, "");
+    }
+    // Defaults after every argument: a default may be another parameter's value (pooling's stride).
+    for (const ParamSpec& p : params) {
+        if (seen.count(p.name)) continue;
+        if (p.required)
+            report(c.loc, "missing argument '" + std::string(p.name) + "' of " + kind, scope, "");
+        else
+            set_default(layer, p);
+    }
+}
+
+}  // namespace dsl::frontend
