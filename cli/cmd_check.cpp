@@ -1,9 +1,11 @@
 // `dsl check NET [SCHED]`: shapes, parameters, FLOPs and memory of every layer; with a schedule, each
 // layer's distribution and per-process tile.
 #include "commands.hpp"
+#include "planning.hpp"
 #include "report.hpp"
 
 #include <dsl/base/error.hpp>
+#include <dsl/scheduler/autoschedule.hpp>
 #include <dsl/scheduler/plan.hpp>
 
 #include <fmt/format.h>
@@ -23,23 +25,51 @@ struct CheckOptions {
     std::optional<std::int64_t> batch;
     std::string dump_after;
     std::optional<std::int64_t> rank;
+    std::string platform;
 };
 
-// `--dump-after plan`: the plan of process `rank` of the run the schedule describes (every field fixed:
-// `dsl schedule` fills the open ones), or of the one-process run without a schedule.
+// `--dump-after filled` and `plan`: the fields the schedule leaves open filled by the auto-scheduler for
+// `--platform` (as `dsl explain` fills them), then the stage printed. False when they cannot be filled.
+bool fill(Checked& c, const CheckOptions& o, std::int64_t batch, SourceManager& sources, Diagnostics& diags) {
+    const auto& net = c.net.net;
+    if (!c.schedule || !has_open_fields(net, c.schedule)) {
+        if (c.schedule && o.dump_after == "filled")
+            std::cerr << "// after filled (nothing was open)\n"
+                      << scheduler::schedule_text(net, *c.schedule, "the schedule, with nothing open");
+        return true;
+    }
+    std::string why;
+    c.schedule->procs = run_procs(std::nullopt, c.schedule, why);
+    if (!c.schedule->procs) {
+        std::cerr << "error: " << (why.empty() ? "the schedule leaves 'procs' open: set it to fill the rest" : why)
+                  << "\n";
+        return false;
+    }
+    auto platform = resolve_platform(o.platform, c.schedule, sources, diags);
+    diags.render(std::cerr, stderr_color());
+    if (!platform) return false;
+    std::optional<Planned> planned;
+    if (measure_local(*platform, o.net, net, {*c.schedule->procs}, batch, why))
+        planned = plan(net, platform->platform, *c.schedule, batch, why);
+    if (!planned) {
+        std::cerr << "error: " << why << "\n";
+        return false;
+    }
+    c.schedule = planned->schedule;
+    if (o.dump_after == "filled")
+        std::cerr << "// after filled\n"
+                  << scheduler::schedule_text(net, *c.schedule, "open fields filled by the auto-scheduler",
+                                              platform->text);
+    return true;
+}
+
+// `--dump-after plan`: the plan of process `rank` of the run the (filled) schedule describes, or of the
+// one-process run without a schedule.
 int dump_plan(const Checked& c, const CheckOptions& o, std::int64_t batch) {
     const auto& net = c.net.net;
     const scheduler::Schedule s = c.schedule.value_or(scheduler::Schedule{});
     std::int64_t procs = 1;
     if (c.schedule) {
-        for (std::size_t i = 0; i < net.layers.size(); ++i) {
-            if (net.layers[i].is_data() || s.layers[i].complete()) continue;
-            std::cerr << fmt::format(
-                "error: layer '{}' leaves its distribution open, and a plan needs every field "
-                "fixed (dsl schedule fills them)\n",
-                net.layers[i].name);
-            return user_error;
-        }
         procs = s.procs.value_or(0);
         for (std::size_t i = 0; i < net.layers.size() && procs == 0; ++i)
             if (!net.layers[i].is_data()) procs = s.layers[i].split->procs();
@@ -62,6 +92,11 @@ int dump_plan(const Checked& c, const CheckOptions& o, std::int64_t batch) {
 }
 
 int run_check(const CheckOptions& o) {
+    if (!o.platform.empty() && o.dump_after != "filled" && o.dump_after != "plan") {
+        std::cerr << "error: --platform is the platform the auto-scheduler fills open fields for, with "
+                     "--dump-after filled or plan, and has no effect without one of them\n";
+        return usage;
+    }
     if (o.rank && o.dump_after != "plan") {
         std::cerr << "error: --rank picks the process whose plan --dump-after plan prints, and has no effect "
                      "without it\n";
@@ -73,8 +108,13 @@ int run_check(const CheckOptions& o) {
     diags.render(std::cerr, stderr_color());
     if (!checked) return user_error;
     const std::int64_t batch = report_batch(*checked, o.batch);
-    if (o.dump_after == "plan")
-        if (const int code = dump_plan(*checked, o, batch); code != ok) return code;
+    // The report is of the schedule as written; the stages after it are printed from a copy.
+    if (o.dump_after == "filled" || o.dump_after == "plan") {
+        Checked filled = *checked;
+        if (!fill(filled, o, batch, sources, diags)) return user_error;
+        if (o.dump_after == "plan")
+            if (const int code = dump_plan(filled, o, batch); code != ok) return code;
+    }
     if (o.json)
         std::cout << json_text(check_json(*checked, batch));
     else
@@ -96,10 +136,14 @@ void setup_check(CLI::App& app, Action& action) {
         ->check(positive_count());
     sub->add_option("--dump-after", o->dump_after,
                     "Print the state after a stage to stderr: parse, imports, elaborate, shapes (the network), "
-                    "schedule (bound to it), plan (one process's execution plan)")
+                    "schedule (bound to it), filled (its open fields filled by the auto-scheduler), plan (one process's "
+                    "execution plan)")
         ->check(CLI::IsMember(stages));
     sub->add_option("--rank", o->rank, "With --dump-after plan: the process whose plan is printed (default 0)")
         ->check(nonnegative_count());
+    sub->add_option("--platform", o->platform,
+                    "With --dump-after filled or plan: the platform the auto-scheduler fills open fields for "
+                    "(default: the schedule's, else 'local')");
     sub->footer("Example:\n  dsl check samples/mesh_tiny.net samples/mesh_tiny_hybrid_4.sched");
     sub->callback([o, &action] { action = [o] { return run_check(*o); }; });
 }

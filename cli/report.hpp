@@ -15,10 +15,10 @@ namespace dsl::cli {
 
 // The stages a network and its schedule go through, in order, each named as `--dump-after` names it: the
 // front end's (load_network: parse, imports, elaborate, shapes), the schedule bound to the network
-// (load_and_check), and one process's execution plan (scheduler::make_plan, which `dsl run` makes on every
-// process before it trains). The auto-scheduler, where a command runs it, fills the bound schedule's open
-// fields between `schedule` and `plan`.
-inline const std::vector<std::string> stages{"parse", "imports", "elaborate", "shapes", "schedule", "plan"};
+// (load_and_check), the schedule with the fields it leaves open filled by the auto-scheduler (planning.hpp's
+// `plan`), and one process's execution plan (scheduler::make_plan, which `dsl run` makes on every process
+// before it trains).
+inline const std::vector<std::string> stages{"parse", "imports", "elaborate", "shapes", "schedule", "filled", "plan"};
 
 struct Checked {
     frontend::LoadedNetwork net;

@@ -172,9 +172,46 @@ TEST_CASE("check --rank outside the run, or without --dump-after plan, is a usag
     const Result alone = run_dsl("check samples/mesh_tiny.net --rank 0");
     CHECK(alone.exit_code == 2);
     CHECK(alone.err.find("--dump-after plan") != std::string::npos);
-    const Result open = run_dsl("check samples/mesh_tiny.net samples/mesh_tiny_partial_4.sched --dump-after plan");
-    CHECK(open.exit_code == 1);
-    CHECK(open.err.find("leaves its distribution open") != std::string::npos);
+    const Result platform = run_dsl("check samples/mesh_tiny.net samples/mesh_tiny_partial_4.sched --platform lassen");
+    CHECK(platform.exit_code == 2);
+    CHECK(platform.err.find("--dump-after filled or plan") != std::string::npos);
+}
+
+TEST_CASE("check --dump-after filled and plan fill a partial schedule's open fields first", "[cli][plan]") {
+    const Result filled =
+        run_dsl("check samples/mesh_tiny.net samples/mesh_tiny_partial_4.sched --dump-after filled --json");
+    INFO(filled.err);
+    REQUIRE(filled.exit_code == 0);
+    const std::string header = "// after filled\n";
+    REQUIRE(filled.err.rfind(header, 0) == 0);
+    // The report is of the schedule as written (block2.0.conv open); the filled text leaves nothing open.
+    const auto written = nlohmann::json::parse(filled.out)["layers"];
+    const fs::path copy = fs::temp_directory_path() / ("dsl_filled_" + std::to_string(::getpid()) + ".sched");
+    std::ofstream(copy) << filled.err.substr(header.size());
+    const Result again = run_dsl("check samples/mesh_tiny.net '" + copy.string() + "' --json");
+    const Result run = run_dsl("run samples/mesh_tiny.net '" + copy.string() + "' --steps 1");
+    fs::remove(copy);
+    INFO(again.err);
+    REQUIRE(again.exit_code == 0);
+    CHECK(nlohmann::json::parse(again.out)["layers"] != written);
+    INFO(run.err);
+    CHECK(run.exit_code == 0);  // complete: runs without --auto-schedule
+    // The fixed fields are kept: block1 stays split 4 ways over rows.
+    CHECK(filled.err.find("layer block1.* N=1 H=4 W=1") != std::string::npos);
+
+    const Result plan =
+        run_dsl("check samples/mesh_tiny.net samples/mesh_tiny_partial_4.sched --dump-after plan --rank 3");
+    INFO(plan.err);
+    CHECK(plan.exit_code == 0);
+    CHECK(plan.err.find("plan of rank 3 of 4") != std::string::npos);
+    CHECK(plan.err.find("layer block2.0.conv (conv): split") != std::string::npos);
+
+    const fs::path open = fs::temp_directory_path() / ("dsl_open_" + std::to_string(::getpid()) + ".sched");
+    std::ofstream(open) << "default H=?\n";
+    const Result no_procs = run_dsl("check samples/mesh_tiny.net '" + open.string() + "' --dump-after filled");
+    fs::remove(open);
+    CHECK(no_procs.exit_code == 1);
+    CHECK(no_procs.err.find("leaves 'procs' open") != std::string::npos);
 }
 
 TEST_CASE("check --dump-after schedule prints .sched text that binds the same distributions", "[cli][plan]") {
