@@ -1,6 +1,8 @@
 // The interpreter, an executor of a plan (scheduler/plan.hpp): allocates each layer's tiles as the plan places
 // them (with the margins its readers need), initializes the parameters from the seed, and runs forward,
 // backward and SGD through the kernel interfaces, moving halos and shuffles as the plan's pieces say.
+// One file on purpose: forward and backward of every kind share the tiles, the overlap of halos with
+// compute and the gradients' buffers, and each case reads best beside its mirror image.
 #include <dsl/backend/trainer.hpp>
 
 #include <dsl/backend/synthetic.hpp>
