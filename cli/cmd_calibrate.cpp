@@ -18,6 +18,8 @@
 #include <dsl/backend/gpu.hpp>
 #include <dsl/scheduler/kernel_names.hpp>
 
+#include <dsl/base/error.hpp>
+
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
@@ -107,8 +109,7 @@ int kernel_worker(const CalibrateOptions& o) {
     for (const auto& l : net->net.layers)
         if (l.op == frontend::OpKind::input && !input) input = &l;
     if (!data || !input) {
-        std::cerr << "error: calibration needs a network with an input\n";
-        return user_error;
+        throw UserError("calibration needs a network with an input");
     }
     std::ifstream in(o.keys);
     std::ofstream out(o.results);
@@ -175,8 +176,7 @@ int profile_worker(const CalibrateOptions& o) {
     std::string error;
     auto data = backend::make_data_source(net, 0, "", "", error);
     if (!data) {
-        std::cerr << "error: " << error << "\n";
-        return user_error;
+        throw UserError(error);
     }
     // Only kernels and communication: what this worker measures is not taken from an earlier calibration.
     for (auto it = measured_so_far->times.begin(); it != measured_so_far->times.end();) {
@@ -407,9 +407,7 @@ int run_calibrate(CalibrateOptions o) {
         auto existing = scheduler::load_platform(o.output, sources, diags);
         if (!existing) {
             diags.render(std::cerr, stderr_color());
-            std::cerr << fmt::format("error: -o '{}' exists and is not a platform file; it is left as it is\n",
-                                     o.output);
-            return user_error;
+            throw UserError(fmt::format("-o '{}' exists and is not a platform file; it is left as it is", o.output));
         }
         base = PlatformChoice{std::move(*existing), o.output, {}};
     } else if (checked) {
@@ -421,12 +419,10 @@ int run_calibrate(CalibrateOptions o) {
     const auto& net = checked->net.net;
     std::string no_gpu;
     if (o.gpu() && backend::gpu_devices(&no_gpu) == 0) {
-        std::cerr << "error: cannot calibrate a GPU (--device gpu): " << no_gpu << "\n";
-        return user_error;
+        throw UserError("cannot calibrate a GPU (--device gpu): " + no_gpu);
     }
     if (const std::string why = unwritable(o.output); !why.empty()) {  // before anything is measured
-        std::cerr << "error: -o: " << why << "\n";
-        return user_error;
+        throw UserError("-o: " + why);
     }
     // Processors: this machine's cores, or its GPUs.
     const unsigned cores =
@@ -450,8 +446,7 @@ int run_calibrate(CalibrateOptions o) {
     const std::string machine = o.gpu() ? fmt::format("{}, {} GPU{}", backend::gpu_name(), cores, cores == 1 ? "" : "s")
                                         : machine_text(current_machine()) + (base->cache.empty() ? "" : local_note);
     if (!write_platform(o, platform, machine, run, why)) {
-        std::cerr << "error: " << why << "\n";
-        return user_error;
+        throw UserError(why);
     }
     std::cout << fmt::format("wrote {}: {} times measured in {:.0f} s ({} in the file)\n", o.output, measured,
                              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),

@@ -29,7 +29,7 @@ struct CheckOptions {
 };
 
 // `--dump-after filled` and `plan`: the fields the schedule leaves open filled by the auto-scheduler for
-// `--platform` (as `dsl explain` fills them), then the stage printed. False when they cannot be filled.
+// `--platform` (as `dsl explain` fills them), then the stage printed. False when the platform has errors (rendered); a UserError when filling fails.
 bool fill(Checked& c, const CheckOptions& o, std::int64_t batch, SourceManager& sources, Diagnostics& diags) {
     const auto& net = c.net.net;
     if (!c.schedule || !has_open_fields(net, c.schedule)) {
@@ -40,21 +40,15 @@ bool fill(Checked& c, const CheckOptions& o, std::int64_t batch, SourceManager& 
     }
     std::string why;
     c.schedule->procs = run_procs(std::nullopt, c.schedule, why);
-    if (!c.schedule->procs) {
-        std::cerr << "error: " << (why.empty() ? "the schedule leaves 'procs' open: set it to fill the rest" : why)
-                  << "\n";
-        return false;
-    }
+    if (!c.schedule->procs)
+        throw UserError(why.empty() ? "the schedule leaves 'procs' open: set it to fill the rest" : why);
     auto platform = resolve_platform(o.platform, c.schedule, sources, diags);
     diags.render(std::cerr, stderr_color());
     if (!platform) return false;
     std::optional<Planned> planned;
     if (measure_local(*platform, o.net, net, {*c.schedule->procs}, batch, why))
         planned = plan(net, platform->platform, *c.schedule, batch, why);
-    if (!planned) {
-        std::cerr << "error: " << why << "\n";
-        return false;
-    }
+    if (!planned) throw UserError(why);
     c.schedule = planned->schedule;
     if (o.dump_after == "filled")
         std::cerr << "// after filled\n"
@@ -80,14 +74,8 @@ int dump_plan(const Checked& c, const CheckOptions& o, std::int64_t batch) {
                                  procs, procs == 1 ? "" : "es", procs - 1);
         return usage;
     }
-    try {
-        const scheduler::Plan plan =
-            scheduler::make_plan(net, s, batch, static_cast<int>(rank), static_cast<int>(procs));
-        std::cerr << "// after plan\n" << scheduler::plan_text(net, plan);
-    } catch (const UserError& e) {
-        std::cerr << "error: " << e.what() << "\n";
-        return user_error;
-    }
+    const scheduler::Plan plan = scheduler::make_plan(net, s, batch, static_cast<int>(rank), static_cast<int>(procs));
+    std::cerr << "// after plan\n" << scheduler::plan_text(net, plan);
     return ok;
 }
 

@@ -5,6 +5,8 @@
 #include "launch.hpp"
 #include "planning.hpp"
 
+#include <dsl/base/error.hpp>
+
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
@@ -106,8 +108,7 @@ int run_compare(const CompareOptions& o) {
         if (c.schedule.procs) procs_by_batch[c.batch].push_back(*c.schedule.procs);
     for (const auto& [batch, procs] : procs_by_batch)
         if (std::string why; !measure_local(*platform, o.net, net, procs, batch, why)) {
-            std::cerr << "error: " << why << "\n";
-            return user_error;
+            throw UserError(why);
         }
     for (Column& c : columns) {
         if (!c.schedule.procs) {
@@ -119,8 +120,7 @@ int run_compare(const CompareOptions& o) {
         std::string why;
         auto planned = plan(net, platform->platform, c.schedule, c.batch, why);
         if (!planned) {
-            std::cerr << fmt::format("error: {}: {}\n", c.file, why);
-            return user_error;
+            throw UserError(fmt::format("{}: {}", c.file, why));
         }
         c.schedule = std::move(planned->schedule);
         c.prediction = std::move(planned->prediction);

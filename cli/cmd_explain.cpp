@@ -2,6 +2,8 @@
 #include "commands.hpp"
 #include "planning.hpp"
 
+#include <dsl/base/error.hpp>
+
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
@@ -35,13 +37,11 @@ int run_explain(const ExplainOptions& o) {
     }
     const std::int64_t batch = report_batch(checked, o.batch);
     if (!measure_local(platform, o.net, net, {*s.procs}, batch, why)) {
-        std::cerr << "error: " << why << "\n";
-        return user_error;
+        throw UserError(why);
     }
     const auto planned = plan(net, platform.platform, s, batch, why);
     if (!planned) {
-        std::cerr << "error: " << why << "\n";
-        return user_error;
+        throw UserError(why);
     }
     if (planned->filled)
         std::cerr << "note: the schedule leaves fields open; the auto-scheduler filled them ('dsl schedule' writes "

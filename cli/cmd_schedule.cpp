@@ -57,8 +57,7 @@ int run_schedule(const ScheduleOptions& o) {
             "-o '{}' exists and was not written by dsl schedule; it is left as it is (choose another name)", o.output));
 
     if (!measure_local(platform, o.net, net, {procs}, batch, why)) {
-        std::cerr << "error: " << why << "\n";
-        return user_error;
+        throw UserError(why);
     }
     const auto t0 = std::chrono::steady_clock::now();
     scheduler::Model model(net, platform.platform, procs, batch);
@@ -67,8 +66,7 @@ int run_schedule(const ScheduleOptions& o) {
                       o.method == "paper" ? scheduler::SearchMethod::paper : scheduler::SearchMethod::frontier);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!result) {
-        std::cerr << "error: " << why << "\n";
-        return user_error;
+        throw UserError(why);
     }
     const scheduler::Prediction p = model.predict(result->schedule);
     const std::string header = fmt::format(
@@ -83,8 +81,7 @@ int run_schedule(const ScheduleOptions& o) {
         std::cout << text;
     } else {
         if (!replace_file(o.output, text, why)) {
-            std::cerr << "error: " << why << "\n";
-            return user_error;
+            throw UserError(why);
         }
         std::cout << fmt::format("wrote {}: {} ms per step predicted, {} per process (of {})\n", o.output,
                                  milliseconds(p.step), human_bytes(p.memory), human_bytes(p.memory_limit));
