@@ -45,9 +45,7 @@ bool fill(Checked& c, const CheckOptions& o, std::int64_t batch, SourceManager& 
     auto platform = resolve_platform(o.platform, c.schedule, sources, diags);
     diags.render(std::cerr, stderr_color());
     if (!platform) return false;
-    std::optional<Planned> planned;
-    if (measure_local(*platform, o.net, net, {*c.schedule->procs}, batch, why))
-        planned = plan(net, platform->platform, *c.schedule, batch, why);
+    const auto planned = measure_and_plan(*platform, o.net, net, *c.schedule, batch, why);
     if (!planned) throw UserError(why);
     c.schedule = planned->schedule;
     if (o.dump_after == "filled")

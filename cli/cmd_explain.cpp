@@ -36,13 +36,8 @@ int run_explain(const ExplainOptions& o) {
         return usage;
     }
     const std::int64_t batch = report_batch(checked, o.batch);
-    if (!measure_local(platform, o.net, net, {*s.procs}, batch, why)) {
-        throw UserError(why);
-    }
-    const auto planned = plan(net, platform.platform, s, batch, why);
-    if (!planned) {
-        throw UserError(why);
-    }
+    const auto planned = measure_and_plan(platform, o.net, net, s, batch, why);
+    if (!planned) throw UserError(why);
     if (planned->filled)
         std::cerr << "note: the schedule leaves fields open; the auto-scheduler filled them ('dsl schedule' writes "
                      "the result)\n";

@@ -220,6 +220,12 @@ std::optional<Planned> plan(const frontend::Network& net, const scheduler::Platf
     return out;
 }
 
+std::optional<Planned> measure_and_plan(PlatformChoice& p, const std::string& net_path, const frontend::Network& net,
+                                        const scheduler::Schedule& s, std::int64_t batch, std::string& why) {
+    if (!measure_local(p, net_path, net, {*s.procs}, batch, why)) return std::nullopt;
+    return plan(net, p.platform, s, batch, why);
+}
+
 namespace {
 
 std::string tile_text(const std::vector<std::int64_t>& t) {

@@ -61,6 +61,11 @@ struct Planned {
 std::optional<Planned> plan(const frontend::Network& net, const scheduler::Platform& platform, scheduler::Schedule s,
                             std::int64_t batch, std::string& why);
 
+// `plan` on this machine's `local` once what it lacks for the schedule's process count is measured
+// (measure_local), or on another platform at once.
+std::optional<Planned> measure_and_plan(PlatformChoice& p, const std::string& net_path, const frontend::Network& net,
+                                        const scheduler::Schedule& s, std::int64_t batch, std::string& why);
+
 // A network, its schedule (when `sched_path` is not empty) and the platform (`platform_flag`, else the
 // schedule's, else "local"), checked; the diagnostics rendered. nullopt when any had errors.
 struct ModelInputs {

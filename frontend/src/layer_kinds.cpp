@@ -140,11 +140,10 @@ std::vector<std::string> layer_kind_names() {
     return out;
 }
 
-std::vector<OpKind> kinds_with_kernels(const std::string& kernels) {
-    std::vector<OpKind> out;
+std::optional<OpKind> kind_with_kernels(const std::string& kernels) {
     for (const LayerKind& k : layer_kinds())
-        if (kernels == k.kernels) out.push_back(k.op);
-    return out;
+        if (kernels == k.kernels) return k.op;
+    return std::nullopt;
 }
 
 }  // namespace dsl::frontend

@@ -34,10 +34,10 @@ std::string kernel_name(frontend::OpKind kind, Phase phase) {
 std::optional<LayerKernel> parse_kernel_name(const std::string& name) {
     const std::size_t dot = name.find('.');
     if (dot == std::string::npos || dot == 0) return std::nullopt;
-    const std::vector<frontend::OpKind> kinds = frontend::kinds_with_kernels(name.substr(0, dot));
-    if (kinds.empty()) return std::nullopt;
+    const std::optional<frontend::OpKind> kind = frontend::kind_with_kernels(name.substr(0, dot));
+    if (!kind) return std::nullopt;
     for (const auto& [p, phase] : phases)
-        if (name.compare(dot + 1, std::string::npos, phase) == 0) return LayerKernel{kinds.front(), p};
+        if (name.compare(dot + 1, std::string::npos, phase) == 0) return LayerKernel{*kind, p};
     return std::nullopt;
 }
 

@@ -161,11 +161,8 @@ struct Planner {
             for (TilePlan& t : slot(i).tiles) {
                 t.grad_last = last - i;
                 t.grad_first = t.grad_last;
-                for (int r : t.reader_layers) {
-                    const OpKind rop = layer(r).op;
-                    const bool loss = rop == OpKind::softmax_cross_entropy || rop == OpKind::pixel_cross_entropy;
-                    t.grad_first = std::min(t.grad_first, loss ? -1 : last - r);
-                }
+                for (int r : t.reader_layers)
+                    t.grad_first = std::min(t.grad_first, layer(r).is_loss() ? -1 : last - r);
                 tiles.push_back(&t);
             }
         }
@@ -220,7 +217,7 @@ struct Planner {
         const int procs = plan.procs;
         for (int li = 0; li < layer_count(); ++li) {
             LayerPlan& s = slot(li);
-            if (layer(li).op == OpKind::label || layer(li).op == OpKind::input) continue;  // made where needed
+            if (layer(li).is_data()) continue;  // made where needed
             const TileSpec owner = own_spec(li);
             const Extent d = s.whole;
             const Box extent{0, d.n, 0, d.h, 0, d.w};

@@ -93,7 +93,8 @@ const char* op_name(OpKind op);  // kind_of(op).name
 std::optional<OpKind> op_from_name(const std::string& name);
 std::vector<std::string> layer_kind_names();
 
-// The kinds whose kernels are named `kernels` in time keys ("activation": relu and leaky_relu), in order.
-std::vector<OpKind> kinds_with_kernels(const std::string& kernels);
+// The first kind whose kernels are named `kernels` in time keys (relu for "activation", which leaky_relu
+// shares), or nullopt.
+std::optional<OpKind> kind_with_kernels(const std::string& kernels);
 
 }  // namespace dsl::frontend
