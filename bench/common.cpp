@@ -195,6 +195,9 @@ struct Eltwise final : EltwiseKernels {
     void sgd(float* w, float* m, const float* g, std::int64_t n, float lr, float mo, float d) override {
         charge(*t, "eltwise.sgd", Dims{1, n, 1, 1}, [&] { in->sgd(w, m, g, n, lr, mo, d); });
     }
+    void adam(float* w, float* m, float* v, const float* g, std::int64_t n, const AdamStep& s) override {
+        charge(*t, "eltwise.adam", Dims{1, n, 1, 1}, [&] { in->adam(w, m, v, g, n, s); });
+    }
 };
 
 struct Loss final : LossKernels {

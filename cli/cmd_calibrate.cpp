@@ -92,8 +92,9 @@ std::map<int, std::set<std::string>> keys_by_threads(const frontend::Network& ne
                 for (const auto& d : scheduler::candidates(net, static_cast<int>(i), open, procs, batch))
                     for (std::string& k : model.kernel_keys(static_cast<int>(i), d)) keys.insert(std::move(k));
             }
-            keys.insert(scheduler::time_key(scheduler::sgd_kernel,
-                                            {{"params", {net.total_params()}}, {"threads", {model.threads()}}}));
+            keys.insert(scheduler::time_key(
+                net.train.optimizer == frontend::Optimizer::sgd ? scheduler::sgd_kernel : scheduler::adam_kernel,
+                {{"params", {net.total_params()}}, {"threads", {model.threads()}}}));
         }
     return out;
 }

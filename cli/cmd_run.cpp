@@ -37,6 +37,7 @@ struct RunOptions {
     std::int64_t steps = 10, save_every = 0;
     std::optional<std::int64_t> batch, procs;
     std::optional<double> lr, momentum, weight_decay;
+    std::optional<std::string> optimizer;
     std::uint64_t seed = 0;
     std::string log, save, load, inputs, labels, kernels = "cpu", device, platform, gpu_comm = "auto";
     bool auto_schedule = false, profile = false, tf32 = false;
@@ -379,6 +380,16 @@ int run_training(const RunOptions& o) {
     return code;
 }
 
+// The learning-rate schedule for the run's first line: ", warmup 100, cosine over 1000 steps"; empty when
+// the rate is constant.
+std::string lr_schedule_text(const frontend::LrSchedule& s) {
+    std::string out;
+    if (s.warmup > 0) out += fmt::format(", warmup {}", s.warmup);
+    if (s.kind == frontend::LrSchedule::Kind::cosine) out += fmt::format(", cosine over {} steps", s.steps);
+    if (s.kind == frontend::LrSchedule::Kind::step) out += fmt::format(", x{} every {} steps", s.gamma, s.every);
+    return out;
+}
+
 int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule& schedule, backend::Kernels kernels,
           backend::Comm& comm, Output& io) {
     const auto& net = checked.net.net;
@@ -391,9 +402,21 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
     }
     backend::TrainConfig cfg;
     cfg.batch = run_batch(checked, o);
-    cfg.lr = o.lr.value_or(net.train.lr.value_or(0.01));
+    // PyTorch's defaults where neither the command line nor the train line says: lr 0.001 for adam and
+    // adamw (sgd's is dsl's 0.01), weight decay 0.01 for adamw.
+    cfg.optimizer = !o.optimizer              ? net.train.optimizer
+                    : *o.optimizer == "adam"  ? frontend::Optimizer::adam
+                    : *o.optimizer == "adamw" ? frontend::Optimizer::adamw
+                                              : frontend::Optimizer::sgd;
+    const bool sgd = cfg.optimizer == frontend::Optimizer::sgd;
+    cfg.lr = o.lr.value_or(net.train.lr.value_or(sgd ? 0.01 : 0.001));
     cfg.momentum = o.momentum.value_or(net.train.momentum.value_or(0.9));
-    cfg.weight_decay = o.weight_decay.value_or(net.train.weight_decay.value_or(0.0));
+    cfg.weight_decay = o.weight_decay.value_or(
+        net.train.weight_decay.value_or(cfg.optimizer == frontend::Optimizer::adamw ? 0.01 : 0.0));
+    cfg.beta1 = net.train.beta1.value_or(0.9);
+    cfg.beta2 = net.train.beta2.value_or(0.999);
+    cfg.eps = net.train.eps.value_or(1e-8);
+    cfg.schedule = net.train.schedule;
     cfg.seed = o.seed;
 
     // Every check before the first step runs on every process alike (the same files, the same answer), so
@@ -455,9 +478,17 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
     const std::string each =
         fmt::format(" ({}{} thread{}{})", least_threads < most_threads ? fmt::format("{} to ", least_threads) : "",
                     most_threads, most_threads == 1 ? "" : "s", comm.size() > 1 ? " each" : "");
-    io.out() << fmt::format("training {} on {} process{}{}: batch {}, lr {}, momentum {}, weight decay {}, seed {}\n",
-                            o.net, comm.size(), comm.size() == 1 ? "" : "es", kernels.mem().host() ? each : "",
-                            cfg.batch, cfg.lr, cfg.momentum, cfg.weight_decay, cfg.seed);
+    if (sgd)
+        io.out() << fmt::format(
+            "training {} on {} process{}{}: batch {}, lr {}{}, momentum {}, weight decay {}, seed {}\n", o.net,
+            comm.size(), comm.size() == 1 ? "" : "es", kernels.mem().host() ? each : "", cfg.batch, cfg.lr,
+            lr_schedule_text(cfg.schedule), cfg.momentum, cfg.weight_decay, cfg.seed);
+    else
+        io.out() << fmt::format(
+            "training {} on {} process{}{}: batch {}, {}, lr {}{}, betas ({}, {}), eps {}, weight decay {}, seed {}\n",
+            o.net, comm.size(), comm.size() == 1 ? "" : "es", kernels.mem().host() ? each : "", cfg.batch,
+            frontend::optimizer_name(cfg.optimizer), cfg.lr, lr_schedule_text(cfg.schedule), cfg.beta1, cfg.beta2,
+            cfg.eps, cfg.weight_decay, cfg.seed);
     // --profile: per-layer seconds summed over the steps after the first (which creates kernels and touches
     // memory for the first time), then averaged over steps and processes.
     trainer->profile(o.profile);
@@ -497,8 +528,8 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
         // Long runs print every `every`-th step, and on a terminal a progress line with the time left.
         const std::int64_t done = step + 1 - first_step;
         if (done % every == 0 || done == o.steps || done == 1)
-            io.out() << fmt::format("step {:>5}  loss {:.6f}{}  {:.3f} s  {:.1f} samples/s\n", step + 1, last_loss,
-                                    each_loss(trainer->last_losses()), seconds,
+            io.out() << fmt::format("step {:>5}  loss {:.6f}{}  lr {:.6g}  {:.3f} s  {:.1f} samples/s\n", step + 1,
+                                    last_loss, each_loss(trainer->last_losses()), trainer->last_lr(), seconds,
                                     static_cast<double>(cfg.batch) / seconds)
                      << std::flush;
         if (progress && done < o.steps) {
@@ -511,6 +542,7 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
             *log << nlohmann::json{{"step", step + 1},
                                    {"loss", last_loss},
                                    {"losses", losses_json(trainer->last_losses())},
+                                   {"lr", trainer->last_lr()},
                                    {"seconds", seconds},
                                    {"halo_bytes", static_cast<std::int64_t>(sent)},
                                    {"samples_per_second", static_cast<double>(cfg.batch) / seconds}}
@@ -547,6 +579,10 @@ void setup_run(CLI::App& app, Action& action) {
     run->add_option("--batch", o->batch, "Mini-batch size N (default: the schedule's, else 4)")
         ->check(positive_count());
     run->add_option("--lr", o->lr, "Learning rate (default: the network's 'train' line, else 0.01)");
+    run->add_option("--optimizer", o->optimizer,
+                    "sgd, adam or adamw (default: the network's 'train' line, else sgd); its other parameters, the "
+                    "warmup and the schedule come from the train line")
+        ->check(CLI::IsMember({"sgd", "adam", "adamw"}));
     run->add_option("--momentum", o->momentum, "SGD momentum (default: the network's, else 0.9)");
     run->add_option("--weight-decay", o->weight_decay, "Weight decay (default: the network's, else 0)");
     run->add_option("--seed", o->seed, "Seed for initialization and synthetic data (default 0)")

@@ -349,7 +349,7 @@ TEST_CASE("tensor declarations and train are checked", "[elaborate]") {
     one_error("input x [N, 3, 8, 8, 8]\na = relu\n", "3-D tensors (a depth dimension) are not supported yet", 1, 7);
     one_error("input x [3, 3, 8, 8]\na = relu\n", "the first dimension of input 'x' must be N", 1, 10);
     one_error("input x [N, 3, 8]\na = relu\n", "input 'x' must be [N, C, H, W], got 3 dimensions", 1, 7);
-    one_error(head + "train adam(lr = 0.1)\na = relu\n", "unknown optimizer 'adam'", 3, 7);
+    one_error(head + "train adagrad(lr = 0.1)\na = relu\n", "unknown optimizer 'adagrad'", 3, 7);
     one_error(head + "train sgd(rate = 0.1)\na = relu\n", "'sgd' has no parameter 'rate'", 3, 11);
     one_error(head, "the network has no layers", 1, 1);
 }
@@ -425,4 +425,68 @@ TEST_CASE("imports: relative to the file, then the stdlib; cycles and missing fi
         CHECK_THAT(diags.all()[0].message, Catch::StartsWith("cannot read '"));
     }
     fs::remove_all(dir);
+}
+
+TEST_CASE("train adam, adamw and learning-rate schedules", "[elaborate][optimizer]") {
+    {
+        Elab e(head + "train adam(0.002, 0.8, beta2 = 0.99, eps = 1e-6, weight_decay = 0.1, warmup = 5, "
+                      "schedule = cosine(steps = 100))\na = relu\n");
+        INFO(e.errors());
+        REQUIRE(e.net);
+        const TrainOptions& t = e.net->train;
+        CHECK(t.optimizer == Optimizer::adam);
+        CHECK(*t.lr == 0.002);
+        CHECK(*t.beta1 == 0.8);
+        CHECK(*t.beta2 == 0.99);
+        CHECK(*t.eps == 1e-6);
+        CHECK(*t.weight_decay == 0.1);
+        CHECK(t.schedule.warmup == 5);
+        CHECK(t.schedule.kind == LrSchedule::Kind::cosine);
+        CHECK(t.schedule.steps == 100);
+    }
+    {
+        Elab e(head + "train adamw(lr = 0.01, schedule = step(every = 3, gamma = 0.5))\na = relu\n");
+        INFO(e.errors());
+        REQUIRE(e.net);
+        CHECK(e.net->train.optimizer == Optimizer::adamw);
+        CHECK_FALSE(e.net->train.weight_decay);  // the run's default, 0.01, applies
+        CHECK(e.net->train.schedule.kind == LrSchedule::Kind::step);
+        CHECK(e.net->train.schedule.every == 3);
+        CHECK(e.net->train.schedule.gamma == 0.5);
+        CHECK(e.net->train.schedule.warmup == 0);
+    }
+    {
+        Elab e(head + "train sgd(lr = 0.1, warmup = 2, schedule = step(4))\na = relu\n");
+        INFO(e.errors());
+        REQUIRE(e.net);
+        CHECK(e.net->train.optimizer == Optimizer::sgd);
+        CHECK(e.net->train.schedule.every == 4);
+        CHECK(e.net->train.schedule.gamma == 0.1);
+        CHECK(e.net->train.schedule.warmup == 2);
+    }
+}
+
+TEST_CASE("the optimizer's and schedule's parameters are checked", "[elaborate][optimizer]") {
+    one_error(head + "train adam(beta1 = 1)\na = relu\n", "'beta1' must be a number in [0, 1)", 3, 20);
+    one_error(head + "train adamw(beta2 = -0.5)\na = relu\n", "'beta2' must be a number in [0, 1)", 3, 21);
+    one_error(head + "train adam(eps = -1e-8)\na = relu\n", "'eps' must be a non-negative number", 3, 18);
+    one_error(head + "train adam(momentum = 0.9)\na = relu\n", "'adam' has no parameter 'momentum'", 3, 12);
+    one_error(head + "train sgd(warmup = 1.5)\na = relu\n", "'warmup' must be a non-negative integer (a number of steps)",
+              3, 20);
+    one_error(head + "train sgd(schedule = cosine(steps = -3))\na = relu\n",
+              "'steps' must be a positive integer (a number of steps)", 3, 37);
+    one_error(head + "train sgd(schedule = step(every = 0))\na = relu\n",
+              "'every' must be a positive integer (a number of steps)", 3, 35);
+    one_error(head + "train sgd(schedule = step(every = 2, gamma = 0))\na = relu\n", "'gamma' must be a positive number",
+              3, 46);
+    one_error(head + "train sgd(schedule = cosine())\na = relu\n", "'cosine' needs 'steps'", 3, 22);
+    one_error(head + "train sgd(schedule = cosine)\na = relu\n", "'cosine' needs its arguments: cosine(steps = T)", 3,
+              22);
+    one_error(head + "train sgd(schedule = 3)\na = relu\n",
+              "'schedule' must be cosine(steps = T) or step(every = K, gamma = G)", 3, 22);
+    one_error(head + "train sgd(schedule = cosin(steps = 3))\na = relu\n", "unknown schedule 'cosin'", 3, 22);
+    one_error(head + "train sgd(schedule = cosine(step = 3))\na = relu\n", "'cosine' has no parameter 'step'", 3, 36);
+    // A call is a value of the train line only.
+    one_error(head + "a = conv(8, kernel = cosine(steps = 3))\n",
+              "'cosine(...)' is a learning-rate schedule, which only the train line takes", 3, 22);
 }

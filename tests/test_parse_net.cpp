@@ -305,3 +305,39 @@ TEST_CASE("net parser: arbitrary bytes give one error and no crash", "[net][erro
         if (!p->file) CHECK(p->diags.error_count() == 1);
     }
 }
+
+TEST_CASE("a value may be a call with arguments: the train line's schedule", "[parse][net][optimizer]") {
+    auto p = parse("train adam(lr = 0.1, schedule = cosine(steps = 2 * 50, 7, f(x = [1, 2])))\n");
+    REQUIRE(p->file);
+    REQUIRE(p->file->train);
+    const auto& args = p->file->train->call.args;
+    REQUIRE(args.size() == 2);
+    const Expr& e = args[1].value;
+    CHECK(args[1].name == "schedule");
+    REQUIRE(e.kind == Expr::Kind::call);
+    CHECK(e.name == "cosine");
+    CHECK(e.loc.line == 1);
+    CHECK(e.loc.col == 33);
+    REQUIRE(e.operands.size() == 3);
+    CHECK(e.arg_names == std::vector<std::string>{"steps", "", ""});
+    CHECK(e.operands[0].kind == Expr::Kind::mul);
+    CHECK(e.operands[1].integer == 7);
+    REQUIRE(e.operands[2].kind == Expr::Kind::call);
+    CHECK(e.operands[2].arg_names == std::vector<std::string>{"x"});
+    CHECK(e.operands[2].operands[0].kind == Expr::Kind::list);
+    CHECK(print_net(*p->file) == "train adam(lr = 0.1, schedule = cosine(steps = 2 * 50, 7, f(x = [1, 2])))\n");
+    check_round_trip("train sgd(schedule = step(every = 3, gamma = 0.5), warmup = 2)\na = relu\n");
+    // A name alone stays a name.
+    CHECK(parse_expr("nearest").kind == Expr::Kind::name);
+}
+
+TEST_CASE("syntax errors in a call value point at the place", "[parse][net][optimizer]") {
+    test::check_syntax_error<NetFile>("train sgd(schedule = cosine(steps = 3)\n", "test.net", 2, 1, 0,
+                                      "expected ')' to close the arguments of 'sgd'");
+    test::check_syntax_error<NetFile>("train sgd(schedule = cosine(steps = 3,))\n", "test.net", 1, 39, 0,
+                                      "expected an argument after ','");
+    test::check_syntax_error<NetFile>("train sgd(schedule = cosine(steps = ))\n", "test.net", 1, 37, 0,
+                                      "expected an expression");
+    test::check_syntax_error<NetFile>("train sgd(schedule = cosine(steps = 3 a))\n", "test.net", 1, 39, 0,
+                                      "expected ')' to close the arguments");
+}

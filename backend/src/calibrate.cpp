@@ -202,6 +202,13 @@ std::optional<double> time_kernel(const std::string& key, Kernels k, DataSource&
         p1 = constant(mem, Dims{1, n, 1, 1}, 0.5f);  // the weights, and their gradient
         p2 = zeros(Dims{1, n, 1, 1});                // the momentum
         run = [&, n] { k.eltwise->sgd(p1.data(), p2.data(), p1.data(), n, 1e-9f, 0.9f, 0.0f); };
+    } else if (parsed->kernel == scheduler::adam_kernel && !field("params").empty()) {
+        const std::int64_t n = field("params")[0];
+        p1 = constant(mem, Dims{1, n, 1, 1}, 0.5f);  // the weights, and their gradient
+        p2 = zeros(Dims{1, n, 1, 1});                // the first moments
+        a = zeros(Dims{1, n, 1, 1});                 // the second moments
+        const AdamStep step = adam_step(false, 1e-9, 0.9, 0.999, 1e-8, 0.0, 1);
+        run = [&, n, step] { k.eltwise->adam(p1.data(), p2.data(), a.data(), p1.data(), n, step); };
     }
     if (!run) {
         why = "no kernel of that name and shape";
@@ -267,6 +274,7 @@ StepSeconds profile_layers(const frontend::Network& net, const scheduler::Schedu
     TrainConfig config;
     config.batch = batch;
     config.lr = 1e-6;  // the values do not matter, only that they stay finite
+    config.optimizer = net.train.optimizer;  // its update is timed (step.update)
     Trainer trainer(net, kernels, config, schedule, comm);
     for (int i = 0; i < runs.warmup; ++i) trainer.step(data, 0);
     trainer.profile(true);

@@ -459,7 +459,10 @@ bool save(Trainer& trainer, const std::string& dir, std::int64_t step, std::uint
     std::vector<CheckpointTensorRef> refs;
     for (const auto& s : trainer.state())
         refs.push_back({s.name, s.shape, std::span<const float>(s.data, static_cast<std::size_t>(s.size))});
-    const nlohmann::json meta{{"step", step}, {"seed", seed}, {"network", network}};
+    const nlohmann::json meta{{"step", step},
+                              {"seed", seed},
+                              {"network", network},
+                              {"optimizer", frontend::optimizer_name(trainer.config().optimizer)}};
     return save_checkpoint(dir, refs, meta, error);
 }
 
@@ -467,6 +470,20 @@ bool restore(Trainer& trainer, const Checkpoint& ckpt, std::int64_t& step, std::
     const auto saved_step = ckpt.meta.contains("step") ? count_of(ckpt.meta["step"]) : std::nullopt;
     if (!saved_step) {
         error = "the checkpoint's meta has no step (a count from 0 to 2^63-1)";
+        return false;
+    }
+    // Adam and AdamW keep the same moments; SGD keeps a momentum. A checkpoint without the field is SGD's
+    // (written before there were others).
+    const auto saved_optimizer = ckpt.meta.contains("optimizer") && ckpt.meta["optimizer"].is_string()
+                                     ? ckpt.meta["optimizer"].get<std::string>()
+                                     : std::string("sgd");
+    const std::string optimizer = frontend::optimizer_name(trainer.config().optimizer);
+    if ((saved_optimizer == "sgd") != (optimizer == "sgd") ||
+        (saved_optimizer != "sgd" && saved_optimizer != "adam" && saved_optimizer != "adamw")) {
+        error = fmt::format(
+            "the checkpoint holds the state of optimizer '{}', and this run trains with '{}': their states differ "
+            "(train with '{}', as the network's train line or --optimizer says)",
+            saved_optimizer, optimizer, saved_optimizer);
         return false;
     }
     const auto state = trainer.state();
@@ -495,6 +512,7 @@ bool restore(Trainer& trainer, const Checkpoint& ckpt, std::int64_t& step, std::
         if (s.size > 0) std::memcpy(s.data, t->data.data(), static_cast<std::size_t>(s.size) * sizeof(float));
     }
     trainer.state_written();
+    trainer.set_updates(*saved_step);
     step = *saved_step;
     return true;
 }

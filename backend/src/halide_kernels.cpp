@@ -331,6 +331,11 @@ public:
         check_halide(dsl_halide_sgd(wb.raw(), mb.raw(), gb.raw(), lr, momentum, decay, w_out.raw(), m_out.raw()),
                      "sgd");
     }
+
+    // Memory-bound and a small part of a step: the reference's loop, which the compiler vectorizes.
+    void adam(float* w, float* m, float* v, const float* g, std::int64_t count, const AdamStep& step) override {
+        adam_update(w, m, v, g, count, step);
+    }
 };
 
 class CpuLoss final : public LossKernels {

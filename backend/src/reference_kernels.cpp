@@ -381,6 +381,10 @@ public:
             w[i] -= lr * m[i];
         }
     }
+
+    void adam(float* w, float* m, float* v, const float* g, std::int64_t count, const AdamStep& step) override {
+        adam_update(w, m, v, g, count, step);
+    }
 };
 
 class ReferenceLoss final : public LossKernels {
@@ -427,6 +431,38 @@ ReferenceEltwise eltwise_instance;
 ReferenceLoss loss_instance;
 
 }  // namespace
+
+AdamStep adam_step(bool decoupled, double lr, double beta1, double beta2, double eps, double weight_decay,
+                   std::int64_t t) {
+    const double tt = static_cast<double>(t);
+    AdamStep s;
+    s.beta1 = static_cast<float>(beta1);
+    s.beta2 = static_cast<float>(beta2);
+    s.eps = static_cast<float>(eps);
+    s.decay = decoupled ? 0.0f : static_cast<float>(weight_decay);
+    s.decay_factor = decoupled ? static_cast<float>(1.0 - lr * weight_decay) : 1.0f;
+    s.step_size = static_cast<float>(lr / (1.0 - std::pow(beta1, tt)));
+    s.bias2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(beta2, tt)));
+    return s;
+}
+
+// Each operation rounded to float in turn (the host build makes no fused multiply-adds: no -mfma); the CUDA
+// kernel spells out the same roundings (__fmul_rn, ...), so the two agree bit for bit.
+void adam_update(float* w, float* m, float* v, const float* g, std::int64_t count, const AdamStep& s) {
+    const float one_minus_beta1 = 1.0f - s.beta1, one_minus_beta2 = 1.0f - s.beta2;
+    for (std::int64_t i = 0; i < count; ++i) {
+        float p = w[i];
+        if (s.decay_factor != 1.0f) p = p * s.decay_factor;
+        float grad = g[i];
+        if (s.decay != 0.0f) grad = grad + s.decay * p;
+        const float mi = s.beta1 * m[i] + one_minus_beta1 * grad;
+        const float vi = s.beta2 * v[i] + one_minus_beta2 * grad * grad;
+        m[i] = mi;
+        v[i] = vi;
+        const float denom = std::sqrt(vi) / s.bias2_sqrt + s.eps;
+        w[i] = p - s.step_size * (mi / denom);
+    }
+}
 
 Kernels reference_kernels() {
     return Kernels{&conv_instance, &batchnorm_instance, &activation_instance, &pool_instance,

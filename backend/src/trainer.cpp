@@ -99,6 +99,8 @@ struct Trainer::Impl {
         // Parameters, in the kernels' memory: weights (or batch-norm scale) and bias (or shift, {1, C, 1, 1}),
         // their gradients and momenta. A layer without a bias has empty b, db, mb.
         Tensor w, dw, mw, b, db, mb;
+        // Adam's second moments (its first are mw and mb); empty under sgd.
+        Tensor vw, vb;
         // Batch norm, on the host: the step's statistics, and the running ones.
         std::vector<float> mean, inv_std, running_mean, running_var;
 
@@ -128,6 +130,8 @@ struct Trainer::Impl {
     std::vector<StateCopy> host_state;
     std::vector<LossValue> losses;  // the last forward's, per loss layer
     std::int64_t step_index = 0;
+    std::int64_t updates = 0;  // the optimizer's steps (Adam's t before its next update)
+    double last_lr = 0.0;
     std::int64_t sent_bytes = 0;
 
     // Profiling: `waited` collects the seconds spent in communication waits since the current layer began.
@@ -170,6 +174,12 @@ struct Trainer::Impl {
         allocate();
         make_groups();
         initialize();
+        if (config.optimizer != frontend::Optimizer::sgd)
+            for (Slot& s : slots) {
+                if (s.w.size() > 0) s.vw = Tensor(s.w.dims(), {}, mem);
+                if (s.b.size() > 0) s.vb = Tensor(s.b.dims(), {}, mem);
+            }
+        last_lr = config.schedule.lr(config.lr, 0);
     }
 
     Dims global_dims(int layer) const { return dims_of(plan.layers[static_cast<std::size_t>(layer)].whole); }
@@ -829,12 +839,26 @@ struct Trainer::Impl {
         const auto t0 = Clock::now();
         waited = 0.0;
         wait([&] { comm.finish_allreduces(); });
-        const auto lr = static_cast<float>(config.lr), momentum = static_cast<float>(config.momentum),
-                   decay = static_cast<float>(config.weight_decay);
-        for (Slot& s : slots) {
-            if (s.w.size() == 0) continue;
-            k.eltwise->sgd(s.w.data(), s.mw.data(), s.dw.data(), s.w.size(), lr, momentum, decay);
-            if (s.b.size() > 0) k.eltwise->sgd(s.b.data(), s.mb.data(), s.db.data(), s.b.size(), lr, momentum, decay);
+        // The same on every process: the schedule's rate at this step, and Adam's t.
+        last_lr = config.schedule.lr(config.lr, updates);
+        ++updates;
+        if (config.optimizer == frontend::Optimizer::sgd) {
+            const auto lr = static_cast<float>(last_lr), momentum = static_cast<float>(config.momentum),
+                       decay = static_cast<float>(config.weight_decay);
+            for (Slot& s : slots) {
+                if (s.w.size() == 0) continue;
+                k.eltwise->sgd(s.w.data(), s.mw.data(), s.dw.data(), s.w.size(), lr, momentum, decay);
+                if (s.b.size() > 0)
+                    k.eltwise->sgd(s.b.data(), s.mb.data(), s.db.data(), s.b.size(), lr, momentum, decay);
+            }
+        } else {
+            const AdamStep a = adam_step(config.optimizer == frontend::Optimizer::adamw, last_lr, config.beta1,
+                                         config.beta2, config.eps, config.weight_decay, updates);
+            for (Slot& s : slots) {
+                if (s.w.size() == 0) continue;
+                k.eltwise->adam(s.w.data(), s.mw.data(), s.vw.data(), s.dw.data(), s.w.size(), a);
+                if (s.b.size() > 0) k.eltwise->adam(s.b.data(), s.mb.data(), s.vb.data(), s.db.data(), s.b.size(), a);
+            }
         }
         if (profiling) profile.update = layer_time(t0), profile.update_wait = waited;
     }
@@ -866,6 +890,17 @@ double Trainer::evaluate(DataSource& data, std::int64_t first) { return impl_->f
 
 const std::vector<LossValue>& Trainer::last_losses() const { return impl_->losses; }
 
+std::int64_t Trainer::updates() const { return impl_->updates; }
+
+void Trainer::set_updates(std::int64_t n) {
+    impl_->updates = n;
+    impl_->last_lr = impl_->config.schedule.lr(impl_->config.lr, n);
+}
+
+double Trainer::last_lr() const { return impl_->last_lr; }
+
+const TrainConfig& Trainer::config() const { return impl_->config; }
+
 // The parameters and momenta of a GPU run are copied to the host (host_state) for the caller, and back by
 // state_written; batch-norm running statistics are on the host already.
 std::vector<StateTensor> Trainer::state() {
@@ -892,8 +927,17 @@ std::vector<StateTensor> Trainer::state() {
             add(l.name + ".running_mean", bshape, s.running_mean.data(), bsize, false);
             add(l.name + ".running_var", bshape, s.running_var.data(), bsize, false);
         }
-        add(l.name + ".weight.momentum", wshape, s.mw.data(), s.mw.size());
-        if (bsize > 0) add(l.name + ".bias.momentum", bshape, s.mb.data(), bsize);
+        if (impl_->config.optimizer == frontend::Optimizer::sgd) {
+            add(l.name + ".weight.momentum", wshape, s.mw.data(), s.mw.size());
+            if (bsize > 0) add(l.name + ".bias.momentum", bshape, s.mb.data(), bsize);
+        } else {
+            add(l.name + ".weight.exp_avg", wshape, s.mw.data(), s.mw.size());
+            add(l.name + ".weight.exp_avg_sq", wshape, s.vw.data(), s.vw.size());
+            if (bsize > 0) {
+                add(l.name + ".bias.exp_avg", bshape, s.mb.data(), bsize);
+                add(l.name + ".bias.exp_avg_sq", bshape, s.vb.data(), bsize);
+            }
+        }
     }
     Memory& mem = impl_->mem;
     if (mem.host()) return out;
@@ -929,7 +973,8 @@ std::int64_t Trainer::memory_bytes() const {
                 for (const auto* buffers : {&m->sends, &m->receives})
                     for (const auto& buffer : *buffers) floats += buffer.size();
         }
-        floats += s.w.size() + s.dw.size() + s.mw.size() + s.b.size() + s.db.size() + s.mb.size();
+        floats += s.w.size() + s.dw.size() + s.mw.size() + s.b.size() + s.db.size() + s.mb.size() + s.vw.size() +
+                  s.vb.size();
         floats += static_cast<std::int64_t>(s.mean.size() * 4) + static_cast<std::int64_t>(s.labels.size());
     }
     for (const auto& b : impl_->grad_buffers) floats += b.size();

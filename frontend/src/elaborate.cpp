@@ -206,13 +206,19 @@ private:
         }
     }
 
+    // The train line: the optimizer, its parameters (positional in the order of `names`), and the learning
+    // rate's warmup and schedule.
     void train(const TrainDecl& t) {
-        if (t.call.callee != "sgd") {
-            report(t.call.loc, "unknown optimizer '" + t.call.callee + "'", -1,
-                   dsl::closest_match(t.call.callee, {"sgd"}));
+        static const std::vector<std::string> optimizers = {"sgd", "adam", "adamw"};
+        const std::string& opt = t.call.callee;
+        if (std::find(optimizers.begin(), optimizers.end(), opt) == optimizers.end()) {
+            report(t.call.loc, "unknown optimizer '" + opt + "'", -1, dsl::closest_match(opt, optimizers));
             return;
         }
-        static const std::vector<std::string> names = {"lr", "momentum", "weight_decay"};
+        train_.optimizer = opt == "sgd" ? Optimizer::sgd : opt == "adam" ? Optimizer::adam : Optimizer::adamw;
+        const std::vector<std::string> names =
+            opt == "sgd" ? std::vector<std::string>{"lr", "momentum", "weight_decay", "warmup", "schedule"}
+                         : std::vector<std::string>{"lr", "beta1", "beta2", "eps", "weight_decay", "warmup", "schedule"};
         std::set<std::string> seen;
         std::size_t positional = 0;
         Env none;
@@ -220,32 +226,138 @@ private:
             std::string name = a.name;
             if (name.empty()) {
                 if (positional >= names.size()) {
-                    report(a.loc, "too many positional arguments: 'sgd' takes 3, got " + std::to_string(positional + 1),
+                    report(a.loc,
+                           "too many positional arguments: '" + opt + "' takes " + std::to_string(names.size()) +
+                               ", got " + std::to_string(positional + 1),
                            -1);
                     continue;
                 }
                 name = names[positional++];
             } else if (std::find(names.begin(), names.end(), name) == names.end()) {
-                report(a.loc, "'sgd' has no parameter '" + name + "'", -1, dsl::closest_match(name, names));
+                report(a.loc, "'" + opt + "' has no parameter '" + name + "'", -1, dsl::closest_match(name, names));
                 continue;
             }
             if (!seen.insert(name).second) {
                 report(a.loc, "duplicate argument '" + name + "'", -1);
                 continue;
             }
+            if (name == "schedule") {
+                schedule(a.value);
+                continue;
+            }
             auto v = evaluator_.eval(a.value, none, -1);
             if (!v) continue;
             const double x = v->number();
-            const bool good = v->is_number() && (name == "lr" ? x > 0 : name == "momentum" ? x >= 0 && x <= 1 : x >= 0);
+            if (name == "warmup") {
+                if (v->kind != Value::Kind::integer || v->integer < 0)
+                    report(a.value.loc, "'warmup' must be a non-negative integer (a number of steps)", -1);
+                else
+                    train_.schedule.warmup = v->integer;
+                continue;
+            }
+            const bool beta = name == "beta1" || name == "beta2";
+            const bool good = v->is_number() && (name == "lr"         ? x > 0
+                                                 : name == "momentum" ? x >= 0 && x <= 1
+                                                 : beta               ? x >= 0 && x < 1
+                                                                      : x >= 0);
             if (!good) {
                 const char* want = name == "lr"         ? "a positive number"
                                    : name == "momentum" ? "a number between 0 and 1"
+                                   : beta               ? "a number in [0, 1)"
                                                         : "a non-negative number";
                 report(a.value.loc, "'" + name + "' must be " + want, -1);
                 continue;
             }
-            (name == "lr" ? train_.lr : name == "momentum" ? train_.momentum : train_.weight_decay) = x;
+            (name == "lr"         ? train_.lr
+             : name == "momentum" ? train_.momentum
+             : name == "beta1"    ? train_.beta1
+             : name == "beta2"    ? train_.beta2
+             : name == "eps"      ? train_.eps
+                                  : train_.weight_decay) = x;
         }
+    }
+
+    // schedule = cosine(steps = T) | step(every = K, gamma = G)
+    void schedule(const Expr& e) {
+        static const std::vector<std::string> kinds = {"cosine", "step"};
+        if (e.kind != Expr::Kind::call) {
+            const bool named = e.kind == Expr::Kind::name &&
+                               std::find(kinds.begin(), kinds.end(), e.name) != kinds.end();
+            report(e.loc,
+                   named ? "'" + e.name + "' needs its arguments: " +
+                               (e.name == "cosine" ? "cosine(steps = T)" : "step(every = K, gamma = 0.1)")
+                         : std::string("'schedule' must be cosine(steps = T) or step(every = K, gamma = G)"),
+                   -1);
+            return;
+        }
+        if (std::find(kinds.begin(), kinds.end(), e.name) == kinds.end()) {
+            Location at = e.loc;
+            at.length = static_cast<unsigned>(e.name.size());
+            report(at, "unknown schedule '" + e.name + "'", -1, dsl::closest_match(e.name, kinds));
+            return;
+        }
+        const bool cosine = e.name == "cosine";
+        const std::vector<std::string> names =
+            cosine ? std::vector<std::string>{"steps"} : std::vector<std::string>{"every", "gamma"};
+        LrSchedule s = train_.schedule;
+        s.kind = cosine ? LrSchedule::Kind::cosine : LrSchedule::Kind::step;
+        std::set<std::string> seen;
+        std::size_t positional = 0;
+        bool ok = true;
+        Env none;
+        for (std::size_t i = 0; i < e.operands.size(); ++i) {
+            const Expr& value = e.operands[i];
+            std::string name = i < e.arg_names.size() ? e.arg_names[i] : "";
+            if (name.empty()) {
+                if (positional >= names.size()) {
+                    report(value.loc,
+                           "too many positional arguments: '" + e.name + "' takes " + std::to_string(names.size()) +
+                               ", got " + std::to_string(positional + 1),
+                           -1);
+                    ok = false;
+                    continue;
+                }
+                name = names[positional++];
+            } else if (std::find(names.begin(), names.end(), name) == names.end()) {
+                report(value.loc, "'" + e.name + "' has no parameter '" + name + "'", -1,
+                       dsl::closest_match(name, names));
+                ok = false;
+                continue;
+            }
+            if (!seen.insert(name).second) {
+                report(value.loc, "duplicate argument '" + name + "'", -1);
+                ok = false;
+                continue;
+            }
+            auto v = evaluator_.eval(value, none, -1);
+            if (!v) {
+                ok = false;
+                continue;
+            }
+            if (name == "gamma") {
+                if (!v->is_number() || v->number() <= 0) {
+                    report(value.loc, "'gamma' must be a positive number", -1);
+                    ok = false;
+                } else {
+                    s.gamma = v->number();
+                }
+                continue;
+            }
+            if (v->kind != Value::Kind::integer || v->integer <= 0) {
+                report(value.loc, "'" + name + "' must be a positive integer (a number of steps)", -1);
+                ok = false;
+                continue;
+            }
+            (name == "steps" ? s.steps : s.every) = v->integer;
+        }
+        const std::string needed = cosine ? "steps" : "every";
+        if (ok && !seen.count(needed)) {
+            Location at = e.loc;
+            at.length = static_cast<unsigned>(e.name.size());
+            report(at, "'" + e.name + "' needs '" + needed + "'", -1);
+            ok = false;
+        }
+        if (ok) train_.schedule = s;
     }
 
     // ---- expansion ----------------------------------------------------------------------------------

@@ -59,6 +59,10 @@ std::optional<Value> Evaluator::eval(const Expr& e, const Env& env, int scope, i
             report(e.loc, a->kind == Value::Kind::integer ? "integer overflow" : "'-' needs a number", scope);
             return std::nullopt;
         }
+        case Expr::Kind::call:
+            report(e.loc, "'" + e.name + "(...)' is a learning-rate schedule, which only the train line takes",
+                   scope);
+            return std::nullopt;
         default: return arithmetic(e, env, scope, depth);
     }
 }

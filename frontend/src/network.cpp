@@ -2,6 +2,8 @@
 #include <dsl/frontend/network.hpp>
 
 #include <algorithm>
+#include <cmath>
+#include <numbers>
 
 namespace dsl::frontend {
 
@@ -24,6 +26,29 @@ Pair Layer::halo() const {
     Pair h{};
     for (int i = 0; i < 2; ++i) h[i] = std::max(pad[i], dilation[i] * (kernel[i] - 1) - pad[i]);
     return h;
+}
+
+const char* optimizer_name(Optimizer o) {
+    switch (o) {
+        case Optimizer::adam: return "adam";
+        case Optimizer::adamw: return "adamw";
+        default: return "sgd";
+    }
+}
+
+double LrSchedule::lr(double base, std::int64_t step) const {
+    if (step < warmup) {
+        const double k = static_cast<double>(warmup);
+        return base * (1.0 / k + (1.0 - 1.0 / k) * static_cast<double>(step) / k);
+    }
+    const std::int64_t j = step - warmup;
+    switch (kind) {
+        case Kind::cosine:
+            if (j >= steps) return 0.0;
+            return base * (1.0 + std::cos(std::numbers::pi * static_cast<double>(j) / static_cast<double>(steps))) / 2.0;
+        case Kind::step: return base * std::pow(gamma, static_cast<double>(j / every));
+        default: return base;
+    }
 }
 
 bool Layer::planar() const { return shape.dims.size() >= 2 && kind().shape != ShapeRule::global_pool; }

@@ -48,6 +48,16 @@ struct Builder {
     };
     std::vector<Item> exprs;
     std::vector<std::size_t> list_marks;
+    // Call values (`cosine(steps = 10)`) nest: each open one's callee, where its arguments start on the
+    // expression stack, and their names; the labels of named arguments whose values are being parsed.
+    struct CallFrame {
+        std::string callee;
+        Location loc;
+        std::size_t mark = 0;
+        std::vector<std::string> names;
+    };
+    std::vector<CallFrame> call_frames;
+    std::vector<std::string> value_labels;
     int nesting = 0;
 
     std::string last_name;  // for "{name}" in messages
@@ -218,6 +228,66 @@ struct action<g::list_body> {
             e.operands.push_back(std::move(b.exprs[i].expr));
         }
         b.exprs.resize(first);
+        --b.nesting;
+        b.push(in, std::move(e), depth + 1);
+    }
+};
+
+// The leading name of `text` (the callee or label before blanks, '(' or '=').
+std::string leading_name(std::string_view text) {
+    std::size_t n = 0;
+    while (n < text.size() && (std::isalnum(static_cast<unsigned char>(text[n])) || text[n] == '_')) ++n;
+    return std::string(text.substr(0, n));
+}
+
+template <>
+struct action<g::call_value_head> {
+    template <typename ActionInput>
+    static void apply(const ActionInput& in, Builder& b) {
+        b.enter(in);
+        Location at = b.loc(in);
+        std::string callee = leading_name(std::string_view(in.begin(), in.size()));
+        at.length = static_cast<unsigned>(callee.size());
+        b.call_frames.push_back(Builder::CallFrame{std::move(callee), at, b.exprs.size(), {}});
+    }
+};
+
+template <>
+struct action<g::value_arg_label> {
+    template <typename ActionInput>
+    static void apply(const ActionInput& in, Builder& b) {
+        b.value_labels.push_back(leading_name(std::string_view(in.begin(), in.size())));
+    }
+};
+
+template <>
+struct action<g::value_named_arg> {
+    static void apply0(Builder& b) {
+        b.call_frames.back().names.push_back(std::move(b.value_labels.back()));
+        b.value_labels.pop_back();
+    }
+};
+
+template <>
+struct action<g::value_positional_arg> {
+    static void apply0(Builder& b) { b.call_frames.back().names.emplace_back(); }
+};
+
+template <>
+struct action<g::call_value> {
+    template <typename ActionInput>
+    static void apply(const ActionInput& in, Builder& b) {
+        Builder::CallFrame f = std::move(b.call_frames.back());
+        b.call_frames.pop_back();
+        Expr e = leaf(Expr::Kind::call, Builder::span(f.loc, in.begin(), in.end()));
+        e.name = std::move(f.callee);
+        e.arg_names = std::move(f.names);
+        int depth = 0;
+        for (auto i = f.mark; i < b.exprs.size(); ++i) {
+            depth = std::max(depth, b.exprs[i].depth);
+            e.operands.push_back(std::move(b.exprs[i].expr));
+        }
+        b.exprs.resize(f.mark);
         --b.nesting;
         b.push(in, std::move(e), depth + 1);
     }

@@ -50,6 +50,15 @@ std::string expr_text(const Expr& e) {
             return s + "]";
         }
         case Expr::Kind::neg: return "-" + operand_text(e.operands.at(0), unary);
+        case Expr::Kind::call: {
+            std::string s = e.name + "(";
+            for (std::size_t i = 0; i < e.operands.size(); ++i) {
+                if (i) s += ", ";
+                if (i < e.arg_names.size() && !e.arg_names[i].empty()) s += e.arg_names[i] + " = ";
+                s += expr_text(e.operands[i]);
+            }
+            return s + ")";
+        }
         default: break;
     }
     // Binary operators associate to the left: the right operand needs parentheses at equal precedence.
@@ -110,6 +119,16 @@ nlohmann::json expr_json(const Expr& e, bool wl) {
             j["op"] = "neg";
             j["arg"] = expr_json(e.operands.at(0), wl);
             break;
+        case Expr::Kind::call: {
+            j["call"] = e.name;
+            auto& args = j["args"] = nlohmann::json::array();
+            for (std::size_t i = 0; i < e.operands.size(); ++i) {
+                nlohmann::json a{{"value", expr_json(e.operands[i], wl)}};
+                if (i < e.arg_names.size() && !e.arg_names[i].empty()) a["name"] = e.arg_names[i];
+                args.push_back(std::move(a));
+            }
+            break;
+        }
         default:
             j["op"] = e.kind == Expr::Kind::add   ? "+"
                       : e.kind == Expr::Kind::sub ? "-"

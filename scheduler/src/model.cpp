@@ -329,6 +329,12 @@ double Model::factor(frontend::OpKind op, bool forward, int size) const {
 }
 
 std::string Model::update_key() const {
+    // Adam's update is timed apart from SGD's (the field is absent for SGD, whose keys stay as they were).
+    if (net_.train.optimizer != frontend::Optimizer::sgd)
+        return time_key(update_kernel, {{"adam", {1}},
+                                        {"params", {net_.total_params()}},
+                                        {"procs", {procs_}},
+                                        {"threads", {threads_}}});
     return time_key(update_kernel, {{"params", {net_.total_params()}}, {"procs", {procs_}}, {"threads", {threads_}}});
 }
 
@@ -626,7 +632,11 @@ Prediction Model::predict(const Schedule& schedule) const {
     out.backward = t;
     out.allreduce_exposed = std::max(0.0, comm - t);
     const auto params = static_cast<double>(net_.total_params());
-    out.update = kernel(sgd_kernel, {{"params", {net_.total_params()}}}, 4.0 * params, 16.0 * params);
+    // SGD reads w, m, g and writes w, m; Adam reads w, m, v, g and writes w, m, v, with a square root and two
+    // divisions per weight.
+    out.update = net_.train.optimizer == frontend::Optimizer::sgd
+                     ? kernel(sgd_kernel, {{"params", {net_.total_params()}}}, 4.0 * params, 16.0 * params)
+                     : kernel(adam_kernel, {{"params", {net_.total_params()}}}, 14.0 * params, 28.0 * params);
     if (auto it = platform_.times.find(update_key()); it != platform_.times.end()) {
         out.update = it->second;
         out.allreduce_exposed = 0.0;  // measured with the update

@@ -77,6 +77,24 @@ __global__ void sgd_kernel(float* w, float* m, const float* g, std::int64_t coun
     }
 }
 
+__global__ void adam_kernel(float* w, float* m, float* v, const float* g, std::int64_t count, AdamStep s) {
+    const float one_minus_beta1 = 1.0f - s.beta1, one_minus_beta2 = 1.0f - s.beta2;
+    for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+         i += std::int64_t(gridDim.x) * blockDim.x) {
+        // Rounded step by step as the reference (adam_update).
+        float p = w[i];
+        if (s.decay_factor != 1.0f) p = __fmul_rn(p, s.decay_factor);
+        float grad = g[i];
+        if (s.decay != 0.0f) grad = __fadd_rn(grad, __fmul_rn(s.decay, p));
+        const float mi = __fadd_rn(__fmul_rn(s.beta1, m[i]), __fmul_rn(one_minus_beta1, grad));
+        const float vi = __fadd_rn(__fmul_rn(s.beta2, v[i]), __fmul_rn(__fmul_rn(one_minus_beta2, grad), grad));
+        m[i] = mi;
+        v[i] = vi;
+        const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), s.bias2_sqrt), s.eps);
+        w[i] = __fsub_rn(p, __fmul_rn(s.step_size, __fdiv_rn(mi, denom)));
+    }
+}
+
 class GpuActivation final : public ActivationKernels {
 public:
     void forward(frontend::Activation f, ConstView x, float slope, View y) override {
@@ -142,6 +160,13 @@ public:
         const auto blocks = static_cast<unsigned>(std::min<std::int64_t>(ceil_div(count, 256), 65535));
         sgd_kernel<<<blocks, 256, 0, gpu::stream()>>>(w, m, g, count, lr, momentum, decay);
         check_launch("sgd");
+    }
+
+    void adam(float* w, float* m, float* v, const float* g, std::int64_t count, const AdamStep& step) override {
+        if (count <= 0) return;
+        const auto blocks = static_cast<unsigned>(std::min<std::int64_t>(ceil_div(count, 256), 65535));
+        adam_kernel<<<blocks, 256, 0, gpu::stream()>>>(w, m, v, g, count, step);
+        check_launch("adam");
     }
 
 private:

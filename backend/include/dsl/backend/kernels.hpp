@@ -104,6 +104,22 @@ public:
     virtual void backward_weights(ConstView x, ConstView dy, View dw, float* db) = 0;  // overwrites both
 };
 
+// One Adam or AdamW step's scalars, computed in double on the host as PyTorch computes them: step_size =
+// lr / (1 - beta1^t), bias2_sqrt = sqrt(1 - beta2^t), decay_factor = 1 - lr * weight_decay for AdamW.
+struct AdamStep {
+    float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
+    float decay = 0.0f;         // Adam's weight decay, added to the gradient
+    float decay_factor = 1.0f;  // AdamW's decoupled decay
+    float step_size = 0.0f, bias2_sqrt = 1.0f;
+};
+
+// The scalars of update number t (from 1) with learning rate lr.
+AdamStep adam_step(bool decoupled, double lr, double beta1, double beta2, double eps, double weight_decay,
+                   std::int64_t t);
+
+// The reference's Adam update, element by element (the CPU kernels' too).
+void adam_update(float* w, float* m, float* v, const float* g, std::int64_t count, const AdamStep& s);
+
 class EltwiseKernels {
 public:
     virtual ~EltwiseKernels() = default;
@@ -112,6 +128,11 @@ public:
     virtual void accumulate(ConstView x, View y) = 0;                // y += x (gradients of shared tensors)
     // SGD with momentum and weight decay, as PyTorch's: g' = g + decay * w; m = momentum * m + g'; w -= lr * m.
     virtual void sgd(float* w, float* m, const float* g, std::int64_t count, float lr, float momentum, float decay) = 0;
+    // Adam and AdamW, as PyTorch's (torch.optim.Adam and AdamW, one tensor at a time), per element in float:
+    // w *= decay_factor (AdamW; 1 for Adam); g' = g + decay * w (Adam; decay 0 for AdamW);
+    // m = beta1 * m + (1 - beta1) * g'; v = beta2 * v + (1 - beta2) * g' * g';
+    // w -= step_size * m / (sqrt(v) / bias2_sqrt + eps), rounded in that order (no fused multiply-adds).
+    virtual void adam(float* w, float* m, float* v, const float* g, std::int64_t count, const AdamStep& step) = 0;
 };
 
 class LossKernels {

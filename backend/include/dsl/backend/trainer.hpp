@@ -23,9 +23,12 @@ struct SyntheticData;  // synthetic.hpp
 
 struct TrainConfig {
     std::int64_t batch = 1;
-    double lr = 0.01;
-    double momentum = 0.9;
+    frontend::Optimizer optimizer = frontend::Optimizer::sgd;
+    double lr = 0.01;  // the base learning rate, which `schedule` scales step by step
+    double momentum = 0.9;  // sgd
     double weight_decay = 0.0;
+    double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // adam, adamw
+    frontend::LrSchedule schedule;
     std::uint64_t seed = 0;  // initialization
 };
 
@@ -47,8 +50,9 @@ public:
 };
 
 // A named tensor the trainer owns, for checkpoints: weights, biases, batch-norm running statistics and
-// the optimizer's momentum. Names are the layer's name and a suffix: "conv1.weight", "bn1.running_mean",
-// "conv1.weight.momentum".
+// the optimizer's state. Names are the layer's name and a suffix: "conv1.weight", "bn1.running_mean",
+// "conv1.weight.momentum" (sgd), "conv1.weight.exp_avg" and "conv1.weight.exp_avg_sq" (adam and adamw, as
+// PyTorch names them).
 struct StateTensor {
     std::string name;
     std::vector<std::int64_t> shape;
@@ -97,6 +101,15 @@ public:
 
     // Forward only, with batch-norm running statistics (inference); returns the mean loss.
     double evaluate(DataSource& data, std::int64_t first);
+
+    // The updates made so far (Adam's t, and the step of the learning-rate schedule): 0 when made, then one
+    // per step; a restored checkpoint sets it to the steps it had made.
+    std::int64_t updates() const;
+    void set_updates(std::int64_t n);
+    // The learning rate of the last step's update (the schedule's at that step), or the next one's before a
+    // step.
+    double last_lr() const;
+    const TrainConfig& config() const;
 
     // The last step's (or evaluation's) loss of every loss layer, in the network's order.
     const std::vector<LossValue>& last_losses() const;

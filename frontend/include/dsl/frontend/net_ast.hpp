@@ -11,15 +11,17 @@
 namespace dsl::frontend {
 
 // expr ::= integer | real | 'true' | 'false' | name | '[' expr {',' expr} ']' | '-' expr | expr op expr
+//        | name '(' [[name '='] expr {',' [name '='] expr}] ')'      (a call: the train line's schedule)
 struct Expr {
-    enum class Kind { integer, real, boolean, name, list, neg, add, sub, mul, div };
+    enum class Kind { integer, real, boolean, name, list, neg, add, sub, mul, div, call };
     Kind kind = Kind::integer;
     Location loc;
     std::int64_t integer = 0;
     double real = 0.0;
     bool boolean = false;
-    std::string name;            // Kind::name: a block parameter
-    std::vector<Expr> operands;  // list elements; one for neg; two for the binary kinds
+    std::string name;            // Kind::name: a block parameter; Kind::call: the callee
+    std::vector<Expr> operands;  // list elements; one for neg; two for the binary kinds; a call's arguments
+    std::vector<std::string> arg_names;  // Kind::call: each argument's name, empty when positional
 };
 
 // arg ::= [name '='] expr

@@ -69,8 +69,32 @@ struct Layer {
     double activation_slope() const { return kind().param("slope") ? slope : 0.0; }
 };
 
+// The optimizer of the train line, with PyTorch's update rules: torch.optim.SGD, Adam (weight decay added
+// to the gradient) and AdamW (decoupled weight decay).
+enum class Optimizer { sgd, adam, adamw };
+const char* optimizer_name(Optimizer o);
+
+// The learning rate of every step: `warmup` steps rising linearly (PyTorch's LinearLR with start_factor
+// 1/warmup, end_factor 1, total_iters warmup: step i < warmup has lr * (1/warmup + (1 - 1/warmup) * i /
+// warmup)), then from step `warmup` on the main schedule at step j = i - warmup: constant (lr), cosine
+// (CosineAnnealingLR with T_max `steps` and eta_min 0: lr * (1 + cos(pi * j / steps)) / 2, and 0 from j =
+// steps on) or step (StepLR: lr * gamma^floor(j / every)). Steps count from 0, over resumptions.
+struct LrSchedule {
+    enum class Kind { constant, cosine, step };
+    Kind kind = Kind::constant;
+    std::int64_t warmup = 0;
+    std::int64_t steps = 0;  // cosine
+    std::int64_t every = 0;  // step
+    double gamma = 0.1;      // step
+
+    double lr(double base, std::int64_t step) const;
+};
+
 struct TrainOptions {
+    Optimizer optimizer = Optimizer::sgd;
     std::optional<double> lr, momentum, weight_decay;
+    std::optional<double> beta1, beta2, eps;  // adam and adamw
+    LrSchedule schedule;
 };
 
 struct Network {

@@ -62,8 +62,20 @@ struct paren_open : one<'('> {};
 struct paren_close : tok<one<')'>> {};
 struct paren : if_must<tok<paren_open>, expr_value, paren_close> {};
 
-// primary ::= real | integer | 'true' | 'false' | name | list | paren
-struct primary : sor<tok<real_lit>, tok<int_lit>, tok<true_lit>, tok<false_lit>, tok<name_ref>, list, paren> {};
+// call_value ::= name '(' [value_arg {',' value_arg}] ')'    value_arg ::= [name '='] expr
+// A value that is a call with arguments: the train line's `schedule = cosine(steps = 1000)`.
+struct call_value_head : seq<ident, sep, one<'('>> {};
+struct value_arg_label : seq<ident, sep, one<'='>, sep> {};
+struct value_named_arg : seq<value_arg_label, must<expr_value>> {};
+struct value_arg;  // after expr
+struct value_arg_next;
+struct call_value_close : tok<one<')'>> {};
+struct call_value
+    : seq<tok<call_value_head>, opt<value_arg, star<if_must<tok<comma>, value_arg_next>>>, must<call_value_close>> {};
+
+// primary ::= real | integer | 'true' | 'false' | call_value | name | list | paren
+struct primary
+    : sor<tok<real_lit>, tok<int_lit>, tok<true_lit>, tok<false_lit>, call_value, tok<name_ref>, list, paren> {};
 
 // unary ::= '-' unary | primary
 struct neg_operand;
@@ -83,6 +95,10 @@ struct sum_tail : if_must<tok<one<'+', '-'>>, add_operand> {};
 struct expr : seq<product, star<sum_tail>> {};
 
 struct expr_value : expr {};
+
+struct value_positional_arg : expr {};
+struct value_arg : sor<value_named_arg, value_positional_arg> {};
+struct value_arg_next : value_arg {};
 
 // ---------------------------------------------------------------------------------------------------------
 // Calls and inputs
@@ -197,6 +213,8 @@ template <> inline constexpr const char* error_message<paren_close> = "expected 
 template <> inline constexpr const char* error_message<neg_operand> = "expected an expression after '-'";
 template <> inline constexpr const char* error_message<mul_operand> = "expected an expression after the operator";
 template <> inline constexpr const char* error_message<add_operand> = "expected an expression after the operator";
+template <> inline constexpr const char* error_message<value_arg_next> = "expected an argument after ','";
+template <> inline constexpr const char* error_message<call_value_close> = "expected ')' to close the arguments";
 template <> inline constexpr const char* error_message<arg_next> = "expected an argument after ','";
 template <> inline constexpr const char* error_message<args_close> = "expected ')' to close the arguments of '{name}'";
 template <> inline constexpr const char* error_message<ref_next> = "expected a name after '.'";

@@ -32,6 +32,7 @@ std::string factor_name(frontend::OpKind kind, bool forward);
 
 // The keys of no layer's kernel.
 inline constexpr const char* sgd_kernel = "sgd";              // the update of `params` weights
+inline constexpr const char* adam_kernel = "adam";            // Adam's or AdamW's update of `params` weights
 inline constexpr const char* update_kernel = "step.update";   // the update measured in training steps
 inline constexpr const char* drift_kernel = "drift";          // waits for other processes per compute
 inline constexpr const char* shuffle_kernel = "shuffle";      // a shuffle's cost beyond its transfer
