@@ -1,5 +1,6 @@
-// `dsl run NET [SCHED]`: trains the network with SGD, printing the loss and time of every step and a
-// summary; writes a JSON line per step with --log, checkpoints with --save, resumes with --load.
+// `dsl run NET [SCHED]`: trains the network with its optimizer, printing the loss, learning rate and time of
+// every step and a summary; writes a JSON line per step with --log, checkpoints with --save, resumes with
+// --load.
 #include "commands.hpp"
 #include "launch.hpp"
 #include "planning.hpp"

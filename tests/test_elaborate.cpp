@@ -429,8 +429,9 @@ TEST_CASE("imports: relative to the file, then the stdlib; cycles and missing fi
 
 TEST_CASE("train adam, adamw and learning-rate schedules", "[elaborate][optimizer]") {
     {
-        Elab e(head + "train adam(0.002, 0.8, beta2 = 0.99, eps = 1e-6, weight_decay = 0.1, warmup = 5, "
-                      "schedule = cosine(steps = 100))\na = relu\n");
+        Elab e(head +
+               "train adam(0.002, 0.8, beta2 = 0.99, eps = 1e-6, weight_decay = 0.1, warmup = 5, "
+               "schedule = cosine(steps = 100))\na = relu\n");
         INFO(e.errors());
         REQUIRE(e.net);
         const TrainOptions& t = e.net->train;
@@ -471,14 +472,14 @@ TEST_CASE("the optimizer's and schedule's parameters are checked", "[elaborate][
     one_error(head + "train adamw(beta2 = -0.5)\na = relu\n", "'beta2' must be a number in [0, 1)", 3, 21);
     one_error(head + "train adam(eps = -1e-8)\na = relu\n", "'eps' must be a non-negative number", 3, 18);
     one_error(head + "train adam(momentum = 0.9)\na = relu\n", "'adam' has no parameter 'momentum'", 3, 12);
-    one_error(head + "train sgd(warmup = 1.5)\na = relu\n", "'warmup' must be a non-negative integer (a number of steps)",
-              3, 20);
+    one_error(head + "train sgd(warmup = 1.5)\na = relu\n",
+              "'warmup' must be a non-negative integer (a number of steps)", 3, 20);
     one_error(head + "train sgd(schedule = cosine(steps = -3))\na = relu\n",
               "'steps' must be a positive integer (a number of steps)", 3, 37);
     one_error(head + "train sgd(schedule = step(every = 0))\na = relu\n",
               "'every' must be a positive integer (a number of steps)", 3, 35);
-    one_error(head + "train sgd(schedule = step(every = 2, gamma = 0))\na = relu\n", "'gamma' must be a positive number",
-              3, 46);
+    one_error(head + "train sgd(schedule = step(every = 2, gamma = 0))\na = relu\n",
+              "'gamma' must be a positive number", 3, 46);
     one_error(head + "train sgd(schedule = cosine())\na = relu\n", "'cosine' needs 'steps'", 3, 22);
     one_error(head + "train sgd(schedule = cosine)\na = relu\n", "'cosine' needs its arguments: cosine(steps = T)", 3,
               22);

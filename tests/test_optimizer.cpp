@@ -31,8 +31,10 @@ std::vector<double> closed_form(bool decoupled, int elements, double beta1, doub
     for (int t = 1; t <= 3; ++t)
         for (int i = 0; i < elements; ++i) {
             double g = grad_of(t, i);
-            if (decoupled) w[i] *= 1.0 - lr_of(t) * wd;
-            else g += wd * w[i];
+            if (decoupled)
+                w[i] *= 1.0 - lr_of(t) * wd;
+            else
+                g += wd * w[i];
             m[i] = beta1 * m[i] + (1.0 - beta1) * g;
             v[i] = beta2 * v[i] + (1.0 - beta2) * g * g;
             const double m_hat = m[i] / (1.0 - std::pow(beta1, t)), v_hat = v[i] / (1.0 - std::pow(beta2, t));
@@ -83,7 +85,8 @@ TEST_CASE("adam and adamw update as PyTorch's rules say", "[optimizer][kernels]"
     CAPTURE(c.decoupled, c.beta1, c.beta2, c.eps, c.wd);
     constexpr int elements = 37;
     const std::vector<double> expected = closed_form(c.decoupled, elements, c.beta1, c.beta2, c.eps, c.wd);
-    const std::vector<float> ref = kernel_run(reference_kernels(), c.decoupled, elements, c.beta1, c.beta2, c.eps, c.wd);
+    const std::vector<float> ref =
+        kernel_run(reference_kernels(), c.decoupled, elements, c.beta1, c.beta2, c.eps, c.wd);
     const std::vector<float> cpu = kernel_run(cpu_kernels(), c.decoupled, elements, c.beta1, c.beta2, c.eps, c.wd);
     for (int i = 0; i < elements; ++i) {
         INFO(i);
@@ -186,8 +189,8 @@ TEST_CASE("adam resumes under another schedule of processes", "[optimizer][distr
     r = run_dsl(common + "tests/dist/adam_hybrid_4.sched --steps 3 --save " + d + "/first");
     INFO(r.err);
     REQUIRE(r.exit_code == 0);
-    r = run_dsl(common + "tests/dist/adam_h2.sched --steps 2 --load " + d + "/first --log " + d + "/rest.jsonl --save " +
-                d + "/rest");
+    r = run_dsl(common + "tests/dist/adam_h2.sched --steps 2 --load " + d + "/first --log " + d +
+                "/rest.jsonl --save " + d + "/rest");
     INFO(r.err);
     REQUIRE(r.exit_code == 0);
     const auto one = log_lines(dir / "one.jsonl"), rest = log_lines(dir / "rest.jsonl");
@@ -231,8 +234,8 @@ TEST_CASE("an sgd checkpoint does not resume an adam run, nor the reverse", "[op
 
 TEST_CASE("distributed training with adam and a schedule gives one process's losses and state",
           "[optimizer][distributed][mpi]") {
-    const char* sched = GENERATE("tests/dist/adam_h2.sched", "tests/dist/adam_hw4.sched",
-                                 "tests/dist/adam_hybrid_4.sched");
+    const char* sched =
+        GENERATE("tests/dist/adam_h2.sched", "tests/dist/adam_hw4.sched", "tests/dist/adam_hybrid_4.sched");
     const char* extra = GENERATE("", "--optimizer adamw");
     CAPTURE(sched, extra);
     const Run one = train("tests/dist/adam.net", "", 4, extra);

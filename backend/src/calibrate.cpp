@@ -273,7 +273,7 @@ StepSeconds profile_layers(const frontend::Network& net, const scheduler::Schedu
                            Kernels kernels, Comm& comm, DataSource& data, const TimingRuns& runs) {
     TrainConfig config;
     config.batch = batch;
-    config.lr = 1e-6;  // the values do not matter, only that they stay finite
+    config.lr = 1e-6;                        // the values do not matter, only that they stay finite
     config.optimizer = net.train.optimizer;  // its update is timed (step.update)
     Trainer trainer(net, kernels, config, schedule, comm);
     for (int i = 0; i < runs.warmup; ++i) trainer.step(data, 0);

@@ -973,8 +973,8 @@ std::int64_t Trainer::memory_bytes() const {
                 for (const auto* buffers : {&m->sends, &m->receives})
                     for (const auto& buffer : *buffers) floats += buffer.size();
         }
-        floats += s.w.size() + s.dw.size() + s.mw.size() + s.b.size() + s.db.size() + s.mb.size() + s.vw.size() +
-                  s.vb.size();
+        floats +=
+            s.w.size() + s.dw.size() + s.mw.size() + s.b.size() + s.db.size() + s.mb.size() + s.vw.size() + s.vb.size();
         floats += static_cast<std::int64_t>(s.mean.size() * 4) + static_cast<std::int64_t>(s.labels.size());
     }
     for (const auto& b : impl_->grad_buffers) floats += b.size();

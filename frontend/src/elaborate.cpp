@@ -217,8 +217,9 @@ private:
         }
         train_.optimizer = opt == "sgd" ? Optimizer::sgd : opt == "adam" ? Optimizer::adam : Optimizer::adamw;
         const std::vector<std::string> names =
-            opt == "sgd" ? std::vector<std::string>{"lr", "momentum", "weight_decay", "warmup", "schedule"}
-                         : std::vector<std::string>{"lr", "beta1", "beta2", "eps", "weight_decay", "warmup", "schedule"};
+            opt == "sgd"
+                ? std::vector<std::string>{"lr", "momentum", "weight_decay", "warmup", "schedule"}
+                : std::vector<std::string>{"lr", "beta1", "beta2", "eps", "weight_decay", "warmup", "schedule"};
         std::set<std::string> seen;
         std::size_t positional = 0;
         Env none;
@@ -281,8 +282,8 @@ private:
     void schedule(const Expr& e) {
         static const std::vector<std::string> kinds = {"cosine", "step"};
         if (e.kind != Expr::Kind::call) {
-            const bool named = e.kind == Expr::Kind::name &&
-                               std::find(kinds.begin(), kinds.end(), e.name) != kinds.end();
+            const bool named =
+                e.kind == Expr::Kind::name && std::find(kinds.begin(), kinds.end(), e.name) != kinds.end();
             report(e.loc,
                    named ? "'" + e.name + "' needs its arguments: " +
                                (e.name == "cosine" ? "cosine(steps = T)" : "step(every = K, gamma = 0.1)")

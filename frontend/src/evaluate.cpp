@@ -60,8 +60,7 @@ std::optional<Value> Evaluator::eval(const Expr& e, const Env& env, int scope, i
             return std::nullopt;
         }
         case Expr::Kind::call:
-            report(e.loc, "'" + e.name + "(...)' is a learning-rate schedule, which only the train line takes",
-                   scope);
+            report(e.loc, "'" + e.name + "(...)' is a learning-rate schedule, which only the train line takes", scope);
             return std::nullopt;
         default: return arithmetic(e, env, scope, depth);
     }

@@ -45,7 +45,8 @@ double LrSchedule::lr(double base, std::int64_t step) const {
     switch (kind) {
         case Kind::cosine:
             if (j >= steps) return 0.0;
-            return base * (1.0 + std::cos(std::numbers::pi * static_cast<double>(j) / static_cast<double>(steps))) / 2.0;
+            return base * (1.0 + std::cos(std::numbers::pi * static_cast<double>(j) / static_cast<double>(steps))) /
+                   2.0;
         case Kind::step: return base * std::pow(gamma, static_cast<double>(j / every));
         default: return base;
     }

@@ -331,10 +331,9 @@ double Model::factor(frontend::OpKind op, bool forward, int size) const {
 std::string Model::update_key() const {
     // Adam's update is timed apart from SGD's (the field is absent for SGD, whose keys stay as they were).
     if (net_.train.optimizer != frontend::Optimizer::sgd)
-        return time_key(update_kernel, {{"adam", {1}},
-                                        {"params", {net_.total_params()}},
-                                        {"procs", {procs_}},
-                                        {"threads", {threads_}}});
+        return time_key(
+            update_kernel,
+            {{"adam", {1}}, {"params", {net_.total_params()}}, {"procs", {procs_}}, {"threads", {threads_}}});
     return time_key(update_kernel, {{"params", {net_.total_params()}}, {"procs", {procs_}}, {"threads", {threads_}}});
 }
 

@@ -1,9 +1,9 @@
 // The interpreter that trains: a checked network's layers run in order over tiles, forward then backward,
-// then an SGD step. Under a schedule on P processes, each process holds one tile of every tensor (its block
-// of the samples, rows and columns in the layer's distribution), fills the margins of its tiles with halos
-// from its neighbours, redistributes a tensor where a reader's distribution differs from its producer's,
-// aggregates batch-norm statistics, the loss and global pooling over the processes that share them, and
-// allreduces the weight gradients. On one process every tile is the whole tensor, its margins the padding.
+// then the optimizer's step (SGD, Adam or AdamW). Under a schedule on P processes, each process holds one
+// tile of every tensor (its block of the samples, rows and columns in the layer's distribution), fills the
+// margins of its tiles with halos from its neighbours, redistributes a tensor where a reader's distribution differs
+// from its producer's, aggregates batch-norm statistics, the loss and global pooling over the processes that share
+// them, and allreduces the weight gradients. On one process every tile is the whole tensor, its margins the padding.
 #pragma once
 
 #include <dsl/backend/comm.hpp>
@@ -24,7 +24,7 @@ struct SyntheticData;  // synthetic.hpp
 struct TrainConfig {
     std::int64_t batch = 1;
     frontend::Optimizer optimizer = frontend::Optimizer::sgd;
-    double lr = 0.01;  // the base learning rate, which `schedule` scales step by step
+    double lr = 0.01;       // the base learning rate, which `schedule` scales step by step
     double momentum = 0.9;  // sgd
     double weight_decay = 0.0;
     double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // adam, adamw
@@ -88,8 +88,7 @@ public:
     Trainer(const frontend::Network& net, Kernels kernels, TrainConfig config, const scheduler::Schedule& schedule,
             Comm& comm);
     // This process's part of a run as `plan` (made for comm's rank and size and config's mini-batch) has it.
-    Trainer(const frontend::Network& net, Kernels kernels, TrainConfig config, const scheduler::Plan& plan,
-            Comm& comm);
+    Trainer(const frontend::Network& net, Kernels kernels, TrainConfig config, const scheduler::Plan& plan, Comm& comm);
     ~Trainer();
     Trainer(const Trainer&) = delete;
     Trainer& operator=(const Trainer&) = delete;

@@ -19,8 +19,8 @@ struct Expr {
     std::int64_t integer = 0;
     double real = 0.0;
     bool boolean = false;
-    std::string name;            // Kind::name: a block parameter; Kind::call: the callee
-    std::vector<Expr> operands;  // list elements; one for neg; two for the binary kinds; a call's arguments
+    std::string name;                    // Kind::name: a block parameter; Kind::call: the callee
+    std::vector<Expr> operands;          // list elements; one for neg; two for the binary kinds; a call's arguments
     std::vector<std::string> arg_names;  // Kind::call: each argument's name, empty when positional
 };
 
