@@ -85,3 +85,16 @@ TEST_CASE("profiling a GPU run times every layer", "[gpu]") {
     CHECK(r.out.find("per-layer time") != std::string::npos);
     CHECK(r.out.find("conv") != std::string::npos);
 }
+
+TEST_CASE("training with adam and a schedule on the GPU gives the losses and weights of the CPU", "[gpu]") {
+    const char* sched = GENERATE("", "tests/dist/adam_hybrid_4.sched");
+    const std::string extra = GENERATE(std::string(""), std::string("--optimizer adamw"));
+    CAPTURE(sched, extra);
+    const Run cpu = train("tests/dist/adam.net", "", 4, "--device cpu " + extra);
+    const Run gpu = train("tests/dist/adam.net", sched, 4, "--device gpu " + extra);
+    REQUIRE(cpu.losses.size() == 3);
+    REQUIRE(gpu.losses.size() == cpu.losses.size());
+    for (std::size_t i = 0; i < cpu.losses.size(); ++i) CHECK(gpu.losses[i] == Approx(cpu.losses[i]).epsilon(1e-3));
+    CHECK(cpu.losses.back() != cpu.losses.front());
+    check_same_state(gpu.checkpoint, cpu.checkpoint, 1e-3);
+}
