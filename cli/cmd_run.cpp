@@ -242,7 +242,7 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
 // The --profile table: every layer's forward and backward milliseconds per step, and of those the wait for
 // other processes, averaged over the profiled steps and the processes.
 void print_profile(const frontend::Network& net, backend::Comm& comm, std::vector<backend::LayerTime> t, double update,
-                   double update_wait, double steps, Output& io) {
+                   double update_wait, double steps, frontend::Optimizer optimizer, Output& io) {
     std::vector<double> all;
     for (const auto& l : t) all.insert(all.end(), {l.forward, l.forward_wait, l.backward, l.backward_wait});
     all.insert(all.end(), {update, update_wait});
@@ -262,8 +262,8 @@ void print_profile(const frontend::Network& net, backend::Comm& comm, std::vecto
                            frontend::op_name(net.layers[i].op), v[0], v[1], v[2], v[3]);
     }
     const double u = all[4 * t.size()], uw = all[4 * t.size() + 1];
-    out << fmt::format("{:<28} {:<16} {:>10} {:>10} {:>10.3f} {:>10.3f}\n", "(update)", "allreduce + sgd", "", "", u,
-                       uw);
+    out << fmt::format("{:<28} {:<16} {:>10} {:>10} {:>10.3f} {:>10.3f}\n", "(update)",
+                       std::string("allreduce + ") + frontend::optimizer_name(optimizer), "", "", u, uw);
     out << fmt::format("{:<28} {:<16} {:>10.3f} {:>10.3f} {:>10.3f} {:>10.3f}\n", "total", "", sums[0], sums[1],
                        sums[2] + u, sums[3] + uw);
 }
@@ -564,7 +564,8 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
                             comm.size() > 1 ? " per process (the largest)" : "",
                             on_gpu ? fmt::format(", {:.1f} MiB in use on the GPU", gpu_peak / (1 << 20)) : "");
 
-    if (o.profile) print_profile(net, comm, profiled, profiled_update, profiled_update_wait, profiled_steps, io);
+    if (o.profile)
+        print_profile(net, comm, profiled, profiled_update, profiled_update_wait, profiled_steps, cfg.optimizer, io);
 
     if (!o.save.empty() && !save(first_step + o.steps)) return user_error;
     return ok;
