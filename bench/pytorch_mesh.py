@@ -1091,13 +1091,15 @@ def make_optimizer(torch, params, train):
 
 
 def learning_rate(train, step):
-    """The learning rate of step `step` (from 0): linear warm-up over the first `warmup` steps (lr·(step+1)/warmup),
-    then the schedule over the steps after the warm-up: cosine(steps = T) is lr·(1 + cos(π·min(t, T)/T))/2,
-    step(every = K, gamma = G) is lr·G^⌊t/K⌋; constant without one."""
+    """The learning rate of step `step` (from 0): a linear warm-up over the first `warmup` steps K from lr/K
+    towards lr (PyTorch's LinearLR(start_factor = 1/K, total_iters = K): lr·(1/K + (1 − 1/K)·step/K)), then the
+    schedule over the steps t after the warm-up: cosine(steps = T) is lr·(1 + cos(π·min(t, T)/T))/2
+    (CosineAnnealingLR to 0, staying there), step(every = K, gamma = G) is lr·G^⌊t/K⌋ (StepLR); constant
+    without one."""
     lr = optimizer_settings(train)[1]["lr"]
     warmup = train.get("warmup", 0)
     if step < warmup:
-        return lr * (step + 1) / warmup
+        return lr * (1 / warmup + (1 - 1 / warmup) * step / warmup)
     t = step - warmup
     kind, a = train.get("schedule", (None, {}))
     if kind == "cosine":
