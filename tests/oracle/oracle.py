@@ -4,6 +4,7 @@
     /usr/bin/python3 tests/oracle/oracle.py --dsl build/cli/dsl                 # every case of CASES
     /usr/bin/python3 tests/oracle/oracle.py --dsl build/cli/dsl decoder_h2      # the cases named (or a prefix)
     /usr/bin/python3 tests/oracle/oracle.py --list                              # the cases, and what each covers
+    /usr/bin/python3 tests/oracle/oracle.py --dsl build/cli/dsl --net my.net --sched my.sched --kernels cpu
 
 For each case: random inputs and labels saved as .npy; `dsl run NET [SCHED] --steps 1 --lr 0 --save RAW` saves
 the initial weights dsl makes, from which CK0 is RAW with the optimizer state, batch-norm running statistics
@@ -373,8 +374,17 @@ def main(argv=None):
     p.add_argument("--list", action="store_true", help="list the cases and what each covers")
     p.add_argument("--keep", help="keep the data, checkpoints and logs in this folder (made; must not exist)")
     p.add_argument("--seed", type=int, default=1, help="the seed of the data (default 1)")
+    p.add_argument("--net", help="instead of the cases: this network (one input, one label) ...")
+    p.add_argument("--sched", help="... with this schedule ...")
+    p.add_argument("--steps", type=int, default=3, help="... for this many steps (default 3) ...")
+    p.add_argument("--batch", type=int, default=4, help="... of this batch (default 4) ...")
+    p.add_argument("--kernels", default="reference", help="... with these kernels (default reference)")
     args = p.parse_args(argv)
-    chosen = [c for c in CASES if not args.cases or any(c.name == n or c.name.startswith(n) for n in args.cases)]
+    if args.net:
+        chosen = [Case("net", os.path.abspath(args.net), args.sched and os.path.abspath(args.sched), args.steps,
+                       args.batch, args.kernels)]
+    else:
+        chosen = [c for c in CASES if not args.cases or any(c.name == n or c.name.startswith(n) for n in args.cases)]
     if args.list:
         for c in CASES:
             where = f"{c.net} {c.sched or ''}".strip()
