@@ -106,21 +106,22 @@ NOT_KNOWN = [
 
 def not_known(stderr):
     """What dsl check does not know yet, as its messages say, or None when it rejects the network for
-    anything else too."""
-    errors = [m.start() for m in re.finditer(r"^\S.*?: error: ", stderr, re.M)]
-    if not errors:
-        return None
-    found = []
-    for start in errors:
-        text = stderr[start:]
-        m = next((m for m in (p.search(text[:text.find("\n", text.find("\n") + 1) + 1 or None]) for p in NOT_KNOWN)
-                  if m and m.start() == text.find("error: ")), None)
-        if m is None:
+    anything else too. Each error is matched with the source line printed below it."""
+    lines, found = stderr.splitlines(), []
+    errors = [i for i, line in enumerate(lines) if re.match(r"\S.*?: error: ", line)]
+    for i in errors:
+        message = lines[i][lines[i].index("error: "):]
+        text = message + "\n" + (lines[i + 1] if i + 1 < len(lines) else "")
+        if not any(p.match(text) for p in NOT_KNOWN):
             return None
-        what = m.group(0).splitlines()[0][len("error: "):]
+        what = message[len("error: "):]
+        if "'float'" in what:
+            what = f"float labels ({what})"
+        elif "close the arguments" in what:
+            what = f"schedule = ... in the train line ({what})"
         if what not in found:
             found.append(what)
-    return "; ".join(found)
+    return "; ".join(found) if found else None
 
 
 class Failure(Exception):
