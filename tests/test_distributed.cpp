@@ -15,7 +15,9 @@ TEST_CASE("distributed training gives the losses and weights of one process", "[
     // Sample, rows, columns, both, hybrid, per-layer redistribution both ways (2 and 4 processes), overlap
     // on and off, stride 2, pooling, residual adds, a fully connected head (sample-parallel, and computed
     // whole by a spatial group), uneven tiles of samples, rows and columns, and several losses whose logits
-    // other layers read (heads.net), and sigmoids on planes and on vectors (sigmoid.net).
+    // other layers read (heads.net), sigmoids on planes and on vectors (sigmoid.net), and group norm, tanh,
+    // gelu and dropout at an odd size (modern.net: statistics over a sample's spatial group, masks of global
+    // coordinates).
     const Case c = GENERATE(Case{"samples/mesh_tiny.net", "samples/mesh_tiny_sample_2.sched", 4},
                             Case{"samples/mesh_tiny.net", "samples/mesh_tiny_spatial_h_2.sched", 4},
                             Case{"samples/mesh_tiny.net", "samples/mesh_tiny_spatial_w_2.sched", 4},
@@ -33,7 +35,11 @@ TEST_CASE("distributed training gives the losses and weights of one process", "[
                             Case{"tests/dist/heads.net", "tests/dist/heads_hybrid_4.sched", 4},
                             Case{"tests/dist/sigmoid.net", "tests/dist/sigmoid_h2.sched", 4},
                             Case{"tests/dist/sigmoid.net", "tests/dist/sigmoid_hw4.sched", 4},
-                            Case{"tests/dist/sigmoid.net", "tests/dist/sigmoid_hybrid_4.sched", 4});
+                            Case{"tests/dist/sigmoid.net", "tests/dist/sigmoid_hybrid_4.sched", 4},
+                            Case{"tests/dist/modern.net", "tests/dist/modern_h2.sched", 4},
+                            Case{"tests/dist/modern.net", "tests/dist/modern_w2.sched", 4},
+                            Case{"tests/dist/modern.net", "tests/dist/modern_hw4.sched", 4},
+                            Case{"tests/dist/modern.net", "tests/dist/modern_hybrid_4.sched", 4});
     CAPTURE(c.net, c.sched);
     const Run one = train(c.net, "", c.batch);
     const Run many = train(c.net, c.sched, c.batch);
