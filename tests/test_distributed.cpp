@@ -92,3 +92,30 @@ TEST_CASE("a checkpoint saved under one schedule resumes under another", "[distr
     check_same_state(*got, *expected, 1e-4);
     fs::remove_all(dir);
 }
+
+TEST_CASE("dropout's masks resume where they left off: a resumed run under another schedule draws what one "
+          "uninterrupted process draws",
+          "[distributed][mpi]") {
+    const fs::path dir = fs::temp_directory_path() / ("dsl_resume_dropout_" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    const std::string d = dir.string();
+    const std::string common = "run tests/dist/modern.net --seed 3 --batch 4 ";
+    Result r = run_dsl(common + "--steps 5 --log " + d + "/one.jsonl");
+    REQUIRE(r.exit_code == 0);
+    r = run_dsl(common + "tests/dist/modern_hybrid_4.sched --steps 3 --save " + d + "/first");
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    r = run_dsl(common + "tests/dist/modern_h2.sched --steps 2 --load " + d + "/first --log " + d + "/rest.jsonl");
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    std::vector<double> one, rest;
+    std::ifstream a(dir / "one.jsonl"), b(dir / "rest.jsonl");
+    for (std::string line; std::getline(a, line);) one.push_back(nlohmann::json::parse(line)["loss"]);
+    for (std::string line; std::getline(b, line);) rest.push_back(nlohmann::json::parse(line)["loss"]);
+    REQUIRE(one.size() == 5);
+    REQUIRE(rest.size() == 2);
+    CHECK(rest[0] == Approx(one[3]).epsilon(1e-6));
+    CHECK(rest[1] == Approx(one[4]).epsilon(1e-6));
+    fs::remove_all(dir);
+}

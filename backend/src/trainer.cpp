@@ -94,12 +94,13 @@ struct Trainer::Impl {
         std::vector<std::unique_ptr<Tile>> tiles;  // the own tile first, then copies
         std::vector<Tile*> operands;               // per input: the tile this layer reads
         std::vector<std::int32_t> labels;          // a loss's labels, over its logits tile
-        Comm* group = nullptr;                     // batch norm, global pooling: who sums statistics
+        Comm* group = nullptr;                     // batch and group norm, global pooling: who sums statistics
 
         // Parameters, in the kernels' memory: weights (or batch-norm scale) and bias (or shift, {1, C, 1, 1}),
         // their gradients and momenta. A layer without a bias has empty b, db, mb.
         Tensor w, dw, mw, b, db, mb;
-        // Batch norm, on the host: the step's statistics, and the running ones.
+        // Batch norm, on the host: the step's statistics (per channel; group norm's per sample and group), and
+        // batch norm's running ones.
         std::vector<float> mean, inv_std, running_mean, running_var;
 
         Tile& own() { return *tiles.front(); }
