@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 namespace dsl::frontend {
@@ -43,6 +44,8 @@ struct Layer {
     double slope = 0.01;    // leaky_relu
     double eps = 1e-5;      // batchnorm
     double momentum = 0.1;  // batchnorm running averages
+    std::int64_t groups = 1;  // groupnorm: groups of channels
+    double p = 0.5;           // dropout: the probability that an element is zeroed
 
     // Filled by shape inference.
     Shape shape;                        // output
@@ -89,6 +92,13 @@ struct LrSchedule {
 
     double lr(double base, std::int64_t step) const;
 };
+
+// The member of a layer that a parameter's Field (layer_kinds.hpp) sets: the one place that maps the two, for
+// elaboration (which sets them) and the printers (which read them).
+using FieldRef = std::variant<std::int64_t*, Pair*, bool*, double*>;
+FieldRef field_member(Layer& layer, Field field);
+using ConstFieldRef = std::variant<const std::int64_t*, const Pair*, const bool*, const double*>;
+ConstFieldRef field_member(const Layer& layer, Field field);
 
 struct TrainOptions {
     Optimizer optimizer = Optimizer::sgd;
