@@ -1,6 +1,7 @@
 // The reference kernels: plain loops over strided views, accumulating in double; the oracle that the CPU
 // kernels and the distributed runs are tested against, so every loop reads like its formula in kernels.hpp.
 #include "kernel_checks.hpp"
+#include "resample_kernels.hpp"
 
 #include <dsl/backend/kernels.hpp>
 #include <dsl/base/error.hpp>
@@ -429,8 +430,11 @@ ReferenceLoss loss_instance;
 }  // namespace
 
 Kernels reference_kernels() {
-    return Kernels{&conv_instance, &batchnorm_instance, &activation_instance, &pool_instance,
-                   &fc_instance,   &eltwise_instance,   &loss_instance};
+    Kernels k{&conv_instance, &batchnorm_instance, &activation_instance, &pool_instance,
+              &fc_instance,   &eltwise_instance,   &loss_instance};
+    k.upsample = &reference_upsample();
+    k.deconv = &reference_deconv();
+    return k;
 }
 
 }  // namespace dsl::backend

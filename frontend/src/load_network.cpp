@@ -27,6 +27,9 @@ std::string param_text(const Layer& l, Field field) {
         case Field::slope: return fmt::format("{}", l.slope);
         case Field::eps: return fmt::format("{}", l.eps);
         case Field::momentum: return fmt::format("{}", l.momentum);
+        case Field::scale: return std::to_string(l.scale);
+        case Field::mode: return l.kind().param("mode")->choices.at(static_cast<std::size_t>(l.mode));
+        case Field::output_pad: return pair_text(l.output_pad);
     }
     return "?";
 }

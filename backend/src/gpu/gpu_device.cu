@@ -105,6 +105,8 @@ Kernels gpu_kernels(const GpuOptions& options) {
         k.loss = gpu::loss_kernels();
         k.memory = gpu::memory_kernels();
         k.synthetic = gpu::synthetic_kernels();
+        k.upsample = gpu::upsample_kernels();
+        k.deconv = gpu::deconv_kernels();
         return k;
     }();
     return set;
