@@ -158,7 +158,8 @@ TEST_CASE("explain costs upsample and deconv: their kernels, halos and memory on
         INFO(r.err);
         REQUIRE(r.exit_code == 0);
         int layers = 0, with_halo = 0;
-        for (const auto& l : nlohmann::json::parse(r.out)["layers"]) {
+        const auto j = nlohmann::json::parse(r.out);
+        for (const auto& l : j["layers"]) {
             if (l["kind"] != (up ? "upsample" : "deconv")) continue;
             INFO(l["name"]);
             ++layers;
