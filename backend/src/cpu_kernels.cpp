@@ -19,6 +19,8 @@ Kernels cpu_kernels() {
               &onednn_fc(),   &halide_eltwise(),   &cpu_loss()};
     k.upsample = &cpu_upsample();
     k.deconv = &cpu_deconv();
+    k.groupnorm = &cpu_groupnorm();
+    k.dropout = &cpu_dropout();
     return k;
 }
 

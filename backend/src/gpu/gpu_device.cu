@@ -107,6 +107,8 @@ Kernels gpu_kernels(const GpuOptions& options) {
         k.synthetic = gpu::synthetic_kernels();
         k.upsample = gpu::upsample_kernels();
         k.deconv = gpu::deconv_kernels();
+        k.groupnorm = gpu::groupnorm_kernels();
+        k.dropout = gpu::dropout_kernels();
         return k;
     }();
     return set;

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 namespace dsl::frontend {
@@ -44,8 +45,10 @@ struct Layer {
     double eps = 1e-5;      // batchnorm
     double momentum = 0.1;  // batchnorm running averages
     std::int64_t scale = 2;  // upsample
-    int mode = 0;            // upsample: an UpsampleMode, the index of its `mode` choice
+    std::int64_t mode = 0;   // upsample: an UpsampleMode, the index of its `mode` choice
     Pair output_pad{0, 0};   // deconv: rows and columns added at the bottom and right
+    std::int64_t groups = 1;  // groupnorm: groups of channels
+    double p = 0.5;           // dropout: the probability that an element is zeroed
 
     // Filled by shape inference.
     Shape shape;                        // output
@@ -72,6 +75,13 @@ struct Layer {
     // The parameter an element-wise kind's kernels take: leaky_relu's slope; 0 for a kind without one (relu).
     double activation_slope() const { return kind().param("slope") ? slope : 0.0; }
 };
+
+// The member of a layer that a parameter's Field (layer_kinds.hpp) sets: the one place that maps the two, for
+// elaboration (which sets them) and the printers (which read them).
+using FieldRef = std::variant<std::int64_t*, Pair*, bool*, double*>;
+FieldRef field_member(Layer& layer, Field field);
+using ConstFieldRef = std::variant<const std::int64_t*, const Pair*, const bool*, const double*>;
+ConstFieldRef field_member(const Layer& layer, Field field);
 
 struct TrainOptions {
     std::optional<double> lr, momentum, weight_decay;
