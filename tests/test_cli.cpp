@@ -151,6 +151,53 @@ TEST_CASE("explain costs sigmoids: their kernels forward and backward, on their 
         if (l["name"] == "r1") CHECK(l["flops"].get<double>() == 4.0 * 8 * 12 * 9);  // 4 per element
 }
 
+TEST_CASE("explain costs upsample and deconv: their kernels, halos and memory on their tiles", "[cli][model]") {
+    for (const char* sched : {"tests/dist/upsample_hybrid_4.sched", "tests/dist/deconv_hw4.sched"}) {
+        const std::string s = sched;
+        const bool up = s.find("upsample") != std::string::npos;
+        const std::string net = up ? "tests/dist/upsample.net" : "tests/dist/deconv.net";
+        const Result r = run_dsl("explain " + net + " " + s + " --json");
+        INFO(r.err);
+        REQUIRE(r.exit_code == 0);
+        int layers = 0, with_halo = 0;
+        const auto j = nlohmann::json::parse(r.out);
+        for (const auto& l : j["layers"]) {
+            if (l["kind"] != (up ? "upsample" : "deconv")) continue;
+            INFO(l["name"]);
+            ++layers;
+            CHECK(l["seconds"]["forward"].get<double>() > 0.0);
+            CHECK(l["seconds"]["backward_data"].get<double>() > 0.0);
+            if (!up) CHECK(l["seconds"]["backward_weights"].get<double>() > 0.0);
+            CHECK(l["memory_bytes"].get<double>() > 0.0);
+            if (l["halo_bytes"].get<double>() > 0.0) ++with_halo;
+        }
+        CHECK(layers == (up ? 3 : 4));
+        CHECK(with_halo > 0);  // a spatial split reads halos
+    }
+    // Calibration times them under their own names, which the model looks up.
+    const fs::path dir = fs::temp_directory_path() / ("dsl_resample_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    for (const char* net : {"tests/dist/upsample.net", "tests/dist/deconv.net"}) {
+        const std::string platform = (dir / "p.platform").string();
+        const Result cal = run_dsl(std::string("calibrate ") + net + " --procs 1 --batch 1 --reps 1 --warmup 0 -o " +
+                                   platform);
+        INFO(cal.err);
+        REQUIRE(cal.exit_code == 0);
+        std::ifstream in(platform);
+        const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        if (std::string(net).find("upsample") != std::string::npos) {
+            CHECK(text.find("time upsample.forward ") != std::string::npos);
+            CHECK(text.find("time upsample.backward ") != std::string::npos);
+        } else {
+            CHECK(text.find("time deconv.forward ") != std::string::npos);
+            CHECK(text.find("time deconv.backward_weights ") != std::string::npos);
+        }
+        CHECK(text.find("warning: cannot time") == std::string::npos);
+        CHECK(cal.err.find("cannot time") == std::string::npos);
+    }
+    fs::remove_all(dir);
+}
+
 TEST_CASE("explain costs group norm, dropout, tanh and gelu on their tiles", "[cli][model]") {
     const Result r = run_dsl("explain tests/dist/modern.net tests/dist/modern_hybrid_4.sched --json");
     INFO(r.err);

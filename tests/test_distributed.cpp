@@ -59,6 +59,27 @@ TEST_CASE("distributed training gives the losses and weights of one process", "[
     check_same_state(many.checkpoint, one.checkpoint, 1e-4);
 }
 
+TEST_CASE("encoder-decoders with upsample and deconv train as on one process", "[distributed][mpi]") {
+    // Odd sizes (66 x 70, 33 x 35, 17 x 18), so that the output tiles of an upsampling or a transposed
+    // convolution are cut where their inputs' are not; rows, columns, a grid, hybrid and a split per layer
+    // (the skip connections' concats redistribute their inputs); overlap on and off.
+    const char* sched = GENERATE("tests/dist/upsample_h2.sched", "tests/dist/upsample_w2.sched",
+                                 "tests/dist/upsample_hw4.sched", "tests/dist/upsample_hybrid_4.sched",
+                                 "tests/dist/upsample_mixed_4.sched", "tests/dist/deconv_h2.sched",
+                                 "tests/dist/deconv_w2.sched", "tests/dist/deconv_hw4.sched",
+                                 "tests/dist/deconv_hybrid_4.sched", "tests/dist/deconv_mixed_4.sched");
+    const std::string s = sched;
+    const std::string net = s.find("upsample") != std::string::npos ? "tests/dist/upsample.net" : "tests/dist/deconv.net";
+    CAPTURE(net, sched);
+    const Run one = train(net, "", 4);
+    const Run many = train(net, sched, 4);
+    REQUIRE(one.losses.size() == 3);
+    REQUIRE(many.losses.size() == one.losses.size());
+    for (std::size_t i = 0; i < one.losses.size(); ++i) CHECK(many.losses[i] == Approx(one.losses[i]).epsilon(1e-4));
+    CHECK(one.losses.back() != one.losses.front());  // it trained
+    check_same_state(many.checkpoint, one.checkpoint, 1e-4);
+}
+
 TEST_CASE("a checkpoint saved under one schedule resumes under another", "[distributed][mpi]") {
     const fs::path dir = fs::temp_directory_path() / ("dsl_resume_" + std::to_string(::getpid()));
     fs::remove_all(dir);

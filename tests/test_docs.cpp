@@ -171,6 +171,7 @@ TEST_CASE("the docs' layer kinds are the table's: every kind, its parameters and
                 // The default as the docs write it: the number, or true and false.
                 std::string value = fmt::format("{}", p.default_value);
                 if (p.type == ParamType::boolean) value = p.default_value != 0 ? "true" : "false";
+                if (p.type == ParamType::choice) value = p.choices.at(static_cast<std::size_t>(p.default_value));
                 if (value.find("e-0") != std::string::npos) value.erase(value.find("e-0") + 2, 1);  // 1e-05: 1e-5
                 want.push_back(std::string(p.name) + "=" + value);
             }

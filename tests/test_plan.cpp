@@ -11,6 +11,8 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <set>
@@ -58,7 +60,9 @@ TEST_CASE("every process's plan sends what its peers' plans receive", "[plan]") 
                                                   {"samples/mesh_tiny.net", "samples/mesh_tiny_spatial_hw_4.sched"},
                                                   {"samples/resnet_tiny.net", "samples/resnet_tiny_hybrid_4.sched"},
                                                   {"tests/dist/odd.net", "tests/dist/odd_h3.sched"},
-                                                  {"tests/dist/heads.net", "tests/dist/heads_hybrid_4.sched"}}));
+                                                  {"tests/dist/heads.net", "tests/dist/heads_hybrid_4.sched"},
+                                                  {"tests/dist/upsample.net", "tests/dist/upsample_mixed_4.sched"},
+                                                  {"tests/dist/deconv.net", "tests/dist/deconv_hw4.sched"}}));
     INFO(sched_file);
     auto l = load(net_file, sched_file);
     const auto& net = l->net->net;
@@ -120,6 +124,82 @@ TEST_CASE("every process's plan sends what its peers' plans receive", "[plan]") 
         }
     CHECK(sent[0] == received[0]);
     CHECK(sent[1] == received[1]);
+}
+
+TEST_CASE("upsample and deconv tiles hold exactly the input rows and columns their outputs read", "[plan]") {
+    const auto [net_file, sched_file] =
+        GENERATE(table<std::string, std::string>({{"tests/dist/upsample.net", "tests/dist/upsample_h2.sched"},
+                                                  {"tests/dist/upsample.net", "tests/dist/upsample_hw4.sched"},
+                                                  {"tests/dist/upsample.net", "tests/dist/upsample_mixed_4.sched"},
+                                                  {"tests/dist/deconv.net", "tests/dist/deconv_h2.sched"},
+                                                  {"tests/dist/deconv.net", "tests/dist/deconv_hw4.sched"},
+                                                  {"tests/dist/deconv.net", "tests/dist/deconv_mixed_4.sched"}}));
+    INFO(sched_file);
+    auto l = load(net_file, sched_file);
+    const auto& net = l->net->net;
+    const int procs = static_cast<int>(*l->schedule->procs);
+    // The input indices that outputs [a, b) read along dimension d, from the definitions (not window.hpp):
+    // upsample's output o reads floor(src) and the next (clamped), nearest o / scale; deconv's input i adds
+    // into i * stride - pad + k.
+    auto reads = [&](const frontend::Layer& layer, int d, std::int64_t a, std::int64_t b, std::int64_t in) {
+        std::int64_t lo = in, hi = -1;
+        for (std::int64_t i = 0; i < in; ++i) {
+            bool read = false;
+            if (layer.op == frontend::OpKind::upsample) {
+                for (std::int64_t o = a; o < b && !read; ++o) {
+                    if (layer.mode == 0) {
+                        read = o / layer.scale == i;
+                    } else {
+                        // In float, as PyTorch's CPU kernel computes it: src = (1 / scale) * (o + 0.5) - 0.5.
+                        const auto ratio = static_cast<float>(1.0 / static_cast<double>(layer.scale));
+                        const float src = std::max(0.0f, ratio * (static_cast<float>(o) + 0.5f) - 0.5f);
+                        const auto i0 = static_cast<std::int64_t>(std::floor(src));
+                        read = i0 == i || std::min(i0 + 1, in - 1) == i;
+                    }
+                }
+            } else {
+                for (std::int64_t k = 0; k < layer.kernel[d] && !read; ++k) {
+                    const std::int64_t o = i * layer.stride[d] - layer.pad[d] + k;
+                    read = o >= a && o < b;
+                }
+            }
+            if (read) lo = std::min(lo, i), hi = std::max(hi, i);
+        }
+        return std::pair{lo, hi + 1};
+    };
+    int checked = 0, with_halo = 0;
+    for (int r = 0; r < procs; ++r) {
+        const scheduler::Plan p = scheduler::make_plan(net, *l->schedule, 4, r, procs);
+        for (std::size_t i = 0; i < net.layers.size(); ++i) {
+            const frontend::Layer& layer = net.layers[i];
+            if (layer.op != frontend::OpKind::upsample && layer.op != frontend::OpKind::deconv) continue;
+            const scheduler::TilePlan& out = p.layers[i].tiles[0];
+            const auto& in_slot = p.layers[static_cast<std::size_t>(layer.inputs[0])];
+            const scheduler::TilePlan& in = in_slot.tiles[static_cast<std::size_t>(p.layers[i].operands[0])];
+            const auto rows = reads(layer, 0, out.box.y0, out.box.y1, in_slot.whole.h);
+            const auto cols = reads(layer, 1, out.box.x0, out.box.x1, in_slot.whole.w);
+            INFO(layer.name << " on rank " << r);
+            CHECK(scheduler::window_input(layer, out.box).y0 == rows.first);
+            CHECK(scheduler::window_input(layer, out.box).y1 == rows.second);
+            CHECK(scheduler::window_input(layer, out.box).x0 == cols.first);
+            CHECK(scheduler::window_input(layer, out.box).x1 == cols.second);
+            // The input tile's margins reach at least that far (as far exactly when it is the only reader).
+            CHECK(in.box.y0 - in.need.top <= rows.first);
+            CHECK(in.box.y1 + in.need.bottom >= rows.second);
+            CHECK(in.box.x0 - in.need.left <= cols.first);
+            CHECK(in.box.x1 + in.need.right >= cols.second);
+            if (in.windowed_readers.size() == 1) {
+                CHECK(in.need.top == std::max<std::int64_t>(0, in.box.y0 - rows.first));
+                CHECK(in.need.bottom == std::max<std::int64_t>(0, rows.second - in.box.y1));
+                CHECK(in.need.left == std::max<std::int64_t>(0, in.box.x0 - cols.first));
+                CHECK(in.need.right == std::max<std::int64_t>(0, cols.second - in.box.x1));
+            }
+            ++checked;
+            if (in.need.top + in.need.bottom + in.need.left + in.need.right > 0) ++with_halo;
+        }
+    }
+    CHECK(checked > 0);
+    CHECK(with_halo > 0);
 }
 
 TEST_CASE("the one-process plan moves nothing and places one tile per tensor", "[plan]") {

@@ -190,6 +190,32 @@ TEST_CASE("sigmoid: gradients agree with finite differences, and the CPU kernels
     check_cpu_like_reference(sigmoid_net);
 }
 
+// An encoder-decoder: a strided convolution down, every way up (nearest and bilinear upsampling, transposed
+// convolutions with output_pad, and one whose stride beyond its kernel leaves outputs that no input
+// reaches, without a bias), and a skip connection by concat: 4 x 3 back to 7 x 6 each way.
+const char* decoder_net = R"(
+input x [N, 2, 7, 6]
+label y [N, 7, 6]
+e = conv(3, kernel = 3, pad = 1)
+d = conv(3, kernel = 3, stride = 2, pad = 1)
+n = upsample(mode = nearest)
+m = conv(2, kernel = [2, 1])
+b = upsample(3, mode = bilinear) from d
+kb = conv(2, kernel = [6, 4])
+t = deconv(2, kernel = 3, stride = 2, pad = 1, output_pad = [0, 1]) from d
+o = deconv(2, kernel = 2, stride = 3, pad = 2, output_pad = [0, 2], bias = false) from d
+c = concat from t, e, o, m, kb
+p = conv(3, kernel = 1)
+loss = pixel_cross_entropy from p, y
+)";
+
+TEST_CASE("upsample and deconv: gradients agree with finite differences, and the CPU kernels train like the "
+          "reference",
+          "[trainer]") {
+    check_gradients(decoder_net);
+    check_cpu_like_reference(decoder_net);
+}
+
 // Group norm (on planes, one group per channel, and on a vector), tanh, gelu and dropout (on planes, in a
 // residual branch, and on a vector).
 const char* modern_net = R"(

@@ -187,6 +187,33 @@ std::optional<double> time_kernel(const std::string& key, Kernels k, DataSource&
         if (phase == Phase::forward) run = [&, pk] { k.pool->forward(pk, a.interior(), b.interior(), w); };
         if (phase == Phase::backward)
             run = [&, pk] { k.pool->backward(pk, a.interior(), b.interior(), c.interior(), w); };
+    } else if (op == OpKind::upsample && x.n && y.n && k.upsample) {
+        // The tile at the tensor's first row and column, its input the whole of what it reads.
+        a = filled(x);
+        b = filled(y);
+        c = zeros(x);
+        Upsample u;
+        u.scale = field("scale").empty() ? 2 : field("scale")[0];
+        u.bilinear = !field("mode").empty() && field("mode")[0] == static_cast<std::int64_t>(frontend::UpsampleMode::bilinear);
+        u.in_h = x.h, u.in_w = x.w;
+        if (phase == Phase::forward) run = [&, u] { k.upsample->forward(u, a.interior(), b.interior()); };
+        if (phase == Phase::backward) run = [&, u] { k.upsample->backward(u, b.interior(), c.interior()); };
+    } else if (op == OpKind::deconv && x.n && y.n && k.deconv) {
+        Deconv d;
+        d.kernel = w.kernel;
+        d.stride = w.stride;
+        if (field("p").size() == 2) d.pad = {field("p")[0], field("p")[1]};
+        a = filled(x);
+        b = filled(y);
+        wt = filled(Dims{x.c, y.c, w.kernel[0], w.kernel[1]});
+        c = zeros(wt.dims());
+        p1 = zeros(Dims{1, y.c, 1, 1});
+        if (phase == Phase::forward)
+            run = [&, d] { k.deconv->forward(a.interior(), wt.interior(), p1.data(), b.interior(), d); };
+        if (phase == Phase::backward_data)
+            run = [&, d] { k.deconv->backward_data(b.interior(), wt.interior(), a.interior(), d); };
+        if (phase == Phase::backward_weights)
+            run = [&, d] { k.deconv->backward_weights(a.interior(), b.interior(), c.interior(), p1.data(), d); };
     } else if (op == OpKind::global_avgpool && x.n) {
         a = filled(x);
         s1.assign(static_cast<std::size_t>(x.n * x.c), 0.0);

@@ -1,6 +1,7 @@
 // The reference kernels: plain loops over strided views, accumulating in double; the oracle that the CPU
 // kernels and the distributed runs are tested against, so every loop reads like its formula in kernels.hpp.
 #include "kernel_checks.hpp"
+#include "resample_kernels.hpp"
 #include "splitmix.hpp"
 
 #include <dsl/backend/kernels.hpp>
@@ -582,6 +583,8 @@ void adam_update(float* w, float* m, float* v, const float* g, std::int64_t coun
 Kernels reference_kernels() {
     Kernels k{&conv_instance, &batchnorm_instance, &activation_instance, &pool_instance,
               &fc_instance,   &eltwise_instance,   &loss_instance};
+    k.upsample = &reference_upsample();
+    k.deconv = &reference_deconv();
     k.groupnorm = &groupnorm_instance;
     k.dropout = &dropout_instance;
     return k;

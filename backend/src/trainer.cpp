@@ -317,6 +317,27 @@ struct Trainer::Impl {
                     s.db = Tensor(bd, {}, mem);
                     s.mb = Tensor(bd, {}, mem);
                 }
+            } else if (l.op == OpKind::deconv) {
+                // PyTorch's ConvTranspose2d default: weights {C_in, C_out, KH, KW} and bias uniform in
+                // +-1/sqrt(fan in), its fan in C_out * KH * KW (the weights' second dimension onwards).
+                const Dims in = dims_of(scheduler::extent_of(net.layers[static_cast<std::size_t>(l.inputs[0])], 1));
+                const Dims wd{in.c, l.filters, l.kernel[0], l.kernel[1]};
+                const double bound = 1.0 / std::sqrt(static_cast<double>(wd.c * wd.h * wd.w));
+                std::vector<float> values(static_cast<std::size_t>(wd.elements()));
+                for (std::size_t i = 0; i < values.size(); ++i)
+                    values[i] = static_cast<float>(bound * (2.0 * uniform(stream, i) - 1.0));
+                s.w = parameter(wd, values);
+                s.dw = Tensor(wd, {}, mem);
+                s.mw = Tensor(wd, {}, mem);
+                if (l.bias) {
+                    const Dims bd{1, l.filters, 1, 1};
+                    values.resize(static_cast<std::size_t>(l.filters));
+                    for (std::size_t i = 0; i < values.size(); ++i)
+                        values[i] = static_cast<float>(bound * (2.0 * uniform(~stream, i) - 1.0));
+                    s.b = parameter(bd, values);
+                    s.db = Tensor(bd, {}, mem);
+                    s.mb = Tensor(bd, {}, mem);
+                }
             } else if (l.op == OpKind::groupnorm) {
                 // PyTorch's affine group norm: scale 1, shift 0; the statistics are per sample, made in forward.
                 const Dims d{1, l.shape.dims[0], 1, 1};
@@ -499,6 +520,8 @@ struct Trainer::Impl {
             case OpKind::conv:
             case OpKind::maxpool:
             case OpKind::avgpool:
+            case OpKind::upsample:
+            case OpKind::deconv:
                 if (overlapped)
                     overlapped_forward(s, index);
                 else
@@ -564,6 +587,7 @@ struct Trainer::Impl {
     // The output of a windowed layer over `out` (global coordinates within its tile).
     void windowed_forward(Slot& s, int index, const Box& out) {
         const Layer& l = *s.layer;
+        if (l.op == OpKind::upsample || l.op == OpKind::deconv) return positional_forward(s, out);
         Tile& in = *s.operands[0];
         set_padding(in, l.op == OpKind::maxpool ? -std::numeric_limits<float>::infinity() : 0.0f);
         const Window w = window_of(l);
@@ -578,6 +602,35 @@ struct Trainer::Impl {
             k.conv->forward(x, s.w.interior(), l.bias ? s.b.data() : nullptr, y, w);
         else
             k.pool->forward(l.op == OpKind::maxpool ? PoolKind::max : PoolKind::average, x, y, w);
+    }
+
+    // Upsampling and transposed convolution over outputs `out`: what an output reads depends on its global
+    // index, so the kernels take the views' places; the input view is what `out` reads (tiles.hpp).
+    Placement placement(const Box& x, const Box& y) const { return Placement{x.y0, x.x0, y.y0, y.x0}; }
+
+    Upsample upsample_of(const Layer& l, const Box& x, const Box& y) const {
+        const Dims whole = global_dims(l.inputs[0]);
+        return Upsample{l.scale, l.upsample_mode() == frontend::UpsampleMode::bilinear, whole.h, whole.w,
+                        placement(x, y)};
+    }
+
+    static Deconv deconv_of(const Layer& l, const Box& x, const Box& y) {
+        return Deconv{l.kernel, l.stride, l.pad, Placement{x.y0, x.x0, y.y0, y.x0}};
+    }
+
+    void positional_forward(Slot& s, const Box& out) {
+        const Layer& l = *s.layer;
+        Tile& in = *s.operands[0];
+        Tile& own = s.own();
+        const Box read = scheduler::window_input(l, out);
+        const ConstView x = view_of(in.y, in, read);
+        const View y = view_of(own.y, own, out);
+        DSL_INTERNAL_CHECK(l.op == OpKind::upsample ? k.upsample != nullptr : k.deconv != nullptr,
+                           std::string("the kernel set has no kernels for layer kind '") + l.kind().name + "'");
+        if (l.op == OpKind::upsample)
+            k.upsample->forward(upsample_of(l, read, out), x, y);
+        else
+            k.deconv->forward(x, s.w.interior(), l.bias ? s.b.data() : nullptr, y, deconv_of(l, read, out));
     }
 
     // Posts the input's halo exchange, computes the outputs whose windows lie within what this process
@@ -765,6 +818,34 @@ struct Trainer::Impl {
                 if (send_now) start_scatter(in);
                 k.conv->backward_weights(windowed_input(l, index), s.own().dy.interior(), s.dw.interior(),
                                          l.bias ? s.db.data() : nullptr, w);
+                if (send_now) finish_scatter(in);
+                allreduce_gradients(s, speaks);
+                break;
+            }
+            case OpKind::upsample: {
+                Tile& in = *s.operands[0];
+                if (is_input(&in)) break;
+                const Box out = s.own().box, read = scheduler::window_input(l, out);
+                const Region r = region(l, index);
+                input_gradient(in, r.y, r.x, r.dims, [&](View dx) {
+                    k.upsample->backward(upsample_of(l, read, out), s.own().dy.interior(), dx);
+                });
+                break;
+            }
+            case OpKind::deconv: {
+                Tile& in = *s.operands[0];
+                const Box out = s.own().box, read = scheduler::window_input(l, out);
+                const Deconv d = deconv_of(l, read, out);
+                if (!is_input(&in)) {
+                    const Region r = region(l, index);
+                    input_gradient(in, r.y, r.x, r.dims, [&](View dx) {
+                        k.deconv->backward_data(s.own().dy.interior(), s.w.interior(), dx, d);
+                    });
+                }
+                const bool send_now = overlap_of(index) && !is_input(&in) && !in.copy && in.readers == 1;
+                if (send_now) start_scatter(in);
+                k.deconv->backward_weights(view_of(in.y, in, read), s.own().dy.interior(), s.dw.interior(),
+                                           l.bias ? s.db.data() : nullptr, d);
                 if (send_now) finish_scatter(in);
                 allreduce_gradients(s, speaks);
                 break;
@@ -1026,7 +1107,7 @@ std::vector<StateTensor> Trainer::state() {
         if (s.w.size() == 0) continue;
         const Dims d = s.w.dims();
         std::vector<std::int64_t> wshape;
-        if (l.op == OpKind::conv) wshape = {d.n, d.c, d.h, d.w};
+        if (l.op == OpKind::conv || l.op == OpKind::deconv) wshape = {d.n, d.c, d.h, d.w};
         if (l.op == OpKind::fc) wshape = {d.n, d.c};
         if (l.op == OpKind::batchnorm || l.op == OpKind::groupnorm) wshape = {d.c};
         const std::int64_t bsize = s.b.size();

@@ -198,6 +198,39 @@ private:
                 }
                 return true;
             }
+            case ShapeRule::upsample: {
+                if (in.dims.size() != 3)
+                    return fail(l, kind(l) + " needs a 4-D input [N, C, H, W], got " + in.str() + " from '" +
+                                       input(l, 0).name + "'");
+                l.shape.dims = {in.dims[0], c.mul(in.dims[1], l.scale), c.mul(in.dims[2], l.scale)};
+                // bilinear: two interpolations along the rows and one along the columns, 2 FLOPs each.
+                l.flops = c.mul(c.elements(l.shape), l.upsample_mode() == UpsampleMode::bilinear ? 6 : 1);
+                return true;
+            }
+            case ShapeRule::deconv: {
+                if (in.dims.size() != 3)
+                    return fail(l, kind(l) + " needs a 4-D input [N, C, H, W], got " + in.str() + " from '" +
+                                       input(l, 0).name + "'");
+                std::int64_t out[2] = {0, 0};
+                for (int d = 0; d < 2; ++d) {
+                    const char* what = d == 0 ? "rows" : "columns";
+                    if (l.output_pad[d] >= l.stride[d])
+                        return fail(l, "the output_pad of " + kind(l) + " must be smaller than its stride (" +
+                                           std::to_string(l.output_pad[d]) + " " + what + ", stride " +
+                                           std::to_string(l.stride[d]) + ")");
+                    out[d] = c.add(c.add(c.mul(in.dims[d + 1] - 1, l.stride[d]), l.kernel[d] + l.output_pad[d]),
+                                   -2 * l.pad[d]);
+                    if (!c.overflow && out[d] < 1)
+                        return fail(l, "the padding of " + kind(l) + " leaves no output " + what + " (" +
+                                           std::to_string(out[d]) + ")");
+                }
+                const std::int64_t weights = c.mul(c.mul(l.filters, in.dims[0]), c.mul(l.kernel[0], l.kernel[1]));
+                l.shape.dims = {l.filters, out[0], out[1]};
+                l.params = c.add(weights, l.bias ? l.filters : 0);
+                l.macs = c.mul(c.mul(in.dims[1], in.dims[2]), weights);  // every input element times its window
+                l.flops = c.mul(2, l.macs);
+                return true;
+            }
             case ShapeRule::loss: {
                 const Shape& labels = input(l, 1).shape;
                 const bool pixel = l.op == OpKind::pixel_cross_entropy;

@@ -10,8 +10,15 @@ namespace dsl::frontend {
 
 namespace {
 
-const char* type_text(ParamType t) {
-    switch (t) {
+std::string choices_text(const ParamSpec& p) {
+    std::string out;
+    for (std::size_t i = 0; i < p.choices.size(); ++i)
+        out += std::string(i == 0 ? "" : i + 1 == p.choices.size() ? " or " : ", ") + p.choices[i];
+    return out;
+}
+
+std::string type_text(const ParamSpec& p) {
+    switch (p.type) {
         case ParamType::positive_int: return "a positive integer";
         case ParamType::positive_pair: return "a positive integer or a [height, width] list";
         case ParamType::nonneg_pair: return "a non-negative integer or a [height, width] list";
@@ -20,6 +27,7 @@ const char* type_text(ParamType t) {
         case ParamType::any_real: return "a number";
         case ParamType::unit_real: return "a number between 0 and 1";
         case ParamType::probability: return "a number at least 0 and less than 1";
+        case ParamType::choice: return "one of " + choices_text(p);
     }
     return "?";
 }
@@ -29,7 +37,8 @@ void set_default(Layer& layer, const ParamSpec& p) {
     const auto whole = static_cast<std::int64_t>(p.default_value);
     const FieldRef member = field_member(layer, p.field);
     switch (p.type) {
-        case ParamType::positive_int: *std::get<std::int64_t*>(member) = whole; break;
+        case ParamType::positive_int:
+        case ParamType::choice: *std::get<std::int64_t*>(member) = whole; break;
         case ParamType::positive_pair:
         case ParamType::nonneg_pair:
             *std::get<Pair*>(member) = std::string(p.default_of) == "kernel" ? layer.kernel : Pair{whole, whole};
@@ -82,7 +91,19 @@ bool assign(Layer& layer, const ParamSpec& p, const Value& v) {
             *std::get<double*>(member) = x;
             return true;
         }
+        case ParamType::choice: break;  // a bare name, never evaluated: bind_choice
     }
+    return false;
+}
+
+// Sets a choice parameter from its argument, a bare name among the choices; false when it is not one.
+bool bind_choice(Layer& layer, const ParamSpec& p, const Expr& e) {
+    if (e.kind != Expr::Kind::name) return false;
+    for (std::size_t i = 0; i < p.choices.size(); ++i)
+        if (e.name == p.choices[i]) {
+            layer.mode = static_cast<std::int64_t>(i);
+            return true;
+        }
     return false;
 }
 
@@ -117,9 +138,17 @@ void bind_layer_args(const Call& c, Layer& layer, int scope, const Env& env, Eva
             continue;
         }
         const ParamSpec& p = *kind_of(layer.op).param(name);
+        if (p.type == ParamType::choice) {
+            if (!bind_choice(layer, p, a.value)) {
+                std::vector<std::string> choices(p.choices.begin(), p.choices.end());
+                report(a.value.loc, "'" + name + "' must be " + type_text(p), scope,
+                       a.value.kind == Expr::Kind::name ? dsl::closest_match(a.value.name, choices) : "");
+            }
+            continue;
+        }
         auto v = evaluator.eval(a.value, env, scope);
         if (!v) continue;
-        if (!assign(layer, p, *v)) report(a.value.loc, "'" + name + "' must be " + type_text(p.type), scope, "");
+        if (!assign(layer, p, *v)) report(a.value.loc, "'" + name + "' must be " + type_text(p), scope, "");
     }
     // Defaults after every argument: a default may be another parameter's value (pooling's stride).
     for (const ParamSpec& p : params) {

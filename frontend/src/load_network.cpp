@@ -19,6 +19,7 @@ std::string pair_text(const Pair& p) {
 
 // A parameter's value as the dump shows it.
 std::string param_text(const Layer& l, Field field) {
+    if (field == Field::mode) return l.kind().param("mode")->choices.at(static_cast<std::size_t>(l.mode));  // a name
     return std::visit(
         [](const auto* member) -> std::string {
             if constexpr (std::is_same_v<decltype(member), const Pair*>)

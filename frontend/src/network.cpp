@@ -24,6 +24,17 @@ Pair Layer::halo() const {
     // side where padding is read, `dilation*(kernel-1) - pad` on the other; the halo is the larger.
     if (!windowed()) return {0, 0};
     Pair h{};
+    // Upsampling reads at most one row beyond the rows its output tile covers, scaled down (bilinear's
+    // neighbour, or a tile boundary that falls within a repeated row).
+    if (op == OpKind::upsample) return {1, 1};
+    // A transposed convolution's output row o reads the inputs i with i*stride - pad + k = o: up to
+    // ceil((kernel-1-pad)/stride) rows before o/stride and ceil(pad/stride) after, and one more where the
+    // tiles of the output and the input are cut at different places.
+    if (op == OpKind::deconv) {
+        for (int i = 0; i < 2; ++i)
+            h[i] = std::max((kernel[i] - 1 - pad[i] + stride[i] - 1) / stride[i], (pad[i] + stride[i] - 1) / stride[i]) + 1;
+        return h;
+    }
     for (int i = 0; i < 2; ++i) h[i] = std::max(pad[i], dilation[i] * (kernel[i] - 1) - pad[i]);
     return h;
 }
@@ -65,6 +76,9 @@ FieldRef field_member(Layer& layer, Field field) {
         case Field::eps: return &layer.eps;
         case Field::momentum: return &layer.momentum;
         case Field::p: return &layer.p;
+        case Field::scale: return &layer.scale;
+        case Field::mode: return &layer.mode;
+        case Field::output_pad: return &layer.output_pad;
     }
     return &layer.filters;
 }

@@ -460,6 +460,29 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
             c.forward = run(kernel_name(l.op, Phase::forward), {{"x", g.x}}, 10 * nx, 3 * nx * word);
             c.forward_sync = allreduce(procs_, 8.0, group_spans);
             break;
+        case OpKind::upsample: {
+            // Per output: its two (bilinear: four) sources read and weighed; backward adds into them.
+            const std::vector<TimeField> f{
+                {"x", g.x}, {"y", g.y}, {"scale", {l.scale}}, {"mode", {static_cast<std::int64_t>(l.mode)}}};
+            const double per = l.upsample_mode() == frontend::UpsampleMode::bilinear ? 6.0 : 1.0;
+            c.forward = run(kernel_name(l.op, Phase::forward), f, per * ny, (nx + ny) * word);
+            if (!data_in) c.backward_data = run(kernel_name(l.op, Phase::backward), f, per * ny, (2 * nx + ny) * word);
+            break;
+        }
+        case OpKind::deconv: {
+            // Every input element times its window of filters, in each of the three passes.
+            const std::vector<TimeField> f{{"x", g.x},
+                                           {"y", g.y},
+                                           {"k", pair_field(l.kernel)},
+                                           {"s", pair_field(l.stride)},
+                                           {"p", pair_field(l.pad)}};
+            const double flops = 2.0 * nx * static_cast<double>(l.filters * l.kernel[0] * l.kernel[1]);
+            const double bytes = (nx + ny) * word;
+            c.forward = run(kernel_name(l.op, Phase::forward), f, flops, bytes);
+            if (!data_in) c.backward_data = run(kernel_name(l.op, Phase::backward_data), f, flops, bytes);
+            c.backward_weights = run(kernel_name(l.op, Phase::backward_weights), f, flops, bytes);
+            break;
+        }
         case OpKind::label: break;
         default:  // the element-wise kinds: their FLOPs per element (layer_kinds.hpp), a read and a write
             DSL_INTERNAL_CHECK(l.kind().elementwise(), fmt::format("no cost for layer kind '{}'", l.kind().name));
@@ -487,9 +510,13 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
         c.buffers = 4.0 * bytes;  // send and receive buffers, forward and backward
         if (overlapped) {
             // Interior first, while the halo travels; then the strips along the edges that read it.
-            interior = window_forward(g.inner);
+            // Upsampling and transposed convolution: the whole tile's time, in proportion to the outputs.
+            const bool positional = l.op == OpKind::upsample || l.op == OpKind::deconv;
+            const double whole_forward = c.forward;
+            auto part = [&](const Dims& y) { return positional ? whole_forward * elements(y) / ny : window_forward(y); };
+            interior = part(g.inner);
             double strips = 0.0;
-            for (const Dims& s : g.strips) strips += window_forward(s);
+            for (const Dims& s : g.strips) strips += part(s);
             c.forward = interior + strips;
         }
     }
@@ -510,7 +537,9 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
     if (g.halo) {
         c.forward_halo = overlapped ? std::max(0.0, halo - interior) : halo;
         // With overlap, the gradient's margins go back while the weight gradient is computed.
-        c.backward_halo = overlapped && l.op == OpKind::conv ? std::max(0.0, halo - c.backward_weights) : halo;
+        c.backward_halo = overlapped && (l.op == OpKind::conv || l.op == OpKind::deconv)
+                              ? std::max(0.0, halo - c.backward_weights)
+                              : halo;
     }
     // The output tile, and the margins this layer's window needs around its input's tile.
     if (!l.is_loss()) c.memory += ny * word;
@@ -557,7 +586,12 @@ ShuffleCost Model::shuffle(int reader, int input, const Split& from, const Split
                          window ? r.pad[0] : 0,
                          window ? r.pad[1] : 0,
                          window ? window_dilation(r, 0) : 1,
-                         window ? window_dilation(r, 1) : 1};
+                         window ? window_dilation(r, 1) : 1,
+                         window ? static_cast<std::int64_t>(r.op) : -1,
+                         window ? r.scale : 0,
+                         window ? r.mode : 0,
+                         window ? r.output_pad[0] : 0,
+                         window ? r.output_pad[1] : 0};
     auto it = shuffles_.find(key);
     if (it == shuffles_.end()) {
         ShufflePoints s;

@@ -1,5 +1,8 @@
-// Block placement of tiles and the input windows of convolution and pooling.
+// Block placement of tiles and the input regions of the layers that read a neighbourhood: convolution,
+// pooling, upsampling and transposed convolution.
 #include <dsl/scheduler/tiles.hpp>
+
+#include <dsl/base/error.hpp>
 
 namespace dsl::scheduler {
 
@@ -44,8 +47,34 @@ std::int64_t window_extent(const Layer& layer, int d, std::int64_t outputs) {
     return window_extent(outputs, layer.kernel[d], layer.stride[d], window_dilation(layer, d));
 }
 
+std::int64_t input_extent(const Layer& layer, int d) {
+    const std::int64_t out = layer.shape.dims.at(static_cast<std::size_t>(d) + 1);
+    if (layer.op == OpKind::upsample) return out / layer.scale;
+    DSL_INTERNAL_CHECK(layer.op == OpKind::deconv, std::string("no input extent for ") + layer.name);
+    return (out + 2 * layer.pad[d] - layer.kernel[d] - layer.output_pad[d]) / layer.stride[d] + 1;
+}
+
+IndexRange input_range(const Layer& layer, int d, std::int64_t a, std::int64_t b) {
+    if (layer.op == OpKind::upsample)
+        return upsample_input(a, b, layer.scale, layer.upsample_mode() == frontend::UpsampleMode::bilinear,
+                              input_extent(layer, d));
+    return deconv_input(a, b, layer.kernel[d], layer.stride[d], layer.pad[d], input_extent(layer, d));
+}
+
+namespace {
+
+bool positional(const Layer& layer) { return layer.op == OpKind::upsample || layer.op == OpKind::deconv; }
+
+}  // namespace
+
 Box window_input(const Layer& layer, const Box& out) {
     Box in = out;
+    if (positional(layer)) {
+        if (out.empty()) return in;
+        const IndexRange rows = input_range(layer, 0, out.y0, out.y1), cols = input_range(layer, 1, out.x0, out.x1);
+        in.y0 = rows.first, in.y1 = rows.end, in.x0 = cols.first, in.x1 = cols.end;
+        return in;
+    }
     in.y0 = out.y0 * layer.stride[0] - layer.pad[0];
     in.x0 = out.x0 * layer.stride[1] - layer.pad[1];
     in.y1 = in.y0 + window_extent(layer, 0, out.y1 - out.y0);
@@ -54,6 +83,20 @@ Box window_input(const Layer& layer, const Box& out) {
 }
 
 Box inner_outputs(const Layer& layer, const Box& out, const Box& held) {
+    if (positional(layer)) {
+        // What an output reads moves with it, but not by a fixed stride: scan for the first and the last
+        // outputs that read only within `held` (an output that reads nothing is within).
+        auto inside = [&](int d, std::int64_t o, std::int64_t lo, std::int64_t hi) {
+            const IndexRange r = input_range(layer, d, o, o + 1);
+            return r.end <= r.first || (r.first >= lo && r.end <= hi);
+        };
+        Box inner = out;
+        while (inner.y0 < out.y1 && !inside(0, inner.y0, held.y0, held.y1)) ++inner.y0;
+        while (inner.y1 > inner.y0 && !inside(0, inner.y1 - 1, held.y0, held.y1)) --inner.y1;
+        while (inner.x0 < out.x1 && !inside(1, inner.x0, held.x0, held.x1)) ++inner.x0;
+        while (inner.x1 > inner.x0 && !inside(1, inner.x1 - 1, held.x0, held.x1)) --inner.x1;
+        return inner;
+    }
     // Output o reads input rows [o*stride - pad, o*stride - pad + extent): the first output reading nothing
     // before `lo`, and the end of those reading nothing from `hi` on.
     auto first_inside = [](std::int64_t lo, std::int64_t pad, std::int64_t stride) {

@@ -775,3 +775,82 @@ TEST_CASE("gpu synthetic inputs are the host's", "[gpu]") {
     // The GPU's sines and cosines may differ from the host's in a double's last bits: a float's last bit at most.
     require_close(on_device.download(), expected.tensor, "synthetic inputs", 1e-6, -1.0);
 }
+
+TEST_CASE("gpu upsample matches the reference, on tiles anywhere in the tensor", "[gpu]") {
+    struct Case {
+        std::int64_t scale;
+        bool bilinear;
+        std::int64_t in_h, in_w, oy0, oy1, ox0, ox1;
+    };
+    std::mt19937 rng(71);
+    for (const Case& c : {Case{2, false, 9, 6, 0, 18, 0, 12}, Case{2, true, 9, 6, 0, 18, 0, 12},
+                          Case{2, true, 9, 6, 5, 13, 3, 12}, Case{3, true, 5, 4, 4, 13, 1, 7},
+                          Case{3, false, 5, 4, 4, 13, 1, 7}, Case{2, true, 64, 80, 0, 128, 0, 160}}) {
+        INFO("upsample scale " << c.scale << (c.bilinear ? " bilinear" : " nearest") << " rows " << c.oy0 << ".."
+                               << c.oy1 << " columns " << c.ox0 << ".." << c.ox1);
+        const auto rows = dsl::scheduler::upsample_input(c.oy0, c.oy1, c.scale, c.bilinear, c.in_h);
+        const auto cols = dsl::scheduler::upsample_input(c.ox0, c.ox1, c.scale, c.bilinear, c.in_w);
+        const Dims xd{2, 3, rows.end - rows.first, cols.end - cols.first}, yd{2, 3, c.oy1 - c.oy0, c.ox1 - c.ox0};
+        const Upsample u{c.scale, c.bilinear, c.in_h, c.in_w, Placement{rows.first, cols.first, c.oy0, c.ox0}};
+        Operand x = make_operand(xd, Layout::interior, true, rng), dy = make_operand(yd, Layout::channels, true, rng);
+        const Tile x_dev(x.tensor), dy_dev(dy.tensor);
+        Operand y = make_operand(yd, Layout::interior, false, rng), y_ref = y;
+        const Tile y_dev(y.tensor);
+        reference().upsample->forward(u, x.view(), y_ref.view());
+        gpu().upsample->forward(u, x_dev.on_device(x.view()), y_dev.on_device(y.view()));
+        require_close(y_dev.download(), y_ref.tensor, "upsample forward", 1e-6);
+
+        Operand dx = make_operand(xd, Layout::channels, false, rng), dx_ref = dx;
+        const Tile dx_dev(dx.tensor);
+        reference().upsample->backward(u, dy.view(), dx_ref.view());
+        gpu().upsample->backward(u, dy_dev.on_device(dy.view()), dx_dev.on_device(dx.view()));
+        require_close(dx_dev.download(), dx_ref.tensor, "upsample backward", 1e-5, -1.0);
+    }
+}
+
+TEST_CASE("gpu deconv (cuDNN's convolutions) matches the reference, on tiles anywhere in the tensor", "[gpu]") {
+    struct Case {
+        std::int64_t cin, cout, k, s, p, op, in_h, in_w, oy0, oy1, ox0, ox1;
+    };
+    std::mt19937 rng(73);
+    for (const Case& c : {Case{2, 3, 3, 2, 1, 1, 5, 4, 0, 10, 0, 8}, Case{2, 3, 3, 2, 1, 1, 5, 4, 3, 8, 1, 6},
+                          Case{3, 2, 2, 2, 0, 0, 4, 3, 1, 6, 0, 6}, Case{2, 2, 3, 1, 1, 0, 5, 5, 2, 4, 0, 5},
+                          Case{1, 2, 1, 3, 0, 2, 3, 3, 0, 9, 0, 9}, Case{16, 8, 4, 2, 1, 0, 32, 24, 0, 64, 0, 48}}) {
+        INFO("deconv k " << c.k << " s " << c.s << " p " << c.p << " rows " << c.oy0 << ".." << c.oy1);
+        const auto rows = dsl::scheduler::deconv_input(c.oy0, c.oy1, c.k, c.s, c.p, c.in_h);
+        const auto cols = dsl::scheduler::deconv_input(c.ox0, c.ox1, c.k, c.s, c.p, c.in_w);
+        const Dims xd{2, c.cin, rows.end - rows.first, cols.end - cols.first}, yd{2, c.cout, c.oy1 - c.oy0, c.ox1 - c.ox0};
+        const Dims wd{c.cin, c.cout, c.k, c.k};
+        const Deconv d{{c.k, c.k}, {c.s, c.s}, {c.p, c.p}, Placement{rows.first, cols.first, c.oy0, c.ox0}};
+        Operand x = make_operand(xd, Layout::interior, true, rng), dy = make_operand(yd, Layout::channels, true, rng);
+        Operand w = make_operand(wd, Layout::dense, true, rng);
+        const Tile x_dev(x.tensor), dy_dev(dy.tensor), w_dev(w.tensor);
+        std::vector<float> bias(static_cast<std::size_t>(c.cout));
+        for (float& b : bias) b = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
+        const DeviceArray bias_dev(bias);
+
+        Operand y = make_operand(yd, Layout::interior, false, rng), y_ref = y;
+        const Tile y_dev(y.tensor);
+        reference().deconv->forward(x.view(), w.view(), bias.data(), y_ref.view(), d);
+        gpu().deconv->forward(x_dev.on_device(x.view()), w_dev.on_device(w.view()), bias_dev.data(),
+                              y_dev.on_device(y.view()), d);
+        require_close(y_dev.download(), y_ref.tensor, "deconv forward", 1e-5, -1.0);
+
+        Operand dx = make_operand(xd, Layout::channels, false, rng), dx_ref = dx;
+        const Tile dx_dev(dx.tensor);
+        reference().deconv->backward_data(dy.view(), w.view(), dx_ref.view(), d);
+        gpu().deconv->backward_data(dy_dev.on_device(dy.view()), w_dev.on_device(w.view()), dx_dev.on_device(dx.view()),
+                                    d);
+        require_close(dx_dev.download(), dx_ref.tensor, "deconv backward_data", 1e-5, -1.0);
+
+        Operand dw = make_operand(wd, Layout::dense, false, rng), dw_ref = dw;
+        const Tile dw_dev(dw.tensor);
+        std::vector<float> db_ref(bias.size());
+        const DeviceArray db_dev(static_cast<std::int64_t>(bias.size()));
+        reference().deconv->backward_weights(x.view(), dy.view(), dw_ref.view(), db_ref.data(), d);
+        gpu().deconv->backward_weights(x_dev.on_device(x.view()), dy_dev.on_device(dy.view()),
+                                       dw_dev.on_device(dw.view()), db_dev.data(), d);
+        require_close(dw_dev.download(), dw_ref.tensor, "deconv backward_weights", 1e-5, -1.0);
+        require_close(db_dev.download(), db_ref, "deconv bias gradient", 1e-5, -1.0);
+    }
+}

@@ -73,6 +73,12 @@ CASES = [
     Case("segment_h2", "segment.net", "segment_h2.sched", kernels="cpu", covers="2 processes: rows, odd heights"),
     Case("segment_hybrid4", "segment.net", "segment_hybrid4.sched", kernels="cpu",
          covers="4 processes: samples x rows, mixed per layer"),
+    Case("resample", "resample.net",
+         covers="deconv (stride 1, 2 and 3, pad, output_pad, no bias), upsample nearest and bilinear, concat skips"),
+    Case("resample_h2", "resample.net", "resample_h2.sched", kernels="cpu",
+         covers="2 processes: rows (upsample's and deconv's halos at odd sizes)"),
+    Case("resample_hybrid4", "resample.net", "resample_hybrid4.sched", kernels="cpu",
+         covers="4 processes: samples x columns, a grid and rows per layer"),
     # The kinds of issue 14: skipped while dsl does not know them.
     Case("activations", "activations.net",
          covers="tanh, gelu, dropout(p = 0), groupnorm, sigmoid, pixel_cross_entropy, adamw"),

@@ -169,5 +169,7 @@ EltwiseKernels* eltwise_kernels();        // gpu_eltwise.cu
 LossKernels* loss_kernels();              // gpu_loss.cu
 Memory* memory_kernels();                 // gpu_memory.cu
 SyntheticKernels* synthetic_kernels();    // gpu_synthetic.cu
+UpsampleKernels* upsample_kernels();      // gpu_resample.cu
+DeconvKernels* deconv_kernels();          // gpu_resample.cu: cuDNN's convolutions
 
 }  // namespace dsl::backend::gpu

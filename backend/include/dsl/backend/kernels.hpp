@@ -19,6 +19,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace dsl::backend {
@@ -45,6 +46,53 @@ public:
     // dw(f,c,a,b) = sum_{n,i,j} dy(n,f,i,j) * x(n, c, i*sh + a*dh, j*sw + b*dw); db(f) = sum dy(n,f,i,j) when
     // db is not null. Overwrites both.
     virtual void backward_weights(ConstView x, ConstView dy, View dw, float* db, const Window& window) = 0;
+};
+
+// Where the views of an upsampling or a transposed convolution lie in their tensors: the global index of the
+// first row and column of the input view (x, dx) and of the output view (y, dy). What an output reads
+// depends on its place (a bilinear weight, which inputs a strided transposed window hits), so that a kernel
+// runs on any tile of the tensor alike.
+struct Placement {
+    std::int64_t x_y0 = 0, x_x0 = 0, y_y0 = 0, y_x0 = 0;
+};
+
+// upsample(scale, mode) over an input of in_h x in_w rows and columns (window.hpp: upsample_source).
+struct Upsample {
+    std::int64_t scale = 2;
+    bool bilinear = false;
+    std::int64_t in_h = 0, in_w = 0;
+    Placement at;
+};
+
+class UpsampleKernels {
+public:
+    virtual ~UpsampleKernels() = default;
+    // y(n,c,o,p) = the sum over the sources (i, j) of output (o, p) of weight * x(n,c,i,j); x spans at least
+    // the rows and columns y's outputs read (scheduler::upsample_input).
+    virtual void forward(const Upsample& u, ConstView x, View y) = 0;
+    // The transpose: dx (overwritten) receives, for each element, the sum of weight * dy over the outputs of
+    // dy that read it.
+    virtual void backward(const Upsample& u, ConstView dy, View dx) = 0;
+};
+
+// A transposed convolution (PyTorch's ConvTranspose2d): input i adds into outputs o = i*stride - pad + k.
+struct Deconv {
+    std::array<std::int64_t, 2> kernel{1, 1}, stride{1, 1}, pad{0, 0};
+    Placement at;
+};
+
+class DeconvKernels {
+public:
+    virtual ~DeconvKernels() = default;
+    // y(n,f,o,p) = bias(f) + sum x(n,c,i,j) * w(c,f,a,b) over the inputs of x's view and taps with
+    // o = i*sh - ph + a, p = j*sw - pw + b. w is {C, F, KH, KW} (PyTorch's layout); bias may be null.
+    virtual void forward(ConstView x, ConstView w, const float* bias, View y, const Deconv& d) = 0;
+    // dx(n,c,i,j) = sum dy(n,f,o,p) * w(c,f,a,b) over the outputs of dy's view that input (i, j) adds into.
+    // Overwrites dx.
+    virtual void backward_data(ConstView dy, ConstView w, View dx, const Deconv& d) = 0;
+    // dw(c,f,a,b) = sum x(n,c,i,j) * dy(n,f,o,p) over the pairs within the views; db(f) = the sum of dy when
+    // db is not null. Overwrites both.
+    virtual void backward_weights(ConstView x, ConstView dy, View dw, float* db, const Deconv& d) = 0;
 };
 
 class BatchNormKernels {
@@ -233,6 +281,8 @@ struct Kernels {
     LossKernels* loss = nullptr;
     Memory* memory = nullptr;               // null: the host's
     SyntheticKernels* synthetic = nullptr;  // null: the data source makes inputs on the host
+    UpsampleKernels* upsample = nullptr;
+    DeconvKernels* deconv = nullptr;
     GroupNormKernels* groupnorm = nullptr;
     DropoutKernels* dropout = nullptr;
 
@@ -241,5 +291,12 @@ struct Kernels {
 
 Kernels reference_kernels();  // plain loops: slow, obviously right
 Kernels cpu_kernels();        // oneDNN convolutions, Halide generators for the rest
+
+// A transposed convolution through a kernel set's convolutions (its forward is their backward data, its
+// backward data their forward, its weight gradient their weight gradient with the roles of x and dy
+// swapped), with scratch in `memory`: the CPU's (oneDNN) and the GPU's (cuDNN) deconvolution. `pool`
+// sums the bias gradient (global_sum), `eltwise` adds the overlap of the scratch into the output tile.
+std::unique_ptr<DeconvKernels> deconv_over_conv(ConvKernels& conv, PoolKernels& pool, EltwiseKernels& eltwise,
+                                                Memory& memory);
 
 }  // namespace dsl::backend

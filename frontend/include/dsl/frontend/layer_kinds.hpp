@@ -33,6 +33,8 @@ enum class OpKind {
     concat,
     softmax_cross_entropy,  // logits [N, K] against labels [N]
     pixel_cross_entropy,    // logits [N, K, H, W] against labels [N, H, W]
+    upsample,               // rows and columns repeated (nearest) or interpolated (bilinear) `scale` times
+    deconv,                 // transposed convolution, PyTorch's ConvTranspose2d
 };
 
 // What an element-wise kind computes, element by element, as its kernels take it: y = f(x) forward,
@@ -43,6 +45,7 @@ enum class OpKind {
 enum class Activation { none, relu, leaky_relu, sigmoid, tanh, gelu };
 
 // The value a parameter takes, and the text of its type in errors.
+// `choice`: one of the names in ParamSpec::choices, written as a bare identifier (`mode = bilinear`).
 enum class ParamType {
     positive_int,
     positive_pair,
@@ -52,10 +55,15 @@ enum class ParamType {
     any_real,
     unit_real,
     probability,  // in [0, 1): dropout's p
+    choice,
 };
 
 // The Layer member a parameter sets (network.hpp: field_member maps each to its member).
-enum class Field { filters, kernel, stride, pad, dilation, bias, slope, eps, momentum, groups, p };
+enum class Field { filters, kernel, stride, pad, dilation, bias, slope, eps, momentum, groups, p, scale, mode, output_pad };
+
+// upsample's modes, in the order of its `mode` parameter's choices: nearest repeats each input element;
+// bilinear interpolates as PyTorch's F.interpolate(mode='bilinear', align_corners=False).
+enum class UpsampleMode { nearest, bilinear };
 
 struct ParamSpec {
     const char* name;
@@ -64,6 +72,7 @@ struct ParamSpec {
     bool required = false;
     double default_value = 0.0;   // when not required: the number (pairs take it twice; booleans 0 or 1)
     const char* default_of = "";  // the default is another parameter's value ("kernel"): pooling's stride
+    std::vector<const char*> choices{};  // a choice's names; its default is the index default_value
 };
 
 // How shape inference derives a kind's output shape (infer_shapes.cpp dispatches on it).
@@ -76,6 +85,8 @@ enum class ShapeRule {
     sum,          // the inputs' common shape: add
     concat,       // the channels summed, the rest equal: concat
     loss,         // [N] from logits and labels: the losses
+    upsample,     // [N, C, H*scale, W*scale]
+    deconv,       // [N, filters, (H-1)*stride - 2*pad + kernel + output_pad, likewise W]
 };
 
 struct LayerKind {
@@ -83,7 +94,9 @@ struct LayerKind {
     const char* name = "";                     // the spelling in `.net` files
     std::vector<ParamSpec> params{};           // in positional order
     int min_inputs = 1, max_inputs = 1;        // max_inputs -1: no limit
-    bool windowed = false;                     // reads a window over rows and columns: a halo under a spatial split
+    // Reads a neighbourhood of rows and columns (a window, an interpolation, a transposed window): a halo
+    // under a spatial split, the input region scheduler::window_input gives.
+    bool windowed = false;
     bool weights = false;                      // has learnable parameters
     bool loss = false;                         // reads logits and a label, gives the loss; nothing reads it
     Activation activation = Activation::none;  // an element-wise kind's function, else none

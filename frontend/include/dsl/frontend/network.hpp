@@ -44,6 +44,9 @@ struct Layer {
     double slope = 0.01;    // leaky_relu
     double eps = 1e-5;      // batchnorm
     double momentum = 0.1;  // batchnorm running averages
+    std::int64_t scale = 2;  // upsample
+    std::int64_t mode = 0;   // upsample: an UpsampleMode, the index of its `mode` choice
+    Pair output_pad{0, 0};   // deconv: rows and columns added at the bottom and right
     std::int64_t groups = 1;  // groupnorm: groups of channels
     double p = 0.5;           // dropout: the probability that an element is zeroed
 
@@ -65,8 +68,9 @@ struct Layer {
     const LayerKind& kind() const { return kind_of(op); }
     // An input or a label: data made (or read) where it is needed, in its first reader's distribution.
     bool is_data() const { return kind().data(); }
-    // A convolution or pooling: a window over rows and columns, which reads a halo under a spatial split.
+    // A convolution, pooling, upsampling or transposed convolution: reads a halo under a spatial split.
     bool windowed() const { return kind().windowed; }
+    UpsampleMode upsample_mode() const { return static_cast<UpsampleMode>(mode); }
     bool is_loss() const { return kind().loss; }
     // The parameter an element-wise kind's kernels take: leaky_relu's slope; 0 for a kind without one (relu).
     double activation_slope() const { return kind().param("slope") ? slope : 0.0; }

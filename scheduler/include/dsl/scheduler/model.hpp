@@ -150,7 +150,7 @@ private:
     bool raw_ = false;
     double shuffle_extra_ = 0.0;  // measured cost of a shuffle beyond its transfer
     // Shuffles' tile arithmetic per element of a channel, by extents, splits and the reader's window.
-    using ShuffleKey = std::array<std::int64_t, 19>;
+    using ShuffleKey = std::array<std::int64_t, 24>;
     struct ShufflePoints {
         bool same = false;
         double most_received = 0.0, most_sent = 0.0, most_messages = 0.0, copy = 0.0;

@@ -62,9 +62,16 @@ Extent extent_of(const frontend::Layer& layer, std::int64_t batch);
 // and columns' blocks when `planes` are split (else every row and column: a vector, or whole images).
 Box tile_box(const Extent& whole, const Split& split, std::int64_t rank, bool planes);
 
-// The part of its input that a windowed layer (convolution, pooling) reads to compute the outputs `out`,
-// padding included: rows from out.y0 * stride - pad, as far as the last output's window reaches.
+// The part of its input that a windowed layer reads to compute the outputs `out`: for convolution and
+// pooling, padding included, rows from out.y0 * stride - pad, as far as the last output's window reaches;
+// for upsampling and transposed convolution, the input rows and columns the outputs read (window.hpp),
+// never beyond the tensor (they read no padding).
 Box window_input(const frontend::Layer& layer, const Box& out);
+
+// Upsampling and transposed convolution: the input's extent along dimension d (0: H, 1: W), and the input
+// indices that outputs [a, b) along it read.
+std::int64_t input_extent(const frontend::Layer& layer, int d);
+IndexRange input_range(const frontend::Layer& layer, int d, std::int64_t a, std::int64_t b);
 
 // Overlapping a halo exchange with compute: the outputs of `out` whose windows read only input rows and
 // columns within `held` (what a process has before its halo arrives: its own tile, and the padding beyond

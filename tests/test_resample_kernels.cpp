@@ -1,0 +1,274 @@
+// upsample and deconv kernels: the reference against PyTorch's values (worked out by hand from its formulas)
+// and against central finite differences of its own forward, on tiles placed anywhere in the tensor; the
+// CPU's against the reference; and the input range rules (window.hpp) that the plan's halos follow.
+#include "../backend/src/resample_kernels.hpp"
+
+#include <dsl/backend/kernels.hpp>
+#include <dsl/scheduler/window.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <random>
+#include <vector>
+
+namespace {
+
+using namespace dsl::backend;
+using dsl::scheduler::deconv_input;
+using dsl::scheduler::upsample_input;
+using std::int64_t;
+
+// A random tensor whose view is not dense: `d` inside margins, so that stride bugs read wrong elements.
+struct Block {
+    Tensor storage;
+    View view;
+    Block(Dims d, std::mt19937& rng) : storage(Dims{d.n, d.c + 1, d.h + 2, d.w + 1}, Margins{1, 2, 2, 1}) {
+        std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+        for (int64_t i = 0; i < storage.size(); ++i) storage.data()[i] = u(rng);
+        view = storage.padded().sub(0, 1, 2, 1, d);
+    }
+};
+
+template <typename F>
+void for_each(const Dims& d, F&& f) {
+    for (int64_t n = 0; n < d.n; ++n)
+        for (int64_t c = 0; c < d.c; ++c)
+            for (int64_t y = 0; y < d.h; ++y)
+                for (int64_t x = 0; x < d.w; ++x) f(n, c, y, x);
+}
+
+double dot(ConstView a, ConstView b) {
+    double acc = 0.0;
+    for_each(a.dims, [&](int64_t n, int64_t c, int64_t y, int64_t x) { acc += double(a.at(n, c, y, x)) * b.at(n, c, y, x); });
+    return acc;
+}
+
+std::vector<double> values(ConstView v) {
+    std::vector<double> out;
+    for_each(v.dims, [&](int64_t n, int64_t c, int64_t y, int64_t x) { out.push_back(v.at(n, c, y, x)); });
+    return out;
+}
+
+// Central differences in float with a step of 1e-2 (the kernels are linear: exact but for rounding).
+std::vector<double> numeric_gradient(View v, const std::function<double()>& objective) {
+    std::vector<double> out;
+    for_each(v.dims, [&](int64_t n, int64_t c, int64_t y, int64_t x) {
+        float& e = v.at(n, c, y, x);
+        const float original = e;
+        e = original + 1e-2f;
+        const double up = objective();
+        const float hi = e;
+        e = original - 1e-2f;
+        const double down = objective();
+        const float lo = e;
+        e = original;
+        out.push_back((up - down) / (double(hi) - double(lo)));
+    });
+    return out;
+}
+
+void check_close(const std::vector<double>& got, const std::vector<double>& want, double tolerance) {
+    REQUIRE(got.size() == want.size());
+    double largest = 0.0;
+    for (double w : want) largest = std::max(largest, std::abs(w));
+    int64_t bad = 0;
+    for (std::size_t i = 0; i < got.size(); ++i)
+        if (std::abs(got[i] - want[i]) > tolerance * std::max(largest, 1.0)) ++bad;
+    CHECK(bad == 0);
+    CHECK(largest > 0.0);  // a zero gradient would pass anything
+}
+
+// An upsampling of an in_h x in_w input, its output view rows [oy0, oy1) and columns [ox0, ox1): the input
+// view is exactly what those outputs read.
+struct UpCase {
+    int64_t scale;
+    bool bilinear;
+    int64_t in_h, in_w, oy0, oy1, ox0, ox1;
+};
+
+Upsample placed(const UpCase& c, Dims& x, Dims& y) {
+    const auto rows = upsample_input(c.oy0, c.oy1, c.scale, c.bilinear, c.in_h);
+    const auto cols = upsample_input(c.ox0, c.ox1, c.scale, c.bilinear, c.in_w);
+    x = Dims{2, 3, rows.end - rows.first, cols.end - cols.first};
+    y = Dims{2, 3, c.oy1 - c.oy0, c.ox1 - c.ox0};
+    return Upsample{c.scale, c.bilinear, c.in_h, c.in_w, Placement{rows.first, cols.first, c.oy0, c.ox0}};
+}
+
+}  // namespace
+
+TEST_CASE("upsample's input ranges: what output rows read", "[resample]") {
+    // nearest, scale 2: rows [3, 8) read [1, 4); a tile starting mid-pair reads the pair's input row.
+    CHECK(upsample_input(3, 8, 2, false, 10).first == 1);
+    CHECK(upsample_input(3, 8, 2, false, 10).end == 4);
+    CHECK(upsample_input(4, 8, 2, false, 10).first == 2);
+    // bilinear, scale 2: output 4 is src 1.75 (rows 1, 2); output 7 src 3.25 (rows 3, 4): one row more
+    // on each side than nearest; the last rows clamp at the border.
+    CHECK(upsample_input(4, 8, 2, true, 10).first == 1);
+    CHECK(upsample_input(4, 8, 2, true, 10).end == 5);
+    CHECK(upsample_input(0, 20, 2, true, 10).first == 0);
+    CHECK(upsample_input(0, 20, 2, true, 10).end == 10);
+    // deconv, kernel 3, stride 2, pad 1: output o reads the i with o + 1 - 2 <= 2i <= o + 1, so outputs
+    // [4, 6) read inputs 2 (o = 4 = 2*2 - 1 + 1, o = 5) and 3 (o = 5 = 3*2 - 1 + 0).
+    CHECK(deconv_input(4, 6, 3, 2, 1, 10).first == 2);
+    CHECK(deconv_input(4, 6, 3, 2, 1, 10).end == 4);
+    CHECK(deconv_input(0, 1, 3, 2, 1, 10).first == 0);
+    CHECK(deconv_input(0, 1, 3, 2, 1, 10).end == 1);
+    // kernel 1, stride 3: output 1 is reached by no input.
+    CHECK(deconv_input(1, 2, 1, 3, 0, 10).end == deconv_input(1, 2, 1, 3, 0, 10).first);
+}
+
+TEST_CASE("reference upsample: PyTorch's values", "[resample][reference]") {
+    // F.interpolate(x, scale_factor=2, mode=...) of [[1, 2], [3, 4]]; bilinear with align_corners=False.
+    std::vector<float> x{1, 2, 3, 4}, y(16);
+    const View xv = dense_view(x.data(), Dims{1, 1, 2, 2}), yv = dense_view(y.data(), Dims{1, 1, 4, 4});
+    reference_upsample().forward(Upsample{2, true, 2, 2, {}}, xv, yv);
+    CHECK(y == std::vector<float>{1, 1.25, 1.75, 2, 1.5, 1.75, 2.25, 2.5, 2.5, 2.75, 3.25, 3.5, 3, 3.25, 3.75, 4});
+    reference_upsample().forward(Upsample{2, false, 2, 2, {}}, xv, yv);
+    CHECK(y == std::vector<float>{1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4, 3, 3, 4, 4});
+    // The gradient of the sum of the bilinear output: every input collects weights summing to its share.
+    std::vector<float> ones(16, 1.0f), dx(4);
+    reference_upsample().backward(Upsample{2, true, 2, 2, {}}, dense_view(ones.data(), Dims{1, 1, 4, 4}),
+                                  dense_view(dx.data(), Dims{1, 1, 2, 2}));
+    CHECK(dx == std::vector<float>{4, 4, 4, 4});
+}
+
+TEST_CASE("reference upsample: backward by finite differences, tiles anywhere", "[resample][reference]") {
+    const UpCase c = GENERATE(UpCase{2, false, 7, 6, 0, 14, 0, 12}, UpCase{2, true, 7, 6, 0, 14, 0, 12},
+                              UpCase{2, true, 7, 6, 5, 11, 3, 12}, UpCase{3, true, 5, 4, 4, 13, 1, 7},
+                              UpCase{3, false, 5, 4, 4, 13, 1, 7});
+    CAPTURE(c.scale, c.bilinear, c.oy0, c.oy1, c.ox0, c.ox1);
+    std::mt19937 rng(5);
+    Dims xd, yd;
+    const Upsample u = placed(c, xd, yd);
+    Block x(xd, rng), y(yd, rng), r(yd, rng), dx(xd, rng);
+    UpsampleKernels& k = reference_upsample();
+    auto objective = [&] {
+        k.forward(u, x.view, y.view);
+        return dot(y.view, r.view);
+    };
+    objective();
+    k.backward(u, r.view, dx.view);
+    check_close(values(dx.view), numeric_gradient(x.view, objective), 1e-3);
+
+    // A tile's outputs are the whole tensor's at the same places: the kernels run on any tile alike.
+    const UpCase whole{c.scale, c.bilinear, c.in_h, c.in_w, 0, c.in_h * c.scale, 0, c.in_w * c.scale};
+    Dims wxd, wyd;
+    const Upsample wu = placed(whole, wxd, wyd);
+    Block wx(wxd, rng), wy(wyd, rng);
+    const auto rows = upsample_input(c.oy0, c.oy1, c.scale, c.bilinear, c.in_h);
+    const auto cols = upsample_input(c.ox0, c.ox1, c.scale, c.bilinear, c.in_w);
+    for_each(xd, [&](int64_t n, int64_t ch, int64_t i, int64_t j) {
+        wx.view.at(n, ch, rows.first + i, cols.first + j) = x.view.at(n, ch, i, j);
+    });
+    k.forward(wu, wx.view, wy.view);
+    k.forward(u, x.view, y.view);
+    int64_t differ = 0;
+    for_each(yd, [&](int64_t n, int64_t ch, int64_t i, int64_t j) {
+        differ += y.view.at(n, ch, i, j) != wy.view.at(n, ch, c.oy0 + i, c.ox0 + j);
+    });
+    CHECK(differ == 0);
+}
+
+TEST_CASE("cpu upsample matches the reference", "[resample][cpu]") {
+    const UpCase c = GENERATE(UpCase{2, false, 9, 6, 0, 18, 0, 12}, UpCase{2, true, 9, 6, 0, 18, 0, 12},
+                              UpCase{2, true, 9, 6, 5, 13, 3, 12}, UpCase{4, true, 5, 4, 3, 17, 1, 15},
+                              UpCase{3, false, 5, 4, 4, 13, 1, 7});
+    CAPTURE(c.scale, c.bilinear, c.oy0, c.oy1, c.ox0, c.ox1);
+    std::mt19937 rng(7);
+    Dims xd, yd;
+    const Upsample u = placed(c, xd, yd);
+    Block x(xd, rng), dy(yd, rng), y(yd, rng), y_ref(yd, rng), dx(xd, rng), dx_ref(xd, rng);
+    reference_upsample().forward(u, x.view, y_ref.view);
+    cpu_upsample().forward(u, x.view, y.view);
+    check_close(values(y.view), values(y_ref.view), 1e-6);
+    reference_upsample().backward(u, dy.view, dx_ref.view);
+    cpu_upsample().backward(u, dy.view, dx.view);
+    check_close(values(dx.view), values(dx_ref.view), 1e-6);
+}
+
+namespace {
+
+// A transposed convolution of an in_h x in_w input with `cin` channels into `cout`, its output view rows
+// [oy0, oy1) and columns [ox0, ox1); the input view is what those read.
+struct DeCase {
+    int64_t cin, cout, k, s, p, op, in_h, in_w, oy0, oy1, ox0, ox1;
+    int64_t out(int64_t in) const { return (in - 1) * s - 2 * p + k + op; }
+};
+
+Deconv placed(const DeCase& c, Dims& x, Dims& y) {
+    const auto rows = deconv_input(c.oy0, c.oy1, c.k, c.s, c.p, c.in_h);
+    const auto cols = deconv_input(c.ox0, c.ox1, c.k, c.s, c.p, c.in_w);
+    x = Dims{2, c.cin, rows.end - rows.first, cols.end - cols.first};
+    y = Dims{2, c.cout, c.oy1 - c.oy0, c.ox1 - c.ox0};
+    return Deconv{{c.k, c.k}, {c.s, c.s}, {c.p, c.p}, Placement{rows.first, cols.first, c.oy0, c.ox0}};
+}
+
+}  // namespace
+
+TEST_CASE("reference deconv: PyTorch's values", "[resample][reference]") {
+    // ConvTranspose2d(1, 1, 2, bias=False) with weight [[1, 2], [3, 4]] on [[1, 2], [3, 4]]: 3x3.
+    std::vector<float> x{1, 2, 3, 4}, w{1, 2, 3, 4}, y(9);
+    const View xv = dense_view(x.data(), Dims{1, 1, 2, 2}), wv = dense_view(w.data(), Dims{1, 1, 2, 2});
+    reference_deconv().forward(xv, wv, nullptr, dense_view(y.data(), Dims{1, 1, 3, 3}), Deconv{{2, 2}, {1, 1}, {0, 0}, {}});
+    CHECK(y == std::vector<float>{1, 4, 4, 6, 20, 16, 9, 24, 16});
+    // stride 2, pad 1, output_pad 1, bias 0.5: (2-1)*2 - 2 + 2 + 1 = 3 rows; input (i, j) lands at
+    // (2i - 1 + a, 2j - 1 + b): rows 0, 1, 2 are (i, a) = (0, 1), (1, 0), (1, 1), and columns likewise.
+    const float bias = 0.5f;
+    reference_deconv().forward(xv, wv, &bias, dense_view(y.data(), Dims{1, 1, 3, 3}), Deconv{{2, 2}, {2, 2}, {1, 1}, {}});
+    CHECK(y == std::vector<float>{4.5, 6.5, 8.5, 6.5, 4.5, 8.5, 12.5, 12.5, 16.5});
+}
+
+TEST_CASE("reference deconv: backward by finite differences, tiles anywhere", "[resample][reference]") {
+    const DeCase c = GENERATE(DeCase{2, 3, 3, 2, 1, 1, 5, 4, 0, 10, 0, 8}, DeCase{2, 3, 3, 2, 1, 1, 5, 4, 3, 8, 1, 6},
+                              DeCase{3, 2, 2, 2, 0, 0, 4, 3, 1, 6, 0, 6}, DeCase{2, 2, 3, 1, 1, 0, 5, 5, 2, 4, 0, 5},
+                              DeCase{1, 2, 1, 3, 0, 2, 3, 3, 0, 9, 0, 9});
+    CAPTURE(c.k, c.s, c.p, c.op, c.oy0, c.oy1, c.ox0, c.ox1);
+    REQUIRE(c.oy1 <= c.out(c.in_h));
+    std::mt19937 rng(9);
+    Dims xd, yd;
+    const Deconv d = placed(c, xd, yd);
+    const Dims wd{c.cin, c.cout, c.k, c.k};
+    Block x(xd, rng), w(wd, rng), y(yd, rng), r(yd, rng), dx(xd, rng), dw(wd, rng);
+    std::vector<float> bias(static_cast<std::size_t>(c.cout), 0.25f), db(bias.size());
+    DeconvKernels& k = reference_deconv();
+    auto objective = [&] {
+        k.forward(x.view, w.view, bias.data(), y.view, d);
+        return dot(y.view, r.view);
+    };
+    objective();
+    k.backward_data(r.view, w.view, dx.view, d);
+    k.backward_weights(x.view, r.view, dw.view, db.data(), d);
+    check_close(values(dx.view), numeric_gradient(x.view, objective), 1e-3);
+    check_close(values(dw.view), numeric_gradient(w.view, objective), 1e-3);
+    std::vector<double> sums(bias.size(), 0.0);
+    for_each(yd, [&](int64_t n, int64_t f, int64_t i, int64_t j) { sums[static_cast<std::size_t>(f)] += r.view.at(n, f, i, j); });
+    check_close(std::vector<double>(db.begin(), db.end()), sums, 1e-5);
+}
+
+TEST_CASE("cpu deconv (oneDNN convolutions) matches the reference", "[resample][cpu]") {
+    const DeCase c = GENERATE(DeCase{2, 3, 3, 2, 1, 1, 5, 4, 0, 10, 0, 8}, DeCase{2, 3, 3, 2, 1, 1, 5, 4, 3, 8, 1, 6},
+                              DeCase{3, 2, 2, 2, 0, 0, 4, 3, 1, 6, 0, 6}, DeCase{2, 2, 3, 1, 1, 0, 5, 5, 2, 4, 0, 5},
+                              DeCase{1, 2, 1, 3, 0, 2, 3, 3, 0, 9, 0, 9}, DeCase{8, 4, 4, 2, 1, 0, 16, 12, 0, 32, 0, 24});
+    CAPTURE(c.k, c.s, c.p, c.op, c.oy0, c.oy1, c.ox0, c.ox1);
+    std::mt19937 rng(11);
+    Dims xd, yd;
+    const Deconv d = placed(c, xd, yd);
+    const Dims wd{c.cin, c.cout, c.k, c.k};
+    Block x(xd, rng), w(wd, rng), dy(yd, rng), y(yd, rng), y_ref(yd, rng), dx(xd, rng), dx_ref(xd, rng),
+        dw(wd, rng), dw_ref(wd, rng);
+    std::vector<float> bias(static_cast<std::size_t>(c.cout), -0.75f), db(bias.size()), db_ref(bias.size());
+    DeconvKernels& cpu = *cpu_kernels().deconv;
+    reference_deconv().forward(x.view, w.view, bias.data(), y_ref.view, d);
+    cpu.forward(x.view, w.view, bias.data(), y.view, d);
+    check_close(values(y.view), values(y_ref.view), 1e-5);
+    reference_deconv().backward_data(dy.view, w.view, dx_ref.view, d);
+    cpu.backward_data(dy.view, w.view, dx.view, d);
+    check_close(values(dx.view), values(dx_ref.view), 1e-5);
+    reference_deconv().backward_weights(x.view, dy.view, dw_ref.view, db_ref.data(), d);
+    cpu.backward_weights(x.view, dy.view, dw.view, db.data(), d);
+    check_close(values(dw.view), values(dw_ref.view), 1e-5);
+    check_close(std::vector<double>(db.begin(), db.end()), std::vector<double>(db_ref.begin(), db_ref.end()), 1e-5);
+}
