@@ -31,6 +31,7 @@ Pair& pair_member(Layer& layer, Field field) {
 }
 
 double& real_member(Layer& layer, Field field) {
+    if (field == Field::weight) return layer.weight;
     return field == Field::eps ? layer.eps : field == Field::momentum ? layer.momentum : layer.slope;
 }
 

@@ -435,6 +435,11 @@ struct action<g::dim_size> {
     }
 };
 
+template <>
+struct action<g::float_type> {
+    static void apply0(Builder& b) { b.tensor.is_float = true; }
+};
+
 struct tensor_decl_action {
     static void apply0(Builder& b) { b.out.tensors.push_back(std::move(b.tensor)); }
 };

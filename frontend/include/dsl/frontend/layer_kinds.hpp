@@ -29,6 +29,9 @@ enum class OpKind {
     concat,
     softmax_cross_entropy,  // logits [N, K] against labels [N]
     pixel_cross_entropy,    // logits [N, K, H, W] against labels [N, H, W]
+    mse,                    // predictions against float labels of their shape: the regression losses
+    l1,
+    bce_with_logits,
 };
 
 // What an element-wise kind computes, element by element, as its kernels take it: y = f(x) forward,
@@ -36,11 +39,16 @@ enum class OpKind {
 // y = 1 / (1 + exp(-x)), dx = dy * y * (1 - y).
 enum class Activation { none, relu, leaky_relu, sigmoid };
 
+// What a regression loss computes per element of prediction x and target t, as its kernels take it (the mean
+// over every element is the loss): mse (x - t)^2, l1 |x - t|, bce_with_logits max(x, 0) - x t + log1p(exp(-|x|))
+// (binary cross-entropy of sigmoid(x), in PyTorch's stable form). none for the other kinds.
+enum class Regression { none, mse, l1, bce_with_logits };
+
 // The value a parameter takes, and the text of its type in errors.
 enum class ParamType { positive_int, positive_pair, nonneg_pair, boolean, positive_real, any_real, unit_real };
 
 // The Layer member a parameter sets (network.hpp).
-enum class Field { filters, kernel, stride, pad, dilation, bias, slope, eps, momentum };
+enum class Field { filters, kernel, stride, pad, dilation, bias, slope, eps, momentum, weight };
 
 struct ParamSpec {
     const char* name;
@@ -60,7 +68,7 @@ enum class ShapeRule {
     flatten,      // [N, outputs] from the flattened input: fc
     sum,          // the inputs' common shape: add
     concat,       // the channels summed, the rest equal: concat
-    loss,         // [N] from logits and labels: the losses
+    loss,         // [N] from logits and labels (of the prediction's shape, float, for a regression loss)
 };
 
 struct LayerKind {
@@ -72,14 +80,17 @@ struct LayerKind {
     bool weights = false;                      // has learnable parameters
     bool loss = false;                         // reads logits and a label, gives the loss; nothing reads it
     Activation activation = Activation::none;  // an element-wise kind's function, else none
+    Regression regression = Regression::none;  // a regression loss's function (float labels), else none
     int flops = 1;  // element-wise kinds: FLOPs per element of forward (shapes, and the model's cost)
     ShapeRule shape = ShapeRule::same;
     // The kernels' name in platform time keys ("conv" in "conv.forward"; see scheduler/kernel_names.hpp):
-    // relu and leaky_relu share "activation", the losses "loss"; empty for a kind without kernels.
+    // relu and leaky_relu share "activation", the cross-entropy losses "loss", the regression losses
+    // "regression"; empty for a kind without kernels.
     const char* kernels = "";
 
     bool elementwise() const { return activation != Activation::none; }
     bool data() const { return shape == ShapeRule::data; }
+    bool float_labels() const { return regression != Regression::none; }  // a loss that reads float labels
     const ParamSpec* param(const std::string& name) const;  // null when the kind has none of that name
 };
 

@@ -43,6 +43,8 @@ struct Layer {
     double slope = 0.01;    // leaky_relu
     double eps = 1e-5;      // batchnorm
     double momentum = 0.1;  // batchnorm running averages
+    double weight = 1.0;    // a loss's factor in the total
+    bool float_label = false;  // a label declared `float`: targets of a regression loss, not class indices
 
     // Filled by shape inference.
     Shape shape;                        // output
