@@ -199,8 +199,9 @@ private:
                 const Shape& labels = label.shape;
                 if (k.float_labels()) {  // a float label of the prediction's shape
                     if (!label.float_label)
-                        return fail(l, kind(l) + " compares with float targets: declare '" + label.name + "' as 'label " +
-                                           label.name + " " + in.str() + " float'");
+                        return fail(l, kind(l) + " needs float targets, but '" + label.name +
+                                           "' is an integer label: declare it as 'label " + label.name + " " +
+                                           in.str() + " float'");
                     if (!(labels == in))
                         return fail(l, "labels " + labels.str() + " do not match the prediction " + in.str() +
                                            " of " + kind(l) + ": they must have its shape");
