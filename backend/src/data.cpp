@@ -231,11 +231,30 @@ float SyntheticData::target(std::int64_t sample, std::int64_t c, std::int64_t y,
 
 void SyntheticData::fill_targets(std::int64_t sample0, std::int64_t y0, std::int64_t x0, View tile) const {
     const Dims d = tile.dims;
+    if (d.elements() == 0) return;
+    // The same values as target(), made faster: the mixing weights once, and the input pixels under each
+    // target row at once by fill_inputs (the same values as input()).
+    std::vector<double> mix(static_cast<std::size_t>(d.c * channels));
+    for (std::int64_t c = 0; c < d.c; ++c)
+        for (std::int64_t i = 0; i < channels; ++i)
+            mix[static_cast<std::size_t>(c * channels + i)] = symmetric(hash(seed, tag_target, c, i));
+    auto column = [&](std::int64_t x) { return (2 * (x0 + x) + 1) * width / (2 * target_w); };
+    const std::int64_t first = column(0), span = column(d.w - 1) - first + 1;
 #pragma omp parallel for collapse(2) schedule(static)
     for (std::int64_t n = 0; n < d.n; ++n)
-        for (std::int64_t c = 0; c < d.c; ++c)
-            for (std::int64_t y = 0; y < d.h; ++y)
-                for (std::int64_t x = 0; x < d.w; ++x) tile.at(n, c, y, x) = target(sample0 + n, c, y0 + y, x0 + x);
+        for (std::int64_t y = 0; y < d.h; ++y) {
+            const std::int64_t iy = (2 * (y0 + y) + 1) * height / (2 * target_h);
+            std::vector<float> row(static_cast<std::size_t>(channels * span));
+            fill_inputs(sample0 + n, 0, iy, first, dense_view(row.data(), Dims{1, channels, 1, span}));
+            for (std::int64_t c = 0; c < d.c; ++c)
+                for (std::int64_t x = 0; x < d.w; ++x) {
+                    double z = 0.0;
+                    for (std::int64_t i = 0; i < channels; ++i)
+                        z += mix[static_cast<std::size_t>(c * channels + i)] *
+                             row[static_cast<std::size_t>(i * span + column(x) - first)];
+                    tile.at(n, c, y, x) = static_cast<float>(1.0 / (1.0 + std::exp(-z)));
+                }
+        }
 }
 
 void SyntheticData::fill_labels(std::int64_t sample0, std::int64_t y0, std::int64_t x0,
