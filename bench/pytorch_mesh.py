@@ -134,7 +134,14 @@ class Parser:
                 name = self.ident()
                 if name is None:
                     self.error(f"expected a name after '{kind}'")
-                f["tensors"].append({"kind": kind, "name": name, "shape": self.shape(name), "where": start})
+                shape = self.shape(name)
+                element = "int"
+                if kind == "label" and self.keyword("float"):
+                    element = "float"
+                elif kind == "label":
+                    self.keyword("int")
+                f["tensors"].append({"kind": kind, "name": name, "shape": shape, "element": element,
+                                     "where": start})
             elif self.keyword("train"):
                 if f["train"] is not None:
                     self.error("duplicate 'train'", start.pos)
@@ -330,6 +337,10 @@ class Parser:
             return ("bool", False, at)
         name = self.ident()
         if name is not None:
+            if self.text.startswith("(", self.pos):  # a call as a value: `schedule = cosine(steps = 10)`
+                self.pos = at.pos
+                call = self.call_or_fail("expected a call")
+                return ("call", call, at)
             return ("name", name, at)
         if self.punct("["):
             items = [self.expr_or_fail()]
@@ -385,24 +396,48 @@ def read_imports(main):
 # Elaboration: blocks and repeats expanded into named layers, inputs resolved, topologically ordered
 # (frontend/src/elaborate.cpp, whose rules and layer order this follows).
 
-KINDS = ["conv", "batchnorm", "relu", "leaky_relu", "maxpool", "avgpool", "global_avgpool", "fc", "add", "concat",
-         "softmax_cross_entropy", "pixel_cross_entropy"]
-LOSSES = ("softmax_cross_entropy", "pixel_cross_entropy")
+KINDS = ["conv", "batchnorm", "relu", "leaky_relu", "sigmoid", "tanh", "gelu", "dropout", "groupnorm", "maxpool",
+         "avgpool", "global_avgpool", "upsample", "deconv", "fc", "add", "concat", "softmax_cross_entropy",
+         "pixel_cross_entropy", "mse", "l1", "bce_with_logits"]
+CLASS_LOSSES = ("softmax_cross_entropy", "pixel_cross_entropy")  # integer labels
+REGRESSION_LOSSES = ("mse", "l1", "bce_with_logits")              # float labels of the logits' shape
+LOSSES = CLASS_LOSSES + REGRESSION_LOSSES
+ELEMENTWISE = ("relu", "leaky_relu", "sigmoid", "tanh", "gelu", "dropout")
 
 # Each kind's arguments in positional order: (name, type, default; None where required).
+WEIGHT = ("weight", "positive_real", 1.0)  # a loss's factor in the total that training minimizes
 PARAMS = {
     "conv": [("filters", "positive_int", None), ("kernel", "positive_pair", (1, 1)),
              ("stride", "positive_pair", (1, 1)), ("pad", "nonneg_pair", (0, 0)),
              ("dilation", "positive_pair", (1, 1)), ("bias", "bool", True)],
+    "deconv": [("filters", "positive_int", None), ("kernel", "positive_pair", (1, 1)),
+               ("stride", "positive_pair", (1, 1)), ("pad", "nonneg_pair", (0, 0)),
+               ("output_pad", "nonneg_pair", (0, 0)), ("bias", "bool", True)],
     "batchnorm": [("eps", "positive_real", 1e-5), ("momentum", "unit_real", 0.1)],
+    "groupnorm": [("groups", "positive_int", None), ("eps", "positive_real", 1e-5)],
     "leaky_relu": [("slope", "any_real", 0.01)],
+    "dropout": [("p", "unit_real", None)],
     "maxpool": [("kernel", "positive_pair", None), ("stride", "positive_pair", None), ("pad", "nonneg_pair", (0, 0))],
     "avgpool": [("kernel", "positive_pair", None), ("stride", "positive_pair", None), ("pad", "nonneg_pair", (0, 0))],
+    "upsample": [("scale", "positive_int", 2), ("mode", "upsample_mode", "nearest")],
     "fc": [("outputs", "positive_int", None), ("bias", "bool", True)],
 }
+for _loss in LOSSES:
+    PARAMS[_loss] = [WEIGHT]
+WORDS = {"upsample_mode": ("nearest", "bilinear")}  # arguments that are one of a few words
 TYPE_TEXT = {"positive_int": "a positive integer", "positive_pair": "a positive integer or a [height, width] list",
              "nonneg_pair": "a non-negative integer or a [height, width] list", "bool": "true or false",
-             "positive_real": "a positive number", "any_real": "a number", "unit_real": "a number between 0 and 1"}
+             "positive_real": "a positive number", "any_real": "a number", "unit_real": "a number between 0 and 1",
+             "upsample_mode": "nearest or bilinear"}
+
+# The optimizers of the `train` line, each with its arguments in positional order and their defaults (dsl's
+# defaults where the line leaves them out), and the learning-rate schedules.
+OPTIMIZERS = {
+    "sgd": [("lr", 0.01), ("momentum", 0.9), ("weight_decay", 0.0)],
+    "adam": [("lr", 0.001), ("beta1", 0.9), ("beta2", 0.999), ("eps", 1e-8), ("weight_decay", 0.0)],
+    "adamw": [("lr", 0.001), ("beta1", 0.9), ("beta2", 0.999), ("eps", 1e-8), ("weight_decay", 0.01)],
+}
+SCHEDULES = {"cosine": [("steps", None)], "step": [("every", None), ("gamma", 0.1)]}
 
 
 def is_int(v):
@@ -423,6 +458,8 @@ def evaluate(e, env):
         return env[e[1]]
     if kind == "list":
         return [evaluate(x, env) for x in e[1]]
+    if kind == "call":
+        fail(where, "a call is a value only as the 'schedule' of the 'train' line")
     if kind == "neg":
         v = evaluate(e[1], env)
         if not is_number(v):
@@ -444,6 +481,8 @@ def evaluate(e, env):
 
 def convert(value, kind):
     """The value of an argument of type `kind`, or None when it is not one."""
+    if kind in WORDS:
+        return value if value in WORDS[kind] else None
     if kind == "positive_int":
         return value if is_int(value) and value >= 1 else None
     if kind in ("positive_pair", "nonneg_pair"):
@@ -511,10 +550,11 @@ class Elaborator:
             fail(t["where"], "dimensions must be positive")
         if t["kind"] == "input" and len(shape) != 4:
             fail(t["where"], f"{what} must be [N, C, H, W], got {len(shape)} dimensions")
-        if t["kind"] == "label" and len(shape) not in (1, 3):
+        if t["kind"] == "label" and t.get("element") != "float" and len(shape) not in (1, 3):
             fail(t["where"], f"{what} must be [N] or [N, H, W], got {len(shape)} dimensions")
         layer = Layer(t["name"], t["kind"], t["where"])
         layer.shape = list(shape[1:])
+        layer.attrs["element"] = t.get("element", "int")
         self.tensors[t["name"]] = len(self.nodes)
         if t["kind"] == "input":
             self.net_inputs.append(len(self.nodes))
@@ -522,23 +562,59 @@ class Elaborator:
 
     @staticmethod
     def optimizer(call):
+        """The `train` line: {"optimizer": name, its arguments that the line sets, "warmup": K,
+        "schedule": (kind, {argument: value})}; what the line leaves out is left out (dsl's defaults apply)."""
         train = {}
         if call is None:
             return train
-        if call["callee"] != "sgd":
-            fail(call["where"], f"unknown optimizer '{call['callee']}'")
-        names, positional = ["lr", "momentum", "weight_decay"], 0
+        callee = call["callee"]
+        if callee not in OPTIMIZERS:
+            fail(call["where"], f"unknown optimizer '{callee}'")
+        train["optimizer"] = callee
+        names, positional = [n for n, _ in OPTIMIZERS[callee]], 0
         for name, value, where in call["args"]:
             if name is None:
                 name = names[positional] if positional < len(names) else None
                 positional += 1
-            if name not in names:
-                fail(where, "'sgd' takes lr, momentum and weight_decay")
+            if name == "schedule":
+                train["schedule"] = Elaborator.schedule(value)
+                continue
+            if name not in names + ["warmup"]:
+                fail(where, f"'{callee}' takes {', '.join(names)}, warmup and schedule")
             x = evaluate(value, {})
+            if name == "warmup":
+                if not is_int(x) or x < 0:
+                    fail(where, "'warmup' must be a non-negative integer")
+                train["warmup"] = x
+                continue
             if not is_number(x):
                 fail(where, f"'{name}' must be a number")
             train[name] = float(x)
         return train
+
+    @staticmethod
+    def schedule(value):
+        if value[0] != "call" or value[1]["callee"] not in SCHEDULES:
+            fail(value[-1], "'schedule' must be cosine(steps = T) or step(every = K, gamma = G)")
+        call = value[1]
+        params = SCHEDULES[call["callee"]]
+        names, given, positional = [n for n, _ in params], {}, 0
+        for name, v, where in call["args"]:
+            if name is None:
+                name = names[positional] if positional < len(names) else None
+                positional += 1
+            if name not in names:
+                fail(where, f"'{call['callee']}' takes {' and '.join(names)}")
+            x = evaluate(v, {})
+            if not is_number(x) or (name in ("steps", "every") and (not is_int(x) or x < 1)):
+                fail(where, f"'{name}' must be {'a positive integer' if name != 'gamma' else 'a number'}")
+            given[name] = x
+        for name, default in params:
+            if name not in given:
+                if default is None:
+                    fail(call["where"], f"missing argument '{name}' of '{call['callee']}'")
+                given[name] = default
+        return call["callee"], given
 
     def default_input(self, scope, where):
         sc = self.scopes[scope]
@@ -652,7 +728,8 @@ class Elaborator:
             if name in given:
                 fail(where, f"duplicate argument '{name}'")
             kind = params[names.index(name)][1]
-            v = convert(evaluate(value, env), kind)
+            word = kind in WORDS and value[0] == "name" and value[1] not in env
+            v = convert(value[1] if word else evaluate(value, env), kind)
             if v is None:
                 fail(value[-1], f"'{name}' must be {TYPE_TEXT[kind]}")
             given[name] = v
@@ -782,8 +859,31 @@ def infer_shapes(layers):
             if not inp:
                 fail(layer.where, "'batchnorm' needs an input with channels")
             layer.shape, layer.params = list(inp), 2 * inp[0]
-        elif layer.op in ("relu", "leaky_relu"):
+        elif layer.op in ELEMENTWISE:
             layer.shape = list(inp)
+        elif layer.op == "groupnorm":
+            if len(inp) != 3 or inp[0] % a["groups"]:
+                fail(layer.where, f"'groupnorm' needs a 4-D input whose channels its {a['groups']} groups divide")
+            layer.shape, layer.params = list(inp), 2 * inp[0]
+        elif layer.op == "upsample":
+            if len(inp) != 3:
+                fail(layer.where, f"'upsample' needs a 4-D input [N, C, H, W], got {shape_text(inp)}")
+            layer.shape = [inp[0], inp[1] * a["scale"], inp[2] * a["scale"]]
+        elif layer.op == "deconv":
+            if len(inp) != 3:
+                fail(layer.where, f"'deconv' needs a 4-D input [N, C, H, W], got {shape_text(inp)}")
+            out = []
+            for d in range(2):
+                if a["output_pad"][d] >= a["stride"][d]:
+                    fail(layer.where, "'output_pad' must be smaller than the stride")
+                size = (inp[d + 1] - 1) * a["stride"][d] - 2 * a["pad"][d] + a["kernel"][d] + a["output_pad"][d]
+                if size < 1:
+                    fail(layer.where, "the output of 'deconv' would have no rows or columns")
+                out.append(size)
+            weights = a["filters"] * inp[0] * a["kernel"][0] * a["kernel"][1]
+            layer.shape = [a["filters"]] + out
+            layer.params = weights + (a["filters"] if a["bias"] else 0)
+            layer.macs = inp[1] * inp[2] * weights
         elif layer.op == "global_avgpool":
             if len(inp) != 3:
                 fail(layer.where, f"'global_avgpool' needs a 4-D input [N, C, H, W], got {shape_text(inp)}")
@@ -801,6 +901,12 @@ def infer_shapes(layers):
             if not inp or any(len(o) != len(inp) or o[1:] != inp[1:] for o in others):
                 fail(layer.where, "cannot concatenate tensors whose shapes differ but for the channels")
             layer.shape = [inp[0] + sum(o[0] for o in others)] + inp[1:]
+        elif layer.op in REGRESSION_LOSSES:
+            label = layers[layer.inputs[1]]
+            if label.attrs.get("element") != "float" or label.shape != inp:
+                fail(layer.where, f"'{layer.op}' needs float labels of its logits' shape {shape_text(inp)}, got "
+                                  f"{label.attrs.get('element')} labels {shape_text(label.shape)}")
+            layer.shape = []
         elif layer.op in LOSSES:
             labels = layers[layer.inputs[1]].shape
             pixel = layer.op == "pixel_cross_entropy"
@@ -826,7 +932,7 @@ class Network:
             raise NetError(f"{path}: error: the network has no loss to train")
         self.classes = {}
         for layer in self.layers:
-            if layer.op in LOSSES:
+            if layer.op in CLASS_LOSSES:
                 label = self.layers[layer.inputs[1]].name
                 k = self.layers[layer.inputs[0]].shape[0]
                 self.classes[label] = min(k, self.classes.get(label, k))
@@ -846,7 +952,11 @@ class Network:
 # ---------------------------------------------------------------------------------------------------------
 # The network in PyTorch. torch is imported only here, so that --layers and the parser run without it.
 
-def torch_network(net, inplace_relu):
+def torch_network(net, inplace_relu, dtype=None):
+    """`net` as a torch.nn.Module whose forward takes {input or label name: tensor} and returns the loss that
+    training minimizes (the losses' weighted sum); after each forward, `terms` holds each loss, unweighted, by
+    its layer's name. Parameters are made in `dtype` (default: torch's, float32); `layer_module(name)` is the
+    module that holds a layer's parameters and buffers."""
     import torch
     import torch.nn.functional as F
     from torch import nn
@@ -877,9 +987,19 @@ def torch_network(net, inplace_relu):
                                   bias=a["bias"])
                     nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
                     self.mods[key] = m
+                elif layer.op == "deconv":
+                    self.mods[key] = nn.ConvTranspose2d(src.shape[0], a["filters"], a["kernel"], a["stride"],
+                                                        a["pad"], a["output_pad"], bias=a["bias"])
                 elif layer.op == "batchnorm":
                     bn = nn.BatchNorm2d if len(src.shape) == 3 else nn.BatchNorm1d
                     self.mods[key] = bn(src.shape[0], eps=a["eps"], momentum=a["momentum"])
+                elif layer.op == "groupnorm":
+                    self.mods[key] = nn.GroupNorm(a["groups"], src.shape[0], eps=a["eps"])
+                elif layer.op == "dropout":
+                    self.mods[key] = nn.Dropout(a["p"])
+                elif layer.op == "upsample":
+                    self.mods[key] = nn.Upsample(scale_factor=a["scale"], mode=a["mode"],
+                                                 align_corners=False if a["mode"] == "bilinear" else None)
                 elif layer.op == "maxpool":
                     self.mods[key] = nn.MaxPool2d(a["kernel"], a["stride"], a["pad"])
                 elif layer.op == "avgpool":
@@ -888,9 +1008,17 @@ def torch_network(net, inplace_relu):
                     self.mods[key] = nn.Linear(math.prod(src.shape), a["outputs"], bias=a["bias"])
                 elif layer.op == "relu":
                     self.inplace[i] = inplace_relu and consumers[layer.inputs[0]] == 1 and src.op in overwritable
+            if dtype is not None:
+                self.to(dtype)
+            self.terms = {}
+
+        def layer_module(self, name):
+            i = next((i for i, layer in enumerate(net.layers) if layer.name == name), None)
+            return self.mods[str(i)] if i is not None and str(i) in self.mods else None
 
         def forward(self, tensors):
             outs, loss = {}, None
+            self.terms = {}
             for i, layer in enumerate(net.layers):
                 op, key = layer.op, str(i)
                 if op in ("input", "label"):
@@ -898,7 +1026,8 @@ def torch_network(net, inplace_relu):
                     y = None
                 else:
                     xs = [outs[j] for j in layer.inputs]
-                    if op in ("conv", "batchnorm", "maxpool", "avgpool"):
+                    if op in ("conv", "deconv", "batchnorm", "groupnorm", "maxpool", "avgpool", "upsample",
+                              "dropout"):
                         y = self.mods[key](xs[0])
                     elif op == "fc":
                         y = self.mods[key](xs[0].flatten(1))
@@ -906,6 +1035,12 @@ def torch_network(net, inplace_relu):
                         y = F.relu(xs[0], inplace=self.inplace[i])
                     elif op == "leaky_relu":
                         y = F.leaky_relu(xs[0], layer.attrs["slope"])
+                    elif op == "sigmoid":
+                        y = torch.sigmoid(xs[0])
+                    elif op == "tanh":
+                        y = torch.tanh(xs[0])
+                    elif op == "gelu":
+                        y = F.gelu(xs[0])  # the exact erf form, PyTorch's default
                     elif op == "global_avgpool":
                         y = xs[0].mean(dim=(2, 3), keepdim=True)
                     elif op == "add":
@@ -914,9 +1049,19 @@ def torch_network(net, inplace_relu):
                             y = y + x
                     elif op == "concat":
                         y = torch.cat(xs, 1)
-                    else:  # a loss: the mean over samples (and pixels); several losses add up, as in dsl
-                        logits = xs[0] if op == "pixel_cross_entropy" else xs[0].flatten(1)
-                        term = F.cross_entropy(logits, xs[1])
+                    else:  # a loss: the mean over samples (and pixels, channels); the weighted sum is trained
+                        if op == "mse":
+                            term = F.mse_loss(xs[0], xs[1])
+                        elif op == "l1":
+                            term = F.l1_loss(xs[0], xs[1])
+                        elif op == "bce_with_logits":
+                            term = F.binary_cross_entropy_with_logits(xs[0], xs[1])
+                        else:
+                            logits = xs[0] if op == "pixel_cross_entropy" else xs[0].flatten(1)
+                            term = F.cross_entropy(logits, xs[1])
+                        self.terms[layer.name] = term.detach()
+                        weight = layer.attrs.get("weight", 1.0)
+                        term = term if weight == 1.0 else weight * term
                         loss = term if loss is None else loss + term
                         y = None
                     del xs
@@ -927,6 +1072,41 @@ def torch_network(net, inplace_relu):
             return loss
 
     return Net()
+
+
+def optimizer_settings(train):
+    """The optimizer's name and its settings: the `train` line's, else dsl's defaults."""
+    name = train.get("optimizer", "sgd")
+    return name, {k: train.get(k, default) for k, default in OPTIMIZERS[name]}
+
+
+def make_optimizer(torch, params, train):
+    """The torch.optim optimizer the `train` line names, with its settings (PyTorch's update rules: SGD with
+    momentum and weight decay added to the gradient; Adam's L2 weight decay; AdamW's decoupled one)."""
+    name, a = optimizer_settings(train)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=a["lr"], momentum=a["momentum"], weight_decay=a["weight_decay"])
+    adam = torch.optim.Adam if name == "adam" else torch.optim.AdamW
+    return adam(params, lr=a["lr"], betas=(a["beta1"], a["beta2"]), eps=a["eps"], weight_decay=a["weight_decay"])
+
+
+def learning_rate(train, step):
+    """The learning rate of step `step` (from 0): a linear warm-up over the first `warmup` steps K from lr/K
+    towards lr (PyTorch's LinearLR(start_factor = 1/K, total_iters = K): lr·(1/K + (1 − 1/K)·step/K)), then the
+    schedule over the steps t after the warm-up: cosine(steps = T) is lr·(1 + cos(π·min(t, T)/T))/2
+    (CosineAnnealingLR to 0, staying there), step(every = K, gamma = G) is lr·G^⌊t/K⌋ (StepLR); constant
+    without one."""
+    lr = optimizer_settings(train)[1]["lr"]
+    warmup = train.get("warmup", 0)
+    if step < warmup:
+        return lr * (1 / warmup + (1 - 1 / warmup) * step / warmup)
+    t = step - warmup
+    kind, a = train.get("schedule", (None, {}))
+    if kind == "cosine":
+        return lr * 0.5 * (1 + math.cos(math.pi * min(t, a["steps"]) / a["steps"]))
+    if kind == "step":
+        return lr * a["gamma"] ** (t // a["every"])
+    return lr
 
 
 def set_tf32(torch, on):
@@ -961,9 +1141,9 @@ class Bench:
         self.cuda = self.device.type == "cuda"
         torch.backends.cudnn.benchmark = True
         set_tf32(torch, args.tf32)
-        tr = net.train
-        self.lr, self.momentum, self.weight_decay = (tr.get("lr", 0.01), tr.get("momentum", 0.9),
-                                                     tr.get("weight_decay", 0.0))
+        self.optimizer, settings = optimizer_settings(net.train)
+        self.lr, self.momentum, self.weight_decay = (settings["lr"], settings.get("momentum"),
+                                                     settings["weight_decay"])
 
     def sync(self):
         if self.cuda:
@@ -978,6 +1158,8 @@ class Bench:
             shape = (batch, *layer.shape)
             if layer.op == "input":
                 tensors[layer.name] = torch.randn(shape, device=where)
+            elif layer.op == "label" and layer.attrs.get("element") == "float":
+                tensors[layer.name] = torch.rand(shape, device=where)
             elif layer.op == "label":
                 classes = self.net.classes.get(layer.name, 1)
                 tensors[layer.name] = torch.randint(0, classes, shape, device=where, dtype=torch.long)
@@ -998,11 +1180,13 @@ class Bench:
         if params != self.net.params():
             raise RuntimeError(f"internal error: the PyTorch model has {params} parameters, "
                                f"the network {self.net.params()}")
-        opt = torch.optim.SGD(model.parameters(), lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay)
+        opt = make_optimizer(torch, model.parameters(), self.net.train)
         tensors = self.data(batch)
         model.train()
         times, losses = [], []
-        for _ in range(warmup + steps):
+        for step in range(warmup + steps):
+            for group in opt.param_groups:
+                group["lr"] = learning_rate(self.net.train, step)
             self.sync()
             t0 = time.perf_counter()
             opt.zero_grad(set_to_none=True)
@@ -1138,7 +1322,7 @@ def main(argv=None):
         "max_memory_allocated": memory.get("max_memory_allocated"),
         "max_memory_reserved": memory.get("max_memory_reserved"),
         "parameters": params, "first_loss": losses[0], "last_loss": losses[-1],
-        "lr": bench.lr, "momentum": bench.momentum, "weight_decay": bench.weight_decay,
+        "optimizer": bench.optimizer, "lr": bench.lr, "momentum": bench.momentum, "weight_decay": bench.weight_decay,
         "tf32": args.tf32, "host_inputs": args.host_inputs, "inplace_relu": not args.no_inplace_relu,
         "device": device_text(torch, bench.device), "step_ms": [t * 1e3 for t in times],
     }
