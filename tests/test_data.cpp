@@ -11,8 +11,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <cstdint>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -370,7 +370,8 @@ loss = bce_with_logits from f, t
     Tensor tilev(Dims{2, 4, 1, 1});
     srcv->targets(v.net.layers[static_cast<std::size_t>(v.net.find("t"))], 1, 0, 0, tilev.interior());
     for (std::int64_t n = 0; n < 2; ++n)
-        for (std::int64_t k = 0; k < 4; ++k) CHECK(tilev.at(n, k, 0, 0) == tv[static_cast<std::size_t>((n + 1) * 4 + k)]);
+        for (std::int64_t k = 0; k < 4; ++k)
+            CHECK(tilev.at(n, k, 0, 0) == tv[static_cast<std::size_t>((n + 1) * 4 + k)]);
 }
 
 TEST_CASE("data: synthetic float targets are a function of the inputs, the same in any tile", "[data]") {

@@ -308,8 +308,8 @@ TEST_CASE("cpu regression losses match the reference", "[halide]") {
     std::mt19937 rng(41);
     const Tensor x = random_tensor(d, {1, 1, 2, 2}, rng), t = random_tensor(d, {0, 2, 1, 0}, rng);
     Tensor expected(d), got(d);
-    const double loss_ref = reference_kernels().loss->regression(r, x.interior(), t.interior(), 0.25f,
-                                                                 expected.interior());
+    const double loss_ref =
+        reference_kernels().loss->regression(r, x.interior(), t.interior(), 0.25f, expected.interior());
     const double loss = cpu_loss().regression(r, x.interior(), t.interior(), 0.25f, got.interior());
     CHECK(loss == Approx(loss_ref).epsilon(1e-6));
     CHECK(loss > 0.0);

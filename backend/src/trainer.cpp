@@ -629,8 +629,8 @@ struct Trainer::Impl {
         const Dims td = x.dims;
         host_targets.resize(static_cast<std::size_t>(td.elements()));
         const bool planes = has_planes(label);
-        data.targets(label, first + prediction.box.n0, planes ? prediction.box.y0 : 0,
-                     planes ? prediction.box.x0 : 0, dense_view(host_targets.data(), td));
+        data.targets(label, first + prediction.box.n0, planes ? prediction.box.y0 : 0, planes ? prediction.box.x0 : 0,
+                     dense_view(host_targets.data(), td));
         ConstView t = dense_view(host_targets.data(), td);
         if (!mem.host()) {
             mem.upload(host_targets.data(), targets.reserve(td.elements()), td.elements());

@@ -196,8 +196,9 @@ private:
             } else if (input && rank != 4) {
                 report(t.loc, what + " must be [N, C, H, W], got " + std::to_string(rank) + " dimensions", -1);
             } else if (!input && t.is_float && rank != 2 && rank != 4) {
-                report(t.loc, "float " + what + " must be [N, K] or [N, C, H, W], got " + std::to_string(rank) +
-                                  " dimensions", -1);
+                report(t.loc,
+                       "float " + what + " must be [N, K] or [N, C, H, W], got " + std::to_string(rank) + " dimensions",
+                       -1);
             } else if (!input && !t.is_float && rank != 1 && rank != 3) {
                 report(t.loc, what + " must be [N] or [N, H, W], got " + std::to_string(rank) + " dimensions", -1);
             } else if (ok) {

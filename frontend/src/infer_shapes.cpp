@@ -203,8 +203,8 @@ private:
                                            "' is an integer label: declare it as 'label " + label.name + " " +
                                            in.str() + " float'");
                     if (!(labels == in))
-                        return fail(l, "labels " + labels.str() + " do not match the prediction " + in.str() +
-                                           " of " + kind(l) + ": they must have its shape");
+                        return fail(l, "labels " + labels.str() + " do not match the prediction " + in.str() + " of " +
+                                           kind(l) + ": they must have its shape");
                     l.shape.dims.clear();
                     l.flops = c.mul(k.flops, in_elements);
                     return true;

@@ -83,9 +83,9 @@ __global__ void __launch_bounds__(256) cross_entropy_kernel(Dims d, Operand<cons
 }
 
 // A regression loss: one thread per element, in double as the reference; each block writes its sum.
-__global__ void __launch_bounds__(256) regression_kernel(Dims d, frontend::Regression loss, Operand<const float> x,
-                                                         Operand<const float> t, Operand<float> dx, float scale,
-                                                         double* partials) {
+__global__ void __launch_bounds__(256)
+    regression_kernel(Dims d, frontend::Regression loss, Operand<const float> x, Operand<const float> t,
+                      Operand<float> dx, float scale, double* partials) {
     const std::int64_t elements = d.n * d.c * d.h * d.w;
     double total = 0.0;
     for (std::int64_t e = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < elements;

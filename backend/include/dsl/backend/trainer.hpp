@@ -40,8 +40,7 @@ public:
                         BasicView<std::int32_t> tile) = 0;
     // A float label's targets (a regression loss's), {n, C, h, w} (a label [N, K] is {n, K, 1, 1}), in host
     // memory. A source without float labels has none to give: asking is an internal error.
-    virtual void targets(const frontend::Layer& label, std::int64_t first, std::int64_t y0, std::int64_t x0,
-                         View tile);
+    virtual void targets(const frontend::Layer& label, std::int64_t first, std::int64_t y0, std::int64_t x0, View tile);
     // Where an input's values are the synthetic data set's, its definition, so that a kernel set whose
     // tensors are elsewhere (a GPU's) can make them there instead of copying them over; else null.
     virtual const SyntheticData* synthetic(const frontend::Layer& input) const {

@@ -90,8 +90,9 @@ struct LayerKind {
 
     bool elementwise() const { return activation != Activation::none; }
     bool data() const { return shape == ShapeRule::data; }
-    bool float_labels() const { return regression != Regression::none; }  // a loss that reads float labels
     const ParamSpec* param(const std::string& name) const;  // null when the kind has none of that name
+    // A loss that reads float labels: a regression loss.
+    bool float_labels() const { return regression != Regression::none; }
 };
 
 // Every kind, input and label first, indexed by OpKind.

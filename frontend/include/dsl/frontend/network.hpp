@@ -44,7 +44,9 @@ struct Layer {
     double eps = 1e-5;      // batchnorm
     double momentum = 0.1;  // batchnorm running averages
     double weight = 1.0;    // a loss's factor in the total
-    bool float_label = false;  // a label declared `float`: targets of a regression loss, not class indices
+
+    // A label declared `float`: targets of a regression loss, not class indices.
+    bool float_label = false;
 
     // Filled by shape inference.
     Shape shape;                        // output
