@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <string>
 #include <vector>
 
 TEST_CASE("check prints every layer with its shape, and totals", "[cli]") {
@@ -147,6 +149,30 @@ TEST_CASE("explain costs sigmoids: their kernels forward and backward, on their 
     REQUIRE(checked.exit_code == 0);
     for (const auto& l : nlohmann::json::parse(checked.out)["layers"])
         if (l["name"] == "r1") CHECK(l["flops"].get<double>() == 4.0 * 8 * 12 * 9);  // 4 per element
+}
+
+TEST_CASE("explain costs group norm, dropout, tanh and gelu on their tiles", "[cli][model]") {
+    const Result r = run_dsl("explain tests/dist/modern.net tests/dist/modern_hybrid_4.sched --json");
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    const auto j = nlohmann::json::parse(r.out);
+    std::map<std::string, int> seen;
+    for (const auto& l : j["layers"]) {
+        const std::string kind = l["kind"];
+        if (kind != "groupnorm" && kind != "dropout" && kind != "tanh" && kind != "gelu") continue;
+        INFO(l["name"]);
+        ++seen[kind];
+        CHECK(l["seconds"]["forward"].get<double>() > 0.0);
+        CHECK(l["seconds"]["backward_data"].get<double>() > 0.0);
+        CHECK(l["memory_bytes"].get<double>() > 0.0);
+    }
+    CHECK(seen == std::map<std::string, int>{{"dropout", 2}, {"gelu", 1}, {"groupnorm", 3}, {"tanh", 1}});
+    const Result checked = run_dsl("check tests/dist/modern.net --json");
+    REQUIRE(checked.exit_code == 0);
+    for (const auto& l : nlohmann::json::parse(checked.out)["layers"]) {
+        if (l["name"] == "n1") CHECK(l["params"].get<double>() == 2 * 8);  // a scale and a shift per channel
+        if (l["name"] == "e1") CHECK(l["flops"].get<double>() == 6.0 * 6 * 33 * 35);
+    }
 }
 
 TEST_CASE("schedule fills a partial schedule, keeping its fixed fields, into a file check accepts", "[cli][model]") {

@@ -15,9 +15,10 @@ TEST_CASE("distributed training gives the losses and weights of one process", "[
     // Sample, rows, columns, both, hybrid, per-layer redistribution both ways (2 and 4 processes), overlap
     // on and off, stride 2, pooling, residual adds, a fully connected head (sample-parallel, and computed
     // whole by a spatial group), uneven tiles of samples, rows and columns, and several losses whose logits
-    // other layers read (heads.net), sigmoids on planes and on vectors (sigmoid.net), a regression loss on
-    // float targets at odd sizes (regress.net), and weighted regression and cross-entropy losses on pixels and
-    // on a vector (weighted.net).
+    // other layers read (heads.net), sigmoids on planes and on vectors (sigmoid.net), group norm, tanh,
+    // gelu and dropout at an odd size (modern.net: statistics over a sample's spatial group, masks of global
+    // coordinates), a regression loss on float targets at odd sizes (regress.net), and weighted regression and
+    // cross-entropy losses on pixels and on a vector (weighted.net).
     const Case c = GENERATE(Case{"samples/mesh_tiny.net", "samples/mesh_tiny_sample_2.sched", 4},
                             Case{"samples/mesh_tiny.net", "samples/mesh_tiny_spatial_h_2.sched", 4},
                             Case{"samples/mesh_tiny.net", "samples/mesh_tiny_spatial_w_2.sched", 4},
@@ -36,6 +37,10 @@ TEST_CASE("distributed training gives the losses and weights of one process", "[
                             Case{"tests/dist/sigmoid.net", "tests/dist/sigmoid_h2.sched", 4},
                             Case{"tests/dist/sigmoid.net", "tests/dist/sigmoid_hw4.sched", 4},
                             Case{"tests/dist/sigmoid.net", "tests/dist/sigmoid_hybrid_4.sched", 4},
+                            Case{"tests/dist/modern.net", "tests/dist/modern_h2.sched", 4},
+                            Case{"tests/dist/modern.net", "tests/dist/modern_w2.sched", 4},
+                            Case{"tests/dist/modern.net", "tests/dist/modern_hw4.sched", 4},
+                            Case{"tests/dist/modern.net", "tests/dist/modern_hybrid_4.sched", 4},
                             Case{"tests/dist/regress.net", "tests/dist/regress_h2.sched", 4},
                             Case{"tests/dist/regress.net", "tests/dist/regress_hw4.sched", 4},
                             Case{"tests/dist/regress.net", "tests/dist/regress_hybrid_4.sched", 4},
@@ -106,5 +111,32 @@ TEST_CASE("a checkpoint saved under one schedule resumes under another", "[distr
     REQUIRE(got);
     CHECK(got->meta["step"] == 5);
     check_same_state(*got, *expected, 1e-4);
+    fs::remove_all(dir);
+}
+
+TEST_CASE("dropout's masks resume where they left off: a resumed run under another schedule draws what one "
+          "uninterrupted process draws",
+          "[distributed][mpi]") {
+    const fs::path dir = fs::temp_directory_path() / ("dsl_resume_dropout_" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    const std::string d = dir.string();
+    const std::string common = "run tests/dist/modern.net --seed 3 --batch 4 ";
+    Result r = run_dsl(common + "--steps 5 --log " + d + "/one.jsonl");
+    REQUIRE(r.exit_code == 0);
+    r = run_dsl(common + "tests/dist/modern_hybrid_4.sched --steps 3 --save " + d + "/first");
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    r = run_dsl(common + "tests/dist/modern_h2.sched --steps 2 --load " + d + "/first --log " + d + "/rest.jsonl");
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    std::vector<double> one, rest;
+    std::ifstream a(dir / "one.jsonl"), b(dir / "rest.jsonl");
+    for (std::string line; std::getline(a, line);) one.push_back(nlohmann::json::parse(line)["loss"]);
+    for (std::string line; std::getline(b, line);) rest.push_back(nlohmann::json::parse(line)["loss"]);
+    REQUIRE(one.size() == 5);
+    REQUIRE(rest.size() == 2);
+    CHECK(rest[0] == Approx(one[3]).epsilon(1e-6));
+    CHECK(rest[1] == Approx(one[4]).epsilon(1e-6));
     fs::remove_all(dir);
 }

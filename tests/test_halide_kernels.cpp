@@ -155,6 +155,99 @@ TEST_CASE("halide batch norm matches the reference", "[halide]") {
     CHECK(same_margins(got, expected));
 }
 
+TEST_CASE("halide tanh and gelu match the reference", "[halide]") {
+    const Dims d = GENERATE(from_range(shapes));
+    const auto f = GENERATE(dsl::frontend::Activation::tanh, dsl::frontend::Activation::gelu);
+    std::mt19937 rng(14);
+    const Tensor x = random_tensor(d, some_margins, rng), dy = random_tensor(d, {1, 0, 0, 1}, rng);
+    Tensor expected = random_tensor(d, some_margins, rng), got = expected;
+
+    // Halide's tanh, erf and exp and the C library's round differently: within a few float ulps (gelu's
+    // values near zero by an absolute 1e-6 at most, which `mismatches` allows).
+    reference_kernels().activation->forward(f, x.interior(), 0.0f, expected.interior());
+    halide_activation().forward(f, x.interior(), 0.0f, got.interior());
+    CHECK(mismatches(got.interior(), expected.interior(), 1e-5) == 0);
+    CHECK(same_margins(got, expected));
+
+    reference_kernels().activation->backward(f, x.interior(), dy.interior(), 0.0f, expected.interior());
+    halide_activation().backward(f, x.interior(), dy.interior(), 0.0f, got.interior());
+    CHECK(mismatches(got.interior(), expected.interior(), 1e-5) == 0);
+    CHECK(same_margins(got, expected));
+}
+
+TEST_CASE("cpu group norm matches the reference", "[halide]") {
+    const Dims d = GENERATE(Dims{1, 1, 1, 1}, Dims{2, 4, 5, 7}, Dims{1, 6, 9, 17}, Dims{3, 8, 16, 8}, Dims{2, 6, 1, 33});
+    const std::int64_t groups = GENERATE(1, 2);
+    if (d.c % groups != 0) return;
+    CAPTURE(d.n, d.c, d.h, d.w, groups);
+    std::mt19937 rng(12);
+    const Tensor x = random_tensor(d, some_margins, rng), dy = random_tensor(d, {0, 2, 1, 0}, rng);
+    GroupNormKernels& ref = *reference_kernels().groupnorm;
+    GroupNormKernels& cpu = *cpu_kernels().groupnorm;
+    const auto stats = static_cast<std::size_t>(d.n * groups), c = static_cast<std::size_t>(d.c);
+
+    std::vector<double> sum_ref(stats, 1.5), sq_ref(stats, -0.5), sum(stats, 1.5), sq(stats, -0.5);
+    ref.statistics(x.interior(), groups, sum_ref.data(), sq_ref.data());
+    cpu.statistics(x.interior(), groups, sum.data(), sq.data());
+    for (std::size_t k = 0; k < stats; ++k) {
+        CHECK(sum[k] == Approx(sum_ref[k]).epsilon(1e-12));
+        CHECK(sq[k] == Approx(sq_ref[k]).epsilon(1e-12));
+    }
+    std::vector<float> mean(stats), inv_std(stats), gamma(c), beta(c);
+    const double count = double(d.c / groups * d.h * d.w);
+    for (std::size_t k = 0; k < stats; ++k) {
+        const double m = (sum_ref[k] - 1.5) / count;
+        mean[k] = float(m);
+        inv_std[k] = float(1.0 / std::sqrt((sq_ref[k] + 0.5) / count - m * m + 1e-5));
+    }
+    for (std::size_t k = 0; k < c; ++k) gamma[k] = 0.5f + 0.25f * float(k), beta[k] = 0.1f * float(k) - 0.2f;
+
+    Tensor expected = random_tensor(d, some_margins, rng), got = expected;
+    ref.forward(x.interior(), groups, mean.data(), inv_std.data(), gamma.data(), beta.data(), expected.interior());
+    cpu.forward(x.interior(), groups, mean.data(), inv_std.data(), gamma.data(), beta.data(), got.interior());
+    CHECK(mismatches(got.interior(), expected.interior(), 1e-6) == 0);
+    CHECK(same_margins(got, expected));
+
+    std::vector<double> db_ref(c, 0.25), dg_ref(c, 0.0), sg_ref(stats, 0.0), sgx_ref(stats, 1.0);
+    std::vector<double> db(c, 0.25), dg(c, 0.0), sg(stats, 0.0), sgx(stats, 1.0);
+    ref.backward_statistics(x.interior(), dy.interior(), groups, mean.data(), inv_std.data(), gamma.data(),
+                            db_ref.data(), dg_ref.data(), sg_ref.data(), sgx_ref.data());
+    cpu.backward_statistics(x.interior(), dy.interior(), groups, mean.data(), inv_std.data(), gamma.data(), db.data(),
+                            dg.data(), sg.data(), sgx.data());
+    for (std::size_t k = 0; k < c; ++k) {
+        CHECK(db[k] == Approx(db_ref[k]).epsilon(1e-12).margin(1e-12));
+        CHECK(dg[k] == Approx(dg_ref[k]).epsilon(1e-12).margin(1e-12));
+    }
+    for (std::size_t k = 0; k < stats; ++k) {
+        CHECK(sg[k] == Approx(sg_ref[k]).epsilon(1e-12).margin(1e-12));
+        CHECK(sgx[k] == Approx(sgx_ref[k]).epsilon(1e-12).margin(1e-12));
+    }
+    ref.backward(x.interior(), dy.interior(), groups, mean.data(), inv_std.data(), gamma.data(), sg_ref.data(),
+                 sgx_ref.data(), count, expected.interior());
+    cpu.backward(x.interior(), dy.interior(), groups, mean.data(), inv_std.data(), gamma.data(), sg_ref.data(),
+                 sgx_ref.data(), count, got.interior());
+    CHECK(mismatches(got.interior(), expected.interior(), 1e-5) == 0);
+    CHECK(same_margins(got, expected));
+}
+
+TEST_CASE("cpu dropout matches the reference bit for bit", "[halide]") {
+    const Dims d = GENERATE(from_range(shapes));
+    std::mt19937 rng(15);
+    const Tensor x = random_tensor(d, some_margins, rng);
+    DropoutMask m;
+    m.key = 99;
+    m.step = 3;
+    m.n0 = 8, m.y0 = 5, m.x0 = 11;
+    m.p = 0.3f;
+    Tensor expected = random_tensor(d, some_margins, rng), got = expected;
+    reference_kernels().dropout->forward(x.interior(), m, expected.interior());
+    cpu_kernels().dropout->forward(x.interior(), m, got.interior());
+    CHECK(same_storage(got, expected));
+    reference_kernels().dropout->backward(x.interior(), m, expected.interior());
+    cpu_kernels().dropout->backward(x.interior(), m, got.interior());
+    CHECK(same_storage(got, expected));
+}
+
 namespace {
 
 struct PoolCase {

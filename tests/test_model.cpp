@@ -212,3 +212,42 @@ TEST_CASE("kernel names read back as the kind and phase that made them, and keep
     for (const char* other : {"sgd", "step.update", "factor.conv.forward", "sendrecv", "conv.sideways", ".forward"})
         CHECK_FALSE(parse_kernel_name(other));
 }
+
+TEST_CASE("model: group norm, dropout, tanh and gelu cost their kernels; group norm sums over the sample's tiles",
+          "[model]") {
+    test::NetworkFromText l(R"(
+input x [N, 8, 32, 32]
+label y [N, 32, 32]
+c1 = conv(16, kernel = 3, pad = 1)
+n = groupnorm(4)
+t = tanh
+d = dropout(0.1)
+e = gelu
+pred = conv(2, kernel = 1)
+loss = pixel_cross_entropy from pred, y
+)");
+    const int n = l.net.find("n"), d = l.net.find("d"), t = l.net.find("t"), e = l.net.find("e");
+    Model one(l.net, platform(), 1, 4), four(l.net, platform(), 4, 4);
+    for (int layer : {n, d, t, e}) {
+        INFO(l.net.layers[static_cast<std::size_t>(layer)].name);
+        const LayerCost whole = one.layer(layer, dist(1, 1, 1)), split = four.layer(layer, dist(1, 2, 2));
+        CHECK(whole.forward > 0.0);
+        CHECK(whole.backward_data > 0.0);
+        CHECK(split.forward < whole.forward / 2);  // a quarter of the tile
+        CHECK(split.halo_bytes == 0);              // no window
+    }
+    // Group norm's statistics: summed over the spatial group of a sample (4 processes here), over nobody when
+    // the samples are split; its weight gradient is allreduced over every process either way.
+    CHECK(four.layer(n, dist(1, 2, 2)).forward_sync > 0.0);
+    CHECK(four.layer(n, dist(1, 2, 2)).backward_sync > 0.0);
+    CHECK(four.layer(n, dist(4, 1, 1)).forward_sync == 0.0);
+    CHECK(four.layer(n, dist(4, 1, 1)).allreduce > 0.0);
+    CHECK(four.layer(d, dist(1, 2, 2)).forward_sync == 0.0);  // dropout needs nobody else
+    // Their kernels' keys, for calibration: group norm's name its groups.
+    const auto keys = four.kernel_keys(n, dist(4, 1, 1));
+    REQUIRE(keys.size() == 2);
+    CHECK(keys[0] == "groupnorm.forward g=4 threads=1 x=1x16x32x32");
+    CHECK(four.kernel_keys(d, dist(4, 1, 1))[1] == "dropout.backward threads=1 x=1x16x32x32");
+    CHECK(four.kernel_keys(e, dist(4, 1, 1))[0] == "gelu.forward threads=1 x=1x16x32x32");
+    CHECK(four.kernel_keys(t, dist(4, 1, 1))[0] == "tanh.forward threads=1 x=1x16x32x32");
+}

@@ -495,6 +495,232 @@ TEST_CASE("reference activation: sigmoid", "[reference][oracle]") {
 }
 
 namespace {
+
+// An element-wise function's forward against float64 values and its backward by finite differences.
+void check_activation(dsl::frontend::Activation f, const std::vector<float>& xs, const std::vector<double>& y64,
+                      const std::vector<double>& dx64) {
+    ActivationKernels& act = *reference_kernels().activation;
+    std::vector<float> in = xs, dy{1, -2, 0.5, 3, -1, 2, 4}, ys(xs.size()), dx(xs.size());
+    act.forward(f, vector_view(in), 0.0f, vector_view(ys));
+    act.backward(f, vector_view(in), vector_view(dy), 0.0f, vector_view(dx));
+    for (std::size_t i = 0; i < xs.size(); ++i) {
+        CAPTURE(xs[i]);
+        CHECK(ys[i] == Approx(y64[i]).epsilon(1e-6).margin(1e-7));
+        CHECK(dx[i] == Approx(dx64[i]).epsilon(1e-5).margin(1e-6));
+    }
+    std::mt19937 rng(23);
+    const Dims d{2, 3, 3, 4};
+    Tile x(d, rng, -4.0f, 4.0f), y(d, rng), r(d, rng), g(d, rng);
+    auto objective = [&] {
+        act.forward(f, x.view, 0.0f, y.view);
+        return dot(y.view, r.view);
+    };
+    y.save();
+    objective();
+    CHECK(y.changed_outside() == 0);
+    g.save();
+    act.backward(f, x.view, r.view, 0.0f, g.view);
+    CHECK(g.changed_outside() == 0);
+    check_gradient("dx", to_vector(g.view), numeric_gradient(x.view, objective));
+}
+
+}  // namespace
+
+TEST_CASE("reference activation: tanh and gelu", "[reference][oracle]") {
+    // PyTorch is not installed here: these are torch.tanh and torch.nn.functional.gelu (approximate='none')
+    // in float64 as Python's math computes them (math.tanh; x / 2 * (1 + math.erf(x / sqrt 2))), and their
+    // gradients dy * (1 - tanh^2) and dy * ((1 + erf(x / sqrt 2)) / 2 + x exp(-x^2 / 2) / sqrt(2 pi)).
+    SECTION("tanh") {
+        check_activation(dsl::frontend::Activation::tanh, {-10, -3, -0.5, 0, 0.5, 3, 10},
+                         {-0.9999999958776927, -0.9950547536867305, -0.46211715726000974, 0.0, 0.46211715726000974,
+                          0.9950547536867305, 0.9999999958776927},
+                         {8.244614546626394e-09, -0.019732074330880423, 0.3932238664829637, 3.0, -0.7864477329659274,
+                          0.019732074330880423, 3.297845818650558e-08});
+    }
+    SECTION("gelu") {
+        check_activation(dsl::frontend::Activation::gelu, {-5, -3, -0.5, 0, 0.5, 1, 3},
+                         {-1.4332578593401202e-06, -0.00404969409489031, -0.15426876936299344, 0.0,
+                          0.34573123063700656, 0.8413447460685429, 2.99595030590511},
+                         {-7.146946001803465e-06, 0.023891294408367836, 0.06625243767191856, 1.5, -0.8674951246561629,
+                          2.166630941175373, 4.047782588816736});
+    }
+}
+
+TEST_CASE("reference groupnorm: statistics, forward and backward compose to the gradient", "[reference]") {
+    struct Case {
+        Dims d;
+        int64_t groups;
+    };
+    const Case k = GENERATE(Case{{2, 6, 3, 5}, 3}, Case{{3, 6, 1, 1}, 2}, Case{{1, 4, 4, 3}, 1}, Case{{2, 3, 2, 2}, 3});
+    const Dims d = k.d;
+    const int64_t groups = k.groups;
+    CAPTURE(d.n, d.c, d.h, d.w, groups);
+    std::mt19937 rng(98);
+    const float eps = 1e-5f;
+    Tile x(d, rng, -2.0f, 2.0f), y(d, rng), r(d, rng), dx(d, rng);
+    const auto stats = static_cast<std::size_t>(d.n * groups);
+    std::vector<float> gamma(d.c), beta(d.c), mean(stats), inv_std(stats);
+    for (float& g : gamma) g = uniform(rng, 0.5f, 1.5f);
+    for (float& b : beta) b = uniform(rng, -0.5f, 0.5f);
+    GroupNormKernels& gn = *reference_kernels().groupnorm;
+    const int64_t per = d.c / groups;
+    const double count = double(per * d.h * d.w);
+
+    auto group_statistics = [&] {
+        std::vector<double> sum(stats, 0.0), sum_sq(stats, 0.0);
+        gn.statistics(x.view, groups, sum.data(), sum_sq.data());
+        for (std::size_t s = 0; s < stats; ++s) {
+            const double m = sum[s] / count;
+            mean[s] = static_cast<float>(m);
+            inv_std[s] = static_cast<float>(1.0 / std::sqrt(sum_sq[s] / count - m * m + eps));
+        }
+    };
+    auto objective = [&] {
+        group_statistics();
+        gn.forward(x.view, groups, mean.data(), inv_std.data(), gamma.data(), beta.data(), y.view);
+        return dot(y.view, r.view);
+    };
+    y.save();
+    objective();
+    CHECK(y.changed_outside() == 0);
+
+    // Per sample and group, (y - beta) / gamma has mean 0 and variance 1 (less eps).
+    for (int64_t n = 0; n < d.n; ++n)
+        for (int64_t g = 0; g < groups; ++g) {
+            double s = 0.0, s2 = 0.0;
+            for_each(Dims{1, per, d.h, d.w}, [&](int64_t, int64_t cc, int64_t i, int64_t j) {
+                const int64_t c = g * per + cc;
+                const double z = (y.view.at(n, c, i, j) - beta[c]) / gamma[c];
+                s += z;
+                s2 += z * z;
+            });
+            CHECK(s / count == Approx(0.0).margin(1e-5));
+            if (count > 1) CHECK(s2 / count == Approx(1.0).epsilon(1e-3));
+        }
+
+    std::vector<double> d_beta(d.c, 0.0), d_gamma(d.c, 0.0), sum_g(stats, 0.0), sum_g_xhat(stats, 0.0);
+    gn.backward_statistics(x.view, r.view, groups, mean.data(), inv_std.data(), gamma.data(), d_beta.data(),
+                           d_gamma.data(), sum_g.data(), sum_g_xhat.data());
+    dx.save();
+    gn.backward(x.view, r.view, groups, mean.data(), inv_std.data(), gamma.data(), sum_g.data(), sum_g_xhat.data(),
+                count, dx.view);
+    CHECK(dx.changed_outside() == 0);
+    {
+        Dense xs(x.view), rs(r.view), ys(y.view), dxs(dx.view);
+        std::vector<double> db2(d.c, 0.0), dg2(d.c, 0.0), sg2(stats, 0.0), sgx2(stats, 0.0);
+        gn.forward(xs.view, groups, mean.data(), inv_std.data(), gamma.data(), beta.data(), ys.view);
+        gn.backward_statistics(xs.view, rs.view, groups, mean.data(), inv_std.data(), gamma.data(), db2.data(),
+                               dg2.data(), sg2.data(), sgx2.data());
+        gn.backward(xs.view, rs.view, groups, mean.data(), inv_std.data(), gamma.data(), sg2.data(), sgx2.data(), count,
+                    dxs.view);
+        CHECK(to_vector(ys.view) == to_vector(y.view));
+        CHECK(to_vector(dxs.view) == to_vector(dx.view));
+        CHECK(db2 == d_beta);
+        CHECK(dg2 == d_gamma);
+    }
+    if (count > 1) check_gradient("dx", to_vector(dx.view), numeric_gradient(x.view, objective));
+    check_gradient("dgamma", to_vector(d_gamma.data(), d.c), numeric_gradient(vector_view(gamma), objective));
+    check_gradient("dbeta", to_vector(d_beta.data(), d.c), numeric_gradient(vector_view(beta), objective));
+}
+
+TEST_CASE("reference groupnorm: the local sums add into the caller's and split across tiles of rows", "[reference]") {
+    std::mt19937 rng(5);
+    const Dims d{2, 4, 6, 3};
+    const int64_t groups = 2;
+    Tile x(d, rng, -2.0f, 2.0f), dy(d, rng);
+    GroupNormKernels& gn = *reference_kernels().groupnorm;
+    std::vector<double> whole(4, 0.0), whole_sq(4, 0.0), parts(4, 0.0), parts_sq(4, 0.0);
+    gn.statistics(x.view, groups, whole.data(), whole_sq.data());
+    const Dims half{2, 4, 3, 3};
+    gn.statistics(x.view.sub(0, 0, 0, 0, half), groups, parts.data(), parts_sq.data());
+    gn.statistics(x.view.sub(0, 0, 3, 0, half), groups, parts.data(), parts_sq.data());
+    for (std::size_t s = 0; s < 4; ++s) {
+        CHECK(parts[s] == Approx(whole[s]).epsilon(1e-12));
+        CHECK(parts_sq[s] == Approx(whole_sq[s]).epsilon(1e-12));
+    }
+    // Sample 1, group 0: channels 0 and 1.
+    double expected = 0.0;
+    for_each(Dims{1, 2, d.h, d.w}, [&](int64_t, int64_t c, int64_t i, int64_t j) { expected += x.view.at(1, c, i, j); });
+    CHECK(whole[2] == Approx(expected).epsilon(1e-12));
+    // The backward's sums split the same way.
+    std::vector<float> mean(4, 0.1f), inv_std(4, 0.9f), gamma{1.0f, 0.5f, 2.0f, -1.0f};
+    std::vector<double> a(4, 0.0), b(4, 0.0), sg(4, 0.0), sgx(4, 0.0), a2(4, 0.0), b2(4, 0.0), sg2(4, 0.0), sgx2(4, 0.0);
+    gn.backward_statistics(x.view, dy.view, groups, mean.data(), inv_std.data(), gamma.data(), a.data(), b.data(),
+                           sg.data(), sgx.data());
+    for (int64_t y0 : {0, 3})
+        gn.backward_statistics(x.view.sub(0, 0, y0, 0, half), dy.view.sub(0, 0, y0, 0, half), groups, mean.data(),
+                               inv_std.data(), gamma.data(), a2.data(), b2.data(), sg2.data(), sgx2.data());
+    for (std::size_t i = 0; i < 4; ++i) {
+        CHECK(a2[i] == Approx(a[i]).epsilon(1e-12).margin(1e-12));
+        CHECK(b2[i] == Approx(b[i]).epsilon(1e-12).margin(1e-12));
+        CHECK(sg2[i] == Approx(sg[i]).epsilon(1e-12).margin(1e-12));
+        CHECK(sgx2[i] == Approx(sgx[i]).epsilon(1e-12).margin(1e-12));
+    }
+}
+
+TEST_CASE("reference dropout: a mask of global coordinates, scaled by 1 / (1 - p), the same backward",
+          "[reference]") {
+    std::mt19937 rng(31);
+    const Dims d{3, 4, 10, 12};
+    Tile x(d, rng, 0.5f, 1.5f), y(d, rng), dy(d, rng, 0.5f, 1.5f), dx(d, rng);
+    DropoutKernels& k = *reference_kernels().dropout;
+    DropoutMask m;
+    m.key = 1234;
+    m.step = 7;
+    m.n0 = 40;
+    m.y0 = 100;
+    m.x0 = 60;
+    m.p = 0.25f;
+    y.save();
+    k.forward(x.view, m, y.view);
+    CHECK(y.changed_outside() == 0);
+    dx.save();
+    k.backward(dy.view, m, dx.view);
+    CHECK(dx.changed_outside() == 0);
+    int64_t dropped = 0;
+    for_each(d, [&](int64_t n, int64_t c, int64_t i, int64_t j) {
+        const float out = y.view.at(n, c, i, j);
+        const bool kept = out != 0.0f;
+        dropped += kept ? 0 : 1;
+        if (kept) CHECK(out == x.view.at(n, c, i, j) * (1.0f / 0.75f));
+        // Backward keeps exactly forward's elements.
+        CHECK((dx.view.at(n, c, i, j) != 0.0f) == kept);
+        if (kept) CHECK(dx.view.at(n, c, i, j) == dy.view.at(n, c, i, j) * (1.0f / 0.75f));
+    });
+    // Backward is forward's transpose: finite differences of sum(forward(x) * dy) give backward(dy).
+    auto objective = [&] {
+        k.forward(x.view, m, y.view);
+        return dot(y.view, dy.view);
+    };
+    check_gradient("dx", to_vector(dx.view), numeric_gradient(x.view, objective));
+    // About a quarter of 1440 elements: the binomial's standard deviation is about 16.
+    CHECK(dropped > 360 - 80);
+    CHECK(dropped < 360 + 80);
+
+    // A tile of the same tensor (rows 4.., columns 5.. of samples 1..) draws the same mask where it lies.
+    k.forward(x.view, m, y.view);  // of x as it is again, after the finite differences
+    const Dims part{2, 4, 6, 7};
+    DropoutMask pm = m;
+    pm.n0 += 1, pm.y0 += 4, pm.x0 += 5;
+    std::vector<float> out(static_cast<std::size_t>(part.elements()));
+    k.forward(x.view.sub(1, 0, 4, 5, part), pm, dense_view(out.data(), part));
+    CHECK(to_vector(dense_view(out.data(), part)) == to_vector(y.view.sub(1, 0, 4, 5, part)));
+
+    // Another step, or another layer's key, draws another mask; p = 0 keeps everything.
+    DropoutMask next_step = m, other_layer = m;
+    next_step.step += 1;
+    other_layer.key += 1;
+    for (const DropoutMask& other : {next_step, other_layer}) {
+        k.forward(x.view, other, dx.view);
+        CHECK(to_vector(dx.view) != to_vector(y.view));
+    }
+    DropoutMask keep_all = m;
+    keep_all.p = 0.0f;
+    k.forward(x.view, keep_all, dx.view);
+    CHECK(to_vector(dx.view) == to_vector(x.view));
+}
+
+namespace {
 struct PoolCase {
     int64_t n, c, out_h, out_w, kh, kw, sh, sw, dh, dw;
 };

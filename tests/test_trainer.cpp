@@ -10,6 +10,8 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstring>
+#include <string>
 
 using namespace dsl;
 using namespace dsl::backend;
@@ -186,6 +188,67 @@ TEST_CASE("sigmoid: gradients agree with finite differences, and the CPU kernels
           "[trainer]") {
     check_gradients(sigmoid_net);
     check_cpu_like_reference(sigmoid_net);
+}
+
+// Group norm (on planes, one group per channel, and on a vector), tanh, gelu and dropout (on planes, in a
+// residual branch, and on a vector).
+const char* modern_net = R"(
+input x [N, 4, 6, 5]
+label y [N]
+c1 = conv(4, kernel = 3, pad = 1)
+n1 = groupnorm(2)
+t1 = tanh
+d1 = dropout(0.3)
+c2 = conv(4, kernel = 3, pad = 1)
+s = add from d1, c2
+c3 = conv(4, kernel = 3, stride = 2) from s
+n2 = groupnorm(groups = 4, eps = 1e-3)
+e1 = gelu
+g = global_avgpool
+f = fc(4)
+n3 = groupnorm(2)
+d2 = dropout(p = 0.5)
+h = fc(3)
+loss = softmax_cross_entropy from h, y
+)";
+
+TEST_CASE("groupnorm, tanh, gelu and dropout: gradients agree with finite differences, and the CPU kernels train "
+          "like the reference",
+          "[trainer]") {
+    check_gradients(modern_net);
+    check_cpu_like_reference(modern_net);
+}
+
+TEST_CASE("dropout drops in training steps only: evaluation and training = false are the identity", "[trainer]") {
+    auto with_p = [](const char* p) {
+        std::string text = modern_net;
+        for (const char* from : {"dropout(0.3)", "dropout(p = 0.5)"}) text.replace(text.find(from), std::strlen(from), p);
+        return text;
+    };
+    const Loaded dropping(with_p("dropout(0.5)")), keeping(with_p("dropout(0)"));
+    HashData data(6);
+    TrainConfig cfg;
+    cfg.batch = 3;
+    cfg.lr = 0.05;
+    auto losses = [&](const frontend::Network& net, bool training) {
+        TrainConfig c = cfg;
+        c.training = training;
+        Trainer t(net, reference_kernels(), c);
+        std::vector<double> out;
+        for (int step = 0; step < 3; ++step) out.push_back(t.step(data, step * 3));
+        out.push_back(t.evaluate(data, 9));
+        return out;
+    };
+    const auto on = losses(dropping.net, true), off = losses(dropping.net, false), none = losses(keeping.net, true);
+    CHECK(off == none);       // training = false: dropout is the identity in steps and their backward
+    CHECK(on[0] != none[0]);  // in training, it drops
+    // Evaluation never drops: the same weights give the same loss with p = 0.5 and p = 0.
+    TrainConfig c = cfg;
+    Trainer a(dropping.net, reference_kernels(), c), b(keeping.net, reference_kernels(), c);
+    CHECK(a.evaluate(data, 0) == b.evaluate(data, 0));
+    // And a step's mask is drawn again alike: the same seed and samples give the same step, bit for bit.
+    Trainer again(dropping.net, reference_kernels(), c);
+    CHECK(again.step(data, 0) == a.step(data, 0));
 }
 
 TEST_CASE("the CPU kernels train like the reference kernels", "[trainer]") { check_cpu_like_reference(small_net); }

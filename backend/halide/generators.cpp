@@ -125,6 +125,73 @@ private:
     Var i{"i"}, j{"j"}, c{"c"}, n{"n"};
 };
 
+// Tanh forward: y = tanh(x).
+class TanhForward : public Generator<TanhForward> {
+public:
+    Input<Buffer<float>> x{"x", 4};
+    Output<Buffer<float>> y{"y", 4};
+
+    void generate() {
+        y(i, j, c, n) = tanh(x(i, j, c, n));
+        schedule_pointwise(y, i, j, c, n, vector_width(get_target()));
+    }
+
+private:
+    Var i{"i"}, j{"j"}, c{"c"}, n{"n"};
+};
+
+// Tanh backward from its input: dx = dy * (1 - y^2), with y recomputed from x.
+class TanhBackward : public Generator<TanhBackward> {
+public:
+    Input<Buffer<float>> x{"x", 4};
+    Input<Buffer<float>> dy{"dy", 4};
+    Output<Buffer<float>> dx{"dx", 4};
+
+    void generate() {
+        const Expr y = tanh(x(i, j, c, n));
+        dx(i, j, c, n) = dy(i, j, c, n) * (1.0f - y * y);
+        schedule_pointwise(dx, i, j, c, n, vector_width(get_target()));
+    }
+
+private:
+    Var i{"i"}, j{"j"}, c{"c"}, n{"n"};
+};
+
+// GELU forward, the exact form: y = x * (1 + erf(x / sqrt 2)) / 2 (Halide's erf: a float polynomial).
+class GeluForward : public Generator<GeluForward> {
+public:
+    Input<Buffer<float>> x{"x", 4};
+    Output<Buffer<float>> y{"y", 4};
+
+    void generate() {
+        const Expr v = x(i, j, c, n);
+        y(i, j, c, n) = v * 0.5f * (1.0f + erf(v * 0.70710678118654752f));
+        schedule_pointwise(y, i, j, c, n, vector_width(get_target()));
+    }
+
+private:
+    Var i{"i"}, j{"j"}, c{"c"}, n{"n"};
+};
+
+// GELU backward from its input: dx = dy * ((1 + erf(x / sqrt 2)) / 2 + x * exp(-x^2 / 2) / sqrt(2 pi)).
+class GeluBackward : public Generator<GeluBackward> {
+public:
+    Input<Buffer<float>> x{"x", 4};
+    Input<Buffer<float>> dy{"dy", 4};
+    Output<Buffer<float>> dx{"dx", 4};
+
+    void generate() {
+        const Expr v = x(i, j, c, n);
+        const Expr cdf = 0.5f * (1.0f + erf(v * 0.70710678118654752f));
+        const Expr pdf = 0.39894228040143268f * exp(-0.5f * v * v);
+        dx(i, j, c, n) = dy(i, j, c, n) * (cdf + v * pdf);
+        schedule_pointwise(dx, i, j, c, n, vector_width(get_target()));
+    }
+
+private:
+    Var i{"i"}, j{"j"}, c{"c"}, n{"n"};
+};
+
 // y = a + b, summed in double and rounded once (as the reference sums any number of inputs). Also y += x in
 // place (b aliases y) and the fold of a sum of many inputs.
 class Add2 : public Generator<Add2> {
@@ -428,6 +495,10 @@ HALIDE_REGISTER_GENERATOR(LeakyReluForward, leaky_relu_forward)
 HALIDE_REGISTER_GENERATOR(LeakyReluBackward, leaky_relu_backward)
 HALIDE_REGISTER_GENERATOR(SigmoidForward, sigmoid_forward)
 HALIDE_REGISTER_GENERATOR(SigmoidBackward, sigmoid_backward)
+HALIDE_REGISTER_GENERATOR(TanhForward, tanh_forward)
+HALIDE_REGISTER_GENERATOR(TanhBackward, tanh_backward)
+HALIDE_REGISTER_GENERATOR(GeluForward, gelu_forward)
+HALIDE_REGISTER_GENERATOR(GeluBackward, gelu_backward)
 HALIDE_REGISTER_GENERATOR(Add2, add2)
 HALIDE_REGISTER_GENERATOR(Copy, copy)
 HALIDE_REGISTER_GENERATOR(Broadcast, broadcast)

@@ -87,7 +87,7 @@ std::optional<double> time_kernel(const std::string& key, Kernels k, DataSource&
     // The buffers live as long as `run`: tensors, parameters (p1, p2) in the kernels' memory; v1, v2 on the host.
     Tensor a, b, c, wt, p1, p2;
     std::vector<float> v1, v2;
-    std::vector<double> s1, s2;
+    std::vector<double> s1, s2, s3, s4;
     std::vector<std::int32_t> labels;
     std::vector<Tensor> many;
 
@@ -145,6 +145,40 @@ std::optional<double> time_kernel(const std::string& key, Kernels k, DataSource&
                 k.batchnorm->backward(a.interior(), b.interior(), v1.data(), v2.data(), p1.data(), s1.data(), s2.data(),
                                       count, c.interior());
             };
+    } else if (op == OpKind::groupnorm && x.n && !field("g").empty() && field("g")[0] > 0 && x.c % field("g")[0] == 0) {
+        const std::int64_t groups = field("g")[0];
+        a = filled(x);
+        b = filled(x);
+        c = zeros(x);
+        const auto stats = static_cast<std::size_t>(x.n * groups);
+        v1.assign(stats, 0.0f);                        // mean
+        v2.assign(stats, 1.0f);                        // inverse standard deviation
+        p1 = constant(mem, Dims{1, x.c, 1, 1}, 1.0f);  // gamma
+        p2 = zeros(Dims{1, x.c, 1, 1});                // beta
+        s1.assign(stats, 0.0);
+        s2.assign(stats, 0.0);
+        const double count = static_cast<double>(x.c / groups * x.h * x.w);
+        if (phase == Phase::forward)
+            run = [&, groups] {
+                k.groupnorm->statistics(a.interior(), groups, s1.data(), s2.data());
+                k.groupnorm->forward(a.interior(), groups, v1.data(), v2.data(), p1.data(), p2.data(), c.interior());
+            };
+        s3.assign(static_cast<std::size_t>(x.c), 0.0);  // d(beta), d(gamma)
+        s4.assign(static_cast<std::size_t>(x.c), 0.0);
+        if (phase == Phase::backward)
+            run = [&, groups, count] {
+                k.groupnorm->backward_statistics(a.interior(), b.interior(), groups, v1.data(), v2.data(), p1.data(),
+                                                 s3.data(), s4.data(), s1.data(), s2.data());
+                k.groupnorm->backward(a.interior(), b.interior(), groups, v1.data(), v2.data(), p1.data(), s1.data(),
+                                      s2.data(), count, c.interior());
+            };
+    } else if (op == OpKind::dropout && x.n) {
+        a = filled(x);
+        c = zeros(x);
+        DropoutMask m;
+        m.p = 0.5f;
+        if (phase == Phase::forward) run = [&, m] { k.dropout->forward(a.interior(), m, c.interior()); };
+        if (phase == Phase::backward) run = [&, m] { k.dropout->backward(a.interior(), m, c.interior()); };
     } else if ((op == OpKind::maxpool || op == OpKind::avgpool) && x.n && y.n) {
         const PoolKind pk = op == OpKind::maxpool ? PoolKind::max : PoolKind::average;
         a = filled(x);

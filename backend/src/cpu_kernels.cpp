@@ -7,8 +7,11 @@
 namespace dsl::backend {
 
 Kernels cpu_kernels() {
-    return Kernels{&onednn_conv(), &halide_batchnorm(), &halide_activation(), &halide_pool(),
-                   &onednn_fc(),   &halide_eltwise(),   &cpu_loss()};
+    Kernels k{&onednn_conv(), &halide_batchnorm(), &halide_activation(), &halide_pool(),
+              &onednn_fc(),   &halide_eltwise(),   &cpu_loss()};
+    k.groupnorm = &cpu_groupnorm();
+    k.dropout = &cpu_dropout();
+    return k;
 }
 
 }  // namespace dsl::backend

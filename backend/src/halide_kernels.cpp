@@ -16,6 +16,8 @@
 #include <dsl_halide_broadcast.h>
 #include <dsl_halide_channel_statistics.h>
 #include <dsl_halide_copy.h>
+#include <dsl_halide_gelu_backward.h>
+#include <dsl_halide_gelu_forward.h>
 #include <dsl_halide_leaky_relu_backward.h>
 #include <dsl_halide_leaky_relu_forward.h>
 #include <dsl_halide_max_pool_backward.h>
@@ -24,6 +26,8 @@
 #include <dsl_halide_sgd.h>
 #include <dsl_halide_sigmoid_backward.h>
 #include <dsl_halide_sigmoid_forward.h>
+#include <dsl_halide_tanh_backward.h>
+#include <dsl_halide_tanh_forward.h>
 
 #include <algorithm>
 #include <cmath>
@@ -138,6 +142,10 @@ public:
                 return check_halide(dsl_halide_leaky_relu_forward(xb.raw(), slope, yb.raw()), "leaky_relu_forward");
             case frontend::Activation::sigmoid:
                 return check_halide(dsl_halide_sigmoid_forward(xb.raw(), yb.raw()), "sigmoid_forward");
+            case frontend::Activation::tanh:
+                return check_halide(dsl_halide_tanh_forward(xb.raw(), yb.raw()), "tanh_forward");
+            case frontend::Activation::gelu:
+                return check_halide(dsl_halide_gelu_forward(xb.raw(), yb.raw()), "gelu_forward");
             case frontend::Activation::none: break;
         }
         throw dsl::InternalError("activation kernels called without a function");
@@ -155,6 +163,10 @@ public:
                                     "leaky_relu_backward");
             case frontend::Activation::sigmoid:
                 return check_halide(dsl_halide_sigmoid_backward(xb.raw(), dyb.raw(), dxb.raw()), "sigmoid_backward");
+            case frontend::Activation::tanh:
+                return check_halide(dsl_halide_tanh_backward(xb.raw(), dyb.raw(), dxb.raw()), "tanh_backward");
+            case frontend::Activation::gelu:
+                return check_halide(dsl_halide_gelu_backward(xb.raw(), dyb.raw(), dxb.raw()), "gelu_backward");
             case frontend::Activation::none: break;
         }
         throw dsl::InternalError("activation kernels called without a function");

@@ -13,5 +13,8 @@ PoolKernels& halide_pool();
 EltwiseKernels& halide_eltwise();
 // Softmax cross-entropy in plain C++ (a loop over classes per pixel, not worth a generator), in double.
 LossKernels& cpu_loss();
+// Group norm and dropout in plain C++ over OpenMP's threads (cpu_loops.cpp).
+GroupNormKernels& cpu_groupnorm();
+DropoutKernels& cpu_dropout();
 
 }  // namespace dsl::backend

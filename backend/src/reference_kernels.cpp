@@ -1,6 +1,7 @@
 // The reference kernels: plain loops over strided views, accumulating in double; the oracle that the CPU
 // kernels and the distributed runs are tested against, so every loop reads like its formula in kernels.hpp.
 #include "kernel_checks.hpp"
+#include "splitmix.hpp"
 
 #include <dsl/backend/kernels.hpp>
 #include <dsl/base/error.hpp>
@@ -158,6 +159,8 @@ float activate(frontend::Activation f, float v, float slope) {
         case frontend::Activation::relu:
         case frontend::Activation::leaky_relu: return v > 0.0f ? v : slope * v;
         case frontend::Activation::sigmoid: return 1.0f / (1.0f + std::exp(-v));
+        case frontend::Activation::tanh: return std::tanh(v);
+        case frontend::Activation::gelu: return v * 0.5f * (1.0f + std::erf(v * 0.70710678118654752f));
         case frontend::Activation::none: break;
     }
     throw dsl::InternalError("activation kernels called without a function");
@@ -171,6 +174,16 @@ float activate_backward(frontend::Activation f, float v, float g, float slope) {
         case frontend::Activation::sigmoid: {
             const float y = activate(f, v, slope);
             return g * y * (1.0f - y);
+        }
+        case frontend::Activation::tanh: {
+            const float y = std::tanh(v);
+            return g * (1.0f - y * y);
+        }
+        case frontend::Activation::gelu: {
+            // 0.5 (1 + erf(x / sqrt 2)) + x exp(-x^2 / 2) / sqrt(2 pi).
+            const float cdf = 0.5f * (1.0f + std::erf(v * 0.70710678118654752f));
+            const float pdf = 0.39894228040143268f * std::exp(-0.5f * v * v);
+            return g * (cdf + v * pdf);
         }
         case frontend::Activation::none: break;
     }
@@ -452,6 +465,106 @@ public:
     }
 };
 
+class ReferenceGroupNorm final : public GroupNormKernels {
+public:
+    void statistics(ConstView x, std::int64_t groups, double* sum, double* sum_sq) override {
+        const std::int64_t per = per_group(x.dims, groups);
+        for (std::int64_t n = 0; n < x.dims.n; ++n)
+            for (std::int64_t c = 0; c < x.dims.c; ++c)
+                for (std::int64_t i = 0; i < x.dims.h; ++i)
+                    for (std::int64_t j = 0; j < x.dims.w; ++j) {
+                        const double v = x.at(n, c, i, j);
+                        sum[n * groups + c / per] += v;
+                        sum_sq[n * groups + c / per] += v * v;
+                    }
+    }
+
+    void forward(ConstView x, std::int64_t groups, const float* mean, const float* inv_std, const float* gamma,
+                 const float* beta, View y) override {
+        check_same_dims(x, y, "groupnorm forward");
+        const std::int64_t per = per_group(x.dims, groups);
+        for (std::int64_t n = 0; n < x.dims.n; ++n)
+            for (std::int64_t c = 0; c < x.dims.c; ++c) {
+                const std::int64_t g = n * groups + c / per;
+                for (std::int64_t i = 0; i < x.dims.h; ++i)
+                    for (std::int64_t j = 0; j < x.dims.w; ++j)
+                        y.at(n, c, i, j) = static_cast<float>(
+                            double(gamma[c]) * (double(x.at(n, c, i, j)) - mean[g]) * inv_std[g] + beta[c]);
+            }
+    }
+
+    void backward_statistics(ConstView x, ConstView dy, std::int64_t groups, const float* mean, const float* inv_std,
+                             const float* gamma, double* d_beta, double* d_gamma, double* sum_g,
+                             double* sum_g_xhat) override {
+        check_same_dims(x, dy, "groupnorm backward_statistics");
+        const std::int64_t per = per_group(x.dims, groups);
+        for (std::int64_t n = 0; n < x.dims.n; ++n)
+            for (std::int64_t c = 0; c < x.dims.c; ++c) {
+                const std::int64_t g = n * groups + c / per;
+                for (std::int64_t i = 0; i < x.dims.h; ++i)
+                    for (std::int64_t j = 0; j < x.dims.w; ++j) {
+                        const double d = dy.at(n, c, i, j);
+                        const double x_hat = (double(x.at(n, c, i, j)) - mean[g]) * inv_std[g];
+                        d_beta[c] += d;
+                        d_gamma[c] += d * x_hat;
+                        sum_g[g] += d * gamma[c];
+                        sum_g_xhat[g] += d * gamma[c] * x_hat;
+                    }
+            }
+    }
+
+    void backward(ConstView x, ConstView dy, std::int64_t groups, const float* mean, const float* inv_std,
+                  const float* gamma, const double* sum_g, const double* sum_g_xhat, double count, View dx) override {
+        check_same_dims(x, dy, "groupnorm backward");
+        check_same_dims(x, dx, "groupnorm backward");
+        DSL_INTERNAL_CHECK(count > 0, "groupnorm backward: empty group");
+        const std::int64_t per = per_group(x.dims, groups);
+        for (std::int64_t n = 0; n < x.dims.n; ++n)
+            for (std::int64_t c = 0; c < x.dims.c; ++c) {
+                const std::int64_t g = n * groups + c / per;
+                for (std::int64_t i = 0; i < x.dims.h; ++i)
+                    for (std::int64_t j = 0; j < x.dims.w; ++j) {
+                        const double x_hat = (double(x.at(n, c, i, j)) - mean[g]) * inv_std[g];
+                        dx.at(n, c, i, j) =
+                            static_cast<float>(inv_std[g] * (double(dy.at(n, c, i, j)) * gamma[c] - sum_g[g] / count -
+                                                              x_hat * sum_g_xhat[g] / count));
+                    }
+            }
+    }
+
+private:
+    static std::int64_t per_group(const Dims& d, std::int64_t groups) {
+        DSL_INTERNAL_CHECK(groups > 0 && d.c % groups == 0, "groupnorm: channels not divisible into groups");
+        return d.c / groups;
+    }
+};
+
+class ReferenceDropout final : public DropoutKernels {
+public:
+    void forward(ConstView x, const DropoutMask& m, View y) override {
+        check_same_dims(x, y, "dropout forward");
+        apply(x, m, y);
+    }
+    void backward(ConstView dy, const DropoutMask& m, View dx) override {
+        check_same_dims(dy, dx, "dropout backward");
+        apply(dy, m, dx);
+    }
+
+private:
+    static void apply(ConstView x, const DropoutMask& m, View y) {
+        const std::uint32_t threshold = dropout_threshold(m.p);
+        const float scale = 1.0f / (1.0f - m.p);
+        for (std::int64_t n = 0; n < x.dims.n; ++n)
+            for (std::int64_t c = 0; c < x.dims.c; ++c)
+                for (std::int64_t i = 0; i < x.dims.h; ++i)
+                    for (std::int64_t j = 0; j < x.dims.w; ++j)
+                        y.at(n, c, i, j) =
+                            dropout_keep(m.key, m.step, m.n0 + n, c, m.y0 + i, m.x0 + j, threshold)
+                                ? x.at(n, c, i, j) * scale
+                                : 0.0f;
+    }
+};
+
 ReferenceConv conv_instance;
 ReferenceBatchNorm batchnorm_instance;
 ReferenceActivation activation_instance;
@@ -459,12 +572,17 @@ ReferencePool pool_instance;
 ReferenceFc fc_instance;
 ReferenceEltwise eltwise_instance;
 ReferenceLoss loss_instance;
+ReferenceGroupNorm groupnorm_instance;
+ReferenceDropout dropout_instance;
 
 }  // namespace
 
 Kernels reference_kernels() {
-    return Kernels{&conv_instance, &batchnorm_instance, &activation_instance, &pool_instance,
-                   &fc_instance,   &eltwise_instance,   &loss_instance};
+    Kernels k{&conv_instance, &batchnorm_instance, &activation_instance, &pool_instance,
+              &fc_instance,   &eltwise_instance,   &loss_instance};
+    k.groupnorm = &groupnorm_instance;
+    k.dropout = &dropout_instance;
+    return k;
 }
 
 }  // namespace dsl::backend

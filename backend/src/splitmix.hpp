@@ -20,4 +20,23 @@ DSL_HOST_DEVICE inline std::uint64_t splitmix64(std::uint64_t x) {
     return x ^ (x >> 31);
 }
 
+// Dropout's mask: whether the element at global (sample n, channel c, row y, column x) of a dropout layer
+// (`key`: the seed and the layer) is kept in training step `step`, when it is dropped with probability
+// `threshold` / 2^24 (dropout_threshold). A pure function of its arguments, so that every split of a tensor
+// draws the same mask, and backward draws forward's again.
+DSL_HOST_DEVICE inline bool dropout_keep(std::uint64_t key, std::int64_t step, std::int64_t n, std::int64_t c,
+                                         std::int64_t y, std::int64_t x, std::uint32_t threshold) {
+    std::uint64_t h = splitmix64(key ^ static_cast<std::uint64_t>(step));
+    h = splitmix64(h ^ static_cast<std::uint64_t>(n));
+    h = splitmix64(h ^ static_cast<std::uint64_t>(c));
+    h = splitmix64(h ^ static_cast<std::uint64_t>(y));
+    h = splitmix64(h ^ static_cast<std::uint64_t>(x));
+    return static_cast<std::uint32_t>(h >> 40) >= threshold;  // 24 uniform bits
+}
+
+// p in [0, 1) as a count of 2^24: an element is dropped with probability threshold / 2^24, p rounded to 2^-24.
+inline std::uint32_t dropout_threshold(float p) {
+    return static_cast<std::uint32_t>(static_cast<double>(p) * 16777216.0 + 0.5);
+}
+
 }  // namespace dsl::backend

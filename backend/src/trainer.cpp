@@ -99,12 +99,13 @@ struct Trainer::Impl {
         std::vector<std::unique_ptr<Tile>> tiles;  // the own tile first, then copies
         std::vector<Tile*> operands;               // per input: the tile this layer reads
         std::vector<std::int32_t> labels;          // a loss's labels, over its logits tile
-        Comm* group = nullptr;                     // batch norm, global pooling: who sums statistics
+        Comm* group = nullptr;                     // batch and group norm, global pooling: who sums statistics
 
         // Parameters, in the kernels' memory: weights (or batch-norm scale) and bias (or shift, {1, C, 1, 1}),
         // their gradients and momenta. A layer without a bias has empty b, db, mb.
         Tensor w, dw, mw, b, db, mb;
-        // Batch norm, on the host: the step's statistics, and the running ones.
+        // Batch norm, on the host: the step's statistics (per channel; group norm's per sample and group), and
+        // batch norm's running ones.
         std::vector<float> mean, inv_std, running_mean, running_var;
 
         Tile& own() { return *tiles.front(); }
@@ -135,6 +136,8 @@ struct Trainer::Impl {
     std::vector<StateCopy> host_state;
     std::vector<LossValue> losses;  // the last forward's, per loss layer
     std::int64_t step_index = 0;
+    std::int64_t step_first = 0;   // the last forward's first sample, which backward's dropout masks draw from
+    bool step_training = false;    // and whether it was a training step's
     std::int64_t sent_bytes = 0;
 
     // Profiling: `waited` collects the seconds spent in communication waits since the current layer began.
@@ -312,6 +315,15 @@ struct Trainer::Impl {
                     s.db = Tensor(bd, {}, mem);
                     s.mb = Tensor(bd, {}, mem);
                 }
+            } else if (l.op == OpKind::groupnorm) {
+                // PyTorch's affine group norm: scale 1, shift 0; the statistics are per sample, made in forward.
+                const Dims d{1, l.shape.dims[0], 1, 1};
+                s.w = parameter(d, std::vector<float>(static_cast<std::size_t>(d.c), 1.0f));
+                s.dw = Tensor(d, {}, mem);
+                s.mw = Tensor(d, {}, mem);
+                s.b = Tensor(d, {}, mem);
+                s.db = Tensor(d, {}, mem);
+                s.mb = Tensor(d, {}, mem);
             } else if (l.op == OpKind::batchnorm) {
                 const auto c = static_cast<std::size_t>(l.shape.dims[0]);
                 const Dims d{1, l.shape.dims[0], 1, 1};
@@ -454,6 +466,8 @@ struct Trainer::Impl {
 
     double forward(DataSource& data, std::int64_t first, bool training) {
         ++step_index;
+        step_first = first;
+        step_training = training;
         sent_bytes = 0;
         if (training) clear_gradients(-1);  // a loss writes its logits' gradient in forward
         double loss = 0.0;
@@ -489,6 +503,13 @@ struct Trainer::Impl {
                     windowed_forward(s, index, s.own().box);
                 break;
             case OpKind::batchnorm: batchnorm_forward(s, training); break;
+            case OpKind::groupnorm: groupnorm_forward(s); break;
+            case OpKind::dropout:
+                if (dropping(training))
+                    k.dropout->forward(in(), dropout_mask(s, first), y);
+                else
+                    k.eltwise->copy(in(), y);
+                break;
             case OpKind::global_avgpool: {
                 const ConstView x = in();
                 sums_a.assign(static_cast<std::size_t>(x.dims.n * x.dims.c), 0.0);
@@ -800,6 +821,18 @@ struct Trainer::Impl {
                 break;
             }
             case OpKind::batchnorm: batchnorm_backward(s, speaks); break;
+            case OpKind::groupnorm: groupnorm_backward(s, speaks); break;
+            case OpKind::dropout: {
+                Tile& in = *s.operands[0];
+                if (is_input(&in)) break;
+                interior_gradient(in, [&](View dx) {
+                    if (dropping(step_training))
+                        k.dropout->backward(s.own().dy.interior(), dropout_mask(s, step_first), dx);
+                    else
+                        k.eltwise->copy(s.own().dy.interior(), dx);
+                });
+                break;
+            }
             case OpKind::global_avgpool: {
                 Tile& in = *s.operands[0];
                 if (is_input(&in)) break;
@@ -874,6 +907,83 @@ struct Trainer::Impl {
         });
     }
 
+    // ---- Group norm: statistics per sample and group of channels, summed over the processes that hold
+    // the sample's tiles (the layer's sample group: plan_groups), in double, as batch norm's are.
+
+    // The elements of each (sample, group) over the whole tensor: C / G channels of every row and column.
+    double groupnorm_count(const Slot& s) const {
+        const Dims whole = global_dims(s.layer->inputs[0]);
+        return static_cast<double>(whole.c / s.layer->groups * whole.h * whole.w);
+    }
+
+    void groupnorm_forward(Slot& s) {
+        const Layer& l = *s.layer;
+        const ConstView x = s.operands[0]->y.interior();
+        const auto stats = static_cast<std::size_t>(x.dims.n * l.groups);
+        sums_a.assign(stats, 0.0);
+        sums_b.assign(stats, 0.0);
+        k.groupnorm->statistics(x, l.groups, sums_a.data(), sums_b.data());
+        group_sum(s, s.operands[0]->leader);
+        const double count = groupnorm_count(s);
+        s.mean.resize(stats);
+        s.inv_std.resize(stats);
+        for (std::size_t g = 0; g < stats; ++g) {
+            const double mean = sums_a[g] / count;
+            const double var = std::max(0.0, sums_b[g] / count - mean * mean);  // biased, as PyTorch's
+            s.mean[g] = static_cast<float>(mean);
+            s.inv_std[g] = static_cast<float>(1.0 / std::sqrt(var + l.eps));
+        }
+        k.groupnorm->forward(x, l.groups, s.mean.data(), s.inv_std.data(), s.w.data(), s.b.data(),
+                             s.own().y.interior());
+    }
+
+    void groupnorm_backward(Slot& s, bool speaks) {
+        const Layer& l = *s.layer;
+        Tile& in = *s.operands[0];
+        const ConstView x = in.y.interior();
+        const auto channels = static_cast<std::size_t>(x.dims.c);
+        const auto stats = static_cast<std::size_t>(x.dims.n * l.groups);
+        std::vector<double> d_beta(channels, 0.0), d_gamma(channels, 0.0);
+        sums_a.assign(stats, 0.0);
+        sums_b.assign(stats, 0.0);
+        k.groupnorm->backward_statistics(x, s.own().dy.interior(), l.groups, s.mean.data(), s.inv_std.data(),
+                                         s.w.data(), d_beta.data(), d_gamma.data(), sums_a.data(), sums_b.data());
+        // This tile's part of d(beta) and d(gamma); the allreduce over every process adds the rest.
+        scratch_values.resize(2 * channels);
+        for (std::size_t c = 0; c < channels; ++c) {
+            scratch_values[c] = static_cast<float>(d_beta[c]);
+            scratch_values[channels + c] = static_cast<float>(d_gamma[c]);
+        }
+        mem.upload(scratch_values.data(), s.db.data(), s.db.size());
+        mem.upload(scratch_values.data() + channels, s.dw.data(), s.dw.size());
+        allreduce_gradients(s, speaks);
+        if (is_input(&in)) return;
+        group_sum(s, speaks);
+        const double count = groupnorm_count(s);
+        interior_gradient(in, [&](View dx) {
+            k.groupnorm->backward(x, s.own().dy.interior(), l.groups, s.mean.data(), s.inv_std.data(), s.w.data(),
+                                  sums_a.data(), sums_b.data(), count, dx);
+        });
+    }
+
+    // ---- Dropout: on in training steps unless the config turns it off (evaluation).
+    bool dropping(bool training) const { return training && config.training; }
+
+    // The mask of a dropout layer's own tile in the step whose first sample is `first`: its key is the seed's
+    // and the layer's, its step the mini-batch's index (first / batch, as `dsl run` numbers steps, so that a
+    // resumed run draws what an uninterrupted one does), its coordinates global.
+    DropoutMask dropout_mask(const Slot& s, std::int64_t first) const {
+        const Tile& t = *s.tiles.front();
+        DropoutMask m;
+        m.key = splitmix64(config.seed ^ 0x64726f706f7574ull) ^ name_hash(s.layer->name);  // "dropout"
+        m.step = first / config.batch;
+        m.n0 = first + t.box.n0;
+        m.y0 = t.box.y0;
+        m.x0 = t.box.x0;
+        m.p = static_cast<float>(s.layer->p);
+        return m;
+    }
+
     void update() {
         const auto t0 = Clock::now();
         waited = 0.0;
@@ -932,7 +1042,7 @@ std::vector<StateTensor> Trainer::state() {
         std::vector<std::int64_t> wshape;
         if (l.op == OpKind::conv) wshape = {d.n, d.c, d.h, d.w};
         if (l.op == OpKind::fc) wshape = {d.n, d.c};
-        if (l.op == OpKind::batchnorm) wshape = {d.c};
+        if (l.op == OpKind::batchnorm || l.op == OpKind::groupnorm) wshape = {d.c};
         const std::int64_t bsize = s.b.size();
         const std::vector<std::int64_t> bshape{bsize};
         add(l.name + ".weight", wshape, s.w.data(), s.w.size());

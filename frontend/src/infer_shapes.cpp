@@ -152,8 +152,12 @@ private:
                 return true;
             }
             case ShapeRule::same:
-                if (k.weights) {  // batch norm: a scale and a shift per channel
+                if (k.weights) {  // batch norm, group norm: a scale and a shift per channel
                     if (in.dims.empty()) return fail(l, kind(l) + " needs an input with channels, got " + in.str());
+                    if (k.param("groups") && in.dims[0] % l.groups != 0)
+                        return fail(l, "the " + std::to_string(l.groups) + " groups of " + kind(l) +
+                                           " do not divide the " + std::to_string(in.dims[0]) + " channels of '" +
+                                           input(l, 0).name + "'");
                     l.params = c.mul(2, in.dims[0]);
                 }
                 l.shape = in;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <set>
+#include <variant>
 
 namespace dsl::frontend {
 
@@ -18,45 +19,36 @@ const char* type_text(ParamType t) {
         case ParamType::positive_real: return "a positive number";
         case ParamType::any_real: return "a number";
         case ParamType::unit_real: return "a number between 0 and 1";
+        case ParamType::probability: return "a number at least 0 and less than 1";
     }
     return "?";
-}
-
-// The member of `layer` that `field` names, for a pair, real or the rest.
-Pair& pair_member(Layer& layer, Field field) {
-    return field == Field::kernel   ? layer.kernel
-           : field == Field::stride ? layer.stride
-           : field == Field::pad    ? layer.pad
-                                    : layer.dilation;
-}
-
-double& real_member(Layer& layer, Field field) {
-    if (field == Field::weight) return layer.weight;
-    return field == Field::eps ? layer.eps : field == Field::momentum ? layer.momentum : layer.slope;
 }
 
 // Sets a parameter the statement did not give to the table's default.
 void set_default(Layer& layer, const ParamSpec& p) {
     const auto whole = static_cast<std::int64_t>(p.default_value);
+    const FieldRef member = field_member(layer, p.field);
     switch (p.type) {
-        case ParamType::positive_int: layer.filters = whole; break;
+        case ParamType::positive_int: *std::get<std::int64_t*>(member) = whole; break;
         case ParamType::positive_pair:
         case ParamType::nonneg_pair:
-            pair_member(layer, p.field) = std::string(p.default_of) == "kernel" ? layer.kernel : Pair{whole, whole};
+            *std::get<Pair*>(member) = std::string(p.default_of) == "kernel" ? layer.kernel : Pair{whole, whole};
             break;
-        case ParamType::boolean: layer.bias = p.default_value != 0.0; break;
+        case ParamType::boolean: *std::get<bool*>(member) = p.default_value != 0.0; break;
         case ParamType::positive_real:
         case ParamType::any_real:
-        case ParamType::unit_real: real_member(layer, p.field) = p.default_value; break;
+        case ParamType::unit_real:
+        case ParamType::probability: *std::get<double*>(member) = p.default_value; break;
     }
 }
 
 // Sets the member of `layer` that `p` names to `v`; false when `v` is not of `p`'s type.
 bool assign(Layer& layer, const ParamSpec& p, const Value& v) {
+    const FieldRef member = field_member(layer, p.field);
     switch (p.type) {
         case ParamType::positive_int:
             if (v.kind != Value::Kind::integer || v.integer < 1) return false;
-            layer.filters = v.integer;
+            *std::get<std::int64_t*>(member) = v.integer;
             return true;
         case ParamType::positive_pair:
         case ParamType::nonneg_pair: {
@@ -71,21 +63,23 @@ bool assign(Layer& layer, const ParamSpec& p, const Value& v) {
                 return false;
             }
             if (pair[0] < lo || pair[1] < lo) return false;
-            pair_member(layer, p.field) = pair;
+            *std::get<Pair*>(member) = pair;
             return true;
         }
         case ParamType::boolean:
             if (v.kind != Value::Kind::boolean) return false;
-            layer.bias = v.boolean;
+            *std::get<bool*>(member) = v.boolean;
             return true;
         case ParamType::positive_real:
         case ParamType::any_real:
-        case ParamType::unit_real: {
+        case ParamType::unit_real:
+        case ParamType::probability: {
             if (!v.is_number()) return false;
             const double x = v.number();
             if (p.type == ParamType::positive_real && !(x > 0)) return false;
             if (p.type == ParamType::unit_real && !(x >= 0 && x <= 1)) return false;
-            real_member(layer, p.field) = x;
+            if (p.type == ParamType::probability && !(x >= 0 && x < 1)) return false;
+            *std::get<double*>(member) = x;
             return true;
         }
     }

@@ -43,6 +43,16 @@ std::vector<LayerKind> make_table() {
                     {"momentum", T::unit_real, Field::momentum, false, 0.1}},
          .weights = true,
          .kernels = "batchnorm"},
+        // The same rule as batch norm (a scale and a shift per channel); the channels must divide into groups.
+        {.op = OpKind::groupnorm,
+         .name = "groupnorm",
+         .params = {{"groups", T::positive_int, Field::groups, true}, {"eps", T::positive_real, Field::eps, false, 1e-5}},
+         .weights = true,
+         .kernels = "groupnorm"},
+        {.op = OpKind::dropout,
+         .name = "dropout",
+         .params = {{"p", T::probability, Field::p, true}},
+         .kernels = "dropout"},
         {.op = OpKind::relu, .name = "relu", .activation = Activation::relu, .kernels = "activation"},
         {.op = OpKind::leaky_relu,
          .name = "leaky_relu",
@@ -51,6 +61,10 @@ std::vector<LayerKind> make_table() {
          .kernels = "activation"},
         // exp, an add and a division per element.
         {.op = OpKind::sigmoid, .name = "sigmoid", .activation = Activation::sigmoid, .flops = 4, .kernels = "sigmoid"},
+        // Counted as sigmoid: one transcendental and a few arithmetic operations per element.
+        {.op = OpKind::tanh, .name = "tanh", .activation = Activation::tanh, .flops = 4, .kernels = "tanh"},
+        // erf, a scaling, an add and two multiplications per element.
+        {.op = OpKind::gelu, .name = "gelu", .activation = Activation::gelu, .flops = 6, .kernels = "gelu"},
         {.op = OpKind::maxpool,
          .name = "maxpool",
          .params = {{"kernel", T::positive_pair, Field::kernel, true},

@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 
 #include <iostream>
+#include <type_traits>
+#include <variant>
 
 namespace dsl::frontend {
 
@@ -17,19 +19,14 @@ std::string pair_text(const Pair& p) {
 
 // A parameter's value as the dump shows it.
 std::string param_text(const Layer& l, Field field) {
-    switch (field) {
-        case Field::filters: return std::to_string(l.filters);
-        case Field::kernel: return pair_text(l.kernel);
-        case Field::stride: return pair_text(l.stride);
-        case Field::pad: return pair_text(l.pad);
-        case Field::dilation: return pair_text(l.dilation);
-        case Field::bias: return fmt::format("{}", l.bias);
-        case Field::slope: return fmt::format("{}", l.slope);
-        case Field::eps: return fmt::format("{}", l.eps);
-        case Field::momentum: return fmt::format("{}", l.momentum);
-        case Field::weight: return fmt::format("{}", l.weight);
-    }
-    return "?";
+    return std::visit(
+        [](const auto* member) -> std::string {
+            if constexpr (std::is_same_v<decltype(member), const Pair*>)
+                return pair_text(*member);
+            else
+                return fmt::format("{}", *member);
+        },
+        field_member(l, field));
 }
 
 // One line per layer: its name, kind, inputs and attributes, and once shapes are known, the figures.

@@ -26,6 +26,29 @@ Pair Layer::halo() const {
     return h;
 }
 
+FieldRef field_member(Layer& layer, Field field) {
+    switch (field) {
+        case Field::filters: return &layer.filters;
+        case Field::groups: return &layer.groups;
+        case Field::kernel: return &layer.kernel;
+        case Field::stride: return &layer.stride;
+        case Field::pad: return &layer.pad;
+        case Field::dilation: return &layer.dilation;
+        case Field::bias: return &layer.bias;
+        case Field::slope: return &layer.slope;
+        case Field::eps: return &layer.eps;
+        case Field::momentum: return &layer.momentum;
+        case Field::p: return &layer.p;
+        case Field::weight: return &layer.weight;
+    }
+    return &layer.filters;
+}
+
+ConstFieldRef field_member(const Layer& layer, Field field) {
+    return std::visit([](auto* member) -> ConstFieldRef { return member; },
+                      field_member(const_cast<Layer&>(layer), field));  // read only: the same members
+}
+
 bool Layer::planar() const { return shape.dims.size() >= 2 && kind().shape != ShapeRule::global_pool; }
 
 int Network::find(const std::string& name) const {

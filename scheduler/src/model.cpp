@@ -403,6 +403,25 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
             c.allreduce = 2.0 * allreduce(procs_, static_cast<double>(g.y[1]) * word, group_spans);
             break;
         }
+        case OpKind::groupnorm: {
+            // Batch norm's kernels' work; the statistics are per sample and group, summed over the sample's
+            // spatial group; the weight gradients are allreduced below, as every layer's with parameters.
+            const std::vector<std::int64_t> fields{l.groups};
+            c.forward = run(kernel_name(l.op, Phase::forward), {{"x", g.y}, {"g", fields}}, 4 * ny, 3 * ny * word);
+            if (!data_in)
+                c.backward_data =
+                    run(kernel_name(l.op, Phase::backward), {{"x", g.y}, {"g", fields}}, 6 * ny, 5 * ny * word);
+            const double stats = 16.0 * static_cast<double>(g.y[0] * l.groups);
+            const bool spans = multi_node_ && sample_group > platform_.procs_per_node;
+            c.forward_sync = allreduce(sample_group, stats, spans);
+            if (!data_in) c.backward_sync = allreduce(sample_group, stats, spans);
+            break;
+        }
+        case OpKind::dropout:
+            // A hash per element (five splitmix rounds), a compare and a multiplication; a read and a write.
+            c.forward = run(kernel_name(l.op, Phase::forward), {{"x", g.y}}, 20 * ny, 2 * ny * word);
+            if (!data_in) c.backward_data = run(kernel_name(l.op, Phase::backward), {{"x", g.y}}, 20 * ny, 2 * ny * word);
+            break;
         case OpKind::global_avgpool:
             c.forward = run(kernel_name(l.op, Phase::forward), {{"x", g.x}}, nx, nx * word);
             if (!data_in) c.backward_data = run(kernel_name(l.op, Phase::backward), {{"x", g.x}}, nx, nx * word);

@@ -256,7 +256,8 @@ struct Planner {
     }
 
     // Batch norm and global pooling sum over a group of processes: every process, a split's sample group
-    // (the processes with the same block of samples), or none.
+    // (the processes with the same block of samples), or none. Group norm's statistics are per sample: its
+    // sample group, as global pooling's.
     void plan_groups() {
         auto sample_group = [&](const Split& split) {
             return GroupPlan{GroupPlan::Kind::samples, split.str(), static_cast<int>(coords(split, plan.rank).n)};
@@ -264,7 +265,7 @@ struct Planner {
         for (int i = 0; i < layer_count(); ++i) {
             const Layer& l = layer(i);
             LayerPlan& s = slot(i);
-            if (l.op == OpKind::global_avgpool) s.group = sample_group(split_of(i));
+            if (l.op == OpKind::global_avgpool || l.op == OpKind::groupnorm) s.group = sample_group(split_of(i));
             if (l.op != OpKind::batchnorm) continue;
             switch (*s.dist.bn) {
                 case BatchNormStats::batch: s.group = GroupPlan{GroupPlan::Kind::every, "", 0}; break;

@@ -393,6 +393,123 @@ TEST_CASE("gpu batch norm matches the reference", "[gpu]") {
     for (const Dims& d : big_shapes) check_batchnorm(d, rng);
 }
 
+namespace {
+
+// Every group-norm kernel on x and dy of `d` in `groups` groups, sums adding into what the caller holds.
+void check_groupnorm(const Dims& d, std::int64_t groups, std::mt19937& rng) {
+    INFO("groupnorm " << d.n << "x" << d.c << "x" << d.h << "x" << d.w << " in " << groups);
+    const auto c = static_cast<std::size_t>(d.c), stats = static_cast<std::size_t>(d.n * groups);
+    Operand x = make_operand(d, Layout::interior, true, rng), dy = make_operand(d, Layout::channels, true, rng);
+    const Tile x_dev(x.tensor), dy_dev(dy.tensor);
+
+    std::vector<double> sum_ref(stats, 1.5), sq_ref(stats, -0.5), sum(stats, 1.5), sq(stats, -0.5);
+    reference().groupnorm->statistics(x.view(), groups, sum_ref.data(), sq_ref.data());
+    gpu().groupnorm->statistics(x_dev.on_device(x.view()), groups, sum.data(), sq.data());
+    require_close(sum, sum_ref, "sum", 1e-10);
+    require_close(sq, sq_ref, "sum of squares", 1e-10);
+
+    std::vector<float> mean(stats), inv_std(stats);
+    const std::vector<float> gamma = random_vector(d.c, rng, 0.5f, 1.5f), beta = random_vector(d.c, rng);
+    const double count = double(d.c / groups * d.h * d.w);
+    for (std::size_t k = 0; k < stats; ++k) {
+        const double m = (sum_ref[k] - 1.5) / count;
+        mean[k] = float(m);
+        inv_std[k] = float(1.0 / std::sqrt(std::max((sq_ref[k] + 0.5) / count - m * m, 0.0) + 1e-5));
+    }
+    const DeviceArray gamma_dev(gamma), beta_dev(beta);
+
+    Operand y = make_operand(d, Layout::interior, false, rng), y_ref = y;
+    const Tile y_dev(y.tensor);
+    reference().groupnorm->forward(x.view(), groups, mean.data(), inv_std.data(), gamma.data(), beta.data(),
+                                   y_ref.view());
+    gpu().groupnorm->forward(x_dev.on_device(x.view()), groups, mean.data(), inv_std.data(), gamma_dev.data(),
+                             beta_dev.data(), y_dev.on_device(y.view()));
+    require_close(y_dev.download(), y_ref.tensor, "groupnorm forward", 1e-6);
+
+    std::vector<double> db_ref(c, 0.25), dg_ref(c, 0.0), sg_ref(stats, 0.0), sgx_ref(stats, 1.0);
+    std::vector<double> db(c, 0.25), dg(c, 0.0), sg(stats, 0.0), sgx(stats, 1.0);
+    reference().groupnorm->backward_statistics(x.view(), dy.view(), groups, mean.data(), inv_std.data(), gamma.data(),
+                                               db_ref.data(), dg_ref.data(), sg_ref.data(), sgx_ref.data());
+    gpu().groupnorm->backward_statistics(x_dev.on_device(x.view()), dy_dev.on_device(dy.view()), groups, mean.data(),
+                                         inv_std.data(), gamma_dev.data(), db.data(), dg.data(), sg.data(), sgx.data());
+    require_close(db, db_ref, "sum of dy", 1e-10);
+    require_close(dg, dg_ref, "sum of dy * x_hat", 1e-10);
+    require_close(sg, sg_ref, "sum of dy * gamma", 1e-10);
+    require_close(sgx, sgx_ref, "sum of dy * gamma * x_hat", 1e-10);
+
+    Operand dx = make_operand(d, Layout::inside, false, rng), dx_ref = dx;
+    const Tile dx_dev(dx.tensor);
+    reference().groupnorm->backward(x.view(), dy.view(), groups, mean.data(), inv_std.data(), gamma.data(),
+                                    sg_ref.data(), sgx_ref.data(), count, dx_ref.view());
+    gpu().groupnorm->backward(x_dev.on_device(x.view()), dy_dev.on_device(dy.view()), groups, mean.data(),
+                              inv_std.data(), gamma_dev.data(), sg_ref.data(), sgx_ref.data(), count,
+                              dx_dev.on_device(dx.view()));
+    require_close(dx_dev.download(), dx_ref.tensor, "groupnorm backward", 1e-6);
+}
+
+}  // namespace
+
+TEST_CASE("gpu group norm matches the reference", "[gpu]") {
+    std::mt19937 rng(54);
+    std::vector<Dims> all = shapes;
+    all.insert(all.end(), big_shapes.begin(), big_shapes.end());
+    for (const Dims& d : all)
+        for (std::int64_t groups : {std::int64_t{1}, std::int64_t{2}, d.c})
+            if (d.c % groups == 0) check_groupnorm(d, groups, rng);
+}
+
+TEST_CASE("gpu dropout matches the reference bit for bit", "[gpu]") {
+    std::mt19937 rng(55);
+    std::vector<Dims> all = shapes;
+    all.insert(all.end(), big_shapes.begin(), big_shapes.end());
+    for (const Dims& d : all) {
+        INFO("dropout " << d.n << "x" << d.c << "x" << d.h << "x" << d.w);
+        DropoutMask m;
+        m.key = 0x1234567;
+        m.step = 5;
+        m.n0 = 3, m.y0 = 17, m.x0 = 9;
+        m.p = 0.4f;
+        Operand x = make_operand(d, Layout::interior, true, rng);
+        const Tile x_dev(x.tensor);
+        Operand y = make_operand(d, Layout::interior, false, rng), y_ref = y;
+        const Tile y_dev(y.tensor);
+        reference().dropout->forward(x.view(), m, y_ref.view());
+        gpu().dropout->forward(x_dev.on_device(x.view()), m, y_dev.on_device(y.view()));
+        require_close(y_dev.download(), y_ref.tensor, "dropout forward", 0.0);
+        Operand dx = make_operand(d, Layout::inside, false, rng), dx_ref = dx;
+        const Tile dx_dev(dx.tensor);
+        reference().dropout->backward(x.view(), m, dx_ref.view());
+        gpu().dropout->backward(x_dev.on_device(x.view()), m, dx_dev.on_device(dx.view()));
+        require_close(dx_dev.download(), dx_ref.tensor, "dropout backward", 0.0);
+    }
+}
+
+TEST_CASE("gpu tanh and gelu match the reference", "[gpu]") {
+    std::mt19937 rng(62);
+    std::vector<Dims> all = shapes;
+    all.insert(all.end(), big_shapes.begin(), big_shapes.end());
+    for (const auto f : {dsl::frontend::Activation::tanh, dsl::frontend::Activation::gelu})
+        for (const Dims& d : all) {
+            INFO((f == dsl::frontend::Activation::tanh ? "tanh " : "gelu ") << d.n << "x" << d.c << "x" << d.h << "x"
+                                                                             << d.w);
+            Operand x = make_operand(d, Layout::interior, true, rng), dy = make_operand(d, Layout::channels, true, rng);
+            const Tile x_dev(x.tensor), dy_dev(dy.tensor);
+            Operand y = make_operand(d, Layout::interior, false, rng), y_ref = y;
+            const Tile y_dev(y.tensor);
+            // CUDA's tanhf, erff and expf and the C library's round differently: a few float ulps, of the
+            // terms of gelu's gradient too, which cancel near x = -0.75 (hence the absolute floor).
+            reference().activation->forward(f, x.view(), 0.0f, y_ref.view());
+            gpu().activation->forward(f, x_dev.on_device(x.view()), 0.0f, y_dev.on_device(y.view()));
+            require_close(y_dev.download(), y_ref.tensor, "forward", 1e-5, 0.1);
+            Operand dx = make_operand(d, Layout::dense, false, rng), dx_ref = dx;
+            const Tile dx_dev(dx.tensor);
+            reference().activation->backward(f, x.view(), dy.view(), 0.0f, dx_ref.view());
+            gpu().activation->backward(f, x_dev.on_device(x.view()), dy_dev.on_device(dy.view()), 0.0f,
+                                       dx_dev.on_device(dx.view()));
+            require_close(dx_dev.download(), dx_ref.tensor, "backward", 1e-5, 0.1);
+        }
+}
+
 TEST_CASE("gpu activations match the reference", "[gpu]") {
     const float slope = GENERATE(0.0f, 0.1f);
     const dsl::frontend::Activation f = dsl::frontend::Activation::leaky_relu;

@@ -1,5 +1,5 @@
-// Batch normalization on the GPU: per-channel statistics and gradient sums (reductions in double), and
-// the forward and backward formulas in the reference's order of operations.
+// Batch and group normalization on the GPU: per-channel (or per-plane) statistics and gradient sums
+// (reductions in double), and the forward and backward formulas in the reference's order of operations.
 #include "gpu_common.cuh"
 #include "gpu_map.cuh"
 #include "gpu_reduce.cuh"
@@ -142,7 +142,147 @@ public:
     }
 };
 
+// Group norm: per (n, c) plane sums, added into per-(n, g) sums on the host. Group g of sample n is at
+// [n * groups + c / per] of the host's arrays, uploaded as doubles: mean, inv_std (and backward's terms).
+struct GroupNormForward {
+    const double* values;  // mean at [s], inv_std at [stats + s]
+    std::int64_t stats, groups, per;
+    const float *gamma, *beta;
+    struct Row {
+        double gamma, mean, inv_std, beta;
+    };
+    __device__ Row row(std::int64_t n, std::int64_t c, std::int64_t) const {
+        const std::int64_t s = n * groups + c / per;
+        return {gamma[c], values[s], values[stats + s], beta[c]};
+    }
+    template <int S>
+    __device__ float operator()(const Row& r, const float (&v)[S], std::int64_t) const {
+        const double scaled = __dmul_rn(__dmul_rn(r.gamma, __dsub_rn(double(v[0]), r.mean)), r.inv_std);
+        return static_cast<float>(__dadd_rn(scaled, r.beta));
+    }
+};
+
+// Σ dy, Σ dy * x_hat, Σ dy * gamma and Σ dy * gamma * x_hat over a plane, from inputs x, dy.
+struct GroupNormGradientTerm {
+    static constexpr int inputs = 2, quantities = 4;
+    const double* values;  // mean at [s], inv_std at [stats + s]
+    std::int64_t stats, groups, per;
+    const float* gamma;
+    struct Group {
+        double mean, inv_std, gamma;
+    };
+    __device__ Group group(std::int64_t n, std::int64_t c) const {
+        const std::int64_t s = n * groups + c / per;
+        return {values[s], values[stats + s], gamma[c]};
+    }
+    __device__ void add(const Group& grp, const float (&v)[2], double (&acc)[4]) const {
+        const double d = v[1];
+        const double x_hat = __dmul_rn(__dsub_rn(double(v[0]), grp.mean), grp.inv_std);
+        const double dg = __dmul_rn(d, grp.gamma);
+        acc[0] += d;
+        acc[1] += __dmul_rn(d, x_hat);
+        acc[2] += dg;
+        acc[3] += __dmul_rn(dg, x_hat);
+    }
+};
+
+// Inputs x, dy: inv_std * (dy * gamma - sum_g / count - x_hat * sum_g_xhat / count).
+struct GroupNormBackward {
+    const double* values;  // mean, inv_std, sum_g / count, sum_g_xhat: each `stats` long
+    std::int64_t stats, groups, per;
+    double count;
+    const float* gamma;
+    struct Row {
+        double gamma, mean, inv_std, mean_g, sum_g_xhat;
+    };
+    __device__ Row row(std::int64_t n, std::int64_t c, std::int64_t) const {
+        const std::int64_t s = n * groups + c / per;
+        return {gamma[c], values[s], values[stats + s], values[2 * stats + s], values[3 * stats + s]};
+    }
+    template <int S>
+    __device__ float operator()(const Row& r, const float (&v)[S], std::int64_t) const {
+        const double x_hat = __dmul_rn(__dsub_rn(double(v[0]), r.mean), r.inv_std);
+        const double term = __ddiv_rn(__dmul_rn(x_hat, r.sum_g_xhat), count);
+        const double g = __dmul_rn(double(v[1]), r.gamma);
+        return static_cast<float>(__dmul_rn(r.inv_std, __dsub_rn(__dsub_rn(g, r.mean_g), term)));
+    }
+};
+
+class GpuGroupNorm final : public GroupNormKernels {
+public:
+    void statistics(ConstView x, std::int64_t groups, double* sum, double* sum_sq) override {
+        const std::int64_t planes = x.dims.n * x.dims.c, per = per_group(x.dims, groups);
+        if (planes == 0) return;
+        Context& ctx = context();
+        double* totals = ctx.totals.as<double>(2 * planes);
+        reduce("groupnorm statistics", x.dims, Over::planes, {x}, MomentsTerm{}, totals);
+        const double* host = ctx.fetch(totals, 2 * planes);
+        for (std::int64_t p = 0; p < planes; ++p) {
+            const std::int64_t s = p / x.dims.c * groups + p % x.dims.c / per;
+            sum[s] += host[2 * p];
+            sum_sq[s] += host[2 * p + 1];
+        }
+    }
+
+    void forward(ConstView x, std::int64_t groups, const float* mean, const float* inv_std, const float* gamma,
+                 const float* beta, View y) override {
+        check_same_dims(x, y, "groupnorm forward");
+        if (y.dims.elements() == 0) return;
+        const std::int64_t stats = x.dims.n * groups, per = per_group(x.dims, groups);
+        const double* values = context().upload(stats, {mean, inv_std});
+        map("groupnorm forward", y.dims, Merge::rows, operand(y), inputs(x),
+            GroupNormForward{values, stats, groups, per, gamma, beta});
+    }
+
+    void backward_statistics(ConstView x, ConstView dy, std::int64_t groups, const float* mean, const float* inv_std,
+                             const float* gamma, double* d_beta, double* d_gamma, double* sum_g,
+                             double* sum_g_xhat) override {
+        check_same_dims(x, dy, "groupnorm backward_statistics");
+        const std::int64_t planes = x.dims.n * x.dims.c, per = per_group(x.dims, groups);
+        if (planes == 0) return;
+        const std::int64_t stats = x.dims.n * groups;
+        Context& ctx = context();
+        const double* values = ctx.upload(stats, {mean, inv_std});
+        double* totals = ctx.totals.as<double>(4 * planes);
+        reduce("groupnorm backward statistics", x.dims, Over::planes, {x, dy},
+               GroupNormGradientTerm{values, stats, groups, per, gamma}, totals);
+        const double* host = ctx.fetch(totals, 4 * planes);
+        for (std::int64_t p = 0; p < planes; ++p) {
+            const std::int64_t c = p % x.dims.c, s = p / x.dims.c * groups + c / per;
+            d_beta[c] += host[4 * p];
+            d_gamma[c] += host[4 * p + 1];
+            sum_g[s] += host[4 * p + 2];
+            sum_g_xhat[s] += host[4 * p + 3];
+        }
+    }
+
+    void backward(ConstView x, ConstView dy, std::int64_t groups, const float* mean, const float* inv_std,
+                  const float* gamma, const double* sum_g, const double* sum_g_xhat, double count, View dx) override {
+        check_same_dims(x, dy, "groupnorm backward");
+        check_same_dims(x, dx, "groupnorm backward");
+        DSL_INTERNAL_CHECK(count > 0, "groupnorm backward: empty group");
+        if (dx.dims.elements() == 0) return;
+        const std::int64_t stats = x.dims.n * groups, per = per_group(x.dims, groups);
+        std::vector<double> mean_g(static_cast<std::size_t>(stats));
+        for (std::int64_t s = 0; s < stats; ++s) mean_g[static_cast<std::size_t>(s)] = sum_g[s] / count;
+        const double* values = context().upload(stats, {mean, inv_std, mean_g.data(), sum_g_xhat});
+        map("groupnorm backward", dx.dims, Merge::rows, operand(dx), inputs(x, dy),
+            GroupNormBackward{values, stats, groups, per, count, gamma});
+    }
+
+private:
+    static std::int64_t per_group(const Dims& d, std::int64_t groups) {
+        DSL_INTERNAL_CHECK(groups > 0 && d.c % groups == 0, "groupnorm: channels not divisible into groups");
+        return d.c / groups;
+    }
+};
+
 }  // namespace
+
+GroupNormKernels* groupnorm_kernels() {
+    static GpuGroupNorm instance;
+    return &instance;
+}
 
 BatchNormKernels* batchnorm_kernels() {
     static GpuBatchNorm instance;

@@ -161,6 +161,8 @@ Context& context();
 ConvKernels* conv_kernels();              // gpu_conv.cu
 FcKernels* fc_kernels();                  // gpu_conv.cu
 BatchNormKernels* batchnorm_kernels();    // gpu_batchnorm.cu
+GroupNormKernels* groupnorm_kernels();    // gpu_batchnorm.cu
+DropoutKernels* dropout_kernels();        // gpu_eltwise.cu
 ActivationKernels* activation_kernels();  // gpu_eltwise.cu
 PoolKernels* pool_kernels();              // gpu_pool.cu
 EltwiseKernels* eltwise_kernels();        // gpu_eltwise.cu

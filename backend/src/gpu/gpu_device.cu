@@ -105,6 +105,8 @@ Kernels gpu_kernels(const GpuOptions& options) {
         k.loss = gpu::loss_kernels();
         k.memory = gpu::memory_kernels();
         k.synthetic = gpu::synthetic_kernels();
+        k.groupnorm = gpu::groupnorm_kernels();
+        k.dropout = gpu::dropout_kernels();
         return k;
     }();
     return set;

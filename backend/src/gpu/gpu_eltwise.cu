@@ -4,6 +4,7 @@
 #include "gpu_map.cuh"
 
 #include "../kernel_checks.hpp"
+#include "../splitmix.hpp"
 
 #include <dsl/base/error.hpp>
 
@@ -65,6 +66,55 @@ struct SigmoidBackward : PerElement {
     }
 };
 
+// tanh(x), and its gradient dy * (1 - y^2) with y recomputed from x.
+struct TanhForward : PerElement {
+    template <int S>
+    __device__ float operator()(NoRow, const float (&v)[S], std::int64_t) const {
+        return tanhf(v[0]);
+    }
+};
+
+struct TanhBackward : PerElement {
+    template <int S>
+    __device__ float operator()(NoRow, const float (&v)[S], std::int64_t) const {
+        const float y = tanhf(v[0]);
+        return v[1] * (1.0f - y * y);
+    }
+};
+
+// The exact GELU: x * (1 + erf(x / sqrt 2)) / 2; its gradient (1 + erf(x / sqrt 2)) / 2 + x * phi(x).
+struct GeluForward : PerElement {
+    template <int S>
+    __device__ float operator()(NoRow, const float (&v)[S], std::int64_t) const {
+        return v[0] * 0.5f * (1.0f + erff(v[0] * 0.70710678118654752f));
+    }
+};
+
+struct GeluBackward : PerElement {
+    template <int S>
+    __device__ float operator()(NoRow, const float (&v)[S], std::int64_t) const {
+        const float cdf = 0.5f * (1.0f + erff(v[0] * 0.70710678118654752f));
+        const float pdf = 0.39894228040143268f * expf(-0.5f * v[0] * v[0]);
+        return v[1] * (cdf + v[0] * pdf);
+    }
+};
+
+// Dropout: x * scale where the mask (splitmix.hpp's, of the element's global coordinates) keeps it, else 0.
+struct DropoutOp {
+    DropoutMask m;
+    std::uint32_t threshold;
+    float scale;
+    struct Row {
+        std::int64_t n, c, y;
+    };
+    __device__ Row row(std::int64_t n, std::int64_t c, std::int64_t y) const { return {n, c, y}; }
+    template <int S>
+    __device__ float operator()(const Row& r, const float (&v)[S], std::int64_t x) const {
+        return dropout_keep(m.key, m.step, m.n0 + r.n, r.c, m.y0 + r.y, m.x0 + x, threshold) ? __fmul_rn(v[0], scale)
+                                                                                              : 0.0f;
+    }
+};
+
 __global__ void sgd_kernel(float* w, float* m, const float* g, std::int64_t count, float lr, float momentum,
                            float decay) {
     for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
@@ -77,6 +127,24 @@ __global__ void sgd_kernel(float* w, float* m, const float* g, std::int64_t coun
     }
 }
 
+class GpuDropout final : public DropoutKernels {
+public:
+    void forward(ConstView x, const DropoutMask& m, View y) override {
+        check_same_dims(x, y, "dropout forward");
+        apply("dropout forward", x, m, y);
+    }
+    void backward(ConstView dy, const DropoutMask& m, View dx) override {
+        check_same_dims(dy, dx, "dropout backward");
+        apply("dropout backward", dy, m, dx);
+    }
+
+private:
+    // Every coordinate is needed: no rows are folded.
+    static void apply(const char* kernel, ConstView x, const DropoutMask& m, View y) {
+        map(kernel, y.dims, Merge::none, operand(y), inputs(x), DropoutOp{m, dropout_threshold(m.p), 1.0f / (1.0f - m.p)});
+    }
+};
+
 class GpuActivation final : public ActivationKernels {
 public:
     void forward(frontend::Activation f, ConstView x, float slope, View y) override {
@@ -87,6 +155,10 @@ public:
                 return map("activation forward", y.dims, Merge::all, operand(y), inputs(x), LeakyForward{{}, slope});
             case frontend::Activation::sigmoid:
                 return map("sigmoid forward", y.dims, Merge::all, operand(y), inputs(x), SigmoidForward{});
+            case frontend::Activation::tanh:
+                return map("tanh forward", y.dims, Merge::all, operand(y), inputs(x), TanhForward{});
+            case frontend::Activation::gelu:
+                return map("gelu forward", y.dims, Merge::all, operand(y), inputs(x), GeluForward{});
             case frontend::Activation::none: break;
         }
         throw dsl::InternalError("activation kernels called without a function");
@@ -102,6 +174,10 @@ public:
                            LeakyBackward{{}, slope});
             case frontend::Activation::sigmoid:
                 return map("sigmoid backward", dx.dims, Merge::all, operand(dx), inputs(x, dy), SigmoidBackward{});
+            case frontend::Activation::tanh:
+                return map("tanh backward", dx.dims, Merge::all, operand(dx), inputs(x, dy), TanhBackward{});
+            case frontend::Activation::gelu:
+                return map("gelu backward", dx.dims, Merge::all, operand(dx), inputs(x, dy), GeluBackward{});
             case frontend::Activation::none: break;
         }
         throw dsl::InternalError("activation kernels called without a function");
@@ -163,6 +239,11 @@ private:
 
 ActivationKernels* activation_kernels() {
     static GpuActivation instance;
+    return &instance;
+}
+
+DropoutKernels* dropout_kernels() {
+    static GpuDropout instance;
     return &instance;
 }
 

@@ -65,6 +65,48 @@ public:
                           const double* sum_dy, const double* sum_dy_xhat, double count, View dx) = 0;
 };
 
+// Group normalization (PyTorch's nn.GroupNorm): per sample n and group g of C / G consecutive channels, the
+// mean and biased variance over those channels and every row and column. Per-(sample, group) arrays are
+// indexed [n * G + g] over the view's samples; gamma and beta are per channel.
+class GroupNormKernels {
+public:
+    virtual ~GroupNormKernels() = default;
+    // Adds the sums of x and x^2 over each (n, g) into sum[n * G + g] and sum_sq[n * G + g].
+    virtual void statistics(ConstView x, std::int64_t groups, double* sum, double* sum_sq) = 0;
+    // y = gamma[c] * (x - mean[n, g(c)]) * inv_std[n, g(c)] + beta[c]
+    virtual void forward(ConstView x, std::int64_t groups, const float* mean, const float* inv_std, const float* gamma,
+                         const float* beta, View y) = 0;
+    // Adds, with x_hat = (x - mean) * inv_std: the per-channel sums of dy and dy * x_hat into d_beta[c] and
+    // d_gamma[c] (the weight gradients once summed over every process), and the per-(n, g) sums of
+    // dy * gamma and dy * gamma * x_hat into sum_g[n * G + g] and sum_g_xhat[n * G + g].
+    virtual void backward_statistics(ConstView x, ConstView dy, std::int64_t groups, const float* mean,
+                                     const float* inv_std, const float* gamma, double* d_beta, double* d_gamma,
+                                     double* sum_g, double* sum_g_xhat) = 0;
+    // dx = inv_std * (dy * gamma - sum_g / count - x_hat * sum_g_xhat / count), with the sums over each whole
+    // (n, g) and `count` its number of elements (C / G times the whole plane).
+    virtual void backward(ConstView x, ConstView dy, std::int64_t groups, const float* mean, const float* inv_std,
+                          const float* gamma, const double* sum_g, const double* sum_g_xhat, double count,
+                          View dx) = 0;
+};
+
+// Where a dropout tile lies and which mask it draws: an element is kept when dropout_keep (splitmix.hpp) of
+// (key, step, its global sample, channel, row and column) says so, and kept elements are scaled by
+// 1 / (1 - p). The view's first element is global (n0, 0, y0, x0).
+struct DropoutMask {
+    std::uint64_t key = 0;  // the seed and the layer
+    std::int64_t step = 0;
+    std::int64_t n0 = 0, y0 = 0, x0 = 0;
+    float p = 0.0f;
+};
+
+class DropoutKernels {
+public:
+    virtual ~DropoutKernels() = default;
+    // y = x * mask / (1 - p); backward the same of dy (the mask is drawn again, not stored).
+    virtual void forward(ConstView x, const DropoutMask& mask, View y) = 0;
+    virtual void backward(ConstView dy, const DropoutMask& mask, View dx) = 0;
+};
+
 // The element-wise kinds (layer_kinds.hpp), each by its function `f`: relu and leaky_relu are y = x where
 // x > 0, slope * x elsewhere (relu is slope 0); `slope` is ignored by the others.
 class ActivationKernels {
@@ -176,6 +218,8 @@ struct Kernels {
     LossKernels* loss = nullptr;
     Memory* memory = nullptr;               // null: the host's
     SyntheticKernels* synthetic = nullptr;  // null: the data source makes inputs on the host
+    GroupNormKernels* groupnorm = nullptr;
+    DropoutKernels* dropout = nullptr;
 
     Memory& mem() const { return memory ? *memory : host_memory(); }
 };

@@ -26,7 +26,10 @@ struct TrainConfig {
     double lr = 0.01;
     double momentum = 0.9;
     double weight_decay = 0.0;
-    std::uint64_t seed = 0;  // initialization
+    std::uint64_t seed = 0;  // initialization, and dropout's masks
+    // Whether dropout drops (PyTorch's model.train()); false for evaluation (model.eval()), where dropout is
+    // the identity. Batch norm's statistics follow step() and evaluate(), not this.
+    bool training = true;
 };
 
 // Where a step's samples come from. `first` is the global index of the tile's first sample; y0 and x0 the

@@ -18,9 +18,13 @@ enum class OpKind {
     label,  // a declared label tensor
     conv,
     batchnorm,
+    groupnorm,  // statistics per sample and group of channels
+    dropout,    // zeroes elements at random in training, by a mask that is a function of their global coordinates
     relu,
     leaky_relu,
     sigmoid,
+    tanh,
+    gelu,
     maxpool,
     avgpool,
     global_avgpool,
@@ -36,8 +40,10 @@ enum class OpKind {
 
 // What an element-wise kind computes, element by element, as its kernels take it: y = f(x) forward,
 // dx = dy * f'(x) backward. relu is leaky_relu with slope 0 (its kernels are leaky_relu's); sigmoid is
-// y = 1 / (1 + exp(-x)), dx = dy * y * (1 - y).
-enum class Activation { none, relu, leaky_relu, sigmoid };
+// y = 1 / (1 + exp(-x)), dx = dy * y * (1 - y); tanh is dx = dy * (1 - y^2); gelu is the exact erf form
+// (PyTorch's default) y = x * (1 + erf(x / sqrt 2)) / 2, dx = dy * ((1 + erf(x / sqrt 2)) / 2 + x * phi(x)) with
+// phi the standard normal density.
+enum class Activation { none, relu, leaky_relu, sigmoid, tanh, gelu };
 
 // What a regression loss computes per element of prediction x and target t, as its kernels take it (the mean
 // over every element is the loss): mse (x - t)^2, l1 |x - t|, bce_with_logits max(x, 0) - x t + log1p(exp(-|x|))
@@ -45,10 +51,19 @@ enum class Activation { none, relu, leaky_relu, sigmoid };
 enum class Regression { none, mse, l1, bce_with_logits };
 
 // The value a parameter takes, and the text of its type in errors.
-enum class ParamType { positive_int, positive_pair, nonneg_pair, boolean, positive_real, any_real, unit_real };
+enum class ParamType {
+    positive_int,
+    positive_pair,
+    nonneg_pair,
+    boolean,
+    positive_real,
+    any_real,
+    unit_real,
+    probability,  // in [0, 1): dropout's p
+};
 
-// The Layer member a parameter sets (network.hpp).
-enum class Field { filters, kernel, stride, pad, dilation, bias, slope, eps, momentum, weight };
+// The Layer member a parameter sets (network.hpp: field_member maps each to its member).
+enum class Field { filters, kernel, stride, pad, dilation, bias, slope, eps, momentum, groups, p, weight };
 
 struct ParamSpec {
     const char* name;

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 namespace dsl::frontend {
@@ -43,7 +44,9 @@ struct Layer {
     double slope = 0.01;    // leaky_relu
     double eps = 1e-5;      // batchnorm
     double momentum = 0.1;  // batchnorm running averages
-    double weight = 1.0;    // a loss's factor in the total
+    std::int64_t groups = 1;  // groupnorm: groups of channels
+    double p = 0.5;           // dropout: the probability that an element is zeroed
+    double weight = 1.0;      // a loss's factor in the total
 
     // A label declared `float`: targets of a regression loss, not class indices.
     bool float_label = false;
@@ -72,6 +75,13 @@ struct Layer {
     // The parameter an element-wise kind's kernels take: leaky_relu's slope; 0 for a kind without one (relu).
     double activation_slope() const { return kind().param("slope") ? slope : 0.0; }
 };
+
+// The member of a layer that a parameter's Field (layer_kinds.hpp) sets: the one place that maps the two, for
+// elaboration (which sets them) and the printers (which read them).
+using FieldRef = std::variant<std::int64_t*, Pair*, bool*, double*>;
+FieldRef field_member(Layer& layer, Field field);
+using ConstFieldRef = std::variant<const std::int64_t*, const Pair*, const bool*, const double*>;
+ConstFieldRef field_member(const Layer& layer, Field field);
 
 struct TrainOptions {
     std::optional<double> lr, momentum, weight_decay;
