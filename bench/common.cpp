@@ -208,6 +208,9 @@ struct Loss final : LossKernels {
         return charge(*t, "loss.cross_entropy", logits.dims,
                       [&] { return in->cross_entropy(logits, labels, scale, dlogits); });
     }
+    double regression(frontend::Regression r, ConstView x, ConstView target, float scale, View dx) override {
+        return charge(*t, "loss.regression", x.dims, [&] { return in->regression(r, x, target, scale, dx); });
+    }
 };
 
 template <typename W, typename I>

@@ -317,6 +317,26 @@ TEST_CASE("calibrate measures kernels and communication into a platform the mode
     fs::remove_all(dir);
 }
 
+TEST_CASE("calibrate times the regression losses' kernel, which explain then reads", "[cli][model]") {
+    const fs::path dir = fs::temp_directory_path() / ("dsl_calibrate_regression_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    const std::string out = (dir / "here.platform").string();
+    const Result r =
+        run_dsl("calibrate tests/dist/weighted.net --procs 1 --batch 2 --reps 1 --warmup 0 --kernels-only -o " + out);
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    const std::string text = read(out);
+    CHECK(text.find("time regression.forward threads=") != std::string::npos);
+    CHECK(text.find(" x=2x2x15x11 = ") != std::string::npos);  // mse and l1 of the pixels
+    CHECK(text.find(" x=2x3x1x1 = ") != std::string::npos);    // bce of the vector head
+    const Result explain =
+        run_dsl("explain tests/dist/weighted.net tests/dist/weighted_h2.sched --batch 2 --platform " + out);
+    INFO(explain.err);
+    CHECK(explain.exit_code == 0);
+    CHECK(explain.out.find("bce") != std::string::npos);
+    fs::remove_all(dir);
+}
+
 namespace {
 
 std::vector<fs::path> platform_files(const fs::path& dir) {

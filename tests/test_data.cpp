@@ -9,8 +9,10 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -287,6 +289,119 @@ TEST_CASE("data: samples and labels from .npy files, checked against the network
     CHECK_THAT(error, Catch::Contains("label 3 of sample 2 is outside [0, 3)"));
 
     CHECK_FALSE(make_data_source(l.net, 0, dir / "x.npy", dir / "x.npy", error));
+}
+
+namespace {
+
+// A float64 .npy (format 1.0), which write_npy does not write.
+void write_f8(const std::string& path, const std::vector<std::int64_t>& shape, const std::vector<double>& v) {
+    std::string dims;
+    for (std::int64_t d : shape) dims += std::to_string(d) + ", ";
+    std::string header = "{'descr': '<f8', 'fortran_order': False, 'shape': (" + dims + "), }";
+    while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+    header += '\n';
+    std::ofstream out(path, std::ios::binary);
+    out.write("\x93NUMPY\x01\x00", 8);
+    const auto len = static_cast<std::uint16_t>(header.size());
+    out.put(static_cast<char>(len & 0xff)).put(static_cast<char>(len >> 8));
+    out << header;
+    out.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(double)));
+}
+
+}  // namespace
+
+TEST_CASE("data: float labels from .npy files (float32 and float64), per pixel and per vector", "[data][npy]") {
+    TempDir dir;
+    Loaded l(R"(input x [N, 2, 4, 6]
+label t [N, 3, 4, 6] float
+p = conv(3, kernel = 3, pad = 1)
+loss = mse from p, t
+)");
+    std::string error;
+    const std::int64_t S = 3;
+    std::vector<float> xs(S * 2 * 4 * 6, 0.5f), ts(S * 3 * 4 * 6);
+    for (std::size_t i = 0; i < ts.size(); ++i) ts[i] = 0.25f * static_cast<float>(i);
+    REQUIRE(write_npy(dir / "x.npy", {S, 2, 4, 6}, xs.data(), error));
+    REQUIRE(write_npy(dir / "t.npy", {S, 3, 4, 6}, ts.data(), error));
+    auto src = make_data_source(l.net, 0, dir / "x.npy", dir / "t.npy", error);
+    INFO(error);
+    REQUIRE(src);
+    const auto& t = l.net.layers[static_cast<std::size_t>(l.net.find("t"))];
+    CHECK(t.float_label);
+    // A tile of samples 2, 0 (wrapping), rows 1..2, columns 3..5, every channel.
+    Tensor tile(Dims{2, 3, 2, 3});
+    src->targets(t, 2, 1, 3, tile.interior());
+    for (std::int64_t n = 0; n < 2; ++n)
+        for (std::int64_t c = 0; c < 3; ++c)
+            for (std::int64_t r = 0; r < 2; ++r)
+                for (std::int64_t q = 0; q < 3; ++q)
+                    CHECK(tile.at(n, c, r, q) ==
+                          ts[static_cast<std::size_t>((((n + 2) % S * 3 + c) * 4 + 1 + r) * 6 + 3 + q)]);
+    // float64 gives the same values; an integer file is refused for a float label; the shape is checked.
+    std::vector<double> td(ts.begin(), ts.end());
+    write_f8(dir / "t8.npy", {S, 3, 4, 6}, td);
+    auto src8 = make_data_source(l.net, 0, dir / "x.npy", dir / "t8.npy", error);
+    INFO(error);
+    REQUIRE(src8);
+    Tensor tile8(Dims{2, 3, 2, 3});
+    src8->targets(t, 2, 1, 3, tile8.interior());
+    for (std::int64_t i = 0; i < tile8.size(); ++i) CHECK(tile8.data()[i] == tile.data()[i]);
+    std::vector<std::int32_t> ints(S * 3 * 4 * 6, 1);
+    REQUIRE(write_npy(dir / "ti.npy", {S, 3, 4, 6}, ints.data(), error));
+    CHECK_FALSE(make_data_source(l.net, 0, dir / "x.npy", dir / "ti.npy", error));
+    CHECK_THAT(error, Catch::Contains("label 't' is float: its file must have a float dtype, not '<i4'"));
+    REQUIRE(write_npy(dir / "tw.npy", {S, 3, 4, 5}, ts.data(), error));
+    CHECK_FALSE(make_data_source(l.net, 0, dir / "x.npy", dir / "tw.npy", error));
+    CHECK_THAT(error, Catch::Contains("expected [3, 3, 4, 6]"));
+
+    // A vector head's label [N, K]: a file [S, K].
+    Loaded v(R"(input x [N, 2, 4, 6]
+label t [N, 4] float
+g = global_avgpool
+f = fc(4)
+loss = bce_with_logits from f, t
+)");
+    std::vector<float> tv(S * 4);
+    for (std::size_t i = 0; i < tv.size(); ++i) tv[i] = 0.1f * static_cast<float>(i);
+    REQUIRE(write_npy(dir / "tv.npy", {S, 4}, tv.data(), error));
+    auto srcv = make_data_source(v.net, 0, dir / "x.npy", dir / "tv.npy", error);
+    INFO(error);
+    REQUIRE(srcv);
+    Tensor tilev(Dims{2, 4, 1, 1});
+    srcv->targets(v.net.layers[static_cast<std::size_t>(v.net.find("t"))], 1, 0, 0, tilev.interior());
+    for (std::int64_t n = 0; n < 2; ++n)
+        for (std::int64_t k = 0; k < 4; ++k)
+            CHECK(tilev.at(n, k, 0, 0) == tv[static_cast<std::size_t>((n + 1) * 4 + k)]);
+}
+
+TEST_CASE("data: synthetic float targets are a function of the inputs, the same in any tile", "[data]") {
+    Loaded l(R"(input x [N, 3, 12, 10]
+label t [N, 2, 6, 5] float
+p = conv(2, kernel = 2, stride = 2)
+loss = mse from p, t
+)");
+    std::string error;
+    auto src = make_data_source(l.net, 9, "", "", error);
+    REQUIRE(src);
+    const auto& t = l.net.layers[static_cast<std::size_t>(l.net.find("t"))];
+    SyntheticData d = synthetic_for(l.net, 9);
+    d.target_c = 2, d.target_h = 6, d.target_w = 5;
+    Tensor whole(Dims{3, 2, 6, 5}), part(Dims{2, 2, 3, 2});
+    src->targets(t, 4, 0, 0, whole.interior());
+    src->targets(t, 5, 2, 3, part.interior());
+    double lo = 1.0, hi = 0.0;
+    for (std::int64_t n = 0; n < 3; ++n)
+        for (std::int64_t c = 0; c < 2; ++c)
+            for (std::int64_t r = 0; r < 6; ++r)
+                for (std::int64_t q = 0; q < 5; ++q) {
+                    const float v = whole.at(n, c, r, q);
+                    lo = std::min(lo, double(v)), hi = std::max(hi, double(v));
+                    CHECK(v == d.target(4 + n, c, r, q));
+                    CHECK(v > 0.0f);
+                    CHECK(v < 1.0f);
+                    if (n >= 1 && r >= 2 && r < 5 && q >= 3) CHECK(part.at(n - 1, c, r - 2, q - 3) == v);
+                }
+    CHECK(hi - lo > 0.1);  // not a constant: something to learn
 }
 
 TEST_CASE("data: a network learns the synthetic data (the loss falls)", "[data][trainer]") {

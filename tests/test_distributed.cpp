@@ -15,9 +15,10 @@ TEST_CASE("distributed training gives the losses and weights of one process", "[
     // Sample, rows, columns, both, hybrid, per-layer redistribution both ways (2 and 4 processes), overlap
     // on and off, stride 2, pooling, residual adds, a fully connected head (sample-parallel, and computed
     // whole by a spatial group), uneven tiles of samples, rows and columns, and several losses whose logits
-    // other layers read (heads.net), sigmoids on planes and on vectors (sigmoid.net), and group norm, tanh,
+    // other layers read (heads.net), sigmoids on planes and on vectors (sigmoid.net), group norm, tanh,
     // gelu and dropout at an odd size (modern.net: statistics over a sample's spatial group, masks of global
-    // coordinates).
+    // coordinates), a regression loss on float targets at odd sizes (regress.net), and weighted regression and
+    // cross-entropy losses on pixels and on a vector (weighted.net).
     const Case c = GENERATE(Case{"samples/mesh_tiny.net", "samples/mesh_tiny_sample_2.sched", 4},
                             Case{"samples/mesh_tiny.net", "samples/mesh_tiny_spatial_h_2.sched", 4},
                             Case{"samples/mesh_tiny.net", "samples/mesh_tiny_spatial_w_2.sched", 4},
@@ -39,7 +40,13 @@ TEST_CASE("distributed training gives the losses and weights of one process", "[
                             Case{"tests/dist/modern.net", "tests/dist/modern_h2.sched", 4},
                             Case{"tests/dist/modern.net", "tests/dist/modern_w2.sched", 4},
                             Case{"tests/dist/modern.net", "tests/dist/modern_hw4.sched", 4},
-                            Case{"tests/dist/modern.net", "tests/dist/modern_hybrid_4.sched", 4});
+                            Case{"tests/dist/modern.net", "tests/dist/modern_hybrid_4.sched", 4},
+                            Case{"tests/dist/regress.net", "tests/dist/regress_h2.sched", 4},
+                            Case{"tests/dist/regress.net", "tests/dist/regress_hw4.sched", 4},
+                            Case{"tests/dist/regress.net", "tests/dist/regress_hybrid_4.sched", 4},
+                            Case{"tests/dist/weighted.net", "tests/dist/weighted_h2.sched", 4},
+                            Case{"tests/dist/weighted.net", "tests/dist/weighted_hw4.sched", 4},
+                            Case{"tests/dist/weighted.net", "tests/dist/weighted_hybrid_4.sched", 4});
     CAPTURE(c.net, c.sched);
     const Run one = train(c.net, "", c.batch);
     const Run many = train(c.net, c.sched, c.batch);
@@ -78,6 +85,20 @@ TEST_CASE("encoder-decoders with upsample and deconv train as on one process", "
     for (std::size_t i = 0; i < one.losses.size(); ++i) CHECK(many.losses[i] == Approx(one.losses[i]).epsilon(1e-4));
     CHECK(one.losses.back() != one.losses.front());  // it trained
     check_same_state(many.checkpoint, one.checkpoint, 1e-4);
+}
+
+TEST_CASE("the step's loss is the weighted sum of the losses, which are logged unweighted", "[distributed][mpi]") {
+    const Run one = train("tests/dist/weighted.net", "", 4);
+    REQUIRE(one.losses.size() == 3);
+    for (std::size_t i = 0; i < one.losses.size(); ++i) {
+        const auto& e = one.each[i];
+        REQUIRE(e.size() == 4);
+        CHECK(one.losses[i] ==
+              Approx(0.5 * e.at("sq") + 0.25 * e.at("abs") + 2.0 * e.at("bce") + e.at("seg")).epsilon(1e-6));
+        // Unweighted: bce of logits near 0 against targets in (0, 1) is about log 2, not twice it.
+        CHECK(e.at("bce") > 0.5);
+        CHECK(e.at("bce") < 0.8);
+    }
 }
 
 TEST_CASE("a checkpoint saved under one schedule resumes under another", "[distributed][mpi]") {

@@ -393,6 +393,23 @@ TEST_CASE("cpu cross-entropy matches the reference", "[halide]") {
     CHECK(cpu_loss().cross_entropy(logits.interior(), lv, 0.25f, View{}) == Approx(loss_ref).epsilon(1e-12));
 }
 
+TEST_CASE("cpu regression losses match the reference", "[halide]") {
+    using dsl::frontend::Regression;
+    const Regression r = GENERATE(Regression::mse, Regression::l1, Regression::bce_with_logits);
+    const Dims d = GENERATE(Dims{4, 10, 1, 1}, Dims{2, 3, 5, 6});
+    CAPTURE(static_cast<int>(r), d.n, d.c, d.h, d.w);
+    std::mt19937 rng(41);
+    const Tensor x = random_tensor(d, {1, 1, 2, 2}, rng), t = random_tensor(d, {0, 2, 1, 0}, rng);
+    Tensor expected(d), got(d);
+    const double loss_ref =
+        reference_kernels().loss->regression(r, x.interior(), t.interior(), 0.25f, expected.interior());
+    const double loss = cpu_loss().regression(r, x.interior(), t.interior(), 0.25f, got.interior());
+    CHECK(loss == Approx(loss_ref).epsilon(1e-6));
+    CHECK(loss > 0.0);
+    CHECK(mismatches(got.interior(), expected.interior(), 1e-6) == 0);
+    CHECK(cpu_loss().regression(r, x.interior(), t.interior(), 0.25f, View{}) == Approx(loss_ref).epsilon(1e-6));
+}
+
 TEST_CASE("the cpu kernel set uses the halide kernels", "[halide]") {
     const Kernels k = cpu_kernels();
     CHECK(k.conv != nullptr);

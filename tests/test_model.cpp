@@ -159,6 +159,35 @@ TEST_CASE("model: memory per process, and processes that share a processor", "[m
     CHECK(crowded.memory_limit() == p.memory / 2);
 }
 
+TEST_CASE("model: the regression losses cost their elements and a sum over the processes", "[model]") {
+    test::NetworkFromText l(R"(
+input x [N, 8, 32, 32]
+label t [N, 2, 32, 32] float
+c1 = conv(16, kernel = 3, pad = 1)
+pred = conv(2, kernel = 1)
+sq = mse(weight = 0.5) from pred, t
+ab = l1 from pred, t
+bce = bce_with_logits from pred, t
+)");
+    const int sq = l.net.find("sq"), ab = l.net.find("ab"), bce = l.net.find("bce");
+    Model one(l.net, platform(), 1, 4), four(l.net, platform(), 4, 4);
+    for (int loss : {sq, ab, bce}) {
+        const LayerCost c1 = one.layer(loss, dist(1, 1, 1)), c4 = four.layer(loss, dist(1, 2, 2));
+        CHECK(c1.forward > 0.0);
+        CHECK(c4.forward < c1.forward);  // a quarter of the elements
+        CHECK(c1.forward_sync == 0.0);
+        CHECK(c4.forward_sync > 0.0);  // the loss's sum over the processes
+        const auto keys = four.kernel_keys(loss, dist(1, 2, 2));
+        REQUIRE(keys.size() == 1);
+        CHECK(keys[0].rfind("regression.forward ", 0) == 0);
+    }
+    // bce's exp and log1p: more FLOPs per element than mse's.
+    CHECK(l.net.layers[static_cast<std::size_t>(bce)].flops > l.net.layers[static_cast<std::size_t>(sq)].flops);
+    CHECK(l.net.layers[static_cast<std::size_t>(sq)].flops == 4 * 2 * 32 * 32);
+    CHECK(l.net.layers[static_cast<std::size_t>(sq)].weight == 0.5);
+    CHECK(l.net.layers[static_cast<std::size_t>(ab)].weight == 1.0);
+}
+
 TEST_CASE("kernel names read back as the kind and phase that made them, and keep their spelling", "[model]") {
     using frontend::OpKind;
     for (const frontend::LayerKind& k : frontend::layer_kinds()) {
@@ -175,6 +204,7 @@ TEST_CASE("kernel names read back as the kind and phase that made them, and keep
     CHECK(kernel_name(OpKind::relu, Phase::forward) == "activation.forward");
     CHECK(kernel_name(OpKind::leaky_relu, Phase::backward) == "activation.backward");
     CHECK(kernel_name(OpKind::pixel_cross_entropy, Phase::forward) == "loss.forward");
+    CHECK(kernel_name(OpKind::bce_with_logits, Phase::forward) == "regression.forward");
     CHECK(kernel_name(OpKind::maxpool, Phase::backward) == "maxpool.backward");
     CHECK(kernel_name(OpKind::input, Phase::forward) == "input.forward");
     CHECK(factor_name(OpKind::leaky_relu, false) == "factor.leaky_relu.backward");

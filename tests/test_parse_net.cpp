@@ -223,6 +223,21 @@ e = f ( )
     check_round_trip("# only a comment");
 }
 
+TEST_CASE("net parser: a label's element type, float or int", "[net][parse]") {
+    auto p = parse("label t [N, 2, 8, 8] float\nlabel y [N, 8, 8] int\nlabel z [N]\nfloat = relu\n");
+    REQUIRE(p->file);
+    REQUIRE(p->file->tensors.size() == 3);
+    CHECK(p->file->tensors[0].is_float);
+    CHECK_FALSE(p->file->tensors[1].is_float);  // int is the default, written or not
+    CHECK_FALSE(p->file->tensors[2].is_float);
+    // `float` followed by '=' is a statement's name, not the type of the label before it.
+    REQUIRE(p->file->body.size() == 1);
+    CHECK(p->file->body[0].name == "float");
+    // Printed as `float` after the shape; `int` is left out.
+    CHECK(print_net(*p->file) == "label t [N, 2, 8, 8] float\nlabel y [N, 8, 8]\nlabel z [N]\n\nfloat = relu\n");
+    check_round_trip("label t [N, 2, 8, 8] float\nlabel v [N, 3] float\na = mse(weight = 0.5) from p, t\n");
+}
+
 TEST_CASE("net parser: syntax errors at exact places", "[net][errors]") {
     using Row = std::tuple<std::string, unsigned, unsigned, std::string>;
     auto [text, line, col, message] = GENERATE(table<std::string, unsigned, unsigned, std::string>({

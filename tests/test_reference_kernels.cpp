@@ -1115,6 +1115,59 @@ TEST_CASE("reference loss: cross-entropy gradient by finite differences", "[refe
     for (std::size_t i = 0; i < scaled.size(); ++i) CHECK(scaled[i] == Approx(0.25 * unscaled[i]).margin(1e-7));
 }
 
+TEST_CASE("reference loss: regression losses by hand", "[reference]") {
+    using dsl::frontend::Regression;
+    LossKernels& loss = *reference_kernels().loss;
+    std::vector<float> x{1.0f, -2.0f, 0.5f, 0.0f}, t{0.0f, 1.0f, 0.5f, 1.0f}, dx(4);
+    const Dims d{2, 2, 1, 1};
+    auto run = [&](Regression r, float scale) {
+        return loss.regression(r, dense_view(x.data(), d), dense_view(t.data(), d), scale, dense_view(dx.data(), d));
+    };
+    CHECK(run(Regression::mse, 0.5f) == Approx(1.0 + 9.0 + 0.0 + 1.0));
+    CHECK(dx == std::vector<float>{1.0f, -3.0f, 0.0f, -1.0f});  // 2 (x - t) * 0.5
+    CHECK(run(Regression::l1, 0.25f) == Approx(1.0 + 3.0 + 0.0 + 1.0));
+    CHECK(dx == std::vector<float>{0.25f, -0.25f, 0.0f, -0.25f});  // sign(x - t), 0 where equal, as torch
+    // -t log sigmoid(x) - (1 - t) log(1 - sigmoid(x))
+    auto bce = [](double xv, double tv) {
+        const double p = 1.0 / (1.0 + std::exp(-xv));
+        return -tv * std::log(p) - (1.0 - tv) * std::log(1.0 - p);
+    };
+    CHECK(run(Regression::bce_with_logits, 1.0f) ==
+          Approx(bce(1.0, 0.0) + bce(-2.0, 1.0) + bce(0.5, 0.5) + bce(0.0, 1.0)));
+    CHECK(dx[0] == Approx(1.0 / (1.0 + std::exp(-1.0))));
+    CHECK(dx[3] == Approx(-0.5));
+    // The stable form: logits far beyond exp's range give the exact limits, not infinities.
+    std::vector<float> big{1000.0f, -1000.0f}, targets{0.0f, 0.0f};
+    CHECK(loss.regression(Regression::bce_with_logits, dense_view(big.data(), {1, 2, 1, 1}),
+                          dense_view(targets.data(), {1, 2, 1, 1}), 1.0f, View{}) == Approx(1000.0));
+}
+
+TEST_CASE("reference loss: regression gradients by finite differences", "[reference]") {
+    using dsl::frontend::Regression;
+    const Regression r = GENERATE(Regression::mse, Regression::l1, Regression::bce_with_logits);
+    const Dims d = GENERATE(Dims{3, 5, 1, 1}, Dims{2, 3, 4, 5});  // fc's [N, K] and per pixel
+    CAPTURE(static_cast<int>(r), d.n, d.c, d.h, d.w);
+    std::mt19937 rng(23);
+    Tile x(d, rng, -2.0f, 2.0f), t(d, rng, 0.0f, 1.0f), dx(d, rng);
+    // l1 has a kink at x == t: keep every prediction at least 0.1 from its target.
+    for_each(d, [&](int64_t n, int64_t c, int64_t y, int64_t xx) {
+        x.view.at(n, c, y, xx) = t.view.at(n, c, y, xx) + 2.0f * off_zero(rng);
+    });
+    LossKernels& loss = *reference_kernels().loss;
+    auto objective = [&] { return loss.regression(r, x.view, t.view, 1.0f, View{}); };
+    dx.save();
+    const double total = loss.regression(r, x.view, t.view, 1.0f, dx.view);
+    CHECK(dx.changed_outside() == 0);
+    CHECK(total == Approx(objective()));
+    CHECK(total > 0.0);
+    check_gradient("dprediction", to_vector(dx.view), numeric_gradient(x.view, objective));
+    // scale multiplies the gradient and leaves the loss alone.
+    const std::vector<double> unscaled = to_vector(dx.view);
+    CHECK(loss.regression(r, x.view, t.view, 0.25f, dx.view) == Approx(total));
+    const std::vector<double> scaled = to_vector(dx.view);
+    for (std::size_t i = 0; i < scaled.size(); ++i) CHECK(scaled[i] == Approx(0.25 * unscaled[i]).margin(1e-7));
+}
+
 TEST_CASE("reference kernels: mismatched views are internal errors", "[reference]") {
     std::vector<float> buffer(64, 1.0f), out(64), ws(9, 1.0f);
     const Kernels k = reference_kernels();

@@ -239,6 +239,12 @@ std::optional<double> time_kernel(const std::string& key, Kernels k, DataSource&
         c = zeros(y);
         if (phase == Phase::forward || phase == Phase::backward)
             run = [&] { k.eltwise->copy(a.interior(), c.interior()); };
+    } else if (kind && kind->float_labels() && x.n) {  // the regression losses: mse's kernel
+        a = filled(x);
+        b = filled(x);
+        c = zeros(x);
+        if (phase == Phase::forward)
+            run = [&] { k.loss->regression(kind->regression, a.interior(), b.interior(), 1.0f, c.interior()); };
     } else if (kind && kind->loss && x.n) {
         a = filled(x);
         c = zeros(x);

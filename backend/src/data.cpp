@@ -85,7 +85,16 @@ public:
             specs_[net.layers[static_cast<std::size_t>(inputs[i])].name] =
                 spec_for(net, inputs[i], first_label, seed + i * 0x632be59bd9b4e019ull);
         const int first_input = inputs.empty() ? -1 : inputs[0];
-        for (int l : labels) specs_[net.layers[static_cast<std::size_t>(l)].name] = spec_for(net, first_input, l, seed);
+        for (int l : labels) {
+            const Layer& label = net.layers[static_cast<std::size_t>(l)];
+            // A float label is a function of the first input: its definition, and the label's shape.
+            specs_[label.name] = spec_for(net, first_input, label.float_label ? first_label : l, seed);
+            if (label.float_label) {
+                const Dims t = chw(label.shape);
+                SyntheticData& d = specs_[label.name];
+                d.target_c = t.c, d.target_h = t.h, d.target_w = t.w;
+            }
+        }
     }
 
     void inputs(const Layer& input, std::int64_t first, std::int64_t y0, std::int64_t x0, View tile) override {
@@ -94,6 +103,9 @@ public:
     void labels(const Layer& label, std::int64_t first, std::int64_t y0, std::int64_t x0,
                 BasicView<std::int32_t> tile) override {
         spec(label).fill_labels(first, y0, x0, tile);
+    }
+    void targets(const Layer& label, std::int64_t first, std::int64_t y0, std::int64_t x0, View tile) override {
+        spec(label).fill_targets(first, y0, x0, tile);
     }
     const SyntheticData* synthetic(const Layer& input) const override { return &spec(input); }
 
@@ -131,6 +143,15 @@ public:
         for (std::int64_t n = 0; n < tile.dims.n; ++n) {
             const Dims one{1, 1, tile.dims.h, tile.dims.w};
             check(copy_label_tile(labels_, (first + n) % samples_, y0, x0, tile.sub(n, 0, 0, 0, one), error), error);
+        }
+    }
+    void targets(const Layer& label, std::int64_t first, std::int64_t y0, std::int64_t x0, View tile) override {
+        check(label.name == label_name_, "no label '" + label.name + "'");
+        std::string error;
+        for (std::int64_t n = 0; n < tile.dims.n; ++n) {
+            const Dims one{1, tile.dims.c, tile.dims.h, tile.dims.w};
+            check(copy_sample_tile(labels_, (first + n) % samples_, 0, y0, x0, tile.sub(n, 0, 0, 0, one), error),
+                  error);
         }
     }
 
@@ -200,6 +221,42 @@ void SyntheticData::fill_inputs(std::int64_t sample0, std::int64_t c0, std::int6
     }
 }
 
+float SyntheticData::target(std::int64_t sample, std::int64_t c, std::int64_t y, std::int64_t x) const {
+    const std::int64_t iy = (2 * y + 1) * height / (2 * target_h), ix = (2 * x + 1) * width / (2 * target_w);
+    double z = 0.0;
+    for (std::int64_t i = 0; i < channels; ++i)
+        z += static_cast<double>(symmetric(hash(seed, tag_target, c, i))) * input(sample, i, iy, ix);
+    return static_cast<float>(1.0 / (1.0 + std::exp(-z)));
+}
+
+void SyntheticData::fill_targets(std::int64_t sample0, std::int64_t y0, std::int64_t x0, View tile) const {
+    const Dims d = tile.dims;
+    if (d.elements() == 0) return;
+    // The same values as target(), made faster: the mixing weights once, and the input pixels under each
+    // target row at once by fill_inputs (the same values as input()).
+    std::vector<double> mix(static_cast<std::size_t>(d.c * channels));
+    for (std::int64_t c = 0; c < d.c; ++c)
+        for (std::int64_t i = 0; i < channels; ++i)
+            mix[static_cast<std::size_t>(c * channels + i)] = symmetric(hash(seed, tag_target, c, i));
+    auto column = [&](std::int64_t x) { return (2 * (x0 + x) + 1) * width / (2 * target_w); };
+    const std::int64_t first = column(0), span = column(d.w - 1) - first + 1;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (std::int64_t n = 0; n < d.n; ++n)
+        for (std::int64_t y = 0; y < d.h; ++y) {
+            const std::int64_t iy = (2 * (y0 + y) + 1) * height / (2 * target_h);
+            std::vector<float> row(static_cast<std::size_t>(channels * span));
+            fill_inputs(sample0 + n, 0, iy, first, dense_view(row.data(), Dims{1, channels, 1, span}));
+            for (std::int64_t c = 0; c < d.c; ++c)
+                for (std::int64_t x = 0; x < d.w; ++x) {
+                    double z = 0.0;
+                    for (std::int64_t i = 0; i < channels; ++i)
+                        z += mix[static_cast<std::size_t>(c * channels + i)] *
+                             row[static_cast<std::size_t>(i * span + column(x) - first)];
+                    tile.at(n, c, y, x) = static_cast<float>(1.0 / (1.0 + std::exp(-z)));
+                }
+        }
+}
+
 void SyntheticData::fill_labels(std::int64_t sample0, std::int64_t y0, std::int64_t x0,
                                 BasicView<std::int32_t> tile) const {
     const Dims d = tile.dims;
@@ -261,6 +318,14 @@ std::unique_ptr<DataSource> make_data_source(const frontend::Network& net, std::
             fmt::format("{}: holds {}, but label '{}' is {} and the inputs hold {} samples: expected {}", labels_path,
                         shape_str(yf->shape()), lab.name, lab.shape.str(), want[0], shape_str(want_labels));
         return nullptr;
+    }
+    if (lab.float_label) {  // targets of a regression loss: any values
+        if (npy_is_integer(yf->dtype())) {
+            error = fmt::format("{}: label '{}' is float: its file must have a float dtype, not '{}'", labels_path,
+                                lab.name, npy_descr(yf->dtype()));
+            return nullptr;
+        }
+        return std::make_unique<NpySource>(std::move(*xf), std::move(*yf), in.name, lab.name);
     }
     if (!npy_is_integer(yf->dtype())) {
         error = fmt::format("{}: labels must have an integer dtype, not '{}'", labels_path, npy_descr(yf->dtype()));

@@ -382,6 +382,49 @@ public:
                 }
         return total;
     }
+
+    double regression(frontend::Regression loss, ConstView prediction, ConstView target, float scale,
+                      View dprediction) override {
+        const Dims& d = prediction.dims;
+        check_same_dims(prediction.dims, target.dims, "regression");
+        if (dprediction.base) check_same_dims(prediction.dims, dprediction.dims, "regression");
+        DSL_INTERNAL_CHECK(loss != frontend::Regression::none, "regression: not a regression loss");
+        double total = 0.0;
+        // Rows in parallel, each row's sum in double; the sum over rows in a fixed order.
+        const std::int64_t rows = d.n * d.c * d.h;
+        std::vector<double> row_sums(static_cast<std::size_t>(rows));
+#pragma omp parallel for schedule(static)
+        for (std::int64_t r = 0; r < rows; ++r) {
+            const std::int64_t n = r / (d.c * d.h), c = r / d.h % d.c, i = r % d.h;
+            const float* x = &prediction.at(n, c, i, 0);
+            const float* t = &target.at(n, c, i, 0);
+            float* dx = dprediction.base ? &dprediction.at(n, c, i, 0) : nullptr;
+            double sum = 0.0;
+            for (std::int64_t j = 0; j < d.w; ++j) {
+                const float e = x[j] - t[j];
+                float value = 0.0f, grad = 0.0f;
+                switch (loss) {
+                    case frontend::Regression::mse:
+                        value = e * e;
+                        grad = 2.0f * e;
+                        break;
+                    case frontend::Regression::l1:
+                        value = std::abs(e);
+                        grad = e > 0.0f ? 1.0f : e < 0.0f ? -1.0f : 0.0f;
+                        break;
+                    default:  // bce_with_logits
+                        value = std::max(x[j], 0.0f) - x[j] * t[j] + std::log1p(std::exp(-std::abs(x[j])));
+                        grad = 1.0f / (1.0f + std::exp(-x[j])) - t[j];
+                        break;
+                }
+                sum += value;
+                if (dx) dx[j] = grad * scale;
+            }
+            row_sums[static_cast<std::size_t>(r)] = sum;
+        }
+        for (double v : row_sums) total += v;
+        return total;
+    }
 };
 
 }  // namespace

@@ -431,7 +431,9 @@ std::int64_t NpyFile::integer_at(std::int64_t i) const {
 
 bool copy_sample_tile(const NpyFile& file, std::int64_t s0, std::int64_t c0, std::int64_t y0, std::int64_t x0, View out,
                       std::string& error) {
-    const auto& sh = file.shape();
+    // [S, K] (float labels of a vector) is read as [S, K, 1, 1].
+    std::vector<std::int64_t> sh = file.shape();
+    if (sh.size() == 2) sh.insert(sh.end(), {1, 1});
     if (sh.size() != 4) {
         error = fmt::format("{}: inputs must be [S, C, H, W], the file holds {}", file.path(), shape_str(sh));
         return false;

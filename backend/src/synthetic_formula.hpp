@@ -16,7 +16,7 @@
 namespace dsl::backend::synthetic {
 
 // Streams, so that noise, fields and classes of the same coordinates are independent.
-enum Tag : std::uint64_t { tag_class = 1, tag_noise = 2, tag_field = 3 };
+enum Tag : std::uint64_t { tag_class = 1, tag_noise = 2, tag_field = 3, tag_target = 4 };
 
 template <typename... Ts>
 DSL_HOST_DEVICE std::uint64_t hash(std::uint64_t seed, Tag tag, Ts... values) {

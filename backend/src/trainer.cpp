@@ -21,6 +21,11 @@ namespace dsl::backend {
 using frontend::Layer;
 using frontend::OpKind;
 
+void DataSource::targets(const Layer& label, std::int64_t first, std::int64_t y0, std::int64_t x0, View tile) {
+    (void)first, (void)y0, (void)x0, (void)tile;
+    DSL_INTERNAL_CHECK(false, "this data source has no float labels, but '" + label.name + "' is one");
+}
+
 namespace {
 
 // Deterministic initialization: every parameter element is a pure function of (seed, layer name, index),
@@ -122,6 +127,8 @@ struct Trainer::Impl {
     std::vector<float> scratch_values;   // on the host: global pooling's values, batch-norm gradients
     Buffer scratch;                      // gradients of tensors with several readers, before they are added
     Buffer staging;                      // an input tile from the data source, on its way to the kernels' memory
+    Buffer targets;                      // a regression loss's targets, in the kernels' memory
+    std::vector<float> host_targets;     // and on the host, as the data source gives them
     std::vector<float> host_tile;
     // state()'s copies of the parameters in a GPU's memory, each with where it came from.
     struct StateCopy {
@@ -168,7 +175,8 @@ struct Trainer::Impl {
           self(shared ? nullptr : self_comm()),
           comm(shared ? *shared : *self),
           scratch(mem),
-          staging(mem) {
+          staging(mem),
+          targets(mem) {
         DSL_INTERNAL_CHECK(plan.layers.size() == net.layers.size() && plan.procs == comm.size() &&
                                plan.rank == comm.rank() && plan.batch == config.batch,
                            "a plan for another network, process or mini-batch");
@@ -566,8 +574,11 @@ struct Trainer::Impl {
             }
             case OpKind::softmax_cross_entropy:
             case OpKind::pixel_cross_entropy:
-                losses.push_back(LossValue{l.name, loss_layer(s, data, first, training)});
-                loss += losses.back().value;
+            case OpKind::mse:
+            case OpKind::l1:
+            case OpKind::bce_with_logits:
+                losses.push_back(LossValue{l.name, loss_layer(s, data, first, training), l.weight});
+                loss += l.weight * losses.back().value;
                 break;
             default:  // an element-wise kind: its function (layer_kinds.hpp)
                 k.activation->forward(elementwise(l), in(), activation_slope(l), y);
@@ -661,7 +672,10 @@ struct Trainer::Impl {
         for (const Box& strip : scheduler::edge_strips(out, inner)) windowed_forward(s, index, strip);
     }
 
+    // A loss's mean over the mini-batch (before its weight); in training, writes its logits' gradient, scaled
+    // by the weight.
     double loss_layer(Slot& s, DataSource& data, std::int64_t first, bool training) {
+        if (s.layer->kind().float_labels()) return regression_layer(s, data, first, training);
         const Layer& l = *s.layer;
         Tile& logits = *s.operands[0];
         const Layer& label = net.layers[static_cast<std::size_t>(l.inputs[1])];
@@ -678,13 +692,45 @@ struct Trainer::Impl {
         // now, other layers in backward) add when there are any.
         double sum = 0.0;
         auto cross_entropy = [&](View grad) {
-            sum = k.loss->cross_entropy(logits.y.interior(), lv, static_cast<float>(1.0 / count), grad);
+            sum = k.loss->cross_entropy(logits.y.interior(), lv, static_cast<float>(l.weight / count), grad);
         };
         if (training && !is_input(&logits))
             interior_gradient(logits, cross_entropy);
         else
             cross_entropy(View{});
         if (!logits.leader) sum = 0.0;  // its replicas' copy counts once
+        wait([&] { comm.allreduce(&sum, 1); });
+        return sum / count;
+    }
+
+    // A regression loss: the targets of the prediction's tile (its samples, rows and columns, every channel)
+    // from the data source, then the kernel; the mean is over every element of the whole prediction.
+    double regression_layer(Slot& s, DataSource& data, std::int64_t first, bool training) {
+        const Layer& l = *s.layer;
+        Tile& prediction = *s.operands[0];
+        const Layer& label = net.layers[static_cast<std::size_t>(l.inputs[1])];
+        const ConstView x = prediction.y.interior();
+        const Dims td = x.dims;
+        host_targets.resize(static_cast<std::size_t>(td.elements()));
+        const bool planes = has_planes(label);
+        data.targets(label, first + prediction.box.n0, planes ? prediction.box.y0 : 0, planes ? prediction.box.x0 : 0,
+                     dense_view(host_targets.data(), td));
+        ConstView t = dense_view(host_targets.data(), td);
+        if (!mem.host()) {
+            mem.upload(host_targets.data(), targets.reserve(td.elements()), td.elements());
+            t = dense_view(targets.data(), td);
+        }
+        const Dims whole = global_dims(l.inputs[0]);
+        const double count = static_cast<double>(whole.elements());
+        double sum = 0.0;
+        auto compute = [&](View grad) {
+            sum = k.loss->regression(l.kind().regression, x, t, static_cast<float>(l.weight / count), grad);
+        };
+        if (training && !is_input(&prediction))
+            interior_gradient(prediction, compute);
+        else
+            compute(View{});
+        if (!prediction.leader) sum = 0.0;  // its replicas' copy counts once
         wait([&] { comm.allreduce(&sum, 1); });
         return sum / count;
     }
@@ -802,7 +848,10 @@ struct Trainer::Impl {
             case OpKind::input:
             case OpKind::label:
             case OpKind::softmax_cross_entropy:
-            case OpKind::pixel_cross_entropy: break;  // the loss wrote its gradient in forward
+            case OpKind::pixel_cross_entropy:
+            case OpKind::mse:
+            case OpKind::l1:
+            case OpKind::bce_with_logits: break;  // the loss wrote its gradient in forward
             case OpKind::conv: {
                 const Window w = window_of(l);
                 Tile& in = *s.operands[0];
@@ -1168,6 +1217,7 @@ std::int64_t Trainer::memory_bytes() const {
             s.w.size() + s.dw.size() + s.mw.size() + s.b.size() + s.db.size() + s.mb.size() + s.vw.size() + s.vb.size();
         floats += static_cast<std::int64_t>(s.mean.size() * 4) + static_cast<std::int64_t>(s.labels.size());
     }
+    floats += impl_->targets.size() + static_cast<std::int64_t>(impl_->host_targets.size());
     for (const auto& b : impl_->grad_buffers) floats += b.size();
     return 4 * floats;
 }

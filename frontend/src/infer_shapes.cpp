@@ -232,7 +232,24 @@ private:
                 return true;
             }
             case ShapeRule::loss: {
-                const Shape& labels = input(l, 1).shape;
+                const Layer& label = input(l, 1);
+                const Shape& labels = label.shape;
+                if (k.float_labels()) {  // a float label of the prediction's shape
+                    if (!label.float_label)
+                        return fail(l, kind(l) + " needs float targets, but '" + label.name +
+                                           "' is an integer label: declare it as 'label " + label.name + " " +
+                                           in.str() + " float'");
+                    if (!(labels == in))
+                        return fail(l, "labels " + labels.str() + " do not match the prediction " + in.str() + " of " +
+                                           kind(l) + ": they must have its shape");
+                    l.shape.dims.clear();
+                    l.flops = c.mul(k.flops, in_elements);
+                    return true;
+                }
+                if (label.float_label)
+                    return fail(l, kind(l) + " needs class indices, but '" + label.name +
+                                       "' is a float label: declare it without 'float', or use a regression loss "
+                                       "(mse, l1, bce_with_logits)");
                 const bool pixel = l.op == OpKind::pixel_cross_entropy;
                 const bool logits_ok =
                     pixel ? in.dims.size() == 3

@@ -13,6 +13,8 @@ using T = ParamType;
 const ParamSpec kernel_param{"kernel", T::positive_pair, Field::kernel, false, 1.0};
 const ParamSpec pad_param{"pad", T::nonneg_pair, Field::pad, false, 0.0};
 const ParamSpec bias_param{"bias", T::boolean, Field::bias, false, 1.0};
+// A loss's factor in the total that training minimizes.
+const ParamSpec weight_param{"weight", T::positive_real, Field::weight, false, 1.0};
 
 std::vector<LayerKind> make_table() {
     return {
@@ -103,6 +105,7 @@ std::vector<LayerKind> make_table() {
          .kernels = "concat"},
         {.op = OpKind::softmax_cross_entropy,
          .name = "softmax_cross_entropy",
+         .params = {weight_param},
          .min_inputs = 2,
          .max_inputs = 2,
          .loss = true,
@@ -110,6 +113,7 @@ std::vector<LayerKind> make_table() {
          .kernels = "loss"},
         {.op = OpKind::pixel_cross_entropy,
          .name = "pixel_cross_entropy",
+         .params = {weight_param},
          .min_inputs = 2,
          .max_inputs = 2,
          .loss = true,
@@ -134,6 +138,38 @@ std::vector<LayerKind> make_table() {
          .weights = true,
          .shape = ShapeRule::deconv,
          .kernels = "deconv"},
+        // The regression losses: FLOPs per element of forward and gradient (a subtraction, a product or sign,
+        // the gradient's scaling; bce's exp, log1p and sigmoid count as a few each).
+        {.op = OpKind::mse,
+         .name = "mse",
+         .params = {weight_param},
+         .min_inputs = 2,
+         .max_inputs = 2,
+         .loss = true,
+         .regression = Regression::mse,
+         .flops = 4,
+         .shape = ShapeRule::loss,
+         .kernels = "regression"},
+        {.op = OpKind::l1,
+         .name = "l1",
+         .params = {weight_param},
+         .min_inputs = 2,
+         .max_inputs = 2,
+         .loss = true,
+         .regression = Regression::l1,
+         .flops = 4,
+         .shape = ShapeRule::loss,
+         .kernels = "regression"},
+        {.op = OpKind::bce_with_logits,
+         .name = "bce_with_logits",
+         .params = {weight_param},
+         .min_inputs = 2,
+         .max_inputs = 2,
+         .loss = true,
+         .regression = Regression::bce_with_logits,
+         .flops = 12,
+         .shape = ShapeRule::loss,
+         .kernels = "regression"},
     };
 }
 

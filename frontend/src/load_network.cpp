@@ -47,7 +47,7 @@ std::string dump_network(const Network& net, bool shapes) {
                 out += (k ? ", " : "") + (in >= 0 ? net.layers[static_cast<std::size_t>(in)].name : std::string("?"));
             }
         }
-        if (shapes || l.is_data()) out += "  " + l.shape.str();
+        if (shapes || l.is_data()) out += "  " + l.shape.str() + (l.float_label ? " float" : "");
         if (shapes) out += fmt::format("  params={} macs={} flops={}", l.params, l.macs, l.flops);
         if (!l.blocks.empty()) {
             out += "  in";

@@ -79,6 +79,7 @@ FieldRef field_member(Layer& layer, Field field) {
         case Field::scale: return &layer.scale;
         case Field::mode: return &layer.mode;
         case Field::output_pad: return &layer.output_pad;
+        case Field::weight: return &layer.weight;
     }
     return &layer.filters;
 }

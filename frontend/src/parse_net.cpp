@@ -505,6 +505,15 @@ struct action<g::dim_size> {
     }
 };
 
+// On the whole type, which matches only where no '=' follows (`float = relu` names a statement).
+template <>
+struct action<g::label_type> {
+    template <typename ActionInput>
+    static void apply(const ActionInput& in, Builder& b) {
+        b.tensor.is_float = in.string() == "float";
+    }
+};
+
 struct tensor_decl_action {
     static void apply0(Builder& b) { b.out.tensors.push_back(std::move(b.tensor)); }
 };

@@ -185,7 +185,7 @@ std::string print_net(const NetFile& file) {
         s += t.name + " [";
         for (std::size_t i = 0; i < t.shape.size(); ++i)
             s += (i ? ", " : "") + (t.shape[i].batch ? std::string("N") : std::to_string(t.shape[i].size));
-        s += "]\n";
+        s += t.is_float ? "] float\n" : "]\n";
     }
     if (!s.empty()) sections.push_back(std::move(s));
 
@@ -231,6 +231,7 @@ nlohmann::json net_to_json(const NetFile& file, bool with_locations) {
         nlohmann::json tj = {{"kind", t.kind == TensorDecl::Kind::input ? "input" : "label"},
                              {"name", t.name},
                              {"shape", std::move(shape)}};
+        if (t.is_float) tj["element"] = "float";
         add_location(tj, t.loc, wl);
         tensors.push_back(std::move(tj));
     }

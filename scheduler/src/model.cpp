@@ -483,6 +483,12 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
             c.backward_weights = run(kernel_name(l.op, Phase::backward_weights), f, flops, bytes);
             break;
         }
+        case OpKind::mse:
+        case OpKind::l1:
+        case OpKind::bce_with_logits:  // reads prediction and target, writes the gradient
+            c.forward = run(kernel_name(l.op, Phase::forward), {{"x", g.x}}, l.kind().flops * nx, 3 * nx * word);
+            c.forward_sync = allreduce(procs_, 8.0, group_spans);
+            break;
         case OpKind::label: break;
         default:  // the element-wise kinds: their FLOPs per element (layer_kinds.hpp), a read and a write
             DSL_INTERNAL_CHECK(l.kind().elementwise(), fmt::format("no cost for layer kind '{}'", l.kind().name));

@@ -754,6 +754,29 @@ TEST_CASE("gpu cross-entropy matches the reference", "[gpu]") {
     require_close(logits_dev.download(), in_place_ref.tensor, "dlogits over logits", 1e-6);
 }
 
+TEST_CASE("gpu regression losses match the reference", "[gpu]") {
+    using dsl::frontend::Regression;
+    const Regression r = GENERATE(Regression::mse, Regression::l1, Regression::bce_with_logits);
+    const Dims d = GENERATE(Dims{4, 10, 1, 1}, Dims{2, 3, 5, 6}, Dims{2, 2, 64, 80});
+    const Layout layout = GENERATE(Layout::dense, Layout::interior);
+    INFO("regression " << static_cast<int>(r) << " " << d.n << "x" << d.c << "x" << d.h << "x" << d.w << " "
+                       << name(layout));
+    std::mt19937 rng(89);
+    Operand x = make_operand(d, layout, true, rng), t = make_operand(d, layout, true, rng);
+    const Tile x_dev(x.tensor), t_dev(t.tensor);
+    Operand dx = make_operand(d, layout, false, rng), dx_ref = dx;
+    const Tile dx_dev(dx.tensor);
+    const double loss_ref = reference().loss->regression(r, x.view(), t.view(), 0.25f, dx_ref.view());
+    const double loss = gpu().loss->regression(r, x_dev.on_device(x.view()), t_dev.on_device(t.view()), 0.25f,
+                                               dx_dev.on_device(dx.view()));
+    CHECK(loss == Approx(loss_ref).epsilon(1e-10));
+    CHECK(loss > 0.0);
+    require_close(dx_dev.download(), dx_ref.tensor, "dprediction", 1e-6);
+    // Without a gradient: the loss alone.
+    CHECK(gpu().loss->regression(r, x_dev.on_device(x.view()), t_dev.on_device(t.view()), 0.25f, View{}) ==
+          Approx(loss_ref).epsilon(1e-10));
+}
+
 TEST_CASE("gpu synthetic inputs are the host's", "[gpu]") {
     SyntheticData data;
     data.seed = 11;

@@ -1,4 +1,4 @@
-// The loss on the GPU: softmax cross-entropy and its gradient.
+// The losses on the GPU: softmax cross-entropy and the regression losses, with their gradients.
 #include "gpu_common.cuh"
 #include "gpu_map.cuh"
 #include "gpu_reduce.cuh"
@@ -82,6 +82,42 @@ __global__ void __launch_bounds__(256) cross_entropy_kernel(Dims d, Operand<cons
     }
 }
 
+// A regression loss: one thread per element, in double as the reference; each block writes its sum.
+__global__ void __launch_bounds__(256)
+    regression_kernel(Dims d, frontend::Regression loss, Operand<const float> x, Operand<const float> t,
+                      Operand<float> dx, float scale, double* partials) {
+    const std::int64_t elements = d.n * d.c * d.h * d.w;
+    double total = 0.0;
+    for (std::int64_t e = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < elements;
+         e += std::int64_t(gridDim.x) * blockDim.x) {
+        const std::int64_t j = e % d.w, r = e / d.w, i = r % d.h, c = r / d.h % d.c, n = r / (d.h * d.c);
+        const double xv = x.base[n * x.sn + c * x.sc + i * x.sh + j];
+        const double tv = t.base[n * t.sn + c * t.sc + i * t.sh + j];
+        double value = 0.0, grad = 0.0;
+        if (loss == frontend::Regression::mse) {
+            value = (xv - tv) * (xv - tv);
+            grad = 2.0 * (xv - tv);
+        } else if (loss == frontend::Regression::l1) {
+            value = fabs(xv - tv);
+            grad = xv > tv ? 1.0 : xv < tv ? -1.0 : 0.0;
+        } else {
+            value = fmax(xv, 0.0) - xv * tv + log1p(exp(-fabs(xv)));
+            grad = 1.0 / (1.0 + exp(-xv)) - tv;
+        }
+        total += value;
+        if (dx.base) dx.base[n * dx.sn + c * dx.sc + i * dx.sh + j] = static_cast<float>(grad * scale);
+    }
+    __shared__ double warp_totals[8];
+    total = warp_sum(total);
+    if (threadIdx.x % 32 == 0) warp_totals[threadIdx.x / 32] = total;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double block_total = 0.0;
+        for (unsigned w = 0; w < blockDim.x / 32; ++w) block_total += warp_totals[w];
+        partials[blockIdx.x] = block_total;
+    }
+}
+
 class GpuLoss final : public LossKernels {
 public:
     double cross_entropy(ConstView logits, LabelView labels, float scale, View dlogits) override {
@@ -119,6 +155,27 @@ public:
         else
             cross_entropy_kernel<1><<<blocks, 256, 0, gpu::stream()>>>(d, input(logits), out, device, scale, partials);
         check_launch("cross_entropy");
+        const double* sums = ctx.fetch(partials, blocks);
+        double total = 0.0;
+        for (unsigned b = 0; b < blocks; ++b) total += sums[b];
+        return total;
+    }
+
+    double regression(frontend::Regression loss, ConstView prediction, ConstView target, float scale,
+                      View dprediction) override {
+        const Dims& d = prediction.dims;
+        check_same_dims(prediction, target, "regression");
+        if (dprediction.base) check_same_dims(prediction, dprediction, "regression");
+        DSL_INTERNAL_CHECK(loss != frontend::Regression::none, "regression: not a regression loss");
+        const std::int64_t elements = d.elements();
+        if (elements == 0) return 0.0;
+        Context& ctx = context();
+        const auto blocks = static_cast<unsigned>(std::min<std::int64_t>(ceil_div(elements, 256), loss_blocks_max));
+        double* partials = ctx.partials.as<double>(blocks);
+        const Operand<float> out = dprediction.base ? operand(dprediction) : Operand<float>{};
+        regression_kernel<<<blocks, 256, 0, gpu::stream()>>>(d, loss, input(prediction), input(target), out, scale,
+                                                             partials);
+        check_launch("regression");
         const double* sums = ctx.fetch(partials, blocks);
         double total = 0.0;
         for (unsigned b = 0; b < blocks; ++b) total += sums[b];

@@ -232,6 +232,12 @@ public:
     // labels are {n, 1, h, w}). Returns the sum of -log softmax(logits)[label] over the view, and, when
     // dlogits.base is not null, writes dlogits = (softmax - one_hot(label)) * scale.
     virtual double cross_entropy(ConstView logits, LabelView labels, float scale, View dlogits) = 0;
+    // A regression loss (layer_kinds.hpp) element by element over `prediction` and `target` (of its dims, in
+    // this kernel set's memory). Returns the sum of l(x, t) over the view: (x - t)^2, |x - t|, or
+    // max(x, 0) - x t + log1p(exp(-|x|)); and, when dprediction.base is not null, writes dprediction =
+    // l'(x, t) * scale: 2 (x - t), sign(x - t) (0 where x == t, as PyTorch), or sigmoid(x) - t.
+    virtual double regression(frontend::Regression loss, ConstView prediction, ConstView target, float scale,
+                              View dprediction) = 0;
 };
 
 struct SyntheticData;  // synthetic.hpp

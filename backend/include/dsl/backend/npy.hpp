@@ -62,8 +62,8 @@ private:
 };
 
 // Copies samples [s0, s0 + out.n), channels [c0, c0 + out.c), rows [y0, y0 + out.h) and columns
-// [x0, x0 + out.w) of an [S, C, H, W] array into `out`, converted to float. False (with the reason) when the
-// array is not 4-D or the region is out of range.
+// [x0, x0 + out.w) of an [S, C, H, W] array (or [S, K], read as [S, K, 1, 1]) into `out`, converted to float.
+// False (with the reason) when the array is neither 4-D nor 2-D or the region is out of range.
 bool copy_sample_tile(const NpyFile& file, std::int64_t s0, std::int64_t c0, std::int64_t y0, std::int64_t x0, View out,
                       std::string& error);
 

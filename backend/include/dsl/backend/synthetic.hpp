@@ -20,6 +20,12 @@ namespace dsl::backend {
 //              where k is the class of the sample, or of the label pixel that input pixel (y, x) falls in:
 //              (y * label_h / height, x * label_w / width). Classes sharing a channel differ in strength.
 //
+//   target     a float label [TC, TH, TW] (a label [K] is [K, 1, 1]), for the regression losses: at the input
+//              pixel under the centre of the label pixel, iy = ((2y + 1) * height) / (2 TH), likewise ix,
+//                t(s, c, y, x) = sigmoid(sum over input channels i of w(c, i) * x(s, i, iy, ix)),
+//              w(c, i) = u(hash(seed, c, i)): a smooth function of the input, in (0, 1) so that
+//              bce_with_logits can take it as well as mse and l1.
+//
 // Every value depends on global coordinates only, so a tile equals the same region of the whole tensor.
 struct SyntheticData {
     std::uint64_t seed = 0;
@@ -29,6 +35,7 @@ struct SyntheticData {
     std::int64_t label_h = 0, label_w = 0;  // the per-pixel label grid; 0 for one label per sample
     std::int64_t block = 1;                 // label pixels per side of a class square
     float signal = 1.0f;
+    std::int64_t target_c = 0, target_h = 1, target_w = 1;  // a float label's shape; target_c 0 for none
 
     bool per_pixel() const { return label_h > 0 && label_w > 0; }
 
@@ -38,6 +45,9 @@ struct SyntheticData {
 
     // The tile whose first element is at global (sample0, c0, y0, x0).
     void fill_inputs(std::int64_t sample0, std::int64_t c0, std::int64_t y0, std::int64_t x0, View tile) const;
+    float target(std::int64_t sample, std::int64_t c, std::int64_t y, std::int64_t x) const;  // a float label's
+    // Float labels {n, target_c, h, w} from label row y0 and column x0.
+    void fill_targets(std::int64_t sample0, std::int64_t y0, std::int64_t x0, View tile) const;
     // Labels {n, 1, 1, 1} per sample, or {n, 1, h, w} per pixel from label row y0 and column x0.
     void fill_labels(std::int64_t sample0, std::int64_t y0, std::int64_t x0, BasicView<std::int32_t> tile) const;
 };

@@ -44,6 +44,9 @@ public:
                         View tile) = 0;
     virtual void labels(const frontend::Layer& label, std::int64_t first, std::int64_t y0, std::int64_t x0,
                         BasicView<std::int32_t> tile) = 0;
+    // A float label's targets (a regression loss's), {n, C, h, w} (a label [N, K] is {n, K, 1, 1}), in host
+    // memory. A source without float labels has none to give: asking is an internal error.
+    virtual void targets(const frontend::Layer& label, std::int64_t first, std::int64_t y0, std::int64_t x0, View tile);
     // Where an input's values are the synthetic data set's, its definition, so that a kernel set whose
     // tensors are elsewhere (a GPU's) can make them there instead of copying them over; else null.
     virtual const SyntheticData* synthetic(const frontend::Layer& input) const {
@@ -75,10 +78,12 @@ struct StepProfile {
     double update = 0.0, update_wait = 0.0;
 };
 
-// One loss layer's mean loss over the mini-batch.
+// One loss layer's mean loss over the mini-batch, before its weight: the total that training minimizes is
+// the sum of weight * value over the loss layers.
 struct LossValue {
     std::string name;  // the loss layer's
     double value = 0.0;
+    double weight = 1.0;  // the layer's `weight`
 };
 
 class Trainer {
@@ -98,10 +103,10 @@ public:
 
     // One step on the samples [first, first + batch): forward, backward, SGD. Returns the mean loss over
     // the whole mini-batch (the same on every process); with several loss layers, the sum of theirs, each
-    // of which is minimized.
+    // times its weight, which is what is minimized.
     double step(DataSource& data, std::int64_t first);
 
-    // Forward only, with batch-norm running statistics (inference); returns the mean loss.
+    // Forward only, with batch-norm running statistics (inference); returns the mean loss (weighted, as step's).
     double evaluate(DataSource& data, std::int64_t first);
 
     // The updates made so far (Adam's t, and the step of the learning-rate schedule): 0 when made, then one

@@ -35,6 +35,9 @@ enum class OpKind {
     pixel_cross_entropy,    // logits [N, K, H, W] against labels [N, H, W]
     upsample,               // rows and columns repeated (nearest) or interpolated (bilinear) `scale` times
     deconv,                 // transposed convolution, PyTorch's ConvTranspose2d
+    mse,                    // predictions against float labels of their shape: the regression losses
+    l1,
+    bce_with_logits,
 };
 
 // What an element-wise kind computes, element by element, as its kernels take it: y = f(x) forward,
@@ -43,6 +46,11 @@ enum class OpKind {
 // (PyTorch's default) y = x * (1 + erf(x / sqrt 2)) / 2, dx = dy * ((1 + erf(x / sqrt 2)) / 2 + x * phi(x)) with
 // phi the standard normal density.
 enum class Activation { none, relu, leaky_relu, sigmoid, tanh, gelu };
+
+// What a regression loss computes per element of prediction x and target t, as its kernels take it (the mean
+// over every element is the loss): mse (x - t)^2, l1 |x - t|, bce_with_logits max(x, 0) - x t + log1p(exp(-|x|))
+// (binary cross-entropy of sigmoid(x), in PyTorch's stable form). none for the other kinds.
+enum class Regression { none, mse, l1, bce_with_logits };
 
 // The value a parameter takes, and the text of its type in errors.
 // `choice`: one of the names in ParamSpec::choices, written as a bare identifier (`mode = bilinear`).
@@ -59,7 +67,9 @@ enum class ParamType {
 };
 
 // The Layer member a parameter sets (network.hpp: field_member maps each to its member).
-enum class Field { filters, kernel, stride, pad, dilation, bias, slope, eps, momentum, groups, p, scale, mode, output_pad };
+enum class Field {
+    filters, kernel, stride, pad, dilation, bias, slope, eps, momentum, groups, p, scale, mode, output_pad, weight
+};
 
 // upsample's modes, in the order of its `mode` parameter's choices: nearest repeats each input element;
 // bilinear interpolates as PyTorch's F.interpolate(mode='bilinear', align_corners=False).
@@ -84,7 +94,7 @@ enum class ShapeRule {
     flatten,      // [N, outputs] from the flattened input: fc
     sum,          // the inputs' common shape: add
     concat,       // the channels summed, the rest equal: concat
-    loss,         // [N] from logits and labels: the losses
+    loss,         // [N] from logits and labels (of the prediction's shape, float, for a regression loss)
     upsample,     // [N, C, H*scale, W*scale]
     deconv,       // [N, filters, (H-1)*stride - 2*pad + kernel + output_pad, likewise W]
 };
@@ -100,15 +110,19 @@ struct LayerKind {
     bool weights = false;                      // has learnable parameters
     bool loss = false;                         // reads logits and a label, gives the loss; nothing reads it
     Activation activation = Activation::none;  // an element-wise kind's function, else none
+    Regression regression = Regression::none;  // a regression loss's function (float labels), else none
     int flops = 1;  // element-wise kinds: FLOPs per element of forward (shapes, and the model's cost)
     ShapeRule shape = ShapeRule::same;
     // The kernels' name in platform time keys ("conv" in "conv.forward"; see scheduler/kernel_names.hpp):
-    // relu and leaky_relu share "activation", the losses "loss"; empty for a kind without kernels.
+    // relu and leaky_relu share "activation", the cross-entropy losses "loss", the regression losses
+    // "regression"; empty for a kind without kernels.
     const char* kernels = "";
 
     bool elementwise() const { return activation != Activation::none; }
     bool data() const { return shape == ShapeRule::data; }
     const ParamSpec* param(const std::string& name) const;  // null when the kind has none of that name
+    // A loss that reads float labels: a regression loss.
+    bool float_labels() const { return regression != Regression::none; }
 };
 
 // Every kind, input and label first, indexed by OpKind.

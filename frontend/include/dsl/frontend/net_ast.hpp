@@ -65,13 +65,14 @@ struct Dim {
     Location loc;
 };
 
-// tensor ::= ('input' | 'label') name '[' dim {',' dim} ']'
+// tensor ::= 'input' name '[' dim {',' dim} ']' | 'label' name '[' dim {',' dim} ']' ['float' | 'int']
 struct TensorDecl {
     enum class Kind { input, label };
     Kind kind = Kind::input;
     std::string name;
     Location loc;  // of the name
     std::vector<Dim> shape;
+    bool is_float = false;  // a label of real targets (`float`), for the regression losses; else class indices
 };
 
 // param ::= name ['=' expr]

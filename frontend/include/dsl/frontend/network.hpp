@@ -49,6 +49,10 @@ struct Layer {
     Pair output_pad{0, 0};   // deconv: rows and columns added at the bottom and right
     std::int64_t groups = 1;  // groupnorm: groups of channels
     double p = 0.5;           // dropout: the probability that an element is zeroed
+    double weight = 1.0;      // a loss's factor in the total
+
+    // A label declared `float`: targets of a regression loss, not class indices.
+    bool float_label = false;
 
     // Filled by shape inference.
     Shape shape;                        // output

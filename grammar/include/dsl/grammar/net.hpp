@@ -167,11 +167,16 @@ struct dim : sor<tok<batch_dim>, tok<dim_size>> {};
 struct shape_close : tok<one<']'>> {};
 struct shape : seq<tok<one<'['>>, must<dim>, star<if_must<tok<comma>, dim>>, must<shape_close>> {};
 
-// tensor ::= ('input' | 'label') name shape
+// element ::= 'float' | 'int'        a label's element type (int when not written); not a statement's name
+struct float_type : keyword<'f', 'l', 'o', 'a', 't'> {};
+struct int_type : keyword<'i', 'n', 't'> {};
+struct label_type : seq<sor<float_type, int_type>, not_at<sep, equals>> {};
+
+// tensor ::= 'input' name shape | 'label' name shape [element]
 struct input_name : ident {};
 struct label_name : ident {};
 struct input_decl : if_must<tok<kw_input>, tok<input_name>, shape> {};
-struct label_decl : if_must<tok<kw_label>, tok<label_name>, shape> {};
+struct label_decl : seq<if_must<tok<kw_label>, tok<label_name>, shape>, opt<tok<label_type>>> {};
 
 // train ::= 'train' call
 struct train_kw : kw_train {};
