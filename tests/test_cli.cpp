@@ -256,6 +256,39 @@ TEST_CASE("schedule fills a partial schedule, keeping its fixed fields, into a f
     fs::remove_all(dir);
 }
 
+TEST_CASE("the auto-scheduler fills the U-Net's schedule, and explain costs its every layer", "[cli][model]") {
+    // A network with long skip connections: the branching case of the longest-path search.
+    const fs::path dir = fs::temp_directory_path() / ("dsl_unet_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    const std::string out = (dir / "unet64.sched").string();
+    const Result r = run_dsl("schedule stdlib/unet2k.net --procs 64 --platform dgx_h100 --batch 16 -o " + out);
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    for (const std::string& sched : {out, std::string("stdlib/unet2k_dgx64.sched")}) {
+        CAPTURE(sched);
+        const Result e = run_dsl("explain stdlib/unet2k.net " + sched + " --json");
+        INFO(e.err);
+        REQUIRE(e.exit_code == 0);
+        const auto j = nlohmann::json::parse(e.out);
+        CHECK(j["procs"] == 64);
+        CHECK(j["layers"].size() == 65);  // every layer but the label
+        for (const auto& l : j["layers"]) {
+            const std::string kind = l["kind"];
+            if (kind == "input") continue;
+            INFO(l["name"].get<std::string>() << " " << kind);
+            CHECK(l["seconds"]["forward"].get<double>() > 0.0);
+            if (kind == "deconv" || kind == "conv")
+                CHECK(l["seconds"]["backward_weights"].get<double>() > 0.0);
+        }
+        CHECK(j["memory_bytes"]["total"].get<double>() < j["memory_bytes"]["limit"].get<double>());
+    }
+    // The 4-process schedule fits a quarter of a sample's activations per process.
+    const Result four = run_dsl("check stdlib/unet2k.net stdlib/unet2k_4.sched");
+    INFO(four.err);
+    CHECK(four.exit_code == 0);
+    fs::remove_all(dir);
+}
+
 TEST_CASE("schedule says how much memory the smallest schedule needs when none fits", "[cli][model]") {
     const fs::path dir = fs::temp_directory_path() / ("dsl_small_" + std::to_string(::getpid()));
     fs::create_directories(dir);

@@ -161,3 +161,26 @@ TEST_CASE("dropout's masks resume where they left off: a resumed run under anoth
     CHECK(rest[1] == Approx(one[4]).epsilon(1e-6));
     fs::remove_all(dir);
 }
+
+TEST_CASE("the U-Net and the regression sample train as on one process", "[distributed][mpi]") {
+    // stdlib/unet2k.net's structure at a test's size (four levels down and up, deconv, concat skips, mse,
+    // Adam with a warm-up) in rows, a grid and split per level; the README's regression sample (group norm,
+    // GELU, bilinear upsampling, a skip, Adam with a cosine schedule) by samples and rows.
+    struct Case {
+        const char* net;
+        const char* sched;
+        std::int64_t batch;
+    };
+    const Case c = GENERATE(Case{"tests/dist/unet.net", "tests/dist/unet_h2.sched", 2},
+                            Case{"tests/dist/unet.net", "tests/dist/unet_hw4.sched", 2},
+                            Case{"tests/dist/unet.net", "tests/dist/unet_mixed_4.sched", 4},
+                            Case{"samples/regression_tiny.net", "samples/regression_tiny_hw4.sched", 4});
+    CAPTURE(c.net, c.sched);
+    const Run one = train(c.net, "", c.batch);
+    const Run many = train(c.net, c.sched, c.batch);
+    REQUIRE(one.losses.size() == 3);
+    REQUIRE(many.losses.size() == one.losses.size());
+    for (std::size_t i = 0; i < one.losses.size(); ++i) CHECK(many.losses[i] == Approx(one.losses[i]).epsilon(1e-4));
+    CHECK(one.losses.back() < one.losses.front());  // it learns
+    check_same_state(many.checkpoint, one.checkpoint, 1e-4);
+}
