@@ -26,6 +26,8 @@ die() { echo "bench/cpu_vs_pytorch.sh: $*" >&2; exit 1; }
 "$PYTHON" -c 'import torch' 2>/dev/null ||
     die "PyTorch is missing for $PYTHON (apt-get install python3-torch; PYTHON picks the Python)"
 for net in "${nets[@]}"; do [[ -f $net ]] || die "no network '$net'"; done
+# Debian's PyTorch may start with one OpenMP thread: give it every core, as dsl takes them.
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
 
 echo "bench/cpu_vs_pytorch.sh: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'); $(nproc) cores;" \
     "load average $(cut -d' ' -f1-3 /proc/loadavg)"
