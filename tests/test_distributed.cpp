@@ -18,7 +18,10 @@ TEST_CASE("distributed training gives the losses and weights of one process", "[
     // other layers read (heads.net), sigmoids on planes and on vectors (sigmoid.net), group norm, tanh,
     // gelu and dropout at an odd size (modern.net: statistics over a sample's spatial group, masks of global
     // coordinates), a regression loss on float targets at odd sizes (regress.net), and weighted regression and
-    // cross-entropy losses on pixels and on a vector (weighted.net).
+    // cross-entropy losses on pixels and on a vector (weighted.net), stdlib/unet2k.net's structure at a test's
+    // size (unet.net: four levels down and up by deconv, concat skips, Adam with a warm-up) in rows, a grid and
+    // split per level, and the README's regression sample (group norm, GELU, bilinear upsampling, Adam with a
+    // cosine schedule) by samples and rows.
     const Case c = GENERATE(Case{"samples/mesh_tiny.net", "samples/mesh_tiny_sample_2.sched", 4},
                             Case{"samples/mesh_tiny.net", "samples/mesh_tiny_spatial_h_2.sched", 4},
                             Case{"samples/mesh_tiny.net", "samples/mesh_tiny_spatial_w_2.sched", 4},
@@ -46,7 +49,11 @@ TEST_CASE("distributed training gives the losses and weights of one process", "[
                             Case{"tests/dist/regress.net", "tests/dist/regress_hybrid_4.sched", 4},
                             Case{"tests/dist/weighted.net", "tests/dist/weighted_h2.sched", 4},
                             Case{"tests/dist/weighted.net", "tests/dist/weighted_hw4.sched", 4},
-                            Case{"tests/dist/weighted.net", "tests/dist/weighted_hybrid_4.sched", 4});
+                            Case{"tests/dist/weighted.net", "tests/dist/weighted_hybrid_4.sched", 4},
+                            Case{"tests/dist/unet.net", "tests/dist/unet_h2.sched", 2},
+                            Case{"tests/dist/unet.net", "tests/dist/unet_hw4.sched", 2},
+                            Case{"tests/dist/unet.net", "tests/dist/unet_mixed_4.sched", 4},
+                            Case{"samples/regression_tiny.net", "samples/regression_tiny_hw4.sched", 4});
     CAPTURE(c.net, c.sched);
     const Run one = train(c.net, "", c.batch);
     const Run many = train(c.net, c.sched, c.batch);
@@ -160,27 +167,4 @@ TEST_CASE("dropout's masks resume where they left off: a resumed run under anoth
     CHECK(rest[0] == Approx(one[3]).epsilon(1e-6));
     CHECK(rest[1] == Approx(one[4]).epsilon(1e-6));
     fs::remove_all(dir);
-}
-
-TEST_CASE("the U-Net and the regression sample train as on one process", "[distributed][mpi]") {
-    // stdlib/unet2k.net's structure at a test's size (four levels down and up, deconv, concat skips, mse,
-    // Adam with a warm-up) in rows, a grid and split per level; the README's regression sample (group norm,
-    // GELU, bilinear upsampling, a skip, Adam with a cosine schedule) by samples and rows.
-    struct Case {
-        const char* net;
-        const char* sched;
-        std::int64_t batch;
-    };
-    const Case c = GENERATE(Case{"tests/dist/unet.net", "tests/dist/unet_h2.sched", 2},
-                            Case{"tests/dist/unet.net", "tests/dist/unet_hw4.sched", 2},
-                            Case{"tests/dist/unet.net", "tests/dist/unet_mixed_4.sched", 4},
-                            Case{"samples/regression_tiny.net", "samples/regression_tiny_hw4.sched", 4});
-    CAPTURE(c.net, c.sched);
-    const Run one = train(c.net, "", c.batch);
-    const Run many = train(c.net, c.sched, c.batch);
-    REQUIRE(one.losses.size() == 3);
-    REQUIRE(many.losses.size() == one.losses.size());
-    for (std::size_t i = 0; i < one.losses.size(); ++i) CHECK(many.losses[i] == Approx(one.losses[i]).epsilon(1e-4));
-    CHECK(one.losses.back() < one.losses.front());  // it learns
-    check_same_state(many.checkpoint, one.checkpoint, 1e-4);
 }

@@ -296,6 +296,22 @@ struct Trainer::Impl {
         return t;
     }
 
+    // A layer's weights from their values, with gradient and momentum buffers, and its bias (when it has one)
+    // uniform in +-bound, PyTorch's default for every bias, drawn from the complement of its weights' stream.
+    void set_weights(Slot& s, Dims wd, const std::vector<float>& values, double bound, std::uint64_t stream) {
+        s.w = parameter(wd, values);
+        s.dw = Tensor(wd, {}, mem);
+        s.mw = Tensor(wd, {}, mem);
+        if (!s.layer->bias) return;
+        const Dims bd{1, s.layer->filters, 1, 1};
+        std::vector<float> b(static_cast<std::size_t>(s.layer->filters));
+        for (std::size_t i = 0; i < b.size(); ++i)
+            b[i] = static_cast<float>(bound * (2.0 * uniform(~stream, i) - 1.0));
+        s.b = parameter(bd, b);
+        s.db = Tensor(bd, {}, mem);
+        s.mb = Tensor(bd, {}, mem);
+    }
+
     void initialize() {
         for (Slot& s : slots) {
             const Layer& l = *s.layer;
@@ -313,18 +329,7 @@ struct Trainer::Impl {
                 for (std::size_t i = 0; i < values.size(); ++i)
                     values[i] = static_cast<float>(l.op == OpKind::conv ? std_out * normal(stream, i)
                                                                         : bound * (2.0 * uniform(stream, i) - 1.0));
-                s.w = parameter(wd, values);
-                s.dw = Tensor(wd, {}, mem);
-                s.mw = Tensor(wd, {}, mem);
-                if (l.bias) {
-                    const Dims bd{1, l.filters, 1, 1};
-                    values.resize(static_cast<std::size_t>(l.filters));
-                    for (std::size_t i = 0; i < values.size(); ++i)
-                        values[i] = static_cast<float>(bound * (2.0 * uniform(~stream, i) - 1.0));
-                    s.b = parameter(bd, values);
-                    s.db = Tensor(bd, {}, mem);
-                    s.mb = Tensor(bd, {}, mem);
-                }
+                set_weights(s, wd, values, bound, stream);
             } else if (l.op == OpKind::deconv) {
                 // PyTorch's ConvTranspose2d default: weights {C_in, C_out, KH, KW} and bias uniform in
                 // +-1/sqrt(fan in), its fan in C_out * KH * KW (the weights' second dimension onwards).
@@ -334,18 +339,7 @@ struct Trainer::Impl {
                 std::vector<float> values(static_cast<std::size_t>(wd.elements()));
                 for (std::size_t i = 0; i < values.size(); ++i)
                     values[i] = static_cast<float>(bound * (2.0 * uniform(stream, i) - 1.0));
-                s.w = parameter(wd, values);
-                s.dw = Tensor(wd, {}, mem);
-                s.mw = Tensor(wd, {}, mem);
-                if (l.bias) {
-                    const Dims bd{1, l.filters, 1, 1};
-                    values.resize(static_cast<std::size_t>(l.filters));
-                    for (std::size_t i = 0; i < values.size(); ++i)
-                        values[i] = static_cast<float>(bound * (2.0 * uniform(~stream, i) - 1.0));
-                    s.b = parameter(bd, values);
-                    s.db = Tensor(bd, {}, mem);
-                    s.mb = Tensor(bd, {}, mem);
-                }
+                set_weights(s, wd, values, bound, stream);
             } else if (l.op == OpKind::groupnorm) {
                 // PyTorch's affine group norm: scale 1, shift 0; the statistics are per sample, made in forward.
                 const Dims d{1, l.shape.dims[0], 1, 1};
