@@ -264,7 +264,7 @@ TEST_CASE("the auto-scheduler fills the U-Net's schedule, and explain costs its 
     const Result r = run_dsl("schedule stdlib/unet2k.net --procs 64 --platform dgx_h100 --batch 16 -o " + out);
     INFO(r.err);
     REQUIRE(r.exit_code == 0);
-    for (const std::string& sched : {out, std::string("stdlib/unet2k_dgx64.sched")}) {
+    for (const std::string& sched : {out, std::string("stdlib/unet2k_dgx_64.sched")}) {
         CAPTURE(sched);
         const Result e = run_dsl("explain stdlib/unet2k.net " + sched + " --json");
         INFO(e.err);

@@ -53,7 +53,7 @@ TEST_CASE("distributed training gives the losses and weights of one process", "[
                             Case{"tests/dist/unet.net", "tests/dist/unet_h2.sched", 2},
                             Case{"tests/dist/unet.net", "tests/dist/unet_hw4.sched", 2},
                             Case{"tests/dist/unet.net", "tests/dist/unet_mixed_4.sched", 4},
-                            Case{"samples/regression_tiny.net", "samples/regression_tiny_hw4.sched", 4});
+                            Case{"samples/regression_tiny.net", "samples/regression_tiny_hybrid_4.sched", 4});
     CAPTURE(c.net, c.sched);
     const Run one = train(c.net, "", c.batch);
     const Run many = train(c.net, c.sched, c.batch);
