@@ -2,6 +2,7 @@
 // pipelines of backend/halide; the loss is plain C++.
 #include "halide_kernels.hpp"
 #include "kernel_checks.hpp"
+#include "regression_formula.hpp"
 
 #include <dsl/base/error.hpp>
 
@@ -401,24 +402,9 @@ public:
             float* dx = dprediction.base ? &dprediction.at(n, c, i, 0) : nullptr;
             double sum = 0.0;
             for (std::int64_t j = 0; j < d.w; ++j) {
-                const float e = x[j] - t[j];
-                float value = 0.0f, grad = 0.0f;
-                switch (loss) {
-                    case frontend::Regression::mse:
-                        value = e * e;
-                        grad = 2.0f * e;
-                        break;
-                    case frontend::Regression::l1:
-                        value = std::abs(e);
-                        grad = e > 0.0f ? 1.0f : e < 0.0f ? -1.0f : 0.0f;
-                        break;
-                    default:  // bce_with_logits
-                        value = std::max(x[j], 0.0f) - x[j] * t[j] + std::log1p(std::exp(-std::abs(x[j])));
-                        grad = 1.0f / (1.0f + std::exp(-x[j])) - t[j];
-                        break;
-                }
-                sum += value;
-                if (dx) dx[j] = grad * scale;
+                const RegressionTerm<float> term = regression_term(loss, x[j], t[j]);
+                sum += term.value;
+                if (dx) dx[j] = term.grad * scale;
             }
             row_sums[static_cast<std::size_t>(r)] = sum;
         }

@@ -1,6 +1,7 @@
 // The reference kernels: plain loops over strided views, accumulating in double; the oracle that the CPU
 // kernels and the distributed runs are tested against, so every loop reads like its formula in kernels.hpp.
 #include "kernel_checks.hpp"
+#include "regression_formula.hpp"
 #include "resample_kernels.hpp"
 #include "splitmix.hpp"
 
@@ -440,31 +441,16 @@ public:
         const Dims& d = prediction.dims;
         check_same_dims(prediction, target, "regression");
         if (dprediction.base) check_same_dims(prediction, dprediction, "regression");
+        DSL_INTERNAL_CHECK(loss != frontend::Regression::none, "regression: not a regression loss");
         double total = 0.0;
         for (std::int64_t n = 0; n < d.n; ++n)
             for (std::int64_t c = 0; c < d.c; ++c)
                 for (std::int64_t i = 0; i < d.h; ++i)
                     for (std::int64_t j = 0; j < d.w; ++j) {
                         const double x = prediction.at(n, c, i, j), t = target.at(n, c, i, j);
-                        double value = 0.0, grad = 0.0;
-                        switch (loss) {
-                            case frontend::Regression::mse:
-                                value = (x - t) * (x - t);
-                                grad = 2.0 * (x - t);
-                                break;
-                            case frontend::Regression::l1:
-                                value = std::abs(x - t);
-                                grad = x > t ? 1.0 : x < t ? -1.0 : 0.0;
-                                break;
-                            case frontend::Regression::bce_with_logits:
-                                value = std::max(x, 0.0) - x * t + std::log1p(std::exp(-std::abs(x)));
-                                grad = 1.0 / (1.0 + std::exp(-x)) - t;
-                                break;
-                            case frontend::Regression::none:
-                                DSL_INTERNAL_CHECK(false, "regression: not a regression loss");
-                        }
-                        total += value;
-                        if (dprediction.base) dprediction.at(n, c, i, j) = static_cast<float>(grad * scale);
+                        const RegressionTerm<double> r = regression_term(loss, x, t);
+                        total += r.value;
+                        if (dprediction.base) dprediction.at(n, c, i, j) = static_cast<float>(r.grad * scale);
                     }
         return total;
     }

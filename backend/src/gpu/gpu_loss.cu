@@ -4,6 +4,7 @@
 #include "gpu_reduce.cuh"
 
 #include "../kernel_checks.hpp"
+#include "../regression_formula.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -71,15 +72,7 @@ __global__ void __launch_bounds__(256) cross_entropy_kernel(Dims d, Operand<cons
         }
         if (lane == 0) total += log_sum_exp - label_logit;
     }
-    __shared__ double warp_totals[8];
-    total = warp_sum(total);
-    if (threadIdx.x % 32 == 0) warp_totals[threadIdx.x / 32] = total;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        double block_total = 0.0;
-        for (unsigned w = 0; w < blockDim.x / 32; ++w) block_total += warp_totals[w];
-        partials[blockIdx.x] = block_total;
-    }
+    store_block_sum(total, partials);
 }
 
 // A regression loss: one thread per element, in double as the reference; each block writes its sum.
@@ -93,29 +86,11 @@ __global__ void __launch_bounds__(256)
         const std::int64_t j = e % d.w, r = e / d.w, i = r % d.h, c = r / d.h % d.c, n = r / (d.h * d.c);
         const double xv = x.base[n * x.sn + c * x.sc + i * x.sh + j];
         const double tv = t.base[n * t.sn + c * t.sc + i * t.sh + j];
-        double value = 0.0, grad = 0.0;
-        if (loss == frontend::Regression::mse) {
-            value = (xv - tv) * (xv - tv);
-            grad = 2.0 * (xv - tv);
-        } else if (loss == frontend::Regression::l1) {
-            value = fabs(xv - tv);
-            grad = xv > tv ? 1.0 : xv < tv ? -1.0 : 0.0;
-        } else {
-            value = fmax(xv, 0.0) - xv * tv + log1p(exp(-fabs(xv)));
-            grad = 1.0 / (1.0 + exp(-xv)) - tv;
-        }
-        total += value;
-        if (dx.base) dx.base[n * dx.sn + c * dx.sc + i * dx.sh + j] = static_cast<float>(grad * scale);
+        const RegressionTerm<double> term = regression_term(loss, xv, tv);
+        total += term.value;
+        if (dx.base) dx.base[n * dx.sn + c * dx.sc + i * dx.sh + j] = static_cast<float>(term.grad * scale);
     }
-    __shared__ double warp_totals[8];
-    total = warp_sum(total);
-    if (threadIdx.x % 32 == 0) warp_totals[threadIdx.x / 32] = total;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        double block_total = 0.0;
-        for (unsigned w = 0; w < blockDim.x / 32; ++w) block_total += warp_totals[w];
-        partials[blockIdx.x] = block_total;
-    }
+    store_block_sum(total, partials);
 }
 
 class GpuLoss final : public LossKernels {

@@ -37,6 +37,20 @@ inline __device__ double warp_sum(double v) {
     return v;
 }
 
+// The sum of every thread's `total` in this block (of at most 256 threads, a multiple of 32) into
+// partials[blockIdx.x]: the losses' per-block sums, which the host adds in double.
+inline __device__ void store_block_sum(double total, double* partials) {
+    __shared__ double warp_totals[8];
+    total = warp_sum(total);
+    if (threadIdx.x % 32 == 0) warp_totals[threadIdx.x / 32] = total;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double block_total = 0.0;
+        for (unsigned w = 0; w < blockDim.x / 32; ++w) block_total += warp_totals[w];
+        partials[blockIdx.x] = block_total;
+    }
+}
+
 template <int K, typename Term>
 __global__ void __launch_bounds__(256)
     reduce_kernel(ReduceGeometry g, ReduceInputs<K> in, Term term, double* partials) {
