@@ -2,6 +2,7 @@
 // every step and a summary; writes a JSON line per step with --log, checkpoints with --save, resumes with
 // --load.
 #include "commands.hpp"
+#include "data_options.hpp"
 #include "launch.hpp"
 #include "planning.hpp"
 #include "report.hpp"
@@ -40,8 +41,9 @@ struct RunOptions {
     std::optional<double> lr, momentum, weight_decay;
     std::optional<std::string> optimizer;
     std::uint64_t seed = 0;
-    std::string log, save, load, inputs, labels, kernels = "cpu", device, platform, gpu_comm = "auto";
+    std::string log, save, load, kernels = "cpu", device, platform, gpu_comm = "auto";
     bool auto_schedule = false, profile = false, tf32 = false;
+    DataOptions data;
 };
 
 double peak_resident_bytes() {
@@ -425,7 +427,7 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
     // The outputs come first: the first process writes them.
     std::string error = comm.rank() == 0 ? output_problem(o) : "";
     if (!agree(comm, error.empty(), "error: " + error + "\n")) return user_error;
-    auto data = backend::make_data_source(net, o.seed, o.inputs, o.labels, error);
+    auto data = make_data(o.data, net, o.seed, cfg.batch, error);
     if (!data) {
         io.err() << "error: " << error << "\n";
         return user_error;
@@ -597,8 +599,7 @@ void setup_run(CLI::App& app, Action& action) {
         ->check(positive_count())
         ->needs(save);
     run->add_option("--load", o->load, "Resume from the checkpoint in this folder");
-    run->add_option("--inputs", o->inputs, "Inputs from a .npy file [S, C, H, W] (default: synthetic data)");
-    run->add_option("--labels", o->labels, "Labels from a .npy file [S] or [S, H, W] (with --inputs)");
+    add_data_options(*run, o->data);
     run->add_option("--kernels", o->kernels, "cpu (oneDNN and Halide; default) or reference (plain loops)")
         ->check(CLI::IsMember({"cpu", "reference"}));
     run->add_option("--procs", o->procs, "Processes, where the schedule leaves the count open")
