@@ -1,6 +1,7 @@
 // `dsl eval NET [SCHED] --load CK`: a trained network's loss and figures (accuracy and mean IoU, or MSE and
 // MAE) over a data set, in inference mode, on the processes the schedule has, as `dsl run` runs them.
 #include "commands.hpp"
+#include "data_options.hpp"
 #include "evaluation.hpp"
 #include "run_setup.hpp"
 
@@ -27,7 +28,7 @@ int evaluate_on(const EvalOptions& e, const Checked& checked, const scheduler::S
     const RunOptions& o = e.run;
     const auto& net = checked.net.net;
     std::string error;
-    auto data = open_samples(net, o.seed, o.inputs, o.labels, e.samples, error);
+    auto data = open_samples(net, o.seed, o.data, e.samples, error);
     if (!data) {
         io.err() << "error: " << error << "\n";
         return user_error;
@@ -92,8 +93,7 @@ void setup_eval(CLI::App& app, Action& action) {
     cmd->add_option("SCHED", o.sched, "A schedule (.sched); without one, one process");
     cmd->add_option("--load", o.load, "The checkpoint to evaluate (a folder that 'dsl run --save' wrote)")
         ->required();
-    cmd->add_option("--inputs", o.inputs, "Inputs from a .npy file [S, C, H, W] (default: synthetic data)");
-    cmd->add_option("--labels", o.labels, "Labels from a .npy file [S] or [S, H, W] (with --inputs)");
+    add_data_options(*cmd, o.data);
     cmd->add_option("--samples", e->samples, "Evaluate the first K samples (default: all of the data set's)")
         ->check(positive_count());
     cmd->add_option("--batch", o.batch, "Mini-batch size N (default: the schedule's, else 4)")->check(positive_count());
@@ -104,7 +104,7 @@ void setup_eval(CLI::App& app, Action& action) {
     cmd->add_option("--procs", o.procs, "Processes, where the schedule leaves the count open")->check(positive_count());
     cmd->add_option("--device", o.device, "cpu (default) or gpu: where every layer runs")
         ->check(CLI::IsMember({"cpu", "gpu"}));
-    cmd->footer("Example:\n  dsl eval samples/mesh_tiny.net --load ckpt --inputs x.npy --labels y.npy --json");
+    cmd->footer("Example:\n  dsl eval samples/mesh_tiny.net --load ckpt --data x=x.npy --data y=y.npy --json");
     cmd->callback([e, &action] { action = [e] { return run_eval(*e); }; });
 }
 

@@ -1,6 +1,7 @@
 // `dsl predict NET [SCHED] --load CK --output OUT`: a layer's output for every sample of a data set, written
 // to a .npy file or an HDF5 dataset, each process its own tiles: the prediction is never gathered.
 #include "commands.hpp"
+#include "data_options.hpp"
 #include "evaluation.hpp"
 #include "run_setup.hpp"
 
@@ -67,7 +68,7 @@ int predict_on(const PredictOptions& p, const Checked& checked, const scheduler:
     }
     const bool writable = comm.rank() != 0 || backend::can_write_output(*path, p.force, error);
     if (!agree(comm, writable, "error: --output " + error + "\n")) return user_error;
-    auto data = open_samples(net, o.seed, o.inputs, o.labels, p.samples, error);
+    auto data = open_samples(net, o.seed, o.data, p.samples, error);
     if (!data) {
         io.err() << "error: " << error << "\n";
         return user_error;
@@ -141,8 +142,7 @@ void setup_predict(CLI::App& app, Action& action) {
     cmd->add_option("--output", p->output, "OUT.npy or OUT.h5:/dataset: an [S, ...] float32 array")->required();
     cmd->add_option("--layer", p->layer, "The layer whose output is written (default: the last that is not a loss)");
     cmd->add_flag("--force", p->force, "Replace the output file (or HDF5 dataset) if it exists");
-    cmd->add_option("--inputs", o.inputs, "Inputs from a .npy file [S, C, H, W] (default: synthetic data)");
-    cmd->add_option("--labels", o.labels, "Labels from a .npy file [S] or [S, H, W] (with --inputs)");
+    add_data_options(*cmd, o.data);
     cmd->add_option("--samples", p->samples, "Predict the first K samples (default: all of the data set's)")
         ->check(positive_count());
     cmd->add_option("--batch", o.batch, "Mini-batch size N (default: the schedule's, else 4)")->check(positive_count());
@@ -152,7 +152,7 @@ void setup_predict(CLI::App& app, Action& action) {
     cmd->add_option("--procs", o.procs, "Processes, where the schedule leaves the count open")->check(positive_count());
     cmd->add_option("--device", o.device, "cpu (default) or gpu: where every layer runs")
         ->check(CLI::IsMember({"cpu", "gpu"}));
-    cmd->footer("Example:\n  dsl predict samples/mesh_tiny.net --load ckpt --inputs x.npy --labels y.npy --output pred.npy");
+    cmd->footer("Example:\n  dsl predict samples/mesh_tiny.net --load ckpt --data x=x.npy --data y=y.npy --output pred.npy");
     cmd->callback([p, &action] { action = [p] { return run_predict(*p); }; });
 }
 

@@ -3,8 +3,8 @@
 // --load.
 #include "commands.hpp"
 #include "launch.hpp"
-#include "planning.hpp"
 #include "evaluation.hpp"
+#include "planning.hpp"
 #include "report.hpp"
 #include "run_setup.hpp"
 
@@ -427,7 +427,7 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
     // The outputs come first: the first process writes them.
     std::string error = comm.rank() == 0 ? output_problem(o) : "";
     if (!agree(comm, error.empty(), "error: " + error + "\n")) return user_error;
-    auto data = backend::make_data_source(net, o.seed, o.inputs, o.labels, error);
+    auto data = make_data(o.data, net, o.seed, cfg.batch, error);
     if (!data) {
         io.err() << "error: " << error << "\n";
         return user_error;
@@ -435,9 +435,10 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
     // --eval-every: the evaluation set, checked with the rest before the first step.
     std::optional<Samples> eval_set;
     if (o.eval_every > 0) {
-        std::string eval_inputs, eval_labels;
-        if (named_data(net, o.eval_data, eval_inputs, eval_labels, error))
-            eval_set = open_samples(net, o.seed, eval_inputs, eval_labels, o.eval_samples, error);
+        DataOptions eval_data;
+        eval_data.data = o.eval_data;
+        eval_data.normalize = o.data.normalize;  // as the training data is
+        eval_set = open_samples(net, o.seed, eval_data, o.eval_samples, error);
         if (!eval_set) {
             io.err() << "error: --eval-data: " << error << "\n";
             return user_error;
@@ -621,16 +622,15 @@ void setup_run(CLI::App& app, Action& action) {
         ->check(positive_count())
         ->needs(save);
     run->add_option("--load", o->load, "Resume from the checkpoint in this folder");
-    run->add_option("--inputs", o->inputs, "Inputs from a .npy file [S, C, H, W] (default: synthetic data)");
-    run->add_option("--labels", o->labels, "Labels from a .npy file [S] or [S, H, W] (with --inputs)");
+    add_data_options(*run, o->data);
     CLI::Option* eval_every =
         run->add_option("--eval-every", o->eval_every,
                         "Evaluate every K steps (as 'dsl eval' does) on --eval-data, printing the figures and "
                         "logging them as their own JSON lines {\"eval\": STEP, ...}")
             ->check(positive_count());
     run->add_option("--eval-data", o->eval_data,
-                    "NAME=FILE for the network's input and label: the evaluation set (.npy); without it, the first "
-                    "--eval-samples synthetic samples")
+                    "NAME=FILE for each input and label, as --data: the evaluation set (normalized as --normalize "
+                    "says); without it, the first --eval-samples synthetic samples")
         ->needs(eval_every);
     run->add_option("--eval-samples", o->eval_samples, "Evaluate the first K samples of the evaluation set")
         ->check(positive_count())

@@ -3,8 +3,6 @@
 #include "evaluation.hpp"
 
 #include <dsl/backend/checkpoint.hpp>
-#include <dsl/backend/data.hpp>
-#include <dsl/backend/npy.hpp>
 #include <dsl/base/error.hpp>
 #include <dsl/scheduler/plan.hpp>
 
@@ -188,51 +186,30 @@ EvalFigures evaluate(backend::Trainer& trainer, const frontend::Network& net, co
     return f;
 }
 
-std::optional<Samples> open_samples(const frontend::Network& net, std::uint64_t seed, const std::string& inputs,
-                                    const std::string& labels, std::optional<std::int64_t> samples,
-                                    std::string& error) {
+std::optional<Samples> open_samples(const frontend::Network& net, std::uint64_t seed, const DataOptions& data,
+                                    std::optional<std::int64_t> samples, std::string& error) {
+    if (data.shuffle) {
+        error = "--shuffle: an evaluation or a prediction reads the samples in their order";
+        return std::nullopt;
+    }
     Samples out;
-    out.source = backend::make_data_source(net, seed, inputs, labels, error);
+    out.source = make_data(data, net, seed, 1, error);
     if (!out.source) return std::nullopt;
-    if (inputs.empty()) {
+    const std::int64_t have = out.source->samples();
+    if (have < 0) {
         if (!samples) {
-            error = "synthetic data (no --inputs) has no end: say how many samples with --samples";
+            error = "synthetic data (no --data) has no end: say how many samples with --samples";
             return std::nullopt;
         }
         out.count = *samples;
         return out;
     }
-    const auto file = backend::NpyFile::open(inputs, error);
-    if (!file) return std::nullopt;
-    const std::int64_t have = file->shape().at(0);
     if (samples && *samples > have) {
         error = fmt::format("--samples {}: the data set has {} sample{}", *samples, have, have == 1 ? "" : "s");
         return std::nullopt;
     }
     out.count = samples.value_or(have);
     return out;
-}
-
-bool named_data(const frontend::Network& net, const std::vector<std::string>& pairs, std::string& inputs,
-                std::string& labels, std::string& error) {
-    for (const std::string& pair : pairs) {
-        const std::size_t eq = pair.find('=');
-        const std::string name = pair.substr(0, eq);
-        const Layer* layer = nullptr;
-        for (const Layer& l : net.layers)
-            if (l.name == name && l.is_data()) layer = &l;
-        if (eq == std::string::npos || eq + 1 == pair.size() || !layer) {
-            std::string names;
-            for (const Layer& l : net.layers)
-                if (l.is_data()) names += (names.empty() ? "" : ", ") + l.name;
-            error = eq == std::string::npos || eq + 1 == pair.size()
-                        ? fmt::format("'{}' is not NAME=FILE", pair)
-                        : fmt::format("'{}': the network has no input or label '{}' (it has {})", pair, name, names);
-            return false;
-        }
-        (layer->op == OpKind::input ? inputs : labels) = pair.substr(eq + 1);
-    }
-    return true;
 }
 
 std::unique_ptr<backend::Trainer> load_trained(const frontend::Network& net, const scheduler::Schedule& schedule,

@@ -49,21 +49,15 @@ struct EvalFigures {
 EvalFigures evaluate(backend::Trainer& trainer, const frontend::Network& net, const scheduler::Schedule& schedule,
                      backend::Kernels kernels, backend::Comm& comm, backend::DataSource& data, std::int64_t samples);
 
-// The data an evaluation or prediction reads, and how many of its samples: --samples K (at most the data
-// set's), else the data set's. Synthetic data (no files) has no end: it needs --samples. Null with the
-// reason.
+// The data an evaluation or prediction reads, in order, and how many of its samples: --samples K (at most
+// the data set's), else the data set's. Synthetic data (no files) has no end: it needs --samples; --shuffle
+// has no place here. Null with the reason.
 struct Samples {
     std::unique_ptr<backend::DataSource> source;
     std::int64_t count = 0;
 };
-std::optional<Samples> open_samples(const frontend::Network& net, std::uint64_t seed, const std::string& inputs,
-                                    const std::string& labels, std::optional<std::int64_t> samples,
-                                    std::string& error);
-
-// NAME=FILE pairs (--eval-data) as the input and label files they name: NAME is the network's input or
-// label layer. False with the reason.
-bool named_data(const frontend::Network& net, const std::vector<std::string>& pairs, std::string& inputs,
-                std::string& labels, std::string& error);
+std::optional<Samples> open_samples(const frontend::Network& net, std::uint64_t seed, const DataOptions& data,
+                                    std::optional<std::int64_t> samples, std::string& error);
 
 // The trainer of `dsl eval` and `dsl predict`: this process's part of the network under `schedule` with
 // mini-batch `batch`, holding the weights and running statistics of checkpoint `load` (made with the

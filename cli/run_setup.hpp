@@ -3,6 +3,7 @@
 // processes (mpirun, the GPU and its communicator) around a body that every process runs.
 #pragma once
 
+#include "data_options.hpp"
 #include "report.hpp"
 
 #include <dsl/backend/comm.hpp>
@@ -13,6 +14,7 @@
 #include <iostream>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace dsl::cli {
 
@@ -23,8 +25,9 @@ struct RunOptions {
     std::optional<double> lr, momentum, weight_decay;
     std::optional<std::string> optimizer;
     std::uint64_t seed = 0;
-    std::string log, save, load, inputs, labels, kernels = "cpu", device, platform, gpu_comm = "auto";
+    std::string log, save, load, kernels = "cpu", device, platform, gpu_comm = "auto";
     bool auto_schedule = false, profile = false, tf32 = false;
+    DataOptions data;
     // --eval-every K with --eval-data (and --eval-samples): the evaluation figures every K steps.
     std::int64_t eval_every = 0;
     std::optional<std::int64_t> eval_samples;

@@ -53,6 +53,9 @@ public:
         (void)input;
         return nullptr;
     }
+    // The samples in the data set, S (a sample index i reads sample i mod S, in the order of the epoch
+    // i / S), or -1 where there is no end (synthetic data, a function of the index).
+    virtual std::int64_t samples() const { return -1; }
 };
 
 // A named tensor the trainer owns, for checkpoints: weights, biases, batch-norm running statistics and
