@@ -94,14 +94,14 @@ void same_figures(const json& a, const json& b) {
 TEST_CASE("eval and predict give one process's figures and file under every split", "[cli][eval][mpi]") {
     TempDir dir;
     const std::string x = dir / "x.npy", y = dir / "y.npy", ck = dir / "ck";
-    const std::int64_t S = 7, C = 3;
+    const std::int64_t S = 9, C = 3;
     write_inputs(x, {S, 5, 30, 26});
     const auto labels = write_labels(y, {S}, static_cast<int>(C));
     const std::string data = " --data x=" + x + " --data y=" + y;
     dsl_ok("run tests/dist/odd.net --steps 2 --batch 5 --save " + ck + data);
 
-    // One process, then 3 (rows, an odd count) and 4 (samples x columns): batch 5, so 7 samples end in a
-    // mini-batch of 2.
+    // One process, then 3 (rows, an odd count) and 4 (samples x columns): batch 5, so 9 samples end in a
+    // mini-batch of 4.
     const std::string common = " --load " + ck + data;
     const json one = eval_json("tests/dist/odd.net --batch 5" + common);
     CHECK(one["samples"] == S);
@@ -109,6 +109,15 @@ TEST_CASE("eval and predict give one process's figures and file under every spli
         INFO(sched);
         same_figures(eval_json(std::string("tests/dist/odd.net ") + sched + common), one);
     }
+    // A last mini-batch of 2 that the hybrid schedule cannot split (its global pooling splits the samples 4
+    // ways): those samples are left out, and said to be.
+    const Result partial = run_dsl("eval tests/dist/odd.net tests/dist/odd_hybrid_4.sched --json --samples 7" + common);
+    CHECK(partial.exit_code == 0);
+    const json left = json::parse(partial.out);
+    CHECK(left["samples"] == 5);
+    CHECK(left["left_out"] == 2);
+    CHECK(partial.err.find("note: the last 2 samples are left out") != std::string::npos);
+    same_figures(left, eval_json("tests/dist/odd.net --batch 5 --samples 5" + common));
     dsl_ok("predict tests/dist/odd.net --batch 5 --output " + (dir / "f1.npy") + common);
     dsl_ok("predict tests/dist/odd.net tests/dist/odd_hybrid_4.sched --output " + (dir / "f4.npy") + common);
     CHECK(dsl::test::read_bytes(dir / "f1.npy") == dsl::test::read_bytes(dir / "f4.npy"));
@@ -192,7 +201,7 @@ TEST_CASE("eval counts per pixel and predict writes per pixel alike under every 
 TEST_CASE("eval of a regression: MSE and MAE of the prediction, the same under a hybrid split", "[cli][eval][mpi]") {
     TempDir dir;
     const std::string x = dir / "x.npy", t = dir / "t.npy", ck = dir / "ck", log = dir / "log.jsonl";
-    const std::int64_t S = 5;
+    const std::int64_t S = 6;
     write_inputs(x, {S, 4, 64, 64});
     std::vector<float> targets(static_cast<std::size_t>(S * 2 * 64 * 64));
     for (std::size_t i = 0; i < targets.size(); ++i) targets[i] = static_cast<float>(std::cos(0.05 * static_cast<double>(i)));
