@@ -13,7 +13,8 @@ void add_data_options(CLI::App& cmd, DataOptions& o) {
     cmd.add_option("--data", o.data,
                    "NAME=FILE: the samples of input or label layer NAME, from a .npy file or an HDF5 data set "
                    "FILE.h5:/path (repeat for every input and label; default: synthetic data)")
-        ->type_name("NAME=FILE");
+        ->type_name("NAME=FILE")
+        ->allow_extra_args(false);  // one file per --data: the words after it are the positional NET, SCHED
     cmd.add_option("--inputs", o.inputs,
                    "The network's one input from a .npy file [S, C, H, W] or FILE.h5:/path (--data NAME=FILE "
                    "for that input)");
