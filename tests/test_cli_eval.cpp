@@ -176,6 +176,8 @@ TEST_CASE("eval counts per pixel and predict writes per pixel alike under every 
     dsl_ok("predict samples/mesh_tiny.net --output " + (dir / "p1.npy") + common);
     dsl_ok("predict samples/mesh_tiny.net samples/mesh_tiny_spatial_hw_4.sched --output " + (dir / "p4.npy") + common);
     CHECK(dsl::test::read_bytes(dir / "p1.npy") == dsl::test::read_bytes(dir / "p4.npy"));
+    dsl_ok("predict samples/mesh_tiny.net samples/mesh_tiny_spatial_h_2.sched --output " + (dir / "p2.npy") + common);
+    CHECK(dsl::test::read_bytes(dir / "p1.npy") == dsl::test::read_bytes(dir / "p2.npy"));
     std::vector<std::int64_t> shape;
     const std::vector<float> p = npy_floats(dir / "p1.npy", &shape);
     REQUIRE(shape == std::vector<std::int64_t>{S, 2, 8, 8});

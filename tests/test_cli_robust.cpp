@@ -596,6 +596,10 @@ TEST_CASE("eval and predict refuse what they cannot do before any work, in one l
              Case{"predict samples/mesh_tiny.net --output " + (dir / "no/p.npy") + load, "does not exist"},
              Case{"predict samples/mesh_tiny.net --output " + (dir / "p.npy") + " --load " + (dir / "none") + " --samples 4",
                   "error: --load"},
+             Case{"run samples/mesh_tiny.net --steps 1 --eval-every 1", "error: --eval-every: synthetic data has no end"},
+             Case{"run samples/mesh_tiny.net --steps 1 --eval-every 1 --eval-data x=" + (dir / "none.npy") +
+                      " --eval-data y=" + (dir / "none.npy"),
+                  "error: --eval-data: "},
          }) {
         const Result r = run_dsl(c.args);
         INFO(c.args << "\n" << r.err);
