@@ -2,8 +2,8 @@
 // every step and a summary; writes a JSON line per step with --log, checkpoints with --save, resumes with
 // --load.
 #include "commands.hpp"
-#include "launch.hpp"
 #include "evaluation.hpp"
+#include "launch.hpp"
 #include "planning.hpp"
 #include "report.hpp"
 #include "run_setup.hpp"
