@@ -133,6 +133,14 @@ TEST_CASE("eval and predict give one process's figures and file under every spli
     const std::vector<float> c1 = npy_floats(dir / "c1.npy", &shape);
     CHECK(shape == std::vector<std::int64_t>{S, 4, 7, 6});
     CHECK(h5_floats(dir / "c.h5", "/run/c4") == c1);
+    // The file keeps what it holds: the same data set again is refused, another is added beside it.
+    const Result again =
+        run_dsl("predict tests/dist/odd.net --layer c4 --output " + (dir / "c.h5") + ":/run/c4" + common);
+    CHECK(again.exit_code == 1);
+    CHECK(again.err.find("holds '/run/c4' already (--force replaces it)") != std::string::npos);
+    dsl_ok("predict tests/dist/odd.net --batch 5 --output " + (dir / "c.h5") + ":/f" + common);
+    CHECK(h5_floats(dir / "c.h5", "/run/c4") == c1);
+    CHECK(h5_floats(dir / "c.h5", "/f") == npy_floats(dir / "f1.npy"));
 
     // The figures from the prediction and the labels: argmax, and the cross-entropy of the logits.
     const std::vector<float> f = npy_floats(dir / "f1.npy", &shape);
