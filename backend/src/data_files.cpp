@@ -261,9 +261,9 @@ private:
         if (shape_.size() == 2 || shape_.size() == 4) add(0, d.c);
         if (shape_.size() >= 3) add(y0, d.h), add(x0, d.w);
         DSL_INTERNAL_CHECK(start.size() == shape_.size(), "hdf5 read: rank " + std::to_string(shape_.size()));
-        hsize_t elements = 1;
-        for (hsize_t c : count) elements *= c;
-        Handle memory(H5Screate_simple(1, &elements, nullptr), H5Sclose);
+        // The memory space has the selection's shape, so that HDF5 takes its direct path (reads into the
+        // buffer without its own gather, which a 1-D memory space of the same elements would need).
+        Handle memory(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr), H5Sclose);
         herr_t status =
             H5Sselect_hyperslab(space_.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
         if (status >= 0) status = H5Dread(dataset_.get(), memory_type, memory.get(), space_.get(), H5P_DEFAULT, buffer);
