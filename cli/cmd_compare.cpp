@@ -66,8 +66,7 @@ std::size_t warmup_steps(std::size_t steps) { return steps >= 4 ? 2 : steps >= 2
 
 // Each layer's forward and backward from a run's trace (`dsl run --trace`): its compute events and waits
 // summed per step and process, the median over the steps after `warmup`, the mean over the processes.
-std::vector<double> layer_times(const std::filesystem::path& trace, const frontend::Network& net,
-                                std::size_t warmup) {
+std::vector<double> layer_times(const std::filesystem::path& trace, const frontend::Network& net, std::size_t warmup) {
     std::ifstream in(trace);
     const auto j = nlohmann::json::parse(in, nullptr, false);
     if (!j.is_object() || !j.contains("traceEvents")) return {};
@@ -278,8 +277,8 @@ int run_compare(const CompareOptions& o) {
         const Column& c = columns[k];
         if (c.measured_layers.empty()) continue;
         std::cout << fmt::format("\n{}: per layer, predicted against measured (ms per step)\n", c.file);
-        std::cout << fmt::format("{:<{}}  {:>10} {:>10} {:>8}  {:>10} {:>10} {:>8}\n", "layer", name_w,
-                                 "forward", "measured", "error", "backward", "measured", "error");
+        std::cout << fmt::format("{:<{}}  {:>10} {:>10} {:>8}  {:>10} {:>10} {:>8}\n", "layer", name_w, "forward",
+                                 "measured", "error", "backward", "measured", "error");
         auto error = [](double predicted, double measured) {
             return measured > 0.0 ? fmt::format("{:+.0f}%", 100.0 * (predicted - measured) / measured)
                                   : std::string("-");
@@ -296,8 +295,8 @@ int run_compare(const CompareOptions& o) {
                 c.measured_layers[2 * i + 1]);
         }
         const double pu = c.prediction.update + c.prediction.allreduce_exposed, mu = c.measured_layers.back();
-        std::cout << fmt::format("{:<{}}  {:>10} {:>10} {:>8}  {:>10} {:>10} {:>8}\n", "(update)", name_w, "", "",
-                                 "", milliseconds(pu), milliseconds(mu), error(pu, mu));
+        std::cout << fmt::format("{:<{}}  {:>10} {:>10} {:>8}  {:>10} {:>10} {:>8}\n", "(update)", name_w, "", "", "",
+                                 milliseconds(pu), milliseconds(mu), error(pu, mu));
     }
     if (o.measure)
         std::cout << "\n(measured per layer: its kernels and waits in the run's trace, the median of the counted "

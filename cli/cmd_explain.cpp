@@ -56,9 +56,9 @@ int run_explain(const ExplainOptions& o) {
                                    {"platform", platform.platform.path},
                                    {"platform_figures", platform_source(platform)}};
         const scheduler::Model model(net, platform.platform, *s.procs, batch);
-        const std::string text = trace_text(net, {{predicted_step(net, p, model.drift())}},
-                                            {fmt::format("predicted: the busiest of {} processes", *s.procs)},
-                                            "dsl explain", about);
+        const std::string text =
+            trace_text(net, {{predicted_step(net, p, model.drift())}},
+                       {fmt::format("predicted: the busiest of {} processes", *s.procs)}, "dsl explain", about);
         if (!replace_file(o.trace, text, why)) {
             std::cerr << "error: --trace: " << why << "\n";
             return user_error;

@@ -72,8 +72,9 @@ constexpr const char* trace_marker = R"({"displayTimeUnit":"ms","otherData":{"ge
 }  // namespace
 
 std::string event_name(const frontend::Network& net, const ProfileEvent& e) {
-    const std::string layer =
-        e.layer >= 0 && static_cast<std::size_t>(e.layer) < net.layers.size() ? net.layers[static_cast<std::size_t>(e.layer)].name : "";
+    const std::string layer = e.layer >= 0 && static_cast<std::size_t>(e.layer) < net.layers.size()
+                                  ? net.layers[static_cast<std::size_t>(e.layer)].name
+                                  : "";
     switch (e.kind) {
         case Kind::forward: return layer + " forward";
         case Kind::backward: return layer + " backward";
@@ -104,9 +105,9 @@ std::vector<double> pack_steps(const std::vector<TracedStep>& steps, double orig
         out.insert(out.end(), {static_cast<double>(s.step), s.start - origin, s.end - origin,
                                static_cast<double>(s.events.size())});
         for (const ProfileEvent& e : s.events)
-            out.insert(out.end(), {static_cast<double>(e.kind), static_cast<double>(e.phase),
-                                   static_cast<double>(e.layer), e.start - origin, e.end - origin,
-                                   static_cast<double>(e.bytes)});
+            out.insert(out.end(),
+                       {static_cast<double>(e.kind), static_cast<double>(e.phase), static_cast<double>(e.layer),
+                        e.start - origin, e.end - origin, static_cast<double>(e.bytes)});
     }
     return out;
 }
@@ -183,8 +184,8 @@ TracedStep predicted_step(const frontend::Network& net, const scheduler::Predict
         const scheduler::LayerPrediction& lp = p.layers[k];
         const auto& c = lp.cost;
         const int layer = static_cast<int>(k);
-        const bool weights = l.op == frontend::OpKind::conv || l.op == frontend::OpKind::deconv ||
-                             l.op == frontend::OpKind::fc;
+        const bool weights =
+            l.op == frontend::OpKind::conv || l.op == frontend::OpKind::deconv || l.op == frontend::OpKind::fc;
         const bool overlap = lp.dist.overlap.value_or(false);
         if (!weights) {
             add(Kind::backward, Phase::backward, layer, t, t + c.backward_data + c.backward_weights);

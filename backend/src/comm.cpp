@@ -98,7 +98,8 @@ public:
         check_mpi(MPI_Testsome(static_cast<int>(allreduces_.size()), allreduces_.data(), &count, indices.data(),
                                MPI_STATUSES_IGNORE),
                   "MPI_Testsome");
-        for (int i = 0; count != MPI_UNDEFINED && i < count; ++i) completed_[static_cast<std::size_t>(indices[i])] = true;
+        for (int i = 0; count != MPI_UNDEFINED && i < count; ++i)
+            completed_[static_cast<std::size_t>(indices[i])] = true;
         return completed_;
     }
 
@@ -179,7 +180,8 @@ std::vector<std::vector<double>> Comm::gather(const std::vector<double>& values)
     std::vector<std::size_t> offsets(counts.size() + 1, 0);
     for (std::size_t i = 0; i < counts.size(); ++i) offsets[i + 1] = offsets[i] + static_cast<std::size_t>(counts[i]);
     std::vector<double> all(offsets.back(), 0.0);
-    std::copy(values.begin(), values.end(), all.begin() + static_cast<std::ptrdiff_t>(offsets[static_cast<std::size_t>(rank())]));
+    std::copy(values.begin(), values.end(),
+              all.begin() + static_cast<std::ptrdiff_t>(offsets[static_cast<std::size_t>(rank())]));
     allreduce(all.data(), static_cast<std::int64_t>(all.size()));
     std::vector<std::vector<double>> out;
     if (rank() != 0) return out;

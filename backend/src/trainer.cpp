@@ -202,7 +202,10 @@ struct Trainer::Impl {
         waited += t1 - t0;
         if (exchange_wait(waiting) && !posted_open) return;  // nothing was sent: copies within this process
         close_segment(t0);
-        profile.events.push_back(ProfileEvent{waiting, segment.phase, segment.layer, t0, t1, 0});
+        // A halo or shuffle is its reader's, and so is the wait for it (a gradient's halo goes back to the
+        // layer that made the tensor, while that layer's backward waits for it), as the model counts it.
+        const int layer = exchange_wait(waiting) ? posted.layer : segment.layer;
+        profile.events.push_back(ProfileEvent{waiting, segment.phase, layer, t0, t1, 0});
         segment.start = t1;
         if (waiting == Kind::wait_sum)
             profile.events.push_back(ProfileEvent{Kind::sum, segment.phase, segment.layer, t0, t1, bytes});
@@ -220,9 +223,9 @@ struct Trainer::Impl {
         if (!all && done.size() < allreduce_requests) return;  // a communicator that cannot tell
         const double t = now();
         std::erase_if(open_allreduces, [&](const OpenAllreduce& a) {
-            const bool complete =
-                all || std::all_of(done.begin() + static_cast<std::ptrdiff_t>(a.first),
-                                   done.begin() + static_cast<std::ptrdiff_t>(a.first + a.count), [](bool b) { return b; });
+            const bool complete = all || std::all_of(done.begin() + static_cast<std::ptrdiff_t>(a.first),
+                                                     done.begin() + static_cast<std::ptrdiff_t>(a.first + a.count),
+                                                     [](bool b) { return b; });
             if (complete) profile.events[a.event].end = t;
             return complete;
         });

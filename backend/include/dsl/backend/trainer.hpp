@@ -94,7 +94,8 @@ struct ProfileEvent {
     enum class Phase { forward, backward, update };
     Kind kind = Kind::forward;
     Phase phase = Phase::forward;
-    int layer = -1;  // the layer whose work it is (a halo's: the reader's); -1 for the update
+    // The layer whose work it is (a halo or shuffle, and a wait for one: its reader's); -1 for the update.
+    int layer = -1;
     double start = 0.0, end = 0.0;
     std::int64_t bytes = 0;  // communication: the bytes this process sends
 };
