@@ -68,7 +68,9 @@ int predict_on(const PredictOptions& p, const Checked& checked, const scheduler:
     }
     const bool writable = comm.rank() != 0 || backend::can_write_output(*path, p.force, error);
     if (!agree(comm, writable, "error: --output " + error + "\n")) return user_error;
-    auto data = open_samples(net, o.seed, o.data, p.samples, error);
+    DataOptions inputs = o.data;  // the labels are not needed: the loss is not asked for
+    inputs.labels_optional = true;
+    auto data = open_samples(net, o.seed, inputs, p.samples, error);
     if (!data) {
         io.err() << "error: " << error << "\n";
         return user_error;

@@ -53,12 +53,13 @@ std::unique_ptr<backend::DataSource> make_data(const DataOptions& o, const front
     backend::DataFiles files;
     files.shuffle = o.shuffle;
     files.normalize = o.normalize;
+    files.labels_optional = o.labels_optional;
     if (o.data.empty() && (!o.inputs.empty() || !o.labels.empty())) {
         if (o.inputs.empty()) {
             error = "--labels needs --inputs (the samples those labels belong to)";
             return nullptr;
         }
-        if (o.labels.empty()) {
+        if (o.labels.empty() && !o.labels_optional) {
             error = "--inputs needs --labels (the class of every sample, or of every pixel)";
             return nullptr;
         }

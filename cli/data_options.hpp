@@ -22,6 +22,7 @@ struct DataOptions {
     std::string inputs, labels;     // shorthands for the network's one input and one label
     bool shuffle = false;
     std::string normalize;  // "M,S", "M1,M2,...:S1,S2,..." or "file"
+    bool labels_optional = false;  // `dsl predict`: labels not given read as zeros (backend::DataFiles)
 };
 
 // Adds --data, --inputs, --labels, --shuffle and --normalize to `cmd`, filling `o`.

@@ -189,6 +189,11 @@ TEST_CASE("eval counts per pixel and predict writes per pixel alike under every 
     CHECK(dsl::test::read_bytes(dir / "p1.npy") == dsl::test::read_bytes(dir / "p4.npy"));
     dsl_ok("predict samples/mesh_tiny.net samples/mesh_tiny_spatial_h_2.sched --output " + (dir / "p2.npy") + common);
     CHECK(dsl::test::read_bytes(dir / "p1.npy") == dsl::test::read_bytes(dir / "p2.npy"));
+    // New data has no labels: predict needs only the inputs, and gives the same output.
+    dsl_ok("predict samples/mesh_tiny.net samples/mesh_tiny_spatial_hw_4.sched --output " + (dir / "p0.npy") +
+           " --load " + ck + " --data x=" + x);
+    CHECK(dsl::test::read_bytes(dir / "p1.npy") == dsl::test::read_bytes(dir / "p0.npy"));
+    CHECK(run_dsl("eval samples/mesh_tiny.net --load " + ck + " --data x=" + x).exit_code != 0);
     std::vector<std::int64_t> shape;
     const std::vector<float> p = npy_floats(dir / "p1.npy", &shape);
     REQUIRE(shape == std::vector<std::int64_t>{S, 2, 8, 8});

@@ -307,6 +307,14 @@ std::unique_ptr<Array> open_array(const std::string& spec, std::string& error) {
     return std::make_unique<NpyArray>(std::move(*f));
 }
 
+// Every element of a tile set to `value`.
+template <typename T>
+void fill(BasicView<T> tile, T value) {
+    for (std::int64_t n = 0; n < tile.dims.n; ++n)
+        for (std::int64_t c = 0; c < tile.dims.c; ++c)
+            for (std::int64_t y = 0; y < tile.dims.h; ++y) std::fill_n(&tile.at(n, c, y, 0), tile.dims.w, value);
+}
+
 // What a layer reads from its array.
 struct Stream {
     std::string spec;
@@ -339,12 +347,14 @@ public:
     }
     void labels(const Layer& label, std::int64_t first, std::int64_t y0, std::int64_t x0,
                 BasicView<std::int32_t> tile) override {
+        if (!streams_.count(label.name)) return fill(tile, 0);  // an optional label, not given
         Stream& s = stream(label);
         const Dims one{1, 1, tile.dims.h, tile.dims.w};
         for (std::int64_t n = 0; n < tile.dims.n; ++n)
             s.array->read(sample(first + n), y0, x0, tile.sub(n, 0, 0, 0, one));
     }
     void targets(const Layer& label, std::int64_t first, std::int64_t y0, std::int64_t x0, View tile) override {
+        if (!streams_.count(label.name)) return fill(tile, 0.0f);
         Stream& s = stream(label);
         const Dims one{1, tile.dims.c, tile.dims.h, tile.dims.w};
         for (std::int64_t n = 0; n < tile.dims.n; ++n)
@@ -516,6 +526,7 @@ std::unique_ptr<DataSource> make_data_source(const frontend::Network& net, std::
     for (int l : layers) {
         const Layer& layer = net.layers[static_cast<std::size_t>(l)];
         if (!given.count(layer.name)) {
+            if (files.labels_optional && layer.op == OpKind::label) continue;
             error = fmt::format("{} '{}' has no data: give --data {}=FILE for each of {}",
                                 layer.op == OpKind::input ? "input" : "label", layer.name, layer.name, names);
             return nullptr;
@@ -528,6 +539,7 @@ std::unique_ptr<DataSource> make_data_source(const frontend::Network& net, std::
     for (int l : layers) {
         const Layer& layer = net.layers[static_cast<std::size_t>(l)];
         const bool input = layer.op == OpKind::input;
+        if (!given.count(layer.name)) continue;  // an optional label
         Stream s;
         s.spec = given[layer.name];
         if (input && layer.shape.dims.size() != 3) {

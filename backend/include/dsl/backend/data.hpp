@@ -40,6 +40,8 @@ struct DataFiles {
     // (one value per channel, or one for all, on each side of the colon); "file" (the HDF5 attributes
     // `mean` and `std` of each input's data set, a number or one per channel).
     std::string normalize;
+    // Labels may go unnamed (`dsl predict`, whose loss nobody reads): such a label reads as zeros, class 0.
+    bool labels_optional = false;
 };
 
 // The data `dsl run` trains on, from `files` (synthetic when it names none). Every file is checked against
