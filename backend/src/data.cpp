@@ -33,17 +33,6 @@ Dims chw(const frontend::Shape& s) {
     }
 }
 
-// The classes of a label: the channel count of the logits that the loss reading it compares it with.
-std::int64_t classes_of(const frontend::Network& net, int label) {
-    for (const Layer& l : net.layers)
-        if ((l.op == OpKind::softmax_cross_entropy || l.op == OpKind::pixel_cross_entropy) && l.inputs.size() >= 2 &&
-            l.inputs[1] == label) {
-            const auto& logits = net.layers[static_cast<std::size_t>(l.inputs[0])].shape.dims;
-            if (!logits.empty() && logits[0] > 0) return logits[0];
-        }
-    return 2;
-}
-
 SyntheticData spec_for(const frontend::Network& net, int input, int label, std::uint64_t seed) {
     SyntheticData d;
     d.seed = seed;
@@ -55,7 +44,7 @@ SyntheticData spec_for(const frontend::Network& net, int input, int label, std::
     }
     if (label >= 0) {
         const auto& ld = net.layers[static_cast<std::size_t>(label)].shape.dims;
-        d.classes = classes_of(net, label);
+        d.classes = label_classes(net, label);
         if (ld.size() == 2) {
             d.label_h = ld[0];
             d.label_w = ld[1];
@@ -218,6 +207,16 @@ void SyntheticData::fill_labels(std::int64_t sample0, std::int64_t y0, std::int6
         for (std::int64_t y = 0; y < d.h; ++y)
             for (std::int64_t x = 0; x < d.w; ++x)
                 tile.at(n, 0, y, x) = per_pixel() ? label(sample0 + n, y0 + y, x0 + x) : label(sample0 + n);
+}
+
+std::int64_t label_classes(const frontend::Network& net, int label) {
+    for (const Layer& l : net.layers)
+        if ((l.op == OpKind::softmax_cross_entropy || l.op == OpKind::pixel_cross_entropy) && l.inputs.size() >= 2 &&
+            l.inputs[1] == label) {
+            const auto& logits = net.layers[static_cast<std::size_t>(l.inputs[0])].shape.dims;
+            if (!logits.empty() && logits[0] > 0) return logits[0];
+        }
+    return 2;
 }
 
 SyntheticData synthetic_for(const frontend::Network& net, std::uint64_t seed) {

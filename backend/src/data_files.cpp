@@ -453,17 +453,6 @@ bool normalization(const std::string& text, Stream& s, std::int64_t channels, co
     return true;
 }
 
-// The classes of a label: the channel count of the logits that the loss reading it compares it with.
-std::int64_t classes_of(const frontend::Network& net, int label) {
-    for (const Layer& l : net.layers)
-        if ((l.op == OpKind::softmax_cross_entropy || l.op == OpKind::pixel_cross_entropy) && l.inputs.size() >= 2 &&
-            l.inputs[1] == label) {
-            const auto& logits = net.layers[static_cast<std::size_t>(l.inputs[0])].shape.dims;
-            if (!logits.empty() && logits[0] > 0) return logits[0];
-        }
-    return 2;
-}
-
 }  // namespace
 
 std::vector<std::int64_t> shuffle_order(std::int64_t samples, std::uint64_t seed, std::int64_t epoch) {
@@ -583,7 +572,7 @@ std::unique_ptr<DataSource> make_data_source(const frontend::Network& net, std::
             }
             // Every label is checked once here, so a bad one is a user error before training, not a crash in
             // the loss.
-            const std::int64_t classes = classes_of(net, l);
+            const std::int64_t classes = label_classes(net, l);
             if (const std::string bad = s.array->out_of_range(classes); !bad.empty()) {
                 error = fmt::format("{}: {}: the loss compares '{}' with {} classes", s.spec, bad, layer.name, classes);
                 return nullptr;

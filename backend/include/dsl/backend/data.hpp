@@ -15,6 +15,10 @@
 
 namespace dsl::backend {
 
+// The classes of label layer `label`: the channel count of the logits that the cross-entropy reading it
+// compares it with (2 where no loss says).
+std::int64_t label_classes(const frontend::Network& net, int label);
+
 // The synthetic data set for a network: shapes from its input and label layers, classes from the loss that
 // reads each label. Per-pixel labels get class squares of about 8 input pixels.
 SyntheticData synthetic_for(const frontend::Network& net, std::uint64_t seed);
