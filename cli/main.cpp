@@ -81,6 +81,7 @@ int main(int argc, char** argv) {
     setup_explain(app, action);
     setup_compare(app, action);
     setup_calibrate(app, action);
+    setup_export(app, action);
 
     // CLI11 would say only that the word was not expected.
     if (argc > 1 && argv[1][0] != '-') {
