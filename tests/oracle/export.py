@@ -49,7 +49,7 @@ OPTIMIZER_STATE = (".momentum", ".exp_avg", ".exp_avg_sq")
 
 
 class Case:
-    def __init__(self, name, net, steps=2, batch=2, scheds=(), samples=3, covers=""):
+    def __init__(self, name, net, steps=2, batch=2, scheds=(), samples=4, covers=""):
         self.name, self.net, self.steps, self.batch = name, net, steps, batch
         self.scheds, self.samples, self.covers = scheds, samples, covers
 
