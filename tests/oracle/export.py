@@ -13,8 +13,8 @@ state_dict's order, which load_state_dict(strict=True) takes; every parameter an
 equal the checkpoint's .npy file bitwise (float32), num_batches_tracked the checkpoint's step, and the .npz the
 .pt array by array. Optimizer state is not exported.
 
-predict: the same training, then `dsl predict NET [SCHED] --load CK --inputs X.npy --output P.npy` on
-random samples, on one process and under a schedule of 4 (rows, a grid, a hybrid): each prediction must equal
+predict: the same training, then `dsl predict NET [SCHED] --load CK --data NAME=FILE... --output P.npy` on
+random samples, on one process and under a schedule of 4 (2x2 grids, a hybrid): each prediction must equal
 the PyTorch module in eval mode (running statistics, dropout off), in float64, with the exported weights, on
 the same inputs, within 1e-4 of the output's largest magnitude (dsl computes in float32), and the 4-process
 prediction must equal the 1-process one within 1e-5 of it (the CPU kernels round a tile's sums as they
@@ -49,7 +49,7 @@ OPTIMIZER_STATE = (".momentum", ".exp_avg", ".exp_avg_sq")
 
 
 class Case:
-    def __init__(self, name, net, steps=2, batch=2, scheds=(), samples=4, covers=""):
+    def __init__(self, name, net, steps=2, batch=2, scheds=(), samples=8, covers=""):
         self.name, self.net, self.steps, self.batch = name, net, steps, batch
         self.scheds, self.samples, self.covers = scheds, samples, covers
 
@@ -71,8 +71,8 @@ PREDICT_CASES = [
          scheds=("samples/regression_tiny_hybrid_4.sched",), covers="groupnorm, upsample; hybrid"),
     Case("deconv", "tests/dist/deconv.net", steps=2, scheds=("tests/dist/deconv_hw4.sched",),
          covers="deconv's halos; 2x2 grid"),
-    Case("modern", "tests/dist/modern.net", steps=2, scheds=("tests/dist/modern_h2.sched",),
-         covers="dropout off, groupnorm, gelu; rows"),
+    Case("modern", "tests/dist/modern.net", steps=2, scheds=("tests/dist/modern_hw4.sched",),
+         covers="dropout off, groupnorm (also on a vector), tanh, gelu; 2x2 grid"),
 ]
 
 
@@ -189,28 +189,43 @@ def compare_prediction(np, ours, theirs, rtol, what):
     return None, err
 
 
-def run_predict(dsl, net_path, sched, ck, x_path, out):
-    run_dsl(dsl, ["predict", net_path] + ([sched] if sched else []) +
-            ["--load", ck, "--inputs", x_path, "--output", out], "dsl predict")
+def run_predict(dsl, net_path, sched, ck, data, out):
+    run_dsl(dsl, ["predict", net_path] + ([sched] if sched else []) + ["--load", ck, "--output", out] +
+            [a for name, path in data.items() for a in ("--data", f"{name}={path}")], "dsl predict")
+
+
+def predict_data(np, net, samples, rng, folder):
+    """Random inputs and labels for every input and label layer, saved as .npy: {name: path}, and the input's
+    array. dsl predict reads the labels too (they make no difference to the prediction)."""
+    paths, x = {}, None
+    for layer in net.layers:
+        if layer.op == "input":
+            a = x = rng.standard_normal((samples, *layer.shape)).astype(np.float32)
+        elif layer.op == "label" and layer.attrs.get("element") == "float":
+            a = rng.random((samples, *layer.shape)).astype(np.float32)
+        elif layer.op == "label":
+            a = rng.integers(0, net.classes[layer.name], (samples, *layer.shape)).astype(np.int64)
+        else:
+            continue
+        paths[layer.name] = os.path.join(folder, f"{layer.name}.npy")
+        np.save(paths[layer.name], a)
+    return paths, x
 
 
 def predict_case(torch, np, dsl, case, folder, seed):
     net_path, ck, pt, _ = train_and_export(dsl, case, folder, seed)
     net = pytorch_mesh.Network(net_path)
-    x_shape = next(lyr.shape for lyr in net.layers if lyr.op == "input")
-    x = np.random.default_rng(seed).standard_normal((case.samples, *x_shape)).astype(np.float32)
-    x_path = os.path.join(folder, "x.npy")
-    np.save(x_path, x)
+    data, x = predict_data(np, net, case.samples, np.random.default_rng(seed), folder)
     theirs = reference_prediction(torch, np, net, load_pt(torch, pt), x)
     problems, worst = [], 0.0
     one = os.path.join(folder, "p1.npy")
-    run_predict(dsl, net_path, None, ck, x_path, one)
+    run_predict(dsl, net_path, None, ck, data, one)
     line, err = compare_prediction(np, np.load(one), theirs, PREDICT_RTOL, "1 process against PyTorch")
     problems += [line] if line else []
     worst = max(worst, err)
     for sched in case.scheds:
         out = os.path.join(folder, f"p_{os.path.basename(sched)}.npy")
-        run_predict(dsl, net_path, os.path.join(ROOT, sched), ck, x_path, out)
+        run_predict(dsl, net_path, os.path.join(ROOT, sched), ck, data, out)
         mine = np.load(out)
         line, err = compare_prediction(np, mine, theirs, PREDICT_RTOL, f"{sched} against PyTorch")
         problems += [line] if line else []
