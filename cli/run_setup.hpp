@@ -25,7 +25,8 @@ struct RunOptions {
     std::optional<double> lr, momentum, weight_decay;
     std::optional<std::string> optimizer;
     std::uint64_t seed = 0;
-    std::string log, save, load, kernels = "cpu", device, platform, gpu_comm = "auto";
+    std::string log, save, load, kernels = "cpu", device, platform, gpu_comm = "auto", trace;
+    std::optional<std::int64_t> trace_steps;
     bool auto_schedule = false, profile = false, tf32 = false;
     DataOptions data;
     // --eval-every K with --eval-data (and --eval-samples): the evaluation figures every K steps.
