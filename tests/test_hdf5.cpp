@@ -277,3 +277,39 @@ TEST_CASE("hdf5: --shuffle trains the same on 1 and 4 processes, and differs fro
     check_same_state(four.checkpoint, one.checkpoint, 1e-4);
     CHECK(plain.losses != one.losses);
 }
+
+TEST_CASE("data: several inputs, each from its own file by name, .npy and HDF5 mixed", "[data][hdf5]") {
+    TempDir dir;
+    test::NetworkFromText l(
+        "input a [N, 2, 8, 6]\ninput b [N, 1, 8, 6]\nlabel y [N, 8, 6]\n"
+        "cat = concat from a, b\nc = conv(3, kernel = 3, pad = 1)\nloss = pixel_cross_entropy from c, y\n");
+    const std::int64_t S = 3;
+    std::vector<std::uint16_t> a(S * 2 * 8 * 6);
+    std::iota(a.begin(), a.end(), std::uint16_t{100});
+    std::vector<float> b(S * 8 * 6);
+    std::iota(b.begin(), b.end(), -7.5f);
+    std::vector<std::int8_t> y(S * 8 * 6, 2);
+    const std::string f = dir / "ab.h5";
+    write_h5(f, "/a", {S, 2, 8, 6}, a, H5T_NATIVE_UINT16, H5T_STD_U16LE);
+    write_h5(f, "/y", {S, 8, 6}, y, H5T_NATIVE_INT8, H5T_STD_I8LE);
+    std::string error;
+    REQUIRE(write_npy(dir / "b.npy", {S, 1, 8, 6}, b.data(), error));
+    DataFiles files{{{"y", f + ":/y"}, {"b", dir / "b.npy"}, {"a", f + ":/a"}}, false, ""};
+    auto src = make_data_source(l.net, 0, files, error);
+    INFO(error);
+    REQUIRE(src);
+    Tensor ta(Dims{2, 2, 3, 4}), tb(Dims{2, 1, 3, 4});
+    src->inputs(layer(l.net, "a"), 2, 4, 1, ta.interior());  // samples 2 and 0
+    src->inputs(layer(l.net, "b"), 2, 4, 1, tb.interior());
+    CHECK(ta.at(0, 1, 2, 3) == static_cast<float>(a[static_cast<std::size_t>(((2 * 2 + 1) * 8 + 6) * 6 + 4)]));
+    CHECK(ta.at(1, 0, 0, 0) == static_cast<float>(a[static_cast<std::size_t>(4 * 6 + 1)]));
+    CHECK(tb.at(0, 0, 1, 2) == b[static_cast<std::size_t>((2 * 8 + 5) * 6 + 3)]);
+    // Each input and label is named once; a missing one, or a name that is none of them, says which exist.
+    files.files.pop_back();
+    CHECK_FALSE(make_data_source(l.net, 0, files, error));
+    CHECK_THAT(error, Catch::Contains("input 'a' has no data: give --data a=FILE for each of input 'a', input 'b', "
+                                      "label 'y'"));
+    files.files.emplace_back("cat", f + ":/a");
+    CHECK_FALSE(make_data_source(l.net, 0, files, error));
+    CHECK_THAT(error, Catch::Contains("the network has no input or label 'cat'"));
+}

@@ -192,6 +192,19 @@ public:
 
     void read(std::int64_t s, std::int64_t y0, std::int64_t x0, View out) override {
         const Dims d = out.dims;
+        // [S, C, H, W] into a tile whose channels are whole planes of rows (a tensor's interior, margins
+        // around it): straight into the tile, HDF5 placing each row at its stride.
+        if (shape_.size() == 4 && d.elements() > 0 && out.stride_h >= d.w && out.stride_c % out.stride_h == 0 &&
+            out.stride_c / out.stride_h >= d.h) {
+            const std::vector<hsize_t> extent{1, static_cast<hsize_t>(d.c),
+                                              static_cast<hsize_t>(out.stride_c / out.stride_h),
+                                              static_cast<hsize_t>(out.stride_h)};
+            const std::vector<hsize_t> zero(4, 0), count{1, static_cast<hsize_t>(d.c), static_cast<hsize_t>(d.h),
+                                                        static_cast<hsize_t>(d.w)};
+            Handle memory(H5Screate_simple(4, extent.data(), nullptr), H5Sclose);
+            H5Sselect_hyperslab(memory.get(), H5S_SELECT_SET, zero.data(), nullptr, count.data(), nullptr);
+            return read_block(s, 1, y0, x0, d, H5T_NATIVE_FLOAT, &out.at(0, 0, 0, 0), memory.get());
+        }
         floats_.resize(static_cast<std::size_t>(d.c * d.h * d.w));
         read_block(s, 1, y0, x0, d, H5T_NATIVE_FLOAT, floats_.data());
         for (std::int64_t c = 0; c < d.c; ++c)
@@ -251,8 +264,9 @@ private:
 
     // Samples [s, s + n) of the block {c, h, w} at rows y0 and columns x0, densely into `buffer` as the
     // memory type converts them: the array's rank says which of channels, rows and columns it has.
+    // `memory`, when given, is where the block goes in `buffer` (a selection of the block's elements).
     void read_block(std::int64_t s, std::int64_t n, std::int64_t y0, std::int64_t x0, Dims d, hid_t memory_type,
-                    void* buffer) {
+                    void* buffer, hid_t memory_space = H5I_INVALID_HID) {
         std::vector<hsize_t> start{static_cast<hsize_t>(s)}, count{static_cast<hsize_t>(n)};
         auto add = [&](std::int64_t at, std::int64_t size) {
             start.push_back(static_cast<hsize_t>(at));
@@ -261,12 +275,13 @@ private:
         if (shape_.size() == 2 || shape_.size() == 4) add(0, d.c);
         if (shape_.size() >= 3) add(y0, d.h), add(x0, d.w);
         DSL_INTERNAL_CHECK(start.size() == shape_.size(), "hdf5 read: rank " + std::to_string(shape_.size()));
-        hsize_t elements = 1;
-        for (hsize_t c : count) elements *= c;
-        Handle memory(H5Screate_simple(1, &elements, nullptr), H5Sclose);
+        // The memory space has the selection's shape, so that HDF5 takes its direct path (reads into the
+        // buffer without its own gather, which a 1-D memory space of the same elements would need).
+        Handle dense(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr), H5Sclose);
+        const hid_t memory = memory_space >= 0 ? memory_space : dense.get();
         herr_t status =
             H5Sselect_hyperslab(space_.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
-        if (status >= 0) status = H5Dread(dataset_.get(), memory_type, memory.get(), space_.get(), H5P_DEFAULT, buffer);
+        if (status >= 0) status = H5Dread(dataset_.get(), memory_type, memory, space_.get(), H5P_DEFAULT, buffer);
         if (status < 0)
             throw UserError(fmt::format("{}: cannot read samples {} to {} (rows from {}, columns from {})", name_, s,
                                         s + n - 1, y0, x0));
