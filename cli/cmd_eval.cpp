@@ -47,9 +47,10 @@ int evaluate_on(const EvalOptions& e, const Checked& checked, const scheduler::S
         j["batch"] = batch;
         io.out() << j.dump() << "\n";
     } else {
-        io.out() << fmt::format("evaluated {} from {} on {} sample{} ({} process{}, batch {}) in {:.2f} s: loss {:.6f}\n",
-                                o.net, o.load, f.samples, f.samples == 1 ? "" : "s", comm.size(),
-                                comm.size() == 1 ? "" : "es", batch, seconds, f.loss)
+        io.out() << fmt::format(
+                        "evaluated {} from {} on {} sample{} ({} process{}, batch {}) in {:.2f} s: loss {:.6f}\n",
+                        o.net, o.load, f.samples, f.samples == 1 ? "" : "s", comm.size(), comm.size() == 1 ? "" : "es",
+                        batch, seconds, f.loss)
                  << figures_text(f);
     }
     if (f.left_out > 0)
@@ -91,8 +92,7 @@ void setup_eval(CLI::App& app, Action& action) {
         "eval", "Evaluate a trained network: its loss and figures over a data set, weights untouched");
     cmd->add_option("NET", o.net, "The network (.net)")->required();
     cmd->add_option("SCHED", o.sched, "A schedule (.sched); without one, one process");
-    cmd->add_option("--load", o.load, "The checkpoint to evaluate (a folder that 'dsl run --save' wrote)")
-        ->required();
+    cmd->add_option("--load", o.load, "The checkpoint to evaluate (a folder that 'dsl run --save' wrote)")->required();
     add_data_options(*cmd, o.data);
     cmd->add_option("--samples", e->samples, "Evaluate the first K samples (default: all of the data set's)")
         ->check(positive_count());

@@ -152,7 +152,8 @@ void setup_predict(CLI::App& app, Action& action) {
     cmd->add_option("--procs", o.procs, "Processes, where the schedule leaves the count open")->check(positive_count());
     cmd->add_option("--device", o.device, "cpu (default) or gpu: where every layer runs")
         ->check(CLI::IsMember({"cpu", "gpu"}));
-    cmd->footer("Example:\n  dsl predict samples/mesh_tiny.net --load ckpt --data x=x.npy --data y=y.npy --output pred.npy");
+    cmd->footer(
+        "Example:\n  dsl predict samples/mesh_tiny.net --load ckpt --data x=x.npy --data y=y.npy --output pred.npy");
     cmd->callback([p, &action] { action = [p] { return run_predict(*p); }; });
 }
 

@@ -2,8 +2,8 @@
 // every step and a summary; writes a JSON line per step with --log, checkpoints with --save, resumes with
 // --load.
 #include "commands.hpp"
-#include "launch.hpp"
 #include "evaluation.hpp"
+#include "launch.hpp"
 #include "planning.hpp"
 #include "report.hpp"
 #include "run_setup.hpp"
@@ -471,9 +471,12 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
         DataOptions eval_data;
         eval_data.data = o.eval_data;
         eval_data.normalize = o.data.normalize;  // as the training data is
-        eval_set = open_samples(net, o.seed, eval_data, o.eval_samples, error);
+        if (o.eval_data.empty() && !o.eval_samples)
+            error = "synthetic data has no end: give the evaluation set (--eval-data NAME=FILE), or --eval-samples K";
+        else
+            eval_set = open_samples(net, o.seed, eval_data, o.eval_samples, error);
         if (!eval_set) {
-            io.err() << "error: --eval-data: " << error << "\n";
+            io.err() << (o.eval_data.empty() ? "error: --eval-every: " : "error: --eval-data: ") << error << "\n";
             return user_error;
         }
     }

@@ -51,8 +51,8 @@ Counts counts_for(const frontend::Network& net, const Layer& l) {
 // Adds one batch's counts of a loss layer: its input's tile on this process against the data source's
 // labels (or targets) of that tile, samples [first + n0, ...). A replica that another process speaks for
 // adds nothing.
-void count_batch(const frontend::Network& net, backend::Trainer& trainer, backend::DataSource& data,
-                 std::int64_t first, Counts& c) {
+void count_batch(const frontend::Network& net, backend::Trainer& trainer, backend::DataSource& data, std::int64_t first,
+                 Counts& c) {
     const Layer& l = *c.layer;
     if (c.values.size() == 1) return;
     const backend::OutputTile t = trainer.output_tile(l.inputs[0]);
@@ -237,8 +237,7 @@ std::unique_ptr<backend::Trainer> load_trained(const frontend::Network& net, con
     }
     std::int64_t step = 0;
     const bool restored = backend::restore(*trainer, *checkpoint, step, error);
-    if (!agree(comm, restored,
-               fmt::format("error: --load '{}' does not fit {}: {}\n", load, "the network", error)))
+    if (!agree(comm, restored, fmt::format("error: --load '{}' does not fit {}: {}\n", load, "the network", error)))
         return nullptr;
     return trainer;
 }

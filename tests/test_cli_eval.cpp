@@ -6,8 +6,8 @@
 
 #include <dsl/backend/npy.hpp>
 
-#include <catch2/catch.hpp>
 #include <hdf5.h>
+#include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -61,7 +61,8 @@ void write_inputs(const std::string& path, std::vector<std::int64_t> shape) {
     std::int64_t n = 1;
     for (auto d : shape) n *= d;
     std::vector<float> x(static_cast<std::size_t>(n));
-    for (std::int64_t i = 0; i < n; ++i) x[static_cast<std::size_t>(i)] = static_cast<float>(std::sin(0.37 * i) + 0.1 * std::cos(0.011 * i));
+    for (std::int64_t i = 0; i < n; ++i)
+        x[static_cast<std::size_t>(i)] = static_cast<float>(std::sin(0.37 * i) + 0.1 * std::cos(0.011 * i));
     std::string error;
     REQUIRE(dsl::backend::write_npy(path, shape, x.data(), error));
 }
@@ -71,7 +72,8 @@ std::vector<std::int32_t> write_labels(const std::string& path, std::vector<std:
     for (auto d : shape) n *= d;
     std::vector<std::int32_t> y(static_cast<std::size_t>(n));
     for (std::int64_t i = 0; i < n; ++i)
-        y[static_cast<std::size_t>(i)] = static_cast<std::int32_t>((static_cast<std::uint64_t>(i) * 2654435761u >> 7) % classes);
+        y[static_cast<std::size_t>(i)] =
+            static_cast<std::int32_t>((static_cast<std::uint64_t>(i) * 2654435761u >> 7) % classes);
     std::string error;
     REQUIRE(dsl::backend::write_npy(path, shape, y.data(), error));
     return y;
@@ -131,6 +133,14 @@ TEST_CASE("eval and predict give one process's figures and file under every spli
     const std::vector<float> c1 = npy_floats(dir / "c1.npy", &shape);
     CHECK(shape == std::vector<std::int64_t>{S, 4, 7, 6});
     CHECK(h5_floats(dir / "c.h5", "/run/c4") == c1);
+    // The file keeps what it holds: the same data set again is refused, another is added beside it.
+    const Result again =
+        run_dsl("predict tests/dist/odd.net --layer c4 --output " + (dir / "c.h5") + ":/run/c4" + common);
+    CHECK(again.exit_code == 1);
+    CHECK(again.err.find("holds '/run/c4' already (--force replaces it)") != std::string::npos);
+    dsl_ok("predict tests/dist/odd.net --batch 5 --output " + (dir / "c.h5") + ":/f" + common);
+    CHECK(h5_floats(dir / "c.h5", "/run/c4") == c1);
+    CHECK(h5_floats(dir / "c.h5", "/f") == npy_floats(dir / "f1.npy"));
 
     // The figures from the prediction and the labels: argmax, and the cross-entropy of the logits.
     const std::vector<float> f = npy_floats(dir / "f1.npy", &shape);
@@ -151,7 +161,8 @@ TEST_CASE("eval and predict give one process's figures and file under every spli
     }
     double iou = 0, present = 0;
     for (std::int64_t k = 0; k < C; ++k)
-        if (uni[static_cast<std::size_t>(k)] > 0) iou += inter[static_cast<std::size_t>(k)] / uni[static_cast<std::size_t>(k)], ++present;
+        if (uni[static_cast<std::size_t>(k)] > 0)
+            iou += inter[static_cast<std::size_t>(k)] / uni[static_cast<std::size_t>(k)], ++present;
     const json& fig = one["losses"]["loss"];
     CHECK(fig["accuracy"].get<double>() == Approx(correct / S));
     CHECK(fig["mean_iou"].get<double>() == Approx(iou / present));
@@ -176,6 +187,8 @@ TEST_CASE("eval counts per pixel and predict writes per pixel alike under every 
     dsl_ok("predict samples/mesh_tiny.net --output " + (dir / "p1.npy") + common);
     dsl_ok("predict samples/mesh_tiny.net samples/mesh_tiny_spatial_hw_4.sched --output " + (dir / "p4.npy") + common);
     CHECK(dsl::test::read_bytes(dir / "p1.npy") == dsl::test::read_bytes(dir / "p4.npy"));
+    dsl_ok("predict samples/mesh_tiny.net samples/mesh_tiny_spatial_h_2.sched --output " + (dir / "p2.npy") + common);
+    CHECK(dsl::test::read_bytes(dir / "p1.npy") == dsl::test::read_bytes(dir / "p2.npy"));
     std::vector<std::int64_t> shape;
     const std::vector<float> p = npy_floats(dir / "p1.npy", &shape);
     REQUIRE(shape == std::vector<std::int64_t>{S, 2, 8, 8});
@@ -183,7 +196,8 @@ TEST_CASE("eval counts per pixel and predict writes per pixel alike under every 
     std::vector<double> inter(2), uni(2);
     for (std::int64_t s = 0; s < S; ++s)
         for (std::int64_t i = 0; i < P; ++i) {
-            const float l0 = p[static_cast<std::size_t>(s * 2 * P + i)], l1 = p[static_cast<std::size_t>(s * 2 * P + P + i)];
+            const float l0 = p[static_cast<std::size_t>(s * 2 * P + i)],
+                        l1 = p[static_cast<std::size_t>(s * 2 * P + P + i)];
             const int best = l1 > l0 ? 1 : 0, truth = labels[static_cast<std::size_t>(s * P + i)];
             correct += best == truth;
             inter[static_cast<std::size_t>(truth)] += best == truth;
@@ -192,7 +206,8 @@ TEST_CASE("eval counts per pixel and predict writes per pixel alike under every 
         }
     double iou = 0, present = 0;
     for (int k = 0; k < 2; ++k)
-        if (uni[static_cast<std::size_t>(k)] > 0) iou += inter[static_cast<std::size_t>(k)] / uni[static_cast<std::size_t>(k)], ++present;
+        if (uni[static_cast<std::size_t>(k)] > 0)
+            iou += inter[static_cast<std::size_t>(k)] / uni[static_cast<std::size_t>(k)], ++present;
     const json& fig = one["losses"]["loss"];
     CHECK(fig["accuracy"].get<double>() == Approx(correct / static_cast<double>(S * P)));
     CHECK(fig["mean_iou"].get<double>() == Approx(iou / present));
@@ -204,7 +219,8 @@ TEST_CASE("eval of a regression: MSE and MAE of the prediction, the same under a
     const std::int64_t S = 6;
     write_inputs(x, {S, 4, 64, 64});
     std::vector<float> targets(static_cast<std::size_t>(S * 2 * 64 * 64));
-    for (std::size_t i = 0; i < targets.size(); ++i) targets[i] = static_cast<float>(std::cos(0.05 * static_cast<double>(i)));
+    for (std::size_t i = 0; i < targets.size(); ++i)
+        targets[i] = static_cast<float>(std::cos(0.05 * static_cast<double>(i)));
     std::string error;
     REQUIRE(dsl::backend::write_npy(t, {S, 2, 64, 64}, targets.data(), error));
     const std::string data = " --data x=" + x + " --data y=" + t;

@@ -573,31 +573,41 @@ TEST_CASE("eval and predict refuse what they cannot do before any work, in one l
     Scratch dir("dsl_eval_errors");
     const std::string ck = dir / "ck", out = dir / "out.npy";
     REQUIRE(run_dsl("run samples/mesh_tiny.net --steps 1 --save " + ck).exit_code == 0);
-    {
-        std::ofstream(out) << "the user's";
-    }
+    { std::ofstream(out) << "the user's"; }
     struct Case {
         std::string args, message;
     };
     const std::string load = " --load " + ck + " --samples 4";
     for (const Case& c : {
-             Case{"eval samples/mesh_tiny.net --load " + ck, "synthetic data (no --data) has no end: say how many samples with --samples"},
-             Case{"eval samples/mesh_tiny.net --load " + (dir / "none") + " --samples 4", "error: --load '" + (dir / "none") + "'"},
+             Case{"eval samples/mesh_tiny.net --load " + ck,
+                  "synthetic data (no --data) has no end: say how many samples with --samples"},
+             Case{"eval samples/mesh_tiny.net --load " + (dir / "none") + " --samples 4",
+                  "error: --load '" + (dir / "none") + "'"},
              Case{"eval samples/regression_tiny.net --load " + ck + " --samples 4", "does not fit the network"},
-             Case{"eval samples/mesh_tiny.net samples/mesh_tiny_hybrid_4.sched --load " + (dir / "none") + " --samples 4",
+             Case{"eval samples/mesh_tiny.net samples/mesh_tiny_hybrid_4.sched --load " + (dir / "none") +
+                      " --samples 4",
                   "error: --load '" + (dir / "none") + "'"},
              Case{"eval samples/mesh_tiny.net --shuffle" + load, "--shuffle: an evaluation or a prediction reads"},
              Case{"predict samples/mesh_tiny.net --layer nope --output " + (dir / "p.npy") + load,
                   "--layer: no layer 'nope' in the network; its layers: x, block1.0.conv"},
-             Case{"predict samples/mesh_tiny.net --layer loss --output " + (dir / "p.npy") + load, "--layer 'loss' is a loss"},
+             Case{"predict samples/mesh_tiny.net --layer loss --output " + (dir / "p.npy") + load,
+                  "--layer 'loss' is a loss"},
              Case{"predict samples/mesh_tiny.net --output " + out + load, "exists (--force replaces it)"},
              Case{"predict samples/mesh_tiny.net samples/mesh_tiny_hybrid_4.sched --output " + out + load,
                   "exists (--force replaces it)"},
-             Case{"predict samples/mesh_tiny.net --output " + (dir / "p.txt") + load, "is neither OUT.npy nor OUT.h5:/dataset"},
-             Case{"predict samples/mesh_tiny.net --output " + (dir / "p.h5") + ":pred" + load, "the dataset must be a path"},
+             Case{"predict samples/mesh_tiny.net --output " + (dir / "p.txt") + load,
+                  "is neither OUT.npy nor OUT.h5:/dataset"},
+             Case{"predict samples/mesh_tiny.net --output " + (dir / "p.h5") + ":pred" + load,
+                  "the dataset must be a path"},
              Case{"predict samples/mesh_tiny.net --output " + (dir / "no/p.npy") + load, "does not exist"},
-             Case{"predict samples/mesh_tiny.net --output " + (dir / "p.npy") + " --load " + (dir / "none") + " --samples 4",
+             Case{"predict samples/mesh_tiny.net --output " + (dir / "p.npy") + " --load " + (dir / "none") +
+                      " --samples 4",
                   "error: --load"},
+             Case{"run samples/mesh_tiny.net --steps 1 --eval-every 1",
+                  "error: --eval-every: synthetic data has no end"},
+             Case{"run samples/mesh_tiny.net --steps 1 --eval-every 1 --eval-data x=" + (dir / "none.npy") +
+                      " --eval-data y=" + (dir / "none.npy"),
+                  "error: --eval-data: "},
          }) {
         const Result r = run_dsl(c.args);
         INFO(c.args << "\n" << r.err);

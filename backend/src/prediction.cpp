@@ -80,8 +80,9 @@ public:
                     const auto bytes = static_cast<std::size_t>(d.w) * sizeof(float);
                     std::size_t done = 0;
                     while (done < bytes) {
-                        const ssize_t k = ::pwrite(fd_, reinterpret_cast<const char*>(row) + done, bytes - done,
-                                                   static_cast<off_t>(offset_ + at * 4 + static_cast<std::int64_t>(done)));
+                        const ssize_t k =
+                            ::pwrite(fd_, reinterpret_cast<const char*>(row) + done, bytes - done,
+                                     static_cast<off_t>(offset_ + at * 4 + static_cast<std::int64_t>(done)));
                         if (k < 0 && errno == EINTR) continue;
                         if (k <= 0) {
                             error = std::strerror(errno);
@@ -110,7 +111,7 @@ private:
 class Hdf5Output : public OutputArray {
 public:
     Hdf5Output(OutputPath path, std::vector<std::int64_t> shape, Comm& comm)
-        : path_(std::move(path)), shape_(std::move(shape)), whole_(chw(shape_)), comm_(comm) {}
+        : path_(std::move(path)), shape_(std::move(shape)), comm_(comm) {}
 
     // The processes take turns, each opening the file, writing its block and closing it, so that no two
     // write the file's metadata at once (the file is opened without MPI-IO).
@@ -129,8 +130,7 @@ public:
     }
 
 private:
-    bool write_now(std::int64_t n0, std::int64_t y0, std::int64_t x0, Dims d, const float* values,
-                   std::string& error) {
+    bool write_now(std::int64_t n0, std::int64_t y0, std::int64_t x0, Dims d, const float* values, std::string& error) {
         quiet_hdf5();
         const hid_t file = H5Fopen(path_.file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
         if (file < 0) {
@@ -165,7 +165,6 @@ private:
 
     OutputPath path_;
     std::vector<std::int64_t> shape_;
-    Dims whole_;
     Comm& comm_;
 };
 
@@ -182,7 +181,8 @@ bool create_hdf5(const OutputPath& path, const std::vector<std::int64_t>& shape,
     }
     bool ok = true;
     if (link_exists(file, path.dataset)) {
-        if (!force) error = fmt::format("'{}' exists (--force replaces it)", path.dataset), ok = false;
+        if (!force)
+            error = fmt::format("'{}' exists (--force replaces it)", path.dataset), ok = false;
         else if (H5Ldelete(file, path.dataset.c_str(), H5P_DEFAULT) < 0)
             error = fmt::format("cannot remove the old '{}'", path.dataset), ok = false;
     }
@@ -268,11 +268,10 @@ bool can_write_output(const OutputPath& path, bool force, std::string& error) {
     return true;
 }
 
-std::unique_ptr<OutputArray> create_output(const OutputPath& path, const std::vector<std::int64_t>& shape,
-                                           bool force, Comm& comm, std::string& error) {
+std::unique_ptr<OutputArray> create_output(const OutputPath& path, const std::vector<std::int64_t>& shape, bool force,
+                                           Comm& comm, std::string& error) {
     DSL_INTERNAL_CHECK(!shape.empty() && shape.size() <= 4, "an output of rank 1 to 4");
     const Dims whole = chw(shape);
-    std::int64_t data_offset = 0;
     bool made = true;
     if (comm.rank() == 0) {
         if (path.hdf5()) {
@@ -280,8 +279,9 @@ std::unique_ptr<OutputArray> create_output(const OutputPath& path, const std::ve
         } else {
             const std::string head = npy_header(shape, "<f4");
             const int fd = ::open(path.file.c_str(), O_WRONLY | O_CREAT | (force ? O_TRUNC : O_EXCL), 0644);
-            made = fd >= 0 && ::write(fd, head.data(), head.size()) == static_cast<ssize_t>(head.size()) &&
-                   ::ftruncate(fd, static_cast<off_t>(head.size() + static_cast<std::size_t>(whole.elements()) * 4)) == 0;
+            made =
+                fd >= 0 && ::write(fd, head.data(), head.size()) == static_cast<ssize_t>(head.size()) &&
+                ::ftruncate(fd, static_cast<off_t>(head.size() + static_cast<std::size_t>(whole.elements()) * 4)) == 0;
             if (!made) error = std::strerror(errno);
             if (fd >= 0) made = ::close(fd) == 0 && made;
         }
@@ -292,7 +292,7 @@ std::unique_ptr<OutputArray> create_output(const OutputPath& path, const std::ve
         return nullptr;
     }
     if (path.hdf5()) return std::make_unique<Hdf5Output>(path, shape, comm);
-    data_offset = static_cast<std::int64_t>(npy_header(shape, "<f4").size());
+    const auto data_offset = static_cast<std::int64_t>(npy_header(shape, "<f4").size());
     const int fd = ::open(path.file.c_str(), O_WRONLY);
     if (fd < 0) {
         error = std::strerror(errno);

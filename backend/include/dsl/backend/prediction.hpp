@@ -45,7 +45,7 @@ public:
 // Creates the array of `shape` ([S] + the layer's per-sample shape) at `path`: the first process makes the
 // file (or dataset) at its full size while the others wait, then every process opens it. Null with the
 // reason on a process where that failed (the caller agrees before writing).
-std::unique_ptr<OutputArray> create_output(const OutputPath& path, const std::vector<std::int64_t>& shape,
-                                           bool force, Comm& comm, std::string& error);
+std::unique_ptr<OutputArray> create_output(const OutputPath& path, const std::vector<std::int64_t>& shape, bool force,
+                                           Comm& comm, std::string& error);
 
 }  // namespace dsl::backend
