@@ -862,8 +862,8 @@ def infer_shapes(layers):
         elif layer.op in ELEMENTWISE:
             layer.shape = list(inp)
         elif layer.op == "groupnorm":
-            if len(inp) != 3 or inp[0] % a["groups"]:
-                fail(layer.where, f"'groupnorm' needs a 4-D input whose channels its {a['groups']} groups divide")
+            if len(inp) not in (1, 3) or inp[0] % a["groups"]:  # nn.GroupNorm takes [N, C] and [N, C, H, W]
+                fail(layer.where, f"'groupnorm' needs a 2-D or 4-D input whose channels its {a['groups']} groups divide")
             layer.shape, layer.params = list(inp), 2 * inp[0]
         elif layer.op == "upsample":
             if len(inp) != 3:
@@ -1016,39 +1016,47 @@ def torch_network(net, inplace_relu, dtype=None):
             i = next((i for i, layer in enumerate(net.layers) if layer.name == name), None)
             return self.mods[str(i)] if i is not None and str(i) in self.mods else None
 
+        def apply(self, i, xs):
+            """The output of layer `i`, not a loss, from its inputs' outputs `xs`."""
+            layer = net.layers[i]
+            op, key = layer.op, str(i)
+            if op in ("conv", "deconv", "batchnorm", "groupnorm", "maxpool", "avgpool", "upsample", "dropout"):
+                return self.mods[key](xs[0])
+            if op == "fc":
+                return self.mods[key](xs[0].flatten(1))
+            if op == "relu":
+                return F.relu(xs[0], inplace=self.inplace[i])
+            if op == "leaky_relu":
+                return F.leaky_relu(xs[0], layer.attrs["slope"])
+            if op == "sigmoid":
+                return torch.sigmoid(xs[0])
+            if op == "tanh":
+                return torch.tanh(xs[0])
+            if op == "gelu":
+                return F.gelu(xs[0])  # the exact erf form, PyTorch's default
+            if op == "global_avgpool":
+                return xs[0].mean(dim=(2, 3), keepdim=True)
+            if op == "add":
+                y = xs[0]
+                for x in xs[1:]:
+                    y = y + x
+                return y
+            if op == "concat":
+                return torch.cat(xs, 1)
+            raise NetError(f"{layer.where}: error: the translator has no forward for '{op}'")
+
         def forward(self, tensors):
             outs, loss = {}, None
             self.terms = {}
             for i, layer in enumerate(net.layers):
-                op, key = layer.op, str(i)
+                op = layer.op
                 if op in ("input", "label"):
                     outs[i] = tensors[layer.name]
                     y = None
                 else:
                     xs = [outs[j] for j in layer.inputs]
-                    if op in ("conv", "deconv", "batchnorm", "groupnorm", "maxpool", "avgpool", "upsample",
-                              "dropout"):
-                        y = self.mods[key](xs[0])
-                    elif op == "fc":
-                        y = self.mods[key](xs[0].flatten(1))
-                    elif op == "relu":
-                        y = F.relu(xs[0], inplace=self.inplace[i])
-                    elif op == "leaky_relu":
-                        y = F.leaky_relu(xs[0], layer.attrs["slope"])
-                    elif op == "sigmoid":
-                        y = torch.sigmoid(xs[0])
-                    elif op == "tanh":
-                        y = torch.tanh(xs[0])
-                    elif op == "gelu":
-                        y = F.gelu(xs[0])  # the exact erf form, PyTorch's default
-                    elif op == "global_avgpool":
-                        y = xs[0].mean(dim=(2, 3), keepdim=True)
-                    elif op == "add":
-                        y = xs[0]
-                        for x in xs[1:]:
-                            y = y + x
-                    elif op == "concat":
-                        y = torch.cat(xs, 1)
+                    if op not in LOSSES:
+                        y = self.apply(i, xs)
                     else:  # a loss: the mean over samples (and pixels, channels); the weighted sum is trained
                         if op == "mse":
                             term = F.mse_loss(xs[0], xs[1])
@@ -1070,6 +1078,24 @@ def torch_network(net, inplace_relu, dtype=None):
                 for j in self.frees[i]:
                     outs.pop(j, None)
             return loss
+
+        def output(self, tensors, name):
+            """The output of the layer `name` (not a loss) from the inputs {input name: tensor}: only the layers
+            it depends on run, and no label is needed. In eval mode (model.eval()) it is inference's."""
+            target = next((i for i, layer in enumerate(net.layers) if layer.name == name), None)
+            if target is None or net.layers[target].op in LOSSES or net.layers[target].op == "label":
+                raise NetError(f"{net.path}: error: no layer '{name}' whose output is an activation")
+            needed, todo = set(), [target]
+            while todo:
+                i = todo.pop()
+                if i not in needed:
+                    needed.add(i)
+                    todo.extend(net.layers[i].inputs)
+            outs = {}
+            for i in sorted(needed):
+                layer = net.layers[i]
+                outs[i] = tensors[layer.name] if layer.op == "input" else self.apply(i, [outs[j] for j in layer.inputs])
+            return outs[target]
 
     return Net()
 

@@ -30,6 +30,7 @@ void setup_compare(CLI::App& app, Action& action);
 void setup_calibrate(CLI::App& app, Action& action);
 void setup_eval(CLI::App& app, Action& action);
 void setup_predict(CLI::App& app, Action& action);
+void setup_export(CLI::App& app, Action& action);
 
 // The command line as main received it (`dsl run` starts itself again under mpirun with it).
 const std::vector<std::string>& program_arguments();

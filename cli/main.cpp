@@ -70,6 +70,7 @@ int main(int argc, char** argv) {
         "  dsl print stdlib/resnet50.net\n"
         "  dsl schedule samples/mesh_tiny.net --procs 4 --batch 4 -o tiny_4.sched\n"
         "  dsl run samples/mesh_tiny.net --auto-schedule --procs 2\n"
+        "  dsl export samples/mesh_tiny.net --load ckpt -o mesh_tiny.pt\n"
         "Run 'dsl VERB --help' for a verb's options. Exit codes: 0 ok, 1 error in the input, 2 usage,\n"
         "3 internal error, 4 a process of a run was killed (by a signal: the out-of-memory killer, say).");
 
@@ -83,6 +84,7 @@ int main(int argc, char** argv) {
     setup_explain(app, action);
     setup_compare(app, action);
     setup_calibrate(app, action);
+    setup_export(app, action);
 
     // CLI11 would say only that the word was not expected.
     if (argc > 1 && argv[1][0] != '-') {

@@ -207,7 +207,9 @@ TEST_CASE("outputs that are not regular files are refused at once, and a file be
     REQUIRE(::mkfifo((dir / "out").c_str(), 0600) == 0);
     for (const std::string& args : {"run samples/mesh_tiny.net --steps 1 --log " + (dir / "out"),
                                     "schedule samples/mesh_tiny.net --procs 2 -o " + (dir / "out"),
-                                    "calibrate samples/mesh_tiny.net --procs 1 -o " + (dir / "out")}) {
+                                    "calibrate samples/mesh_tiny.net --procs 1 -o " + (dir / "out"),
+                                    "export samples/mesh_tiny.net --load " + (dir / "ck") + " -o " + (dir / "out") +
+                                        " --force"}) {
         const Result r = run_command("", args, 60);
         INFO(args << "\n" << r.err);
         CHECK(r.exit_code == 1);

@@ -1,0 +1,124 @@
+// `dsl export NET --load CK -o model.pt`: a checkpoint's weights as the state_dict of the network in PyTorch
+// (torch.save's file, or .npz), for load_state_dict on the module bench/pytorch_mesh.py builds.
+#include "commands.hpp"
+#include "planning.hpp"
+#include "report.hpp"
+
+#include <dsl/backend/checkpoint.hpp>
+#include <dsl/backend/torch_export.hpp>
+#include <dsl/base/error.hpp>
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace dsl::cli {
+
+namespace {
+
+struct ExportOptions {
+    std::string net, load, output, format;
+    bool force = false;
+};
+
+// Writes `bytes` to `path` through a fresh file beside it: renamed over an old file when `replace`, else
+// linked into place, which fails if a file appeared there meanwhile. False with `why`.
+bool write_output(const std::string& path, const std::string& bytes, bool replace, std::string& why) {
+    std::string temp = path + ".tmp-XXXXXX";
+    const int fd = ::mkstemp(temp.data());
+    if (fd < 0) {
+        why = fmt::format("cannot write '{}': {}", path, std::strerror(errno));
+        return false;
+    }
+    bool written = true;
+    for (std::size_t done = 0; written && done < bytes.size();) {
+        const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+        if (n < 0 && errno == EINTR) continue;
+        written = n > 0;
+        if (written) done += static_cast<std::size_t>(n);
+    }
+    written = ::fchmod(fd, 0644) == 0 && written;
+    written = ::fsync(fd) == 0 && written;
+    written = ::close(fd) == 0 && written;
+    int err = written ? 0 : errno;
+    if (written && replace && ::rename(temp.c_str(), path.c_str()) != 0) err = errno;
+    if (written && !replace && ::link(temp.c_str(), path.c_str()) != 0) err = errno;
+    ::unlink(temp.c_str());  // after a rename, nothing is there any more
+    if (err == EEXIST) {
+        why = fmt::format("'{}' exists; it is left as it is (--force replaces it)", path);
+        return false;
+    }
+    if (err != 0 || !written) {
+        why = fmt::format("cannot write '{}': {}", path, std::strerror(err != 0 ? err : EIO));
+        return false;
+    }
+    return true;
+}
+
+int run_export(const ExportOptions& o) {
+    namespace fs = std::filesystem;
+    const bool npz = o.format.empty() ? fs::path(o.output).extension() == ".npz" : o.format == "npz";
+    // What is wrong with the output is said before anything is read.
+    if (const std::string bad = unwritable(o.output); !bad.empty()) throw UserError("-o: " + bad);
+    std::error_code ec;
+    if (!o.force && fs::exists(fs::symlink_status(o.output, ec)))
+        throw UserError(fmt::format("-o '{}' exists; it is left as it is (--force replaces it)", o.output));
+
+    SourceManager sources;
+    Diagnostics diags;
+    auto checked = load_and_check(o.net, "", sources, diags, "");
+    diags.render(std::cerr, stderr_color());
+    if (!checked) return user_error;
+    const frontend::Network& net = checked->net.net;
+
+    if (!fs::is_directory(o.load, ec))
+        throw UserError(fmt::format("--load '{}': {}", o.load,
+                                    fs::exists(o.load, ec) ? "not a folder (a checkpoint is one, from dsl run --save)"
+                                                           : "no such checkpoint"));
+    std::string error;
+    const auto checkpoint = backend::load_checkpoint(o.load, error);
+    if (!checkpoint) throw UserError(fmt::format("cannot read the checkpoint '{}': {}", o.load, error));
+    const auto arrays = backend::torch_state_dict(net, *checkpoint, error);
+    if (!arrays)
+        throw UserError(fmt::format("the checkpoint '{}' does not fit the network '{}': {}", o.load, o.net, error));
+    const auto bytes = npz ? backend::npz_bytes(*arrays, error) : backend::torch_save_bytes(*arrays, error);
+    if (!bytes) throw UserError(fmt::format("cannot export to '{}': {}", o.output, error));
+    if (!write_output(o.output, *bytes, o.force, error)) throw UserError(error);
+
+    std::int64_t params = 0;
+    for (const auto& l : net.layers) params += l.params;
+    std::cout << fmt::format("{}: {} tensors, {} parameters of {} at step {}, as {}\n", o.output, arrays->size(),
+                             params, o.net, checkpoint->meta.value("step", std::int64_t{0}),
+                             npz ? "numpy.load reads them" : "a PyTorch state_dict (torch.load)");
+    return ok;
+}
+
+}  // namespace
+
+void setup_export(CLI::App& app, Action& action) {
+    auto o = std::make_shared<ExportOptions>();
+    CLI::App* sub = app.add_subcommand(
+        "export", "Write a checkpoint's weights as a PyTorch state_dict (.pt) or a NumPy .npz for the same network");
+    sub->add_option("NET", o->net, "The network (.net) the checkpoint was trained for")->required();
+    sub->add_option("--load", o->load, "The checkpoint folder (from 'dsl run --save')")->required();
+    sub->add_option("-o,--output", o->output, "The file to write (model.pt, weights.npz)")->required();
+    sub->add_option("--format", o->format, "pt (torch.save's zip) or npz (default: npz for a name ending .npz, else pt)")
+        ->check(CLI::IsMember({"pt", "npz"}));
+    sub->add_flag("--force", o->force, "Replace the output file if it exists");
+    sub->footer(
+        "The keys are those of the module bench/pytorch_mesh.py builds for NET (mods.<layer index>.weight, ...): "
+        "parameters, batch-norm running statistics and num_batches_tracked, no optimizer state.\n"
+        "Example:\n  dsl export samples/mesh_tiny.net --load ck -o model.pt");
+    sub->callback([o, &action] { action = [o] { return run_export(*o); }; });
+}
+
+}  // namespace dsl::cli
