@@ -15,6 +15,8 @@
 #   bench/model_accuracy.sh                 # all (~12 min on 2 idle cores)
 #   REPEAT=1 STEPS=5 bench/model_accuracy.sh  # quicker, noisier
 #   KEEP=dir bench/model_accuracy.sh        # keeps the platforms, schedules and JSON in dir
+#   CALIBRATED=file.platform bench/model_accuracy.sh   # a platform calibrated before: no calibration
+#   FRESH=0 bench/model_accuracy.sh         # without the out-of-the-box model (its measuring takes the longest)
 #
 # Targets (issue 16): calibrated median |error| <= 10% and its fastest within 3% of the fastest measured;
 # out of the box <= 25%.
@@ -23,6 +25,8 @@ cd "$(dirname "$0")/.."
 DSL=${DSL:-build/cli/dsl}
 STEPS=${STEPS:-6}
 REPEAT=${REPEAT:-3}
+FRESH=${FRESH:-1}
+CALIBRATED=${CALIBRATED:-}
 PY=/usr/bin/python3
 tmp=${KEEP:-$(mktemp -d)}
 mkdir -p "$tmp"
@@ -48,29 +52,25 @@ scheds[bench/mesh_stack_512.net]="$(sched s512_serial_1 1 1 N=1 off) $(sched s51
     $(sched s512_rows_2_on 2 1 H=2 on) $(sched s512_cols_2_off 2 1 W=2 off) $(sched s512_rows_4_on 4 1 H=4 on)
     $(sched s512_grid_4_on 4 1 'H=2 W=2' on)"
 nets=(bench/mesh_stack_256.net bench/mesh_stack_512.net)
+rm -f "$tmp"/fresh_*.json "$tmp"/measured_*.json  # a KEEP folder's earlier run
 
-# Calibrated: a fresh platform file from local.platform's settings.
-echo
-echo "== calibrating (dsl calibrate NET --procs 1 2 4 --batch B -o $tmp/calibrated.platform)"
-rm -f "$tmp/calibrated.platform"
-for net in "${nets[@]}"; do
-    t0=$(date +%s)
-    "$DSL" calibrate "$net" --procs 1 2 4 --batch "${batch[$net]}" -o "$tmp/calibrated.platform" \
-        >"$tmp/calibrate.out" 2>"$tmp/calibrate.err" || { cat "$tmp/calibrate.err" >&2; exit 1; }
-    echo "  $net: $(($(date +%s) - t0)) s"
-done
+# Calibrated: a fresh platform file from local.platform's settings (or CALIBRATED's).
+if [[ -n $CALIBRATED ]]; then
+    cp "$CALIBRATED" "$tmp/calibrated.platform"
+    echo
+    echo "== calibrated: $CALIBRATED (calibrated before)"
+else
+    echo
+    echo "== calibrating (dsl calibrate NET --procs 1 2 4 --batch B -o $tmp/calibrated.platform)"
+    rm -f "$tmp/calibrated.platform"
+    for net in "${nets[@]}"; do
+        t0=$(date +%s)
+        "$DSL" calibrate "$net" --procs 1 2 4 --batch "${batch[$net]}" -o "$tmp/calibrated.platform" \
+            >"$tmp/calibrate.out" 2>"$tmp/calibrate.err" || { cat "$tmp/calibrate.err" >&2; exit 1; }
+        echo "  $net: $(($(date +%s) - t0)) s"
+    done
+fi
 
-# Out of the box: an empty cache, 'local' measures on first use (one compare per network, predictions only).
-echo
-echo "== out of the box: DSL_CACHE_DIR=$tmp/cache (empty), --platform local"
-rm -rf "$tmp/cache"
-for net in "${nets[@]}"; do
-    t0=$(date +%s)
-    # shellcheck disable=SC2086
-    DSL_CACHE_DIR=$tmp/cache "$DSL" compare "$net" ${scheds[$net]} --platform local --json \
-        >"$tmp/fresh_$(basename "$net" .net).json" 2>"$tmp/fresh.err" || { cat "$tmp/fresh.err" >&2; exit 1; }
-    echo "  $net: $(($(date +%s) - t0)) s (measuring on first use, then predicting)"
-done
 # Analytic: local.platform's figures alone (a copy, so that it is not this machine's measured 'local').
 cp stdlib/platforms/local.platform "$tmp/analytic.platform"
 for net in "${nets[@]}"; do
@@ -92,6 +92,20 @@ for ((r = 1; r <= REPEAT; ++r)); do
     done
 done
 
+# Out of the box: an empty cache, 'local' measures on first use (one compare per network, predictions only).
+if [[ $FRESH == 1 ]]; then
+    echo
+    echo "== out of the box: DSL_CACHE_DIR=$tmp/cache (empty), --platform local"
+    rm -rf "$tmp/cache"
+    for net in "${nets[@]}"; do
+        t0=$(date +%s)
+        # shellcheck disable=SC2086
+        DSL_CACHE_DIR=$tmp/cache "$DSL" compare "$net" ${scheds[$net]} --platform local --json \
+            >"$tmp/fresh_$(basename "$net" .net).json" 2>"$tmp/fresh.err" || { cat "$tmp/fresh.err" >&2; exit 1; }
+        echo "  $net: $(($(date +%s) - t0)) s (measuring on first use, then predicting)"
+    done
+fi
+
 echo
 "$PY" - "$tmp" "$REPEAT" "${nets[@]}" <<'EOF'
 import json, os, statistics, sys
@@ -105,7 +119,9 @@ best = []
 for net in nets:
     name = os.path.basename(net)[:-4]
     runs = [load(f"{tmp}/measured_{name}_{r}.json") for r in range(1, repeat + 1)]
-    fresh, analytic = load(f"{tmp}/fresh_{name}.json"), load(f"{tmp}/analytic_{name}.json")
+    fresh_file = f"{tmp}/fresh_{name}.json"
+    fresh = load(fresh_file) if os.path.exists(fresh_file) else None
+    analytic = load(f"{tmp}/analytic_{name}.json")
     rows = []
     for key, s in runs[0].items():
         m = [run[key]["measured_step_seconds"] for run in runs if "measured_step_seconds" in run[key]]
@@ -114,11 +130,12 @@ for net in nets:
             continue
         med = statistics.median(m)
         pred = {"calibrated": s["prediction"]["seconds"]["step"],
-                "out of the box": fresh[key]["prediction"]["seconds"]["step"],
+                "out of the box": fresh[key]["prediction"]["seconds"]["step"] if fresh else float("nan"),
                 "analytic": analytic[key]["prediction"]["seconds"]["step"]}
         err = {k: (v - med) / med for k, v in pred.items()}
         for k in errors:
-            errors[k].append(abs(err[k]))
+            if fresh or k != "out of the box":
+                errors[k].append(abs(err[k]))
         rows.append((key, med, pred))
         print(f"{name:<16} {key[:-6]:<18} {s['procs']:>5} {s['batch']:>5} {med * 1e3:>12.1f} "
               f"{min(m) * 1e3:>8.1f} - {max(m) * 1e3:<6.1f} "
@@ -127,11 +144,16 @@ for net in nets:
               f"{pred['analytic'] * 1e3:>9.1f} {100 * err['analytic']:>+6.1f}%")
     fastest = min(r[1] for r in rows)
     for k in errors:
+        if not errors[k]:
+            continue
         pick = min(rows, key=lambda r: r[2][k])
         best.append((name, k, pick[0][:-6], pick[1] / fastest))
 print()
 targets = {"calibrated": "<= 10%", "out of the box": "<= 25%", "analytic": "(no target)"}
 for k, e in errors.items():
+    if not e:
+        print(f"median |error|, {k}: not run")
+        continue
     print(f"median |error| over {len(e)} schedules, {k:<15} {100 * statistics.median(e):5.1f}%  "
           f"(largest {100 * max(e):.1f}%; target {targets[k]})")
 print()

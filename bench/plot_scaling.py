@@ -4,7 +4,7 @@ platforms, the auto-scheduler's schedule for 1, 2, 4, ... 2048 processes at a fi
 --json` on a schedule that leaves everything open), and the predicted speedup over the fewest processes the
 network fits on. Writes a PNG chart and prints the figures it plots.
 
-    /usr/bin/python3 bench/plot_scaling.py                       # bench/scaling_predicted.png
+    /usr/bin/python3 bench/plot_scaling.py                       # ./scaling_predicted.png
     /usr/bin/python3 bench/plot_scaling.py -o out.png --max-procs 256 --nets stdlib/mesh1k.net
     /usr/bin/python3 bench/plot_scaling.py --json figures.json   # the figures as JSON too
 
@@ -41,7 +41,7 @@ def main():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dsl", default=os.environ.get("DSL", os.path.join(root, "build/cli/dsl")))
-    ap.add_argument("-o", "--output", default=os.path.join(root, "bench/scaling_predicted.png"))
+    ap.add_argument("-o", "--output", default="scaling_predicted.png")
     ap.add_argument("--json", help="also write the figures to this file")
     ap.add_argument("--max-procs", type=int, default=2048)
     ap.add_argument("--platforms", nargs="+", default=["lassen", "dgx_h100"])
@@ -91,14 +91,15 @@ def main():
             if f["platform"] != platform or f["baseline_procs"] is None:
                 continue
             pts = [(r["procs"], r["speedup"]) for r in f["rows"] if "speedup" in r]
-            ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", markersize=3,
-                    label=f"{f['network']} (N={f['batch']}, from {f['baseline_procs']})")
-        base = [c for c in counts]
-        ax.plot(base, base, color="grey", linestyle=":", linewidth=0.8, label="ideal from 1")
+            line, = ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", markersize=3,
+                            label=f"{f['network']} (N={f['batch']}, from {f['baseline_procs']})")
+            # Ideal: speedup in proportion to the processes, from the fewest.
+            ax.plot([x for x, _ in pts], [x / f["baseline_procs"] for x, _ in pts], color=line.get_color(),
+                    linestyle=":", linewidth=0.8)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log", base=2)
         ax.set_xlabel("processes (GPUs)")
-        ax.set_ylabel("predicted speedup over the fewest that fit")
+        ax.set_ylabel("predicted speedup over the fewest that fit (dotted: ideal)")
         ax.set_title(f"{platform}: predicted strong scaling")
         ax.grid(True, which="both", linewidth=0.3)
         ax.legend(fontsize=7)
