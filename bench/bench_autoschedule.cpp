@@ -64,19 +64,22 @@ int main(int argc, char** argv) {
     const std::int64_t procs = argc > 1 ? std::atoll(argv[1]) : 2048;
     std::cout << fmt::format("bench_autoschedule: {}; load average {}\n", cpu_model(), load_average());
     std::cout << fmt::format("{} processes; search time includes building the model (median of 3 runs)\n\n", procs);
-    std::cout << fmt::format("{:<10} {:<9} {:>6}  {:>10} {:>10} {:>8} {:>12}  {:>10} {:>12} {:>9}  {:>8}\n",
-                             "network", "platform", "batch", "candidates", "exact ms", "cpu ms", "step ms", "paper ms",
-                             "step ms", "paper/ex", "GiB/proc");
+    std::cout << fmt::format("{:<10} {:<9} {:>6}  {:>10} {:>10} {:>8} {:>12}  {:>10} {:>12} {:>9}  {:>8}\n", "network",
+                             "platform", "batch", "candidates", "exact ms", "cpu ms", "step ms", "paper ms", "step ms",
+                             "paper/ex", "GiB/proc");
     struct Case {
         const char* net;
         const char* platform;
         std::int64_t batch;
     };
     const Case cases[] = {
-        {"stdlib/resnet50.net", "lassen", procs},       {"stdlib/resnet50.net", "lassen", procs / 8},
+        {"stdlib/resnet50.net", "lassen", procs},
+        {"stdlib/resnet50.net", "lassen", procs / 8},
         // One mesh2k sample does not fit a V100 (the paper's fact, which its widths follow): at least two a sample.
-        {"stdlib/resnet50.net", "dgx_h100", procs / 8}, {"stdlib/mesh2k.net", "lassen", procs / 2},
-        {"stdlib/mesh2k.net", "lassen", procs / 16},    {"stdlib/mesh2k.net", "dgx_h100", procs / 64},
+        {"stdlib/resnet50.net", "dgx_h100", procs / 8},
+        {"stdlib/mesh2k.net", "lassen", procs / 2},
+        {"stdlib/mesh2k.net", "lassen", procs / 16},
+        {"stdlib/mesh2k.net", "dgx_h100", procs / 64},
     };
     for (const Case& c : cases) {
         const frontend::Network net = load(c.net);
@@ -98,10 +101,9 @@ int main(int argc, char** argv) {
         }
         const std::string name = std::string(c.net).substr(7, std::string(c.net).size() - 11);
         std::cout << fmt::format(
-            "{:<10} {:<9} {:>6}  {:>10} {:>10.1f} {:>8.1f} {:>12.3f}  {:>10.1f} {:>12.3f} {:>9.4f}  {:>8.2f}{}\n",
-            name, c.platform, c.batch, exact.candidates, median(exact_t) * 1e3, median(exact_cpu) * 1e3,
-            exact.step * 1e3, median(paper_t) * 1e3,
-            paper.step * 1e3, paper.cost / exact.cost, exact.memory / (1 << 30),
+            "{:<10} {:<9} {:>6}  {:>10} {:>10.1f} {:>8.1f} {:>12.3f}  {:>10.1f} {:>12.3f} {:>9.4f}  {:>8.2f}{}\n", name,
+            c.platform, c.batch, exact.candidates, median(exact_t) * 1e3, median(exact_cpu) * 1e3, exact.step * 1e3,
+            median(paper_t) * 1e3, paper.step * 1e3, paper.cost / exact.cost, exact.memory / (1 << 30),
             exact.optimal ? "" : "  (exact search fell back)");
     }
     std::cout << "\nexact: dynamic programming over the frontier (optimal under the model); paper: the longest path\n"

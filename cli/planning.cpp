@@ -322,6 +322,9 @@ nlohmann::json explain_json(const frontend::Network& net, const scheduler::Predi
                             {"allreduce_end", lp.allreduce_end}}},
                           {"memory_bytes", lp.memory()}});
     }
+    // What the communication figures assume: the allreduce's algorithm, the links of halos and shuffles.
+    const nlohmann::json communication{
+        {"allreduce", p.allreduce_algorithm}, {"halo", p.halo_link}, {"shuffle", p.shuffle_link}};
     return {{"layers", layers},
             {"batch", batch},
             {"seconds",
@@ -332,8 +335,7 @@ nlohmann::json explain_json(const frontend::Network& net, const scheduler::Predi
               {"update", p.update},
               {"step", p.step}}},
             {"halo_bytes", p.halo_bytes},
-            {"communication",
-             {{"allreduce", p.allreduce_algorithm}, {"halo", p.halo_link}, {"shuffle", p.shuffle_link}}},
+            {"communication", communication},
             {"memory_bytes",
              {{"total", p.memory},
               {"limit", p.memory_limit},

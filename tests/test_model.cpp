@@ -275,7 +275,7 @@ TEST_CASE("model: a GPU's tiles run in waves, so halving a small tile does not h
     test::NetworkFromText l(net_text);
     const int c1 = l.net.find("c1");
     Platform p = platform();
-    p.compute_units = 80;  // a V100's SMs
+    p.compute_units = 80;       // a V100's SMs
     p.memory_bandwidth = 1e15;  // compute-bound: the roofline's other side out of the way
     Model one(l.net, p, 1, 4), two(l.net, p, 2, 4);
     // c1's outputs: 4 x 16 x 32 x 32 = 65536, 8 tiles of 128 x 64 against 80 SMs: one wave, mostly idle.

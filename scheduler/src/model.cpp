@@ -159,8 +159,7 @@ double Model::fixed_memory() const {
 double Model::kernel(const std::string& name, std::vector<TimeField> fields, double flops, double bytes,
                      double outputs) const {
     fields.emplace_back("threads", std::vector<std::int64_t>{threads_});
-    if (auto it = platform_.times.find(time_key(name, fields)); it != platform_.times.end())
-        return it->second * share_;
+    if (auto it = platform_.times.find(time_key(name, fields)); it != platform_.times.end()) return it->second * share_;
     if (const double t = interpolate_kernel(name, fields, flops, bytes, outputs); t > 0) return t * share_;
     return analytic_kernel(flops, bytes, outputs) * share_;
 }
@@ -204,7 +203,8 @@ double Model::interpolate_kernel(const std::string& name, const std::vector<Time
     }
     const auto& [x, t] = hi == points.end() ? points.back() : *hi;
     const double r = x / size;
-    const double at = analytic_kernel(flops, bytes, outputs), there = analytic_kernel(flops * r, bytes * r, outputs * r);
+    const double at = analytic_kernel(flops, bytes, outputs),
+                 there = analytic_kernel(flops * r, bytes * r, outputs * r);
     return there > 0 ? t * at / there : t;
 }
 
@@ -523,10 +523,8 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
             // Backward data's tiles are of the input; backward weights' reduce over the outputs, which its
             // blocks share out as forward's do (cuDNN splits the reduction).
             if (!data_in)
-                c.backward_data =
-                    run(kernel_name(l.op, Phase::backward_data), window_fields(g.y), flops, bytes, nx);
-            c.backward_weights =
-                run(kernel_name(l.op, Phase::backward_weights), window_fields(g.y), flops, bytes, ny);
+                c.backward_data = run(kernel_name(l.op, Phase::backward_data), window_fields(g.y), flops, bytes, nx);
+            c.backward_weights = run(kernel_name(l.op, Phase::backward_weights), window_fields(g.y), flops, bytes, ny);
             break;
         }
         case OpKind::maxpool:
@@ -860,14 +858,15 @@ Prediction Model::predict(const Schedule& schedule) const {
         if (l.params > 0 && (!widest || l.params > widest->params)) widest = &l;
     if (widest && procs_ > 1)
         out.allreduce_algorithm = fmt::format(
-            "{} (the largest gradient, layer '{}', {})", allreduce_algorithm(procs_, static_cast<double>(widest->params) * word,
-                                                            multi_node_ && procs_ > ppn),
+            "{} (the largest gradient, layer '{}', {})",
+            allreduce_algorithm(procs_, static_cast<double>(widest->params) * word, multi_node_ && procs_ > ppn),
             widest->name, fmt::format("{:.3g} MB", static_cast<double>(widest->params) * word / 1e6));
     auto links = [&](bool within, bool between) -> std::string {
         const auto text = [](const char* where, const Link& k) {
             return fmt::format("{} ({:.3g} us, {:.3g} GB/s)", where, k.latency * 1e6, k.bandwidth / 1e9);
         };
-        if (within && between) return text("within a node", platform_.node) + " and " + text("between nodes", platform_.network);
+        if (within && between)
+            return text("within a node", platform_.node) + " and " + text("between nodes", platform_.network);
         if (within) return text("within a node", platform_.node);
         if (between) return text("between nodes", platform_.network);
         return "-";

@@ -151,8 +151,8 @@ private:
     struct Geometry;
     Geometry geometry(int index, const Split& split) const;
     double interpolate(const std::string& prefix, double bytes) const;  // measured communication
-    double interpolate_kernel(const std::string& name, const std::vector<TimeField>& fields, double flops,
-                              double bytes, double outputs) const;
+    double interpolate_kernel(const std::string& name, const std::vector<TimeField>& fields, double flops, double bytes,
+                              double outputs) const;
     bool halo_between_nodes(const Split& split) const;
     bool shuffle_between_nodes(const Split& from, const Split& to) const;
     LayerCost compute_layer(int index, const Distribution& d, std::vector<std::string>* keys) const;

@@ -34,10 +34,7 @@ struct Platform {
     double efficiency = 0.5;              // the fraction of `flops` convolutions reach where no time is measured
     double memory_bandwidth = 0.0;        // bytes per second one processor reads and writes
     double kernel_latency = 0.0;          // seconds every kernel call costs beyond its work
-    // Streaming multiprocessors of one GPU (published per device): a convolution's output tiles run in waves of
-    // one per unit, so a tile too small to fill the device is no faster for being smaller. 0: no waves (CPUs,
-    // and files written before the setting).
-    std::int64_t compute_units = 0;
+    std::int64_t compute_units = 0;       // a GPU's SMs, over which convolutions' tiles run in waves; 0: no waves
     double workspace = 0.0;               // bytes per process for kernel scratch and runtimes
     Link node;                            // between processes of one node
     Link network;                         // between nodes
