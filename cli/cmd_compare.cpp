@@ -1,6 +1,6 @@
 // `dsl compare NET A.sched B.sched...`: schedules side by side, per layer and in total, as the performance
-// model predicts them; with --measure, also as measured by training a few steps under each, and the model's
-// error for each.
+// model predicts them; with --measure, also as measured by training a few steps under each (the step, and
+// each layer's forward and backward from the run's trace), and the model's error for each.
 #include "commands.hpp"
 #include "launch.hpp"
 #include "planning.hpp"
@@ -39,7 +39,19 @@ struct Column {
     scheduler::Prediction prediction;
     std::optional<double> measured;  // median seconds per step
     std::string measure_error;
+    // Measured seconds per step: each layer's forward and backward (2i, 2i + 1), then the update with its wait
+    // for the allreduces; empty without a trace.
+    std::vector<double> measured_layers;
 };
+
+// A layer's predicted forward and backward, as the timelines of `explain --trace` lay them out: compute,
+// exposed halos, sums, and half the shuffles' time each way.
+double predicted_forward(const scheduler::LayerPrediction& lp) {
+    return lp.cost.forward_time() + lp.shuffle.seconds / 2.0;
+}
+double predicted_backward(const scheduler::LayerPrediction& lp) {
+    return lp.cost.backward_time() + lp.shuffle.seconds / 2.0;
+}
 
 double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
@@ -52,14 +64,54 @@ double median(std::vector<double> v) {
 // The steps of a measured run not counted: the first create kernels and touch memory for the first time.
 std::size_t warmup_steps(std::size_t steps) { return steps >= 4 ? 2 : steps >= 2 ? 1 : 0; }
 
+// Each layer's forward and backward from a run's trace (`dsl run --trace`): its compute events and waits
+// summed per step and process, the median over the steps after `warmup`, the mean over the processes.
+std::vector<double> layer_times(const std::filesystem::path& trace, const frontend::Network& net, std::size_t warmup) {
+    std::ifstream in(trace);
+    const auto j = nlohmann::json::parse(in, nullptr, false);
+    if (!j.is_object() || !j.contains("traceEvents")) return {};
+    std::map<std::string, std::size_t> index;
+    for (std::size_t i = 0; i < net.layers.size(); ++i) index[net.layers[i].name] = i;
+    const std::size_t slots = 2 * net.layers.size() + 1;
+    std::map<int, std::map<std::int64_t, std::vector<double>>> sums;  // process, step: seconds per slot
+    for (const auto& e : j["traceEvents"]) {
+        if (!e.is_object() || e.value("ph", "") != "X" || !e.contains("args")) continue;
+        const std::string cat = e.value("cat", "");
+        if (cat != "compute" && cat != "wait") continue;
+        const auto& args = e["args"];
+        const std::int64_t step = args.value("step", std::int64_t{0});
+        if (step <= static_cast<std::int64_t>(warmup)) continue;
+        std::vector<double>& v = sums[e.value("pid", 0)][step];
+        v.resize(slots, 0.0);
+        const double seconds = e.value("dur", 0.0) / 1e6;
+        const std::string phase = args.value("phase", "");
+        if (phase == "update") {
+            v[slots - 1] += seconds;
+            continue;
+        }
+        const auto it = index.find(args.value("layer", ""));
+        if (it != index.end()) v[2 * it->second + (phase == "backward" ? 1 : 0)] += seconds;
+    }
+    std::vector<double> out(slots, 0.0);
+    if (sums.empty()) return {};
+    for (const auto& [process, steps] : sums)
+        for (std::size_t k = 0; k < slots; ++k) {
+            std::vector<double> per_step;
+            for (const auto& [step, v] : steps) per_step.push_back(v[k]);
+            out[k] += median(per_step) / static_cast<double>(sums.size());
+        }
+    return out;
+}
+
 void measure(const CompareOptions& o, const frontend::Network& net, const PlatformChoice& platform, Column& c) {
     namespace fs = std::filesystem;
     const fs::path dir = fs::temp_directory_path() / fmt::format("dsl_compare_{}", ::getpid());
     fs::create_directories(dir);
-    const fs::path sched = dir / "schedule.sched", log = dir / "steps.jsonl", out = dir / "out.txt";
+    const fs::path sched = dir / "schedule.sched", log = dir / "steps.jsonl", out = dir / "out.txt",
+                   trace = dir / "trace.json";
     std::ofstream(sched) << scheduler::schedule_text(net, c.schedule, "measured by dsl compare", platform.text);
     const int code = launch_child({"run", o.net, sched.string(), "--steps", std::to_string(o.steps), "--batch",
-                                   std::to_string(c.batch), "--log", log.string()},
+                                   std::to_string(c.batch), "--log", log.string(), "--trace", trace.string()},
                                   {}, out.string());
     std::vector<double> seconds;
     std::ifstream in(log);
@@ -73,6 +125,7 @@ void measure(const CompareOptions& o, const frontend::Network& net, const Platfo
         c.measure_error = fmt::format("the run failed (exit code {})", code);
     else
         c.measured = median(seconds);
+    if (c.measured) c.measured_layers = layer_times(trace, net, warmup);
     std::error_code ec;
     fs::remove_all(dir, ec);
 }
@@ -148,6 +201,25 @@ int run_compare(const CompareOptions& o) {
             } else if (!c.measure_error.empty()) {
                 j["measure_error"] = c.measure_error;
             }
+            // Per layer: predicted forward and backward, and with --measure the measured ones.
+            nlohmann::json layers = nlohmann::json::array();
+            const bool measured = !c.measured_layers.empty();
+            for (std::size_t i = 0; i < net.layers.size(); ++i) {
+                if (net.layers[i].op == frontend::OpKind::label) continue;
+                const auto& lp = c.prediction.layers[i];
+                nlohmann::json row{{"layer", net.layers[i].name},
+                                   {"kind", frontend::op_name(net.layers[i].op)},
+                                   {"predicted_forward_seconds", predicted_forward(lp)},
+                                   {"predicted_backward_seconds", predicted_backward(lp)}};
+                if (measured) {
+                    row["measured_forward_seconds"] = c.measured_layers[2 * i];
+                    row["measured_backward_seconds"] = c.measured_layers[2 * i + 1];
+                }
+                layers.push_back(std::move(row));
+            }
+            j["layers"] = std::move(layers);
+            j["update"] = {{"predicted_seconds", c.prediction.update + c.prediction.allreduce_exposed}};
+            if (measured) j["update"]["measured_seconds"] = c.measured_layers.back();
             out.push_back(std::move(j));
         }
         std::cout << json_text(
@@ -200,6 +272,35 @@ int run_compare(const CompareOptions& o) {
         if (c.filled) std::cout << fmt::format("{}: open fields filled by the auto-scheduler\n", c.file);
         if (!c.measure_error.empty()) std::cout << fmt::format("{}: {}\n", c.file, c.measure_error);
     }
+    // --measure: each layer predicted against measured, one table per schedule.
+    for (std::size_t k = 0; k < columns.size(); ++k) {
+        const Column& c = columns[k];
+        if (c.measured_layers.empty()) continue;
+        std::cout << fmt::format("\n{}: per layer, predicted against measured (ms per step)\n", c.file);
+        std::cout << fmt::format("{:<{}}  {:>10} {:>10} {:>8}  {:>10} {:>10} {:>8}\n", "layer", name_w, "forward",
+                                 "measured", "error", "backward", "measured", "error");
+        auto error = [](double predicted, double measured) {
+            return measured > 0.0 ? fmt::format("{:+.0f}%", 100.0 * (predicted - measured) / measured)
+                                  : std::string("-");
+        };
+        auto row = [&](const std::string& name, double pf, double mf, double pb, double mb) {
+            std::cout << fmt::format("{:<{}}  {:>10} {:>10} {:>8}  {:>10} {:>10} {:>8}\n", name, name_w,
+                                     milliseconds(pf), milliseconds(mf), error(pf, mf), milliseconds(pb),
+                                     milliseconds(mb), error(pb, mb));
+        };
+        for (std::size_t i = 0; i < net.layers.size(); ++i) {
+            if (net.layers[i].op == frontend::OpKind::label) continue;
+            const auto& lp = c.prediction.layers[i];
+            row(net.layers[i].name, predicted_forward(lp), c.measured_layers[2 * i], predicted_backward(lp),
+                c.measured_layers[2 * i + 1]);
+        }
+        const double pu = c.prediction.update + c.prediction.allreduce_exposed, mu = c.measured_layers.back();
+        std::cout << fmt::format("{:<{}}  {:>10} {:>10} {:>8}  {:>10} {:>10} {:>8}\n", "(update)", name_w, "", "", "",
+                                 milliseconds(pu), milliseconds(mu), error(pu, mu));
+    }
+    if (o.measure)
+        std::cout << "\n(measured per layer: its kernels and waits in the run's trace, the median of the counted "
+                     "steps, the mean of the processes; the update with its wait for the allreduces)\n";
     return ok;
 }
 

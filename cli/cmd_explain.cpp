@@ -1,6 +1,8 @@
-// `dsl explain NET SCHED`: the performance model's prediction for a schedule, layer by layer.
+// `dsl explain NET SCHED`: the performance model's prediction for a schedule, layer by layer; with --trace,
+// as a timeline in the format of `dsl run --trace`.
 #include "commands.hpp"
 #include "planning.hpp"
+#include "trace.hpp"
 
 #include <dsl/base/error.hpp>
 
@@ -15,7 +17,7 @@ namespace dsl::cli {
 namespace {
 
 struct ExplainOptions {
-    std::string net, sched, platform;
+    std::string net, sched, platform, trace;
     std::optional<std::int64_t> batch, procs;
     bool json = false;
 };
@@ -36,12 +38,32 @@ int run_explain(const ExplainOptions& o) {
         return usage;
     }
     const std::int64_t batch = report_batch(checked, o.batch);
+    if (!o.trace.empty())
+        if (std::string bad = trace_output_problem(o.trace); !bad.empty()) {
+            std::cerr << "error: --trace: " << bad << "\n";
+            return user_error;
+        }
     const auto planned = measure_and_plan(platform, o.net, net, s, batch, why);
     if (!planned) throw UserError(why);
     if (planned->filled)
         std::cerr << "note: the schedule leaves fields open; the auto-scheduler filled them ('dsl schedule' writes "
                      "the result)\n";
     const scheduler::Prediction& p = planned->prediction;
+    if (!o.trace.empty()) {
+        const nlohmann::json about{{"network", o.net},
+                                   {"schedule", o.sched},
+                                   {"processes", *s.procs},
+                                   {"platform", platform.platform.path},
+                                   {"platform_figures", platform_source(platform)}};
+        const scheduler::Model model(net, platform.platform, *s.procs, batch);
+        const std::string text =
+            trace_text(net, {{predicted_step(net, p, model.drift())}},
+                       {fmt::format("predicted: the busiest of {} processes", *s.procs)}, "dsl explain", about);
+        if (!replace_file(o.trace, text, why)) {
+            std::cerr << "error: --trace: " << why << "\n";
+            return user_error;
+        }
+    }
     if (o.json) {
         nlohmann::json j = explain_json(net, p, batch);
         j["network"] = o.net;
@@ -73,9 +95,13 @@ void setup_explain(CLI::App& app, Action& action) {
         ->check(positive_count());
     sub->add_option("--procs", o->procs, "Processes, where the schedule leaves them open")->check(positive_count());
     sub->add_flag("--json", o->json, "Print the prediction as JSON");
+    sub->add_option("--trace", o->trace,
+                    "Also write the predicted step as a timeline, in the format of 'dsl run --trace' (Chrome "
+                    "trace-event JSON, for Perfetto or chrome://tracing)");
     sub->footer(
         "Example:\n  dsl explain samples/mesh_tiny.net samples/mesh_tiny_hybrid_4.sched\n"
-        "  dsl explain stdlib/mesh1k.net my.sched --platform lassen --json");
+        "  dsl explain stdlib/mesh1k.net my.sched --platform lassen --json\n"
+        "  dsl explain samples/mesh_tiny.net samples/mesh_tiny_spatial_h_2.sched --trace predicted.json");
     sub->callback([o, &action] { action = [o] { return run_explain(*o); }; });
 }
 

@@ -5,6 +5,7 @@
 #include "launch.hpp"
 #include "planning.hpp"
 #include "report.hpp"
+#include "trace.hpp"
 
 #include <dsl/backend/checkpoint.hpp>
 #include <dsl/backend/comm.hpp>
@@ -22,6 +23,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -40,7 +42,8 @@ struct RunOptions {
     std::optional<double> lr, momentum, weight_decay;
     std::optional<std::string> optimizer;
     std::uint64_t seed = 0;
-    std::string log, save, load, inputs, labels, kernels = "cpu", device, platform, gpu_comm = "auto";
+    std::string log, save, load, inputs, labels, kernels = "cpu", device, platform, gpu_comm = "auto", trace;
+    std::optional<std::int64_t> trace_steps;
     bool auto_schedule = false, profile = false, tf32 = false;
 };
 
@@ -67,6 +70,10 @@ std::string output_problem(const RunOptions& o) {
     std::string why;
     if (!o.save.empty() && !backend::can_save_checkpoint(o.save, why))
         return fmt::format("cannot save to '{}': {}", o.save, why);
+    if (!o.trace.empty()) {
+        if (std::string bad = trace_output_problem(o.trace); !bad.empty()) return "--trace: " + bad;
+        if (o.trace == o.log) return fmt::format("--trace and --log both name '{}'", o.trace);
+    }
     if (o.log.empty()) return {};
     std::error_code log_ec, save_ec;
     const fs::path log_folder = fs::weakly_canonical(fs::absolute(o.log), log_ec).parent_path();
@@ -266,6 +273,33 @@ void print_profile(const frontend::Network& net, backend::Comm& comm, std::vecto
                        std::string("allreduce + ") + frontend::optimizer_name(optimizer), "", "", u, uw);
     out << fmt::format("{:<28} {:<16} {:>10.3f} {:>10.3f} {:>10.3f} {:>10.3f}\n", "total", "", sums[0], sums[1],
                        sums[2] + u, sums[3] + uw);
+}
+
+// --trace: every process's traced steps, gathered on the first, which writes them as one file.
+bool write_trace(const RunOptions& o, const frontend::Network& net, backend::Comm& comm,
+                 const std::vector<TracedStep>& steps, double origin, Output& io) {
+    const auto gathered = comm.gather(pack_steps(steps, origin));
+    bool written = true;
+    std::string why;
+    if (comm.rank() == 0) {
+        std::vector<std::vector<TracedStep>> processes;
+        std::vector<std::string> names;
+        for (std::size_t r = 0; r < gathered.size(); ++r) {
+            processes.push_back(unpack_steps(gathered[r]));
+            names.push_back(fmt::format("rank {}", r));
+        }
+        const nlohmann::json about{{"network", o.net},
+                                   {"schedule", o.sched},
+                                   {"processes", comm.size()},
+                                   {"clock", "seconds from a barrier before the first step, on every process"}};
+        written = replace_file(o.trace, trace_text(net, processes, names, "dsl run", about), why);
+        if (!written) std::cerr << fmt::format("error: --trace: {}\n", why);
+    }
+    written = comm.all(written);
+    if (written)
+        io.out() << fmt::format("trace of {} step{} on {} process{} written to {}\n", steps.size(),
+                                steps.size() == 1 ? "" : "s", comm.size(), comm.size() == 1 ? "" : "es", o.trace);
+    return written;
 }
 
 // A step's losses by layer, for its line when there are several (the line shows their sum first).
@@ -492,7 +526,16 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
             cfg.eps, cfg.weight_decay, cfg.seed);
     // --profile: per-layer seconds summed over the steps after the first (which creates kernels and touches
     // memory for the first time), then averaged over steps and processes.
-    trainer->profile(o.profile);
+    trainer->profile(o.profile || !o.trace.empty());
+    // --trace: the events of the last --trace-steps steps (every step by default), on a clock whose zero every
+    // process reads at once, after a barrier.
+    std::deque<TracedStep> traced;
+    const std::int64_t trace_steps = o.trace_steps.value_or(o.steps);
+    double trace_origin = 0.0;
+    if (!o.trace.empty()) {
+        comm.all(true);
+        trace_origin = backend::profile_clock();
+    }
     std::vector<backend::LayerTime> profiled(net.layers.size());
     double profiled_update = 0.0, profiled_update_wait = 0.0, profiled_steps = 0.0;
     using clock = std::chrono::steady_clock;
@@ -508,6 +551,11 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
         last_loss = trainer->step(*data, step * cfg.batch);
         const double seconds = std::chrono::duration<double>(clock::now() - t0).count();
         if (on_gpu) gpu_peak = std::max(gpu_peak, static_cast<double>(backend::gpu_memory_in_use()));
+        if (!o.trace.empty()) {
+            const backend::StepProfile& p = trainer->last_profile();
+            traced.push_back(TracedStep{step + 1, p.start, p.end, p.events});
+            if (static_cast<std::int64_t>(traced.size()) > trace_steps) traced.pop_front();
+        }
         if (o.profile && (step > first_step || o.steps == 1)) {
             const backend::StepProfile& p = trainer->last_profile();
             for (std::size_t i = 0; i < profiled.size(); ++i) {
@@ -566,6 +614,8 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
 
     if (o.profile)
         print_profile(net, comm, profiled, profiled_update, profiled_update_wait, profiled_steps, cfg.optimizer, io);
+    if (!o.trace.empty() && !write_trace(o, net, comm, {traced.begin(), traced.end()}, trace_origin, io))
+        return user_error;
 
     if (!o.save.empty() && !save(first_step + o.steps)) return user_error;
     return ok;
@@ -608,6 +658,13 @@ void setup_run(CLI::App& app, Action& action) {
     run->add_option("--platform", o->platform,
                     "With --auto-schedule: the platform it plans for, whose device the run uses unless --device "
                     "says otherwise (default: the schedule's, else 'local')");
+    CLI::Option* trace = run->add_option(
+        "--trace", o->trace,
+        "Write a timeline of the steps (Chrome trace-event JSON: open it in Perfetto or chrome://tracing): a "
+        "track per process, each layer's kernels, halo exchanges, shuffles, sums, allreduces and waits");
+    run->add_option("--trace-steps", o->trace_steps, "With --trace: only the last K steps (default: every step)")
+        ->check(positive_count())
+        ->needs(trace);
     run->add_flag("--profile", o->profile,
                   "Print each layer's forward and backward time per step, and the part spent waiting for others");
     run->add_option("--device", o->device,

@@ -88,6 +88,19 @@ public:
         check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data, checked_count(count), MPI_FLOAT, MPI_SUM, comm_, &r),
                   "MPI_Iallreduce");
         allreduces_.push_back(r);
+        completed_.push_back(false);
+    }
+
+    std::vector<bool> test_allreduces() override {
+        if (allreduces_.empty()) return {};
+        std::vector<int> indices(allreduces_.size());
+        int count = 0;
+        check_mpi(MPI_Testsome(static_cast<int>(allreduces_.size()), allreduces_.data(), &count, indices.data(),
+                               MPI_STATUSES_IGNORE),
+                  "MPI_Testsome");
+        for (int i = 0; count != MPI_UNDEFINED && i < count; ++i)
+            completed_[static_cast<std::size_t>(indices[i])] = true;
+        return completed_;
     }
 
     void finish_allreduces() override {
@@ -95,6 +108,7 @@ public:
         check_mpi(MPI_Waitall(static_cast<int>(allreduces_.size()), allreduces_.data(), MPI_STATUSES_IGNORE),
                   "MPI_Waitall");
         allreduces_.clear();
+        completed_.clear();
     }
 
     void progress() override {
@@ -125,16 +139,57 @@ public:
         exchanges_.clear();
     }
 
+    std::vector<std::vector<double>> gather(const std::vector<double>& values) override {
+        const int count = checked_count(static_cast<std::int64_t>(values.size()));
+        std::vector<int> counts(rank_ == 0 ? static_cast<std::size_t>(size_) : 0);
+        check_mpi(MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm_), "MPI_Gather");
+        std::vector<int> offsets(counts.size());
+        std::int64_t total = 0;
+        for (std::size_t i = 0; i < counts.size(); ++i) {
+            offsets[i] = checked_count(total);
+            total += counts[i];
+        }
+        std::vector<double> all(static_cast<std::size_t>(total));
+        check_mpi(MPI_Gatherv(values.data(), count, MPI_DOUBLE, all.data(), counts.data(), offsets.data(), MPI_DOUBLE,
+                              0, comm_),
+                  "MPI_Gatherv");
+        std::vector<std::vector<double>> out;
+        for (std::size_t i = 0; i < counts.size(); ++i)
+            out.emplace_back(all.begin() + offsets[i], all.begin() + offsets[i] + counts[i]);
+        return out;
+    }
+
 private:
     MPI_Comm comm_;
     bool owned_;
     int rank_ = 0, size_ = 1;
     std::vector<MPI_Request> allreduces_, exchanges_;
+    std::vector<bool> completed_;  // of allreduces_, as far as test_allreduces saw
 };
 
 }  // namespace
 
 std::unique_ptr<Comm> self_comm() { return std::make_unique<SelfComm>(); }
+
+// Through sums, for communicators without a gather of their own: each process's values in its place of a
+// buffer of every process's, zeros elsewhere, summed.
+std::vector<std::vector<double>> Comm::gather(const std::vector<double>& values) {
+    std::vector<double> counts(static_cast<std::size_t>(size()), 0.0);
+    counts[static_cast<std::size_t>(rank())] = static_cast<double>(values.size());
+    allreduce(counts.data(), static_cast<std::int64_t>(counts.size()));
+    std::vector<std::size_t> offsets(counts.size() + 1, 0);
+    for (std::size_t i = 0; i < counts.size(); ++i) offsets[i + 1] = offsets[i] + static_cast<std::size_t>(counts[i]);
+    std::vector<double> all(offsets.back(), 0.0);
+    std::copy(values.begin(), values.end(),
+              all.begin() + static_cast<std::ptrdiff_t>(offsets[static_cast<std::size_t>(rank())]));
+    allreduce(all.data(), static_cast<std::int64_t>(all.size()));
+    std::vector<std::vector<double>> out;
+    if (rank() != 0) return out;
+    for (std::size_t i = 0; i < counts.size(); ++i)
+        out.emplace_back(all.begin() + static_cast<std::ptrdiff_t>(offsets[i]),
+                         all.begin() + static_cast<std::ptrdiff_t>(offsets[i + 1]));
+    return out;
+}
 
 bool under_mpi() {
     for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})

@@ -152,14 +152,83 @@ struct Trainer::Impl {
     static double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
     // On a GPU, kernels run after their calls return: while profiling, the clock is read only once the
     // kernels started before it have ended (which serializes what would overlap).
+    // While profiling, the step's timeline (StepProfile::events) is made as it runs: `segment` is the compute
+    // event open now (it ends where the next begins), `posted` the halo exchange or shuffle posted and not yet
+    // waited for, `open_allreduces` the weight-gradient allreduces started and not yet seen complete (each
+    // with its requests among those started since the last finish).
+    using Kind = ProfileEvent::Kind;
+    using Phase = ProfileEvent::Phase;
+    ProfileEvent segment, posted;
+    bool segment_open = false, posted_open = false;
+    struct OpenAllreduce {
+        std::size_t event, first, count;
+    };
+    std::vector<OpenAllreduce> open_allreduces;
+    std::size_t allreduce_requests = 0;
+
+    double now() {
+        mem.synchronize();
+        return profile_clock();
+    }
+    void close_segment(double t) {
+        if (segment_open && t > segment.start) {
+            ProfileEvent e = segment;
+            e.end = t;
+            profile.events.push_back(e);
+        }
+        segment.start = t;
+    }
+    // From here on, the compute is `kind` of `layer` (a no-op while it already is).
+    void mark(Phase phase, Kind kind, int layer) {
+        if (!profiling || (segment_open && segment.phase == phase && segment.kind == kind && segment.layer == layer))
+            return;
+        const double t = now();
+        close_segment(t);
+        segment = ProfileEvent{kind, phase, layer, t, 0.0, 0};
+        segment_open = true;
+    }
+    static bool exchange_wait(Kind k) {
+        return k == Kind::wait_halo || k == Kind::wait_shuffle || k == Kind::wait_halo_back ||
+               k == Kind::wait_shuffle_back;
+    }
+
+    // A wait for other processes: `waiting` says for what (a sum's `bytes` are its message's).
     template <typename Wait>
-    void wait(Wait&& w) {
+    void wait(Kind waiting, Wait&& w, std::int64_t bytes = 0) {
         if (!profiling) return w();
-        mem.synchronize();
-        const auto t0 = Clock::now();
+        const double t0 = now();
         w();
-        mem.synchronize();
-        waited += since(t0);
+        const double t1 = now();
+        waited += t1 - t0;
+        if (exchange_wait(waiting) && !posted_open) return;  // nothing was sent: copies within this process
+        close_segment(t0);
+        // A halo or shuffle is its reader's, and so is the wait for it (a gradient's halo goes back to the
+        // layer that made the tensor, while that layer's backward waits for it), as the model counts it.
+        const int layer = exchange_wait(waiting) ? posted.layer : segment.layer;
+        profile.events.push_back(ProfileEvent{waiting, segment.phase, layer, t0, t1, 0});
+        segment.start = t1;
+        if (waiting == Kind::wait_sum)
+            profile.events.push_back(ProfileEvent{Kind::sum, segment.phase, segment.layer, t0, t1, bytes});
+        if (exchange_wait(waiting)) {
+            posted.end = t1;
+            profile.events.push_back(posted);
+            posted_open = false;
+        }
+    }
+
+    // The allreduces seen complete now (`all`: every one, after finish_allreduces) end here.
+    void observe_allreduces(bool all) {
+        if (!profiling || open_allreduces.empty()) return;
+        const std::vector<bool> done = all ? std::vector<bool>{} : comm.test_allreduces();
+        if (!all && done.size() < allreduce_requests) return;  // a communicator that cannot tell
+        const double t = now();
+        std::erase_if(open_allreduces, [&](const OpenAllreduce& a) {
+            const bool complete = all || std::all_of(done.begin() + static_cast<std::ptrdiff_t>(a.first),
+                                                     done.begin() + static_cast<std::ptrdiff_t>(a.first + a.count),
+                                                     [](bool b) { return b; });
+            if (complete) profile.events[a.event].end = t;
+            return complete;
+        });
     }
     double layer_time(Clock::time_point t0) {
         mem.synchronize();
@@ -374,17 +443,32 @@ struct Trainer::Impl {
                                    box_dims(b, tensor.dims().c));
     }
 
-    void start(const scheduler::Exchange& p, Messages& m, int tag, Tensor& from, const Tile& from_tile) {
+    // `kind` and `layer` name it on a profile's timeline.
+    void start(const scheduler::Exchange& p, Messages& m, int tag, Tensor& from, const Tile& from_tile, Kind kind,
+               int layer) {
         std::vector<Message> sends, receives;
+        std::int64_t bytes = 0;
         for (std::size_t i = 0; i < p.sends.size(); ++i) {
             Buffer& buffer = m.sends[i];
             mem.pack(view_of(from, from_tile, p.sends[i].box), buffer.data());
             sends.push_back(Message{p.sends[i].peer, buffer.data(), buffer.size()});
-            sent_bytes += buffer.size() * static_cast<std::int64_t>(sizeof(float));
+            bytes += buffer.size() * static_cast<std::int64_t>(sizeof(float));
         }
+        sent_bytes += bytes;
         for (std::size_t i = 0; i < p.receives.size(); ++i)
             receives.push_back(Message{p.receives[i].peer, m.receives[i].data(), m.receives[i].size()});
+        if (profiling && (!sends.empty() || !receives.empty())) {
+            posted = ProfileEvent{kind, segment.phase, layer, now(), 0.0, bytes};
+            posted_open = true;
+        }
         comm.start_exchange(sends, receives, tag);
+    }
+
+    // The layer a tile's gradient goes back for, on a profile's timeline: the reader of a copy, the first
+    // windowed reader of an own tile (whose margins the halo fills).
+    int reader_of(const Tile& t) const {
+        const std::vector<int>& readers = t.copy ? t.reader_layers : t.windowed_readers;
+        return readers.empty() ? segment.layer : readers.front();
     }
 
     // Fills a tile's halos (or the whole of a copy) from the processes that hold them: posts the exchange,
@@ -393,13 +477,14 @@ struct Trainer::Impl {
         t.gathered = step_index;
         if (t.forward.empty()) return;
         Tile& owner = slots[static_cast<std::size_t>(t.spec.layer)].own();
-        start(t.forward, t.forward_messages, 2 * t.id, owner.y, owner);
+        start(t.forward, t.forward_messages, 2 * t.id, owner.y, owner, t.copy ? Kind::shuffle : Kind::halo,
+              segment.layer);
         for (const Box& b : t.forward.local) k.eltwise->copy(view_of(owner.y, owner, b), view_of(t.y, t, b));
     }
 
     void finish_gather(Tile& t) {
         if (t.forward.empty()) return;
-        wait([&] { comm.finish_exchange(); });
+        wait(t.copy ? Kind::wait_shuffle : Kind::wait_halo, [&] { comm.finish_exchange(); });
         for (std::size_t i = 0; i < t.forward.receives.size(); ++i)
             mem.unpack(t.forward_messages.receives[i].data(), view_of(t.y, t, t.forward.receives[i].box), false);
     }
@@ -416,14 +501,15 @@ struct Trainer::Impl {
         t.scattered = step_index;
         if (t.backward.empty()) return;
         Tile& owner = slots[static_cast<std::size_t>(t.spec.layer)].own();
-        start(t.backward, t.backward_messages, 2 * t.id + 1, t.dy, t);
+        start(t.backward, t.backward_messages, 2 * t.id + 1, t.dy, t, t.copy ? Kind::shuffle_back : Kind::halo_back,
+              reader_of(t));
         for (const Box& b : t.backward.local) k.eltwise->accumulate(view_of(t.dy, t, b), view_of(owner.dy, owner, b));
     }
 
     void finish_scatter(Tile& t) {
         if (t.backward.empty()) return;
         Tile& owner = slots[static_cast<std::size_t>(t.spec.layer)].own();
-        wait([&] { comm.finish_exchange(); });
+        wait(t.copy ? Kind::wait_shuffle_back : Kind::wait_halo_back, [&] { comm.finish_exchange(); });
         for (std::size_t i = 0; i < t.backward.receives.size(); ++i)
             mem.unpack(t.backward_messages.receives[i].data(), view_of(owner.dy, owner, t.backward.receives[i].box),
                        true);
@@ -494,13 +580,22 @@ struct Trainer::Impl {
         step_first = first;
         step_training = training;
         sent_bytes = 0;
+        if (profiling) {
+            profile.layers.assign(slots.size(), LayerTime{});
+            profile.events.clear();
+            open_allreduces.clear();
+            allreduce_requests = 0;
+            posted_open = segment_open = false;
+            mark(Phase::forward, Kind::forward, 0);
+            profile.start = segment.start;
+        }
         if (training) clear_gradients(-1);  // a loss writes its logits' gradient in forward
         double loss = 0.0;
         losses.clear();
-        if (profiling) profile.layers.assign(slots.size(), LayerTime{});
         for (std::size_t i = 0; i < slots.size(); ++i) {
             const auto t0 = Clock::now();
             waited = 0.0;
+            if (slots[i].layer->op != OpKind::label) mark(Phase::forward, Kind::forward, static_cast<int>(i));
             forward_layer(data, first, training, i, loss);
             if (profiling) profile.layers[i].forward = layer_time(t0), profile.layers[i].forward_wait = waited;
         }
@@ -541,7 +636,11 @@ struct Trainer::Impl {
                 const ConstView x = in();
                 sums_a.assign(static_cast<std::size_t>(x.dims.n * x.dims.c), 0.0);
                 k.pool->global_sum(x, sums_a.data());
-                if (s.group) wait([&] { s.group->allreduce(sums_a.data(), static_cast<std::int64_t>(sums_a.size())); });
+                if (s.group)
+                    wait(
+                        Kind::wait_sum,
+                        [&] { s.group->allreduce(sums_a.data(), static_cast<std::int64_t>(sums_a.size())); },
+                        static_cast<std::int64_t>(sums_a.size() * sizeof(double)));
                 const Dims whole = global_dims(l.inputs[0]);
                 const double area = static_cast<double>(whole.h * whole.w);
                 scratch_values.resize(sums_a.size());
@@ -693,7 +792,7 @@ struct Trainer::Impl {
         else
             cross_entropy(View{});
         if (!logits.leader) sum = 0.0;  // its replicas' copy counts once
-        wait([&] { comm.allreduce(&sum, 1); });
+        wait(Kind::wait_sum, [&] { comm.allreduce(&sum, 1); }, sizeof(double));
         return sum / count;
     }
 
@@ -725,7 +824,7 @@ struct Trainer::Impl {
         else
             compute(View{});
         if (!prediction.leader) sum = 0.0;  // its replicas' copy counts once
-        wait([&] { comm.allreduce(&sum, 1); });
+        wait(Kind::wait_sum, [&] { comm.allreduce(&sum, 1); }, sizeof(double));
         return sum / count;
     }
 
@@ -774,7 +873,9 @@ struct Trainer::Impl {
         if (!speaks) std::fill(sums_a.begin(), sums_a.end(), 0.0), std::fill(sums_b.begin(), sums_b.end(), 0.0);
         std::vector<double> both(sums_a);
         both.insert(both.end(), sums_b.begin(), sums_b.end());
-        wait([&] { s.group->allreduce(both.data(), static_cast<std::int64_t>(both.size())); });
+        wait(
+            Kind::wait_sum, [&] { s.group->allreduce(both.data(), static_cast<std::int64_t>(both.size())); },
+            static_cast<std::int64_t>(both.size() * sizeof(double)));
         std::copy_n(both.begin(), sums_a.size(), sums_a.begin());
         std::copy(both.begin() + static_cast<std::ptrdiff_t>(sums_a.size()), both.end(), sums_b.begin());
     }
@@ -812,14 +913,34 @@ struct Trainer::Impl {
             mem.fill(s.dw.padded(), 0.0f);
             if (s.db.size() > 0) mem.fill(s.db.padded(), 0.0f);
         }
+        if (profiling) {
+            const std::size_t requests = (s.dw.size() > 0 ? 1 : 0) + (s.db.size() > 0 ? 1 : 0);
+            open_allreduces.push_back(OpenAllreduce{profile.events.size(), allreduce_requests, requests});
+            allreduce_requests += requests;
+            const auto bytes = static_cast<std::int64_t>(sizeof(float)) * (s.dw.size() + s.db.size());
+            const double t = now();
+            profile.events.push_back(ProfileEvent{Kind::allreduce, Phase::backward, segment.layer, t, t, bytes});
+        }
         comm.start_allreduce(s.dw.data(), s.dw.size());
         if (s.db.size() > 0) comm.start_allreduce(s.db.data(), s.db.size());
+    }
+
+    // The compute a layer's backward begins with: its input's gradient where it has weights too (an fc
+    // layer's weight gradient comes first), else the whole of it.
+    Kind first_backward_part(const Slot& s) const {
+        const Layer& l = *s.layer;
+        if (l.op == OpKind::fc) return Kind::backward_weights;
+        if (l.op == OpKind::conv || l.op == OpKind::deconv)
+            return is_input(s.operands[0]) ? Kind::backward_weights : Kind::backward_data;
+        return Kind::backward;
     }
 
     void backward() {
         for (int index = static_cast<int>(slots.size()) - 1; index >= 0; --index) {
             const auto t0 = Clock::now();
             waited = 0.0;
+            const Slot& s = slots[static_cast<std::size_t>(index)];
+            if (!s.layer->is_data()) mark(Phase::backward, first_backward_part(s), index);
             backward_layer(index);
             if (profiling) {
                 LayerTime& t = profile.layers[static_cast<std::size_t>(index)];
@@ -837,6 +958,7 @@ struct Trainer::Impl {
         if (!l.is_data())
             for (auto& t : s.tiles) scatter(*t);
         comm.progress();  // the weight-gradient allreduces started so far
+        observe_allreduces(false);
         const bool speaks = l.op == OpKind::label ? true : s.own().leader;
         switch (l.op) {
             case OpKind::input:
@@ -855,6 +977,7 @@ struct Trainer::Impl {
                         k.conv->backward_data(s.own().dy.interior(), s.w.interior(), dx, w);
                     });
                 }
+                mark(Phase::backward, Kind::backward_weights, index);
                 // With overlap, when this layer is the only reader of its input, the input's gradient is
                 // complete here: its halo goes back to the neighbours while the weight gradient is computed.
                 const bool send_now = overlap_of(index) && !is_input(&in) && !in.copy && in.readers == 1;
@@ -885,6 +1008,7 @@ struct Trainer::Impl {
                         k.deconv->backward_data(s.own().dy.interior(), s.w.interior(), dx, d);
                     });
                 }
+                mark(Phase::backward, Kind::backward_weights, index);
                 const bool send_now = overlap_of(index) && !is_input(&in) && !in.copy && in.readers == 1;
                 if (send_now) start_scatter(in);
                 k.deconv->backward_weights(view_of(in.y, in, read), s.own().dy.interior(), s.dw.interior(),
@@ -934,6 +1058,7 @@ struct Trainer::Impl {
                                        l.bias ? s.db.data() : nullptr);
                 allreduce_gradients(s, speaks);
                 if (is_input(&in)) break;
+                mark(Phase::backward, Kind::backward_data, index);
                 interior_gradient(in, [&](View dx) { k.fc->backward_data(s.own().dy.interior(), s.w.interior(), dx); });
                 break;
             }
@@ -1072,7 +1197,10 @@ struct Trainer::Impl {
     void update() {
         const auto t0 = Clock::now();
         waited = 0.0;
-        wait([&] { comm.finish_allreduces(); });
+        mark(Phase::update, Kind::update, -1);
+        wait(Kind::wait_allreduces, [&] { comm.finish_allreduces(); });
+        observe_allreduces(true);
+        allreduce_requests = 0;
         // The same on every process: the schedule's rate at this step, and Adam's t.
         last_lr = config.schedule.lr(config.lr, updates);
         ++updates;
@@ -1094,9 +1222,26 @@ struct Trainer::Impl {
                 if (s.b.size() > 0) k.eltwise->adam(s.b.data(), s.mb.data(), s.vb.data(), s.db.data(), s.b.size(), a);
             }
         }
-        if (profiling) profile.update = layer_time(t0), profile.update_wait = waited;
+        if (profiling) {
+            profile.update = layer_time(t0), profile.update_wait = waited;
+            profile.end = now();
+            close_segment(profile.end);
+            segment_open = false;
+        }
     }
 };
+
+bool is_compute(ProfileEvent::Kind kind) {
+    using Kind = ProfileEvent::Kind;
+    return kind == Kind::forward || kind == Kind::backward || kind == Kind::backward_data ||
+           kind == Kind::backward_weights || kind == Kind::update || kind == Kind::wait_halo ||
+           kind == Kind::wait_shuffle || kind == Kind::wait_halo_back || kind == Kind::wait_shuffle_back ||
+           kind == Kind::wait_sum || kind == Kind::wait_allreduces || kind == Kind::wait_others;
+}
+
+double profile_clock() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 Trainer::Trainer(const frontend::Network& net, Kernels kernels, TrainConfig config)
     : impl_(std::make_unique<Impl>(net, kernels, config,

@@ -70,6 +70,9 @@ public:
     double max(double value) override { return host_->max(value); }
     bool all(bool value) override { return host_->all(value); }
     void progress() override { host_->progress(); }
+    std::vector<std::vector<double>> gather(const std::vector<double>& values) override {
+        return host_->gather(values);
+    }
 
 protected:
     std::unique_ptr<Comm> host_;
@@ -94,6 +97,9 @@ public:
         for (std::size_t i = 0; i < allreduces_used_; ++i) to_device(allreduces_[i]);
         allreduces_used_ = 0;
     }
+
+    // The host's requests are one to one with the allreduces started here.
+    std::vector<bool> test_allreduces() override { return host_->test_allreduces(); }
 
     void start_exchange(const std::vector<Message>& sends, const std::vector<Message>& receives, int tag) override {
         std::vector<Message> host_sends, host_receives;

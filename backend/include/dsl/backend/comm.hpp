@@ -34,6 +34,10 @@ public:
     // The buffers must stay untouched until then.
     virtual void start_allreduce(float* data, std::int64_t count) = 0;
     virtual void finish_allreduces() = 0;
+    // Which of the allreduces started since the last `finish_allreduces` have completed (in the order they
+    // were started), testing them without waiting; empty where the communicator cannot tell. Profiling asks,
+    // to place each allreduce's end on the timeline.
+    virtual std::vector<bool> test_allreduces() { return {}; }
     // Lets started operations advance (MPI moves non-blocking collectives and large messages on only inside
     // its calls): called between kernels, so that they run while this process computes.
     virtual void progress() = 0;
@@ -41,6 +45,10 @@ public:
     // Posts every receive and send (`tag` tells concurrent exchanges apart); `finish_exchange` waits for them.
     virtual void start_exchange(const std::vector<Message>& sends, const std::vector<Message>& receives, int tag) = 0;
     virtual void finish_exchange() = 0;
+
+    // Every process's `values` (each may give a different count), in rank order, on process 0; empty
+    // elsewhere (collective). The traces of a run go to the process that writes them this way.
+    virtual std::vector<std::vector<double>> gather(const std::vector<double>& values);
 };
 
 // The communicator of a run on one process: every operation is the identity.

@@ -73,9 +73,42 @@ struct StateTensor {
 struct LayerTime {
     double forward = 0.0, forward_wait = 0.0, backward = 0.0, backward_wait = 0.0;
 };
+// A span of a profiled step on this process, in seconds of profile_clock(): the step's timeline. The compute
+// events follow one another without gaps or overlaps from the step's start to its end: each layer's kernels
+// (forward; backward, or its data and weight parts where they are separate) and what the layer waits for
+// (a halo, a shuffle, a sum over processes), then the update and its wait for the allreduces. The
+// communication events span from when this process started it (posted a halo exchange or shuffle, began a
+// sum, started an allreduce) to when it saw it complete: a halo's wait ends when the process asks for it
+// after the interior's compute (overlap), or at once; an allreduce's, at the first test between backward's
+// layers that finds it done.
+struct ProfileEvent {
+    enum class Kind {
+        // compute
+        forward, backward, backward_data, backward_weights, update,
+        // compute: waiting for other processes
+        wait_halo, wait_shuffle, wait_halo_back, wait_shuffle_back, wait_sum, wait_allreduces,
+        wait_others,  // the performance model's: processes drifting apart, in proportion to the compute
+        // communication
+        halo, shuffle, halo_back, shuffle_back, sum, allreduce,
+    };
+    enum class Phase { forward, backward, update };
+    Kind kind = Kind::forward;
+    Phase phase = Phase::forward;
+    // The layer whose work it is (a halo or shuffle, and a wait for one: its reader's); -1 for the update.
+    int layer = -1;
+    double start = 0.0, end = 0.0;
+    std::int64_t bytes = 0;  // communication: the bytes this process sends
+};
+bool is_compute(ProfileEvent::Kind kind);
+
+// The clock of profiles, in seconds: steady, the same for every process of a node.
+double profile_clock();
+
 struct StepProfile {
     std::vector<LayerTime> layers;
     double update = 0.0, update_wait = 0.0;
+    std::vector<ProfileEvent> events;
+    double start = 0.0, end = 0.0;     // the step's, on profile_clock()
 };
 
 // One loss layer's mean loss over the mini-batch, before its weight: the total that training minimizes is
@@ -128,7 +161,8 @@ public:
     std::vector<StateTensor> state();
     void state_written();
 
-    // Times every layer of the steps that follow (a clock read around each layer and each wait).
+    // Times every layer of the steps that follow (a clock read around each layer and each wait), and records
+    // their events.
     void profile(bool on);
     const StepProfile& last_profile() const;  // the last step's, when profiling
 
