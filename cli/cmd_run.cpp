@@ -2,9 +2,11 @@
 // every step and a summary; writes a JSON line per step with --log, checkpoints with --save, resumes with
 // --load.
 #include "commands.hpp"
+#include "evaluation.hpp"
 #include "launch.hpp"
 #include "planning.hpp"
 #include "report.hpp"
+#include "run_setup.hpp"
 #include "trace.hpp"
 
 #include <dsl/backend/checkpoint.hpp>
@@ -34,18 +36,6 @@
 namespace dsl::cli {
 
 namespace {
-
-struct RunOptions {
-    std::string net, sched;
-    std::int64_t steps = 10, save_every = 0;
-    std::optional<std::int64_t> batch, procs;
-    std::optional<double> lr, momentum, weight_decay;
-    std::optional<std::string> optimizer;
-    std::uint64_t seed = 0;
-    std::string log, save, load, inputs, labels, kernels = "cpu", device, platform, gpu_comm = "auto", trace;
-    std::optional<std::int64_t> trace_steps;
-    bool auto_schedule = false, profile = false, tf32 = false;
-};
 
 double peak_resident_bytes() {
     rusage usage{};
@@ -99,19 +89,13 @@ std::string open_fields(const frontend::Network& net, const scheduler::Schedule&
     return {};
 }
 
-// Output only on the first process: the others train silently.
-struct Output {
-    bool on = true;
-    std::ostream& out() { return on ? std::cout : null; }
-    std::ostream& err() { return on ? std::cerr : null; }
-    std::ostream null{nullptr};
-};
+}  // namespace
 
-// The mini-batch size: --batch, the schedule's, or 4.
-constexpr std::int64_t default_batch = 4;
 std::int64_t run_batch(const Checked& c, const RunOptions& o) {
     return o.batch.value_or(c.schedule && c.schedule->batch ? *c.schedule->batch : default_batch);
 }
+
+namespace {
 
 // Where a run computes: --device, else with --auto-schedule the device of the platform it schedules for, else
 // the CPU. On a GPU, the platform's workspace (when it gives one) bounds the convolutions' scratch.
@@ -201,8 +185,8 @@ std::optional<scheduler::Schedule> auto_schedule(const Checked& c, const RunOpti
     return result->schedule;
 }
 
-// The schedule a run trains under: the file's, with --procs where it leaves the count open; on one process
-// without a file, everything on that process. Empty with the reason when it cannot run.
+}  // namespace
+
 std::optional<scheduler::Schedule> run_schedule(const Checked& c, const RunOptions& o, std::string& why, Output& io) {
     const auto& net = c.net.net;
     if (o.auto_schedule) return auto_schedule(c, o, why, io);
@@ -242,6 +226,8 @@ std::optional<scheduler::Schedule> run_schedule(const Checked& c, const RunOptio
     if (!why.empty()) return std::nullopt;
     return s;
 }
+
+namespace {
 
 int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule& schedule, backend::Kernels kernels,
           backend::Comm& comm, Output& io);
@@ -315,8 +301,8 @@ nlohmann::json losses_json(const std::vector<backend::LossValue>& losses) {
     return out;
 }
 
-// Whether every process succeeded; where some did not, the first of them prints `message`, so that it is
-// printed once.
+}  // namespace
+
 bool agree(backend::Comm& comm, bool ok, const std::string& message) {
     const double none = -static_cast<double>(comm.size());
     const double first = -comm.max(ok ? none : -static_cast<double>(comm.rank()));
@@ -324,6 +310,8 @@ bool agree(backend::Comm& comm, bool ok, const std::string& message) {
     if (!ok && static_cast<int>(first) == comm.rank()) std::cerr << message;
     return false;
 }
+
+namespace {
 
 int run_training(const RunOptions& o) {
     const bool mpi = backend::under_mpi();
@@ -348,8 +336,18 @@ int run_training(const RunOptions& o) {
         io.err() << "error: " << why << "\n";
         return o.auto_schedule ? user_error : usage;
     }
-    const std::int64_t procs = *schedule->procs;
-    const auto where = placement(o, *checked, io);
+    return on_processes(o, *checked, *schedule, io, [&](backend::Kernels kernels, backend::Comm& comm) {
+        return train(o, *checked, *schedule, kernels, comm, io);
+    });
+}
+
+}  // namespace
+
+int on_processes(const RunOptions& o, const Checked& checked, const scheduler::Schedule& schedule, Output& io,
+                 const RunBody& body) {
+    const bool mpi = backend::under_mpi();
+    const std::int64_t procs = *schedule.procs;
+    const auto where = placement(o, checked, io);
     if (!where) return user_error;
     if (where->gpu) {
         std::string none;
@@ -388,7 +386,15 @@ int run_training(const RunOptions& o) {
                                     : run.nccl ? "; messages over NCCL"
                                                : "; messages through host memory over MPI");
         }
-        code = train(o, *checked, *schedule, kernels, *comm, io);
+        if (comm->size() != *schedule.procs) {
+            io.err() << fmt::format(
+                "error: the run has {} processes, but the schedule needs {}: start it with "
+                "'mpirun -np {}', or as plain 'dsl {}' to let dsl start them\n",
+                comm->size(), *schedule.procs, *schedule.procs, program_arguments().at(1));
+            code = usage;
+        } else {
+            code = body(kernels, *comm);
+        }
     } catch (const std::bad_alloc&) {
         if (!mpi || size == 1) throw;
         std::cerr << fmt::format(
@@ -415,6 +421,8 @@ int run_training(const RunOptions& o) {
     return code;
 }
 
+namespace {
+
 // The learning-rate schedule for the run's first line: ", warmup 100, cosine over 1000 steps"; empty when
 // the rate is constant.
 std::string lr_schedule_text(const frontend::LrSchedule& s) {
@@ -428,13 +436,6 @@ std::string lr_schedule_text(const frontend::LrSchedule& s) {
 int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule& schedule, backend::Kernels kernels,
           backend::Comm& comm, Output& io) {
     const auto& net = checked.net.net;
-    if (comm.size() != *schedule.procs) {
-        io.err() << fmt::format(
-            "error: the run has {} processes, but the schedule needs {}: start it with "
-            "'mpirun -np {}', or as plain 'dsl run' to let dsl start them\n",
-            comm.size(), *schedule.procs, *schedule.procs);
-        return usage;
-    }
     backend::TrainConfig cfg;
     cfg.batch = run_batch(checked, o);
     // PyTorch's defaults where neither the command line nor the train line says: lr 0.001 for adam and
@@ -459,10 +460,25 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
     // The outputs come first: the first process writes them.
     std::string error = comm.rank() == 0 ? output_problem(o) : "";
     if (!agree(comm, error.empty(), "error: " + error + "\n")) return user_error;
-    auto data = backend::make_data_source(net, o.seed, o.inputs, o.labels, error);
+    auto data = make_data(o.data, net, o.seed, cfg.batch, error);
     if (!data) {
         io.err() << "error: " << error << "\n";
         return user_error;
+    }
+    // --eval-every: the evaluation set, checked with the rest before the first step.
+    std::optional<Samples> eval_set;
+    if (o.eval_every > 0) {
+        DataOptions eval_data;
+        eval_data.data = o.eval_data;
+        eval_data.normalize = o.data.normalize;  // as the training data is
+        if (o.eval_data.empty() && !o.eval_samples)
+            error = "synthetic data has no end: give the evaluation set (--eval-data NAME=FILE), or --eval-samples K";
+        else
+            eval_set = open_samples(net, o.seed, eval_data, o.eval_samples, error);
+        if (!eval_set) {
+            io.err() << (o.eval_data.empty() ? "error: --eval-every: " : "error: --eval-data: ") << error << "\n";
+            return user_error;
+        }
     }
     std::unique_ptr<backend::Trainer> trainer;
     try {
@@ -598,6 +614,17 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
                         .dump()
                  << "\n"
                  << std::flush;
+        // --eval-every: the figures over the evaluation set, at every K-th step (counted as --save-every's).
+        if (eval_set && (step + 1) % o.eval_every == 0) {
+            const EvalFigures f = evaluate(*trainer, net, schedule, kernels, comm, *eval_set->source, eval_set->count);
+            io.out() << fmt::format("eval  {:>5}  loss {:.6f} on {} samples\n", step + 1, f.loss, f.samples)
+                     << figures_text(f) << std::flush;
+            if (log) {
+                nlohmann::json j{{"eval", step + 1}};
+                j.update(figures_json(f));
+                *log << j.dump() << "\n" << std::flush;
+            }
+        }
         // --save-every: a checkpoint at every K-th step (counted from the first, so across resumptions); the
         // last step's is the one at the end.
         if (o.save_every > 0 && (step + 1) % o.save_every == 0 && done < o.steps && !save(step + 1)) return user_error;
@@ -647,8 +674,19 @@ void setup_run(CLI::App& app, Action& action) {
         ->check(positive_count())
         ->needs(save);
     run->add_option("--load", o->load, "Resume from the checkpoint in this folder");
-    run->add_option("--inputs", o->inputs, "Inputs from a .npy file [S, C, H, W] (default: synthetic data)");
-    run->add_option("--labels", o->labels, "Labels from a .npy file [S] or [S, H, W] (with --inputs)");
+    add_data_options(*run, o->data);
+    CLI::Option* eval_every =
+        run->add_option("--eval-every", o->eval_every,
+                        "Evaluate every K steps (as 'dsl eval' does) on --eval-data, printing the figures and "
+                        "logging them as their own JSON lines {\"eval\": STEP, ...}")
+            ->check(positive_count());
+    run->add_option("--eval-data", o->eval_data,
+                    "NAME=FILE for each input and label, as --data: the evaluation set (normalized as --normalize "
+                    "says); without it, the first --eval-samples synthetic samples")
+        ->needs(eval_every);
+    run->add_option("--eval-samples", o->eval_samples, "Evaluate the first K samples of the evaluation set")
+        ->check(positive_count())
+        ->needs(eval_every);
     run->add_option("--kernels", o->kernels, "cpu (oneDNN and Halide; default) or reference (plain loops)")
         ->check(CLI::IsMember({"cpu", "reference"}));
     run->add_option("--procs", o->procs, "Processes, where the schedule leaves the count open")

@@ -28,6 +28,8 @@ void setup_schedule(CLI::App& app, Action& action);
 void setup_explain(CLI::App& app, Action& action);
 void setup_compare(CLI::App& app, Action& action);
 void setup_calibrate(CLI::App& app, Action& action);
+void setup_eval(CLI::App& app, Action& action);
+void setup_predict(CLI::App& app, Action& action);
 
 // The command line as main received it (`dsl run` starts itself again under mpirun with it).
 const std::vector<std::string>& program_arguments();

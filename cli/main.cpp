@@ -77,6 +77,8 @@ int main(int argc, char** argv) {
     setup_check(app, action);
     setup_print(app, action);
     setup_run(app, action);
+    setup_eval(app, action);
+    setup_predict(app, action);
     setup_schedule(app, action);
     setup_explain(app, action);
     setup_compare(app, action);

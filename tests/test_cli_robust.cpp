@@ -1,5 +1,6 @@
 // The command where a user's setup is unusual: inputs that are not regular files, a process of a run killed
 // by a signal, runs under an external launcher (mpirun, over TCP as between nodes), options given wrong.
+#include "hdf5_files.hpp"
 #include "train_runs.hpp"
 
 #include <dsl/backend/npy.hpp>
@@ -474,4 +475,150 @@ TEST_CASE("the device is --device's, else with --auto-schedule its platform's, e
     INFO(cpu.err);
     CHECK(cpu.exit_code == 0);
     CHECK(cpu.out.find("threads") != std::string::npos);  // on the CPU
+}
+
+TEST_CASE("bad data is a one-line error before the first step, said once under mpirun", "[cli][run][hdf5]") {
+    using dsl::test::write_h5;
+    Scratch dir("dsl_bad_data");
+    const std::string f = dir / "d.h5";
+    const std::int64_t S = 4;
+    std::vector<float> x(S * 3 * 66 * 70, 0.5f);
+    std::vector<std::uint8_t> y(S * 33 * 35, 1);
+    std::vector<std::int32_t> z{0, 1, 2, 1};
+    write_h5(f, "/x", {S, 3, 66, 70}, x, H5T_NATIVE_FLOAT, H5T_IEEE_F32LE);
+    write_h5(f, "/y", {S, 33, 35}, y, H5T_NATIVE_UINT8, H5T_STD_U8LE);
+    write_h5(f, "/z", {S}, z, H5T_NATIVE_INT32, H5T_STD_I32LE, false);
+    write_h5(f, "/x_wide", {S, 3, 66, 71}, std::vector<float>(S * 3 * 66 * 71), H5T_NATIVE_FLOAT, H5T_IEEE_F32LE);
+    write_h5(f, "/x_few", {2, 3, 66, 70}, std::vector<float>(2 * 3 * 66 * 70), H5T_NATIVE_FLOAT, H5T_IEEE_F32LE);
+    write_h5(f, "/z_few", {2}, std::vector<std::int32_t>{0, 1}, H5T_NATIVE_INT32, H5T_STD_I32LE);
+    write_h5(f, "/z_float", {S}, std::vector<float>{0, 1, 2, 1}, H5T_NATIVE_FLOAT, H5T_IEEE_F32LE);
+    write_h5(f, "/z_bad", {S}, std::vector<std::int32_t>{0, 1, 3, 1}, H5T_NATIVE_INT32, H5T_STD_I32LE);
+    std::vector<std::uint8_t> y_bad(y);
+    y_bad[2 * 33 * 35 + 100] = 7;
+    write_h5(f, "/y_bad", {S, 33, 35}, y_bad, H5T_NATIVE_UINT8, H5T_STD_U8LE);
+    {  // fixed-length strings: no conversion to numbers
+        const hid_t file = H5Fopen(f.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+        const hid_t type = H5Tcopy(H5T_C_S1);
+        H5Tset_size(type, 4);
+        const hsize_t n = S;
+        const hid_t space = H5Screate_simple(1, &n, nullptr);
+        const hid_t set = H5Dcreate2(file, "/z_text", type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        REQUIRE(H5Dwrite(set, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, "abc\0def\0ghi\0jkl") >= 0);
+        H5Dclose(set), H5Sclose(space), H5Tclose(type), H5Fclose(file);
+    }
+    auto args = [&](const std::string& x_, const std::string& y_, const std::string& z_) {
+        return "run tests/dist/modern.net --steps 1 --batch 4 --data x=" + x_ + " --data y=" + y_ + " --data z=" + z_;
+    };
+    const std::string X = f + ":/x", Y = f + ":/y", Z = f + ":/z";
+    struct Case {
+        std::string args, message;
+    };
+    const std::vector<Case> cases{
+        {args(dir / "none.h5:/x", Y, Z), "error: " + (dir / "none.h5") + ": cannot open: no such file"},
+        {args(f + ":/train/x", Y, Z), "error: " + f + ": no data set '/train/x' (it holds /x, /x_few, /x_wide, /y,"},
+        {args(f, Y, Z), "error: " + f + ": name the data set in the file: " + f + ":/path/to/dataset"},
+        {args(f + ":/x_wide", Y, Z),
+         "error: " + f + ":/x_wide: holds [4, 3, 66, 71], but input 'x' is [N, 3, 66, 70]: expected [S, 3, 66, 70]"},
+        {args(X, Y, f + ":/z_few"), "error: " + f + ":/z_few: holds [2], but label 'z' is [N] and " + f +
+                                        ":/x holds 4 samples: expected [4]"},
+        {args(X, Y, f + ":/z_text"), "error: " + f + ":/z_text: holds string values, which do not convert"},
+        {args(X, Y, f + ":/z_float"), "error: " + f + ":/z_float: labels must have an integer type, not 'float32'"},
+        {args(X, Y, f + ":/z_bad"), "error: " + f + ":/z_bad: label 3 of sample 2 is outside [0, 3)"},
+        {args(X, f + ":/y_bad", Z), "error: " + f + ":/y_bad: label 7 of sample 2 is outside [0, 3)"},
+        {args(f + ":/x_few", Y + "_few", Z), "error: " + f + ": no data set '/y_few'"},
+        {"run tests/dist/modern.net --steps 1 --batch 4 --data x=" + f + ":/x_few --data y=" + f +
+             ":/y --data z=" + f + ":/z",
+         "error: " + f + ":/y: holds [4, 33, 35], but label 'y' is [N, 33, 35] and " + f + ":/x_few holds 2 samples"},
+        {"run tests/dist/modern.net --steps 1 --batch 4 --data x=" + X + " --data y=" + Y,
+         "error: label 'z' has no data: give --data z=FILE for each of input 'x', label 'y', label 'z'"},
+        {args(X, Y, Z) + " --data w=" + X, "error: --data w=" + X + ": the network has no input or label 'w'"},
+        {args(X, Y, Z) + " --data x=" + X, "error: --data x: layer 'x' is given twice"},
+        {"run tests/dist/modern.net --steps 1 --data x", "error: --data 'x': give NAME=FILE"},
+        {"run tests/dist/modern.net --steps 1 --inputs " + X + " --labels " + Y,
+         "error: --labels stands for the network's one label, but it has 'y', 'z': give --data NAME=FILE for each"},
+        {"run samples/mesh_tiny.net --steps 1 --shuffle", "error: --shuffle applies to data from files"},
+        {"run tests/dist/modern.net --steps 1 --batch 8 --data x=" + X + " --data y=" + Y + " --data z=" + Z,
+         "error: the data set holds 4 samples, fewer than one mini-batch of 8"},
+        {args(X, Y, Z) + " --normalize file", "error: " + X + ": the data set has no attribute 'mean'"},
+    };
+    for (const Case& c : cases) {
+        const Result r = run_dsl(c.args);
+        INFO(c.args << "\n" << r.err);
+        CHECK(r.exit_code == 1);
+        CHECK(r.err.rfind(c.message, 0) == 0);
+        CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);  // one line
+        CHECK(r.out.find("step") == std::string::npos);
+    }
+    // On 2 processes (which dsl starts), every process finds the same fault; the first alone says it.
+    const Result r = run_command("", args(X, Y, f + ":/z_bad") + " tests/dist/modern_h2.sched");
+    INFO(r.err);
+    CHECK(r.exit_code == 1);
+    CHECK(r.err.rfind("error: " + f + ":/z_bad: label 3 of sample 2 is outside [0, 3)", 0) == 0);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    // Under an external mpirun too (which adds its own notice of the exit code).
+    const Result external = run_command(mpirun(2), args(X, Y, f + ":/z_bad") + " tests/dist/modern_h2.sched");
+    INFO(external.err);
+    CHECK(external.exit_code == 1);
+    CHECK(external.err.rfind("error: " + f + ":/z_bad: label 3 of sample 2", 0) == 0);
+    CHECK(external.err.find("error:", 1) == std::string::npos);
+    // And the good files train.
+    const Result good = run_dsl(args(X, Y, Z));
+    INFO(good.err);
+    CHECK(good.exit_code == 0);
+}
+
+TEST_CASE("eval and predict refuse what they cannot do before any work, in one line said once", "[cli][eval]") {
+    Scratch dir("dsl_eval_errors");
+    const std::string ck = dir / "ck", out = dir / "out.npy";
+    REQUIRE(run_dsl("run samples/mesh_tiny.net --steps 1 --save " + ck).exit_code == 0);
+    { std::ofstream(out) << "the user's"; }
+    struct Case {
+        std::string args, message;
+    };
+    const std::string load = " --load " + ck + " --samples 4";
+    for (const Case& c : {
+             Case{"eval samples/mesh_tiny.net --load " + ck,
+                  "synthetic data (no --data) has no end: say how many samples with --samples"},
+             Case{"eval samples/mesh_tiny.net --load " + (dir / "none") + " --samples 4",
+                  "error: --load '" + (dir / "none") + "'"},
+             Case{"eval samples/regression_tiny.net --load " + ck + " --samples 4", "does not fit the network"},
+             Case{"eval samples/mesh_tiny.net samples/mesh_tiny_hybrid_4.sched --load " + (dir / "none") +
+                      " --samples 4",
+                  "error: --load '" + (dir / "none") + "'"},
+             Case{"eval samples/mesh_tiny.net --shuffle" + load, "--shuffle: an evaluation or a prediction reads"},
+             Case{"predict samples/mesh_tiny.net --layer nope --output " + (dir / "p.npy") + load,
+                  "--layer: no layer 'nope' in the network; its layers: x, block1.0.conv"},
+             Case{"predict samples/mesh_tiny.net --layer loss --output " + (dir / "p.npy") + load,
+                  "--layer 'loss' is a loss"},
+             Case{"predict samples/mesh_tiny.net --output " + out + load, "exists (--force replaces it)"},
+             Case{"predict samples/mesh_tiny.net samples/mesh_tiny_hybrid_4.sched --output " + out + load,
+                  "exists (--force replaces it)"},
+             Case{"predict samples/mesh_tiny.net --output " + (dir / "p.txt") + load,
+                  "is neither OUT.npy nor OUT.h5:/dataset"},
+             Case{"predict samples/mesh_tiny.net --output " + (dir / "p.h5") + ":pred" + load,
+                  "the dataset must be a path"},
+             Case{"predict samples/mesh_tiny.net --output " + (dir / "no/p.npy") + load, "does not exist"},
+             Case{"predict samples/mesh_tiny.net --output " + (dir / "p.npy") + " --load " + (dir / "none") +
+                      " --samples 4",
+                  "error: --load"},
+             Case{"run samples/mesh_tiny.net --steps 1 --eval-every 1",
+                  "error: --eval-every: synthetic data has no end"},
+             Case{"run samples/mesh_tiny.net --steps 1 --eval-every 1 --eval-data x=" + (dir / "none.npy") +
+                      " --eval-data y=" + (dir / "none.npy"),
+                  "error: --eval-data: "},
+         }) {
+        const Result r = run_dsl(c.args);
+        INFO(c.args << "\n" << r.err);
+        CHECK(r.exit_code == 1);
+        CHECK(r.err.find(c.message) != std::string::npos);
+        // One line, said once (by the first process under mpirun), and nothing done.
+        CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+        CHECK(r.out.empty());
+    }
+    CHECK(read(out) == "the user's");
+    CHECK(!fs::exists(dir / "p.npy"));
+    // --force replaces it.
+    const Result forced = run_dsl("predict samples/mesh_tiny.net --force --output " + out + load);
+    CHECK(forced.exit_code == 0);
+    CHECK(read(out).substr(1, 5) == "NUMPY");
 }

@@ -5,7 +5,6 @@
 #include "splitmix.hpp"
 #include "synthetic_formula.hpp"
 
-#include <dsl/backend/npy.hpp>
 #include <dsl/base/error.hpp>
 
 #include <fmt/format.h>
@@ -116,51 +115,6 @@ private:
         return it->second;
     }
     std::map<std::string, SyntheticData> specs_;
-};
-
-class NpySource : public DataSource {
-public:
-    NpySource(NpyFile inputs, NpyFile labels, std::string input_name, std::string label_name)
-        : inputs_(std::move(inputs)),
-          labels_(std::move(labels)),
-          input_name_(std::move(input_name)),
-          label_name_(std::move(label_name)),
-          samples_(inputs_.shape()[0]) {}
-
-    void inputs(const Layer& input, std::int64_t first, std::int64_t y0, std::int64_t x0, View tile) override {
-        check(input.name == input_name_, "no input '" + input.name + "'");
-        std::string error;
-        for (std::int64_t n = 0; n < tile.dims.n; ++n) {
-            const Dims one{1, tile.dims.c, tile.dims.h, tile.dims.w};
-            check(copy_sample_tile(inputs_, (first + n) % samples_, 0, y0, x0, tile.sub(n, 0, 0, 0, one), error),
-                  error);
-        }
-    }
-    void labels(const Layer& label, std::int64_t first, std::int64_t y0, std::int64_t x0,
-                BasicView<std::int32_t> tile) override {
-        check(label.name == label_name_, "no label '" + label.name + "'");
-        std::string error;
-        for (std::int64_t n = 0; n < tile.dims.n; ++n) {
-            const Dims one{1, 1, tile.dims.h, tile.dims.w};
-            check(copy_label_tile(labels_, (first + n) % samples_, y0, x0, tile.sub(n, 0, 0, 0, one), error), error);
-        }
-    }
-    void targets(const Layer& label, std::int64_t first, std::int64_t y0, std::int64_t x0, View tile) override {
-        check(label.name == label_name_, "no label '" + label.name + "'");
-        std::string error;
-        for (std::int64_t n = 0; n < tile.dims.n; ++n) {
-            const Dims one{1, tile.dims.c, tile.dims.h, tile.dims.w};
-            check(copy_sample_tile(labels_, (first + n) % samples_, 0, y0, x0, tile.sub(n, 0, 0, 0, one), error),
-                  error);
-        }
-    }
-
-private:
-    // The files were checked against the network when the source was made: a failure here is ours.
-    static void check(bool ok, const std::string& why) { DSL_INTERNAL_CHECK(ok, "npy data source: " + why); }
-    NpyFile inputs_, labels_;
-    std::string input_name_, label_name_;
-    std::int64_t samples_;
 };
 
 }  // namespace
@@ -291,58 +245,10 @@ std::unique_ptr<DataSource> make_data_source(const frontend::Network& net, std::
             inputs.size(), labels.size());
         return nullptr;
     }
-    const Layer& in = net.layers[static_cast<std::size_t>(inputs[0])];
-    const Layer& lab = net.layers[static_cast<std::size_t>(labels[0])];
-    if (in.shape.dims.size() != 3) {
-        error = fmt::format("--inputs: input '{}' is {}; only [N, C, H, W] inputs can come from a file", in.name,
-                            in.shape.str());
-        return nullptr;
-    }
-    auto xf = NpyFile::open(inputs_path, error);
-    if (!xf) return nullptr;
-    auto yf = NpyFile::open(labels_path, error);
-    if (!yf) return nullptr;
-
-    std::vector<std::int64_t> want{xf->shape().empty() ? 0 : xf->shape()[0]};
-    want.insert(want.end(), in.shape.dims.begin(), in.shape.dims.end());
-    if (xf->shape() != want || want[0] == 0) {
-        error = fmt::format("{}: holds {}, but input '{}' is {}: expected [S, {}] with S > 0", inputs_path,
-                            shape_str(xf->shape()), in.name, in.shape.str(),
-                            shape_str(in.shape.dims).substr(1, shape_str(in.shape.dims).size() - 2));
-        return nullptr;
-    }
-    std::vector<std::int64_t> want_labels{want[0]};
-    want_labels.insert(want_labels.end(), lab.shape.dims.begin(), lab.shape.dims.end());
-    if (yf->shape() != want_labels) {
-        error =
-            fmt::format("{}: holds {}, but label '{}' is {} and the inputs hold {} samples: expected {}", labels_path,
-                        shape_str(yf->shape()), lab.name, lab.shape.str(), want[0], shape_str(want_labels));
-        return nullptr;
-    }
-    if (lab.float_label) {  // targets of a regression loss: any values
-        if (npy_is_integer(yf->dtype())) {
-            error = fmt::format("{}: label '{}' is float: its file must have a float dtype, not '{}'", labels_path,
-                                lab.name, npy_descr(yf->dtype()));
-            return nullptr;
-        }
-        return std::make_unique<NpySource>(std::move(*xf), std::move(*yf), in.name, lab.name);
-    }
-    if (!npy_is_integer(yf->dtype())) {
-        error = fmt::format("{}: labels must have an integer dtype, not '{}'", labels_path, npy_descr(yf->dtype()));
-        return nullptr;
-    }
-    // Every label is checked once here, so a bad one is a user error before training, not a crash in the loss.
-    const std::int64_t classes = classes_of(net, labels[0]);
-    const std::int64_t per_sample = yf->elements() / want[0];
-    for (std::int64_t i = 0; i < yf->elements(); ++i) {
-        const std::int64_t v = yf->integer_at(i);
-        if (v < 0 || v >= classes) {
-            error = fmt::format("{}: label {} of sample {} is outside [0, {}): the loss compares '{}' with {} classes",
-                                labels_path, v, i / per_sample, classes, lab.name, classes);
-            return nullptr;
-        }
-    }
-    return std::make_unique<NpySource>(std::move(*xf), std::move(*yf), in.name, lab.name);
+    DataFiles files;
+    files.files = {{net.layers[static_cast<std::size_t>(inputs[0])].name, inputs_path},
+                   {net.layers[static_cast<std::size_t>(labels[0])].name, labels_path}};
+    return make_data_source(net, seed, files, error);
 }
 
 }  // namespace dsl::backend

@@ -216,29 +216,7 @@ bool write_array(const std::string& path, const std::vector<std::int64_t>& shape
         }
         count *= d;
     }
-    std::string dims;
-    for (std::size_t i = 0; i < shape.size(); ++i) dims += (i ? ", " : "") + std::to_string(shape[i]);
-    if (shape.size() == 1) dims += ",";  // a one-element tuple
-    std::string dict = fmt::format("{{'descr': '{}', 'fortran_order': False, 'shape': ({}), }}", descr, dims);
-    // The magic, version and length, the dict, spaces and a newline: a multiple of 64 bytes, so that the
-    // data is aligned when the file is mapped.
-    const bool v2 = dict.size() + 1 + 10 > 65535;
-    const std::size_t prefix = v2 ? 12 : 10;
-    const std::size_t total = (prefix + dict.size() + 1 + 63) / 64 * 64;
-    dict.append(total - prefix - dict.size() - 1, ' ');
-    dict += '\n';
-
-    std::string head(reinterpret_cast<const char*>(magic), 6);
-    head += static_cast<char>(v2 ? 2 : 1);
-    head += '\0';
-    const std::uint32_t len = static_cast<std::uint32_t>(dict.size());
-    head += static_cast<char>(len & 0xff);
-    head += static_cast<char>((len >> 8) & 0xff);
-    if (v2) {
-        head += static_cast<char>((len >> 16) & 0xff);
-        head += static_cast<char>((len >> 24) & 0xff);
-    }
-    head += dict;
+    const std::string head = npy_header(shape, descr);
 
     std::FILE* f = std::fopen(path.c_str(), "wb");
     if (!f) {
@@ -503,6 +481,33 @@ bool copy_label_tile(const NpyFile& file, std::int64_t s0, std::int64_t y0, std:
                 out.at(n, 0, y, x) = static_cast<std::int32_t>(v);
             }
     return true;
+}
+
+std::string npy_header(const std::vector<std::int64_t>& shape, const char* descr) {
+    std::string dims;
+    for (std::size_t i = 0; i < shape.size(); ++i) dims += (i ? ", " : "") + std::to_string(shape[i]);
+    if (shape.size() == 1) dims += ",";  // a one-element tuple
+    std::string dict = fmt::format("{{'descr': '{}', 'fortran_order': False, 'shape': ({}), }}", descr, dims);
+    // The magic, version and length, the dict, spaces and a newline: a multiple of 64 bytes, so that the
+    // data is aligned when the file is mapped.
+    const bool v2 = dict.size() + 1 + 10 > 65535;
+    const std::size_t prefix = v2 ? 12 : 10;
+    const std::size_t total = (prefix + dict.size() + 1 + 63) / 64 * 64;
+    dict.append(total - prefix - dict.size() - 1, ' ');
+    dict += '\n';
+
+    std::string head(reinterpret_cast<const char*>(magic), 6);
+    head += static_cast<char>(v2 ? 2 : 1);
+    head += '\0';
+    const std::uint32_t len = static_cast<std::uint32_t>(dict.size());
+    head += static_cast<char>(len & 0xff);
+    head += static_cast<char>((len >> 8) & 0xff);
+    if (v2) {
+        head += static_cast<char>((len >> 16) & 0xff);
+        head += static_cast<char>((len >> 24) & 0xff);
+    }
+    head += dict;
+    return head;
 }
 
 bool write_npy(const std::string& path, const std::vector<std::int64_t>& shape, const float* data, std::string& error) {

@@ -1269,6 +1269,20 @@ double Trainer::evaluate(DataSource& data, std::int64_t first) { return impl_->f
 
 const std::vector<LossValue>& Trainer::last_losses() const { return impl_->losses; }
 
+OutputTile Trainer::output_tile(int layer) {
+    Impl& m = *impl_;
+    DSL_INTERNAL_CHECK(layer >= 0 && static_cast<std::size_t>(layer) < m.slots.size(), "output_tile: no such layer");
+    Impl::Slot& s = m.slots[static_cast<std::size_t>(layer)];
+    DSL_INTERNAL_CHECK(s.layer->op != OpKind::label && !s.layer->is_loss(), "output_tile: a layer without values");
+    const Impl::Tile& t = s.own();
+    OutputTile out;
+    out.n0 = t.box.n0, out.y0 = t.box.y0, out.x0 = t.box.x0;
+    out.leader = t.leader;
+    out.dims = t.y.dims();
+    m.to_host(s.own().y.interior(), out.values);
+    return out;
+}
+
 std::int64_t Trainer::updates() const { return impl_->updates; }
 
 void Trainer::set_updates(std::int64_t n) {

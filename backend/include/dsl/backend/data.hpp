@@ -8,7 +8,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace dsl::backend {
 
@@ -22,5 +25,35 @@ SyntheticData synthetic_for(const frontend::Network& net, std::uint64_t seed);
 std::unique_ptr<DataSource> make_data_source(const frontend::Network& net, std::uint64_t seed,
                                              const std::string& inputs_path, const std::string& labels_path,
                                              std::string& error);
+
+// The files a run's data come from, by layer: `files` pairs an `input` or `label` layer's name with a
+// `.npy` file or an HDF5 data set, `FILE.h5:/path/to/dataset` (also `.hdf5`, `.he5`). Every input and
+// label of the network is named once, or none is (synthetic data). Every file holds the same number of
+// samples S, first: inputs [S, C, H, W]; class labels [S] or [S, H, W], integers; float labels [S, ...the
+// layer's shape]. Any float or integer type, converted to float (int32 for class labels).
+struct DataFiles {
+    std::vector<std::pair<std::string, std::string>> files;
+    // A new order of the samples every epoch (every S samples), a pure function of (seed, epoch): every
+    // process computes the same, so a run reads the same samples under any schedule.
+    bool shuffle = false;
+    // Inputs become (x - mean[c]) / std[c]: "" (as they are); "M,S" (every channel); "M1,M2,...:S1,S2,..."
+    // (one value per channel, or one for all, on each side of the colon); "file" (the HDF5 attributes
+    // `mean` and `std` of each input's data set, a number or one per channel).
+    std::string normalize;
+};
+
+// The data `dsl run` trains on, from `files` (synthetic when it names none). Every file is checked against
+// the network before it returns: its shape, its type, and every class label against its loss's classes
+// (read a block at a time). Null with the reason, `FILE: what is wrong`, when they do not fit.
+std::unique_ptr<DataSource> make_data_source(const frontend::Network& net, std::uint64_t seed, const DataFiles& files,
+                                             std::string& error);
+
+// The order of the samples [0, S) in epoch `epoch` under --shuffle: a permutation that is a pure function of
+// (S, seed, epoch).
+std::vector<std::int64_t> shuffle_order(std::int64_t samples, std::uint64_t seed, std::int64_t epoch);
+
+// An HDF5 data set named as `FILE.h5:/path`: its file and path, or nothing when `spec` names a .npy file
+// (or anything without ':/' after an HDF5 extension).
+std::optional<std::pair<std::string, std::string>> hdf5_dataset_name(const std::string& spec);
 
 }  // namespace dsl::backend

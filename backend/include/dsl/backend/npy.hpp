@@ -73,6 +73,10 @@ bool copy_sample_tile(const NpyFile& file, std::int64_t s0, std::int64_t c0, std
 bool copy_label_tile(const NpyFile& file, std::int64_t s0, std::int64_t y0, std::int64_t x0,
                      BasicView<std::int32_t> out, std::string& error);
 
+// The header of a C-order array of `descr` ("<f4") and `shape` in format 1.0 (2.0 if it would not fit), its
+// length a multiple of 64 bytes: the data follows it.
+std::string npy_header(const std::vector<std::int64_t>& shape, const char* descr);
+
 // Writes a C-order array in format 1.0 (2.0 if the header would not fit), flushed to disk before it returns.
 bool write_npy(const std::string& path, const std::vector<std::int64_t>& shape, const float* data, std::string& error);
 bool write_npy(const std::string& path, const std::vector<std::int64_t>& shape, const std::int32_t* data,

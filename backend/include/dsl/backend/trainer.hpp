@@ -53,6 +53,9 @@ public:
         (void)input;
         return nullptr;
     }
+    // The samples in the data set, S (a sample index i reads sample i mod S, in the order of the epoch
+    // i / S), or -1 where there is no end (synthetic data, a function of the index).
+    virtual std::int64_t samples() const { return -1; }
 };
 
 // A named tensor the trainer owns, for checkpoints: weights, biases, batch-norm running statistics and
@@ -119,6 +122,18 @@ struct LossValue {
     double weight = 1.0;  // the layer's `weight`
 };
 
+// A layer's values on this process after the last step or evaluation: where its tile lies in the whole
+// tensor (its first sample within the mini-batch, first row and column; every channel) and its elements,
+// densely in C order over {n, C, h, w}, in host memory. `leader` is false on a process that holds a
+// replica of a tile that another process speaks for (a layer not split over the rows and columns that the
+// processes of a spatial group each hold whole).
+struct OutputTile {
+    std::int64_t n0 = 0, y0 = 0, x0 = 0;
+    Dims dims;
+    bool leader = true;
+    std::vector<float> values;
+};
+
 class Trainer {
 public:
     // One process.
@@ -141,6 +156,9 @@ public:
 
     // Forward only, with batch-norm running statistics (inference); returns the mean loss (weighted, as step's).
     double evaluate(DataSource& data, std::int64_t first);
+
+    // Layer `layer`'s output tile on this process (not a label's or a loss's, which have none).
+    OutputTile output_tile(int layer);
 
     // The updates made so far (Adam's t, and the step of the learning-rate schedule): 0 when made, then one
     // per step; a restored checkpoint sets it to the steps it had made.

@@ -1,0 +1,588 @@
+// The data source over files (`--data NAME=FILE`): each input and label layer reads its own array, a .npy
+// file (memory-mapped) or an HDF5 data set (a hyperslab per sample of the tile, so that no process reads
+// more than its tile), through the order of the epoch (--shuffle) and the inputs' normalization.
+#include <dsl/backend/data.hpp>
+
+#include "splitmix.hpp"
+
+#include <dsl/backend/npy.hpp>
+#include <dsl/base/error.hpp>
+
+#include <fmt/format.h>
+#include <hdf5.h>
+
+#include <algorithm>
+#include <cstring>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <numeric>
+#include <optional>
+#include <vector>
+
+namespace dsl::backend {
+
+using frontend::Layer;
+using frontend::OpKind;
+
+namespace {
+
+// One file's array, [S, ...]: a sample's block at a time.
+class Array {
+public:
+    virtual ~Array() = default;
+    virtual const std::vector<std::int64_t>& shape() const = 0;
+    virtual std::string type_name() const = 0;  // "float32", "uint8", "string"
+    virtual bool integer() const = 0;
+    virtual bool number() const = 0;  // an integer or a float, which converts to float
+    // Sample s's channels [0, out.c), rows [y0, y0 + out.h) and columns [x0, x0 + out.w), as the array's
+    // rank has them: [S] and [S, K] have no rows, [S, H, W] no channels. `out` is {1, c, h, w}.
+    virtual void read(std::int64_t s, std::int64_t y0, std::int64_t x0, View out) = 0;
+    virtual void read(std::int64_t s, std::int64_t y0, std::int64_t x0, BasicView<std::int32_t> out) = 0;
+    // The first value outside [0, classes), as "label V of sample S is outside [0, K)", or empty; read a block
+    // of samples at a time.
+    virtual std::string out_of_range(std::int64_t classes) = 0;
+    // The numbers of attribute `name`, for --normalize file; false with the reason.
+    virtual bool attribute(const std::string& name, std::vector<double>& out, std::string& error) = 0;
+};
+
+std::string range_message(std::int64_t v, std::int64_t sample, std::int64_t classes) {
+    return fmt::format("label {} of sample {} is outside [0, {})", v, sample, classes);
+}
+
+class NpyArray : public Array {
+public:
+    explicit NpyArray(NpyFile f) : file_(std::move(f)) {}
+    const std::vector<std::int64_t>& shape() const override { return file_.shape(); }
+    std::string type_name() const override { return npy_descr(file_.dtype()); }
+    bool integer() const override { return npy_is_integer(file_.dtype()); }
+    bool number() const override { return true; }
+    void read(std::int64_t s, std::int64_t y0, std::int64_t x0, View out) override {
+        std::string error;
+        if (!copy_sample_tile(file_, s, 0, y0, x0, out, error)) throw UserError(error);
+    }
+    void read(std::int64_t s, std::int64_t y0, std::int64_t x0, BasicView<std::int32_t> out) override {
+        std::string error;
+        if (!copy_label_tile(file_, s, y0, x0, out, error)) throw UserError(error);
+    }
+    std::string out_of_range(std::int64_t classes) override {
+        const std::int64_t per_sample = file_.elements() / std::max<std::int64_t>(1, file_.shape()[0]);
+        for (std::int64_t i = 0; i < file_.elements(); ++i) {
+            const std::int64_t v = file_.integer_at(i);
+            if (v < 0 || v >= classes) return range_message(v, i / per_sample, classes);
+        }
+        return {};
+    }
+    bool attribute(const std::string& name, std::vector<double>&, std::string& error) override {
+        error = fmt::format("a .npy file has no attribute '{}' (--normalize file reads an HDF5 data set's)", name);
+        return false;
+    }
+
+private:
+    NpyFile file_;
+};
+
+// An HDF5 identifier, closed by its own function.
+class Handle {
+public:
+    Handle() = default;
+    Handle(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
+    Handle(Handle&& o) noexcept : id_(o.id_), close_(o.close_) { o.id_ = H5I_INVALID_HID; }
+    Handle& operator=(Handle&& o) noexcept {
+        std::swap(id_, o.id_);
+        std::swap(close_, o.close_);
+        return *this;
+    }
+    Handle(const Handle&) = delete;
+    Handle& operator=(const Handle&) = delete;
+    ~Handle() {
+        if (id_ >= 0 && close_) close_(id_);
+    }
+    hid_t get() const { return id_; }
+    bool ok() const { return id_ >= 0; }
+
+private:
+    hid_t id_ = H5I_INVALID_HID;
+    herr_t (*close_)(hid_t) = nullptr;
+};
+
+std::string hdf5_type_name(hid_t type) {
+    const std::size_t bytes = H5Tget_size(type);
+    switch (H5Tget_class(type)) {
+        case H5T_INTEGER:
+            return fmt::format("{}int{}", H5Tget_sign(type) == H5T_SGN_NONE ? "u" : "", 8 * bytes);
+        case H5T_FLOAT: return fmt::format("float{}", 8 * bytes);
+        case H5T_STRING: return "string";
+        case H5T_COMPOUND: return "compound";
+        case H5T_ENUM: return "enum";
+        case H5T_ARRAY: return "array";
+        case H5T_BITFIELD: return "bitfield";
+        case H5T_OPAQUE: return "opaque";
+        case H5T_REFERENCE: return "reference";
+        case H5T_VLEN: return "variable-length";
+        default: return "unknown";
+    }
+}
+
+// The data sets of a file, for the message that names a missing one.
+herr_t collect_dataset(hid_t, const char* name, const H5O_info_t* info, void* out) {
+    if (info->type == H5O_TYPE_DATASET && name[0] != '.')
+        static_cast<std::vector<std::string>*>(out)->push_back(std::string("/") + name);
+    return 0;
+}
+
+class Hdf5Array : public Array {
+public:
+    static std::unique_ptr<Hdf5Array> open(const std::string& path, const std::string& dataset, std::string& error) {
+        H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);  // our messages, not the library's error stack
+        std::error_code ec;
+        if (!std::filesystem::is_regular_file(path, ec)) {
+            error = fmt::format("{}: cannot open: {}", path,
+                                std::filesystem::exists(path, ec) ? "not a regular file" : "no such file");
+            return nullptr;
+        }
+        if (H5Fis_hdf5(path.c_str()) <= 0) {
+            error = fmt::format("{}: not an HDF5 file", path);
+            return nullptr;
+        }
+        auto a = std::unique_ptr<Hdf5Array>(new Hdf5Array());
+        a->name_ = path + ":" + dataset;
+        // Opened by every process on its own (independent reads); without file locks, which a file system
+        // under MPI may not have and a reader does not need.
+        Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+        H5Pset_file_locking(fapl.get(), false, true);
+        a->file_ = Handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
+        if (!a->file_.ok()) {
+            error = fmt::format("{}: cannot open as HDF5", path);
+            return nullptr;
+        }
+        const htri_t is_dataset = H5Lexists(a->file_.get(), dataset.c_str(), H5P_DEFAULT) > 0
+                                      ? H5Oexists_by_name(a->file_.get(), dataset.c_str(), H5P_DEFAULT)
+                                      : 0;
+        if (is_dataset > 0) a->dataset_ = Handle(H5Dopen2(a->file_.get(), dataset.c_str(), H5P_DEFAULT), H5Dclose);
+        if (!a->dataset_.ok()) {
+            std::vector<std::string> names;
+            H5Ovisit(a->file_.get(), H5_INDEX_NAME, H5_ITER_NATIVE, collect_dataset, &names);
+            std::string list;
+            for (std::size_t i = 0; i < names.size() && i < 8; ++i) list += (i ? ", " : "") + names[i];
+            if (names.size() > 8) list += ", ...";
+            error = fmt::format("{}: no data set '{}' ({})", path, dataset,
+                                names.empty() ? "the file holds none" : "it holds " + list);
+            return nullptr;
+        }
+        a->space_ = Handle(H5Dget_space(a->dataset_.get()), H5Sclose);
+        Handle type(H5Dget_type(a->dataset_.get()), H5Tclose);
+        a->type_ = hdf5_type_name(type.get());
+        a->class_ = H5Tget_class(type.get());
+        const int rank = H5Sget_simple_extent_ndims(a->space_.get());
+        if (rank < 0) {
+            error = fmt::format("{}: cannot read the shape of '{}'", path, dataset);
+            return nullptr;
+        }
+        std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
+        H5Sget_simple_extent_dims(a->space_.get(), dims.data(), nullptr);
+        for (hsize_t d : dims) a->shape_.push_back(static_cast<std::int64_t>(d));
+        return a;
+    }
+
+    const std::vector<std::int64_t>& shape() const override { return shape_; }
+    std::string type_name() const override { return type_; }
+    bool integer() const override { return class_ == H5T_INTEGER; }
+    bool number() const override { return class_ == H5T_INTEGER || class_ == H5T_FLOAT; }
+
+    void read(std::int64_t s, std::int64_t y0, std::int64_t x0, View out) override {
+        const Dims d = out.dims;
+        // [S, C, H, W] into a tile whose channels are whole planes of rows (a tensor's interior, margins
+        // around it): straight into the tile, HDF5 placing each row at its stride.
+        if (shape_.size() == 4 && d.elements() > 0 && out.stride_h >= d.w && out.stride_c % out.stride_h == 0 &&
+            out.stride_c / out.stride_h >= d.h) {
+            const std::vector<hsize_t> extent{1, static_cast<hsize_t>(d.c),
+                                              static_cast<hsize_t>(out.stride_c / out.stride_h),
+                                              static_cast<hsize_t>(out.stride_h)};
+            const std::vector<hsize_t> zero(4, 0), count{1, static_cast<hsize_t>(d.c), static_cast<hsize_t>(d.h),
+                                                        static_cast<hsize_t>(d.w)};
+            Handle memory(H5Screate_simple(4, extent.data(), nullptr), H5Sclose);
+            H5Sselect_hyperslab(memory.get(), H5S_SELECT_SET, zero.data(), nullptr, count.data(), nullptr);
+            return read_block(s, 1, y0, x0, d, H5T_NATIVE_FLOAT, &out.at(0, 0, 0, 0), memory.get());
+        }
+        floats_.resize(static_cast<std::size_t>(d.c * d.h * d.w));
+        read_block(s, 1, y0, x0, d, H5T_NATIVE_FLOAT, floats_.data());
+        for (std::int64_t c = 0; c < d.c; ++c)
+            for (std::int64_t y = 0; y < d.h; ++y)
+                std::copy_n(&floats_[static_cast<std::size_t>((c * d.h + y) * d.w)], d.w, &out.at(0, c, y, 0));
+    }
+    void read(std::int64_t s, std::int64_t y0, std::int64_t x0, BasicView<std::int32_t> out) override {
+        const Dims d = out.dims;
+        ints_.resize(static_cast<std::size_t>(d.h * d.w));
+        read_block(s, 1, y0, x0, d, H5T_NATIVE_INT32, ints_.data());
+        for (std::int64_t y = 0; y < d.h; ++y)
+            std::copy_n(&ints_[static_cast<std::size_t>(y * d.w)], d.w, &out.at(0, 0, y, 0));
+    }
+
+    std::string out_of_range(std::int64_t classes) override {
+        // Blocks of about 16M labels, so that a data set larger than memory is checked.
+        std::int64_t per_sample = 1;
+        for (std::size_t i = 1; i < shape_.size(); ++i) per_sample *= shape_[i];
+        const std::int64_t block = std::max<std::int64_t>(1, (std::int64_t{1} << 24) / std::max<std::int64_t>(1, per_sample));
+        const Dims d{1, 1, shape_.size() == 3 ? shape_[1] : 1, shape_.size() == 3 ? shape_[2] : 1};
+        for (std::int64_t s0 = 0; s0 < shape_[0]; s0 += block) {
+            const std::int64_t n = std::min(block, shape_[0] - s0);
+            ints_.resize(static_cast<std::size_t>(n * per_sample));
+            read_block(s0, n, 0, 0, d, H5T_NATIVE_INT32, ints_.data());
+            for (std::size_t i = 0; i < ints_.size(); ++i)
+                if (ints_[i] < 0 || ints_[i] >= classes)
+                    return range_message(ints_[i], s0 + static_cast<std::int64_t>(i) / per_sample, classes);
+        }
+        return {};
+    }
+
+    bool attribute(const std::string& name, std::vector<double>& out, std::string& error) override {
+        if (H5Aexists(dataset_.get(), name.c_str()) <= 0) {
+            error = fmt::format("{}: the data set has no attribute '{}' (--normalize file reads 'mean' and 'std')",
+                                name_, name);
+            return false;
+        }
+        Handle attr(H5Aopen(dataset_.get(), name.c_str(), H5P_DEFAULT), H5Aclose);
+        Handle space(H5Aget_space(attr.get()), H5Sclose);
+        Handle type(H5Aget_type(attr.get()), H5Tclose);
+        const H5T_class_t cls = H5Tget_class(type.get());
+        const hssize_t n = H5Sget_simple_extent_npoints(space.get());
+        if ((cls != H5T_FLOAT && cls != H5T_INTEGER) || n < 1) {
+            error = fmt::format("{}: attribute '{}' is not a number or a list of numbers", name_, name);
+            return false;
+        }
+        out.resize(static_cast<std::size_t>(n));
+        if (H5Aread(attr.get(), H5T_NATIVE_DOUBLE, out.data()) < 0) {
+            error = fmt::format("{}: cannot read attribute '{}'", name_, name);
+            return false;
+        }
+        return true;
+    }
+
+private:
+    Hdf5Array() = default;
+
+    // Samples [s, s + n) of the block {c, h, w} at rows y0 and columns x0, densely into `buffer` as the
+    // memory type converts them: the array's rank says which of channels, rows and columns it has.
+    // `memory`, when given, is where the block goes in `buffer` (a selection of the block's elements).
+    void read_block(std::int64_t s, std::int64_t n, std::int64_t y0, std::int64_t x0, Dims d, hid_t memory_type,
+                    void* buffer, hid_t memory_space = H5I_INVALID_HID) {
+        std::vector<hsize_t> start{static_cast<hsize_t>(s)}, count{static_cast<hsize_t>(n)};
+        auto add = [&](std::int64_t at, std::int64_t size) {
+            start.push_back(static_cast<hsize_t>(at));
+            count.push_back(static_cast<hsize_t>(size));
+        };
+        if (shape_.size() == 2 || shape_.size() == 4) add(0, d.c);
+        if (shape_.size() >= 3) add(y0, d.h), add(x0, d.w);
+        DSL_INTERNAL_CHECK(start.size() == shape_.size(), "hdf5 read: rank " + std::to_string(shape_.size()));
+        // The memory space has the selection's shape, so that HDF5 takes its direct path (reads into the
+        // buffer without its own gather, which a 1-D memory space of the same elements would need).
+        Handle dense(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr), H5Sclose);
+        const hid_t memory = memory_space >= 0 ? memory_space : dense.get();
+        herr_t status =
+            H5Sselect_hyperslab(space_.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
+        if (status >= 0) status = H5Dread(dataset_.get(), memory_type, memory, space_.get(), H5P_DEFAULT, buffer);
+        if (status < 0)
+            throw UserError(fmt::format("{}: cannot read samples {} to {} (rows from {}, columns from {})", name_, s,
+                                        s + n - 1, y0, x0));
+    }
+
+    std::string name_, type_;
+    H5T_class_t class_ = H5T_NO_CLASS;
+    Handle file_, dataset_, space_;
+    std::vector<std::int64_t> shape_;
+    std::vector<float> floats_;
+    std::vector<std::int32_t> ints_;
+};
+
+std::unique_ptr<Array> open_array(const std::string& spec, std::string& error) {
+    if (const auto h5 = hdf5_dataset_name(spec)) return Hdf5Array::open(h5->first, h5->second, error);
+    for (const char* ext : {".h5", ".hdf5", ".he5"})
+        if (spec.size() > std::strlen(ext) && spec.compare(spec.size() - std::strlen(ext), std::string::npos, ext) == 0) {
+            error = fmt::format("{}: name the data set in the file: {}:/path/to/dataset", spec, spec);
+            return nullptr;
+        }
+    auto f = NpyFile::open(spec, error);
+    if (!f) return nullptr;
+    return std::make_unique<NpyArray>(std::move(*f));
+}
+
+// What a layer reads from its array.
+struct Stream {
+    std::string spec;
+    std::unique_ptr<Array> array;
+    std::vector<float> mean, stddev;  // per channel; empty: as they are
+};
+
+class FileSource : public DataSource {
+public:
+    FileSource(std::map<std::string, Stream> streams, std::int64_t samples, bool shuffle, std::uint64_t seed)
+        : streams_(std::move(streams)), samples_(samples), shuffle_(shuffle), seed_(seed) {}
+
+    std::int64_t samples() const override { return samples_; }
+
+    void inputs(const Layer& input, std::int64_t first, std::int64_t y0, std::int64_t x0, View tile) override {
+        Stream& s = stream(input);
+        const Dims one{1, tile.dims.c, tile.dims.h, tile.dims.w};
+        for (std::int64_t n = 0; n < tile.dims.n; ++n) {
+            const View v = tile.sub(n, 0, 0, 0, one);
+            s.array->read(sample(first + n), y0, x0, v);
+            if (s.mean.empty()) continue;
+            for (std::int64_t c = 0; c < one.c; ++c) {
+                const float m = s.mean[static_cast<std::size_t>(c)], d = s.stddev[static_cast<std::size_t>(c)];
+                for (std::int64_t y = 0; y < one.h; ++y) {
+                    float* row = &v.at(0, c, y, 0);
+                    for (std::int64_t x = 0; x < one.w; ++x) row[x] = (row[x] - m) / d;
+                }
+            }
+        }
+    }
+    void labels(const Layer& label, std::int64_t first, std::int64_t y0, std::int64_t x0,
+                BasicView<std::int32_t> tile) override {
+        Stream& s = stream(label);
+        const Dims one{1, 1, tile.dims.h, tile.dims.w};
+        for (std::int64_t n = 0; n < tile.dims.n; ++n)
+            s.array->read(sample(first + n), y0, x0, tile.sub(n, 0, 0, 0, one));
+    }
+    void targets(const Layer& label, std::int64_t first, std::int64_t y0, std::int64_t x0, View tile) override {
+        Stream& s = stream(label);
+        const Dims one{1, tile.dims.c, tile.dims.h, tile.dims.w};
+        for (std::int64_t n = 0; n < tile.dims.n; ++n)
+            s.array->read(sample(first + n), y0, x0, tile.sub(n, 0, 0, 0, one));
+    }
+
+private:
+    Stream& stream(const Layer& l) {
+        const auto it = streams_.find(l.name);
+        DSL_INTERNAL_CHECK(it != streams_.end(), "file data: no layer '" + l.name + "'");
+        return it->second;
+    }
+
+    // The sample at index i: i mod S, or with --shuffle the (i mod S)-th of epoch i / S's permutation.
+    std::int64_t sample(std::int64_t i) {
+        const std::int64_t epoch = i / samples_, at = i % samples_;
+        if (!shuffle_) return at;
+        auto it = orders_.find(epoch);
+        if (it == orders_.end()) {
+            if (orders_.size() >= 2) orders_.erase(orders_.begin());  // a step spans at most two epochs
+            it = orders_.emplace(epoch, shuffle_order(samples_, seed_, epoch)).first;
+        }
+        return it->second[static_cast<std::size_t>(at)];
+    }
+
+    std::map<std::string, Stream> streams_;
+    std::int64_t samples_;
+    bool shuffle_;
+    std::uint64_t seed_;
+    std::map<std::int64_t, std::vector<std::int64_t>> orders_;
+};
+
+// A comma list of numbers, or nothing when one is not a number.
+std::optional<std::vector<float>> numbers(const std::string& text) {
+    std::vector<float> out;
+    std::size_t at = 0;
+    while (at <= text.size()) {
+        const std::size_t end = std::min(text.find(',', at), text.size());
+        const std::string word = text.substr(at, end - at);
+        char* stop = nullptr;
+        const float v = std::strtof(word.c_str(), &stop);
+        if (word.empty() || *stop != '\0' || !std::isfinite(v)) return std::nullopt;
+        out.push_back(v);
+        at = end + 1;
+    }
+    return out;
+}
+
+// The per-channel mean and standard deviation of an input with `channels` channels, from --normalize.
+bool normalization(const std::string& text, Stream& s, std::int64_t channels, const std::string& layer,
+                   std::string& error) {
+    std::vector<float> mean, stddev;
+    if (text == "file") {
+        std::vector<double> m, d;
+        if (!s.array->attribute("mean", m, error) || !s.array->attribute("std", d, error)) {
+            if (error.rfind(s.spec, 0) != 0) error = s.spec + ": " + error;
+            return false;
+        }
+        mean.assign(m.begin(), m.end());
+        stddev.assign(d.begin(), d.end());
+    } else {
+        const std::size_t colon = text.find(':');
+        const auto m = numbers(text.substr(0, colon));
+        const auto d = colon == std::string::npos ? std::nullopt : numbers(text.substr(colon + 1));
+        if (colon == std::string::npos && m && m->size() == 2) {
+            mean = {(*m)[0]};
+            stddev = {(*m)[1]};
+        } else if (m && d) {
+            mean = *m;
+            stddev = *d;
+        } else {
+            error = fmt::format(
+                "--normalize '{}': give MEAN,STD (every channel), MEANS:STDS (comma lists, one per channel) or "
+                "'file'",
+                text);
+            return false;
+        }
+    }
+    auto widen = [&](std::vector<float>& v, const char* what) {
+        if (v.size() == 1) v.assign(static_cast<std::size_t>(channels), v[0]);
+        if (static_cast<std::int64_t>(v.size()) == channels) return true;
+        error = fmt::format("--normalize: {} values of the {}, but input '{}' has {} channel{}", v.size(), what, layer,
+                            channels, channels == 1 ? "" : "s");
+        if (text == "file") error = s.spec + ": " + error;
+        return false;
+    };
+    if (!widen(mean, "mean") || !widen(stddev, "std")) return false;
+    for (float d : stddev)
+        if (!(d > 0.0f)) {
+            error = fmt::format("--normalize: a standard deviation must be positive, not {}", d);
+            if (text == "file") error = s.spec + ": " + error;
+            return false;
+        }
+    s.mean = std::move(mean);
+    s.stddev = std::move(stddev);
+    return true;
+}
+
+// The classes of a label: the channel count of the logits that the loss reading it compares it with.
+std::int64_t classes_of(const frontend::Network& net, int label) {
+    for (const Layer& l : net.layers)
+        if ((l.op == OpKind::softmax_cross_entropy || l.op == OpKind::pixel_cross_entropy) && l.inputs.size() >= 2 &&
+            l.inputs[1] == label) {
+            const auto& logits = net.layers[static_cast<std::size_t>(l.inputs[0])].shape.dims;
+            if (!logits.empty() && logits[0] > 0) return logits[0];
+        }
+    return 2;
+}
+
+}  // namespace
+
+std::vector<std::int64_t> shuffle_order(std::int64_t samples, std::uint64_t seed, std::int64_t epoch) {
+    std::vector<std::int64_t> order(static_cast<std::size_t>(samples));
+    std::iota(order.begin(), order.end(), std::int64_t{0});
+    // Fisher-Yates with the draws a hash of (seed, epoch, position).
+    const std::uint64_t key =
+        splitmix64(splitmix64(seed ^ 0x53485546464c45ull) ^ static_cast<std::uint64_t>(epoch));
+    for (std::int64_t i = samples - 1; i > 0; --i) {
+        const auto j = static_cast<std::int64_t>(splitmix64(key ^ static_cast<std::uint64_t>(i)) %
+                                                 static_cast<std::uint64_t>(i + 1));
+        std::swap(order[static_cast<std::size_t>(i)], order[static_cast<std::size_t>(j)]);
+    }
+    return order;
+}
+
+std::optional<std::pair<std::string, std::string>> hdf5_dataset_name(const std::string& spec) {
+    for (const char* ext : {".h5:/", ".hdf5:/", ".he5:/"}) {
+        const std::size_t at = spec.rfind(ext);
+        if (at == std::string::npos) continue;
+        const std::size_t colon = at + std::strlen(ext) - 2;
+        return std::pair{spec.substr(0, colon), spec.substr(colon + 1)};
+    }
+    return std::nullopt;
+}
+
+std::unique_ptr<DataSource> make_data_source(const frontend::Network& net, std::uint64_t seed, const DataFiles& files,
+                                             std::string& error) {
+    std::vector<int> layers;  // the inputs, then the labels, in the network's order
+    for (OpKind op : {OpKind::input, OpKind::label})
+        for (std::size_t i = 0; i < net.layers.size(); ++i)
+            if (net.layers[i].op == op) layers.push_back(static_cast<int>(i));
+    std::string names;
+    for (int l : layers)
+        names += fmt::format("{}{} '{}'", names.empty() ? "" : ", ",
+                             net.layers[static_cast<std::size_t>(l)].op == OpKind::input ? "input" : "label",
+                             net.layers[static_cast<std::size_t>(l)].name);
+    if (files.files.empty()) {
+        if (files.shuffle || !files.normalize.empty()) {
+            error = fmt::format("--{} applies to data from files (--data NAME=FILE); synthetic data has no order",
+                                files.shuffle ? "shuffle" : "normalize");
+            return nullptr;
+        }
+        return make_data_source(net, seed, "", "", error);
+    }
+    std::map<std::string, std::string> given;
+    for (const auto& [name, spec] : files.files) {
+        const int l = net.find(name);
+        const bool data = l >= 0 && net.layers[static_cast<std::size_t>(l)].is_data();
+        if (!data) {
+            error = fmt::format("--data {}={}: the network has no input or label '{}' (it has {})", name, spec, name,
+                                names.empty() ? "none" : names);
+            return nullptr;
+        }
+        if (!given.emplace(name, spec).second) {
+            error = fmt::format("--data {}: layer '{}' is given twice", name, name);
+            return nullptr;
+        }
+    }
+    for (int l : layers) {
+        const Layer& layer = net.layers[static_cast<std::size_t>(l)];
+        if (!given.count(layer.name)) {
+            error = fmt::format("{} '{}' has no data: give --data {}=FILE for each of {}",
+                                layer.op == OpKind::input ? "input" : "label", layer.name, layer.name, names);
+            return nullptr;
+        }
+    }
+
+    std::map<std::string, Stream> streams;
+    std::int64_t samples = -1;
+    std::string samples_from;
+    for (int l : layers) {
+        const Layer& layer = net.layers[static_cast<std::size_t>(l)];
+        const bool input = layer.op == OpKind::input;
+        Stream s;
+        s.spec = given[layer.name];
+        if (input && layer.shape.dims.size() != 3) {
+            error = fmt::format("{}: input '{}' is {}; only [C, H, W] inputs can come from a file", s.spec, layer.name,
+                                layer.shape.str());
+            return nullptr;
+        }
+        s.array = open_array(s.spec, error);
+        if (!s.array) return nullptr;
+        const auto& shape = s.array->shape();
+        std::vector<std::int64_t> want{shape.empty() ? 0 : shape[0]};
+        if (samples >= 0) want[0] = samples;
+        want.insert(want.end(), layer.shape.dims.begin(), layer.shape.dims.end());
+        const std::string dims = shape_str(layer.shape.dims);
+        if (shape != want || want[0] == 0) {
+            error = fmt::format("{}: holds {}, but {} '{}' is {}{}: expected {}", s.spec, shape_str(shape),
+                                input ? "input" : "label", layer.name, layer.shape.str(),
+                                samples >= 0 ? fmt::format(" and {} holds {} samples", samples_from, samples) : "",
+                                samples >= 0 ? shape_str(want)
+                                             : fmt::format("[S{}{}] with S > 0", dims.size() > 2 ? ", " : "",
+                                                           dims.substr(1, dims.size() - 2)));
+            return nullptr;
+        }
+        if (samples < 0) samples = shape[0], samples_from = s.spec;
+        const bool class_labels = !input && !layer.float_label;
+        if (!s.array->number()) {
+            error = fmt::format("{}: holds {} values, which do not convert to {}", s.spec, s.array->type_name(),
+                                class_labels ? "class numbers" : "float");
+            return nullptr;
+        }
+        if (!input && layer.float_label && s.array->integer() && dynamic_cast<NpyArray*>(s.array.get())) {
+            error = fmt::format("{}: label '{}' is float: its file must have a float dtype, not '{}'", s.spec,
+                                layer.name, s.array->type_name());
+            return nullptr;
+        }
+        if (class_labels) {
+            if (!s.array->integer()) {
+                error = fmt::format("{}: labels must have an integer {}, not '{}'", s.spec,
+                                    dynamic_cast<NpyArray*>(s.array.get()) ? "dtype" : "type", s.array->type_name());
+                return nullptr;
+            }
+            // Every label is checked once here, so a bad one is a user error before training, not a crash in
+            // the loss.
+            const std::int64_t classes = classes_of(net, l);
+            if (const std::string bad = s.array->out_of_range(classes); !bad.empty()) {
+                error = fmt::format("{}: {}: the loss compares '{}' with {} classes", s.spec, bad, layer.name, classes);
+                return nullptr;
+            }
+        }
+        if (input && !files.normalize.empty() &&
+            !normalization(files.normalize, s, layer.shape.dims[0], layer.name, error))
+            return nullptr;
+        streams.emplace(layer.name, std::move(s));
+    }
+    return std::make_unique<FileSource>(std::move(streams), samples, files.shuffle, seed);
+}
+
+}  // namespace dsl::backend

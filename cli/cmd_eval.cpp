@@ -1,0 +1,111 @@
+// `dsl eval NET [SCHED] --load CK`: a trained network's loss and figures (accuracy and mean IoU, or MSE and
+// MAE) over a data set, in inference mode, on the processes the schedule has, as `dsl run` runs them.
+#include "commands.hpp"
+#include "data_options.hpp"
+#include "evaluation.hpp"
+#include "run_setup.hpp"
+
+#include <dsl/backend/data.hpp>
+#include <dsl/backend/trainer.hpp>
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+
+namespace dsl::cli {
+
+namespace {
+
+struct EvalOptions {
+    RunOptions run;
+    std::optional<std::int64_t> samples;
+    bool json = false;
+};
+
+int evaluate_on(const EvalOptions& e, const Checked& checked, const scheduler::Schedule& schedule,
+                backend::Kernels kernels, backend::Comm& comm, Output& io) {
+    const RunOptions& o = e.run;
+    const auto& net = checked.net.net;
+    std::string error;
+    auto data = open_samples(net, o.seed, o.data, e.samples, error);
+    if (!data) {
+        io.err() << "error: " << error << "\n";
+        return user_error;
+    }
+    const std::int64_t batch = run_batch(checked, o);
+    auto trainer = load_trained(net, schedule, batch, kernels, comm, o.load, io);
+    if (!trainer) return user_error;
+    const auto t0 = std::chrono::steady_clock::now();
+    const EvalFigures f = evaluate(*trainer, net, schedule, kernels, comm, *data->source, data->count);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (e.json) {
+        nlohmann::json j = figures_json(f);
+        j["network"] = o.net;
+        j["checkpoint"] = o.load;
+        j["processes"] = comm.size();
+        j["batch"] = batch;
+        io.out() << j.dump() << "\n";
+    } else {
+        io.out() << fmt::format(
+                        "evaluated {} from {} on {} sample{} ({} process{}, batch {}) in {:.2f} s: loss {:.6f}\n",
+                        o.net, o.load, f.samples, f.samples == 1 ? "" : "s", comm.size(), comm.size() == 1 ? "" : "es",
+                        batch, seconds, f.loss)
+                 << figures_text(f);
+    }
+    if (f.left_out > 0)
+        io.err() << fmt::format(
+            "note: the last {} sample{} left out: the schedule cannot split a mini-batch of {} (a --batch that "
+            "divides the {} samples evaluates them all)\n",
+            f.left_out, f.left_out == 1 ? " is" : "s are", f.left_out, f.samples + f.left_out);
+    return ok;
+}
+
+int run_eval(const EvalOptions& e) {
+    const RunOptions& o = e.run;
+    const bool mpi = backend::under_mpi();
+    if (mpi) backend::share_node_cores();
+    Output io;
+    io.on = !mpi || backend::launched_rank() == 0;
+    SourceManager sources;
+    Diagnostics diags;
+    auto checked = load_and_check(o.net, o.sched, sources, diags, "", {o.batch, default_batch, o.procs}, true);
+    diags.render(io.err(), stderr_color());
+    if (!checked) return user_error;
+    std::string why;
+    const auto schedule = run_schedule(*checked, o, why, io);
+    if (!schedule) {
+        io.err() << "error: " << why << "\n";
+        return usage;
+    }
+    return on_processes(o, *checked, *schedule, io, [&](backend::Kernels kernels, backend::Comm& comm) {
+        return evaluate_on(e, *checked, *schedule, kernels, comm, io);
+    });
+}
+
+}  // namespace
+
+void setup_eval(CLI::App& app, Action& action) {
+    auto e = std::make_shared<EvalOptions>();
+    RunOptions& o = e->run;
+    CLI::App* cmd = app.add_subcommand(
+        "eval", "Evaluate a trained network: its loss and figures over a data set, weights untouched");
+    cmd->add_option("NET", o.net, "The network (.net)")->required();
+    cmd->add_option("SCHED", o.sched, "A schedule (.sched); without one, one process");
+    cmd->add_option("--load", o.load, "The checkpoint to evaluate (a folder that 'dsl run --save' wrote)")->required();
+    add_data_options(*cmd, o.data);
+    cmd->add_option("--samples", e->samples, "Evaluate the first K samples (default: all of the data set's)")
+        ->check(positive_count());
+    cmd->add_option("--batch", o.batch, "Mini-batch size N (default: the schedule's, else 4)")->check(positive_count());
+    cmd->add_option("--seed", o.seed, "Seed of the synthetic data (default 0)")->check(nonnegative_count());
+    cmd->add_flag("--json", e->json, "Print one JSON object");
+    cmd->add_option("--kernels", o.kernels, "cpu (oneDNN and Halide; default) or reference (plain loops)")
+        ->check(CLI::IsMember({"cpu", "reference"}));
+    cmd->add_option("--procs", o.procs, "Processes, where the schedule leaves the count open")->check(positive_count());
+    cmd->add_option("--device", o.device, "cpu (default) or gpu: where every layer runs")
+        ->check(CLI::IsMember({"cpu", "gpu"}));
+    cmd->footer("Example:\n  dsl eval samples/mesh_tiny.net --load ckpt --data x=x.npy --data y=y.npy --json");
+    cmd->callback([e, &action] { action = [e] { return run_eval(*e); }; });
+}
+
+}  // namespace dsl::cli

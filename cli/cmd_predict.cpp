@@ -1,0 +1,160 @@
+// `dsl predict NET [SCHED] --load CK --output OUT`: a layer's output for every sample of a data set, written
+// to a .npy file or an HDF5 dataset, each process its own tiles: the prediction is never gathered.
+#include "commands.hpp"
+#include "data_options.hpp"
+#include "evaluation.hpp"
+#include "run_setup.hpp"
+
+#include <dsl/backend/data.hpp>
+#include <dsl/backend/prediction.hpp>
+#include <dsl/backend/trainer.hpp>
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+
+namespace dsl::cli {
+
+namespace {
+
+struct PredictOptions {
+    RunOptions run;
+    std::optional<std::int64_t> samples;
+    std::string output, layer;
+    bool force = false;
+};
+
+// Layers with values to write: all but labels and losses.
+bool has_output(const frontend::Layer& l) { return l.op != frontend::OpKind::label && !l.is_loss(); }
+
+// The layer --layer names (default: the last with values), or -1 with the reason.
+int chosen_layer(const frontend::Network& net, const std::string& name, std::string& error) {
+    int last = -1;
+    std::string names;
+    for (std::size_t i = 0; i < net.layers.size(); ++i) {
+        const frontend::Layer& l = net.layers[i];
+        if (!has_output(l)) continue;
+        last = static_cast<int>(i);
+        if (!name.empty() && l.name == name) return last;
+        names += (names.empty() ? "" : ", ") + l.name;
+    }
+    if (name.empty() && last >= 0) return last;
+    for (const frontend::Layer& l : net.layers)
+        if (l.name == name) {
+            error = fmt::format("--layer '{}' is a {} and has no output to write; the layers that have: {}", name,
+                                l.is_loss() ? "loss" : "label", names);
+            return -1;
+        }
+    error = name.empty() ? "the network has no layer with an output"
+                         : fmt::format("--layer: no layer '{}' in the network; its layers: {}", name, names);
+    return -1;
+}
+
+int predict_on(const PredictOptions& p, const Checked& checked, const scheduler::Schedule& schedule,
+               backend::Kernels kernels, backend::Comm& comm, Output& io) {
+    const RunOptions& o = p.run;
+    const auto& net = checked.net.net;
+    std::string error;
+    const int layer = chosen_layer(net, p.layer, error);
+    if (layer < 0) {
+        io.err() << "error: " << error << "\n";
+        return user_error;
+    }
+    const auto path = backend::parse_output_path(p.output, error);
+    if (!path) {
+        io.err() << "error: --output " << error << "\n";
+        return user_error;
+    }
+    const bool writable = comm.rank() != 0 || backend::can_write_output(*path, p.force, error);
+    if (!agree(comm, writable, "error: --output " + error + "\n")) return user_error;
+    auto data = open_samples(net, o.seed, o.data, p.samples, error);
+    if (!data) {
+        io.err() << "error: " << error << "\n";
+        return user_error;
+    }
+    const std::int64_t batch = run_batch(checked, o);
+    auto trainer = load_trained(net, schedule, batch, kernels, comm, o.load, io);
+    if (!trainer) return user_error;
+
+    const frontend::Layer& l = net.layers[static_cast<std::size_t>(layer)];
+    std::vector<std::int64_t> shape{data->count};
+    shape.insert(shape.end(), l.shape.dims.begin(), l.shape.dims.end());
+    auto out = backend::create_output(*path, shape, p.force, comm, error);
+    if (!agree(comm, out != nullptr, fmt::format("error: cannot write '{}': {}\n", path->str(), error)))
+        return user_error;
+    const auto t0 = std::chrono::steady_clock::now();
+    // Whole mini-batches; the last, where the samples end within it, reads past the end (the data wraps
+    // around) and writes only the samples that are there.
+    bool written = true;
+    for (std::int64_t first = 0; first < data->count; first += batch) {
+        trainer->evaluate(*data->source, first);
+        backend::OutputTile t = trainer->output_tile(layer);
+        const std::int64_t keep = t.leader ? std::clamp<std::int64_t>(data->count - first - t.n0, 0, t.dims.n) : 0;
+        backend::Dims d = t.dims;
+        d.n = keep;
+        written = out->write(first + t.n0, t.y0, t.x0, d, t.values.data(), error) && written;
+    }
+    written = out->close(error) && written;
+    if (!agree(comm, written, fmt::format("error: writing '{}' failed: {}\n", path->str(), error))) return user_error;
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::string dims;
+    for (std::size_t i = 0; i < shape.size(); ++i) dims += (i ? ", " : "") + std::to_string(shape[i]);
+    io.out() << fmt::format("wrote {} [{}] of layer '{}' for {} sample{} ({} process{}, batch {}) in {:.2f} s\n",
+                            path->str(), dims, l.name, data->count, data->count == 1 ? "" : "s", comm.size(),
+                            comm.size() == 1 ? "" : "es", batch, seconds);
+    return ok;
+}
+
+int run_predict(const PredictOptions& p) {
+    const RunOptions& o = p.run;
+    const bool mpi = backend::under_mpi();
+    if (mpi) backend::share_node_cores();
+    Output io;
+    io.on = !mpi || backend::launched_rank() == 0;
+    SourceManager sources;
+    Diagnostics diags;
+    auto checked = load_and_check(o.net, o.sched, sources, diags, "", {o.batch, default_batch, o.procs}, true);
+    diags.render(io.err(), stderr_color());
+    if (!checked) return user_error;
+    std::string why;
+    const auto schedule = run_schedule(*checked, o, why, io);
+    if (!schedule) {
+        io.err() << "error: " << why << "\n";
+        return usage;
+    }
+    return on_processes(o, *checked, *schedule, io, [&](backend::Kernels kernels, backend::Comm& comm) {
+        return predict_on(p, *checked, *schedule, kernels, comm, io);
+    });
+}
+
+}  // namespace
+
+void setup_predict(CLI::App& app, Action& action) {
+    auto p = std::make_shared<PredictOptions>();
+    RunOptions& o = p->run;
+    CLI::App* cmd = app.add_subcommand(
+        "predict", "Write a trained network's output (or a layer's) for every sample to a .npy or HDF5 file");
+    cmd->add_option("NET", o.net, "The network (.net)")->required();
+    cmd->add_option("SCHED", o.sched, "A schedule (.sched); without one, one process");
+    cmd->add_option("--load", o.load, "The checkpoint whose weights predict (a folder that 'dsl run --save' wrote)")
+        ->required();
+    cmd->add_option("--output", p->output, "OUT.npy or OUT.h5:/dataset: an [S, ...] float32 array")->required();
+    cmd->add_option("--layer", p->layer, "The layer whose output is written (default: the last that is not a loss)");
+    cmd->add_flag("--force", p->force, "Replace the output file (or HDF5 dataset) if it exists");
+    add_data_options(*cmd, o.data);
+    cmd->add_option("--samples", p->samples, "Predict the first K samples (default: all of the data set's)")
+        ->check(positive_count());
+    cmd->add_option("--batch", o.batch, "Mini-batch size N (default: the schedule's, else 4)")->check(positive_count());
+    cmd->add_option("--seed", o.seed, "Seed of the synthetic data (default 0)")->check(nonnegative_count());
+    cmd->add_option("--kernels", o.kernels, "cpu (oneDNN and Halide; default) or reference (plain loops)")
+        ->check(CLI::IsMember({"cpu", "reference"}));
+    cmd->add_option("--procs", o.procs, "Processes, where the schedule leaves the count open")->check(positive_count());
+    cmd->add_option("--device", o.device, "cpu (default) or gpu: where every layer runs")
+        ->check(CLI::IsMember({"cpu", "gpu"}));
+    cmd->footer(
+        "Example:\n  dsl predict samples/mesh_tiny.net --load ckpt --data x=x.npy --data y=y.npy --output pred.npy");
+    cmd->callback([p, &action] { action = [p] { return run_predict(*p); }; });
+}
+
+}  // namespace dsl::cli

@@ -1,0 +1,91 @@
+// --data, --inputs, --labels, --shuffle and --normalize: the command-line side of the data sources in
+// backend/data.hpp.
+#include "data_options.hpp"
+
+#include <dsl/backend/data.hpp>
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+namespace dsl::cli {
+
+void add_data_options(CLI::App& cmd, DataOptions& o) {
+    cmd.add_option("--data", o.data,
+                   "NAME=FILE: the samples of input or label layer NAME, from a .npy file or an HDF5 data set "
+                   "FILE.h5:/path (repeat for every input and label; default: synthetic data)")
+        ->type_name("NAME=FILE")
+        ->allow_extra_args(false);  // one file per --data: the words after it are the positional NET, SCHED
+    cmd.add_option("--inputs", o.inputs,
+                   "The network's one input from a .npy file [S, C, H, W] or FILE.h5:/path (--data NAME=FILE "
+                   "for that input)");
+    cmd.add_option("--labels", o.labels,
+                   "The network's one label from a .npy file [S] or [S, H, W] or FILE.h5:/path (with --inputs)");
+    cmd.add_flag("--shuffle", o.shuffle,
+                 "A new order of the samples every epoch, from the seed and the epoch (the same under any "
+                 "schedule)");
+    cmd.add_option("--normalize", o.normalize,
+                   "Inputs become (x - mean) / std per channel: MEAN,STD for every channel, MEANS:STDS as comma "
+                   "lists with one value per channel, or 'file' (the HDF5 data set's attributes 'mean' and 'std')")
+        ->type_name("M,S|M1,..:S1,..|file");
+}
+
+namespace {
+
+// The one layer of kind `op` that --inputs or --labels stands for, or -1 with the reason.
+int only_layer(const frontend::Network& net, frontend::OpKind op, const char* flag, std::string& error) {
+    int found = -1, count = 0;
+    std::string names;
+    for (std::size_t i = 0; i < net.layers.size(); ++i)
+        if (net.layers[i].op == op) {
+            found = static_cast<int>(i), ++count;
+            names += (names.empty() ? "'" : ", '") + net.layers[i].name + "'";
+        }
+    if (count == 1) return found;
+    error = fmt::format("{} stands for the network's one {}, but it has {}: give --data NAME=FILE for each", flag,
+                        op == frontend::OpKind::input ? "input" : "label", count == 0 ? "none" : names);
+    return -1;
+}
+
+}  // namespace
+
+std::unique_ptr<backend::DataSource> make_data(const DataOptions& o, const frontend::Network& net, std::uint64_t seed,
+                                               std::int64_t batch, std::string& error) {
+    backend::DataFiles files;
+    files.shuffle = o.shuffle;
+    files.normalize = o.normalize;
+    if (o.data.empty() && (!o.inputs.empty() || !o.labels.empty())) {
+        if (o.inputs.empty()) {
+            error = "--labels needs --inputs (the samples those labels belong to)";
+            return nullptr;
+        }
+        if (o.labels.empty()) {
+            error = "--inputs needs --labels (the class of every sample, or of every pixel)";
+            return nullptr;
+        }
+    }
+    for (const auto& [flag, path, op] : {std::tuple{"--inputs", &o.inputs, frontend::OpKind::input},
+                                         std::tuple{"--labels", &o.labels, frontend::OpKind::label}}) {
+        if (path->empty()) continue;
+        const int l = only_layer(net, op, flag, error);
+        if (l < 0) return nullptr;
+        files.files.emplace_back(net.layers[static_cast<std::size_t>(l)].name, *path);
+    }
+    for (const std::string& d : o.data) {
+        const std::size_t eq = d.find('=');
+        if (eq == std::string::npos || eq == 0 || eq + 1 == d.size()) {
+            error = fmt::format("--data '{}': give NAME=FILE (an input or label layer's name, then its file)", d);
+            return nullptr;
+        }
+        files.files.emplace_back(d.substr(0, eq), d.substr(eq + 1));
+    }
+    auto source = backend::make_data_source(net, seed, files, error);
+    if (!source) return nullptr;
+    if (source->samples() >= 0 && source->samples() < batch) {
+        error = fmt::format("the data set holds {} sample{}, fewer than one mini-batch of {}", source->samples(),
+                            source->samples() == 1 ? "" : "s", batch);
+        return nullptr;
+    }
+    return source;
+}
+
+}  // namespace dsl::cli

@@ -1,0 +1,36 @@
+// The data options that every verb reading a data set shares (`run`, `eval`, `predict`): --data NAME=FILE
+// for each input and label, --inputs/--labels for a network's one input and one label, --shuffle and
+// --normalize; and the backend's data source made from them.
+#pragma once
+
+#include <dsl/backend/trainer.hpp>
+#include <dsl/frontend/network.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace CLI {
+class App;
+}
+
+namespace dsl::cli {
+
+struct DataOptions {
+    std::vector<std::string> data;  // NAME=FILE, FILE a .npy file or FILE.h5:/path/to/dataset
+    std::string inputs, labels;     // shorthands for the network's one input and one label
+    bool shuffle = false;
+    std::string normalize;  // "M,S", "M1,M2,...:S1,S2,..." or "file"
+};
+
+// Adds --data, --inputs, --labels, --shuffle and --normalize to `cmd`, filling `o`.
+void add_data_options(CLI::App& cmd, DataOptions& o);
+
+// The data source for `net` from `o`: synthetic data (a function of `seed`) when no file is named, else the
+// files, checked against the network, with at least `batch` samples. Null with the message to print after
+// "error: " when they do not fit (every process reaches the same answer from the same files).
+std::unique_ptr<backend::DataSource> make_data(const DataOptions& o, const frontend::Network& net, std::uint64_t seed,
+                                               std::int64_t batch, std::string& error);
+
+}  // namespace dsl::cli

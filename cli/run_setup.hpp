@@ -1,0 +1,66 @@
+// What `dsl run`, `dsl eval` and `dsl predict` share: the options that say what runs where (network,
+// schedule, mini-batch, processes, kernels, device), the schedule a run executes, and starting the
+// processes (mpirun, the GPU and its communicator) around a body that every process runs.
+#pragma once
+
+#include "data_options.hpp"
+#include "report.hpp"
+
+#include <dsl/backend/comm.hpp>
+#include <dsl/backend/kernels.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dsl::cli {
+
+struct RunOptions {
+    std::string net, sched;
+    std::int64_t steps = 10, save_every = 0;
+    std::optional<std::int64_t> batch, procs;
+    std::optional<double> lr, momentum, weight_decay;
+    std::optional<std::string> optimizer;
+    std::uint64_t seed = 0;
+    std::string log, save, load, kernels = "cpu", device, platform, gpu_comm = "auto", trace;
+    std::optional<std::int64_t> trace_steps;
+    bool auto_schedule = false, profile = false, tf32 = false;
+    DataOptions data;
+    // --eval-every K with --eval-data (and --eval-samples): the evaluation figures every K steps.
+    std::int64_t eval_every = 0;
+    std::optional<std::int64_t> eval_samples;
+    std::vector<std::string> eval_data;
+};
+
+// Output only on the first process: the others run silently.
+struct Output {
+    bool on = true;
+    std::ostream& out() { return on ? std::cout : null; }
+    std::ostream& err() { return on ? std::cerr : null; }
+    std::ostream null{nullptr};
+};
+
+// The mini-batch size: --batch, the schedule's, or 4.
+constexpr std::int64_t default_batch = 4;
+std::int64_t run_batch(const Checked& c, const RunOptions& o);
+
+// The schedule a run executes: the file's, with --procs where it leaves the count open, filled by the
+// auto-scheduler with --auto-schedule; on one process without a file, everything on that process. Empty
+// with the reason when it cannot run.
+std::optional<scheduler::Schedule> run_schedule(const Checked& c, const RunOptions& o, std::string& why, Output& io);
+
+// Whether every process succeeded; where some did not, the first of them prints `message`, so that it is
+// printed once.
+bool agree(backend::Comm& comm, bool ok, const std::string& message);
+
+// The body of a run on the processes `schedule` has: this process runs it (under mpirun, or alone), or,
+// started by hand for several, starts them under mpirun with the same command line. Checks --device and
+// --kernels first; a user error or a crash on one process ends them all, said once. Returns the exit code.
+using RunBody = std::function<int(backend::Kernels kernels, backend::Comm& comm)>;
+int on_processes(const RunOptions& o, const Checked& checked, const scheduler::Schedule& schedule, Output& io,
+                 const RunBody& body);
+
+}  // namespace dsl::cli
