@@ -277,6 +277,9 @@ std::string explain_table(const frontend::Network& net, const scheduler::Predict
     out += fmt::format("backward          {} ms\n", milliseconds(p.backward));
     out += fmt::format("allreduce         {} ms in all, {} ms not hidden behind backward\n", milliseconds(p.allreduce),
                        milliseconds(p.allreduce_exposed));
+    out += fmt::format("  algorithm       {}\n", p.allreduce_algorithm);
+    out += fmt::format("halos over        {}\n", p.halo_link);
+    out += fmt::format("shuffles over     {}\n", p.shuffle_link);
     out += fmt::format("update            {} ms\n", milliseconds(p.update));
     out += fmt::format("step              {} ms predicted ({:.1f} samples/s)\n", milliseconds(p.step),
                        p.step > 0 ? static_cast<double>(batch) / p.step : 0.0);
@@ -319,6 +322,9 @@ nlohmann::json explain_json(const frontend::Network& net, const scheduler::Predi
                             {"allreduce_end", lp.allreduce_end}}},
                           {"memory_bytes", lp.memory()}});
     }
+    // What the communication figures assume: the allreduce's algorithm, the links of halos and shuffles.
+    const nlohmann::json communication{
+        {"allreduce", p.allreduce_algorithm}, {"halo", p.halo_link}, {"shuffle", p.shuffle_link}};
     return {{"layers", layers},
             {"batch", batch},
             {"seconds",
@@ -329,6 +335,7 @@ nlohmann::json explain_json(const frontend::Network& net, const scheduler::Predi
               {"update", p.update},
               {"step", p.step}}},
             {"halo_bytes", p.halo_bytes},
+            {"communication", communication},
             {"memory_bytes",
              {{"total", p.memory},
               {"limit", p.memory_limit},

@@ -289,6 +289,43 @@ TEST_CASE("the auto-scheduler fills the U-Net's schedule, and explain costs its 
     fs::remove_all(dir);
 }
 
+TEST_CASE(
+    "explain on lassen: one mesh1k sample fits a V100, one mesh2k sample does not; allreduces across nodes "
+    "are hierarchical",
+    "[cli][model]") {
+    const fs::path dir = fs::temp_directory_path() / ("dsl_lassen_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    auto write = [&](const std::string& name, const std::string& text) {
+        std::ofstream((dir / name).string()) << text;
+        return (dir / name).string();
+    };
+    const std::string one = write("one.sched", "procs = 1\nbatch = 1\ndefault N=1 overlap=off\n");
+    const std::string rows = write("rows.sched", "procs = 2\nbatch = 1\ndefault H=2 overlap=on\n");
+    auto memory = [&](const std::string& net, const std::string& sched) {
+        const Result r = run_dsl("explain " + net + " " + sched + " --platform lassen --json");
+        INFO(r.err);
+        REQUIRE(r.exit_code == 0);
+        const auto j = nlohmann::json::parse(r.out);
+        return std::pair{j["memory_bytes"]["total"].get<double>(), j["memory_bytes"]["limit"].get<double>()};
+    };
+    const auto [mesh1k, limit] = memory("stdlib/mesh1k.net", one);
+    CHECK(limit == 16.0 * (1 << 30));
+    CHECK(mesh1k < limit);
+    CHECK(memory("stdlib/mesh2k.net", one).first > limit);   // spatial parallelism is required
+    CHECK(memory("stdlib/mesh2k.net", rows).first < limit);  // and two GPUs suffice
+    // 8 processes are two nodes of four: the gradients' allreduce is hierarchical, halos stay within a node.
+    const std::string eight = write("eight.sched", "procs = 8\nbatch = 4\ndefault N=4 H=2 overlap=on\n");
+    const Result r = run_dsl("explain stdlib/mesh1k.net " + eight + " --platform lassen --json");
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    const auto j = nlohmann::json::parse(r.out);
+    CHECK(j["communication"]["allreduce"].get<std::string>().rfind("hierarchical", 0) == 0);
+    CHECK(j["communication"]["halo"].get<std::string>().rfind("within a node", 0) == 0);
+    const Result text = run_dsl("explain stdlib/mesh1k.net " + eight + " --platform lassen");
+    CHECK(text.out.find("algorithm       hierarchical") != std::string::npos);
+    fs::remove_all(dir);
+}
+
 TEST_CASE("schedule says how much memory the smallest schedule needs when none fits", "[cli][model]") {
     const fs::path dir = fs::temp_directory_path() / ("dsl_small_" + std::to_string(::getpid()));
     fs::create_directories(dir);

@@ -270,3 +270,95 @@ loss = pixel_cross_entropy from pred, y
     CHECK(four.kernel_keys(e, dist(4, 1, 1))[0] == "gelu.forward threads=1 x=1x16x32x32");
     CHECK(four.kernel_keys(t, dist(4, 1, 1))[0] == "tanh.forward threads=1 x=1x16x32x32");
 }
+
+TEST_CASE("model: a GPU's tiles run in waves, so halving a small tile does not halve its time", "[model]") {
+    test::NetworkFromText l(net_text);
+    const int c1 = l.net.find("c1");
+    Platform p = platform();
+    p.compute_units = 80;       // a V100's SMs
+    p.memory_bandwidth = 1e15;  // compute-bound: the roofline's other side out of the way
+    Model one(l.net, p, 1, 4), two(l.net, p, 2, 4);
+    // c1's outputs: 4 x 16 x 32 x 32 = 65536, 8 tiles of 128 x 64 against 80 SMs: one wave, mostly idle.
+    const double whole = one.layer(c1, dist(1, 1, 1)).forward, half = two.layer(c1, dist(1, 2, 1)).forward;
+    CHECK(half == Approx(whole));
+    CHECK(one.analytic_kernel(1e9, 0.0, 65536) == Approx(one.analytic_kernel(0.5e9, 0.0, 32768)));
+    // A tile that fills the device many times over halves (a wave more or less).
+    const double big = one.analytic_kernel(1e12, 0.0, 80 * 8192 * 64.0);
+    CHECK(one.analytic_kernel(0.5e12, 0.0, 80 * 8192 * 32.0) == Approx(big / 2).epsilon(0.01));
+    // Every call pays the launch latency; without compute units (a CPU, an older file) no waves.
+    CHECK(one.analytic_kernel(0.0, 0.0, 0.0) == Approx(p.kernel_latency));
+    p.compute_units = 0;
+    Model flat(l.net, p, 1, 4);
+    CHECK(flat.analytic_kernel(0.5e9, 0.0, 32768) < flat.analytic_kernel(1e9, 0.0, 65536) * 0.6);
+    // The roofline: with little arithmetic per byte the memory's bandwidth sets the time.
+    p.memory_bandwidth = 1e9;
+    Model memory_bound(l.net, p, 1, 4);
+    CHECK(memory_bound.analytic_kernel(1e3, 1e9, 0.0) == Approx(1.0 + p.kernel_latency));
+}
+
+TEST_CASE("model: across nodes the allreduce is hierarchical, cheaper than flat; within a node the same", "[model]") {
+    test::NetworkFromText l(net_text);
+    const int c2 = l.net.find("c2");
+    Platform p = platform();
+    p.nodes = 0;                 // as many as a run needs
+    p.node = {2e-6, 75e9};       // NVLink within the node
+    p.network = {1.5e-6, 6e9};   // InfiniBand between nodes, per process
+    p.memory_bandwidth = 900e9;  // the sums' reads and writes
+    Model sixteen(l.net, p, 16, 16);
+    for (double bytes : {1e5, 1e6, 1e8}) {
+        INFO(bytes);
+        CHECK(sixteen.allreduce(16, bytes, true) < sixteen.flat_allreduce(16, bytes, p.network));
+    }
+    CHECK(sixteen.allreduce(16, 1e8, true) < sixteen.flat_allreduce(16, 1e8, p.network) / 2);
+    CHECK(sixteen.allreduce_algorithm(16, 1e8, true).rfind("hierarchical", 0) == 0);
+    // A short message's latency: flat, where the hierarchy's extra steps would cost more than they save.
+    CHECK(sixteen.allreduce(16, 1e3, true) == Approx(sixteen.flat_allreduce(16, 1e3, p.network)));
+    CHECK(sixteen.allreduce_algorithm(16, 1e3, true).rfind("recursive doubling", 0) == 0);
+    // A layer's gradient on 16 processes (4 nodes of 4) takes the hierarchical allreduce.
+    const double grad = static_cast<double>(l.net.layers[static_cast<std::size_t>(c2)].params) * 4.0;
+    CHECK(sixteen.layer(c2, dist(16, 1, 1)).allreduce == Approx(sixteen.allreduce(16, grad, true)));
+    // Within one node: the ring over the node's link, whether or not the hierarchy is asked for (3 processes:
+    // MPICH's ring, which the hierarchy's reduce-scatter and allgather make up).
+    Model three(l.net, p, 3, 3);
+    CHECK(three.allreduce(3, 1e8, false) == Approx(three.flat_allreduce(3, 1e8, p.node)));
+    CHECK(three.allreduce(3, 1e8, true) == Approx(three.flat_allreduce(3, 1e8, p.node)));
+    CHECK(three.allreduce_algorithm(3, 1e8, false) == "ring within a node over 3 processes");
+    // Halos of a spatial group within a node go over its link; a group wider than a node crosses.
+    Schedule rows4, rows8;
+    rows4.procs = rows8.procs = 16;
+    for (std::size_t i = 0; i < l.net.layers.size(); ++i) {
+        rows4.layers.push_back(dist(4, 4, 1));
+        rows8.layers.push_back(dist(2, 8, 1));
+    }
+    const Prediction in_node = sixteen.predict(rows4), across = Model(l.net, p, 16, 16).predict(rows8);
+    CHECK(in_node.halo_link.rfind("within a node", 0) == 0);
+    CHECK(across.halo_link.find("between nodes") != std::string::npos);
+    // c1's and c2's gradients are 9 KB: short enough to go flat; explain names the largest.
+    CHECK(in_node.allreduce_algorithm.find("across 4 nodes") != std::string::npos);
+    CHECK(in_node.allreduce_algorithm.find("layer 'c") != std::string::npos);
+    CHECK(in_node.layers[static_cast<std::size_t>(c2)].cost.forward_halo <
+          across.layers[static_cast<std::size_t>(c2)].cost.forward_halo);
+}
+
+TEST_CASE("model: a kernel not measured is interpolated between the measured sizes around it", "[model]") {
+    test::NetworkFromText l(net_text);
+    const int c2 = l.net.find("c2");
+    Platform p = platform();
+    // c2 on 2 and 8 samples measured (its outputs 4 times as many); 4 samples are not.
+    p.times["conv.forward d=1x1 k=3x3 s=2x2 threads=1 x=2x16x33x33 y=2x16x16x16"] = 1e-3;
+    p.times["conv.forward d=1x1 k=3x3 s=2x2 threads=1 x=8x16x33x33 y=8x16x16x16"] = 4e-3;
+    Model m(l.net, p, 1, 4);
+    const auto keys = m.kernel_keys(c2, dist(1, 1, 1));
+    REQUIRE(keys[0] == "conv.forward d=1x1 k=3x3 s=2x2 threads=1 x=4x16x33x33 y=4x16x16x16");
+    // Log-log: halfway in log size between 1 ms and 4 ms is 2 ms.
+    CHECK(m.layer(c2, dist(1, 1, 1)).forward == Approx(2e-3));
+    // Beyond the measured sizes: the nearest, scaled as the analytic model scales (here, nearly linearly).
+    Model beyond(l.net, p, 1, 16);
+    const double at16 = beyond.layer(c2, dist(1, 1, 1)).forward;
+    CHECK(at16 > 4e-3 * 1.9);
+    CHECK(at16 < 4e-3 * 2.0 + 1e-9);
+    // A kernel of other channels or strides is not interpolated from these: the analytic model.
+    const int c1 = l.net.find("c1");
+    Platform none = platform();
+    CHECK(m.layer(c1, dist(1, 1, 1)).forward == Approx(Model(l.net, none, 1, 4).layer(c1, dist(1, 1, 1)).forward));
+}

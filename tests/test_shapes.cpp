@@ -187,11 +187,11 @@ TEST_CASE("mesh1k and mesh2k", "[shapes][stdlib]") {
     CHECK(convs1 == 6 * 3 + 1);
     CHECK(convs2 == 6 * 5 + 1);
     CHECK(shape(mesh1k->net, "x") == "[N, 18, 1024, 1024]");
-    CHECK(shape(mesh1k->net, "block1.0.conv") == "[N, 32, 512, 512]");
-    CHECK(shape(mesh1k->net, "block1.2.relu") == "[N, 32, 512, 512]");
+    CHECK(shape(mesh1k->net, "block1.0.conv") == "[N, 128, 512, 512]");  // widths: see the files' comments
+    CHECK(shape(mesh1k->net, "block1.2.relu") == "[N, 128, 512, 512]");
     CHECK(shape(mesh1k->net, "block6.2.relu") == "[N, 512, 16, 16]");
     CHECK(shape(mesh1k->net, "pred") == "[N, 2, 16, 16]");
-    CHECK(shape(mesh2k->net, "block1.4.relu") == "[N, 32, 1024, 1024]");
+    CHECK(shape(mesh2k->net, "block1.4.relu") == "[N, 128, 1024, 1024]");
     CHECK(shape(mesh2k->net, "pred") == "[N, 2, 32, 32]");
     CHECK(mesh1k->net.layers[static_cast<std::size_t>(mesh1k->net.find("block3.1.conv"))].halo() == Pair{1, 1});
 }

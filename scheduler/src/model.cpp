@@ -60,6 +60,29 @@ std::vector<std::int64_t> sample_ranks(std::int64_t procs) {
     return out;
 }
 
+// A kernel key without its tensors' sizes: its name and fields, `x` and `y` reduced to their channels (the
+// second dimension), `params` left out; `size` is what was left out, the elements of `y`, else of `x`, else
+// the parameters (0 when the key has none of them). Times of one group differ in size only: within a group a
+// kernel's FLOPs and bytes grow with it.
+std::string size_group(const std::string& kernel, const std::vector<TimeField>& fields, double& size) {
+    std::vector<TimeField> kept;
+    double x = 0.0, y = 0.0, params = 0.0;
+    for (const auto& [name, dims] : fields) {
+        if (name == "params" && dims.size() == 1) {
+            params = static_cast<double>(dims[0]);
+            continue;
+        }
+        if ((name == "x" || name == "y") && dims.size() >= 2) {
+            (name == "x" ? x : y) = elements(dims);
+            kept.emplace_back(name, std::vector<std::int64_t>{dims[1]});
+            continue;
+        }
+        kept.emplace_back(name, dims);
+    }
+    size = y > 0 ? y : x > 0 ? x : params;
+    return time_key(kernel, std::move(kept));
+}
+
 }  // namespace
 
 // What a layer's kernels see under a split: the largest output tile, what the kernels read, the halo of the
@@ -99,6 +122,15 @@ Model::Model(const frontend::Network& net, const Platform& platform, std::int64_
         measured_[prefix].emplace_back(static_cast<double>(k->field("bytes")[0]), seconds);
     }
     for (auto& [prefix, points] : measured_) std::sort(points.begin(), points.end());
+    for (const auto& [key, seconds] : platform_.times) {
+        const auto k = parse_time_key(key);
+        if (!k) continue;
+        std::vector<TimeField> fields(k->fields.begin(), k->fields.end());
+        double size = 0.0;
+        const std::string group = size_group(k->kernel, fields, size);
+        if (size > 0) kernel_sizes_[group].emplace_back(size, seconds);
+    }
+    for (auto& [group, points] : kernel_sizes_) std::sort(points.begin(), points.end());
     measured_sendrecv_ = measured_.count(sendrecv_kernel) > 0;
     if (procs_ > 1) {
         if (auto it = platform_.times.find(time_key(drift_kernel, {{"compute", {1000}}, {"procs", {procs_}}}));
@@ -124,16 +156,56 @@ double Model::fixed_memory() const {
 
 // ---- Compute.
 
-double Model::kernel(const std::string& name, std::vector<TimeField> fields, double flops, double bytes) const {
+double Model::kernel(const std::string& name, std::vector<TimeField> fields, double flops, double bytes,
+                     double outputs) const {
     fields.emplace_back("threads", std::vector<std::int64_t>{threads_});
-    if (auto it = platform_.times.find(time_key(name, std::move(fields))); it != platform_.times.end())
-        return it->second * share_;
-    // Not measured: the larger of the arithmetic at the platform's efficiency and the memory traffic, on
-    // `threads` cores (each as fast as one, a little less together).
+    if (auto it = platform_.times.find(time_key(name, fields)); it != platform_.times.end()) return it->second * share_;
+    if (const double t = interpolate_kernel(name, fields, flops, bytes, outputs); t > 0) return t * share_;
+    return analytic_kernel(flops, bytes, outputs) * share_;
+}
+
+double Model::analytic_kernel(double flops, double bytes, double outputs) const {
+    // On `threads` cores, each as fast as one, a little less together.
     const double cores = threads_ == 1 ? 1.0 : 0.9 * threads_;
-    const double compute = platform_.flops > 0 ? flops / (platform_.flops * platform_.efficiency * cores) : 0.0;
+    // A GPU convolution (cuDNN's implicit GEMM) gives each thread block a tile of outputs, and the blocks run
+    // in waves of one per streaming multiprocessor: a wave that is not full takes as long as a full one. The
+    // tile is 128 x 64 outputs (CUTLASS's and cuDNN's usual FP32 tile: 128 output pixels by 64 filters); it
+    // is an implementation's constant, not fitted to any measurement.
+    double fill = 1.0;
+    if (outputs > 0 && platform_.compute_units > 0) {
+        constexpr double tile = 128.0 * 64.0;
+        const double blocks = std::ceil(outputs / tile), slots = static_cast<double>(platform_.compute_units);
+        fill = blocks / (std::ceil(blocks / slots) * slots);
+    }
+    const double compute = platform_.flops > 0 ? flops / (platform_.flops * platform_.efficiency * cores * fill) : 0.0;
+    // The roofline: a kernel with few FLOPs per byte runs at the memory's bandwidth instead.
     const double memory = platform_.memory_bandwidth > 0 ? bytes / (platform_.memory_bandwidth * cores) : 0.0;
-    return (platform_.kernel_latency + std::max(compute, memory)) * share_;
+    return platform_.kernel_latency + std::max(compute, memory);
+}
+
+// Between the measured sizes of the same kernel that bracket this one, log-log in size (so in FLOPs and bytes,
+// which grow with it): a power law through the two. Beyond the measured sizes, the nearest scaled by the
+// analytic model's ratio (latency and waves included). 0 when no size of this kernel is measured.
+double Model::interpolate_kernel(const std::string& name, const std::vector<TimeField>& fields, double flops,
+                                 double bytes, double outputs) const {
+    if (kernel_sizes_.empty()) return 0.0;
+    double size = 0.0;
+    const auto it = kernel_sizes_.find(size_group(name, fields, size));
+    if (it == kernel_sizes_.end() || size <= 0) return 0.0;
+    const auto& points = it->second;
+    const auto hi = std::lower_bound(points.begin(), points.end(), std::make_pair(size, 0.0));
+    if (hi != points.end() && hi != points.begin()) {
+        const auto& [x0, t0] = *std::prev(hi);
+        const auto& [x1, t1] = *hi;
+        if (x1 <= x0) return t1;
+        const double f = std::log(size / x0) / std::log(x1 / x0);
+        return std::exp(std::log(t0) + f * (std::log(t1) - std::log(t0)));
+    }
+    const auto& [x, t] = hi == points.end() ? points.back() : *hi;
+    const double r = x / size;
+    const double at = analytic_kernel(flops, bytes, outputs),
+                 there = analytic_kernel(flops * r, bytes * r, outputs * r);
+    return there > 0 ? t * at / there : t;
 }
 
 // ---- Communication.
@@ -158,13 +230,10 @@ double Model::sendrecv(double bytes, bool between_nodes) const {
     return (link.latency + bytes / link.bandwidth) * share_;
 }
 
-double Model::allreduce(std::int64_t procs, double bytes, bool between_nodes) const {
+double Model::flat_allreduce(std::int64_t procs, double bytes, const Link& link) const {
     if (procs <= 1 || bytes <= 0) return 0.0;
-    const std::string prefix = fmt::format("{} procs={}", allreduce_kernel, procs);
-    if (!between_nodes && measured_.count(prefix)) return interpolate(prefix, bytes);
     // Thakur, Rabenseifner and Gropp (2005), as MPICH chooses: recursive doubling for short messages,
     // Rabenseifner's reduce-scatter and allgather for long ones on a power of two, else the ring.
-    const Link& link = between_nodes ? platform_.network : platform_.node;
     const double a = link.latency, b = 1.0 / link.bandwidth;
     const double g =
         platform_.memory_bandwidth > 0 ? 3.0 / platform_.memory_bandwidth : 0.0;  // reduce: 2 reads, 1 write
@@ -175,6 +244,59 @@ double Model::allreduce(std::int64_t procs, double bytes, bool between_nodes) co
     else if (power_of_two(procs))
         t = 2.0 * lg * a + 2.0 * f * bytes * b + f * bytes * g;
     return t * share_;
+}
+
+namespace {
+
+// Processes of a node taking part in a hierarchical allreduce over `procs`, and the nodes: ranks fill nodes
+// in order.
+std::pair<std::int64_t, std::int64_t> node_groups(std::int64_t procs, std::int64_t per_node) {
+    const std::int64_t local = std::clamp<std::int64_t>(per_node, 1, procs);
+    return {local, (procs + local - 1) / local};
+}
+
+const char* flat_name(std::int64_t procs, double bytes) {
+    return bytes <= 2048 ? "recursive doubling" : power_of_two(procs) ? "Rabenseifner" : "ring";
+}
+
+}  // namespace
+
+double Model::allreduce(std::int64_t procs, double bytes, bool between_nodes) const {
+    if (procs <= 1 || bytes <= 0) return 0.0;
+    const std::string prefix = fmt::format("{} procs={}", allreduce_kernel, procs);
+    if (!between_nodes && measured_.count(prefix)) return interpolate(prefix, bytes);
+    if (!between_nodes) return flat_allreduce(procs, bytes, platform_.node);
+    const auto [local, nodes] = node_groups(procs, platform_.procs_per_node);
+    const double flat = flat_allreduce(procs, bytes, platform_.network);
+    if (local == 1) return flat;
+    // Hierarchical, as NCCL and Aluminum run it across nodes: a ring reduce-scatter within each node over its
+    // link, leaving each of a node's processes a 1/local share of the sum; an allreduce of that share across
+    // the nodes, every process of a node at once on its share of the network (node_bandwidth is per process);
+    // then a ring allgather within the node. Short messages, where its extra steps' latency outweighs the
+    // bandwidth it saves, go flat (NCCL's tuner chooses by size likewise).
+    const Link& in = platform_.node;
+    const double l = static_cast<double>(local), f = (l - 1.0) / l;
+    const double g = platform_.memory_bandwidth > 0 ? 3.0 / platform_.memory_bandwidth : 0.0;
+    const double reduce_scatter = (l - 1.0) * in.latency + f * bytes / in.bandwidth + f * bytes * g;
+    const double allgather = (l - 1.0) * in.latency + f * bytes / in.bandwidth;
+    return std::min(flat, (reduce_scatter + allgather) * share_ + flat_allreduce(nodes, bytes / l, platform_.network));
+}
+
+std::string Model::allreduce_algorithm(std::int64_t procs, double bytes, bool between_nodes) const {
+    if (procs <= 1 || bytes <= 0) return "none";
+    if (!between_nodes) {
+        if (measured_.count(fmt::format("{} procs={}", allreduce_kernel, procs)))
+            return fmt::format("measured on {} processes (interpolated in size)", procs);
+        return fmt::format("{} within a node over {} processes", flat_name(procs, bytes), procs);
+    }
+    const auto [local, nodes] = node_groups(procs, platform_.procs_per_node);
+    if (local == 1 || allreduce(procs, bytes, true) >= flat_allreduce(procs, bytes, platform_.network))
+        return fmt::format("{} over {} processes across {} nodes, as if each alone on the network",
+                           flat_name(procs, bytes), procs, nodes);
+    return fmt::format(
+        "hierarchical: ring reduce-scatter within each node ({} processes), {} across {} nodes, ring allgather "
+        "within each node",
+        local, flat_name(nodes, bytes / static_cast<double>(local)), nodes);
 }
 
 // Processes that should run in step drift apart (caches, the operating system, other tenants), and at every
@@ -261,8 +383,7 @@ Model::Geometry Model::geometry(int index, const Split& split) const {
         g.messages = messages_at(bi, bj);
     }
     g.halo = !g.messages.empty();
-    const std::int64_t ppn = std::max<std::int64_t>(1, platform_.procs_per_node);
-    g.between_nodes = multi_node_ && (split.h * split.w > ppn || split.w > ppn);
+    g.between_nodes = halo_between_nodes(split);
 
     // Overlap, on an interior process: the outputs whose windows lie within its own input tile (and the
     // padding beyond the tensor's border), then the strips around them, as the trainer splits them.
@@ -283,6 +404,21 @@ Model::Geometry Model::geometry(int index, const Split& split) const {
         }
     }
     return g;
+}
+
+// Ranks fill nodes in order and a sample's spatial group is h x w consecutive ranks: its halos stay within a
+// node (on the node's link: NVLink, CUDA IPC) when the groups tile the nodes, else the busiest crosses.
+bool Model::halo_between_nodes(const Split& split) const {
+    const std::int64_t ppn = std::max<std::int64_t>(1, platform_.procs_per_node), group = split.h * split.w;
+    return multi_node_ && (group > ppn || ppn % group != 0);
+}
+
+// A shuffle moves data among the processes that hold the same samples under the coarser of the two sample
+// splits: consecutive ranks, within a node when their block fits the nodes' tiling.
+bool Model::shuffle_between_nodes(const Split& from, const Split& to) const {
+    const std::int64_t ppn = std::max<std::int64_t>(1, platform_.procs_per_node);
+    const std::int64_t block = procs_ / std::max<std::int64_t>(1, std::min(from.n, to.n));
+    return multi_node_ && (block > ppn || ppn % std::max<std::int64_t>(1, block) != 0);
 }
 
 // ---- Layers.
@@ -346,13 +482,14 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
     const Geometry g = geometry(index, split);
     const double ny = elements(g.y), nx = elements(g.x);
     // A kernel's time, and its key for calibration.
-    auto run = [&](const std::string& name, std::vector<TimeField> fields, double flops, double bytes) {
+    auto run = [&](const std::string& name, std::vector<TimeField> fields, double flops, double bytes,
+                   double outputs = 0.0) {
         if (keys) {
             auto f = fields;
             f.emplace_back("threads", std::vector<std::int64_t>{threads_});
             keys->push_back(time_key(name, std::move(f)));
         }
-        return kernel(name, std::move(fields), flops, bytes);
+        return kernel(name, std::move(fields), flops, bytes, outputs);
     };
     // A windowed layer's kernel over outputs `y` (the whole tile; with overlap, the interior and the strips):
     // its key's fields, and the forward's time.
@@ -366,7 +503,8 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
         const double in = elements(window_dims(l, y, g.x[1]));
         const double flops =
             l.op == OpKind::conv ? 2.0 * elements(y) * static_cast<double>(g.x[1] * l.kernel[0] * l.kernel[1]) : in;
-        return run(kernel_name(l.op, Phase::forward), window_fields(y), flops, (in + elements(y)) * word);
+        return run(kernel_name(l.op, Phase::forward), window_fields(y), flops, (in + elements(y)) * word,
+                   l.op == OpKind::conv ? elements(y) : 0.0);
     };
     const bool data_in = !l.inputs.empty() && (net_.layers[static_cast<std::size_t>(l.inputs[0])]).is_data();
     const std::int64_t sample_group = split.h * split.w;
@@ -382,9 +520,11 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
             // The backward passes move and multiply as much as the forward.
             const double flops = 2.0 * ny * static_cast<double>(g.x[1] * l.kernel[0] * l.kernel[1]);
             const double bytes = (elements(window_dims(l, g.y, g.x[1])) + ny) * word;
+            // Backward data's tiles are of the input; backward weights' reduce over the outputs, which its
+            // blocks share out as forward's do (cuDNN splits the reduction).
             if (!data_in)
-                c.backward_data = run(kernel_name(l.op, Phase::backward_data), window_fields(g.y), flops, bytes);
-            c.backward_weights = run(kernel_name(l.op, Phase::backward_weights), window_fields(g.y), flops, bytes);
+                c.backward_data = run(kernel_name(l.op, Phase::backward_data), window_fields(g.y), flops, bytes, nx);
+            c.backward_weights = run(kernel_name(l.op, Phase::backward_weights), window_fields(g.y), flops, bytes, ny);
             break;
         }
         case OpKind::maxpool:
@@ -478,9 +618,9 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
                                            {"p", pair_field(l.pad)}};
             const double flops = 2.0 * nx * static_cast<double>(l.filters * l.kernel[0] * l.kernel[1]);
             const double bytes = (nx + ny) * word;
-            c.forward = run(kernel_name(l.op, Phase::forward), f, flops, bytes);
-            if (!data_in) c.backward_data = run(kernel_name(l.op, Phase::backward_data), f, flops, bytes);
-            c.backward_weights = run(kernel_name(l.op, Phase::backward_weights), f, flops, bytes);
+            c.forward = run(kernel_name(l.op, Phase::forward), f, flops, bytes, ny);
+            if (!data_in) c.backward_data = run(kernel_name(l.op, Phase::backward_data), f, flops, bytes, nx);
+            c.backward_weights = run(kernel_name(l.op, Phase::backward_weights), f, flops, bytes, ny);
             break;
         }
         case OpKind::mse:
@@ -631,7 +771,7 @@ ShuffleCost Model::shuffle(int reader, int input, const Split& from, const Split
     ShuffleCost out;
     if (s.same) return out;  // the same tiles: what the reader needs beyond them is a halo, not a shuffle
     const double bytes = std::max(s.most_received, s.most_sent) * static_cast<double>(whole.c) * word;
-    const Link& link = multi_node_ ? platform_.network : platform_.node;
+    const Link& link = shuffle_between_nodes(from, to) ? platform_.network : platform_.node;
     const double copies = platform_.memory_bandwidth > 0 ? 2.0 * bytes / platform_.memory_bandwidth : 0.0;
     const double one_way = s.most_messages * link.latency + bytes / link.bandwidth + copies;
     out.seconds = 2.0 * one_way * share_;
@@ -649,6 +789,7 @@ Prediction Model::predict(const Schedule& schedule) const {
     Prediction out;
     out.layers.resize(net_.layers.size());
     double largest_tile = 0.0;
+    bool halo_in = false, halo_out = false, shuffle_in = false, shuffle_out = false;
     for (std::size_t i = 0; i < net_.layers.size(); ++i) {
         const Layer& l = net_.layers[i];
         LayerPrediction& lp = out.layers[i];
@@ -660,10 +801,13 @@ Prediction Model::predict(const Schedule& schedule) const {
                                          : std::vector<std::int64_t>{g.y[0], g.y[1]};
         if (l.op == OpKind::label) continue;
         lp.cost = layer(static_cast<int>(i), lp.dist);
+        if (g.halo) (g.between_nodes ? halo_out : halo_in) = true;
         for (std::size_t j = 0; j < l.inputs.size(); ++j) {
             const auto& from = schedule.layers[static_cast<std::size_t>(l.inputs[j])].split;
             const ShuffleCost s =
                 shuffle(static_cast<int>(i), static_cast<int>(j), from.value_or(Split{}), *lp.dist.split);
+            if (s.bytes > 0)
+                (shuffle_between_nodes(from.value_or(Split{}), *lp.dist.split) ? shuffle_out : shuffle_in) = true;
             lp.shuffle.seconds += s.seconds;
             lp.shuffle.bytes += s.bytes;
             lp.shuffle.memory += s.memory;
@@ -707,6 +851,28 @@ Prediction Model::predict(const Schedule& schedule) const {
     out.parameters = fixed_memory() - platform_.workspace;
     out.memory = out.activations + out.gradients + out.parameters + out.buffers + out.workspace;
     out.memory_limit = memory_limit();
+
+    const std::int64_t ppn = std::max<std::int64_t>(1, platform_.procs_per_node);
+    const frontend::Layer* widest = nullptr;
+    for (const Layer& l : net_.layers)
+        if (l.params > 0 && (!widest || l.params > widest->params)) widest = &l;
+    if (widest && procs_ > 1)
+        out.allreduce_algorithm = fmt::format(
+            "{} (the largest gradient, layer '{}', {})",
+            allreduce_algorithm(procs_, static_cast<double>(widest->params) * word, multi_node_ && procs_ > ppn),
+            widest->name, fmt::format("{:.3g} MB", static_cast<double>(widest->params) * word / 1e6));
+    auto links = [&](bool within, bool between) -> std::string {
+        const auto text = [](const char* where, const Link& k) {
+            return fmt::format("{} ({:.3g} us, {:.3g} GB/s)", where, k.latency * 1e6, k.bandwidth / 1e9);
+        };
+        if (within && between)
+            return text("within a node", platform_.node) + " and " + text("between nodes", platform_.network);
+        if (within) return text("within a node", platform_.node);
+        if (between) return text("between nodes", platform_.network);
+        return "-";
+    };
+    out.halo_link = links(halo_in, halo_out);
+    out.shuffle_link = links(shuffle_in, shuffle_out);
     return out;
 }
 

@@ -104,6 +104,7 @@ constexpr SettingSpec setting_specs[] = {
     {"efficiency", Kind::fraction},
     {"memory_bandwidth", Kind::byte_rate},
     {"kernel_latency", Kind::time},
+    {"compute_units", Kind::count},
     {"workspace", Kind::bytes},
     {"latency", Kind::time},
     {"bandwidth", Kind::byte_rate},
@@ -231,7 +232,7 @@ bool apply_setting(const PlatformSetting& s, const SettingSpec& spec, Platform& 
         case Kind::count: {
             const auto n = count(v, what, diags);
             if (!n) return false;
-            (s.key == "nodes" ? out.nodes : out.procs_per_node) = *n;
+            (s.key == "nodes" ? out.nodes : s.key == "compute_units" ? out.compute_units : out.procs_per_node) = *n;
             return true;
         }
         case Kind::fraction:
@@ -485,6 +486,7 @@ std::string print_platform(const Platform& p, const std::string& comment) {
     out += fmt::format("efficiency = {:.6g}\n", p.efficiency);
     out += fmt::format("memory_bandwidth = {}\n", byte_rate_text(p.memory_bandwidth));
     out += fmt::format("kernel_latency = {}\n", time_text(p.kernel_latency));
+    if (p.compute_units != 0) out += fmt::format("compute_units = {}\n", p.compute_units);
     out += fmt::format("workspace = {}\n", bytes_text(p.workspace));
     out += fmt::format("latency = {}\n", time_text(p.node.latency));
     out += fmt::format("bandwidth = {}\n", byte_rate_text(p.node.bandwidth));

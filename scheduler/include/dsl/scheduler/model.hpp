@@ -85,6 +85,9 @@ struct Prediction {
     // Bytes per process.
     double activations = 0.0, gradients = 0.0, parameters = 0.0, buffers = 0.0, workspace = 0.0, memory = 0.0;
     double memory_limit = 0.0;  // what the platform gives a process
+    // What the communication figures assume, in words: the weight gradients' allreduce algorithm (for the
+    // largest), and the links halo exchanges and shuffles take ("-" where there are none).
+    std::string allreduce_algorithm = "-", halo_link = "-", shuffle_link = "-";
 };
 
 class Model final : public CostModel {
@@ -108,9 +111,22 @@ public:
     double sharing() const { return share_; }  // processes per processor (1 unless oversubscribed)
 
     // The building blocks, for calibration and tests.
-    double kernel(const std::string& name, std::vector<TimeField> fields, double flops, double bytes) const;
+    // A kernel's time: measured, else interpolated between the measured sizes of the same kernel (same
+    // fields but the tensors' samples, rows and columns), else analytic. `outputs`: the output elements a
+    // convolution's thread blocks share out (0: not a convolution, no waves).
+    double kernel(const std::string& name, std::vector<TimeField> fields, double flops, double bytes,
+                  double outputs = 0.0) const;
+    // The analytic time of one call from the published figures: the per-call latency, then the larger of the
+    // arithmetic (in waves of output tiles over the compute units, where the platform gives them) and the
+    // memory traffic (the roofline).
+    double analytic_kernel(double flops, double bytes, double outputs) const;
     double sendrecv(double bytes, bool between_nodes) const;
+    // The allreduce of `bytes` over `procs` processes; `between_nodes`: they span nodes, and it runs
+    // hierarchically (reduce-scatter within each node, allreduce across nodes, allgather within).
     double allreduce(std::int64_t procs, double bytes, bool between_nodes) const;
+    // Every process on one link as if alone on it (Thakur et al.): what the hierarchy improves on.
+    double flat_allreduce(std::int64_t procs, double bytes, const Link& link) const;
+    std::string allreduce_algorithm(std::int64_t procs, double bytes, bool between_nodes) const;
     double drift() const;  // the measured waits for other processes per second of compute, else 0
 
     // The time keys of every kernel that `layer` runs under `d` (what calibration times alone).
@@ -135,6 +151,10 @@ private:
     struct Geometry;
     Geometry geometry(int index, const Split& split) const;
     double interpolate(const std::string& prefix, double bytes) const;  // measured communication
+    double interpolate_kernel(const std::string& name, const std::vector<TimeField>& fields, double flops, double bytes,
+                              double outputs) const;
+    bool halo_between_nodes(const Split& split) const;
+    bool shuffle_between_nodes(const Split& from, const Split& to) const;
     LayerCost compute_layer(int index, const Distribution& d, std::vector<std::string>* keys) const;
 
     const frontend::Network& net_;
@@ -146,6 +166,9 @@ private:
     // Measured communication: by the key prefix ("sendrecv", "allreduce procs=4"), size -> seconds.
     std::map<std::string, std::vector<std::pair<double, double>>> measured_;
     bool measured_sendrecv_ = false;
+    // Measured kernel times by kernel and every field but the tensors' sizes (their channels kept), as
+    // (size, seconds) sorted by size: the outputs' elements, or the input's where the key has no output.
+    std::map<std::string, std::vector<std::pair<double, double>>> kernel_sizes_;
     double drift_ = 0.0;  // measured waits per second of compute
     bool raw_ = false;
     double shuffle_extra_ = 0.0;  // measured cost of a shuffle beyond its transfer

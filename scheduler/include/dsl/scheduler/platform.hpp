@@ -34,6 +34,7 @@ struct Platform {
     double efficiency = 0.5;              // the fraction of `flops` convolutions reach where no time is measured
     double memory_bandwidth = 0.0;        // bytes per second one processor reads and writes
     double kernel_latency = 0.0;          // seconds every kernel call costs beyond its work
+    std::int64_t compute_units = 0;       // a GPU's SMs, over which convolutions' tiles run in waves; 0: no waves
     double workspace = 0.0;               // bytes per process for kernel scratch and runtimes
     Link node;                            // between processes of one node
     Link network;                         // between nodes
