@@ -109,24 +109,9 @@ int predict_on(const PredictOptions& p, const Checked& checked, const scheduler:
 }
 
 int run_predict(const PredictOptions& p) {
-    const RunOptions& o = p.run;
-    const bool mpi = backend::under_mpi();
-    if (mpi) backend::share_node_cores();
-    Output io;
-    io.on = !mpi || backend::launched_rank() == 0;
-    SourceManager sources;
-    Diagnostics diags;
-    auto checked = load_and_check(o.net, o.sched, sources, diags, "", {o.batch, default_batch, o.procs}, true);
-    diags.render(io.err(), stderr_color());
-    if (!checked) return user_error;
-    std::string why;
-    const auto schedule = run_schedule(*checked, o, why, io);
-    if (!schedule) {
-        io.err() << "error: " << why << "\n";
-        return usage;
-    }
-    return on_processes(o, *checked, *schedule, io, [&](backend::Kernels kernels, backend::Comm& comm) {
-        return predict_on(p, *checked, *schedule, kernels, comm, io);
+    return run_trained(p.run, [&](const Checked& checked, const scheduler::Schedule& schedule, backend::Kernels kernels,
+                                  backend::Comm& comm, Output& io) {
+        return predict_on(p, checked, schedule, kernels, comm, io);
     });
 }
 

@@ -2,6 +2,9 @@
 // layer's figures counted from its input's tiles and the data source's labels, then summed over processes.
 #include "evaluation.hpp"
 
+#include "commands.hpp"
+#include "planning.hpp"
+
 #include <dsl/backend/checkpoint.hpp>
 #include <dsl/base/error.hpp>
 #include <dsl/scheduler/plan.hpp>
@@ -268,6 +271,27 @@ std::string figures_text(const EvalFigures& f) {
         out += "\n";
     }
     return out;
+}
+
+int run_trained(const RunOptions& o, const TrainedBody& body) {
+    const bool mpi = backend::under_mpi();
+    if (mpi) backend::share_node_cores();
+    Output io;
+    io.on = !mpi || backend::launched_rank() == 0;
+    SourceManager sources;
+    Diagnostics diags;
+    auto checked = load_and_check(o.net, o.sched, sources, diags, "", {o.batch, default_batch, o.procs}, true);
+    diags.render(io.err(), stderr_color());
+    if (!checked) return user_error;
+    std::string why;
+    const auto schedule = run_schedule(*checked, o, why, io);
+    if (!schedule) {
+        io.err() << "error: " << why << "\n";
+        return usage;
+    }
+    return on_processes(o, *checked, *schedule, io, [&](backend::Kernels kernels, backend::Comm& comm) {
+        return body(*checked, *schedule, kernels, comm, io);
+    });
 }
 
 }  // namespace dsl::cli

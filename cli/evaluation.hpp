@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -66,6 +67,12 @@ std::optional<Samples> open_samples(const frontend::Network& net, std::uint64_t 
 std::unique_ptr<backend::Trainer> load_trained(const frontend::Network& net, const scheduler::Schedule& schedule,
                                                std::int64_t batch, backend::Kernels kernels, backend::Comm& comm,
                                                const std::string& load, Output& io);
+
+// What `dsl eval` and `dsl predict` share around their work: the network checked (said on the first
+// process), the schedule it runs under, then `body` on that schedule's processes. Returns the exit code.
+using TrainedBody = std::function<int(const Checked& checked, const scheduler::Schedule& schedule,
+                                      backend::Kernels kernels, backend::Comm& comm, Output& io)>;
+int run_trained(const RunOptions& o, const TrainedBody& body);
 
 // The figures as a JSON object: {"samples", "loss", "losses": {NAME: {"loss", "accuracy", ...}}}, and as
 // text lines (one per loss layer).
