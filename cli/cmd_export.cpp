@@ -30,40 +30,6 @@ struct ExportOptions {
     bool force = false;
 };
 
-// Writes `bytes` to `path` through a fresh file beside it: renamed over an old file when `replace`, else
-// linked into place, which fails if a file appeared there meanwhile. False with `why`.
-bool write_output(const std::string& path, const std::string& bytes, bool replace, std::string& why) {
-    std::string temp = path + ".tmp-XXXXXX";
-    const int fd = ::mkstemp(temp.data());
-    if (fd < 0) {
-        why = fmt::format("cannot write '{}': {}", path, std::strerror(errno));
-        return false;
-    }
-    bool written = true;
-    for (std::size_t done = 0; written && done < bytes.size();) {
-        const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-        if (n < 0 && errno == EINTR) continue;
-        written = n > 0;
-        if (written) done += static_cast<std::size_t>(n);
-    }
-    written = ::fchmod(fd, 0644) == 0 && written;
-    written = ::fsync(fd) == 0 && written;
-    written = ::close(fd) == 0 && written;
-    int err = written ? 0 : errno;
-    if (written && replace && ::rename(temp.c_str(), path.c_str()) != 0) err = errno;
-    if (written && !replace && ::link(temp.c_str(), path.c_str()) != 0) err = errno;
-    ::unlink(temp.c_str());  // after a rename, nothing is there any more
-    if (err == EEXIST) {
-        why = fmt::format("'{}' exists; it is left as it is (--force replaces it)", path);
-        return false;
-    }
-    if (err != 0 || !written) {
-        why = fmt::format("cannot write '{}': {}", path, std::strerror(err != 0 ? err : EIO));
-        return false;
-    }
-    return true;
-}
-
 int run_export(const ExportOptions& o) {
     namespace fs = std::filesystem;
     const bool npz = o.format.empty() ? fs::path(o.output).extension() == ".npz" : o.format == "npz";
@@ -92,7 +58,7 @@ int run_export(const ExportOptions& o) {
         throw UserError(fmt::format("the checkpoint '{}' does not fit the network '{}': {}", o.load, o.net, error));
     const auto bytes = npz ? backend::npz_bytes(*arrays, error) : backend::torch_save_bytes(*arrays, error);
     if (!bytes) throw UserError(fmt::format("cannot export to '{}': {}", o.output, error));
-    if (!write_output(o.output, *bytes, o.force, error)) throw UserError(error);
+    if (!write_file(o.output, *bytes, o.force, error)) throw UserError(error);
 
     std::int64_t params = 0;
     for (const auto& l : net.layers) params += l.params;
