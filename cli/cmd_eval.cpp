@@ -75,20 +75,8 @@ void setup_eval(CLI::App& app, Action& action) {
     RunOptions& o = e->run;
     CLI::App* cmd = app.add_subcommand(
         "eval", "Evaluate a trained network: its loss and figures over a data set, weights untouched");
-    cmd->add_option("NET", o.net, "The network (.net)")->required();
-    cmd->add_option("SCHED", o.sched, "A schedule (.sched); without one, one process");
-    cmd->add_option("--load", o.load, "The checkpoint to evaluate (a folder that 'dsl run --save' wrote)")->required();
-    add_data_options(*cmd, o.data);
-    cmd->add_option("--samples", e->samples, "Evaluate the first K samples (default: all of the data set's)")
-        ->check(positive_count());
-    cmd->add_option("--batch", o.batch, "Mini-batch size N (default: the schedule's, else 4)")->check(positive_count());
-    cmd->add_option("--seed", o.seed, "Seed of the synthetic data (default 0)")->check(nonnegative_count());
+    add_trained_options(*cmd, o, e->samples, "The checkpoint to evaluate", "Evaluate");
     cmd->add_flag("--json", e->json, "Print one JSON object");
-    cmd->add_option("--kernels", o.kernels, "cpu (oneDNN and Halide; default) or reference (plain loops)")
-        ->check(CLI::IsMember({"cpu", "reference"}));
-    cmd->add_option("--procs", o.procs, "Processes, where the schedule leaves the count open")->check(positive_count());
-    cmd->add_option("--device", o.device, "cpu (default) or gpu: where every layer runs")
-        ->check(CLI::IsMember({"cpu", "gpu"}));
     cmd->footer("Example:\n  dsl eval samples/mesh_tiny.net --load ckpt --data x=x.npy --data y=y.npy --json");
     cmd->callback([e, &action] { action = [e] { return run_eval(*e); }; });
 }

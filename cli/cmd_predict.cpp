@@ -122,25 +122,12 @@ void setup_predict(CLI::App& app, Action& action) {
     RunOptions& o = p->run;
     CLI::App* cmd = app.add_subcommand(
         "predict", "Write a trained network's output (or a layer's) for every sample to a .npy or HDF5 file");
-    cmd->add_option("NET", o.net, "The network (.net)")->required();
-    cmd->add_option("SCHED", o.sched, "A schedule (.sched); without one, one process");
-    cmd->add_option("--load", o.load, "The checkpoint whose weights predict (a folder that 'dsl run --save' wrote)")
-        ->required();
+    add_trained_options(*cmd, o, p->samples, "The checkpoint whose weights predict", "Predict");
     cmd->add_option("--output", p->output, "OUT.npy or OUT.h5:/dataset: an [S, ...] float32 array")->required();
     cmd->add_option("--layer", p->layer, "The layer whose output is written (default: the last that is not a loss)");
     cmd->add_flag("--force", p->force, "Replace the output file (or HDF5 dataset) if it exists");
-    add_data_options(*cmd, o.data);
-    cmd->add_option("--samples", p->samples, "Predict the first K samples (default: all of the data set's)")
-        ->check(positive_count());
-    cmd->add_option("--batch", o.batch, "Mini-batch size N (default: the schedule's, else 4)")->check(positive_count());
-    cmd->add_option("--seed", o.seed, "Seed of the synthetic data (default 0)")->check(nonnegative_count());
-    cmd->add_option("--kernels", o.kernels, "cpu (oneDNN and Halide; default) or reference (plain loops)")
-        ->check(CLI::IsMember({"cpu", "reference"}));
-    cmd->add_option("--procs", o.procs, "Processes, where the schedule leaves the count open")->check(positive_count());
-    cmd->add_option("--device", o.device, "cpu (default) or gpu: where every layer runs")
-        ->check(CLI::IsMember({"cpu", "gpu"}));
     cmd->footer(
-        "Example:\n  dsl predict samples/mesh_tiny.net --load ckpt --data x=x.npy --data y=y.npy --output pred.npy");
+        "Example:\n  dsl predict samples/mesh_tiny.net --load ckpt --data x=x.npy --output pred.npy");
     cmd->callback([p, &action] { action = [p] { return run_predict(*p); }; });
 }
 

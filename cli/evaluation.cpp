@@ -10,6 +10,7 @@
 #include <dsl/scheduler/plan.hpp>
 
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -271,6 +272,23 @@ std::string figures_text(const EvalFigures& f) {
         out += "\n";
     }
     return out;
+}
+
+void add_trained_options(CLI::App& cmd, RunOptions& o, std::optional<std::int64_t>& samples,
+                         const std::string& load_help, const std::string& verb) {
+    cmd.add_option("NET", o.net, "The network (.net)")->required();
+    cmd.add_option("SCHED", o.sched, "A schedule (.sched); without one, one process");
+    cmd.add_option("--load", o.load, load_help + " (a folder that 'dsl run --save' wrote)")->required();
+    add_data_options(cmd, o.data);
+    cmd.add_option("--samples", samples, verb + " the first K samples (default: all of the data set's)")
+        ->check(positive_count());
+    cmd.add_option("--batch", o.batch, "Mini-batch size N (default: the schedule's, else 4)")->check(positive_count());
+    cmd.add_option("--seed", o.seed, "Seed of the synthetic data (default 0)")->check(nonnegative_count());
+    cmd.add_option("--kernels", o.kernels, "cpu (oneDNN and Halide; default) or reference (plain loops)")
+        ->check(CLI::IsMember({"cpu", "reference"}));
+    cmd.add_option("--procs", o.procs, "Processes, where the schedule leaves the count open")->check(positive_count());
+    cmd.add_option("--device", o.device, "cpu (default) or gpu: where every layer runs")
+        ->check(CLI::IsMember({"cpu", "gpu"}));
 }
 
 int run_trained(const RunOptions& o, const TrainedBody& body) {

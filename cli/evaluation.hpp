@@ -19,6 +19,10 @@
 #include <string>
 #include <vector>
 
+namespace CLI {
+class App;
+}
+
 namespace dsl::cli {
 
 // One loss layer's figures over the evaluated samples.
@@ -70,6 +74,11 @@ std::unique_ptr<backend::Trainer> load_trained(const frontend::Network& net, con
 
 // What `dsl eval` and `dsl predict` share around their work: the network checked (said on the first
 // process), the schedule it runs under, then `body` on that schedule's processes. Returns the exit code.
+// The options `dsl eval` and `dsl predict` share: NET, SCHED, --load (`load_help`, required), the data
+// options, --samples ("`verb` the first K samples"), --batch, --seed, --kernels, --procs and --device.
+void add_trained_options(CLI::App& cmd, RunOptions& o, std::optional<std::int64_t>& samples,
+                         const std::string& load_help, const std::string& verb);
+
 using TrainedBody = std::function<int(const Checked& checked, const scheduler::Schedule& schedule,
                                       backend::Kernels kernels, backend::Comm& comm, Output& io)>;
 int run_trained(const RunOptions& o, const TrainedBody& body);

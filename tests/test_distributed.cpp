@@ -108,31 +108,45 @@ TEST_CASE("the step's loss is the weighted sum of the losses, which are logged u
     }
 }
 
+namespace {
+
+// The losses of 5 steps of `common` on one process (saved in d/one), and of steps 4 and 5 run under
+// `rest_sched` from a checkpoint of 3 steps under `first_sched` (saved in d/rest).
+struct Resumed {
+    std::vector<double> one, rest;
+};
+Resumed resume(const std::string& common, const std::string& first_sched, const std::string& rest_sched,
+               const std::string& d) {
+    Result r = run_dsl(common + "--steps 5 --log " + d + "/one.jsonl --save " + d + "/one");
+    REQUIRE(r.exit_code == 0);
+    r = run_dsl(common + first_sched + " --steps 3 --save " + d + "/first");
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    r = run_dsl(common + rest_sched + " --steps 2 --load " + d + "/first --log " + d + "/rest.jsonl --save " + d +
+                "/rest");
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    Resumed out;
+    std::ifstream a(d + "/one.jsonl"), b(d + "/rest.jsonl");
+    for (std::string line; std::getline(a, line);) out.one.push_back(nlohmann::json::parse(line)["loss"]);
+    for (std::string line; std::getline(b, line);) out.rest.push_back(nlohmann::json::parse(line)["loss"]);
+    REQUIRE(out.one.size() == 5);
+    REQUIRE(out.rest.size() == 2);
+    return out;
+}
+
+}  // namespace
+
 TEST_CASE("a checkpoint saved under one schedule resumes under another", "[distributed][mpi]") {
     const fs::path dir = fs::temp_directory_path() / ("dsl_resume_" + std::to_string(::getpid()));
     fs::remove_all(dir);
     fs::create_directories(dir);
     const std::string d = dir.string();
-    const std::string common = "run samples/mesh_tiny.net --seed 3 --batch 4 ";
     // 5 steps on one process; 3 on 4 processes (hybrid), then 2 more on 2 (columns).
-    Result r = run_dsl(common + "--steps 5 --log " + d + "/one.jsonl --save " + d + "/one");
-    REQUIRE(r.exit_code == 0);
-    r = run_dsl(common + "samples/mesh_tiny_hybrid_4.sched --steps 3 --save " + d + "/first");
-    INFO(r.err);
-    REQUIRE(r.exit_code == 0);
-    r = run_dsl(common + "samples/mesh_tiny_spatial_w_2.sched --steps 2 --load " + d + "/first --log " + d +
-                "/rest.jsonl --save " + d + "/rest");
-    INFO(r.err);
-    REQUIRE(r.exit_code == 0);
-
-    std::vector<double> one, rest;
-    std::ifstream a(dir / "one.jsonl"), b(dir / "rest.jsonl");
-    for (std::string line; std::getline(a, line);) one.push_back(nlohmann::json::parse(line)["loss"]);
-    for (std::string line; std::getline(b, line);) rest.push_back(nlohmann::json::parse(line)["loss"]);
-    REQUIRE(one.size() == 5);
-    REQUIRE(rest.size() == 2);
-    CHECK(rest[0] == Approx(one[3]).epsilon(1e-4));
-    CHECK(rest[1] == Approx(one[4]).epsilon(1e-4));
+    const Resumed l = resume("run samples/mesh_tiny.net --seed 3 --batch 4 ", "samples/mesh_tiny_hybrid_4.sched",
+                             "samples/mesh_tiny_spatial_w_2.sched", d);
+    CHECK(l.rest[0] == Approx(l.one[3]).epsilon(1e-4));
+    CHECK(l.rest[1] == Approx(l.one[4]).epsilon(1e-4));
     std::string error;
     const auto expected = load_checkpoint(d + "/one", error), got = load_checkpoint(d + "/rest", error);
     REQUIRE(expected);
@@ -148,23 +162,9 @@ TEST_CASE("dropout's masks resume where they left off: a resumed run under anoth
     const fs::path dir = fs::temp_directory_path() / ("dsl_resume_dropout_" + std::to_string(::getpid()));
     fs::remove_all(dir);
     fs::create_directories(dir);
-    const std::string d = dir.string();
-    const std::string common = "run tests/dist/modern.net --seed 3 --batch 4 ";
-    Result r = run_dsl(common + "--steps 5 --log " + d + "/one.jsonl");
-    REQUIRE(r.exit_code == 0);
-    r = run_dsl(common + "tests/dist/modern_hybrid_4.sched --steps 3 --save " + d + "/first");
-    INFO(r.err);
-    REQUIRE(r.exit_code == 0);
-    r = run_dsl(common + "tests/dist/modern_h2.sched --steps 2 --load " + d + "/first --log " + d + "/rest.jsonl");
-    INFO(r.err);
-    REQUIRE(r.exit_code == 0);
-    std::vector<double> one, rest;
-    std::ifstream a(dir / "one.jsonl"), b(dir / "rest.jsonl");
-    for (std::string line; std::getline(a, line);) one.push_back(nlohmann::json::parse(line)["loss"]);
-    for (std::string line; std::getline(b, line);) rest.push_back(nlohmann::json::parse(line)["loss"]);
-    REQUIRE(one.size() == 5);
-    REQUIRE(rest.size() == 2);
-    CHECK(rest[0] == Approx(one[3]).epsilon(1e-6));
-    CHECK(rest[1] == Approx(one[4]).epsilon(1e-6));
+    const Resumed l = resume("run tests/dist/modern.net --seed 3 --batch 4 ", "tests/dist/modern_hybrid_4.sched",
+                             "tests/dist/modern_h2.sched", dir.string());
+    CHECK(l.rest[0] == Approx(l.one[3]).epsilon(1e-6));
+    CHECK(l.rest[1] == Approx(l.one[4]).epsilon(1e-6));
     fs::remove_all(dir);
 }
