@@ -175,6 +175,10 @@ TEST_CASE("checkpoint: temporary folders of a killed run do not break a later sa
     killed_save(dir.path / (".ckpt.tmp-" + pid), pid);
     killed_save(dir.path / ".ckpt.tmp-999999999", "999999999");
     killed_save(dir.path / ".ckpt.old-999999999", "999999999");
+    // Saves killed before their marker was whole: right after making the folder, and halfway through the mark.
+    fs::create_directory(dir.path / ".ckpt.tmp-999999993");
+    fs::create_directory(dir.path / ".ckpt.tmp-999999992");
+    write_bytes(dir / ".ckpt.tmp-999999992/.dsl-partial", "a dsl checkpoint being wri");
     REQUIRE(save_checkpoint(dir / "ckpt", sample_tensors(2.0f), {{"step", 3}}, error));
     CHECK(siblings(dir.path) == std::vector<std::string>{"ckpt"});
     auto loaded = load_checkpoint(dir / "ckpt", error);

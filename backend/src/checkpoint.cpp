@@ -222,18 +222,26 @@ bool mark(const fs::path& folder, const std::string& pid, std::string& error) {
 }
 
 // Whether `folder` is one that a save of process `pid` made and marked, holding nothing but its marker,
-// .npy files and a manifest (the debris of a killed save, or the old checkpoint it was replacing).
+// .npy files and a manifest (the debris of a killed save, or the old checkpoint it was replacing). A save
+// killed between making its folder and finishing the marker leaves the folder empty, or holding only the
+// start of the marker: that is its debris too, with nothing in it to lose.
 bool ours_to_remove(const fs::path& folder, const std::string& pid) {
     std::error_code ec;
     if (!fs::is_directory(fs::symlink_status(folder, ec))) return false;
-    std::string text, why;
-    if (!read_regular_file((folder / marker_name).string(), text, why) || text != marker_text(pid)) return false;
+    std::vector<std::string> files;
     for (const auto& e : fs::directory_iterator(folder, ec)) {
         const std::string f = e.path().filename().string();
         if (e.is_symlink() || !e.is_regular_file() || (f != marker_name && f != "manifest.json" && !valid_file(f)))
             return false;
+        files.push_back(f);
     }
-    return !ec;
+    if (ec) return false;
+    if (files.empty()) return true;
+    std::string text, why;
+    if (!read_regular_file((folder / marker_name).string(), text, why)) return false;
+    const std::string whole = marker_text(pid);
+    if (files.size() == 1 && files[0] == marker_name) return whole.compare(0, text.size(), text) == 0;
+    return text == whole;
 }
 
 // Temporary folders of earlier saves whose process has died (".NAME.tmp-PID", ".NAME.old-PID"): removed
