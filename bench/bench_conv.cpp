@@ -112,8 +112,8 @@ std::vector<Problem> problems(const frontend::Network& net, std::int64_t batch, 
         seen[key] = out.size();
         out.push_back(Problem{l.name,
                               1,
-                              {batch, xs[0], xs[1], xs[2]},
-                              {batch, ys[0], ys[1], ys[2]},
+                              {batch, xs[0], {xs[1], xs[2]}},
+                              {batch, ys[0], {ys[1], ys[2]}},
                               l.kernel[0],
                               l.stride[0],
                               l.pad[0],
@@ -150,25 +150,29 @@ void bench_net(const std::string& path, std::int64_t batch, int per_block, doubl
         backend::Window w;
         w.kernel = {p.k, p.k};
         w.stride = {p.stride, p.stride};
-        const std::int64_t extent = w.input_extent(0, p.y.h), extent_w = w.input_extent(1, p.y.w);
         // The Trainer's layout: the input tile's margins hold the padding, the kernel reads a window of it.
-        backend::Tensor x(p.x, {p.pad, std::max<std::int64_t>(0, extent - p.pad - p.x.h), p.pad,
-                                std::max<std::int64_t>(0, extent_w - p.pad - p.x.w)});
-        backend::Tensor dx(p.x, x.margins()), y(p.y), dy(p.y), wt({p.y.c, p.x.c, p.k, p.k}), dw(wt.dims());
+        backend::Dims window{p.x.n, p.x.c, p.x.space};
+        backend::Margins margins = backend::Margins::filled(p.x.rank(), {});
+        for (int d = 0; d < p.x.rank(); ++d) {
+            window.space[d] = w.input_extent(d, p.y.space[d]);
+            margins[d] = {p.pad, std::max<std::int64_t>(0, window.space[d] - p.pad - p.x.space[d])};
+        }
+        backend::Tensor x(p.x, margins);
+        backend::Tensor dx(p.x, x.margins()), y(p.y), dy(p.y), wt({p.y.c, p.x.c, {p.k, p.k}}), dw(wt.dims());
         x.fill(0.5f), dy.fill(0.25f), wt.fill(0.01f);
-        const backend::Dims window{p.x.n, p.x.c, extent, extent_w};
-        const auto xv = x.padded().sub(0, 0, 0, 0, window);
-        const auto dxv = dx.padded().sub(0, 0, 0, 0, window);
+        const backend::Index origin = backend::Index::filled(p.x.rank(), 0);
+        const auto xv = x.padded().sub(0, 0, origin, window);
+        const auto dxv = dx.padded().sub(0, 0, origin, window);
         const double f = time_it([&] { conv.forward(xv, wt.interior(), nullptr, y.interior(), w); }, budget);
         const double bd = time_it([&] { conv.backward_data(dy.interior(), wt.interior(), dxv, w); }, budget);
         const double bw = time_it([&] { conv.backward_weights(xv, dy.interior(), dw.interior(), nullptr, w); }, budget);
         auto cell = [&](double s) {
             return fmt::format("{:>7.1f} ({:>3.0f}%)", p.flops / s / 1e9, 100.0 * p.flops / s / 1e9 / peak);
         };
-        std::cout << fmt::format(
-            "  {:<24} {:>2}  {:<36} {:>7.2f}  {:>16} {:>16} {:>16}\n", p.name, p.count,
-            fmt::format("{}x{}x{} -> {}x{}x{} k{} s{}", p.x.c, p.x.h, p.x.w, p.y.c, p.y.h, p.y.w, p.k, p.stride),
-            p.flops / 1e9, cell(f), cell(bd), cell(bw));
+        std::cout << fmt::format("  {:<24} {:>2}  {:<36} {:>7.2f}  {:>16} {:>16} {:>16}\n", p.name, p.count,
+                                 fmt::format("{}x{}x{} -> {}x{}x{} k{} s{}", p.x.c, p.x.space[0], p.x.space[1], p.y.c,
+                                             p.y.space[0], p.y.space[1], p.k, p.stride),
+                                 p.flops / 1e9, cell(f), cell(bd), cell(bw));
         total_flops += 3 * p.flops * p.count;
         total_s += (f + bd + bw) * p.count;
     }

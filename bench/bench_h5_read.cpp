@@ -59,10 +59,10 @@ int main(int argc, char** argv) {
     };
     const auto [y0, y1] = part(H, rows, r);
     const auto [x0, x1] = part(W, cols, c);
-    backend::Tensor tile(backend::Dims{1, C, y1 - y0, x1 - x0});
+    backend::Tensor tile(Dims{1, C, {y1 - y0, x1 - x0}});
     MPI_Barrier(MPI_COMM_WORLD);
     const auto t0 = bench::Clock::now();
-    for (std::int64_t s = 0; s < samples; ++s) data->inputs(x, s, y0, x0, tile.interior());
+    for (std::int64_t s = 0; s < samples; ++s) data->inputs(x, s, backend::Index{y0, x0}, tile.interior());
     const double seconds = bench::seconds_since(t0);
     const double bytes = static_cast<double>(samples * C * (y1 - y0) * (x1 - x0)) * 4.0;
     std::vector<double> all(static_cast<std::size_t>(size));

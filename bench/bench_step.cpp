@@ -5,6 +5,7 @@
 
 #include <dsl/backend/data.hpp>
 #include <dsl/backend/trainer.hpp>
+#include <dsl/scheduler/plan.hpp>
 
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -34,29 +35,28 @@ public:
     CachedData(const frontend::Network& net, KernelTimes& times)
         : times_(times), inner_(backend::make_data_source(net, 0, "", "", error_)) {}
 
-    void inputs(const Layer& input, std::int64_t first, std::int64_t y0, std::int64_t x0, backend::View t) override {
+    void inputs(const Layer& input, std::int64_t first, const backend::Index& at, backend::View t) override {
         const auto start = Clock::now();
         auto& c = inputs_[input.name];
         if (c.empty()) {
             c.resize(static_cast<std::size_t>(t.dims.elements()));
-            inner_->inputs(input, first, y0, x0, backend::dense_view(c.data(), t.dims));
+            inner_->inputs(input, first, at, backend::dense_view(c.data(), t.dims));
         }
         const float* p = c.data();
-        for (std::int64_t n = 0; n < t.dims.n; ++n)
-            for (std::int64_t ch = 0; ch < t.dims.c; ++ch)
-                for (std::int64_t y = 0; y < t.dims.h; ++y, p += t.dims.w)
-                    std::memcpy(&t.at(n, ch, y, 0), p, static_cast<std::size_t>(t.dims.w) * sizeof(float));
+        const std::int64_t row = backend::row_length(t.dims);
+        backend::for_each_row(t, [&](std::int64_t, std::int64_t, const backend::Index&, float* r) {
+            std::memcpy(r, p, static_cast<std::size_t>(row) * sizeof(float));
+            p += row;
+        });
         times_.add("data (copy into the input tile)", seconds_since(start));
     }
-    void labels(const Layer& label, std::int64_t first, std::int64_t y0, std::int64_t x0,
+    void labels(const Layer& label, std::int64_t first, const backend::Index& at,
                 backend::BasicView<std::int32_t> t) override {
         const auto start = Clock::now();
         auto& c = labels_[label.name];
         if (c.empty()) {
             c.resize(static_cast<std::size_t>(t.dims.elements()));
-            backend::BasicView<std::int32_t> dense{c.data(), t.dims, t.dims.c * t.dims.h * t.dims.w,
-                                                   t.dims.h * t.dims.w, t.dims.w};
-            inner_->labels(label, first, y0, x0, dense);
+            inner_->labels(label, first, at, backend::dense_view(c.data(), t.dims));
         }
         std::copy(c.begin(), c.end(), t.base);  // label tiles are dense
         times_.add("data (copy into the input tile)", seconds_since(start));
@@ -175,7 +175,8 @@ std::string Baseline::build() {
                 const auto d = dims_of(l);
                 y_[i] = memory({d, f32, memory::format_tag::nchw}, engine_);
                 input_stage_.resize(static_cast<std::size_t>(d[0] * d[1] * d[2] * d[3]));
-                data.fill_inputs(0, 0, 0, 0, backend::dense_view(input_stage_.data(), {d[0], d[1], d[2], d[3]}));
+                data.fill_inputs(0, 0, backend::Index{0, 0},
+                                 backend::dense_view(input_stage_.data(), Dims{d[0], d[1], {d[2], d[3]}}));
                 fwd.push_back({"data (copy into the input tile)", [this, i] {
                                    std::memcpy(y_[i].get_data_handle(), input_stage_.data(),
                                                input_stage_.size() * sizeof(float));
@@ -185,9 +186,8 @@ std::string Baseline::build() {
             case OpKind::label: {
                 const auto& d = l.shape.dims;
                 labels_.resize(static_cast<std::size_t>(batch_ * d[0] * d[1]));
-                const backend::Dims ld{batch_, 1, d[0], d[1]};
-                data.fill_labels(0, 0, 0,
-                                 backend::BasicView<std::int32_t>{labels_.data(), ld, d[0] * d[1], d[0] * d[1], d[1]});
+                data.fill_labels(0, backend::Index{0, 0},
+                                 backend::dense_view(labels_.data(), Dims{batch_, 1, {d[0], d[1]}}));
                 break;
             }
             case OpKind::conv: {
@@ -393,9 +393,10 @@ void run_case(const Case& c, int warmup, int runs) {
     KernelTimes dsl_times, data_times;
     dsl_times.detail = env_int("BENCH_DETAIL", 0) != 0;
     CachedData data(net, data_times);
-    backend::Trainer plain_trainer(net, backend::cpu_kernels(), cfg);
+    const scheduler::Plan plan = scheduler::make_plan(net, {}, cfg.batch, 0, 1);  // one process
+    backend::Trainer plain_trainer(net, backend::cpu_kernels(), cfg, plan);
     auto tk = timed(backend::cpu_kernels(), dsl_times);
-    backend::Trainer timed_trainer(net, tk->kernels, cfg);
+    backend::Trainer timed_trainer(net, tk->kernels, cfg, plan);
 
     Baseline base(net, c.batch);
     const std::string unsupported = base.build();

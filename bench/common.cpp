@@ -84,10 +84,11 @@ auto charge(KernelTimes& times, const char* name, const Dims& d, F&& f) {
     auto record = [&] {
         const double s = seconds_since(t0);
         times.add(name, s);
-        if (times.detail)
-            times.add_detail(std::string(name) + " " + std::to_string(d.n) + "x" + std::to_string(d.c) + "x" +
-                                 std::to_string(d.h) + "x" + std::to_string(d.w),
-                             s);
+        if (times.detail) {
+            std::string dims = std::to_string(d.n) + "x" + std::to_string(d.c);
+            for (std::int64_t e : d.space) dims += "x" + std::to_string(e);
+            times.add_detail(std::string(name) + " " + dims, s);
+        }
     };
     if constexpr (std::is_void_v<decltype(f())>) {
         f();
@@ -193,10 +194,10 @@ struct Eltwise final : EltwiseKernels {
         charge(*t, "eltwise.accumulate", y.dims, [&] { in->accumulate(x, y); });
     }
     void sgd(float* w, float* m, const float* g, std::int64_t n, float lr, float mo, float d) override {
-        charge(*t, "eltwise.sgd", Dims{1, n, 1, 1}, [&] { in->sgd(w, m, g, n, lr, mo, d); });
+        charge(*t, "eltwise.sgd", Dims{1, n, {}}, [&] { in->sgd(w, m, g, n, lr, mo, d); });
     }
     void adam(float* w, float* m, float* v, const float* g, std::int64_t n, const AdamStep& s) override {
-        charge(*t, "eltwise.adam", Dims{1, n, 1, 1}, [&] { in->adam(w, m, v, g, n, s); });
+        charge(*t, "eltwise.adam", Dims{1, n, {}}, [&] { in->adam(w, m, v, g, n, s); });
     }
 };
 

@@ -210,7 +210,7 @@ int profile_worker(const CalibrateOptions& o) {
         workspace = workspace < 0 ? beyond : std::min(workspace, beyond);
         return step;
     };
-    for (const scheduler::Split& split : scheduler::splits_of(procs, batch)) {
+    for (const scheduler::Split& split : scheduler::splits_of(procs, batch, net.spatial_rank())) {
         for (bool overlap : split.spatial() ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
             scheduler::Schedule s;
             s.procs = procs;

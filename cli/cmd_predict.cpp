@@ -95,7 +95,7 @@ int predict_on(const PredictOptions& p, const Checked& checked, const scheduler:
         const std::int64_t keep = t.leader ? std::clamp<std::int64_t>(data->count - first - t.n0, 0, t.dims.n) : 0;
         backend::Dims d = t.dims;
         d.n = keep;
-        written = out->write(first + t.n0, t.y0, t.x0, d, t.values.data(), error) && written;
+        written = out->write(first + t.n0, t.at, d, t.values.data(), error) && written;
     }
     written = out->close(error) && written;
     if (!agree(comm, written, fmt::format("error: writing '{}' failed: {}\n", path->str(), error))) return user_error;

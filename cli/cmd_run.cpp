@@ -343,6 +343,13 @@ int run_training(const RunOptions& o) {
 
 }  // namespace
 
+std::unique_ptr<backend::Trainer> make_trainer(const frontend::Network& net, const scheduler::Schedule& schedule,
+                                               backend::Kernels kernels, const backend::TrainConfig& config,
+                                               backend::Comm& comm) {
+    return std::make_unique<backend::Trainer>(
+        net, kernels, config, scheduler::make_plan(net, schedule, config.batch, comm.rank(), comm.size()), &comm);
+}
+
 int on_processes(const RunOptions& o, const Checked& checked, const scheduler::Schedule& schedule, Output& io,
                  const RunBody& body) {
     const bool mpi = backend::under_mpi();
@@ -482,9 +489,7 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
     }
     std::unique_ptr<backend::Trainer> trainer;
     try {
-        // This process's plan (the stage after the filled schedule), which the trainer executes.
-        const scheduler::Plan plan = scheduler::make_plan(net, schedule, cfg.batch, comm.rank(), comm.size());
-        trainer = std::make_unique<backend::Trainer>(net, kernels, cfg, plan, comm);
+        trainer = make_trainer(net, schedule, kernels, cfg, comm);
     } catch (const UserError& e) {
         io.err() << fmt::format("error: {} (--batch, or 'batch' in the schedule)\n", e.what());
         return user_error;

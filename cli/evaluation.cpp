@@ -7,7 +7,6 @@
 
 #include <dsl/backend/checkpoint.hpp>
 #include <dsl/base/error.hpp>
-#include <dsl/scheduler/plan.hpp>
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
@@ -62,23 +61,22 @@ void count_batch(const frontend::Network& net, backend::Trainer& trainer, backen
     const backend::OutputTile t = trainer.output_tile(l.inputs[0]);
     if (!t.leader) return;
     const Layer& label = net.layers[static_cast<std::size_t>(l.inputs[1])];
-    const bool planes = label.planar();
     const backend::Dims d = t.dims;
-    const std::int64_t y0 = planes ? t.y0 : 0, x0 = planes ? t.x0 : 0;
+    const backend::Index at = label.spatial() ? t.at : backend::Index{};
     if (classifies(l)) {
-        const backend::Dims ld{d.n, 1, planes ? d.h : 1, planes ? d.w : 1};
+        // One label per sample, or per point of the logits' spatial extents.
+        const backend::Dims ld{d.n, 1, label.spatial() ? d.space : backend::Index{}};
         std::vector<std::int32_t> labels(static_cast<std::size_t>(ld.elements()));
-        data.labels(label, first + t.n0, y0, x0,
-                    backend::BasicView<std::int32_t>{labels.data(), ld, ld.h * ld.w, ld.h * ld.w, ld.w});
+        data.labels(label, first + t.n0, at, backend::dense_view(labels.data(), ld));
         double* v = c.values.data();
-        const std::int64_t plane = d.h * d.w;
+        const std::int64_t plane = d.points();
         for (std::int64_t n = 0; n < d.n; ++n)
-            for (std::int64_t p = 0; p < ld.h * ld.w; ++p) {
+            for (std::int64_t p = 0; p < ld.points(); ++p) {
                 const float* x = t.values.data() + n * d.c * plane + p;
                 std::int64_t best = 0;  // the first of equal maxima, as numpy's argmax
                 for (std::int64_t k = 1; k < d.c; ++k)
                     if (x[k * plane] > x[best * plane]) best = k;
-                const std::int64_t truth = labels[static_cast<std::size_t>(n * ld.h * ld.w + p)];
+                const std::int64_t truth = labels[static_cast<std::size_t>(n * ld.points() + p)];
                 v[2] += 1.0;
                 if (best == truth) {
                     v[1] += 1.0;
@@ -92,7 +90,7 @@ void count_batch(const frontend::Network& net, backend::Trainer& trainer, backen
         return;
     }
     std::vector<float> targets(t.values.size());
-    data.targets(label, first + t.n0, y0, x0, backend::dense_view(targets.data(), d));
+    data.targets(label, first + t.n0, at, backend::dense_view(targets.data(), d));
     const bool logits = l.kind().regression == frontend::Regression::bce_with_logits;
     double squares = 0.0, absolutes = 0.0;
     for (std::size_t i = 0; i < targets.size(); ++i) {
@@ -117,8 +115,7 @@ std::unique_ptr<backend::Trainer> remainder_trainer(backend::Trainer& trainer, c
     cfg.training = false;
     std::unique_ptr<backend::Trainer> small;
     try {
-        const scheduler::Plan plan = scheduler::make_plan(net, schedule, batch, comm.rank(), comm.size());
-        small = std::make_unique<backend::Trainer>(net, kernels, cfg, plan, comm);
+        small = make_trainer(net, schedule, kernels, cfg, comm);
     } catch (const UserError&) {
         return nullptr;  // the same answer on every process: the schedule is the same
     }
@@ -233,8 +230,7 @@ std::unique_ptr<backend::Trainer> load_trained(const frontend::Network& net, con
                                            : frontend::Optimizer::sgd;
     std::unique_ptr<backend::Trainer> trainer;
     try {
-        const scheduler::Plan plan = scheduler::make_plan(net, schedule, batch, comm.rank(), comm.size());
-        trainer = std::make_unique<backend::Trainer>(net, kernels, cfg, plan, comm);
+        trainer = make_trainer(net, schedule, kernels, cfg, comm);
     } catch (const UserError& e) {
         io.err() << fmt::format("error: {} (--batch, or 'batch' in the schedule)\n", e.what());
         return nullptr;

@@ -269,7 +269,7 @@ std::string explain_table(const frontend::Network& net, const scheduler::Predict
         if (l.op == OpKind::label) continue;
         const scheduler::LayerPrediction& lp = p.layers[i];
         const scheduler::LayerCost& c = lp.cost;
-        const bool halo = l.halo()[0] > 0 || l.halo()[1] > 0;
+        const bool halo = l.has_halo();
         auto ms = [](double s) { return s > 0 ? milliseconds(s) : std::string("-"); };
         row(l.name, name_w, frontend::op_name(l.op), lp.dist.split->str(), split_w,
             halo ? (lp.dist.overlap.value_or(false) ? "on" : "off") : "-", tile_text(lp.tile), tile_w,
@@ -312,7 +312,7 @@ nlohmann::json explain_json(const frontend::Network& net, const scheduler::Predi
         const auto& s = *lp.dist.split;
         layers.push_back({{"name", l.name},
                           {"kind", frontend::op_name(l.op)},
-                          {"split", {{"N", s.n}, {"H", s.h}, {"W", s.w}}},
+                          {"split", split_json(s, net.spatial_rank())},
                           {"overlap", lp.dist.overlap.value_or(false)},
                           {"tile", lp.tile},
                           {"halo_bytes", lp.bytes_moved()},

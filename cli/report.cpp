@@ -230,7 +230,7 @@ std::string check_table(const Checked& c, std::int64_t batch) {
         if (sched) {
             const auto& d = c.schedule->layers[i];
             // Overlap matters only where there is a halo, and the statistics mode only for batch norm.
-            const bool halo = l.halo()[0] > 0 || l.halo()[1] > 0;
+            const bool halo = l.has_halo();
             rest = sched_cols(split_text(d), halo ? overlap_text(d) : "-", l.op == OpKind::batchnorm ? bn_text(d) : "-",
                               tile_text(l, d, batch));
         }
@@ -257,6 +257,20 @@ std::string check_table(const Checked& c, std::int64_t batch) {
     return out;
 }
 
+nlohmann::json split_json(const scheduler::Split& split, int rank) {
+    nlohmann::json j{{"N", split.n}};
+    for (int a = max_space - rank; a < max_space; ++a)
+        j[scheduler::spatial_letters[a]] = split.space[static_cast<std::size_t>(a)];
+    return j;
+}
+
+nlohmann::json halo_json(const frontend::Layer& layer, int rank) {
+    const frontend::Spatial halo = layer.halo();
+    nlohmann::json j = nlohmann::json::array();
+    for (int d = 0; d < rank; ++d) j.push_back(d < halo.rank() ? halo[d] : 0);
+    return j;
+}
+
 nlohmann::json check_json(const Checked& c, std::int64_t batch) {
     const auto& net = c.net.net;
     nlohmann::json layers = nlohmann::json::array();
@@ -274,13 +288,13 @@ nlohmann::json check_json(const Checked& c, std::int64_t batch) {
                          {"macs", l.macs},
                          {"flops", l.flops},
                          {"activation_bytes", l.activation_bytes},
-                         {"halo", {l.halo()[0], l.halo()[1]}},
+                         {"halo", halo_json(l, net.spatial_rank())},
                          {"blocks", l.blocks}};
         if (c.schedule) {
             const auto& d = c.schedule->layers[i];
             nlohmann::json dist;
             if (d.split) {
-                dist["split"] = {{"N", d.split->n}, {"H", d.split->h}, {"W", d.split->w}};
+                dist["split"] = split_json(*d.split, net.spatial_rank());
                 std::int64_t n = 0;
                 const frontend::Shape tile = scheduler::tile_shape(l, *d.split, batch, &n);
                 nlohmann::json t = nlohmann::json::array({n});

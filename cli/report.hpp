@@ -52,6 +52,13 @@ std::int64_t report_batch(const std::optional<scheduler::Schedule>& s, std::opti
 std::string json_text(const nlohmann::json& j);
 std::string human_bytes(double bytes);  // "12.5 MiB"
 
+// A split as JSON: {"N": n, and the parts of each spatial axis of a network of spatial rank `rank` by its
+// letter}: an image network's {"N", "H", "W"}, a volume network's {"N", "D", "H", "W"}.
+nlohmann::json split_json(const scheduler::Split& split, int rank);
+// A layer's halo along each spatial dimension of a network of spatial rank `rank` (0 where it reads no
+// neighbourhood).
+nlohmann::json halo_json(const frontend::Layer& layer, int rank);
+
 std::string check_table(const Checked& c, std::int64_t batch);
 nlohmann::json check_json(const Checked& c, std::int64_t batch);
 

@@ -8,10 +8,12 @@
 
 #include <dsl/backend/comm.hpp>
 #include <dsl/backend/kernels.hpp>
+#include <dsl/backend/trainer.hpp>
 
 #include <cstdint>
 #include <functional>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -51,6 +53,13 @@ std::int64_t run_batch(const Checked& c, const RunOptions& o);
 // auto-scheduler with --auto-schedule; on one process without a file, everything on that process. Empty
 // with the reason when it cannot run.
 std::optional<scheduler::Schedule> run_schedule(const Checked& c, const RunOptions& o, std::string& why, Output& io);
+
+// This process's trainer of a run of `schedule` on the processes of `comm`: the plan of its part
+// (scheduler::make_plan, the stage after the filled schedule), executed by a Trainer. A schedule that splits
+// the samples more ways than `config.batch` has is a UserError.
+std::unique_ptr<backend::Trainer> make_trainer(const frontend::Network& net, const scheduler::Schedule& schedule,
+                                               backend::Kernels kernels, const backend::TrainConfig& config,
+                                               backend::Comm& comm);
 
 // Whether every process succeeded; where some did not, the first of them prints `message`, so that it is
 // printed once.

@@ -1,9 +1,11 @@
 // What the kernel tests share: operands placed in tiles the way the trainer hands them to kernels (with
-// margins, inside margins, channel ranges), random values, windows.
+// margins, inside margins, channel ranges), random values, windows, a walk over a view's elements.
 #pragma once
 
 #include <dsl/backend/kernels.hpp>
 #include <dsl/backend/tensor.hpp>
+
+#include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cstdint>
@@ -15,6 +17,7 @@
 namespace {
 
 using dsl::backend::Dims;
+using dsl::backend::Index;
 using dsl::backend::Margins;
 using dsl::backend::Tensor;
 using dsl::backend::View;
@@ -22,8 +25,24 @@ using dsl::backend::Window;
 
 constexpr float sentinel = 1234.5f;
 
+// Calls f(n, c, i) for every element of a view of `d` in order: samples, channels, then the place i (an image's
+// {row, column}; {} for a vector), its last index fastest.
+template <typename F>
+void for_each_element(const Dims& d, F&& f) {
+    if (d.elements() == 0) return;
+    for (std::int64_t n = 0; n < d.n; ++n)
+        for (std::int64_t c = 0; c < d.c; ++c)
+            for (Index i = Index::filled(d.rank(), 0);;) {
+                f(n, c, static_cast<const Index&>(i));
+                int k = d.rank() - 1;
+                while (k >= 0 && ++i[k] == d.space[k]) i[k--] = 0;
+                if (k < 0) break;
+            }
+}
+
 // How a kernel's operand sits in its tile. The margins outside the view hold NaN for inputs (so reading them
-// shows in the result) and a sentinel for outputs (so writing them shows in the comparison).
+// shows in the result) and a sentinel for outputs (so writing them shows in the comparison). A vector {n, k}
+// has no margins: in every layout but dense it is a channel range.
 enum class Layout {
     dense,     // a tensor without margins
     interior,  // the interior of a tensor with uneven margins
@@ -51,7 +70,7 @@ struct Operand {
 
     View view() {
         const View p = tensor.padded();
-        return View{tensor.data() + offset, dims, p.stride_n, p.stride_c, p.stride_h};
+        return View{tensor.data() + offset, dims, p.stride_n, p.stride_c, p.stride};
     }
 };
 
@@ -61,20 +80,25 @@ struct Operand {
 inline Operand make_operand(Dims d, Layout layout, bool input, std::mt19937& rng, int levels = 0) {
     Operand o;
     o.dims = d;
+    const bool vector = d.rank() == 0;
+    if (vector && layout != Layout::dense) layout = Layout::channels;
+    const auto image = [&](std::int64_t grow) { return Dims{d.n, d.c, {d.space[0] + grow, d.space[1] + grow}}; };
     switch (layout) {
         case Layout::dense: o.tensor = Tensor(d); break;
-        case Layout::interior: o.tensor = Tensor(d, Margins{2, 1, 3, 2}); break;
-        case Layout::padded: o.tensor = Tensor(Dims{d.n, d.c, d.h - 2, d.w - 2}, Margins{1, 1, 1, 1}); break;
-        case Layout::inside: o.tensor = Tensor(Dims{d.n, d.c, d.h - 2, d.w - 2}, Margins{2, 2, 2, 2}); break;
-        case Layout::channels: o.tensor = Tensor(Dims{d.n, d.c + 3, d.h, d.w}, Margins{1, 2, 1, 0}); break;
+        case Layout::interior: o.tensor = Tensor(d, Margins{{2, 1}, {3, 2}}); break;
+        case Layout::padded: o.tensor = Tensor(image(-2), Margins{{1, 1}, {1, 1}}); break;
+        case Layout::inside: o.tensor = Tensor(image(-2), Margins{{2, 2}, {2, 2}}); break;
+        case Layout::channels:
+            o.tensor = Tensor(Dims{d.n, d.c + 3, d.space}, vector ? Margins{} : Margins{{1, 2}, {1, 0}});
+            break;
     }
     const View p = o.tensor.padded();
     switch (layout) {
         case Layout::dense:
         case Layout::padded: o.offset = 0; break;
-        case Layout::interior: o.offset = &p.at(0, 0, 2, 3) - p.base; break;
-        case Layout::inside: o.offset = &p.at(0, 0, 1, 1) - p.base; break;
-        case Layout::channels: o.offset = &p.at(0, 1, 1, 1) - p.base; break;
+        case Layout::interior: o.offset = &p.at(0, 0, {2, 3}) - p.base; break;
+        case Layout::inside: o.offset = &p.at(0, 0, {1, 1}) - p.base; break;
+        case Layout::channels: o.offset = &p.at(0, 1, vector ? Index{} : Index{1, 1}) - p.base; break;
     }
     o.tensor.fill(input ? std::numeric_limits<float>::quiet_NaN() : sentinel);
     std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
@@ -82,17 +106,18 @@ inline Operand make_operand(Dims d, Layout layout, bool input, std::mt19937& rng
     const View v = o.view();
     const Dims in = o.tensor.dims();
     const Margins m = o.tensor.margins();
-    for (std::int64_t n = 0; n < d.n; ++n)
-        for (std::int64_t c = 0; c < d.c; ++c)
-            for (std::int64_t y = 0; y < d.h; ++y)
-                for (std::int64_t x = 0; x < d.w; ++x) {
-                    float value = levels > 0 ? static_cast<float>(level(rng)) : uniform(rng);
-                    const std::int64_t ty = &v.at(n, c, y, x) - &p.at(n, 0, 0, 0);
-                    const std::int64_t row = (ty % p.stride_c) / p.stride_h, col = ty % p.stride_h;
-                    const bool margin = row < m.top || row >= m.top + in.h || col < m.left || col >= m.left + in.w;
-                    if (input && margin) value = 0.0f;
-                    v.at(n, c, y, x) = value;
-                }
+    for_each_element(d, [&](std::int64_t n, std::int64_t c, const Index& i) {
+        float value = levels > 0 ? static_cast<float>(level(rng)) : uniform(rng);
+        // The element's place in the padded tile, from its offset in its plane (the padded tile is dense).
+        const std::int64_t offset = (&v.at(n, c, i) - p.base) % p.stride_c;
+        bool margin = false;
+        for (int k = 0; k < d.rank(); ++k) {
+            const std::int64_t at = offset / p.stride[k] % p.dims.space[k];
+            margin = margin || at < m[k].before || at >= m[k].before + in.space[k];
+        }
+        if (input && margin) value = 0.0f;
+        v.at(n, c, i) = value;
+    });
     return o;
 }
 
@@ -149,3 +174,13 @@ inline const std::vector<ConvProblem>& conv_problems() {
 }
 
 }  // namespace
+
+// CAPTURE(dims) shows them as {n, c, {h, w}}.
+template <>
+struct Catch::StringMaker<dsl::Dims> {
+    static std::string convert(const dsl::Dims& d) {
+        std::string s = "{" + std::to_string(d.n) + ", " + std::to_string(d.c) + ", {";
+        for (int k = 0; k < d.rank(); ++k) s += (k > 0 ? ", " : "") + std::to_string(d.space[k]);
+        return s + "}}";
+    }
+};

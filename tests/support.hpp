@@ -4,9 +4,11 @@
 #include "languages.hpp"
 
 #include <dsl/frontend/passes.hpp>
+#include <dsl/scheduler/plan.hpp>
 
 #include <catch2/catch.hpp>
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -76,5 +78,11 @@ struct NetworkFromText {
         net = std::move(*n);
     }
 };
+
+// The plan of a run on one process with mini-batches of `batch`: what a Trainer of a test without a schedule
+// executes.
+inline scheduler::Plan one_process(const frontend::Network& net, std::int64_t batch) {
+    return scheduler::make_plan(net, scheduler::Schedule{}, batch, 0, 1);
+}
 
 }  // namespace dsl::test

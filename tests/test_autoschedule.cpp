@@ -55,7 +55,8 @@ std::uint64_t mix(std::uint64_t h) {
     return h ^ (h >> 33);
 }
 double unit(std::uint64_t h) { return static_cast<double>(mix(h) >> 11) * 0x1.0p-53; }
-std::uint64_t key(const Split& s) { return static_cast<std::uint64_t>(s.n * 10000 + s.h * 100 + s.w); }
+// The networks here are images: their splits' D is 1.
+std::uint64_t key(const Split& s) { return static_cast<std::uint64_t>(s.n * 10000 + s.space[1] * 100 + s.space[2]); }
 
 // Costs drawn from a hash of their arguments: every layer and shuffle different, nothing structured for a
 // heuristic to lean on.
@@ -228,7 +229,7 @@ TEST_CASE("auto-scheduler: fields the schedule fixes are kept, the rest filled",
     RandomModel model(l.net, 3);
     Schedule partial = open_schedule(l.net, 4);
     const int a = l.net.find("a"), s = l.net.find("s"), c1 = l.net.find("c1");
-    partial.layers[static_cast<std::size_t>(a)].split = Split{1, 1, 1, 1, 2, 2};
+    partial.layers[static_cast<std::size_t>(a)].split = Split{1, 1, 1, {1, 2, 2}};
     partial.layers[static_cast<std::size_t>(s)].overlap = false;
     partial.layers[static_cast<std::size_t>(c1)].overlap = true;
     AutoOptions options;
@@ -236,13 +237,13 @@ TEST_CASE("auto-scheduler: fields the schedule fixes are kept, the rest filled",
     std::string why;
     const auto result = autoschedule(l.net, partial, model, options, why);
     REQUIRE(result);
-    CHECK(*result->schedule.layers[static_cast<std::size_t>(a)].split == (Split{1, 1, 1, 1, 2, 2}));
+    CHECK(*result->schedule.layers[static_cast<std::size_t>(a)].split == (Split{1, 1, 1, {1, 2, 2}}));
     CHECK(result->schedule.layers[static_cast<std::size_t>(s)].overlap == false);
     CHECK(result->schedule.layers[static_cast<std::size_t>(c1)].overlap == true);
     CHECK(result->cost == Approx(brute_force(l.net, partial, 4, model)).epsilon(1e-12));
 
     // A fixed split that cannot run the layer: an error naming it.
-    partial.layers[static_cast<std::size_t>(a)].split = Split{4, 1, 1, 1, 1, 1};
+    partial.layers[static_cast<std::size_t>(a)].split = Split{4, 1, 1, {1, 1, 1}};
     options.batch = 2;
     CHECK(!autoschedule(l.net, partial, model, options, why));
     CHECK(why.find("layer 'a'") != std::string::npos);

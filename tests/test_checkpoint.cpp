@@ -350,7 +350,7 @@ loss = softmax_cross_entropy from f, y
     TrainConfig cfg;
     cfg.batch = 2;
     cfg.seed = 5;
-    Trainer a(l.net, reference_kernels(), cfg);
+    Trainer a(l.net, reference_kernels(), cfg, test::one_process(l.net, cfg.batch));
     std::string error;
     auto data = make_data_source(l.net, 0, "", "", error);
     REQUIRE(data);
@@ -362,7 +362,7 @@ loss = softmax_cross_entropy from f, y
     CHECK(loaded->meta["seed"] == 5);
 
     cfg.seed = 6;  // other initial weights
-    Trainer b(l.net, reference_kernels(), cfg);
+    Trainer b(l.net, reference_kernels(), cfg, test::one_process(l.net, cfg.batch));
     std::int64_t step = -1;
     REQUIRE(restore(b, *loaded, step, error));
     CHECK(step == 1);
@@ -382,7 +382,7 @@ label y [N]
 f = fc(5)
 loss = softmax_cross_entropy from f, y
 )");
-    Trainer c(other.net, reference_kernels(), cfg);
+    Trainer c(other.net, reference_kernels(), cfg, test::one_process(other.net, cfg.batch));
     const auto before = c.state();
     std::vector<float> saved(before[0].data, before[0].data + before[0].size);
     CHECK_FALSE(restore(c, *loaded, step, error));

@@ -435,13 +435,13 @@ TEST_CASE("npy: float16 inputs are converted to float exactly", "[npy]") {
     const auto file = dsl::backend::NpyFile::open(dir / "h.npy", error);
     INFO(error);
     REQUIRE(file);
-    dsl::backend::Tensor got(dsl::backend::Dims{1, 2, 2, 2});
+    dsl::backend::Tensor got(dsl::Dims{1, 2, {2, 2}});
     got.fill(7.0f);
-    REQUIRE(dsl::backend::copy_sample_tile(*file, 0, 0, 0, 0, got.interior(), error));
+    REQUIRE(dsl::backend::copy_sample_tile(*file, 0, 0, dsl::backend::Index{0, 0}, got.interior(), error));
     for (std::size_t i = 0; i < floats.size(); ++i) {
         INFO(i);
-        const float v = got.at(0, static_cast<std::int64_t>(i / 4), static_cast<std::int64_t>(i / 2 % 2),
-                               static_cast<std::int64_t>(i % 2));
+        const float v = got.at(0, static_cast<std::int64_t>(i / 4),
+                               {static_cast<std::int64_t>(i / 2 % 2), static_cast<std::int64_t>(i % 2)});
         CHECK(v == floats[i]);
         CHECK(std::signbit(v) == std::signbit(floats[i]));
         CHECK(file->at(static_cast<std::int64_t>(i)) == static_cast<double>(floats[i]));

@@ -73,35 +73,35 @@ TEST_CASE("data: the same arguments give the same values; seeds differ", "[data]
 
 TEST_CASE("data: a tile equals the same region of the whole tensor", "[data]") {
     const SyntheticData d = pixel_spec(11);
-    Tensor whole(Dims{3, 3, 32, 24});
-    d.fill_inputs(5, 0, 0, 0, whole.interior());
+    Tensor whole(Dims{3, 3, {32, 24}});
+    d.fill_inputs(5, 0, Index{0, 0}, whole.interior());
     for (std::int64_t n = 0; n < 3; ++n)
         for (std::int64_t c = 0; c < 3; ++c)
             for (std::int64_t y = 0; y < 32; ++y)
-                for (std::int64_t x = 0; x < 24; ++x) REQUIRE(whole.at(n, c, y, x) == d.input(5 + n, c, y, x));
+                for (std::int64_t x = 0; x < 24; ++x) REQUIRE(whole.at(n, c, {y, x}) == d.input(5 + n, c, y, x));
 
     // Tiles at several offsets, into the interior of tensors with margins.
     struct Cut {
         std::int64_t n0, c0, y0, x0;
         Dims dims;
     };
-    for (const Cut& cut : {Cut{0, 0, 0, 0, Dims{3, 3, 16, 12}}, Cut{1, 1, 7, 5, Dims{2, 2, 13, 17}},
-                           Cut{2, 2, 31, 23, Dims{1, 1, 1, 1}}, Cut{0, 0, 16, 0, Dims{3, 3, 16, 24}}}) {
-        Tensor t(cut.dims, Margins{1, 2, 3, 1});
+    for (const Cut& cut : {Cut{0, 0, 0, 0, Dims{3, 3, {16, 12}}}, Cut{1, 1, 7, 5, Dims{2, 2, {13, 17}}},
+                           Cut{2, 2, 31, 23, Dims{1, 1, {1, 1}}}, Cut{0, 0, 16, 0, Dims{3, 3, {16, 24}}}}) {
+        Tensor t(cut.dims, Margins{{1, 2}, {3, 1}});
         t.fill(99.0f);
-        d.fill_inputs(5 + cut.n0, cut.c0, cut.y0, cut.x0, t.interior());
+        d.fill_inputs(5 + cut.n0, cut.c0, Index{cut.y0, cut.x0}, t.interior());
         for (std::int64_t n = 0; n < cut.dims.n; ++n)
             for (std::int64_t c = 0; c < cut.dims.c; ++c)
-                for (std::int64_t y = 0; y < cut.dims.h; ++y)
-                    for (std::int64_t x = 0; x < cut.dims.w; ++x)
-                        REQUIRE(t.at(n, c, y, x) == whole.at(cut.n0 + n, cut.c0 + c, cut.y0 + y, cut.x0 + x));
-        CHECK(t.at(0, 0, -1, 0) == 99.0f);
+                for (std::int64_t y = 0; y < cut.dims.space[0]; ++y)
+                    for (std::int64_t x = 0; x < cut.dims.space[1]; ++x)
+                        REQUIRE(t.at(n, c, {y, x}) == whole.at(cut.n0 + n, cut.c0 + c, {cut.y0 + y, cut.x0 + x}));
+        CHECK(t.at(0, 0, {-1, 0}) == 99.0f);
     }
 
     // Labels likewise, on the label grid.
     std::vector<std::int32_t> all(3 * 8 * 6), part(2 * 3 * 4);
-    d.fill_labels(5, 0, 0, BasicView<std::int32_t>{all.data(), Dims{3, 1, 8, 6}, 48, 48, 6});
-    d.fill_labels(6, 4, 2, BasicView<std::int32_t>{part.data(), Dims{2, 1, 3, 4}, 12, 12, 4});
+    d.fill_labels(5, Index{0, 0}, dense_view(all.data(), Dims{3, 1, {8, 6}}));
+    d.fill_labels(6, Index{4, 2}, dense_view(part.data(), Dims{2, 1, {3, 4}}));
     for (std::int64_t n = 0; n < 2; ++n)
         for (std::int64_t y = 0; y < 3; ++y)
             for (std::int64_t x = 0; x < 4; ++x)
@@ -117,7 +117,7 @@ TEST_CASE("data: labels are in range and every class occurs", "[data]") {
         const SyntheticData d = sample_spec(3, classes, 4);
         std::map<std::int32_t, int> count;
         std::vector<std::int32_t> labels(400);
-        d.fill_labels(1000, 0, 0, BasicView<std::int32_t>{labels.data(), Dims{400, 1, 1, 1}, 1, 1, 1});
+        d.fill_labels(1000, Index{}, dense_view(labels.data(), Dims{400, 1, {}}));
         for (std::int64_t s = 0; s < 400; ++s) {
             const std::int32_t k = labels[static_cast<std::size_t>(s)];
             REQUIRE(k == d.label(1000 + s));
@@ -146,14 +146,14 @@ TEST_CASE("data: the inputs carry the labels, so the data can be learned", "[dat
     int right = 0;
     const int samples = 200;
     for (std::int64_t s = 0; s < samples; ++s) {
-        Tensor t(Dims{1, 4, 12, 10});
-        d.fill_inputs(s, 0, 0, 0, t.interior());
+        Tensor t(Dims{1, 4, {12, 10}});
+        d.fill_inputs(s, 0, Index{0, 0}, t.interior());
         int best = 0;
         double best_mean = -1e9;
         for (int c = 0; c < 4; ++c) {
             double sum = 0;
             for (std::int64_t y = 0; y < 12; ++y)
-                for (std::int64_t x = 0; x < 10; ++x) sum += t.at(0, c, y, x);
+                for (std::int64_t x = 0; x < 10; ++x) sum += t.at(0, c, {y, x});
             if (sum / 120 > best_mean) best_mean = sum / 120, best = c;
         }
         right += best == d.label(s);
@@ -226,14 +226,14 @@ TEST_CASE("data: the synthetic data of a network and its data source", "[data]")
     REQUIRE(src);
     const auto& x = l.net.layers[static_cast<std::size_t>(l.net.find("x"))];
     const auto& y = l.net.layers[static_cast<std::size_t>(l.net.find("y"))];
-    Tensor t(Dims{2, 3, 5, 6});
-    src->inputs(x, 7, 3, 4, t.interior());
+    Tensor t(Dims{2, 3, {5, 6}});
+    src->inputs(x, 7, Index{3, 4}, t.interior());
     for (std::int64_t n = 0; n < 2; ++n)
         for (std::int64_t c = 0; c < 3; ++c)
             for (std::int64_t r = 0; r < 5; ++r)
-                for (std::int64_t q = 0; q < 6; ++q) REQUIRE(t.at(n, c, r, q) == d.input(7 + n, c, 3 + r, 4 + q));
+                for (std::int64_t q = 0; q < 6; ++q) REQUIRE(t.at(n, c, {r, q}) == d.input(7 + n, c, 3 + r, 4 + q));
     std::vector<std::int32_t> lab(2 * 4 * 4);
-    src->labels(y, 7, 0, 0, BasicView<std::int32_t>{lab.data(), Dims{2, 1, 4, 4}, 16, 16, 4});
+    src->labels(y, 7, Index{0, 0}, dense_view(lab.data(), Dims{2, 1, {4, 4}}));
     for (std::int64_t n = 0; n < 2; ++n)
         for (std::int64_t r = 0; r < 4; ++r)
             for (std::int64_t q = 0; q < 4; ++q)
@@ -262,12 +262,12 @@ TEST_CASE("data: samples and labels from .npy files, checked against the network
     const auto& x = l.net.layers[static_cast<std::size_t>(l.net.find("x"))];
     const auto& y = l.net.layers[static_cast<std::size_t>(l.net.find("y"))];
     // Samples 3, 4, 0, 1: the index wraps around S.
-    Tensor t(Dims{4, 2, 4, 4});
-    src->inputs(x, 3, 0, 0, t.interior());
+    Tensor t(Dims{4, 2, {4, 4}});
+    src->inputs(x, 3, Index{0, 0}, t.interior());
     for (std::int64_t n = 0; n < 4; ++n)
-        CHECK(t.at(n, 1, 2, 3) == xs[static_cast<std::size_t>(((n + 3) % S) * 32 + 16 + 11)]);
+        CHECK(t.at(n, 1, {2, 3}) == xs[static_cast<std::size_t>(((n + 3) % S) * 32 + 16 + 11)]);
     std::vector<std::int32_t> lab(4);
-    src->labels(y, 3, 0, 0, BasicView<std::int32_t>{lab.data(), Dims{4, 1, 1, 1}, 1, 1, 1});
+    src->labels(y, 3, Index{}, dense_view(lab.data(), Dims{4, 1, {}}));
     CHECK(lab == std::vector<std::int32_t>{1, 2, 0, 2});
 
     CHECK_FALSE(make_data_source(l.net, 0, "", dir / "y.npy", error));
@@ -329,13 +329,13 @@ loss = mse from p, t
     const auto& t = l.net.layers[static_cast<std::size_t>(l.net.find("t"))];
     CHECK(t.float_label);
     // A tile of samples 2, 0 (wrapping), rows 1..2, columns 3..5, every channel.
-    Tensor tile(Dims{2, 3, 2, 3});
-    src->targets(t, 2, 1, 3, tile.interior());
+    Tensor tile(Dims{2, 3, {2, 3}});
+    src->targets(t, 2, Index{1, 3}, tile.interior());
     for (std::int64_t n = 0; n < 2; ++n)
         for (std::int64_t c = 0; c < 3; ++c)
             for (std::int64_t r = 0; r < 2; ++r)
                 for (std::int64_t q = 0; q < 3; ++q)
-                    CHECK(tile.at(n, c, r, q) ==
+                    CHECK(tile.at(n, c, {r, q}) ==
                           ts[static_cast<std::size_t>((((n + 2) % S * 3 + c) * 4 + 1 + r) * 6 + 3 + q)]);
     // float64 gives the same values; an integer file is refused for a float label; the shape is checked.
     std::vector<double> td(ts.begin(), ts.end());
@@ -343,8 +343,8 @@ loss = mse from p, t
     auto src8 = make_data_source(l.net, 0, dir / "x.npy", dir / "t8.npy", error);
     INFO(error);
     REQUIRE(src8);
-    Tensor tile8(Dims{2, 3, 2, 3});
-    src8->targets(t, 2, 1, 3, tile8.interior());
+    Tensor tile8(Dims{2, 3, {2, 3}});
+    src8->targets(t, 2, Index{1, 3}, tile8.interior());
     for (std::int64_t i = 0; i < tile8.size(); ++i) CHECK(tile8.data()[i] == tile.data()[i]);
     std::vector<std::int32_t> ints(S * 3 * 4 * 6, 1);
     REQUIRE(write_npy(dir / "ti.npy", {S, 3, 4, 6}, ints.data(), error));
@@ -367,11 +367,10 @@ loss = bce_with_logits from f, t
     auto srcv = make_data_source(v.net, 0, dir / "x.npy", dir / "tv.npy", error);
     INFO(error);
     REQUIRE(srcv);
-    Tensor tilev(Dims{2, 4, 1, 1});
-    srcv->targets(v.net.layers[static_cast<std::size_t>(v.net.find("t"))], 1, 0, 0, tilev.interior());
+    Tensor tilev(Dims{2, 4, {}});
+    srcv->targets(v.net.layers[static_cast<std::size_t>(v.net.find("t"))], 1, Index{}, tilev.interior());
     for (std::int64_t n = 0; n < 2; ++n)
-        for (std::int64_t k = 0; k < 4; ++k)
-            CHECK(tilev.at(n, k, 0, 0) == tv[static_cast<std::size_t>((n + 1) * 4 + k)]);
+        for (std::int64_t k = 0; k < 4; ++k) CHECK(tilev.at(n, k, {}) == tv[static_cast<std::size_t>((n + 1) * 4 + k)]);
 }
 
 TEST_CASE("data: synthetic float targets are a function of the inputs, the same in any tile", "[data]") {
@@ -386,20 +385,20 @@ loss = mse from p, t
     const auto& t = l.net.layers[static_cast<std::size_t>(l.net.find("t"))];
     SyntheticData d = synthetic_for(l.net, 9);
     d.target_c = 2, d.target_h = 6, d.target_w = 5;
-    Tensor whole(Dims{3, 2, 6, 5}), part(Dims{2, 2, 3, 2});
-    src->targets(t, 4, 0, 0, whole.interior());
-    src->targets(t, 5, 2, 3, part.interior());
+    Tensor whole(Dims{3, 2, {6, 5}}), part(Dims{2, 2, {3, 2}});
+    src->targets(t, 4, Index{0, 0}, whole.interior());
+    src->targets(t, 5, Index{2, 3}, part.interior());
     double lo = 1.0, hi = 0.0;
     for (std::int64_t n = 0; n < 3; ++n)
         for (std::int64_t c = 0; c < 2; ++c)
             for (std::int64_t r = 0; r < 6; ++r)
                 for (std::int64_t q = 0; q < 5; ++q) {
-                    const float v = whole.at(n, c, r, q);
+                    const float v = whole.at(n, c, {r, q});
                     lo = std::min(lo, double(v)), hi = std::max(hi, double(v));
                     CHECK(v == d.target(4 + n, c, r, q));
                     CHECK(v > 0.0f);
                     CHECK(v < 1.0f);
-                    if (n >= 1 && r >= 2 && r < 5 && q >= 3) CHECK(part.at(n - 1, c, r - 2, q - 3) == v);
+                    if (n >= 1 && r >= 2 && r < 5 && q >= 3) CHECK(part.at(n - 1, c, {r - 2, q - 3}) == v);
                 }
     CHECK(hi - lo > 0.1);  // not a constant: something to learn
 }
@@ -421,7 +420,7 @@ loss = softmax_cross_entropy from f, y
         cfg.lr = 0.05;
         cfg.momentum = 0.9;
         cfg.seed = 3;
-        Trainer trainer(l.net, reference_kernels(), cfg);
+        Trainer trainer(l.net, reference_kernels(), cfg, test::one_process(l.net, cfg.batch));
         std::string error;
         auto data = make_data_source(l.net, 17, "", "", error);
         REQUIRE(data);

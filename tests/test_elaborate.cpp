@@ -87,9 +87,9 @@ TEST_CASE("layers are named and chained in source order", "[elaborate]") {
     const Layer& a = e.layer("a");
     CHECK(a.op == OpKind::conv);
     CHECK(a.filters == 8);
-    CHECK(a.kernel == Pair{3, 3});
-    CHECK(a.pad == Pair{1, 1});
-    CHECK(a.stride == Pair{1, 1});
+    CHECK(a.kernel == Spatial{3, 3});
+    CHECK(a.pad == Spatial{1, 1});
+    CHECK(a.stride == Spatial{1, 1});
     CHECK(a.bias);
     CHECK(a.loc.line == 3);
     CHECK(a.blocks.empty());
@@ -103,13 +103,13 @@ TEST_CASE("arguments: positional, named, lists, defaults", "[elaborate]") {
     INFO(e.errors());
     REQUIRE(e.net);
     const Layer& a = e.layer("a");
-    CHECK(a.kernel == Pair{3, 5});
-    CHECK(a.stride == Pair{1, 2});
-    CHECK(a.pad == Pair{1, 2});
-    CHECK(a.dilation == Pair{2, 2});
+    CHECK(a.kernel == Spatial{3, 5});
+    CHECK(a.stride == Spatial{1, 2});
+    CHECK(a.pad == Spatial{1, 2});
+    CHECK(a.dilation == Spatial{2, 2});
     CHECK_FALSE(a.bias);
-    CHECK(e.layer("p").stride == Pair{3, 3});  // the stride defaults to the kernel
-    CHECK(e.layer("q").stride == Pair{1, 1});
+    CHECK(e.layer("p").stride == Spatial{3, 3});  // the stride defaults to the kernel
+    CHECK(e.layer("q").stride == Spatial{1, 1});
     CHECK(e.layer("b").eps == Approx(0.001));
     CHECK(e.layer("b").momentum == Approx(0.5));
     CHECK(e.layer("l").slope == Approx(0.2));
@@ -135,10 +135,10 @@ body = pair(8)
                                                 "body.first.bn", "body.first.relu", "body.second.conv",
                                                 "body.second.bn", "body.second.relu"});
     CHECK(e.layer("stem.conv").filters == 32);
-    CHECK(e.layer("stem.conv").kernel == Pair{3, 3});
-    CHECK(e.layer("stem.conv").pad == Pair{1, 1});
-    CHECK(e.layer("body.first.conv").stride == Pair{2, 2});
-    CHECK(e.layer("body.first.conv").kernel == Pair{1, 1});
+    CHECK(e.layer("stem.conv").kernel == Spatial{3, 3});
+    CHECK(e.layer("stem.conv").pad == Spatial{1, 1});
+    CHECK(e.layer("body.first.conv").stride == Spatial{2, 2});
+    CHECK(e.layer("body.first.conv").kernel == Spatial{1, 1});
     CHECK(e.inputs("stem.conv") == std::vector<std::string>{"x"});
     CHECK(e.inputs("body.first.conv") == std::vector<std::string>{"stem.relu"});
     CHECK(e.inputs("body.second.conv") == std::vector<std::string>{"body.first.relu"});
@@ -414,7 +414,7 @@ TEST_CASE("imports: relative to the file, then the stdlib; cycles and missing fi
         CHECK(loaded->imports.size() == 3);
         CHECK(loaded->net.find("t.b.r") >= 0);
         CHECK(loaded->net.find("d.0") >= 0);
-        CHECK(loaded->net.layers[static_cast<std::size_t>(loaded->net.find("d.0"))].stride == Pair{2, 2});
+        CHECK(loaded->net.layers[static_cast<std::size_t>(loaded->net.find("d.0"))].stride == Spatial{2, 2});
     }
     SECTION("a missing top-level file") {
         SourceManager sources;

@@ -171,7 +171,7 @@ loss = softmax_cross_entropy from f, y
 )");
     TrainConfig cfg;
     cfg.batch = 2;
-    Trainer trainer(l.net, reference_kernels(), cfg);
+    Trainer trainer(l.net, reference_kernels(), cfg, test::one_process(l.net, cfg.batch));
     std::string error;
     auto data = make_data_source(l.net, 0, "", "", error);
     REQUIRE(data);

@@ -18,16 +18,17 @@ namespace {
 using namespace dsl::backend;
 
 // A tile with margins filled with random values, margins included, so that a kernel that read or wrote
-// outside its view would be caught. `levels` > 0 draws from that many integers instead, to make ties.
+// outside its view would be caught (a vector {n, k} has no margins: `m` is for images). `levels` > 0 draws
+// from that many integers instead, to make ties.
 Tensor random_tensor(Dims d, Margins m, std::mt19937& rng, int levels = 0) {
-    Tensor t(d, m);
+    Tensor t(d, d.rank() == 0 ? Margins{} : m);
     std::uniform_real_distribution<float> uniform(-2.0f, 2.0f);
     std::uniform_int_distribution<int> level(0, std::max(levels - 1, 0));
     for (std::int64_t i = 0; i < t.size(); ++i) t.data()[i] = levels > 0 ? float(level(rng)) : uniform(rng);
     return t;
 }
 
-constexpr Margins some_margins{2, 1, 3, 2};
+constexpr Margins some_margins{{2, 1}, {3, 2}};
 constexpr dsl::frontend::Activation leaky = dsl::frontend::Activation::leaky_relu;
 
 // Every element of `a` and `b` (same dims) within `rel` of each other (relative, with a floor of 1e-6 for
@@ -35,14 +36,11 @@ constexpr dsl::frontend::Activation leaky = dsl::frontend::Activation::leaky_rel
 std::int64_t mismatches(ConstView a, ConstView b, double rel) {
     REQUIRE(a.dims == b.dims);
     std::int64_t bad = 0;
-    for (std::int64_t n = 0; n < a.dims.n; ++n)
-        for (std::int64_t c = 0; c < a.dims.c; ++c)
-            for (std::int64_t y = 0; y < a.dims.h; ++y)
-                for (std::int64_t x = 0; x < a.dims.w; ++x) {
-                    const double u = a.at(n, c, y, x), v = b.at(n, c, y, x);
-                    const bool same = rel == 0 ? u == v : std::abs(u - v) <= rel * std::max(std::abs(v), 1e-6 / rel);
-                    if (!same) ++bad;
-                }
+    for_each_element(a.dims, [&](std::int64_t n, std::int64_t c, const Index& i) {
+        const double u = a.at(n, c, i), v = b.at(n, c, i);
+        const bool same = rel == 0 ? u == v : std::abs(u - v) <= rel * std::max(std::abs(v), 1e-6 / rel);
+        if (!same) ++bad;
+    });
     return bad;
 }
 
@@ -59,14 +57,14 @@ bool same_margins(const Tensor& a, const Tensor& b) {
     Tensor t = a;
     const ConstView from = b.interior();
     const View to = t.interior();
-    for (std::int64_t n = 0; n < from.dims.n; ++n)
-        for (std::int64_t c = 0; c < from.dims.c; ++c)
-            for (std::int64_t y = 0; y < from.dims.h; ++y)
-                for (std::int64_t x = 0; x < from.dims.w; ++x) to.at(n, c, y, x) = from.at(n, c, y, x);
+    for_each_element(from.dims,
+                     [&](std::int64_t n, std::int64_t c, const Index& i) { to.at(n, c, i) = from.at(n, c, i); });
     return same_storage(t, b);
 }
 
-const std::vector<Dims> shapes = {{1, 1, 1, 1}, {2, 3, 5, 7}, {1, 4, 9, 17}, {3, 2, 16, 8}, {2, 5, 1, 33}};
+// Images, and a vector (the output of an fc layer).
+const std::vector<Dims> shapes = {{1, 1, {1, 1}},  {2, 3, {5, 7}},  {1, 4, {9, 17}},
+                                  {3, 2, {16, 8}}, {2, 5, {1, 33}}, {3, 10, {}}};
 
 }  // namespace
 
@@ -74,7 +72,7 @@ TEST_CASE("halide activation matches the reference bit for bit", "[halide]") {
     const Dims d = GENERATE(from_range(shapes));
     const float slope = GENERATE(0.0f, 0.1f);
     std::mt19937 rng(7);
-    const Tensor x = random_tensor(d, some_margins, rng), dy = random_tensor(d, {1, 0, 0, 1}, rng);
+    const Tensor x = random_tensor(d, some_margins, rng), dy = random_tensor(d, {{1, 0}, {0, 1}}, rng);
     Tensor expected = random_tensor(d, some_margins, rng), got = expected;
 
     reference_kernels().activation->forward(leaky, x.interior(), slope, expected.interior());
@@ -90,7 +88,7 @@ TEST_CASE("halide sigmoid matches the reference", "[halide]") {
     const Dims d = GENERATE(from_range(shapes));
     const auto f = dsl::frontend::Activation::sigmoid;
     std::mt19937 rng(13);
-    const Tensor x = random_tensor(d, some_margins, rng), dy = random_tensor(d, {1, 0, 0, 1}, rng);
+    const Tensor x = random_tensor(d, some_margins, rng), dy = random_tensor(d, {{1, 0}, {0, 1}}, rng);
     Tensor expected = random_tensor(d, some_margins, rng), got = expected;
 
     // Halide's exp and the C library's round differently: within a few float ulps.
@@ -108,7 +106,7 @@ TEST_CASE("halide sigmoid matches the reference", "[halide]") {
 TEST_CASE("halide batch norm matches the reference", "[halide]") {
     const Dims d = GENERATE(from_range(shapes));
     std::mt19937 rng(11);
-    const Tensor x = random_tensor(d, some_margins, rng), dy = random_tensor(d, {0, 2, 1, 0}, rng);
+    const Tensor x = random_tensor(d, some_margins, rng), dy = random_tensor(d, {{0, 2}, {1, 0}}, rng);
     const auto c = static_cast<std::size_t>(d.c);
 
     // Statistics add into what the caller holds.
@@ -121,7 +119,7 @@ TEST_CASE("halide batch norm matches the reference", "[halide]") {
     }
 
     std::vector<float> mean(c), inv_std(c), gamma(c), beta(c);
-    const double count = double(d.n * d.h * d.w);
+    const double count = double(d.n * d.points());
     for (std::size_t k = 0; k < c; ++k) {
         const double m = (sum_ref[k] - 1.5) / count;
         mean[k] = float(m);
@@ -159,7 +157,7 @@ TEST_CASE("halide tanh and gelu match the reference", "[halide]") {
     const Dims d = GENERATE(from_range(shapes));
     const auto f = GENERATE(dsl::frontend::Activation::tanh, dsl::frontend::Activation::gelu);
     std::mt19937 rng(14);
-    const Tensor x = random_tensor(d, some_margins, rng), dy = random_tensor(d, {1, 0, 0, 1}, rng);
+    const Tensor x = random_tensor(d, some_margins, rng), dy = random_tensor(d, {{1, 0}, {0, 1}}, rng);
     Tensor expected = random_tensor(d, some_margins, rng), got = expected;
 
     // Halide's tanh, erf and exp and the C library's round differently: within a few float ulps (gelu's
@@ -176,12 +174,13 @@ TEST_CASE("halide tanh and gelu match the reference", "[halide]") {
 }
 
 TEST_CASE("cpu group norm matches the reference", "[halide]") {
-    const Dims d = GENERATE(Dims{1, 1, 1, 1}, Dims{2, 4, 5, 7}, Dims{1, 6, 9, 17}, Dims{3, 8, 16, 8}, Dims{2, 6, 1, 33});
+    const Dims d =
+        GENERATE(Dims{1, 1, {1, 1}}, Dims{2, 4, {5, 7}}, Dims{1, 6, {9, 17}}, Dims{3, 8, {16, 8}}, Dims{2, 6, {1, 33}});
     const std::int64_t groups = GENERATE(1, 2);
     if (d.c % groups != 0) return;
-    CAPTURE(d.n, d.c, d.h, d.w, groups);
+    CAPTURE(d, groups);
     std::mt19937 rng(12);
-    const Tensor x = random_tensor(d, some_margins, rng), dy = random_tensor(d, {0, 2, 1, 0}, rng);
+    const Tensor x = random_tensor(d, some_margins, rng), dy = random_tensor(d, {{0, 2}, {1, 0}}, rng);
     GroupNormKernels& ref = *reference_kernels().groupnorm;
     GroupNormKernels& cpu = *cpu_kernels().groupnorm;
     const auto stats = static_cast<std::size_t>(d.n * groups), c = static_cast<std::size_t>(d.c);
@@ -194,7 +193,7 @@ TEST_CASE("cpu group norm matches the reference", "[halide]") {
         CHECK(sq[k] == Approx(sq_ref[k]).epsilon(1e-12));
     }
     std::vector<float> mean(stats), inv_std(stats), gamma(c), beta(c);
-    const double count = double(d.c / groups * d.h * d.w);
+    const double count = double(d.c / groups * d.points());
     for (std::size_t k = 0; k < stats; ++k) {
         const double m = (sum_ref[k] - 1.5) / count;
         mean[k] = float(m);
@@ -237,7 +236,8 @@ TEST_CASE("cpu dropout matches the reference bit for bit", "[halide]") {
     DropoutMask m;
     m.key = 99;
     m.step = 3;
-    m.n0 = 8, m.y0 = 5, m.x0 = 11;
+    m.n0 = 8;
+    m.at = d.rank() == 2 ? Index{5, 11} : Index{};
     m.p = 0.3f;
     Tensor expected = random_tensor(d, some_margins, rng), got = expected;
     reference_kernels().dropout->forward(x.interior(), m, expected.interior());
@@ -260,22 +260,22 @@ struct PoolCase {
 TEST_CASE("halide pooling matches the reference bit for bit", "[halide]") {
     // Disjoint windows, overlapping ones (3x3 stride 2 and stride 1), gaps (stride > kernel), non-square.
     const PoolCase pc =
-        GENERATE(PoolCase{window(2, 2, 2, 2), {2, 3, 4, 5}}, PoolCase{window(3, 3, 2, 2), {2, 3, 5, 7}},
-                 PoolCase{window(3, 3, 1, 1), {1, 4, 6, 9}}, PoolCase{window(2, 2, 3, 3), {2, 2, 3, 4}},
-                 PoolCase{window(3, 2, 2, 1), {3, 2, 4, 11}}, PoolCase{window(1, 1, 1, 1), {1, 2, 3, 3}},
-                 PoolCase{window(5, 5, 1, 1), {1, 1, 1, 1}});
+        GENERATE(PoolCase{window(2, 2, 2, 2), {2, 3, {4, 5}}}, PoolCase{window(3, 3, 2, 2), {2, 3, {5, 7}}},
+                 PoolCase{window(3, 3, 1, 1), {1, 4, {6, 9}}}, PoolCase{window(2, 2, 3, 3), {2, 2, {3, 4}}},
+                 PoolCase{window(3, 2, 2, 1), {3, 2, {4, 11}}}, PoolCase{window(1, 1, 1, 1), {1, 2, {3, 3}}},
+                 PoolCase{window(5, 5, 1, 1), {1, 1, {1, 1}}});
     const PoolKind kind = GENERATE(PoolKind::max, PoolKind::average);
     // Few levels make ties, so that routing to the first maximum is tested.
     const int levels = GENERATE(0, 3);
     const Window& w = pc.window;
-    const Dims in{pc.out.n, pc.out.c, w.input_extent(0, pc.out.h), w.input_extent(1, pc.out.w)};
-    CAPTURE(w.kernel[0], w.kernel[1], w.stride[0], w.stride[1], pc.out.h, pc.out.w, kind == PoolKind::max, levels);
+    const Dims in{pc.out.n, pc.out.c, {w.input_extent(0, pc.out.space[0]), w.input_extent(1, pc.out.space[1])}};
+    CAPTURE(w.kernel[0], w.kernel[1], w.stride[0], w.stride[1], pc.out, kind == PoolKind::max, levels);
 
     std::mt19937 rng(13);
     // The input view spans the top/left margins as padding would: a non-dense window of a bigger tile.
-    const Tensor xt = random_tensor({in.n, in.c, in.h, in.w + 1}, some_margins, rng, levels);
-    const ConstView x = xt.padded().sub(0, 0, 1, 2, in);
-    const Tensor dyt = random_tensor(pc.out, {1, 1, 1, 1}, rng);
+    const Tensor xt = random_tensor({in.n, in.c, {in.space[0], in.space[1] + 1}}, some_margins, rng, levels);
+    const ConstView x = xt.padded().sub(0, 0, {1, 2}, in);
+    const Tensor dyt = random_tensor(pc.out, {{1, 1}, {1, 1}}, rng);
 
     Tensor expected = random_tensor(pc.out, some_margins, rng), got = expected;
     reference_kernels().pool->forward(kind, x, expected.interior(), w);
@@ -314,7 +314,7 @@ TEST_CASE("halide element-wise kernels match the reference", "[halide]") {
     std::mt19937 rng(19);
     std::vector<Tensor> xs;
     std::vector<ConstView> views;
-    for (int k = 0; k < inputs; ++k) xs.push_back(random_tensor(d, {k, 1, 0, k + 1}, rng));
+    for (int k = 0; k < inputs; ++k) xs.push_back(random_tensor(d, {{k, 1}, {0, k + 1}}, rng));
     for (const Tensor& t : xs) views.push_back(t.interior());
 
     Tensor expected = random_tensor(d, some_margins, rng), got = expected;
@@ -324,9 +324,10 @@ TEST_CASE("halide element-wise kernels match the reference", "[halide]") {
     CHECK(mismatches(got.interior(), expected.interior(), inputs <= 2 ? 0.0 : 1e-5) == 0);
 
     // Copy into a channel range of a bigger tensor, as concat does.
-    Tensor wide = random_tensor({d.n, d.c + 2, d.h, d.w}, some_margins, rng), wide_got = wide;
-    reference_kernels().eltwise->copy(xs[0].interior(), wide.interior().sub(0, 1, 0, 0, d));
-    halide_eltwise().copy(xs[0].interior(), wide_got.interior().sub(0, 1, 0, 0, d));
+    Tensor wide = random_tensor({d.n, d.c + 2, d.space}, some_margins, rng), wide_got = wide;
+    const Index origin = Index::filled(d.rank(), 0);
+    reference_kernels().eltwise->copy(xs[0].interior(), wide.interior().sub(0, 1, origin, d));
+    halide_eltwise().copy(xs[0].interior(), wide_got.interior().sub(0, 1, origin, d));
     CHECK(same_storage(wide_got, wide));
 
     // Accumulate in place into a non-dense view.
@@ -338,7 +339,7 @@ TEST_CASE("halide element-wise kernels match the reference", "[halide]") {
 
 TEST_CASE("halide add and accumulate may write into an input", "[halide]") {
     std::mt19937 rng(23);
-    const Dims d{2, 3, 5, 9};
+    const Dims d{2, 3, {5, 9}};
     Tensor a = random_tensor(d, some_margins, rng);
     const Tensor b = random_tensor(d, {}, rng);
     Tensor expected = a;
@@ -376,13 +377,13 @@ TEST_CASE("halide sgd matches the reference", "[halide]") {
 }
 
 TEST_CASE("cpu cross-entropy matches the reference", "[halide]") {
-    const Dims d = GENERATE(Dims{4, 10, 1, 1}, Dims{2, 3, 5, 6});
+    const Dims d = GENERATE(Dims{4, 10, {}}, Dims{2, 3, {5, 6}});
     std::mt19937 rng(31);
-    const Tensor logits = random_tensor(d, {1, 1, 2, 2}, rng);
-    std::vector<std::int32_t> labels(static_cast<std::size_t>(d.n * d.h * d.w));
+    const Tensor logits = random_tensor(d, {{1, 1}, {2, 2}}, rng);
+    std::vector<std::int32_t> labels(static_cast<std::size_t>(d.n * d.points()));
     std::uniform_int_distribution<std::int32_t> label(0, static_cast<std::int32_t>(d.c - 1));
     for (auto& l : labels) l = label(rng);
-    const LabelView lv{labels.data(), {d.n, 1, d.h, d.w}, d.h * d.w, d.h * d.w, d.w};
+    const LabelView lv = dense_view(labels.data(), Dims{d.n, 1, d.space});
 
     Tensor expected(d), got(d);
     const double loss_ref = reference_kernels().loss->cross_entropy(logits.interior(), lv, 0.25f, expected.interior());
@@ -396,10 +397,10 @@ TEST_CASE("cpu cross-entropy matches the reference", "[halide]") {
 TEST_CASE("cpu regression losses match the reference", "[halide]") {
     using dsl::frontend::Regression;
     const Regression r = GENERATE(Regression::mse, Regression::l1, Regression::bce_with_logits);
-    const Dims d = GENERATE(Dims{4, 10, 1, 1}, Dims{2, 3, 5, 6});
-    CAPTURE(static_cast<int>(r), d.n, d.c, d.h, d.w);
+    const Dims d = GENERATE(Dims{4, 10, {}}, Dims{2, 3, {5, 6}});
+    CAPTURE(static_cast<int>(r), d);
     std::mt19937 rng(41);
-    const Tensor x = random_tensor(d, {1, 1, 2, 2}, rng), t = random_tensor(d, {0, 2, 1, 0}, rng);
+    const Tensor x = random_tensor(d, {{1, 1}, {2, 2}}, rng), t = random_tensor(d, {{0, 2}, {1, 0}}, rng);
     Tensor expected(d), got(d);
     const double loss_ref =
         reference_kernels().loss->regression(r, x.interior(), t.interior(), 0.25f, expected.interior());
@@ -424,10 +425,10 @@ TEST_CASE("the cpu kernel set uses the halide kernels", "[halide]") {
 TEST_CASE("halide kernels split big tensors into parallel tasks as the reference", "[halide]") {
     // Planes bigger than a task (runs of rows, the last one short) and many small planes per task (the last
     // task short): the shapes above fit in one task.
-    const Dims d = GENERATE(Dims{1, 2, 150, 130}, Dims{1, 1, 300, 70}, Dims{2, 70, 16, 16}, Dims{3, 200, 5, 7});
-    CAPTURE(d.n, d.c, d.h, d.w);
+    const Dims d = GENERATE(Dims{1, 2, {150, 130}}, Dims{1, 1, {300, 70}}, Dims{2, 70, {16, 16}}, Dims{3, 200, {5, 7}});
+    CAPTURE(d);
     std::mt19937 rng(37);
-    const Tensor x = random_tensor(d, some_margins, rng), dy = random_tensor(d, {1, 0, 2, 1}, rng);
+    const Tensor x = random_tensor(d, some_margins, rng), dy = random_tensor(d, {{1, 0}, {2, 1}}, rng);
     const auto c = static_cast<std::size_t>(d.c);
 
     Tensor expected = random_tensor(d, some_margins, rng), got = expected;
@@ -446,7 +447,7 @@ TEST_CASE("halide kernels split big tensors into parallel tasks as the reference
         CHECK(sq[k] == Approx(sq_ref[k]).epsilon(1e-12));
     }
     std::vector<float> mean(c), inv_std(c), gamma(c, 1.25f), beta(c, -0.5f);
-    const double count = double(d.n * d.h * d.w);
+    const double count = double(d.n * d.points());
     for (std::size_t k = 0; k < c; ++k) {
         mean[k] = float((sum_ref[k] - 0.5) / count);
         inv_std[k] = 0.75f + 0.01f * float(k);

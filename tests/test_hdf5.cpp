@@ -98,43 +98,42 @@ TEST_CASE("hdf5: every split's tiles, margins included, are the whole array's re
                     for (int c = 0; c < cols; ++c) {
                         const auto [y0, y1] = part(ModernData::H, rows, r, margin);
                         const auto [x0, x1] = part(ModernData::W, cols, c, margin);
-                        const Dims td{3, ModernData::C, y1 - y0, x1 - x0};
-                        Tensor t(td, Margins{1, 1, 1, 1});
-                        src->inputs(layer(l.net, "x"), 4, y0, x0, t.interior());
+                        const Dims td{3, ModernData::C, {y1 - y0, x1 - x0}};
+                        Tensor t(td, Margins{{1, 1}, {1, 1}});
+                        src->inputs(layer(l.net, "x"), 4, Index{y0, x0}, t.interior());
                         int wrong = 0;
                         for (std::int64_t n = 0; n < td.n; ++n)
                             for (std::int64_t ch = 0; ch < td.c; ++ch)
-                                for (std::int64_t y = 0; y < td.h; ++y)
-                                    for (std::int64_t x = 0; x < td.w; ++x) {
+                                for (std::int64_t y = 0; y < td.space[0]; ++y)
+                                    for (std::int64_t x = 0; x < td.space[1]; ++x) {
                                         const std::int64_t s = (4 + n) % ModernData::S;
                                         const double v = d.x[static_cast<std::size_t>(
                                             ((s * ModernData::C + ch) * ModernData::H + y0 + y) * ModernData::W + x0 +
                                             x)];
-                                        wrong += t.at(n, ch, y, x) != static_cast<float>(v);
+                                        wrong += t.at(n, ch, {y, x}) != static_cast<float>(v);
                                     }
                         INFO(rows << "x" << cols << " tile " << r << "," << c << " margin " << margin);
                         CHECK(wrong == 0);
                         // The labels at half the resolution, the same split.
                         const auto [ly0, ly1] = part(ModernData::LH, rows, r, margin);
                         const auto [lx0, lx1] = part(ModernData::LW, cols, c, margin);
-                        const Dims ld{3, 1, ly1 - ly0, lx1 - lx0};
+                        const Dims ld{3, 1, {ly1 - ly0, lx1 - lx0}};
                         std::vector<std::int32_t> labels(static_cast<std::size_t>(ld.elements()), -1);
-                        src->labels(layer(l.net, "y"), 4, ly0, lx0,
-                                    BasicView<std::int32_t>{labels.data(), ld, ld.h * ld.w, ld.h * ld.w, ld.w});
+                        src->labels(layer(l.net, "y"), 4, Index{ly0, lx0}, dense_view(labels.data(), ld));
                         wrong = 0;
                         for (std::int64_t n = 0; n < ld.n; ++n)
-                            for (std::int64_t y = 0; y < ld.h; ++y)
-                                for (std::int64_t x = 0; x < ld.w; ++x) {
+                            for (std::int64_t y = 0; y < ld.space[0]; ++y)
+                                for (std::int64_t x = 0; x < ld.space[1]; ++x) {
                                     const std::int64_t s = (4 + n) % ModernData::S;
-                                    wrong += labels[static_cast<std::size_t>((n * ld.h + y) * ld.w + x)] !=
-                                             d.y[static_cast<std::size_t>((s * ModernData::LH + ly0 + y) *
-                                                                              ModernData::LW +
-                                                                          lx0 + x)];
+                                    wrong +=
+                                        labels[static_cast<std::size_t>((n * ld.space[0] + y) * ld.space[1] + x)] !=
+                                        d.y[static_cast<std::size_t>((s * ModernData::LH + ly0 + y) * ModernData::LW +
+                                                                     lx0 + x)];
                                 }
                         CHECK(wrong == 0);
                     }
         std::vector<std::int32_t> z(4, -1);
-        src->labels(layer(l.net, "z"), 3, 0, 0, BasicView<std::int32_t>{z.data(), Dims{4, 1, 1, 1}, 1, 1, 1});
+        src->labels(layer(l.net, "z"), 3, Index{}, dense_view(z.data(), Dims{4, 1, {}}));
         CHECK(z == std::vector<std::int32_t>{1, 2, 0, 2});
         fs::remove(d.h5);
     }
@@ -161,21 +160,22 @@ TEST_CASE("hdf5: float labels (targets) of any shape, as integers or floats, by 
     auto src = make_data_source(l.net, 0, files, error);
     INFO(error);
     REQUIRE(src);
-    Tensor tt(Dims{2, 2, 5, 4});
-    src->targets(layer(l.net, "t"), 1, 7, 3, tt.interior());
+    Tensor tt(Dims{2, 2, {5, 4}});
+    src->targets(layer(l.net, "t"), 1, Index{7, 3}, tt.interior());
     for (std::int64_t n = 0; n < 2; ++n)
         for (std::int64_t c = 0; c < 2; ++c)
             for (std::int64_t yy = 0; yy < 5; ++yy)
                 for (std::int64_t xx = 0; xx < 4; ++xx)
-                    REQUIRE(tt.at(n, c, yy, xx) ==
-                            static_cast<float>(t[static_cast<std::size_t>((((1 + n) * 2 + c) * 15 + 7 + yy) * 11 + 3 + xx)]));
-    Tensor tv(Dims{2, 3, 1, 1});
-    src->targets(layer(l.net, "v"), 2, 0, 0, tv.interior());  // samples 2 and 0
-    CHECK(tv.at(0, 1, 0, 0) == 0.6f);
-    CHECK(tv.at(1, 2, 0, 0) == 0.75f);
-    Tensor tx(Dims{1, 4, 30, 22});
-    src->inputs(layer(l.net, "x"), 2, 0, 0, tx.interior());
-    CHECK(tx.at(0, 3, 29, 21) == x.back());
+                    REQUIRE(tt.at(n, c, {yy, xx}) ==
+                            static_cast<float>(
+                                t[static_cast<std::size_t>((((1 + n) * 2 + c) * 15 + 7 + yy) * 11 + 3 + xx)]));
+    Tensor tv(Dims{2, 3, {}});
+    src->targets(layer(l.net, "v"), 2, Index{}, tv.interior());  // samples 2 and 0
+    CHECK(tv.at(0, 1, {}) == 0.6f);
+    CHECK(tv.at(1, 2, {}) == 0.75f);
+    Tensor tx(Dims{1, 4, {30, 22}});
+    src->inputs(layer(l.net, "x"), 2, Index{0, 0}, tx.interior());
+    CHECK(tx.at(0, 3, {29, 21}) == x.back());
 }
 
 TEST_CASE("hdf5: --normalize from numbers or from the data set's attributes", "[data][hdf5]") {
@@ -190,14 +190,15 @@ TEST_CASE("hdf5: --normalize from numbers or from the data set's attributes", "[
         auto src = make_data_source(l.net, 0, files, error);
         INFO(how << ": " << error);
         REQUIRE(src);
-        Tensor t(Dims{1, 3, 4, 5});
-        src->inputs(layer(l.net, "x"), 1, 10, 20, t.interior());
+        Tensor t(Dims{1, 3, {4, 5}});
+        src->inputs(layer(l.net, "x"), 1, Index{10, 20}, t.interior());
         for (std::int64_t c = 0; c < 3; ++c)
             for (std::int64_t y = 0; y < 4; ++y)
                 for (std::int64_t x = 0; x < 5; ++x) {
                     const float raw =
                         static_cast<float>(d.x[static_cast<std::size_t>(((1 * 3 + c) * 66 + 10 + y) * 70 + 20 + x)]);
-                    REQUIRE(t.at(0, c, y, x) == (raw - mean[static_cast<std::size_t>(c)]) / stddev[static_cast<std::size_t>(c)]);
+                    REQUIRE(t.at(0, c, {y, x}) ==
+                            (raw - mean[static_cast<std::size_t>(c)]) / stddev[static_cast<std::size_t>(c)]);
                 }
     }
     // One mean and one deviation for every channel.
@@ -206,9 +207,9 @@ TEST_CASE("hdf5: --normalize from numbers or from the data set's attributes", "[
     std::string error;
     auto src = make_data_source(l.net, 0, files, error);
     REQUIRE(src);
-    Tensor t(Dims{1, 3, 1, 1});
-    src->inputs(layer(l.net, "x"), 0, 0, 0, t.interior());
-    CHECK(t.at(0, 2, 0, 0) == (static_cast<float>(d.x[2 * 66 * 70]) - 0.5f) / 2.0f);
+    Tensor t(Dims{1, 3, {1, 1}});
+    src->inputs(layer(l.net, "x"), 0, Index{0, 0}, t.interior());
+    CHECK(t.at(0, 2, {0, 0}) == (static_cast<float>(d.x[2 * 66 * 70]) - 0.5f) / 2.0f);
     for (const auto& [bad, message] :
          {std::pair{"1,2,3", "give MEAN,STD"}, {"1,2:1", "2 values of the mean, but input 'x' has 3 channels"},
           {"0:0", "must be positive"}, {"a:b", "give MEAN,STD"}}) {
@@ -242,7 +243,7 @@ TEST_CASE("hdf5: --shuffle orders every epoch anew, as a function of the seed an
     REQUIRE(src);
     // Index i reads sample order(i / S)[i mod S], whichever tile asks for it.
     std::vector<std::int32_t> z(9, -1);
-    src->labels(layer(l.net, "z"), 4, 0, 0, BasicView<std::int32_t>{z.data(), Dims{9, 1, 1, 1}, 1, 1, 1});
+    src->labels(layer(l.net, "z"), 4, Index{}, dense_view(z.data(), Dims{9, 1, {}}));
     for (std::int64_t i = 4; i < 13; ++i) {
         const auto order = shuffle_order(ModernData::S, 5, i / ModernData::S);
         CHECK(z[static_cast<std::size_t>(i - 4)] == d.z[static_cast<std::size_t>(order[static_cast<std::size_t>(i % ModernData::S)])]);
@@ -298,12 +299,12 @@ TEST_CASE("data: several inputs, each from its own file by name, .npy and HDF5 m
     auto src = make_data_source(l.net, 0, files, error);
     INFO(error);
     REQUIRE(src);
-    Tensor ta(Dims{2, 2, 3, 4}), tb(Dims{2, 1, 3, 4});
-    src->inputs(layer(l.net, "a"), 2, 4, 1, ta.interior());  // samples 2 and 0
-    src->inputs(layer(l.net, "b"), 2, 4, 1, tb.interior());
-    CHECK(ta.at(0, 1, 2, 3) == static_cast<float>(a[static_cast<std::size_t>(((2 * 2 + 1) * 8 + 6) * 6 + 4)]));
-    CHECK(ta.at(1, 0, 0, 0) == static_cast<float>(a[static_cast<std::size_t>(4 * 6 + 1)]));
-    CHECK(tb.at(0, 0, 1, 2) == b[static_cast<std::size_t>((2 * 8 + 5) * 6 + 3)]);
+    Tensor ta(Dims{2, 2, {3, 4}}), tb(Dims{2, 1, {3, 4}});
+    src->inputs(layer(l.net, "a"), 2, Index{4, 1}, ta.interior());  // samples 2 and 0
+    src->inputs(layer(l.net, "b"), 2, Index{4, 1}, tb.interior());
+    CHECK(ta.at(0, 1, {2, 3}) == static_cast<float>(a[static_cast<std::size_t>(((2 * 2 + 1) * 8 + 6) * 6 + 4)]));
+    CHECK(ta.at(1, 0, {0, 0}) == static_cast<float>(a[static_cast<std::size_t>(4 * 6 + 1)]));
+    CHECK(tb.at(0, 0, {1, 2}) == b[static_cast<std::size_t>((2 * 8 + 5) * 6 + 3)]);
     // Each input and label is named once; a missing one, or a name that is none of them, says which exist.
     files.files.pop_back();
     CHECK_FALSE(make_data_source(l.net, 0, files, error));

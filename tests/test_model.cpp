@@ -41,7 +41,7 @@ Platform platform() {
 }
 
 Distribution dist(std::int64_t n, std::int64_t h, std::int64_t w, bool overlap = false) {
-    return Distribution{Split{n, 1, 1, 1, h, w}, overlap, BatchNormStats::batch};
+    return Distribution{Split{n, 1, 1, {1, h, w}}, overlap, BatchNormStats::batch};
 }
 
 }  // namespace
@@ -96,7 +96,7 @@ TEST_CASE("model: compute shrinks with the tile; allreduces and shuffles as they
     CHECK(four.layer(b, dist(4, 1, 1)).forward_sync > 0.0);
     CHECK(four.layer(b, local).forward_sync == 0.0);
     // The same split: no shuffle. Samples to rows: a quarter of the tile stays, the rest moves, both ways.
-    const Split samples{4, 1, 1, 1, 1, 1}, rows{1, 1, 1, 1, 4, 1};
+    const Split samples{4, 1, 1, {1, 1, 1}}, rows{1, 1, 1, {1, 4, 1}};
     CHECK(four.shuffle(r, 0, samples, samples).bytes == 0);
     const ShuffleCost s = four.shuffle(r, 0, samples, rows);
     CHECK(s.bytes == 2 * (4 * 4 * 16 - 1 * 4 * 16) * 16 * 4);
@@ -118,7 +118,7 @@ TEST_CASE("model: measured times replace the analytic ones", "[model]") {
     CHECK(c.backward_data == 0.125);
     CHECK(c.backward_weights == 0.125);
     // Calibration's factors (training over kernels alone) scale them; drift adds waits in proportion.
-    const int size = Model::size_class(measured.tile_bytes(c2, Split{2, 1, 1, 1, 1, 1}) * 2);  // a neighbour class
+    const int size = Model::size_class(measured.tile_bytes(c2, Split{2, 1, 1, {1, 1, 1}}) * 2);  // a neighbour class
     p.times[measured.factor_key(frontend::OpKind::conv, true, size)] = 1.5e-3;
     p.times[time_key("drift", {{"compute", {1000}}, {"procs", {2}}})] = 0.1e-3;
     Model trained(l.net, p, 2, 4);

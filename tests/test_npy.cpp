@@ -208,26 +208,26 @@ TEST_CASE("npy: a tile of samples is copied out with offsets, converted to float
     auto f = open_ok(dir / "x.npy");
 
     // Into the interior of a tile with margins, so the view is strided; the margins stay as they were.
-    Tensor t(Dims{2, 1, 3, 2}, Margins{1, 1, 2, 2});
+    Tensor t(Dims{2, 1, {3, 2}}, Margins{{1, 1}, {2, 2}});
     t.fill(-7.0f);
-    REQUIRE(copy_sample_tile(*f, 1, 1, 2, 3, t.interior(), error));
+    REQUIRE(copy_sample_tile(*f, 1, 1, Index{2, 3}, t.interior(), error));
     for (std::int64_t n = 0; n < 2; ++n)
         for (std::int64_t y = 0; y < 3; ++y)
-            for (std::int64_t x = 0; x < 2; ++x) CHECK(t.at(n, 0, y, x) == value(1 + n, 1, 2 + y, 3 + x));
-    CHECK(t.at(0, 0, -1, 0) == -7.0f);
-    CHECK(t.at(1, 0, 3, 1) == -7.0f);
-    CHECK(t.padded().at(0, 0, 1, 0) == -7.0f);
-    CHECK(t.padded().at(0, 0, 1, 5) == -7.0f);
+            for (std::int64_t x = 0; x < 2; ++x) CHECK(t.at(n, 0, {y, x}) == value(1 + n, 1, 2 + y, 3 + x));
+    CHECK(t.at(0, 0, {-1, 0}) == -7.0f);
+    CHECK(t.at(1, 0, {3, 1}) == -7.0f);
+    CHECK(t.padded().at(0, 0, {1, 0}) == -7.0f);
+    CHECK(t.padded().at(0, 0, {1, 5}) == -7.0f);
 
     // The whole array, and a region that reaches past the end.
-    Tensor whole(Dims{S, C, H, W});
-    REQUIRE(copy_sample_tile(*f, 0, 0, 0, 0, whole.interior(), error));
+    Tensor whole(Dims{S, C, {H, W}});
+    REQUIRE(copy_sample_tile(*f, 0, 0, Index{0, 0}, whole.interior(), error));
     CHECK(std::equal(all.begin(), all.end(), whole.data()));
-    Tensor past(Dims{1, 1, 3, 2});
-    CHECK_FALSE(copy_sample_tile(*f, 0, 0, 3, 0, past.interior(), error));
+    Tensor past(Dims{1, 1, {3, 2}});
+    CHECK_FALSE(copy_sample_tile(*f, 0, 0, Index{3, 0}, past.interior(), error));
     CHECK_THAT(error, Catch::Contains("outside the array [3, 2, 5, 6]"));
-    CHECK_FALSE(copy_sample_tile(*f, 3, 0, 0, 0, past.interior(), error));
-    CHECK_FALSE(copy_sample_tile(*f, -1, 0, 0, 0, past.interior(), error));
+    CHECK_FALSE(copy_sample_tile(*f, 3, 0, Index{0, 0}, past.interior(), error));
+    CHECK_FALSE(copy_sample_tile(*f, -1, 0, Index{0, 0}, past.interior(), error));
 
     // Bytes and doubles are converted.
     std::string bytes;
@@ -235,25 +235,25 @@ TEST_CASE("npy: a tile of samples is copied out with offsets, converted to float
     write_bytes(dir / "u8.npy",
                 npy_bytes(1, "{'descr': '|u1', 'fortran_order': False, 'shape': (2, 1, 2, 2), }\n", bytes));
     auto u = open_ok(dir / "u8.npy");
-    Tensor ut(Dims{1, 1, 2, 1});
-    REQUIRE(copy_sample_tile(*u, 1, 0, 0, 1, ut.interior(), error));
-    CHECK(ut.at(0, 0, 0, 0) == 150.0f);
-    CHECK(ut.at(0, 0, 1, 0) == 210.0f);
+    Tensor ut(Dims{1, 1, {2, 1}});
+    REQUIRE(copy_sample_tile(*u, 1, 0, Index{0, 1}, ut.interior(), error));
+    CHECK(ut.at(0, 0, {0, 0}) == 150.0f);
+    CHECK(ut.at(0, 0, {1, 0}) == 210.0f);
 
     const std::vector<double> d{0.25, 1e10, -3.5, 4};
     write_bytes(dir / "f8.npy",
                 npy_bytes(1, "{'descr': '<f8', 'fortran_order': False, 'shape': (1, 1, 1, 4)}\n", raw(d)));
     auto g = open_ok(dir / "f8.npy");
-    Tensor gt(Dims{1, 1, 1, 3});
-    REQUIRE(copy_sample_tile(*g, 0, 0, 0, 1, gt.interior(), error));
-    CHECK(gt.at(0, 0, 0, 0) == 1e10f);
-    CHECK(gt.at(0, 0, 0, 1) == -3.5f);
-    CHECK(gt.at(0, 0, 0, 2) == 4.0f);
+    Tensor gt(Dims{1, 1, {1, 3}});
+    REQUIRE(copy_sample_tile(*g, 0, 0, Index{0, 1}, gt.interior(), error));
+    CHECK(gt.at(0, 0, {0, 0}) == 1e10f);
+    CHECK(gt.at(0, 0, {0, 1}) == -3.5f);
+    CHECK(gt.at(0, 0, {0, 2}) == 4.0f);
 
     // Not 4-D.
     REQUIRE(write_npy(dir / "v.npy", {4}, all.data(), error));
     auto one = open_ok(dir / "v.npy");
-    CHECK_FALSE(copy_sample_tile(*one, 0, 0, 0, 0, gt.interior(), error));
+    CHECK_FALSE(copy_sample_tile(*one, 0, 0, Index{0, 0}, gt.interior(), error));
     CHECK_THAT(error, Catch::Contains("[S, C, H, W]"));
 }
 
@@ -265,9 +265,9 @@ TEST_CASE("npy: labels [S] and [S, H, W] of integer types into int32", "[npy]") 
                 npy_bytes(1, "{'descr': '<i8', 'fortran_order': False, 'shape': (5,), }\n", raw(per_sample)));
     auto l = open_ok(dir / "l.npy");
     std::vector<std::int32_t> out(3, -1);
-    REQUIRE(copy_label_tile(*l, 2, 0, 0, BasicView<std::int32_t>{out.data(), Dims{3, 1, 1, 1}, 1, 1, 1}, error));
+    REQUIRE(copy_label_tile(*l, 2, Index{}, dense_view(out.data(), Dims{3, 1, {}}), error));
     CHECK(out == std::vector<std::int32_t>{4, 1, 5});
-    CHECK_FALSE(copy_label_tile(*l, 3, 0, 0, BasicView<std::int32_t>{out.data(), Dims{3, 1, 1, 1}, 1, 1, 1}, error));
+    CHECK_FALSE(copy_label_tile(*l, 3, Index{}, dense_view(out.data(), Dims{3, 1, {}}), error));
 
     // [2, 3, 4] bytes: value = s * 12 + y * 4 + x.
     std::string px;
@@ -275,22 +275,20 @@ TEST_CASE("npy: labels [S] and [S, H, W] of integer types into int32", "[npy]") 
     write_bytes(dir / "p.npy", npy_bytes(1, "{'descr': '|u1', 'fortran_order': False, 'shape': (2, 3, 4), }\n", px));
     auto p = open_ok(dir / "p.npy");
     std::vector<std::int32_t> tile(2 * 2 * 3, -1);
-    const BasicView<std::int32_t> tv{tile.data(), Dims{2, 1, 2, 3}, 6, 6, 3};
-    REQUIRE(copy_label_tile(*p, 0, 1, 1, tv, error));
+    const BasicView<std::int32_t> tv = dense_view(tile.data(), Dims{2, 1, {2, 3}});
+    REQUIRE(copy_label_tile(*p, 0, Index{1, 1}, tv, error));
     for (std::int64_t n = 0; n < 2; ++n)
         for (std::int64_t y = 0; y < 2; ++y)
-            for (std::int64_t x = 0; x < 3; ++x) CHECK(tv.at(n, 0, y, x) == n * 12 + (1 + y) * 4 + (1 + x));
-    CHECK_FALSE(copy_label_tile(*p, 0, 2, 0, tv, error));
+            for (std::int64_t x = 0; x < 3; ++x) CHECK(tv.at(n, 0, {y, x}) == n * 12 + (1 + y) * 4 + (1 + x));
+    CHECK_FALSE(copy_label_tile(*p, 0, Index{2, 0}, tv, error));
 
     // Floats are not labels; values beyond int32 are refused.
     const float fl[2] = {0, 1};
     REQUIRE(write_npy(dir / "f.npy", {2}, fl, error));
-    CHECK_FALSE(copy_label_tile(*open_ok(dir / "f.npy"), 0, 0, 0,
-                                BasicView<std::int32_t>{out.data(), Dims{1, 1, 1, 1}, 1, 1, 1}, error));
+    CHECK_FALSE(copy_label_tile(*open_ok(dir / "f.npy"), 0, Index{}, dense_view(out.data(), Dims{1, 1, {}}), error));
     CHECK_THAT(error, Catch::Contains("integer dtype"));
     const std::vector<std::int64_t> huge{1LL << 33};
     write_bytes(dir / "h.npy", npy_bytes(1, "{'descr': '<i8', 'fortran_order': False, 'shape': (1,), }\n", raw(huge)));
-    CHECK_FALSE(copy_label_tile(*open_ok(dir / "h.npy"), 0, 0, 0,
-                                BasicView<std::int32_t>{out.data(), Dims{1, 1, 1, 1}, 1, 1, 1}, error));
+    CHECK_FALSE(copy_label_tile(*open_ok(dir / "h.npy"), 0, Index{}, dense_view(out.data(), Dims{1, 1, {}}), error));
     CHECK_THAT(error, Catch::Contains("does not fit in int32"));
 }

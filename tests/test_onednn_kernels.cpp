@@ -50,9 +50,9 @@ void check_conv(const ConvProblem& p, Layout layout, std::mt19937& rng) {
     const std::string what = describe(p, layout);
     INFO(what);
     const Window& win = p.window;
-    const Dims xd{p.n, p.c, win.input_extent(0, p.out_h), win.input_extent(1, p.out_w)};
-    const Dims yd{p.n, p.f, p.out_h, p.out_w};
-    const Dims wd{p.f, p.c, win.kernel[0], win.kernel[1]};
+    const Dims xd{p.n, p.c, {win.input_extent(0, p.out_h), win.input_extent(1, p.out_w)}};
+    const Dims yd{p.n, p.f, {p.out_h, p.out_w}};
+    const Dims wd{p.f, p.c, win.kernel};
     ConvKernels& ref = *reference_kernels().conv;
     ConvKernels& dnn = onednn_conv();
 
@@ -83,17 +83,20 @@ void check_conv(const ConvProblem& p, Layout layout, std::mt19937& rng) {
         CHECK(std::all_of(db.begin(), db.end(), [](float v) { return v == sentinel; }));
 }
 
+// y {n, k} = x times w {k, features}: x is an image {n, c, {h, w}} or a vector {n, c} (fc after fc).
 struct FcProblem {
-    std::int64_t n, c, h, w, k;
+    Dims x;
+    std::int64_t k;
     bool bias;
 };
 
 void check_fc(const FcProblem& p, Layout layout, std::mt19937& rng) {
-    const std::string what = "fc n=" + std::to_string(p.n) + " x=" + std::to_string(p.c) + "x" + std::to_string(p.h) +
-                             "x" + std::to_string(p.w) + " k=" + std::to_string(p.k) + (p.bias ? " bias" : " no-bias") +
-                             " layout=" + name(layout);
+    const Dims& xd = p.x;
+    std::string what = "fc n=" + std::to_string(xd.n) + " x=" + std::to_string(xd.c);
+    for (std::int64_t e : xd.space) what += "x" + std::to_string(e);
+    what += " k=" + std::to_string(p.k) + (p.bias ? " bias" : " no-bias") + " layout=" + name(layout);
     INFO(what);
-    const Dims xd{p.n, p.c, p.h, p.w}, yd{p.n, p.k, 1, 1}, wd{p.k, p.c * p.h * p.w, 1, 1};
+    const Dims yd{xd.n, p.k, {}}, wd{p.k, xd.c * xd.points(), {}};
     FcKernels& ref = *reference_kernels().fc;
     FcKernels& dnn = onednn_fc();
 
@@ -144,12 +147,12 @@ TEST_CASE("oneDNN convolution follows new data on cached problems", "[onednn]") 
 }
 
 TEST_CASE("oneDNN convolution rejects an input that does not match its window", "[onednn]") {
-    Tensor x(Dims{1, 2, 6, 6}), w(Dims{3, 2, 3, 3}), y(Dims{1, 3, 5, 4});  // 6x6 input gives 4x4 outputs
+    Tensor x(Dims{1, 2, {6, 6}}), w(Dims{3, 2, {3, 3}}), y(Dims{1, 3, {5, 4}});  // 6x6 input gives 4x4 outputs
     const Window win = window(3, 3, 1, 1, 1, 1);
     CHECK_THROWS_AS(onednn_conv().forward(x.interior(), w.interior(), nullptr, y.interior(), win), dsl::InternalError);
     CHECK_THROWS_AS(onednn_conv().backward_data(y.interior(), w.interior(), x.interior(), win), dsl::InternalError);
-    Tensor wrong_w(Dims{3, 2, 3, 1});
-    Tensor y_ok(Dims{1, 3, 4, 4});
+    Tensor wrong_w(Dims{3, 2, {3, 1}});
+    Tensor y_ok(Dims{1, 3, {4, 4}});
     CHECK_THROWS_AS(onednn_conv().backward_weights(x.interior(), y_ok.interior(), wrong_w.interior(), nullptr, win),
                     dsl::InternalError);
 }
@@ -158,13 +161,14 @@ TEST_CASE("oneDNN fully connected layer matches the reference on views of tiles"
     const Layout layout = GENERATE(Layout::dense, Layout::interior, Layout::channels);
     std::mt19937 rng(29 + static_cast<unsigned>(layout));
     const std::vector<FcProblem> problems = {
-        {3, 4, 5, 6, 7, true},   {2, 10, 1, 1, 5, false}, {5, 3, 3, 2, 11, true},
-        {1, 16, 4, 4, 10, true}, {7, 1, 1, 1, 1, false},  {4, 64, 2, 2, 33, true},
+        {{3, 4, {5, 6}}, 7, true},   {{2, 10, {1, 1}}, 5, false}, {{5, 3, {3, 2}}, 11, true},
+        {{1, 16, {4, 4}}, 10, true}, {{7, 1, {1, 1}}, 1, false},  {{4, 64, {2, 2}}, 33, true},
+        {{3, 12, {}}, 6, true},      {{2, 40, {}}, 3, false},
     };
     for (const FcProblem& p : problems) check_fc(p, layout, rng);
 }
 
 TEST_CASE("oneDNN fully connected layer rejects mismatched weights", "[onednn]") {
-    Tensor x(Dims{2, 3, 2, 2}), w(Dims{5, 11, 1, 1}), y(Dims{2, 5, 1, 1});
+    Tensor x(Dims{2, 3, {2, 2}}), w(Dims{5, 11, {}}), y(Dims{2, 5, {}});
     CHECK_THROWS_AS(onednn_fc().forward(x.interior(), w.interior(), nullptr, y.interior()), dsl::InternalError);
 }

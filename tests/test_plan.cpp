@@ -44,11 +44,13 @@ std::unique_ptr<Loaded> load(const std::string& net, const std::string& sched) {
     return l;
 }
 
-// A piece as both ends see it: (layer, tile id, from, to, box).
-using Key =
-    std::tuple<int, int, int, int, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t>;
+// A piece as both ends see it: (layer, tile id, from, to, box: the bounds of its samples, channels and each
+// spatial dimension).
+using Key = std::tuple<int, int, int, int, std::vector<std::int64_t>>;
 Key key(int layer, int id, int from, int to, const scheduler::Box& b) {
-    return {layer, id, from, to, b.n0, b.n1, b.y0, b.y1, b.x0, b.x1};
+    std::vector<std::int64_t> bounds{b.n.lo, b.n.hi, b.c.lo, b.c.hi};
+    for (const scheduler::Range& r : b.space) bounds.insert(bounds.end(), {r.lo, r.hi});
+    return {layer, id, from, to, bounds};
 }
 
 }  // namespace
@@ -78,7 +80,7 @@ TEST_CASE("every process's plan sends what its peers' plans receive", "[plan]") 
         REQUIRE(p.layers.size() == net.layers.size());
         for (std::size_t i = 0; i < p.layers.size(); ++i) {
             const scheduler::LayerPlan& lp = p.layers[i];
-            const scheduler::Box extent{0, lp.whole.n, 0, lp.whole.h, 0, lp.whole.w};
+            const scheduler::Box extent = scheduler::whole_box(lp.whole);
             for (std::size_t t = 0; t < lp.tiles.size(); ++t) {
                 const scheduler::TilePlan& tile = lp.tiles[t];
                 // Every process places the same tiles in the same order: message tags derive from the ids.
@@ -176,26 +178,29 @@ TEST_CASE("upsample and deconv tiles hold exactly the input rows and columns the
             const scheduler::TilePlan& out = p.layers[i].tiles[0];
             const auto& in_slot = p.layers[static_cast<std::size_t>(layer.inputs[0])];
             const scheduler::TilePlan& in = in_slot.tiles[static_cast<std::size_t>(p.layers[i].operands[0])];
-            const auto rows = reads(layer, 0, out.box.y0, out.box.y1, in_slot.whole.h);
-            const auto cols = reads(layer, 1, out.box.x0, out.box.x1, in_slot.whole.w);
             INFO(layer.name << " on rank " << r);
-            CHECK(scheduler::window_input(layer, out.box).y0 == rows.first);
-            CHECK(scheduler::window_input(layer, out.box).y1 == rows.second);
-            CHECK(scheduler::window_input(layer, out.box).x0 == cols.first);
-            CHECK(scheduler::window_input(layer, out.box).x1 == cols.second);
-            // The input tile's margins reach at least that far (as far exactly when it is the only reader).
-            CHECK(in.box.y0 - in.need.top <= rows.first);
-            CHECK(in.box.y1 + in.need.bottom >= rows.second);
-            CHECK(in.box.x0 - in.need.left <= cols.first);
-            CHECK(in.box.x1 + in.need.right >= cols.second);
-            if (in.windowed_readers.size() == 1) {
-                CHECK(in.need.top == std::max<std::int64_t>(0, in.box.y0 - rows.first));
-                CHECK(in.need.bottom == std::max<std::int64_t>(0, rows.second - in.box.y1));
-                CHECK(in.need.left == std::max<std::int64_t>(0, in.box.x0 - cols.first));
-                CHECK(in.need.right == std::max<std::int64_t>(0, cols.second - in.box.x1));
+            REQUIRE(out.box.space.rank() == 2);
+            REQUIRE(in.box.space.rank() == 2);
+            const scheduler::Box read = scheduler::window_input(layer, out.box, in_slot.whole.c);
+            std::int64_t need = 0;
+            for (int d = 0; d < 2; ++d) {
+                INFO("dimension " << d);
+                const auto want = reads(layer, d, out.box.space[d].lo, out.box.space[d].hi, in_slot.whole.space[d]);
+                CHECK(read.space[d].lo == want.first);
+                CHECK(read.space[d].hi == want.second);
+                // The input tile's margins reach at least that far (as far exactly when it is the only reader).
+                const scheduler::Range held = in.box.space[d];
+                const scheduler::Reach margin = in.need[d];
+                CHECK(held.lo - margin.before <= want.first);
+                CHECK(held.hi + margin.after >= want.second);
+                if (in.windowed_readers.size() == 1) {
+                    CHECK(margin.before == std::max<std::int64_t>(0, held.lo - want.first));
+                    CHECK(margin.after == std::max<std::int64_t>(0, want.second - held.hi));
+                }
+                need += margin.before + margin.after;
             }
             ++checked;
-            if (in.need.top + in.need.bottom + in.need.left + in.need.right > 0) ++with_halo;
+            if (need > 0) ++with_halo;
         }
     }
     CHECK(checked > 0);
@@ -214,7 +219,7 @@ TEST_CASE("the one-process plan moves nothing and places one tile per tensor", "
                 CHECK(t.backward.empty());
                 CHECK(t.leader);
                 CHECK_FALSE(t.replicated);
-                CHECK(t.box == (scheduler::Box{0, lp.whole.n, 0, lp.whole.h, 0, lp.whole.w}));
+                CHECK(t.box == scheduler::whole_box(lp.whole));
             }
         }
     }

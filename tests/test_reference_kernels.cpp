@@ -6,6 +6,8 @@
 // norm and the softmax. The objective is L = sum(forward(x) * R) in double for a fixed random R, so
 // dL/dx = backward(R). A gradient element passes when |numeric - analytic| <= 1e-2 * max(|analytic|,
 // 0.1 * max|analytic|) + 1e-5: a wrong index or a missing term is off by O(max|analytic|) and fails.
+#include "kernel_layouts.hpp"
+
 #include <dsl/backend/kernels.hpp>
 #include <dsl/base/error.hpp>
 
@@ -37,40 +39,35 @@ float off_zero(std::mt19937& rng) {
     return rng() % 2 ? v : -v;
 }
 
-template <typename F>
-void for_each(const Dims& d, F&& f) {
-    for (int64_t n = 0; n < d.n; ++n)
-        for (int64_t c = 0; c < d.c; ++c)
-            for (int64_t y = 0; y < d.h; ++y)
-                for (int64_t x = 0; x < d.w; ++x) f(n, c, y, x);
-}
-
-// A view that is not dense: `dims` inside a tensor with margins and an extra batch and channels, filled with
-// random values everywhere, so that a kernel that assumes dense strides reads the wrong elements and one that
-// writes outside its view is caught by `changed_outside`.
+// A view that is not dense: `dims` inside a tensor with margins (an image's) and an extra batch and channels,
+// filled with random values everywhere, so that a kernel that assumes dense strides reads the wrong elements
+// and one that writes outside its view is caught by `changed_outside`.
 struct Tile {
     Tensor storage;
     View view;
     std::vector<float> saved;
 
     Tile(Dims d, std::mt19937& rng, float lo = -1.0f, float hi = 1.0f)
-        : storage(Dims{d.n + 1, d.c + 2, d.h + 1, d.w + 2}, Margins{2, 1, 1, 3}) {
+        : storage(around(d), d.rank() == 0 ? Margins{} : Margins{{2, 1}, {1, 3}}) {
         for (int64_t i = 0; i < storage.size(); ++i) storage.data()[i] = uniform(rng, lo, hi);
-        view = storage.padded().sub(1, 1, 1, 2, d);
+        view = storage.padded().sub(1, 1, d.rank() == 0 ? Index{} : Index{1, 2}, d);
         REQUIRE_FALSE(view.dense());
+    }
+    static Dims around(const Dims& d) {
+        return d.rank() == 0 ? Dims{d.n + 1, d.c + 2, {}} : Dims{d.n + 1, d.c + 2, {d.space[0] + 1, d.space[1] + 2}};
     }
 
     template <typename F>
     void fill(F&& value) {
-        for_each(view.dims, [&](int64_t n, int64_t c, int64_t y, int64_t x) { view.at(n, c, y, x) = value(); });
+        for_each_element(view.dims, [&](int64_t n, int64_t c, const Index& i) { view.at(n, c, i) = value(); });
     }
     void save() { saved.assign(storage.data(), storage.data() + storage.size()); }
 
     // How many elements outside the view differ from the last `save`.
     int64_t changed_outside() const {
         std::vector<bool> inside(static_cast<std::size_t>(storage.size()), false);
-        for_each(view.dims, [&](int64_t n, int64_t c, int64_t y, int64_t x) {
-            inside[static_cast<std::size_t>(&view.at(n, c, y, x) - storage.data())] = true;
+        for_each_element(view.dims, [&](int64_t n, int64_t c, const Index& i) {
+            inside[static_cast<std::size_t>(&view.at(n, c, i) - storage.data())] = true;
         });
         int64_t changed = 0;
         for (std::size_t i = 0; i < inside.size(); ++i)
@@ -81,7 +78,7 @@ struct Tile {
 
 std::vector<double> to_vector(ConstView v) {
     std::vector<double> out;
-    for_each(v.dims, [&](int64_t n, int64_t c, int64_t y, int64_t x) { out.push_back(v.at(n, c, y, x)); });
+    for_each_element(v.dims, [&](int64_t n, int64_t c, const Index& i) { out.push_back(v.at(n, c, i)); });
     return out;
 }
 
@@ -96,17 +93,17 @@ struct Dense {
     View view;
     explicit Dense(ConstView v) : data(static_cast<std::size_t>(v.dims.elements())) {
         view = dense_view(data.data(), v.dims);
-        for_each(v.dims, [&](int64_t n, int64_t c, int64_t y, int64_t x) { view.at(n, c, y, x) = v.at(n, c, y, x); });
+        for_each_element(v.dims, [&](int64_t n, int64_t c, const Index& i) { view.at(n, c, i) = v.at(n, c, i); });
         REQUIRE(view.dense());
     }
 };
 
-View vector_view(std::vector<float>& v) { return dense_view(v.data(), Dims{1, static_cast<int64_t>(v.size()), 1, 1}); }
+View vector_view(std::vector<float>& v) { return dense_view(v.data(), Dims{1, static_cast<int64_t>(v.size()), {}}); }
 
 double dot(ConstView a, ConstView b) {
     double acc = 0.0;
-    for_each(a.dims,
-             [&](int64_t n, int64_t c, int64_t y, int64_t x) { acc += double(a.at(n, c, y, x)) * b.at(n, c, y, x); });
+    for_each_element(a.dims,
+                     [&](int64_t n, int64_t c, const Index& i) { acc += double(a.at(n, c, i)) * b.at(n, c, i); });
     return acc;
 }
 
@@ -114,8 +111,8 @@ double dot(ConstView a, ConstView b) {
 // what float rounding leaves of +-kStep; non-finite elements (-infinity padding) have no derivative.
 std::vector<double> numeric_gradient(View v, const std::function<double()>& objective) {
     std::vector<double> out;
-    for_each(v.dims, [&](int64_t n, int64_t c, int64_t y, int64_t x) {
-        float& e = v.at(n, c, y, x);
+    for_each_element(v.dims, [&](int64_t n, int64_t c, const Index& i) {
+        float& e = v.at(n, c, i);
         const float original = e;
         if (!std::isfinite(original)) {
             out.push_back(0.0);
@@ -178,8 +175,8 @@ TEST_CASE("reference conv: backward_data and backward_weights are the transposes
     const Window win = make_window(k.kh, k.kw, k.sh, k.sw, k.dh, k.dw);
     CAPTURE(k.n, k.c, k.f, k.out_h, k.out_w, k.kh, k.kw, k.sh, k.sw, k.dh, k.dw);
     std::mt19937 rng(1234);
-    const Dims xd{k.n, k.c, win.input_extent(0, k.out_h), win.input_extent(1, k.out_w)};
-    const Dims yd{k.n, k.f, k.out_h, k.out_w}, wd{k.f, k.c, k.kh, k.kw};
+    const Dims xd{k.n, k.c, {win.input_extent(0, k.out_h), win.input_extent(1, k.out_w)}};
+    const Dims yd{k.n, k.f, {k.out_h, k.out_w}}, wd{k.f, k.c, {k.kh, k.kw}};
     Tile x(xd, rng), w(wd, rng), y(yd, rng), r(yd, rng), dx(xd, rng), dw(wd, rng);
     std::vector<float> bias(static_cast<std::size_t>(k.f));
     for (float& b : bias) b = uniform(rng, -1, 1);
@@ -242,28 +239,28 @@ TEST_CASE("reference conv: hand-computed outputs", "[reference]") {
         std::iota(ws.begin(), ws.end(), 1.0f);
         std::vector<float> ys(4);
         const float bias = 0.5f;
-        conv.forward(dense_view(xs.data(), {1, 1, 4, 4}), dense_view(ws.data(), {1, 1, 3, 3}), &bias,
-                     dense_view(ys.data(), {1, 1, 2, 2}), make_window(3, 3, 1, 1, 1, 1));
+        conv.forward(dense_view(xs.data(), {1, 1, {4, 4}}), dense_view(ws.data(), {1, 1, {3, 3}}), &bias,
+                     dense_view(ys.data(), {1, 1, {2, 2}}), make_window(3, 3, 1, 1, 1, 1));
         // y(0,0) = 1*1+2*2+3*3 + 5*4+6*5+7*6 + 9*7+10*8+11*9 = 14 + 92 + 242 = 348; each step right adds sum(w) = 45,
         // each step down 4 * 45.
         CHECK(ys == std::vector<float>{348.5f, 393.5f, 528.5f, 573.5f});
 
         // The transpose of a single output: dx = dy * w placed at the window.
         std::vector<float> dy{0, 0, 0, 2}, dx(16, -1.0f);
-        conv.backward_data(dense_view(dy.data(), {1, 1, 2, 2}), dense_view(ws.data(), {1, 1, 3, 3}),
-                           dense_view(dx.data(), {1, 1, 4, 4}), make_window(3, 3, 1, 1, 1, 1));
+        conv.backward_data(dense_view(dy.data(), {1, 1, {2, 2}}), dense_view(ws.data(), {1, 1, {3, 3}}),
+                           dense_view(dx.data(), {1, 1, {4, 4}}), make_window(3, 3, 1, 1, 1, 1));
         CHECK(dx == std::vector<float>{0, 0, 0, 0, 0, 2, 4, 6, 0, 8, 10, 12, 0, 14, 16, 18});
     }
     SECTION("2x2 stride 2: block sums") {
         std::vector<float> ws(4, 1.0f), ys(4);
-        conv.forward(dense_view(xs.data(), {1, 1, 4, 4}), dense_view(ws.data(), {1, 1, 2, 2}), nullptr,
-                     dense_view(ys.data(), {1, 1, 2, 2}), make_window(2, 2, 2, 2, 1, 1));
+        conv.forward(dense_view(xs.data(), {1, 1, {4, 4}}), dense_view(ws.data(), {1, 1, {2, 2}}), nullptr,
+                     dense_view(ys.data(), {1, 1, {2, 2}}), make_window(2, 2, 2, 2, 1, 1));
         CHECK(ys == std::vector<float>{14, 22, 46, 54});
     }
     SECTION("2x2 dilation 2 on 5x5: corners of 3x3 blocks") {
         std::vector<float> ws(4, 1.0f), ys(9);
-        conv.forward(dense_view(xs.data(), {1, 1, 5, 5}), dense_view(ws.data(), {1, 1, 2, 2}), nullptr,
-                     dense_view(ys.data(), {1, 1, 3, 3}), make_window(2, 2, 1, 1, 2, 2));
+        conv.forward(dense_view(xs.data(), {1, 1, {5, 5}}), dense_view(ws.data(), {1, 1, {2, 2}}), nullptr,
+                     dense_view(ys.data(), {1, 1, {3, 3}}), make_window(2, 2, 1, 1, 2, 2));
         // y(i, j) = x(i,j) + x(i,j+2) + x(i+2,j) + x(i+2,j+2) = 4 * x(i,j) + 24 = 28 + 4 * (5i + j)
         for (int i = 0; i < 3; ++i)
             for (int j = 0; j < 3; ++j) CHECK(ys[i * 3 + j] == float(28 + 4 * (5 * i + j)));
@@ -271,24 +268,24 @@ TEST_CASE("reference conv: hand-computed outputs", "[reference]") {
     SECTION("two channels in, two filters out") {
         // x channel 0 = 1..4, channel 1 = 5..8 on 2x2; 1x1 filters mix the channels.
         std::vector<float> ws{1, 10, -1, 2}, ys(8);
-        conv.forward(dense_view(xs.data(), {1, 2, 2, 2}), dense_view(ws.data(), {2, 2, 1, 1}), nullptr,
-                     dense_view(ys.data(), {1, 2, 2, 2}), make_window(1, 1, 1, 1, 1, 1));
+        conv.forward(dense_view(xs.data(), {1, 2, {2, 2}}), dense_view(ws.data(), {2, 2, {1, 1}}), nullptr,
+                     dense_view(ys.data(), {1, 2, {2, 2}}), make_window(1, 1, 1, 1, 1, 1));
         CHECK(ys == std::vector<float>{51, 62, 73, 84, 9, 10, 11, 12});
     }
     SECTION("same padding lives in zero margins") {
-        Tensor x({1, 1, 3, 3}, {1, 1, 1, 1});
+        Tensor x({1, 1, {3, 3}}, {{1, 1}, {1, 1}});
         x.fill(1.0f);
         x.fill_margins(0.0f);
         std::vector<float> ws(9, 1.0f), ys(9);
-        conv.forward(x.padded(), dense_view(ws.data(), {1, 1, 3, 3}), nullptr, dense_view(ys.data(), {1, 1, 3, 3}),
+        conv.forward(x.padded(), dense_view(ws.data(), {1, 1, {3, 3}}), nullptr, dense_view(ys.data(), {1, 1, {3, 3}}),
                      make_window(3, 3, 1, 1, 1, 1));
         CHECK(ys == std::vector<float>{4, 6, 4, 6, 9, 6, 4, 6, 4});
     }
 }
 
 TEST_CASE("reference batchnorm: statistics, forward and backward compose to the gradient", "[reference]") {
-    const Dims d = GENERATE(Dims{2, 3, 3, 5}, Dims{3, 2, 1, 1}, Dims{1, 2, 4, 3});
-    CAPTURE(d.n, d.c, d.h, d.w);
+    const Dims d = GENERATE(Dims{2, 3, {3, 5}}, Dims{3, 2, {1, 1}}, Dims{1, 2, {4, 3}}, Dims{3, 4, {}});
+    CAPTURE(d);
     std::mt19937 rng(99);
     const float eps = 1e-5f;
     Tile x(d, rng, -2.0f, 2.0f), y(d, rng), r(d, rng), dx(d, rng);
@@ -296,7 +293,7 @@ TEST_CASE("reference batchnorm: statistics, forward and backward compose to the 
     for (float& g : gamma) g = uniform(rng, 0.5f, 1.5f);
     for (float& b : beta) b = uniform(rng, -0.5f, 0.5f);
     BatchNormKernels& bn = *reference_kernels().batchnorm;
-    const double count = double(d.n * d.h * d.w);
+    const double count = double(d.n * d.points());
 
     auto batch_statistics = [&] {
         std::vector<double> sum(d.c, 0.0), sum_sq(d.c, 0.0);
@@ -319,8 +316,8 @@ TEST_CASE("reference batchnorm: statistics, forward and backward compose to the 
     // The forward normalises: per channel, (y - beta) / gamma has mean 0 and variance 1 (less eps).
     for (int64_t c = 0; c < d.c; ++c) {
         double s = 0.0, s2 = 0.0;
-        for_each(Dims{d.n, 1, d.h, d.w}, [&](int64_t n, int64_t, int64_t i, int64_t j) {
-            const double z = (y.view.at(n, c, i, j) - beta[c]) / gamma[c];
+        for_each_element(Dims{d.n, 1, d.space}, [&](int64_t n, int64_t, const Index& i) {
+            const double z = (y.view.at(n, c, i) - beta[c]) / gamma[c];
             s += z;
             s2 += z * z;
         });
@@ -355,7 +352,7 @@ TEST_CASE("reference batchnorm: statistics, forward and backward compose to the 
 
 TEST_CASE("reference batchnorm: the local sums add into the caller's and split across tiles", "[reference]") {
     std::mt19937 rng(7);
-    const Dims d{2, 3, 5, 4};
+    const Dims d{2, 3, {5, 4}};
     Tile x(d, rng), dy(d, rng);
     BatchNormKernels& bn = *reference_kernels().batchnorm;
     std::vector<float> mean{0.1f, -0.2f, 0.3f}, inv_std{1.5f, 0.8f, 2.0f};
@@ -367,15 +364,15 @@ TEST_CASE("reference batchnorm: the local sums add into the caller's and split a
     // Two tiles of rows 0..1 and 2..4, into sums that already hold 1.
     std::vector<double> split_sum(3, 1.0), split_sq(3, 1.0), split_dy(3, 1.0), split_dy_xhat(3, 1.0);
     for (auto [row, rows] : {std::pair<int64_t, int64_t>{0, 2}, {2, 3}}) {
-        const Dims part{d.n, d.c, rows, d.w};
-        bn.statistics(x.view.sub(0, 0, row, 0, part), split_sum.data(), split_sq.data());
-        bn.backward_statistics(x.view.sub(0, 0, row, 0, part), dy.view.sub(0, 0, row, 0, part), mean.data(),
+        const Dims part{d.n, d.c, {rows, d.space[1]}};
+        bn.statistics(x.view.sub(0, 0, {row, 0}, part), split_sum.data(), split_sq.data());
+        bn.backward_statistics(x.view.sub(0, 0, {row, 0}, part), dy.view.sub(0, 0, {row, 0}, part), mean.data(),
                                inv_std.data(), split_dy.data(), split_dy_xhat.data());
     }
     for (int c = 0; c < 3; ++c) {
         double s = 0.0, s2 = 0.0, g = 0.0, gx = 0.0;
-        for_each(Dims{d.n, 1, d.h, d.w}, [&](int64_t n, int64_t, int64_t i, int64_t j) {
-            const double v = x.view.at(n, c, i, j), dv = dy.view.at(n, c, i, j);
+        for_each_element(Dims{d.n, 1, d.space}, [&](int64_t n, int64_t, const Index& i) {
+            const double v = x.view.at(n, c, i), dv = dy.view.at(n, c, i);
             s += v;
             s2 += v * v;
             g += dv;
@@ -396,13 +393,13 @@ TEST_CASE("reference batchnorm: hand-computed forward", "[reference]") {
     BatchNormKernels& bn = *reference_kernels().batchnorm;
     std::vector<float> xs{1, 2, 3, 4}, ys(4);
     std::vector<double> sum(1, 0.0), sum_sq(1, 0.0);
-    bn.statistics(dense_view(xs.data(), {1, 1, 2, 2}), sum.data(), sum_sq.data());
+    bn.statistics(dense_view(xs.data(), {1, 1, {2, 2}}), sum.data(), sum_sq.data());
     CHECK(sum[0] == 10.0);
     CHECK(sum_sq[0] == 30.0);
     // mean 2.5, variance 1.25: x_hat = (x - 2.5) / sqrt(1.25); y = 2 x_hat + 1
     const float mean = 2.5f, inv_std = static_cast<float>(1.0 / std::sqrt(1.25)), gamma = 2.0f, beta = 1.0f;
-    bn.forward(dense_view(xs.data(), {1, 1, 2, 2}), &mean, &inv_std, &gamma, &beta,
-               dense_view(ys.data(), {1, 1, 2, 2}));
+    bn.forward(dense_view(xs.data(), {1, 1, {2, 2}}), &mean, &inv_std, &gamma, &beta,
+               dense_view(ys.data(), {1, 1, {2, 2}}));
     CHECK(ys[0] == Approx(-1.6832816));
     CHECK(ys[1] == Approx(0.1055728));
     CHECK(ys[2] == Approx(1.8944272));
@@ -419,16 +416,16 @@ TEST_CASE("reference activation: relu and leaky relu", "[reference]") {
 
     SECTION("forward by hand") {
         std::vector<float> xs{-2.0f, -0.5f, 0.0f, 0.5f, 3.0f}, ys(5), dy{1, 2, 3, 4, 5}, dx(5);
-        act.forward(f, dense_view(xs.data(), {1, 5, 1, 1}), slope, dense_view(ys.data(), {1, 5, 1, 1}));
+        act.forward(f, dense_view(xs.data(), {1, 5, {}}), slope, dense_view(ys.data(), {1, 5, {}}));
         CHECK(ys == std::vector<float>{-2.0f * slope, -0.5f * slope, 0.0f, 0.5f, 3.0f});
         // x = 0 is not above zero: it takes the slope, as PyTorch's relu gradient does.
-        act.backward(f, dense_view(xs.data(), {1, 5, 1, 1}), dense_view(dy.data(), {1, 5, 1, 1}), slope,
-                     dense_view(dx.data(), {1, 5, 1, 1}));
+        act.backward(f, dense_view(xs.data(), {1, 5, {}}), dense_view(dy.data(), {1, 5, {}}), slope,
+                     dense_view(dx.data(), {1, 5, {}}));
         CHECK(dx == std::vector<float>{1 * slope, 2 * slope, 3 * slope, 4, 5});
     }
     SECTION("backward by finite differences") {
         std::mt19937 rng(5);
-        const Dims d{2, 3, 3, 4};
+        const Dims d{2, 3, {3, 4}};
         Tile x(d, rng), y(d, rng), r(d, rng), dx(d, rng);
         x.fill([&] { return off_zero(rng); });
         auto objective = [&] {
@@ -473,7 +470,7 @@ TEST_CASE("reference activation: sigmoid", "[reference][oracle]") {
     }
     SECTION("backward by finite differences in double") {
         std::mt19937 rng(17);
-        const Dims d{2, 3, 3, 4};
+        const Dims d{2, 3, {3, 4}};
         Tile x(d, rng, -4.0f, 4.0f), y(d, rng), r(d, rng), dx(d, rng);
         auto objective = [&] {
             act.forward(f, x.view, 0.0f, y.view);
@@ -509,7 +506,7 @@ void check_activation(dsl::frontend::Activation f, const std::vector<float>& xs,
         CHECK(dx[i] == Approx(dx64[i]).epsilon(1e-5).margin(1e-6));
     }
     std::mt19937 rng(23);
-    const Dims d{2, 3, 3, 4};
+    const Dims d{2, 3, {3, 4}};
     Tile x(d, rng, -4.0f, 4.0f), y(d, rng), r(d, rng), g(d, rng);
     auto objective = [&] {
         act.forward(f, x.view, 0.0f, y.view);
@@ -551,10 +548,11 @@ TEST_CASE("reference groupnorm: statistics, forward and backward compose to the 
         Dims d;
         int64_t groups;
     };
-    const Case k = GENERATE(Case{{2, 6, 3, 5}, 3}, Case{{3, 6, 1, 1}, 2}, Case{{1, 4, 4, 3}, 1}, Case{{2, 3, 2, 2}, 3});
+    const Case k =
+        GENERATE(Case{{2, 6, {3, 5}}, 3}, Case{{3, 6, {1, 1}}, 2}, Case{{1, 4, {4, 3}}, 1}, Case{{2, 3, {2, 2}}, 3});
     const Dims d = k.d;
     const int64_t groups = k.groups;
-    CAPTURE(d.n, d.c, d.h, d.w, groups);
+    CAPTURE(d, groups);
     std::mt19937 rng(98);
     const float eps = 1e-5f;
     Tile x(d, rng, -2.0f, 2.0f), y(d, rng), r(d, rng), dx(d, rng);
@@ -564,7 +562,7 @@ TEST_CASE("reference groupnorm: statistics, forward and backward compose to the 
     for (float& b : beta) b = uniform(rng, -0.5f, 0.5f);
     GroupNormKernels& gn = *reference_kernels().groupnorm;
     const int64_t per = d.c / groups;
-    const double count = double(per * d.h * d.w);
+    const double count = double(per * d.points());
 
     auto group_statistics = [&] {
         std::vector<double> sum(stats, 0.0), sum_sq(stats, 0.0);
@@ -588,9 +586,9 @@ TEST_CASE("reference groupnorm: statistics, forward and backward compose to the 
     for (int64_t n = 0; n < d.n; ++n)
         for (int64_t g = 0; g < groups; ++g) {
             double s = 0.0, s2 = 0.0;
-            for_each(Dims{1, per, d.h, d.w}, [&](int64_t, int64_t cc, int64_t i, int64_t j) {
+            for_each_element(Dims{1, per, d.space}, [&](int64_t, int64_t cc, const Index& i) {
                 const int64_t c = g * per + cc;
-                const double z = (y.view.at(n, c, i, j) - beta[c]) / gamma[c];
+                const double z = (y.view.at(n, c, i) - beta[c]) / gamma[c];
                 s += z;
                 s2 += z * z;
             });
@@ -625,22 +623,22 @@ TEST_CASE("reference groupnorm: statistics, forward and backward compose to the 
 
 TEST_CASE("reference groupnorm: the local sums add into the caller's and split across tiles of rows", "[reference]") {
     std::mt19937 rng(5);
-    const Dims d{2, 4, 6, 3};
+    const Dims d{2, 4, {6, 3}};
     const int64_t groups = 2;
     Tile x(d, rng, -2.0f, 2.0f), dy(d, rng);
     GroupNormKernels& gn = *reference_kernels().groupnorm;
     std::vector<double> whole(4, 0.0), whole_sq(4, 0.0), parts(4, 0.0), parts_sq(4, 0.0);
     gn.statistics(x.view, groups, whole.data(), whole_sq.data());
-    const Dims half{2, 4, 3, 3};
-    gn.statistics(x.view.sub(0, 0, 0, 0, half), groups, parts.data(), parts_sq.data());
-    gn.statistics(x.view.sub(0, 0, 3, 0, half), groups, parts.data(), parts_sq.data());
+    const Dims half{2, 4, {3, 3}};
+    gn.statistics(x.view.sub(0, 0, {0, 0}, half), groups, parts.data(), parts_sq.data());
+    gn.statistics(x.view.sub(0, 0, {3, 0}, half), groups, parts.data(), parts_sq.data());
     for (std::size_t s = 0; s < 4; ++s) {
         CHECK(parts[s] == Approx(whole[s]).epsilon(1e-12));
         CHECK(parts_sq[s] == Approx(whole_sq[s]).epsilon(1e-12));
     }
     // Sample 1, group 0: channels 0 and 1.
     double expected = 0.0;
-    for_each(Dims{1, 2, d.h, d.w}, [&](int64_t, int64_t c, int64_t i, int64_t j) { expected += x.view.at(1, c, i, j); });
+    for_each_element(Dims{1, 2, d.space}, [&](int64_t, int64_t c, const Index& i) { expected += x.view.at(1, c, i); });
     CHECK(whole[2] == Approx(expected).epsilon(1e-12));
     // The backward's sums split the same way.
     std::vector<float> mean(4, 0.1f), inv_std(4, 0.9f), gamma{1.0f, 0.5f, 2.0f, -1.0f};
@@ -648,7 +646,7 @@ TEST_CASE("reference groupnorm: the local sums add into the caller's and split a
     gn.backward_statistics(x.view, dy.view, groups, mean.data(), inv_std.data(), gamma.data(), a.data(), b.data(),
                            sg.data(), sgx.data());
     for (int64_t y0 : {0, 3})
-        gn.backward_statistics(x.view.sub(0, 0, y0, 0, half), dy.view.sub(0, 0, y0, 0, half), groups, mean.data(),
+        gn.backward_statistics(x.view.sub(0, 0, {y0, 0}, half), dy.view.sub(0, 0, {y0, 0}, half), groups, mean.data(),
                                inv_std.data(), gamma.data(), a2.data(), b2.data(), sg2.data(), sgx2.data());
     for (std::size_t i = 0; i < 4; ++i) {
         CHECK(a2[i] == Approx(a[i]).epsilon(1e-12).margin(1e-12));
@@ -661,15 +659,14 @@ TEST_CASE("reference groupnorm: the local sums add into the caller's and split a
 TEST_CASE("reference dropout: a mask of global coordinates, scaled by 1 / (1 - p), the same backward",
           "[reference]") {
     std::mt19937 rng(31);
-    const Dims d{3, 4, 10, 12};
+    const Dims d{3, 4, {10, 12}};
     Tile x(d, rng, 0.5f, 1.5f), y(d, rng), dy(d, rng, 0.5f, 1.5f), dx(d, rng);
     DropoutKernels& k = *reference_kernels().dropout;
     DropoutMask m;
     m.key = 1234;
     m.step = 7;
     m.n0 = 40;
-    m.y0 = 100;
-    m.x0 = 60;
+    m.at = {100, 60};
     m.p = 0.25f;
     y.save();
     k.forward(x.view, m, y.view);
@@ -678,14 +675,14 @@ TEST_CASE("reference dropout: a mask of global coordinates, scaled by 1 / (1 - p
     k.backward(dy.view, m, dx.view);
     CHECK(dx.changed_outside() == 0);
     int64_t dropped = 0;
-    for_each(d, [&](int64_t n, int64_t c, int64_t i, int64_t j) {
-        const float out = y.view.at(n, c, i, j);
+    for_each_element(d, [&](int64_t n, int64_t c, const Index& i) {
+        const float out = y.view.at(n, c, i);
         const bool kept = out != 0.0f;
         dropped += kept ? 0 : 1;
-        if (kept) CHECK(out == x.view.at(n, c, i, j) * (1.0f / 0.75f));
+        if (kept) CHECK(out == x.view.at(n, c, i) * (1.0f / 0.75f));
         // Backward keeps exactly forward's elements.
-        CHECK((dx.view.at(n, c, i, j) != 0.0f) == kept);
-        if (kept) CHECK(dx.view.at(n, c, i, j) == dy.view.at(n, c, i, j) * (1.0f / 0.75f));
+        CHECK((dx.view.at(n, c, i) != 0.0f) == kept);
+        if (kept) CHECK(dx.view.at(n, c, i) == dy.view.at(n, c, i) * (1.0f / 0.75f));
     });
     // Backward is forward's transpose: finite differences of sum(forward(x) * dy) give backward(dy).
     auto objective = [&] {
@@ -699,12 +696,12 @@ TEST_CASE("reference dropout: a mask of global coordinates, scaled by 1 / (1 - p
 
     // A tile of the same tensor (rows 4.., columns 5.. of samples 1..) draws the same mask where it lies.
     k.forward(x.view, m, y.view);  // of x as it is again, after the finite differences
-    const Dims part{2, 4, 6, 7};
+    const Dims part{2, 4, {6, 7}};
     DropoutMask pm = m;
-    pm.n0 += 1, pm.y0 += 4, pm.x0 += 5;
+    pm.n0 += 1, pm.at[0] += 4, pm.at[1] += 5;
     std::vector<float> out(static_cast<std::size_t>(part.elements()));
-    k.forward(x.view.sub(1, 0, 4, 5, part), pm, dense_view(out.data(), part));
-    CHECK(to_vector(dense_view(out.data(), part)) == to_vector(y.view.sub(1, 0, 4, 5, part)));
+    k.forward(x.view.sub(1, 0, {4, 5}, part), pm, dense_view(out.data(), part));
+    CHECK(to_vector(dense_view(out.data(), part)) == to_vector(y.view.sub(1, 0, {4, 5}, part)));
 
     // Another step, or another layer's key, draws another mask; p = 0 keeps everything.
     DropoutMask next_step = m, other_layer = m;
@@ -737,7 +734,8 @@ TEST_CASE("reference pool: backward is the transpose of forward", "[reference]")
     const Window win = make_window(k.kh, k.kw, k.sh, k.sw, k.dh, k.dw);
     CAPTURE(kind == PoolKind::max, k.n, k.c, k.out_h, k.out_w, k.kh, k.kw, k.sh, k.sw, k.dh, k.dw);
     std::mt19937 rng(42);
-    const Dims xd{k.n, k.c, win.input_extent(0, k.out_h), win.input_extent(1, k.out_w)}, yd{k.n, k.c, k.out_h, k.out_w};
+    const Dims xd{k.n, k.c, {win.input_extent(0, k.out_h), win.input_extent(1, k.out_w)}},
+        yd{k.n, k.c, {k.out_h, k.out_w}};
     Tile x(xd, rng), y(yd, rng), r(yd, rng), dx(xd, rng);
     // Distinct values 0.05 apart: a step of 1e-2 never changes which element is a window's maximum.
     std::vector<float> distinct(static_cast<std::size_t>(xd.elements()));
@@ -773,21 +771,22 @@ TEST_CASE("reference pool: hand-computed values", "[reference]") {
                           4, 2, 1, 5,  //
                           0, 1, 7, 6,  //
                           2, 8, 3, 3};
-    const ConstView x = dense_view(xs.data(), {1, 1, 4, 4});
+    const ConstView x = dense_view(xs.data(), {1, 1, {4, 4}});
     const Window w2 = make_window(2, 2, 2, 2, 1, 1);
     std::vector<float> ys(4), dy{1, 2, 3, 4}, dx(16, -1.0f);
 
     SECTION("max") {
-        pool.forward(PoolKind::max, x, dense_view(ys.data(), {1, 1, 2, 2}), w2);
+        pool.forward(PoolKind::max, x, dense_view(ys.data(), {1, 1, {2, 2}}), w2);
         CHECK(ys == std::vector<float>{4, 5, 8, 7});
-        pool.backward(PoolKind::max, x, dense_view(dy.data(), {1, 1, 2, 2}), dense_view(dx.data(), {1, 1, 4, 4}), w2);
+        pool.backward(PoolKind::max, x, dense_view(dy.data(), {1, 1, {2, 2}}), dense_view(dx.data(), {1, 1, {4, 4}}),
+                      w2);
         CHECK(dx == std::vector<float>{0, 0, 0, 0, 1, 0, 0, 2, 0, 0, 4, 0, 0, 3, 0, 0});
     }
     SECTION("average divides by the window") {
-        pool.forward(PoolKind::average, x, dense_view(ys.data(), {1, 1, 2, 2}), w2);
+        pool.forward(PoolKind::average, x, dense_view(ys.data(), {1, 1, {2, 2}}), w2);
         CHECK(ys == std::vector<float>{2.5f, 2.0f, 2.75f, 4.75f});
-        pool.backward(PoolKind::average, x, dense_view(dy.data(), {1, 1, 2, 2}), dense_view(dx.data(), {1, 1, 4, 4}),
-                      w2);
+        pool.backward(PoolKind::average, x, dense_view(dy.data(), {1, 1, {2, 2}}),
+                      dense_view(dx.data(), {1, 1, {4, 4}}), w2);
         CHECK(dx == std::vector<float>{0.25f, 0.25f, 0.5f, 0.5f, 0.25f, 0.25f, 0.5f, 0.5f,  //
                                        0.75f, 0.75f, 1.0f, 1.0f, 0.75f, 0.75f, 1.0f, 1.0f});
     }
@@ -795,18 +794,18 @@ TEST_CASE("reference pool: hand-computed values", "[reference]") {
         std::vector<float> ties{5, 5, 1, 6,  //
                                 5, 5, 6, 0};
         std::vector<float> y2(2), dy2{1, 2}, dx2(8, -1.0f);
-        pool.forward(PoolKind::max, dense_view(ties.data(), {1, 1, 2, 4}), dense_view(y2.data(), {1, 1, 1, 2}), w2);
+        pool.forward(PoolKind::max, dense_view(ties.data(), {1, 1, {2, 4}}), dense_view(y2.data(), {1, 1, {1, 2}}), w2);
         CHECK(y2 == std::vector<float>{5, 6});
-        pool.backward(PoolKind::max, dense_view(ties.data(), {1, 1, 2, 4}), dense_view(dy2.data(), {1, 1, 1, 2}),
-                      dense_view(dx2.data(), {1, 1, 2, 4}), w2);
+        pool.backward(PoolKind::max, dense_view(ties.data(), {1, 1, {2, 4}}), dense_view(dy2.data(), {1, 1, {1, 2}}),
+                      dense_view(dx2.data(), {1, 1, {2, 4}}), w2);
         CHECK(dx2 == std::vector<float>{1, 0, 0, 2, 0, 0, 0, 0});
     }
     SECTION("overlapping windows add their gradients") {
         // 3x1 windows, stride 1, over a column 1, 9, 2, 3: both windows containing 9 send it their gradient.
         std::vector<float> col{1, 9, 2, 3}, dy2{1, 10}, dx2(4, -1.0f);
         const Window w31 = make_window(3, 1, 1, 1, 1, 1);
-        pool.backward(PoolKind::max, dense_view(col.data(), {1, 1, 4, 1}), dense_view(dy2.data(), {1, 1, 2, 1}),
-                      dense_view(dx2.data(), {1, 1, 4, 1}), w31);
+        pool.backward(PoolKind::max, dense_view(col.data(), {1, 1, {4, 1}}), dense_view(dy2.data(), {1, 1, {2, 1}}),
+                      dense_view(dx2.data(), {1, 1, {4, 1}}), w31);
         CHECK(dx2 == std::vector<float>{0, 11, 0, 0});
     }
 }
@@ -817,15 +816,15 @@ TEST_CASE("reference pool: padding in the margins", "[reference]") {
     std::mt19937 rng(3);
 
     SECTION("max with -infinity margins: 3x3 stride 2 over 5x5 padded by 1") {
-        Tensor x({2, 2, 5, 5}, {1, 1, 1, 1});
+        Tensor x({2, 2, {5, 5}}, {{1, 1}, {1, 1}});
         std::vector<float> distinct(100);
         for (std::size_t i = 0; i < distinct.size(); ++i) distinct[i] = 0.05f * float(i) - 2.5f;
         std::shuffle(distinct.begin(), distinct.end(), rng);
         std::size_t next = 0;
-        for_each(x.dims(), [&](int64_t n, int64_t c, int64_t i, int64_t j) { x.at(n, c, i, j) = distinct[next++]; });
+        for_each_element(x.dims(), [&](int64_t n, int64_t c, const Index& i) { x.at(n, c, i) = distinct[next++]; });
         x.fill_margins(-std::numeric_limits<float>::infinity());
-        Tile y({2, 2, 3, 3}, rng), r({2, 2, 3, 3}, rng);
-        Tensor dx({2, 2, 5, 5}, {1, 1, 1, 1});
+        Tile y({2, 2, {3, 3}}, rng), r({2, 2, {3, 3}}, rng);
+        Tensor dx({2, 2, {5, 5}}, {{1, 1}, {1, 1}});
         dx.fill(-1.0f);
 
         auto objective = [&] {
@@ -834,28 +833,29 @@ TEST_CASE("reference pool: padding in the margins", "[reference]") {
         };
         objective();
         // Against the maximum over the window clipped to the interior, computed independently.
-        for_each(y.view.dims, [&](int64_t n, int64_t c, int64_t i, int64_t j) {
+        for_each_element(y.view.dims, [&](int64_t n, int64_t c, const Index& o) {
+            const int64_t i = o[0], j = o[1];
             float best = -std::numeric_limits<float>::infinity();
             for (int64_t a = std::max<int64_t>(0, 2 * i - 1); a <= std::min<int64_t>(4, 2 * i + 1); ++a)
                 for (int64_t b = std::max<int64_t>(0, 2 * j - 1); b <= std::min<int64_t>(4, 2 * j + 1); ++b)
-                    best = std::max(best, x.at(n, c, a, b));
-            CHECK(y.view.at(n, c, i, j) == best);
+                    best = std::max(best, x.at(n, c, {a, b}));
+            CHECK(y.view.at(n, c, o) == best);
         });
         pool.backward(PoolKind::max, x.padded(), r.view, dx.padded(), w3);
         int64_t nonzero_margin = 0;
-        for_each(dx.padded_dims(), [&](int64_t n, int64_t c, int64_t i, int64_t j) {
-            const bool margin = i == 0 || j == 0 || i == 6 || j == 6;
-            if (margin && dx.padded().at(n, c, i, j) != 0.0f) ++nonzero_margin;
+        for_each_element(dx.padded_dims(), [&](int64_t n, int64_t c, const Index& i) {
+            const bool margin = i[0] == 0 || i[1] == 0 || i[0] == 6 || i[1] == 6;
+            if (margin && dx.padded().at(n, c, i) != 0.0f) ++nonzero_margin;
         });
         CHECK(nonzero_margin == 0);
         check_gradient("dx", to_vector(dx.padded()), numeric_gradient(x.padded(), objective));
     }
     SECTION("average with zero margins counts the padding") {
-        Tensor x({1, 1, 5, 5}, {1, 1, 1, 1});
+        Tensor x({1, 1, {5, 5}}, {{1, 1}, {1, 1}});
         x.fill(1.0f);
         x.fill_margins(0.0f);
         std::vector<float> ys(9);
-        pool.forward(PoolKind::average, x.padded(), dense_view(ys.data(), {1, 1, 3, 3}), w3);
+        pool.forward(PoolKind::average, x.padded(), dense_view(ys.data(), {1, 1, {3, 3}}), w3);
         const std::vector<float> expected{4, 6, 4, 6, 9, 6, 4, 6, 4};
         for (std::size_t i = 0; i < ys.size(); ++i) CHECK(ys[i] == Approx(expected[i] / 9.0f));
     }
@@ -863,23 +863,23 @@ TEST_CASE("reference pool: padding in the margins", "[reference]") {
 
 TEST_CASE("reference pool: global average pooling by global_sum and broadcast", "[reference]") {
     std::mt19937 rng(11);
-    const Dims d{2, 3, 3, 4};
+    const Dims d{2, 3, {3, 4}};
     Tile x(d, rng), dx(d, rng);
     std::vector<float> r(6);
     for (float& v : r) v = uniform(rng, -1, 1);
     PoolKernels& pool = *reference_kernels().pool;
-    const double area = double(d.h * d.w);
+    const double area = double(d.points());
 
     // global_sum adds into what the sums hold, and two column tiles give the whole.
     std::vector<double> sums(6, 0.5), split(6, 0.0);
     pool.global_sum(x.view, sums.data());
-    pool.global_sum(x.view.sub(0, 0, 0, 0, {2, 3, 3, 1}), split.data());
-    pool.global_sum(x.view.sub(0, 0, 0, 1, {2, 3, 3, 3}), split.data());
+    pool.global_sum(x.view.sub(0, 0, {0, 0}, {2, 3, {3, 1}}), split.data());
+    pool.global_sum(x.view.sub(0, 0, {0, 1}, {2, 3, {3, 3}}), split.data());
     for (int64_t n = 0; n < 2; ++n)
         for (int64_t c = 0; c < 3; ++c) {
             double s = 0.0;
-            for (int64_t i = 0; i < d.h; ++i)
-                for (int64_t j = 0; j < d.w; ++j) s += x.view.at(n, c, i, j);
+            for (int64_t i = 0; i < d.space[0]; ++i)
+                for (int64_t j = 0; j < d.space[1]; ++j) s += x.view.at(n, c, {i, j});
             CHECK(sums[n * 3 + c] - 0.5 == Approx(s).margin(1e-9));
             CHECK(split[n * 3 + c] == Approx(s).margin(1e-9));
         }
@@ -894,21 +894,24 @@ TEST_CASE("reference pool: global average pooling by global_sum and broadcast", 
     dx.save();
     pool.broadcast(r.data(), static_cast<float>(1.0 / area), dx.view);
     CHECK(dx.changed_outside() == 0);
-    CHECK(dx.view.at(1, 2, 2, 3) == Approx(r[5] / 12.0f));
+    CHECK(dx.view.at(1, 2, {2, 3}) == Approx(r[5] / 12.0f));
     check_gradient("dx", to_vector(dx.view), numeric_gradient(x.view, objective));
 }
 
 namespace {
+// y {n, k} = x times w {k, features}: x is an image {n, c, {h, w}} or a vector {n, c} (fc after fc).
 struct FcCase {
-    int64_t n, c, h, w, k;
+    Dims x;
+    int64_t k;
 };
 }  // namespace
 
 TEST_CASE("reference fc: backward is the transpose of forward", "[reference]") {
-    const FcCase k = GENERATE(values<FcCase>({{2, 3, 2, 3, 4}, {3, 5, 1, 1, 2}, {1, 2, 3, 1, 3}}));
-    CAPTURE(k.n, k.c, k.h, k.w, k.k);
+    const FcCase k =
+        GENERATE(values<FcCase>({{{2, 3, {2, 3}}, 4}, {{3, 5, {1, 1}}, 2}, {{1, 2, {3, 1}}, 3}, {{3, 5, {}}, 2}}));
+    CAPTURE(k.x, k.k);
     std::mt19937 rng(8);
-    const Dims xd{k.n, k.c, k.h, k.w}, yd{k.n, k.k, 1, 1}, wd{k.k, k.c * k.h * k.w, 1, 1};
+    const Dims xd = k.x, yd{xd.n, k.k, {}}, wd{k.k, xd.c * xd.points(), {}};
     Tile x(xd, rng), w(wd, rng), y(yd, rng), r(yd, rng), dx(xd, rng), dw(wd, rng);
     std::vector<float> bias(static_cast<std::size_t>(k.k));
     for (float& b : bias) b = uniform(rng, -1, 1);
@@ -950,29 +953,29 @@ TEST_CASE("reference fc: hand-computed outputs", "[reference]") {
     FcKernels& fc = *reference_kernels().fc;
     SECTION("a matrix product with bias") {
         std::vector<float> xs{1, 2, 3}, ws{1, 0, -1, 2, 1, 0}, bias{0.5f, -1.0f}, ys(2);
-        fc.forward(dense_view(xs.data(), {1, 3, 1, 1}), dense_view(ws.data(), {2, 3, 1, 1}), bias.data(),
-                   dense_view(ys.data(), {1, 2, 1, 1}));
+        fc.forward(dense_view(xs.data(), {1, 3, {}}), dense_view(ws.data(), {2, 3, {}}), bias.data(),
+                   dense_view(ys.data(), {1, 2, {}}));
         CHECK(ys == std::vector<float>{-1.5f, 3.0f});
     }
     SECTION("x flattens c, h, w in order") {
         std::vector<float> xs{1, 2, 3, 4, 5, 6, 7, 8}, ws{1, 10, 100, 1000}, ys(2);
         // Two samples of {C=2, H=1, W=2}: features (c0,w0), (c0,w1), (c1,w0), (c1,w1).
-        fc.forward(dense_view(xs.data(), {2, 2, 1, 2}), dense_view(ws.data(), {1, 4, 1, 1}), nullptr,
-                   dense_view(ys.data(), {2, 1, 1, 1}));
+        fc.forward(dense_view(xs.data(), {2, 2, {1, 2}}), dense_view(ws.data(), {1, 4, {}}), nullptr,
+                   dense_view(ys.data(), {2, 1, {}}));
         CHECK(ys == std::vector<float>{4321.0f, 8765.0f});
         std::vector<float> dy{1, 2}, dx(8), dw(4);
-        fc.backward_data(dense_view(dy.data(), {2, 1, 1, 1}), dense_view(ws.data(), {1, 4, 1, 1}),
-                         dense_view(dx.data(), {2, 2, 1, 2}));
+        fc.backward_data(dense_view(dy.data(), {2, 1, {}}), dense_view(ws.data(), {1, 4, {}}),
+                         dense_view(dx.data(), {2, 2, {1, 2}}));
         CHECK(dx == std::vector<float>{1, 10, 100, 1000, 2, 20, 200, 2000});
-        fc.backward_weights(dense_view(xs.data(), {2, 2, 1, 2}), dense_view(dy.data(), {2, 1, 1, 1}),
-                            dense_view(dw.data(), {1, 4, 1, 1}), nullptr);
+        fc.backward_weights(dense_view(xs.data(), {2, 2, {1, 2}}), dense_view(dy.data(), {2, 1, {}}),
+                            dense_view(dw.data(), {1, 4, {}}), nullptr);
         CHECK(dw == std::vector<float>{11, 14, 17, 20});
     }
 }
 
 TEST_CASE("reference eltwise: add, copy, accumulate on strided views", "[reference]") {
     std::mt19937 rng(21);
-    const Dims d{2, 3, 4, 5};
+    const Dims d{2, 3, {4, 5}};
     Tile a(d, rng), b(d, rng), c(d, rng), y(d, rng);
     EltwiseKernels& elt = *reference_kernels().eltwise;
     const std::vector<double> va = to_vector(a.view), vb = to_vector(b.view), vc = to_vector(c.view),
@@ -997,15 +1000,15 @@ TEST_CASE("reference eltwise: add, copy, accumulate on strided views", "[referen
         check_all(to_vector(a.view), [&](std::size_t i) { return va[i] + vb[i]; });
     }
     SECTION("copy into a channel range, as concat does") {
-        Tile wide({2, 7, 4, 5}, rng);
+        Tile wide({2, 7, {4, 5}}, rng);
         wide.save();
-        elt.copy(a.view, wide.view.sub(0, 2, 0, 0, d));
-        check_all(to_vector(wide.view.sub(0, 2, 0, 0, d)), [&](std::size_t i) { return va[i]; });
+        elt.copy(a.view, wide.view.sub(0, 2, {0, 0}, d));
+        check_all(to_vector(wide.view.sub(0, 2, {0, 0}, d)), [&](std::size_t i) { return va[i]; });
         // Channels 0, 1, 5, 6 of the wide view keep their values.
         int64_t changed = 0;
-        for_each(wide.view.dims, [&](int64_t n, int64_t ch, int64_t i, int64_t j) {
-            const auto offset = static_cast<std::size_t>(&wide.view.at(n, ch, i, j) - wide.storage.data());
-            if ((ch < 2 || ch >= 5) && wide.view.at(n, ch, i, j) != wide.saved[offset]) ++changed;
+        for_each_element(wide.view.dims, [&](int64_t n, int64_t ch, const Index& i) {
+            const auto offset = static_cast<std::size_t>(&wide.view.at(n, ch, i) - wide.storage.data());
+            if ((ch < 2 || ch >= 5) && wide.view.at(n, ch, i) != wide.saved[offset]) ++changed;
         });
         CHECK(changed == 0);
         CHECK(wide.changed_outside() == 0);
@@ -1046,9 +1049,7 @@ TEST_CASE("reference eltwise: sgd with momentum and weight decay, two steps by h
 }
 
 namespace {
-LabelView label_view(const std::vector<std::int32_t>& labels, Dims d) {
-    return LabelView{labels.data(), d, d.c * d.h * d.w, d.h * d.w, d.w};
-}
+LabelView label_view(const std::vector<std::int32_t>& labels, Dims d) { return dense_view(labels.data(), d); }
 }  // namespace
 
 TEST_CASE("reference loss: cross-entropy by hand", "[reference]") {
@@ -1057,8 +1058,8 @@ TEST_CASE("reference loss: cross-entropy by hand", "[reference]") {
     std::vector<float> logits{1, 2, 3, 0, 0, 0}, dlogits(6);
     const std::vector<std::int32_t> labels{2, 0};
     const double lse = std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0));
-    const double total = loss.cross_entropy(dense_view(logits.data(), {2, 3, 1, 1}), label_view(labels, {2, 1, 1, 1}),
-                                            0.5f, dense_view(dlogits.data(), {2, 3, 1, 1}));
+    const double total = loss.cross_entropy(dense_view(logits.data(), {2, 3, {}}), label_view(labels, {2, 1, {}}), 0.5f,
+                                            dense_view(dlogits.data(), {2, 3, {}}));
     CHECK(total == Approx((lse - 3.0) + std::log(3.0)));
     CHECK(total == Approx(0.4076059644 + 1.0986122887));
     for (int k = 0; k < 3; ++k) {
@@ -1068,18 +1069,18 @@ TEST_CASE("reference loss: cross-entropy by hand", "[reference]") {
     // Without dlogits only the loss; large logits do not overflow: log(e^1000 + e^1001) - 1000 = log(1 + e).
     std::vector<float> big{1000.0f, 1001.0f};
     const std::vector<std::int32_t> zero{0};
-    CHECK(loss.cross_entropy(dense_view(big.data(), {1, 2, 1, 1}), label_view(zero, {1, 1, 1, 1}), 1.0f, View{}) ==
+    CHECK(loss.cross_entropy(dense_view(big.data(), {1, 2, {}}), label_view(zero, {1, 1, {}}), 1.0f, View{}) ==
           Approx(std::log(1.0 + std::exp(1.0))));
 }
 
 TEST_CASE("reference loss: cross-entropy gradient by finite differences", "[reference]") {
-    const Dims d = GENERATE(Dims{3, 5, 1, 1}, Dims{2, 4, 3, 2});  // classification and per pixel
-    CAPTURE(d.n, d.c, d.h, d.w);
+    const Dims d = GENERATE(Dims{3, 5, {}}, Dims{2, 4, {3, 2}});  // classification and per pixel
+    CAPTURE(d);
     std::mt19937 rng(17);
     Tile logits(d, rng, -2.0f, 2.0f), dlogits(d, rng);
-    std::vector<std::int32_t> labels(static_cast<std::size_t>(d.n * d.h * d.w));
+    std::vector<std::int32_t> labels(static_cast<std::size_t>(d.n * d.points()));
     for (auto& l : labels) l = static_cast<std::int32_t>(rng() % d.c);
-    const LabelView lv = label_view(labels, {d.n, 1, d.h, d.w});
+    const LabelView lv = label_view(labels, {d.n, 1, d.space});
     LossKernels& loss = *reference_kernels().loss;
     auto objective = [&] { return loss.cross_entropy(logits.view, lv, 1.0f, View{}); };
 
@@ -1091,14 +1092,15 @@ TEST_CASE("reference loss: cross-entropy gradient by finite differences", "[refe
     // wrong label or pixel (which finite differences of itself cannot see) is caught.
     double expected = 0.0;
     int64_t wrong_gradient = 0;
-    for_each(Dims{d.n, 1, d.h, d.w}, [&](int64_t n, int64_t, int64_t i, int64_t j) {
-        const std::int32_t label = labels[static_cast<std::size_t>((n * d.h + i) * d.w + j)];
+    std::size_t next = 0;  // the pixels in order, as the labels are stored
+    for_each_element(Dims{d.n, 1, d.space}, [&](int64_t n, int64_t, const Index& i) {
+        const std::int32_t label = labels[next++];
         double sum_exp = 0.0;
-        for (int64_t k = 0; k < d.c; ++k) sum_exp += std::exp(double(logits.view.at(n, k, i, j)));
-        expected += std::log(sum_exp) - logits.view.at(n, label, i, j);
+        for (int64_t k = 0; k < d.c; ++k) sum_exp += std::exp(double(logits.view.at(n, k, i)));
+        expected += std::log(sum_exp) - logits.view.at(n, label, i);
         for (int64_t k = 0; k < d.c; ++k) {
-            const double g = std::exp(double(logits.view.at(n, k, i, j))) / sum_exp - (k == label ? 1.0 : 0.0);
-            if (std::abs(dlogits.view.at(n, k, i, j) - g) > 1e-6) ++wrong_gradient;
+            const double g = std::exp(double(logits.view.at(n, k, i))) / sum_exp - (k == label ? 1.0 : 0.0);
+            if (std::abs(dlogits.view.at(n, k, i) - g) > 1e-6) ++wrong_gradient;
         }
     });
     CHECK(total == Approx(expected).epsilon(1e-9));
@@ -1119,7 +1121,7 @@ TEST_CASE("reference loss: regression losses by hand", "[reference]") {
     using dsl::frontend::Regression;
     LossKernels& loss = *reference_kernels().loss;
     std::vector<float> x{1.0f, -2.0f, 0.5f, 0.0f}, t{0.0f, 1.0f, 0.5f, 1.0f}, dx(4);
-    const Dims d{2, 2, 1, 1};
+    const Dims d{2, 2, {}};
     auto run = [&](Regression r, float scale) {
         return loss.regression(r, dense_view(x.data(), d), dense_view(t.data(), d), scale, dense_view(dx.data(), d));
     };
@@ -1138,20 +1140,20 @@ TEST_CASE("reference loss: regression losses by hand", "[reference]") {
     CHECK(dx[3] == Approx(-0.5));
     // The stable form: logits far beyond exp's range give the exact limits, not infinities.
     std::vector<float> big{1000.0f, -1000.0f}, targets{0.0f, 0.0f};
-    CHECK(loss.regression(Regression::bce_with_logits, dense_view(big.data(), {1, 2, 1, 1}),
-                          dense_view(targets.data(), {1, 2, 1, 1}), 1.0f, View{}) == Approx(1000.0));
+    CHECK(loss.regression(Regression::bce_with_logits, dense_view(big.data(), {1, 2, {}}),
+                          dense_view(targets.data(), {1, 2, {}}), 1.0f, View{}) == Approx(1000.0));
 }
 
 TEST_CASE("reference loss: regression gradients by finite differences", "[reference]") {
     using dsl::frontend::Regression;
     const Regression r = GENERATE(Regression::mse, Regression::l1, Regression::bce_with_logits);
-    const Dims d = GENERATE(Dims{3, 5, 1, 1}, Dims{2, 3, 4, 5});  // fc's [N, K] and per pixel
-    CAPTURE(static_cast<int>(r), d.n, d.c, d.h, d.w);
+    const Dims d = GENERATE(Dims{3, 5, {}}, Dims{2, 3, {4, 5}});  // fc's [N, K] and per pixel
+    CAPTURE(static_cast<int>(r), d);
     std::mt19937 rng(23);
     Tile x(d, rng, -2.0f, 2.0f), t(d, rng, 0.0f, 1.0f), dx(d, rng);
     // l1 has a kink at x == t: keep every prediction at least 0.1 from its target.
-    for_each(d, [&](int64_t n, int64_t c, int64_t y, int64_t xx) {
-        x.view.at(n, c, y, xx) = t.view.at(n, c, y, xx) + 2.0f * off_zero(rng);
+    for_each_element(d, [&](int64_t n, int64_t c, const Index& i) {
+        x.view.at(n, c, i) = t.view.at(n, c, i) + 2.0f * off_zero(rng);
     });
     LossKernels& loss = *reference_kernels().loss;
     auto objective = [&] { return loss.regression(r, x.view, t.view, 1.0f, View{}); };
@@ -1172,14 +1174,18 @@ TEST_CASE("reference kernels: mismatched views are internal errors", "[reference
     std::vector<float> buffer(64, 1.0f), out(64), ws(9, 1.0f);
     const Kernels k = reference_kernels();
     // A 3x3 convolution to 2x2 reads 4x4; a 5x5 input means the caller sized the views wrongly.
-    CHECK_THROWS_AS(k.conv->forward(dense_view(buffer.data(), {1, 1, 5, 5}), dense_view(ws.data(), {1, 1, 3, 3}),
-                                    nullptr, dense_view(out.data(), {1, 1, 2, 2}), make_window(3, 3, 1, 1, 1, 1)),
+    CHECK_THROWS_AS(k.conv->forward(dense_view(buffer.data(), {1, 1, {5, 5}}), dense_view(ws.data(), {1, 1, {3, 3}}),
+                                    nullptr, dense_view(out.data(), {1, 1, {2, 2}}), make_window(3, 3, 1, 1, 1, 1)),
                     dsl::InternalError);
-    CHECK_THROWS_AS(k.activation->forward(dsl::frontend::Activation::relu, dense_view(buffer.data(), {1, 2, 2, 2}),
-                                          0.0f, dense_view(out.data(), {1, 2, 2, 3})),
+    CHECK_THROWS_AS(k.activation->forward(dsl::frontend::Activation::relu, dense_view(buffer.data(), {1, 2, {2, 2}}),
+                                          0.0f, dense_view(out.data(), {1, 2, {2, 3}})),
                     dsl::InternalError);
     const std::vector<std::int32_t> labels{3};
     CHECK_THROWS_AS(
-        k.loss->cross_entropy(dense_view(buffer.data(), {1, 3, 1, 1}), label_view(labels, {1, 1, 1, 1}), 1.0f, View{}),
+        k.loss->cross_entropy(dense_view(buffer.data(), {1, 3, {}}), label_view(labels, {1, 1, {}}), 1.0f, View{}),
         dsl::InternalError);
+    // The kernels are of images (or vectors): a volume is not theirs to take.
+    CHECK_THROWS_AS(k.activation->forward(dsl::frontend::Activation::relu, dense_view(buffer.data(), {1, 2, {2, 2, 2}}),
+                                          0.0f, dense_view(out.data(), {1, 2, {2, 2, 2}})),
+                    dsl::InternalError);
 }

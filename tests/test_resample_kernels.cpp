@@ -2,6 +2,7 @@
 // and against central finite differences of its own forward, on tiles placed anywhere in the tensor; the
 // CPU's against the reference; and the input range rules (window.hpp) that the plan's halos follow.
 #include "../backend/src/resample_kernels.hpp"
+#include "kernel_layouts.hpp"
 
 #include <dsl/backend/kernels.hpp>
 #include <dsl/scheduler/window.hpp>
@@ -25,38 +26,32 @@ using std::int64_t;
 struct Block {
     Tensor storage;
     View view;
-    Block(Dims d, std::mt19937& rng) : storage(Dims{d.n, d.c + 1, d.h + 2, d.w + 1}, Margins{1, 2, 2, 1}) {
+    Block(Dims d, std::mt19937& rng)
+        : storage(Dims{d.n, d.c + 1, {d.space[0] + 2, d.space[1] + 1}}, Margins{{1, 2}, {2, 1}}) {
         std::uniform_real_distribution<float> u(-1.0f, 1.0f);
         for (int64_t i = 0; i < storage.size(); ++i) storage.data()[i] = u(rng);
-        view = storage.padded().sub(0, 1, 2, 1, d);
+        view = storage.padded().sub(0, 1, {2, 1}, d);
     }
 };
 
-template <typename F>
-void for_each(const Dims& d, F&& f) {
-    for (int64_t n = 0; n < d.n; ++n)
-        for (int64_t c = 0; c < d.c; ++c)
-            for (int64_t y = 0; y < d.h; ++y)
-                for (int64_t x = 0; x < d.w; ++x) f(n, c, y, x);
-}
-
 double dot(ConstView a, ConstView b) {
     double acc = 0.0;
-    for_each(a.dims, [&](int64_t n, int64_t c, int64_t y, int64_t x) { acc += double(a.at(n, c, y, x)) * b.at(n, c, y, x); });
+    for_each_element(a.dims,
+                     [&](int64_t n, int64_t c, const Index& i) { acc += double(a.at(n, c, i)) * b.at(n, c, i); });
     return acc;
 }
 
 std::vector<double> values(ConstView v) {
     std::vector<double> out;
-    for_each(v.dims, [&](int64_t n, int64_t c, int64_t y, int64_t x) { out.push_back(v.at(n, c, y, x)); });
+    for_each_element(v.dims, [&](int64_t n, int64_t c, const Index& i) { out.push_back(v.at(n, c, i)); });
     return out;
 }
 
 // Central differences in float with a step of 1e-2 (the kernels are linear: exact but for rounding).
 std::vector<double> numeric_gradient(View v, const std::function<double()>& objective) {
     std::vector<double> out;
-    for_each(v.dims, [&](int64_t n, int64_t c, int64_t y, int64_t x) {
-        float& e = v.at(n, c, y, x);
+    for_each_element(v.dims, [&](int64_t n, int64_t c, const Index& i) {
+        float& e = v.at(n, c, i);
         const float original = e;
         e = original + 1e-2f;
         const double up = objective();
@@ -92,9 +87,9 @@ struct UpCase {
 Upsample placed(const UpCase& c, Dims& x, Dims& y) {
     const auto rows = upsample_input(c.oy0, c.oy1, c.scale, c.bilinear, c.in_h);
     const auto cols = upsample_input(c.ox0, c.ox1, c.scale, c.bilinear, c.in_w);
-    x = Dims{2, 3, rows.end - rows.first, cols.end - cols.first};
-    y = Dims{2, 3, c.oy1 - c.oy0, c.ox1 - c.ox0};
-    return Upsample{c.scale, c.bilinear, c.in_h, c.in_w, Placement{rows.first, cols.first, c.oy0, c.ox0}};
+    x = Dims{2, 3, {rows.end - rows.first, cols.end - cols.first}};
+    y = Dims{2, 3, {c.oy1 - c.oy0, c.ox1 - c.ox0}};
+    return Upsample{c.scale, c.bilinear, {c.in_h, c.in_w}, Placement{{rows.first, cols.first}, {c.oy0, c.ox0}}};
 }
 
 }  // namespace
@@ -123,15 +118,16 @@ TEST_CASE("upsample's input ranges: what output rows read", "[resample]") {
 TEST_CASE("reference upsample: PyTorch's values", "[resample][reference]") {
     // F.interpolate(x, scale_factor=2, mode=...) of [[1, 2], [3, 4]]; bilinear with align_corners=False.
     std::vector<float> x{1, 2, 3, 4}, y(16);
-    const View xv = dense_view(x.data(), Dims{1, 1, 2, 2}), yv = dense_view(y.data(), Dims{1, 1, 4, 4});
-    reference_upsample().forward(Upsample{2, true, 2, 2, {}}, xv, yv);
+    const View xv = dense_view(x.data(), Dims{1, 1, {2, 2}}), yv = dense_view(y.data(), Dims{1, 1, {4, 4}});
+    const Placement origin{{0, 0}, {0, 0}};
+    reference_upsample().forward(Upsample{2, true, {2, 2}, origin}, xv, yv);
     CHECK(y == std::vector<float>{1, 1.25, 1.75, 2, 1.5, 1.75, 2.25, 2.5, 2.5, 2.75, 3.25, 3.5, 3, 3.25, 3.75, 4});
-    reference_upsample().forward(Upsample{2, false, 2, 2, {}}, xv, yv);
+    reference_upsample().forward(Upsample{2, false, {2, 2}, origin}, xv, yv);
     CHECK(y == std::vector<float>{1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4, 3, 3, 4, 4});
     // The gradient of the sum of the bilinear output: every input collects weights summing to its share.
     std::vector<float> ones(16, 1.0f), dx(4);
-    reference_upsample().backward(Upsample{2, true, 2, 2, {}}, dense_view(ones.data(), Dims{1, 1, 4, 4}),
-                                  dense_view(dx.data(), Dims{1, 1, 2, 2}));
+    reference_upsample().backward(Upsample{2, true, {2, 2}, origin}, dense_view(ones.data(), Dims{1, 1, {4, 4}}),
+                                  dense_view(dx.data(), Dims{1, 1, {2, 2}}));
     CHECK(dx == std::vector<float>{4, 4, 4, 4});
 }
 
@@ -160,14 +156,14 @@ TEST_CASE("reference upsample: backward by finite differences, tiles anywhere", 
     Block wx(wxd, rng), wy(wyd, rng);
     const auto rows = upsample_input(c.oy0, c.oy1, c.scale, c.bilinear, c.in_h);
     const auto cols = upsample_input(c.ox0, c.ox1, c.scale, c.bilinear, c.in_w);
-    for_each(xd, [&](int64_t n, int64_t ch, int64_t i, int64_t j) {
-        wx.view.at(n, ch, rows.first + i, cols.first + j) = x.view.at(n, ch, i, j);
+    for_each_element(xd, [&](int64_t n, int64_t ch, const Index& i) {
+        wx.view.at(n, ch, {rows.first + i[0], cols.first + i[1]}) = x.view.at(n, ch, i);
     });
     k.forward(wu, wx.view, wy.view);
     k.forward(u, x.view, y.view);
     int64_t differ = 0;
-    for_each(yd, [&](int64_t n, int64_t ch, int64_t i, int64_t j) {
-        differ += y.view.at(n, ch, i, j) != wy.view.at(n, ch, c.oy0 + i, c.ox0 + j);
+    for_each_element(yd, [&](int64_t n, int64_t ch, const Index& i) {
+        differ += y.view.at(n, ch, i) != wy.view.at(n, ch, {c.oy0 + i[0], c.ox0 + i[1]});
     });
     CHECK(differ == 0);
 }
@@ -201,9 +197,9 @@ struct DeCase {
 Deconv placed(const DeCase& c, Dims& x, Dims& y) {
     const auto rows = deconv_input(c.oy0, c.oy1, c.k, c.s, c.p, c.in_h);
     const auto cols = deconv_input(c.ox0, c.ox1, c.k, c.s, c.p, c.in_w);
-    x = Dims{2, c.cin, rows.end - rows.first, cols.end - cols.first};
-    y = Dims{2, c.cout, c.oy1 - c.oy0, c.ox1 - c.ox0};
-    return Deconv{{c.k, c.k}, {c.s, c.s}, {c.p, c.p}, Placement{rows.first, cols.first, c.oy0, c.ox0}};
+    x = Dims{2, c.cin, {rows.end - rows.first, cols.end - cols.first}};
+    y = Dims{2, c.cout, {c.oy1 - c.oy0, c.ox1 - c.ox0}};
+    return Deconv{{c.k, c.k}, {c.s, c.s}, {c.p, c.p}, Placement{{rows.first, cols.first}, {c.oy0, c.ox0}}};
 }
 
 }  // namespace
@@ -211,13 +207,16 @@ Deconv placed(const DeCase& c, Dims& x, Dims& y) {
 TEST_CASE("reference deconv: PyTorch's values", "[resample][reference]") {
     // ConvTranspose2d(1, 1, 2, bias=False) with weight [[1, 2], [3, 4]] on [[1, 2], [3, 4]]: 3x3.
     std::vector<float> x{1, 2, 3, 4}, w{1, 2, 3, 4}, y(9);
-    const View xv = dense_view(x.data(), Dims{1, 1, 2, 2}), wv = dense_view(w.data(), Dims{1, 1, 2, 2});
-    reference_deconv().forward(xv, wv, nullptr, dense_view(y.data(), Dims{1, 1, 3, 3}), Deconv{{2, 2}, {1, 1}, {0, 0}, {}});
+    const View xv = dense_view(x.data(), Dims{1, 1, {2, 2}}), wv = dense_view(w.data(), Dims{1, 1, {2, 2}});
+    const Placement origin{{0, 0}, {0, 0}};
+    reference_deconv().forward(xv, wv, nullptr, dense_view(y.data(), Dims{1, 1, {3, 3}}),
+                               Deconv{{2, 2}, {1, 1}, {0, 0}, origin});
     CHECK(y == std::vector<float>{1, 4, 4, 6, 20, 16, 9, 24, 16});
     // stride 2, pad 1, output_pad 1, bias 0.5: (2-1)*2 - 2 + 2 + 1 = 3 rows; input (i, j) lands at
     // (2i - 1 + a, 2j - 1 + b): rows 0, 1, 2 are (i, a) = (0, 1), (1, 0), (1, 1), and columns likewise.
     const float bias = 0.5f;
-    reference_deconv().forward(xv, wv, &bias, dense_view(y.data(), Dims{1, 1, 3, 3}), Deconv{{2, 2}, {2, 2}, {1, 1}, {}});
+    reference_deconv().forward(xv, wv, &bias, dense_view(y.data(), Dims{1, 1, {3, 3}}),
+                               Deconv{{2, 2}, {2, 2}, {1, 1}, origin});
     CHECK(y == std::vector<float>{4.5, 6.5, 8.5, 6.5, 4.5, 8.5, 12.5, 12.5, 16.5});
 }
 
@@ -230,7 +229,7 @@ TEST_CASE("reference deconv: backward by finite differences, tiles anywhere", "[
     std::mt19937 rng(9);
     Dims xd, yd;
     const Deconv d = placed(c, xd, yd);
-    const Dims wd{c.cin, c.cout, c.k, c.k};
+    const Dims wd{c.cin, c.cout, {c.k, c.k}};
     Block x(xd, rng), w(wd, rng), y(yd, rng), r(yd, rng), dx(xd, rng), dw(wd, rng);
     std::vector<float> bias(static_cast<std::size_t>(c.cout), 0.25f), db(bias.size());
     DeconvKernels& k = reference_deconv();
@@ -244,7 +243,8 @@ TEST_CASE("reference deconv: backward by finite differences, tiles anywhere", "[
     check_close(values(dx.view), numeric_gradient(x.view, objective), 1e-3);
     check_close(values(dw.view), numeric_gradient(w.view, objective), 1e-3);
     std::vector<double> sums(bias.size(), 0.0);
-    for_each(yd, [&](int64_t n, int64_t f, int64_t i, int64_t j) { sums[static_cast<std::size_t>(f)] += r.view.at(n, f, i, j); });
+    for_each_element(
+        yd, [&](int64_t n, int64_t f, const Index& i) { sums[static_cast<std::size_t>(f)] += r.view.at(n, f, i); });
     check_close(std::vector<double>(db.begin(), db.end()), sums, 1e-5);
 }
 
@@ -256,7 +256,7 @@ TEST_CASE("cpu deconv (oneDNN convolutions) matches the reference", "[resample][
     std::mt19937 rng(11);
     Dims xd, yd;
     const Deconv d = placed(c, xd, yd);
-    const Dims wd{c.cin, c.cout, c.k, c.k};
+    const Dims wd{c.cin, c.cout, {c.k, c.k}};
     Block x(xd, rng), w(wd, rng), dy(yd, rng), y(yd, rng), y_ref(yd, rng), dx(xd, rng), dx_ref(xd, rng),
         dw(wd, rng), dw_ref(wd, rng);
     std::vector<float> bias(static_cast<std::size_t>(c.cout), -0.75f), db(bias.size()), db_ref(bias.size());

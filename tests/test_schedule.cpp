@@ -69,12 +69,12 @@ layer *.bn N=1 H=4
 )");
     INFO(f.errors());
     REQUIRE(s);
-    CHECK(f.of(*s, "stem").split == Split{4, 1, 1, 1, 1, 1});
-    CHECK(f.of(*s, "a.conv").split == Split{1, 1, 1, 1, 2, 2});  // block beats default
-    CHECK(f.of(*s, "b.conv").split == Split{1, 1, 1, 1, 4, 1});  // exact name beats pattern
-    CHECK(f.of(*s, "b.relu").split == Split{2, 1, 1, 1, 2, 1});  // pattern beats block
-    CHECK(f.of(*s, "b.bn").split == Split{1, 1, 1, 1, 4, 1});    // '*.bn' has more literal characters than 'b.*'
-    CHECK(f.of(*s, "a.bn").split == Split{1, 1, 1, 1, 4, 1});    // a pattern beats the block
+    CHECK(f.of(*s, "stem").split == Split{4, 1, 1, {1, 1, 1}});
+    CHECK(f.of(*s, "a.conv").split == Split{1, 1, 1, {1, 2, 2}});  // block beats default
+    CHECK(f.of(*s, "b.conv").split == Split{1, 1, 1, {1, 4, 1}});  // exact name beats pattern
+    CHECK(f.of(*s, "b.relu").split == Split{2, 1, 1, {1, 2, 1}});  // pattern beats block
+    CHECK(f.of(*s, "b.bn").split == Split{1, 1, 1, {1, 4, 1}});    // '*.bn' has more literal characters than 'b.*'
+    CHECK(f.of(*s, "a.bn").split == Split{1, 1, 1, {1, 4, 1}});    // a pattern beats the block
     // Fields resolve on their own: b.conv's split from its exact entry, its bn mode from the block entry.
     CHECK(*f.of(*s, "b.conv").overlap);
     CHECK(!*f.of(*s, "b.relu").overlap);
@@ -87,7 +87,7 @@ TEST_CASE("among entries of equal rank the later one wins", "[schedule]") {
     Fixture f;
     auto s = f.apply("procs = 2\ndefault N=2 overlap=off\nlayer stem H=2\nlayer stem W=2\n");
     REQUIRE(s);
-    CHECK(f.of(*s, "stem").split == Split{1, 1, 1, 1, 1, 2});
+    CHECK(f.of(*s, "stem").split == Split{1, 1, 1, {1, 1, 2}});
 }
 
 TEST_CASE("open fields stay open and the schedule is partial", "[schedule]") {
@@ -98,7 +98,7 @@ TEST_CASE("open fields stay open and the schedule is partial", "[schedule]") {
     CHECK(!s->procs);
     CHECK(!f.of(*s, "stem").split);
     CHECK(!f.of(*s, "stem").overlap);
-    CHECK(f.of(*s, "pred").split == Split{4, 1, 1, 1, 1, 1});
+    CHECK(f.of(*s, "pred").split == Split{4, 1, 1, {1, 1, 1}});
     CHECK(!f.of(*s, "pred").bn);
     CHECK(!s->complete());
 }
@@ -213,7 +213,7 @@ TEST_CASE("tiles of uneven splits: the largest tile is reported", "[schedule]") 
     Fixture f;
     const Layer& stem = f.net.layers[static_cast<std::size_t>(f.net.find("stem"))];  // [N, 8, 16, 16]
     std::int64_t n = 0;
-    const Shape tile = tile_shape(stem, Split{3, 1, 1, 1, 3, 5}, 8, &n);
+    const Shape tile = tile_shape(stem, Split{3, 1, 1, {1, 3, 5}}, 8, &n);
     CHECK(n == 3);
     CHECK(tile.dims == std::vector<std::int64_t>{8, 6, 4});
     CHECK(block_size(16, 3, 0) == 6);

@@ -77,7 +77,7 @@ loss = softmax_cross_entropy from f, y
     CHECK(c.macs == 16 * 16 * 16 * 3 * 9);
     CHECK(c.flops == 2 * c.macs);
     CHECK(c.activation_bytes == 4 * 16 * 16 * 16);
-    CHECK(c.halo() == Pair{1, 1});
+    CHECK(c.halo() == Spatial{1, 1});
     CHECK(s.layer("b").params == 32);
     CHECK(s.layer("b").shape == c.shape);
     CHECK(s.layer("r").flops == 16 * 16 * 16);
@@ -86,7 +86,7 @@ loss = softmax_cross_entropy from f, y
     const Layer& d = s.layer("d");
     CHECK(d.shape.str() == "[N, 4, 12, 16]");  // 16 + 0 - 2*2 - 1 + 1 rows
     CHECK(d.params == 4 * 16 * 3);
-    CHECK(d.halo() == Pair{4, 0});
+    CHECK(d.halo() == Spatial{4, 0});
     CHECK(s.layer("cat").shape.str() == "[N, 32, 16, 16]");
     CHECK(s.layer("sum").shape == c.shape);
     CHECK(s.layer("g").shape.str() == "[N, 16, 1, 1]");
@@ -162,7 +162,7 @@ TEST_CASE("ResNet-50 matches torchvision", "[shapes][stdlib]") {
     CHECK(shape("fc") == "[N, 1000]");
     CHECK(shape("loss") == "[N]");
     const Layer& conv2 = net.layers[static_cast<std::size_t>(net.find("layer2.0.conv2"))];
-    CHECK(conv2.stride == Pair{2, 2});  // v1.5: the stride is on the 3x3
+    CHECK(conv2.stride == Spatial{2, 2});  // v1.5: the stride is on the 3x3
     CHECK(conv2.blocks == std::vector<std::string>{"stage", "bottleneck_down"});
     CHECK(conv2.instances == std::vector<std::string>{"layer2", "layer2.0"});
     int convs = 0;
@@ -193,5 +193,5 @@ TEST_CASE("mesh1k and mesh2k", "[shapes][stdlib]") {
     CHECK(shape(mesh1k->net, "pred") == "[N, 2, 16, 16]");
     CHECK(shape(mesh2k->net, "block1.4.relu") == "[N, 128, 1024, 1024]");
     CHECK(shape(mesh2k->net, "pred") == "[N, 2, 32, 32]");
-    CHECK(mesh1k->net.layers[static_cast<std::size_t>(mesh1k->net.find("block3.1.conv"))].halo() == Pair{1, 1});
+    CHECK(mesh1k->net.layers[static_cast<std::size_t>(mesh1k->net.find("block3.1.conv"))].halo() == Spatial{1, 1});
 }

@@ -4,6 +4,7 @@
 #include <dsl/frontend/parse.hpp>
 #include <dsl/frontend/passes.hpp>
 
+#include "../backend/src/planes.hpp"
 #include "support.hpp"
 
 #include <catch2/catch.hpp>
@@ -18,23 +19,28 @@ using namespace dsl::backend;
 
 namespace {
 
-// Inputs and labels from a hash of the global index, so any tile of them is the same numbers.
+// Inputs and labels from a hash of the global index, so any tile of them is the same numbers. The networks
+// here are images: a tile is seen as planes (a label per sample is one 1 x 1 plane at row and column 0).
 class HashData : public DataSource {
 public:
     explicit HashData(std::uint64_t seed) : seed_(seed) {}
 
-    void inputs(const frontend::Layer&, std::int64_t first, std::int64_t y0, std::int64_t x0, View t) override {
+    void inputs(const frontend::Layer&, std::int64_t first, const Index& at, View tile) override {
+        const Planes t = planes(tile);
+        const PlanePlace p = plane_place(at);
         for (std::int64_t n = 0; n < t.dims.n; ++n)
             for (std::int64_t c = 0; c < t.dims.c; ++c)
                 for (std::int64_t y = 0; y < t.dims.h; ++y)
-                    for (std::int64_t x = 0; x < t.dims.w; ++x) t.at(n, c, y, x) = value(first + n, c, y0 + y, x0 + x);
+                    for (std::int64_t x = 0; x < t.dims.w; ++x)
+                        t.at(n, c, y, x) = value(first + n, c, p.y + y, p.x + x);
     }
-    void labels(const frontend::Layer&, std::int64_t first, std::int64_t y0, std::int64_t x0,
-                BasicView<std::int32_t> t) override {
+    void labels(const frontend::Layer&, std::int64_t first, const Index& at, BasicView<std::int32_t> tile) override {
+        const PlaneView<std::int32_t> t = planes(tile);
+        const PlanePlace p = plane_place(at);
         for (std::int64_t n = 0; n < t.dims.n; ++n)
             for (std::int64_t y = 0; y < t.dims.h; ++y)
                 for (std::int64_t x = 0; x < t.dims.w; ++x)
-                    t.at(n, 0, y, x) = value(first + n, 7, y0 + y, x0 + x) > 0 ? 1 : 0;
+                    t.at(n, 0, y, x) = value(first + n, 7, p.y + y, p.x + x) > 0 ? 1 : 0;
     }
 
 private:
@@ -74,7 +80,7 @@ double loss_at(const frontend::Network& net, Kernels k, std::vector<std::vector<
     TrainConfig cfg;
     cfg.batch = 3;
     cfg.lr = 0.0;
-    Trainer t(net, k, cfg);
+    Trainer t(net, k, cfg, test::one_process(net, cfg.batch));
     if (weights) {
         auto st = t.state();
         for (std::size_t i = 0; i < weights->size(); ++i)
@@ -116,7 +122,7 @@ void check_gradients(const char* text) {
     cfg.batch = 3;
     cfg.lr = 1.0;
     cfg.momentum = 0.0;
-    Trainer t(l.net, k, cfg);
+    Trainer t(l.net, k, cfg, test::one_process(l.net, cfg.batch));
     std::vector<std::vector<float>> w0;
     for (const auto& s : t.state()) w0.emplace_back(s.data, s.data + s.size);
     t.step(data, 0);
@@ -145,7 +151,8 @@ void check_cpu_like_reference(const char* text) {
     TrainConfig cfg;
     cfg.batch = 3;
     cfg.lr = 0.05;
-    Trainer ref(l.net, reference_kernels(), cfg), cpu(l.net, cpu_kernels(), cfg);
+    const scheduler::Plan plan = test::one_process(l.net, cfg.batch);
+    Trainer ref(l.net, reference_kernels(), cfg, plan), cpu(l.net, cpu_kernels(), cfg, plan);
     HashData data(5);
     for (int step = 0; step < 4; ++step) {
         const double a = ref.step(data, step * 3), b = cpu.step(data, step * 3);
@@ -259,7 +266,7 @@ TEST_CASE("dropout drops in training steps only: evaluation and training = false
     auto losses = [&](const frontend::Network& net, bool training) {
         TrainConfig c = cfg;
         c.training = training;
-        Trainer t(net, reference_kernels(), c);
+        Trainer t(net, reference_kernels(), c, test::one_process(net, c.batch));
         std::vector<double> out;
         for (int step = 0; step < 3; ++step) out.push_back(t.step(data, step * 3));
         out.push_back(t.evaluate(data, 9));
@@ -270,10 +277,11 @@ TEST_CASE("dropout drops in training steps only: evaluation and training = false
     CHECK(on[0] != none[0]);  // in training, it drops
     // Evaluation never drops: the same weights give the same loss with p = 0.5 and p = 0.
     TrainConfig c = cfg;
-    Trainer a(dropping.net, reference_kernels(), c), b(keeping.net, reference_kernels(), c);
+    Trainer a(dropping.net, reference_kernels(), c, test::one_process(dropping.net, c.batch)),
+        b(keeping.net, reference_kernels(), c, test::one_process(keeping.net, c.batch));
     CHECK(a.evaluate(data, 0) == b.evaluate(data, 0));
     // And a step's mask is drawn again alike: the same seed and samples give the same step, bit for bit.
-    Trainer again(dropping.net, reference_kernels(), c);
+    Trainer again(dropping.net, reference_kernels(), c, test::one_process(dropping.net, c.batch));
     CHECK(again.step(data, 0) == a.step(data, 0));
 }
 
@@ -288,7 +296,7 @@ TEST_CASE("a step's loss is the sum of its loss layers', each reported by name",
     Loaded l(heads_net);
     TrainConfig cfg;
     cfg.batch = 3;
-    Trainer t(l.net, reference_kernels(), cfg);
+    Trainer t(l.net, reference_kernels(), cfg, test::one_process(l.net, cfg.batch));
     HashData data(4);
     const double loss = t.step(data, 0);
     const auto& each = t.last_losses();
@@ -318,7 +326,7 @@ TEST_CASE("training the tiny mesh network lowers the loss, the same on every run
         cfg.batch = 4;
         cfg.lr = 0.05;
         cfg.seed = 11;
-        Trainer t(net->net, cpu_kernels(), cfg);
+        Trainer t(net->net, cpu_kernels(), cfg, test::one_process(net->net, cfg.batch));
         HashData data(1);
         std::vector<double> losses;
         for (int step = 0; step < 8; ++step) losses.push_back(t.step(data, 0));  // the same 4 samples
@@ -338,7 +346,7 @@ TEST_CASE("gradients that are never needed at once share memory", "[trainer]") {
     REQUIRE(net);
     TrainConfig cfg;
     cfg.batch = 4;
-    Trainer t(net->net, cpu_kernels(), cfg);
+    Trainer t(net->net, cpu_kernels(), cfg, test::one_process(net->net, cfg.batch));
     std::int64_t activations = 0, params = 0;
     for (const auto& l : net->net.layers) activations += l.activation_bytes * cfg.batch, params += l.params * 4;
     CHECK(t.memory_bytes() > activations + 3 * params);          // every activation, weights, gradients, momenta
@@ -347,27 +355,27 @@ TEST_CASE("gradients that are never needed at once share memory", "[trainer]") {
 
 TEST_CASE("a tensor over memory it does not own", "[tensor]") {
     std::vector<float> memory(2 * 3 * 4 * 5, 0.0f);
-    Tensor t = Tensor::over(memory.data(), Dims{1, 2, 2, 3}, Margins{1, 1, 1, 1});
+    Tensor t = Tensor::over(memory.data(), Dims{1, 2, {2, 3}}, Margins{{1, 1}, {1, 1}});
     CHECK(t.size() == 2 * 4 * 5);
-    t.at(0, 1, 0, 0) = 7.0f;
+    t.at(0, 1, {0, 0}) = 7.0f;
     CHECK(memory[static_cast<std::size_t>(20 + 5 + 1)] == 7.0f);
     Tensor copy = t;  // lies over the same memory
     copy.fill(1.0f);
     CHECK(memory[0] == 1.0f);
     CHECK(memory[39] == 1.0f);
     CHECK(memory[40] == 0.0f);
-    Tensor owned(Dims{1, 1, 2, 2});
+    Tensor owned(Dims{1, 1, {2, 2}});
     Tensor owned_copy = owned;  // its own elements
     owned_copy.fill(3.0f);
-    CHECK(owned.at(0, 0, 0, 0) == 0.0f);
-    CHECK(owned_copy.at(0, 0, 1, 1) == 3.0f);
+    CHECK(owned.at(0, 0, {0, 0}) == 0.0f);
+    CHECK(owned_copy.at(0, 0, {1, 1}) == 3.0f);
 }
 
 TEST_CASE("profiling times every layer of a step, and the times add up to at most the step", "[trainer]") {
     Loaded l(small_net);
     TrainConfig cfg;
     cfg.batch = 3;
-    Trainer t(l.net, cpu_kernels(), cfg);
+    Trainer t(l.net, cpu_kernels(), cfg, test::one_process(l.net, cfg.batch));
     HashData data(2);
     t.step(data, 0);
     CHECK(t.last_profile().layers.empty());  // off until asked

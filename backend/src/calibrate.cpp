@@ -18,11 +18,24 @@ namespace dsl::backend {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-Dims dims4(const std::vector<std::int64_t>& d) {
-    if (d.size() == 4) return {d[0], d[1], d[2], d[3]};
-    if (d.size() == 2) return {d[0], d[1], 1, 1};
-    return {};
+// A key's sizes [n, c, spatial...] as dims; nothing (n 0) where they are not.
+Dims dims_of(const std::vector<std::int64_t>& d) {
+    if (d.size() < 2 || d.size() > 2 + static_cast<std::size_t>(max_space)) return {};
+    Dims out{d[0], d[1], Index::filled(static_cast<int>(d.size()) - 2, 0)};
+    for (int k = 0; k < out.rank(); ++k) out.space[k] = d[static_cast<std::size_t>(k) + 2];
+    return out;
 }
+
+// A key's per-dimension field (a window's kernel, stride...), or `otherwise` where it has none.
+Index spatial_of(const std::vector<std::int64_t>& v, const Index& otherwise) {
+    if (v.empty() || v.size() > static_cast<std::size_t>(max_space)) return otherwise;
+    Index out = Index::filled(static_cast<int>(v.size()), 0);
+    for (int k = 0; k < out.rank(); ++k) out[k] = v[static_cast<std::size_t>(k)];
+    return out;
+}
+
+// One dimension per parameter (or per element of a per-sample tensor): {1, n}.
+Dims vector_of(std::int64_t n) { return Dims{1, n, {}}; }
 
 // The median of `reps` timed calls (or more, to `min_seconds` in all) after `warmup` untimed ones; a call
 // ends when the kernels it started in `mem` (a GPU's, which runs them after the call returns) have.
@@ -75,11 +88,11 @@ std::optional<double> time_kernel(const std::string& key, Kernels k, DataSource&
     const OpKind op = kind ? kind->op : OpKind::label;
     const Phase phase = layer_kernel ? layer_kernel->phase : Phase::forward;
     auto field = [&](const char* name) -> const std::vector<std::int64_t>& { return parsed->field(name); };
-    const Dims x = dims4(field("x")), y = dims4(field("y"));
+    const Dims x = dims_of(field("x")), y = dims_of(field("y"));
     Window w;
-    if (field("k").size() == 2) w.kernel = {field("k")[0], field("k")[1]};
-    if (field("s").size() == 2) w.stride = {field("s")[0], field("s")[1]};
-    if (field("d").size() == 2) w.dilation = {field("d")[0], field("d")[1]};
+    w.kernel = spatial_of(field("k"), w.kernel);
+    w.stride = spatial_of(field("s"), w.stride);
+    w.dilation = spatial_of(field("d"), w.dilation);
     std::function<void()> run;
     Memory& mem = k.mem();
     auto zeros = [&](Dims d) { return Tensor(d, {}, mem); };
@@ -102,8 +115,8 @@ std::optional<double> time_kernel(const std::string& key, Kernels k, DataSource&
     } else if (op == OpKind::conv && x.n && y.n) {
         a = filled(x);
         b = filled(y);
-        wt = filled(Dims{y.c, x.c, w.kernel[0], w.kernel[1]});
-        c = zeros(Dims{y.c, x.c, w.kernel[0], w.kernel[1]});
+        wt = filled(Dims{y.c, x.c, w.kernel});
+        c = zeros(Dims{y.c, x.c, w.kernel});
         if (phase == Phase::forward)
             run = [&] { k.conv->forward(a.interior(), wt.interior(), nullptr, b.interior(), w); };
         if (phase == Phase::backward_data)
@@ -113,9 +126,9 @@ std::optional<double> time_kernel(const std::string& key, Kernels k, DataSource&
     } else if (op == OpKind::fc && x.n && y.n) {
         a = filled(x);
         b = filled(y);
-        wt = filled(Dims{y.c, x.c, 1, 1});
+        wt = filled(Dims{y.c, x.c * x.points(), {}});
         c = zeros(wt.dims());
-        p1 = zeros(Dims{1, y.c, 1, 1});
+        p1 = zeros(vector_of(y.c));
         if (phase == Phase::forward) run = [&] { k.fc->forward(a.interior(), wt.interior(), p1.data(), b.interior()); };
         if (phase == Phase::backward_data)
             run = [&] { k.fc->backward_data(b.interior(), wt.interior(), a.interior()); };
@@ -128,11 +141,11 @@ std::optional<double> time_kernel(const std::string& key, Kernels k, DataSource&
         const auto ch = static_cast<std::size_t>(x.c);
         v1.assign(ch, 0.0f);                           // mean
         v2.assign(ch, 1.0f);                           // inverse standard deviation
-        p1 = constant(mem, Dims{1, x.c, 1, 1}, 1.0f);  // gamma
-        p2 = zeros(Dims{1, x.c, 1, 1});                // beta
+        p1 = constant(mem, vector_of(x.c), 1.0f);      // gamma
+        p2 = zeros(vector_of(x.c));                    // beta
         s1.assign(ch, 0.0);
         s2.assign(ch, 0.0);
-        const double count = static_cast<double>(x.n * x.h * x.w);
+        const double count = static_cast<double>(x.n * x.points());
         if (phase == Phase::forward)
             run = [&] {
                 k.batchnorm->statistics(a.interior(), s1.data(), s2.data());
@@ -153,11 +166,11 @@ std::optional<double> time_kernel(const std::string& key, Kernels k, DataSource&
         const auto stats = static_cast<std::size_t>(x.n * groups);
         v1.assign(stats, 0.0f);                        // mean
         v2.assign(stats, 1.0f);                        // inverse standard deviation
-        p1 = constant(mem, Dims{1, x.c, 1, 1}, 1.0f);  // gamma
-        p2 = zeros(Dims{1, x.c, 1, 1});                // beta
+        p1 = constant(mem, vector_of(x.c), 1.0f);      // gamma
+        p2 = zeros(vector_of(x.c));                    // beta
         s1.assign(stats, 0.0);
         s2.assign(stats, 0.0);
-        const double count = static_cast<double>(x.c / groups * x.h * x.w);
+        const double count = static_cast<double>(x.c / groups * x.points());
         if (phase == Phase::forward)
             run = [&, groups] {
                 k.groupnorm->statistics(a.interior(), groups, s1.data(), s2.data());
@@ -195,19 +208,21 @@ std::optional<double> time_kernel(const std::string& key, Kernels k, DataSource&
         Upsample u;
         u.scale = field("scale").empty() ? 2 : field("scale")[0];
         u.bilinear = !field("mode").empty() && field("mode")[0] == static_cast<std::int64_t>(frontend::UpsampleMode::bilinear);
-        u.in_h = x.h, u.in_w = x.w;
+        u.in = x.space;
+        u.at = Placement{Index::filled(x.rank(), 0), Index::filled(y.rank(), 0)};
         if (phase == Phase::forward) run = [&, u] { k.upsample->forward(u, a.interior(), b.interior()); };
         if (phase == Phase::backward) run = [&, u] { k.upsample->backward(u, b.interior(), c.interior()); };
     } else if (op == OpKind::deconv && x.n && y.n && k.deconv) {
         Deconv d;
         d.kernel = w.kernel;
         d.stride = w.stride;
-        if (field("p").size() == 2) d.pad = {field("p")[0], field("p")[1]};
+        d.pad = spatial_of(field("p"), Index::filled(w.kernel.rank(), 0));
+        d.at = Placement{Index::filled(x.rank(), 0), Index::filled(y.rank(), 0)};
         a = filled(x);
         b = filled(y);
-        wt = filled(Dims{x.c, y.c, w.kernel[0], w.kernel[1]});
+        wt = filled(Dims{x.c, y.c, w.kernel});
         c = zeros(wt.dims());
-        p1 = zeros(Dims{1, y.c, 1, 1});
+        p1 = zeros(vector_of(y.c));
         if (phase == Phase::forward)
             run = [&, d] { k.deconv->forward(a.interior(), wt.interior(), p1.data(), b.interior(), d); };
         if (phase == Phase::backward_data)
@@ -248,11 +263,11 @@ std::optional<double> time_kernel(const std::string& key, Kernels k, DataSource&
     } else if (kind && kind->loss && x.n) {
         a = filled(x);
         c = zeros(x);
-        labels.assign(static_cast<std::size_t>(x.n * x.h * x.w), 0);
-        const Dims ld{x.n, 1, x.h, x.w};
+        const Dims ld{x.n, 1, x.space};
+        labels.assign(static_cast<std::size_t>(ld.elements()), 0);
         if (phase == Phase::forward)
             run = [&, ld] {
-                const LabelView lv{labels.data(), ld, ld.h * ld.w, ld.h * ld.w, ld.w};
+                const LabelView lv = dense_view<const std::int32_t>(labels.data(), ld);
                 k.loss->cross_entropy(a.interior(), lv, 1.0f, c.interior());
             };
     } else if (op == OpKind::input && x.n) {
@@ -261,19 +276,19 @@ std::optional<double> time_kernel(const std::string& key, Kernels k, DataSource&
         b = zeros(x);
         if (phase == Phase::forward)
             run = [&] {
-                data.inputs(input, 0, 0, 0, a.interior());
+                data.inputs(input, 0, Index::filled(x.rank(), 0), a.interior());
                 mem.upload(a.data(), b.data(), a.size());
             };
     } else if (parsed->kernel == scheduler::sgd_kernel && !field("params").empty()) {
         const std::int64_t n = field("params")[0];
-        p1 = constant(mem, Dims{1, n, 1, 1}, 0.5f);  // the weights, and their gradient
-        p2 = zeros(Dims{1, n, 1, 1});                // the momentum
+        p1 = constant(mem, vector_of(n), 0.5f);  // the weights, and their gradient
+        p2 = zeros(vector_of(n));                // the momentum
         run = [&, n] { k.eltwise->sgd(p1.data(), p2.data(), p1.data(), n, 1e-9f, 0.9f, 0.0f); };
     } else if (parsed->kernel == scheduler::adam_kernel && !field("params").empty()) {
         const std::int64_t n = field("params")[0];
-        p1 = constant(mem, Dims{1, n, 1, 1}, 0.5f);  // the weights, and their gradient
-        p2 = zeros(Dims{1, n, 1, 1});                // the first moments
-        a = zeros(Dims{1, n, 1, 1});                 // the second moments
+        p1 = constant(mem, vector_of(n), 0.5f);  // the weights, and their gradient
+        p2 = zeros(vector_of(n));                // the first moments
+        a = zeros(vector_of(n));                 // the second moments
         const AdamStep step = adam_step(false, 1e-9, 0.9, 0.999, 1e-8, 0.0, 1);
         run = [&, n, step] { k.eltwise->adam(p1.data(), p2.data(), a.data(), p1.data(), n, step); };
     }
@@ -342,7 +357,7 @@ StepSeconds profile_layers(const frontend::Network& net, const scheduler::Schedu
     config.batch = batch;
     config.lr = 1e-6;                        // the values do not matter, only that they stay finite
     config.optimizer = net.train.optimizer;  // its update is timed (step.update)
-    Trainer trainer(net, kernels, config, schedule, comm);
+    Trainer trainer(net, kernels, config, scheduler::make_plan(net, schedule, batch, comm.rank(), comm.size()), &comm);
     for (int i = 0; i < runs.warmup; ++i) trainer.step(data, 0);
     trainer.profile(true);
     const std::size_t layers = net.layers.size();

@@ -1,8 +1,10 @@
 // CPU kernels in plain C++ over OpenMP's threads (the team oneDNN and Halide use), for the kinds that neither
 // has: group normalization (oneDNN 2.6 has none) and dropout (its mask is splitmix.hpp's hash of global
-// coordinates). Both go plane by plane, (n, c), one plane per task; sums are in double, as the reference's.
+// coordinates). Both go plane by plane, (n, c), one plane per task (planes.hpp: the form in which they see
+// their views); sums are in double, as the reference's.
 #include "halide_kernels.hpp"
 #include "kernel_checks.hpp"
+#include "planes.hpp"
 #include "splitmix.hpp"
 
 #include <dsl/base/error.hpp>
@@ -13,14 +15,14 @@
 namespace dsl::backend {
 namespace {
 
-std::int64_t per_group(const Dims& d, std::int64_t groups) {
+std::int64_t per_group(const PlaneDims& d, std::int64_t groups) {
     DSL_INTERNAL_CHECK(groups > 0 && d.c % groups == 0, "groupnorm: channels not divisible into groups");
     return d.c / groups;
 }
 
 // Runs body(n, c) for every plane of `d`, in parallel.
 template <typename Body>
-void each_plane(const Dims& d, Body&& body) {
+void each_plane(const PlaneDims& d, Body&& body) {
     const std::int64_t planes = d.n * d.c;
 #pragma omp parallel for schedule(static)
     for (std::int64_t p = 0; p < planes; ++p) body(p / d.c, p % d.c);
@@ -29,6 +31,24 @@ void each_plane(const Dims& d, Body&& body) {
 class CpuGroupNorm final : public GroupNormKernels {
 public:
     void statistics(ConstView x, std::int64_t groups, double* sum, double* sum_sq) override {
+        statistics(planes(x), groups, sum, sum_sq);
+    }
+    void forward(ConstView x, std::int64_t groups, const float* mean, const float* inv_std, const float* gamma,
+                 const float* beta, View y) override {
+        forward(planes(x), groups, mean, inv_std, gamma, beta, planes(y));
+    }
+    void backward_statistics(ConstView x, ConstView dy, std::int64_t groups, const float* mean, const float* inv_std,
+                             const float* gamma, double* d_beta, double* d_gamma, double* sum_g,
+                             double* sum_g_xhat) override {
+        backward_statistics(planes(x), planes(dy), groups, mean, inv_std, gamma, d_beta, d_gamma, sum_g, sum_g_xhat);
+    }
+    void backward(ConstView x, ConstView dy, std::int64_t groups, const float* mean, const float* inv_std,
+                  const float* gamma, const double* sum_g, const double* sum_g_xhat, double count, View dx) override {
+        backward(planes(x), planes(dy), groups, mean, inv_std, gamma, sum_g, sum_g_xhat, count, planes(dx));
+    }
+
+private:
+    static void statistics(ConstPlanes x, std::int64_t groups, double* sum, double* sum_sq) {
         const std::int64_t per = per_group(x.dims, groups);
         std::vector<double> s(plane_count(x.dims)), s2(plane_count(x.dims));
         each_plane(x.dims, [&](std::int64_t n, std::int64_t c) {
@@ -50,8 +70,8 @@ public:
             }
     }
 
-    void forward(ConstView x, std::int64_t groups, const float* mean, const float* inv_std, const float* gamma,
-                 const float* beta, View y) override {
+    static void forward(ConstPlanes x, std::int64_t groups, const float* mean, const float* inv_std, const float* gamma,
+                        const float* beta, Planes y) {
         check_same_dims(x, y, "groupnorm forward");
         const std::int64_t per = per_group(x.dims, groups);
         each_plane(x.dims, [&](std::int64_t n, std::int64_t c) {
@@ -66,9 +86,9 @@ public:
         });
     }
 
-    void backward_statistics(ConstView x, ConstView dy, std::int64_t groups, const float* mean, const float* inv_std,
-                             const float* gamma, double* d_beta, double* d_gamma, double* sum_g,
-                             double* sum_g_xhat) override {
+    static void backward_statistics(ConstPlanes x, ConstPlanes dy, std::int64_t groups, const float* mean,
+                                    const float* inv_std, const float* gamma, double* d_beta, double* d_gamma,
+                                    double* sum_g, double* sum_g_xhat) {
         check_same_dims(x, dy, "groupnorm backward_statistics");
         const std::int64_t per = per_group(x.dims, groups);
         std::vector<double> s(plane_count(x.dims)), s2(plane_count(x.dims));
@@ -96,8 +116,8 @@ public:
             }
     }
 
-    void backward(ConstView x, ConstView dy, std::int64_t groups, const float* mean, const float* inv_std,
-                  const float* gamma, const double* sum_g, const double* sum_g_xhat, double count, View dx) override {
+    static void backward(ConstPlanes x, ConstPlanes dy, std::int64_t groups, const float* mean, const float* inv_std,
+                         const float* gamma, const double* sum_g, const double* sum_g_xhat, double count, Planes dx) {
         check_same_dims(x, dy, "groupnorm backward");
         check_same_dims(x, dx, "groupnorm backward");
         DSL_INTERNAL_CHECK(count > 0, "groupnorm backward: empty group");
@@ -118,9 +138,8 @@ public:
         });
     }
 
-private:
-    static std::size_t plane_count(const Dims& d) { return static_cast<std::size_t>(d.n * d.c); }
-    static std::size_t plane(const Dims& d, std::int64_t n, std::int64_t c) {
+    static std::size_t plane_count(const PlaneDims& d) { return static_cast<std::size_t>(d.n * d.c); }
+    static std::size_t plane(const PlaneDims& d, std::int64_t n, std::int64_t c) {
         return static_cast<std::size_t>(n * d.c + c);
     }
 };
@@ -129,15 +148,17 @@ class CpuDropout final : public DropoutKernels {
 public:
     void forward(ConstView x, const DropoutMask& m, View y) override {
         check_same_dims(x, y, "dropout forward");
-        apply(x, m, y);
+        apply(planes(x), m, planes(y));
     }
     void backward(ConstView dy, const DropoutMask& m, View dx) override {
         check_same_dims(dy, dx, "dropout backward");
-        apply(dy, m, dx);
+        apply(planes(dy), m, planes(dx));
     }
 
 private:
-    static void apply(ConstView x, const DropoutMask& m, View y) {
+    // The mask's place is the view's first row and column.
+    static void apply(ConstPlanes x, const DropoutMask& m, Planes y) {
+        const PlanePlace at = plane_place(m.at);
         const std::uint32_t threshold = dropout_threshold(m.p);
         const float scale = 1.0f / (1.0f - m.p);
         each_plane(x.dims, [&](std::int64_t n, std::int64_t c) {
@@ -145,8 +166,8 @@ private:
                 const float* in = &x.at(n, c, i, 0);
                 float* out = &y.at(n, c, i, 0);
                 for (std::int64_t j = 0; j < x.dims.w; ++j)
-                    out[j] = dropout_keep(m.key, m.step, m.n0 + n, c, m.y0 + i, m.x0 + j, threshold) ? in[j] * scale
-                                                                                                      : 0.0f;
+                    out[j] =
+                        dropout_keep(m.key, m.step, m.n0 + n, c, at.y + i, at.x + j, threshold) ? in[j] * scale : 0.0f;
             }
         });
     }

@@ -2,6 +2,7 @@
 // `dsl run`: synthetic, or tiles copied out of memory-mapped .npy files.
 #include <dsl/backend/data.hpp>
 
+#include "planes.hpp"
 #include "splitmix.hpp"
 #include "synthetic_formula.hpp"
 
@@ -22,22 +23,14 @@ using namespace synthetic;
 
 namespace {
 
-// The per-sample shape of a layer as C, H, W, as the trainer maps it: [C] is {C, 1, 1}, [H, W] is {1, H, W}.
-Dims chw(const frontend::Shape& s) {
-    const auto& d = s.dims;
-    switch (d.size()) {
-        case 0: return Dims{1, 1, 1, 1};
-        case 1: return Dims{1, d[0], 1, 1};
-        case 2: return Dims{1, 1, d[0], d[1]};
-        default: return Dims{1, d[0], d[1], d[2]};
-    }
-}
+// One sample of a layer's tensor, as planes: [C] is {1, C, 1, 1}, [H, W] labels {1, 1, H, W}.
+PlaneDims chw(const Layer& l) { return planes(scheduler::extent_of(l, 1)); }
 
 SyntheticData spec_for(const frontend::Network& net, int input, int label, std::uint64_t seed) {
     SyntheticData d;
     d.seed = seed;
     if (input >= 0) {
-        const Dims in = chw(net.layers[static_cast<std::size_t>(input)].shape);
+        const PlaneDims in = chw(net.layers[static_cast<std::size_t>(input)]);
         d.channels = in.c;
         d.height = in.h;
         d.width = in.w;
@@ -78,22 +71,21 @@ public:
             // A float label is a function of the first input: its definition, and the label's shape.
             specs_[label.name] = spec_for(net, first_input, label.float_label ? first_label : l, seed);
             if (label.float_label) {
-                const Dims t = chw(label.shape);
+                const PlaneDims t = chw(label);
                 SyntheticData& d = specs_[label.name];
                 d.target_c = t.c, d.target_h = t.h, d.target_w = t.w;
             }
         }
     }
 
-    void inputs(const Layer& input, std::int64_t first, std::int64_t y0, std::int64_t x0, View tile) override {
-        spec(input).fill_inputs(first, 0, y0, x0, tile);
+    void inputs(const Layer& input, std::int64_t first, const Index& at, View tile) override {
+        spec(input).fill_inputs(first, 0, at, tile);
     }
-    void labels(const Layer& label, std::int64_t first, std::int64_t y0, std::int64_t x0,
-                BasicView<std::int32_t> tile) override {
-        spec(label).fill_labels(first, y0, x0, tile);
+    void labels(const Layer& label, std::int64_t first, const Index& at, BasicView<std::int32_t> tile) override {
+        spec(label).fill_labels(first, at, tile);
     }
-    void targets(const Layer& label, std::int64_t first, std::int64_t y0, std::int64_t x0, View tile) override {
-        spec(label).fill_targets(first, y0, x0, tile);
+    void targets(const Layer& label, std::int64_t first, const Index& at, View tile) override {
+        spec(label).fill_targets(first, at, tile);
     }
     const SyntheticData* synthetic(const Layer& input) const override { return &spec(input); }
 
@@ -118,9 +110,10 @@ float SyntheticData::input(std::int64_t sample, std::int64_t c, std::int64_t y, 
     return synthetic::input(*this, sample, c, y, x);
 }
 
-void SyntheticData::fill_inputs(std::int64_t sample0, std::int64_t c0, std::int64_t y0, std::int64_t x0,
-                                View tile) const {
-    const Dims d = tile.dims;
+void SyntheticData::fill_inputs(std::int64_t sample0, std::int64_t c0, const Index& at, View view) const {
+    const PlaneView<float> tile = planes(view);
+    const PlaneDims d = tile.dims;
+    const auto [y0, x0] = plane_place(at);
     // The same values as input(), made faster: the noise hash's chain is carried as far as each row (one
     // splitmix64 per element), and each row's classes are computed once.
     const std::uint64_t noise = splitmix64(seed ^ splitmix64(tag_noise));
@@ -172,8 +165,10 @@ float SyntheticData::target(std::int64_t sample, std::int64_t c, std::int64_t y,
     return static_cast<float>(1.0 / (1.0 + std::exp(-z)));
 }
 
-void SyntheticData::fill_targets(std::int64_t sample0, std::int64_t y0, std::int64_t x0, View tile) const {
-    const Dims d = tile.dims;
+void SyntheticData::fill_targets(std::int64_t sample0, const Index& at, View view) const {
+    const PlaneView<float> tile = planes(view);
+    const PlaneDims d = tile.dims;
+    const auto [y0, x0] = plane_place(at);
     if (d.elements() == 0) return;
     // The same values as target(), made faster: the mixing weights once, and the input pixels under each
     // target row at once by fill_inputs (the same values as input()).
@@ -188,7 +183,7 @@ void SyntheticData::fill_targets(std::int64_t sample0, std::int64_t y0, std::int
         for (std::int64_t y = 0; y < d.h; ++y) {
             const std::int64_t iy = (2 * (y0 + y) + 1) * height / (2 * target_h);
             std::vector<float> row(static_cast<std::size_t>(channels * span));
-            fill_inputs(sample0 + n, 0, iy, first, dense_view(row.data(), Dims{1, channels, 1, span}));
+            fill_inputs(sample0 + n, 0, Index{iy, first}, dense_view(row.data(), Dims{1, channels, {1, span}}));
             for (std::int64_t c = 0; c < d.c; ++c)
                 for (std::int64_t x = 0; x < d.w; ++x) {
                     double z = 0.0;
@@ -200,9 +195,10 @@ void SyntheticData::fill_targets(std::int64_t sample0, std::int64_t y0, std::int
         }
 }
 
-void SyntheticData::fill_labels(std::int64_t sample0, std::int64_t y0, std::int64_t x0,
-                                BasicView<std::int32_t> tile) const {
-    const Dims d = tile.dims;
+void SyntheticData::fill_labels(std::int64_t sample0, const Index& at, BasicView<std::int32_t> view) const {
+    const PlaneView<std::int32_t> tile = planes(view);
+    const PlaneDims d = tile.dims;
+    const auto [y0, x0] = plane_place(at);
     for (std::int64_t n = 0; n < d.n; ++n)
         for (std::int64_t y = 0; y < d.h; ++y)
             for (std::int64_t x = 0; x < d.w; ++x)

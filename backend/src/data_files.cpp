@@ -35,10 +35,11 @@ public:
     virtual std::string type_name() const = 0;  // "float32", "uint8", "string"
     virtual bool integer() const = 0;
     virtual bool number() const = 0;  // an integer or a float, which converts to float
-    // Sample s's channels [0, out.c), rows [y0, y0 + out.h) and columns [x0, x0 + out.w), as the array's
-    // rank has them: [S] and [S, K] have no rows, [S, H, W] no channels. `out` is {1, c, h, w}.
-    virtual void read(std::int64_t s, std::int64_t y0, std::int64_t x0, View out) = 0;
-    virtual void read(std::int64_t s, std::int64_t y0, std::int64_t x0, BasicView<std::int32_t> out) = 0;
+    // Sample s's channels [0, out.c) and the spatial block of out's extents at `at`: `out` is {1, c, extents}
+    // of an array [S, C, spatial...] ([S, K] without spatial dimensions), or, for class labels, {1, 1,
+    // extents} of an array [S, spatial...] ([S] without).
+    virtual void read(std::int64_t s, const Index& at, View out) = 0;
+    virtual void read(std::int64_t s, const Index& at, BasicView<std::int32_t> out) = 0;
     // The first value outside [0, classes), as "label V of sample S is outside [0, K)", or empty; read a block
     // of samples at a time.
     virtual std::string out_of_range(std::int64_t classes) = 0;
@@ -57,13 +58,13 @@ public:
     std::string type_name() const override { return npy_descr(file_.dtype()); }
     bool integer() const override { return npy_is_integer(file_.dtype()); }
     bool number() const override { return true; }
-    void read(std::int64_t s, std::int64_t y0, std::int64_t x0, View out) override {
+    void read(std::int64_t s, const Index& at, View out) override {
         std::string error;
-        if (!copy_sample_tile(file_, s, 0, y0, x0, out, error)) throw UserError(error);
+        if (!copy_sample_tile(file_, s, 0, at, out, error)) throw UserError(error);
     }
-    void read(std::int64_t s, std::int64_t y0, std::int64_t x0, BasicView<std::int32_t> out) override {
+    void read(std::int64_t s, const Index& at, BasicView<std::int32_t> out) override {
         std::string error;
-        if (!copy_label_tile(file_, s, y0, x0, out, error)) throw UserError(error);
+        if (!copy_label_tile(file_, s, at, out, error)) throw UserError(error);
     }
     std::string out_of_range(std::int64_t classes) override {
         const std::int64_t per_sample = file_.elements() / std::max<std::int64_t>(1, file_.shape()[0]);
@@ -190,33 +191,35 @@ public:
     bool integer() const override { return class_ == H5T_INTEGER; }
     bool number() const override { return class_ == H5T_INTEGER || class_ == H5T_FLOAT; }
 
-    void read(std::int64_t s, std::int64_t y0, std::int64_t x0, View out) override {
+    void read(std::int64_t s, const Index& at, View out) override {
         const Dims d = out.dims;
-        // [S, C, H, W] into a tile whose channels are whole planes of rows (a tensor's interior, margins
-        // around it): straight into the tile, HDF5 placing each row at its stride.
-        if (shape_.size() == 4 && d.elements() > 0 && out.stride_h >= d.w && out.stride_c % out.stride_h == 0 &&
-            out.stride_c / out.stride_h >= d.h) {
-            const std::vector<hsize_t> extent{1, static_cast<hsize_t>(d.c),
-                                              static_cast<hsize_t>(out.stride_c / out.stride_h),
-                                              static_cast<hsize_t>(out.stride_h)};
-            const std::vector<hsize_t> zero(4, 0), count{1, static_cast<hsize_t>(d.c), static_cast<hsize_t>(d.h),
-                                                        static_cast<hsize_t>(d.w)};
-            Handle memory(H5Screate_simple(4, extent.data(), nullptr), H5Sclose);
+        // [S, C, spatial...] into a tile that lies within a dense buffer of whole rows, planes and channels (a
+        // tensor's interior, margins around it): straight into the tile, HDF5 placing each row at its stride.
+        if (const auto padded = padded_extents(out); padded && channels(d) && d.rank() > 0 && d.elements() > 0) {
+            std::vector<hsize_t> count{1, static_cast<hsize_t>(d.c)};
+            for (std::int64_t e : d.space) count.push_back(static_cast<hsize_t>(e));
+            const std::vector<hsize_t> zero(count.size(), 0);
+            Handle memory(H5Screate_simple(static_cast<int>(padded->size()), padded->data(), nullptr), H5Sclose);
             H5Sselect_hyperslab(memory.get(), H5S_SELECT_SET, zero.data(), nullptr, count.data(), nullptr);
-            return read_block(s, 1, y0, x0, d, H5T_NATIVE_FLOAT, &out.at(0, 0, 0, 0), memory.get());
+            return read_block(s, 1, at, d, H5T_NATIVE_FLOAT, out.base, memory.get());
         }
-        floats_.resize(static_cast<std::size_t>(d.c * d.h * d.w));
-        read_block(s, 1, y0, x0, d, H5T_NATIVE_FLOAT, floats_.data());
-        for (std::int64_t c = 0; c < d.c; ++c)
-            for (std::int64_t y = 0; y < d.h; ++y)
-                std::copy_n(&floats_[static_cast<std::size_t>((c * d.h + y) * d.w)], d.w, &out.at(0, c, y, 0));
+        floats_.resize(static_cast<std::size_t>(d.elements()));
+        read_block(s, 1, at, d, H5T_NATIVE_FLOAT, floats_.data());
+        const float* in = floats_.data();
+        for_each_row(out, [&](std::int64_t, std::int64_t, const Index&, float* row) {
+            std::copy_n(in, row_length(d), row);
+            in += row_length(d);
+        });
     }
-    void read(std::int64_t s, std::int64_t y0, std::int64_t x0, BasicView<std::int32_t> out) override {
+    void read(std::int64_t s, const Index& at, BasicView<std::int32_t> out) override {
         const Dims d = out.dims;
-        ints_.resize(static_cast<std::size_t>(d.h * d.w));
-        read_block(s, 1, y0, x0, d, H5T_NATIVE_INT32, ints_.data());
-        for (std::int64_t y = 0; y < d.h; ++y)
-            std::copy_n(&ints_[static_cast<std::size_t>(y * d.w)], d.w, &out.at(0, 0, y, 0));
+        ints_.resize(static_cast<std::size_t>(d.elements()));
+        read_block(s, 1, at, d, H5T_NATIVE_INT32, ints_.data());
+        const std::int32_t* in = ints_.data();
+        for_each_row(out, [&](std::int64_t, std::int64_t, const Index&, std::int32_t* row) {
+            std::copy_n(in, row_length(d), row);
+            in += row_length(d);
+        });
     }
 
     std::string out_of_range(std::int64_t classes) override {
@@ -224,11 +227,14 @@ public:
         std::int64_t per_sample = 1;
         for (std::size_t i = 1; i < shape_.size(); ++i) per_sample *= shape_[i];
         const std::int64_t block = std::max<std::int64_t>(1, (std::int64_t{1} << 24) / std::max<std::int64_t>(1, per_sample));
-        const Dims d{1, 1, shape_.size() == 3 ? shape_[1] : 1, shape_.size() == 3 ? shape_[2] : 1};
+        // Class labels [S, spatial...]: a sample is one channel of them.
+        Dims d{1, 1, Index::filled(static_cast<int>(shape_.size()) - 1, 0)};
+        for (int k = 0; k < d.rank(); ++k) d.space[k] = shape_[static_cast<std::size_t>(k) + 1];
+        const Index origin = Index::filled(d.rank(), 0);
         for (std::int64_t s0 = 0; s0 < shape_[0]; s0 += block) {
             const std::int64_t n = std::min(block, shape_[0] - s0);
             ints_.resize(static_cast<std::size_t>(n * per_sample));
-            read_block(s0, n, 0, 0, d, H5T_NATIVE_INT32, ints_.data());
+            read_block(s0, n, origin, d, H5T_NATIVE_INT32, ints_.data());
             for (std::size_t i = 0; i < ints_.size(); ++i)
                 if (ints_[i] < 0 || ints_[i] >= classes)
                     return range_message(ints_[i], s0 + static_cast<std::int64_t>(i) / per_sample, classes);
@@ -262,18 +268,36 @@ public:
 private:
     Hdf5Array() = default;
 
-    // Samples [s, s + n) of the block {c, h, w} at rows y0 and columns x0, densely into `buffer` as the
-    // memory type converts them: the array's rank says which of channels, rows and columns it has.
-    // `memory`, when given, is where the block goes in `buffer` (a selection of the block's elements).
-    void read_block(std::int64_t s, std::int64_t n, std::int64_t y0, std::int64_t x0, Dims d, hid_t memory_type,
-                    void* buffer, hid_t memory_space = H5I_INVALID_HID) {
+    // Whether the array holds channels for a block of `d`: its rank is one (the samples) more than the block's
+    // channels and spatial dimensions ([S, C, H, W] for {1, c, {h, w}}), not only its spatial ones.
+    bool channels(const Dims& d) const { return static_cast<int>(shape_.size()) == 2 + d.rank(); }
+
+    // The extents of the dense buffer that `v` is a window of, as an HDF5 memory space {1, C, spatial...},
+    // where its strides say (each a multiple of the next, and at least its extent); else nothing.
+    template <typename T>
+    static std::optional<std::vector<hsize_t>> padded_extents(const BasicView<T>& v) {
+        std::vector<hsize_t> e{1, static_cast<hsize_t>(v.dims.c)};
+        for (int d = 0; d < v.dims.rank(); ++d) {
+            const std::int64_t outer = d == 0 ? v.stride_c : v.stride[d - 1];
+            if (v.stride[d] <= 0 || outer % v.stride[d] != 0 || outer / v.stride[d] < v.dims.space[d]) return {};
+            e.push_back(static_cast<hsize_t>(outer / v.stride[d]));
+        }
+        if (v.dims.rank() > 0 && v.stride[v.dims.rank() - 1] != 1) return {};
+        return e;
+    }
+
+    // Samples [s, s + n) of the block of `d` (its channels when the array has them, and the spatial extents
+    // from `at`), densely into `buffer` as the memory type converts them. `memory`, when given, is where the
+    // block goes in `buffer` (a selection of the block's elements).
+    void read_block(std::int64_t s, std::int64_t n, const Index& at, const Dims& d, hid_t memory_type, void* buffer,
+                    hid_t memory_space = H5I_INVALID_HID) {
         std::vector<hsize_t> start{static_cast<hsize_t>(s)}, count{static_cast<hsize_t>(n)};
-        auto add = [&](std::int64_t at, std::int64_t size) {
-            start.push_back(static_cast<hsize_t>(at));
+        auto add = [&](std::int64_t first, std::int64_t size) {
+            start.push_back(static_cast<hsize_t>(first));
             count.push_back(static_cast<hsize_t>(size));
         };
-        if (shape_.size() == 2 || shape_.size() == 4) add(0, d.c);
-        if (shape_.size() >= 3) add(y0, d.h), add(x0, d.w);
+        if (channels(d)) add(0, d.c);
+        for (int k = 0; k < d.rank(); ++k) add(at[k], d.space[k]);
         DSL_INTERNAL_CHECK(start.size() == shape_.size(), "hdf5 read: rank " + std::to_string(shape_.size()));
         // The memory space has the selection's shape, so that HDF5 takes its direct path (reads into the
         // buffer without its own gather, which a 1-D memory space of the same elements would need).
@@ -282,9 +306,12 @@ private:
         herr_t status =
             H5Sselect_hyperslab(space_.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
         if (status >= 0) status = H5Dread(dataset_.get(), memory_type, memory, space_.get(), H5P_DEFAULT, buffer);
-        if (status < 0)
-            throw UserError(fmt::format("{}: cannot read samples {} to {} (rows from {}, columns from {})", name_, s,
-                                        s + n - 1, y0, x0));
+        if (status < 0) {
+            std::string from;
+            for (int k = 0; k < at.rank(); ++k) from += fmt::format("{}{}", k ? ", " : "", at[k]);
+            throw UserError(
+                fmt::format("{}: cannot read samples {} to {} (from place [{}])", name_, s, s + n - 1, from));
+        }
     }
 
     std::string name_, type_;
@@ -310,9 +337,9 @@ std::unique_ptr<Array> open_array(const std::string& spec, std::string& error) {
 // Every element of a tile set to `value`.
 template <typename T>
 void fill(BasicView<T> tile, T value) {
-    for (std::int64_t n = 0; n < tile.dims.n; ++n)
-        for (std::int64_t c = 0; c < tile.dims.c; ++c)
-            for (std::int64_t y = 0; y < tile.dims.h; ++y) std::fill_n(&tile.at(n, c, y, 0), tile.dims.w, value);
+    for_each_row(tile, [&](std::int64_t, std::int64_t, const Index&, T* row) {
+        std::fill_n(row, row_length(tile.dims), value);
+    });
 }
 
 // What a layer reads from its array.
@@ -329,39 +356,38 @@ public:
 
     std::int64_t samples() const override { return samples_; }
 
-    void inputs(const Layer& input, std::int64_t first, std::int64_t y0, std::int64_t x0, View tile) override {
+    void inputs(const Layer& input, std::int64_t first, const Index& at, View tile) override {
         Stream& s = stream(input);
-        const Dims one{1, tile.dims.c, tile.dims.h, tile.dims.w};
         for (std::int64_t n = 0; n < tile.dims.n; ++n) {
-            const View v = tile.sub(n, 0, 0, 0, one);
-            s.array->read(sample(first + n), y0, x0, v);
+            const View v = one_sample(tile, n);
+            s.array->read(sample(first + n), at, v);
             if (s.mean.empty()) continue;
-            for (std::int64_t c = 0; c < one.c; ++c) {
+            for_each_row(v, [&](std::int64_t, std::int64_t c, const Index&, float* row) {
                 const float m = s.mean[static_cast<std::size_t>(c)], d = s.stddev[static_cast<std::size_t>(c)];
-                for (std::int64_t y = 0; y < one.h; ++y) {
-                    float* row = &v.at(0, c, y, 0);
-                    for (std::int64_t x = 0; x < one.w; ++x) row[x] = (row[x] - m) / d;
-                }
-            }
+                for (std::int64_t x = 0; x < row_length(v.dims); ++x) row[x] = (row[x] - m) / d;
+            });
         }
     }
-    void labels(const Layer& label, std::int64_t first, std::int64_t y0, std::int64_t x0,
-                BasicView<std::int32_t> tile) override {
+    void labels(const Layer& label, std::int64_t first, const Index& at, BasicView<std::int32_t> tile) override {
         if (!streams_.count(label.name)) return fill(tile, 0);  // an optional label, not given
         Stream& s = stream(label);
-        const Dims one{1, 1, tile.dims.h, tile.dims.w};
-        for (std::int64_t n = 0; n < tile.dims.n; ++n)
-            s.array->read(sample(first + n), y0, x0, tile.sub(n, 0, 0, 0, one));
+        for (std::int64_t n = 0; n < tile.dims.n; ++n) s.array->read(sample(first + n), at, one_sample(tile, n));
     }
-    void targets(const Layer& label, std::int64_t first, std::int64_t y0, std::int64_t x0, View tile) override {
+    void targets(const Layer& label, std::int64_t first, const Index& at, View tile) override {
         if (!streams_.count(label.name)) return fill(tile, 0.0f);
         Stream& s = stream(label);
-        const Dims one{1, tile.dims.c, tile.dims.h, tile.dims.w};
-        for (std::int64_t n = 0; n < tile.dims.n; ++n)
-            s.array->read(sample(first + n), y0, x0, tile.sub(n, 0, 0, 0, one));
+        for (std::int64_t n = 0; n < tile.dims.n; ++n) s.array->read(sample(first + n), at, one_sample(tile, n));
     }
 
 private:
+    // Sample n of a tile.
+    template <typename T>
+    static BasicView<T> one_sample(const BasicView<T>& tile, std::int64_t n) {
+        Dims one = tile.dims;
+        one.n = 1;
+        return tile.sub(n, 0, Index::filled(one.rank(), 0), one);
+    }
+
     Stream& stream(const Layer& l) {
         const auto it = streams_.find(l.name);
         DSL_INTERNAL_CHECK(it != streams_.end(), "file data: no layer '" + l.name + "'");

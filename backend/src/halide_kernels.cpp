@@ -2,6 +2,7 @@
 // pipelines of backend/halide; the loss is plain C++.
 #include "halide_kernels.hpp"
 #include "kernel_checks.hpp"
+#include "planes.hpp"
 #include "regression_formula.hpp"
 
 #include <dsl/base/error.hpp>
@@ -110,12 +111,16 @@ struct HalideBuffer {
 constexpr halide_type_t float32{halide_type_float, 32, 1};
 constexpr halide_type_t float64{halide_type_float, 64, 1};
 
-// A 4-D view in Halide's order (x, y, c, n); x is contiguous.
+// A view as the pipelines take it: its planes (planes.hpp) in Halide's order (x, y, c, n); x is contiguous.
 struct TileBuffer : HalideBuffer<4> {
     template <typename T>
-    explicit TileBuffer(BasicView<T> v)
-        : HalideBuffer<4>(v.base, float32, {v.dims.w, v.dims.h, v.dims.c, v.dims.n},
-                          {1, v.stride_h, v.stride_c, v.stride_n}) {}
+    explicit TileBuffer(BasicView<T> v) : TileBuffer(planes(v)) {}
+
+private:
+    template <typename T>
+    explicit TileBuffer(PlaneView<T> p)
+        : HalideBuffer<4>(p.base, float32, {p.dims.w, p.dims.h, p.dims.c, p.dims.n},
+                          {1, p.stride_h, p.stride_c, p.stride_n}) {}
 };
 
 // A dense array of `count` elements of `type`.
@@ -255,9 +260,8 @@ public:
         check_same_dims(x.dims, dx.dims, "pool backward");
         if (empty(dx.dims)) return;
         if (empty(dy.dims)) {  // no window reads x (the pipeline could not clamp into an empty dy): all zero
-            for (std::int64_t n = 0; n < dx.dims.n; ++n)
-                for (std::int64_t c = 0; c < dx.dims.c; ++c)
-                    for (std::int64_t i = 0; i < dx.dims.h; ++i) std::fill_n(&dx.at(n, c, i, 0), dx.dims.w, 0.0f);
+            const std::int64_t w = row_length(dx.dims);
+            for_each_row(dx, [&](std::int64_t, std::int64_t, const Index&, float* row) { std::fill_n(row, w, 0.0f); });
             return;
         }
         TileBuffer xb(x), dyb(dy), dxb(dx);
@@ -289,7 +293,7 @@ public:
 private:
     static void check(const Dims& x, const Dims& y, const Window& window) {
         DSL_INTERNAL_CHECK(window.dilation[0] == 1 && window.dilation[1] == 1, "pool: dilation is not supported");
-        check_pool(x, y, window);
+        check_pool(planes(x), planes(y), window);
     }
 
     struct Params {
@@ -351,10 +355,20 @@ public:
     }
 };
 
+// Over planes (planes.hpp): a loss per sample and pixel, a vector [N, K] being one pixel of K channels.
 class CpuLoss final : public LossKernels {
 public:
     double cross_entropy(ConstView logits, LabelView labels, float scale, View dlogits) override {
-        const Dims& d = logits.dims;
+        return cross_entropy(planes(logits), planes(labels), scale, planes(dlogits));
+    }
+    double regression(frontend::Regression loss, ConstView prediction, ConstView target, float scale,
+                      View dprediction) override {
+        return regression(loss, planes(prediction), planes(target), scale, planes(dprediction));
+    }
+
+private:
+    static double cross_entropy(ConstPlanes logits, LabelPlanes labels, float scale, Planes dlogits) {
+        const PlaneDims& d = logits.dims;
         check_labels(d, labels.dims);
         if (dlogits.base) check_same_dims(logits.dims, dlogits.dims, "cross_entropy");
         double total = 0.0;
@@ -384,9 +398,9 @@ public:
         return total;
     }
 
-    double regression(frontend::Regression loss, ConstView prediction, ConstView target, float scale,
-                      View dprediction) override {
-        const Dims& d = prediction.dims;
+    static double regression(frontend::Regression loss, ConstPlanes prediction, ConstPlanes target, float scale,
+                             Planes dprediction) {
+        const PlaneDims& d = prediction.dims;
         check_same_dims(prediction.dims, target.dims, "regression");
         if (dprediction.base) check_same_dims(prediction.dims, dprediction.dims, "regression");
         DSL_INTERNAL_CHECK(loss != frontend::Regression::none, "regression: not a regression loss");

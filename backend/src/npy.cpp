@@ -407,30 +407,67 @@ std::int64_t NpyFile::integer_at(std::int64_t i) const {
     return 0;
 }
 
-bool copy_sample_tile(const NpyFile& file, std::int64_t s0, std::int64_t c0, std::int64_t y0, std::int64_t x0, View out,
+namespace {
+
+// The shape a tile of `out`'s rank reads, as a message names it: [S, C, H, W] (an image's), [S, C, D, H, W]
+// (a volume's), [S, K] (a vector's); without channels, class labels: [S], [S, H, W], [S, D, H, W].
+std::string sample_shape(bool channels, int rank) {
+    static const char* const letters[max_space] = {"D", "H", "W"};
+    std::string out = "[S";
+    if (channels) out += rank == 0 ? ", K" : ", C";
+    for (int d = 0; d < rank; ++d) out += std::string(", ") + letters[max_space - rank + d];
+    return out + "]";
+}
+
+// Whether samples [s0, s0 + n), channels [c0, c0 + c) (when the array has them) and the spatial block of
+// `extents` at `at` lie within an array of `shape`; else the message.
+bool tile_in_range(const NpyFile& file, const char* what, std::int64_t s0, std::int64_t n, bool channels,
+                   std::int64_t c0, std::int64_t c, const Index& at, const Space<std::int64_t>& extents,
+                   std::string& error) {
+    const auto& sh = file.shape();
+    const std::size_t first = channels ? 2 : 1;
+    bool ok = in_range(s0, n, sh[0]) && (!channels || in_range(c0, c, sh[1]));
+    std::string block = fmt::format("{}:{}", s0, s0 + n);
+    if (channels) block += fmt::format(", {}:{}", c0, c0 + c);
+    for (int d = 0; d < at.rank(); ++d) {
+        ok = ok && in_range(at[d], extents[d], sh[first + static_cast<std::size_t>(d)]);
+        block += fmt::format(", {}:{}", at[d], at[d] + extents[d]);
+    }
+    if (!ok) error = fmt::format("{}: the {} [{}] is outside the array {}", file.path(), what, block, shape_str(sh));
+    return ok;
+}
+
+Index plus(Index a, const Index& b) {
+    for (int d = 0; d < a.rank(); ++d) a[d] += b[d];
+    return a;
+}
+
+}  // namespace
+
+std::int64_t npy_offset(const std::vector<std::int64_t>& shape, std::int64_t s, bool channels, std::int64_t c,
+                        const Index& at) {
+    std::int64_t o = s;
+    std::size_t k = 1;
+    if (channels) o = o * shape[k++] + c;
+    for (int d = 0; d < at.rank(); ++d) o = o * shape[k++] + at[d];
+    return o;
+}
+
+bool copy_sample_tile(const NpyFile& file, std::int64_t s0, std::int64_t c0, const Index& at, View out,
                       std::string& error) {
-    // [S, K] (float labels of a vector) is read as [S, K, 1, 1].
-    std::vector<std::int64_t> sh = file.shape();
-    if (sh.size() == 2) sh.insert(sh.end(), {1, 1});
-    if (sh.size() != 4) {
-        error = fmt::format("{}: inputs must be [S, C, H, W], the file holds {}", file.path(), shape_str(sh));
-        return false;
-    }
+    const auto& sh = file.shape();
     const Dims d = out.dims;
-    if (!in_range(s0, d.n, sh[0]) || !in_range(c0, d.c, sh[1]) || !in_range(y0, d.h, sh[2]) ||
-        !in_range(x0, d.w, sh[3])) {
-        error = fmt::format("{}: the tile [{}:{}, {}:{}, {}:{}, {}:{}] is outside the array {}", file.path(), s0,
-                            s0 + d.n, c0, c0 + d.c, y0, y0 + d.h, x0, x0 + d.w, shape_str(sh));
+    if (static_cast<int>(sh.size()) != 2 + d.rank()) {
+        error = fmt::format("{}: inputs must be {}, the file holds {}", file.path(), sample_shape(true, d.rank()),
+                            shape_str(sh));
         return false;
     }
+    if (!tile_in_range(file, "tile", s0, d.n, true, c0, d.c, at, d.space, error)) return false;
     const std::int64_t esize = npy_size(file.dtype());
-    auto row = [&](std::int64_t n, std::int64_t c, std::int64_t y) {
-        return file.data() + (((s0 + n) * sh[1] + c0 + c) * sh[2] + y0 + y) * sh[3] * esize + x0 * esize;
-    };
     auto each_row = [&](auto convert) {
-        for (std::int64_t n = 0; n < d.n; ++n)
-            for (std::int64_t c = 0; c < d.c; ++c)
-                for (std::int64_t y = 0; y < d.h; ++y) convert(row(n, c, y), &out.at(n, c, y, 0), d.w);
+        for_each_row(out, [&](std::int64_t n, std::int64_t c, const Index& i, float* row) {
+            convert(file.data() + npy_offset(sh, s0 + n, true, c0 + c, plus(i, at)) * esize, row, row_length(d));
+        });
     };
     switch (file.dtype()) {
         case NpyType::f2: each_row(convert_row<Half>); break;
@@ -449,38 +486,34 @@ bool copy_sample_tile(const NpyFile& file, std::int64_t s0, std::int64_t c0, std
     return true;
 }
 
-bool copy_label_tile(const NpyFile& file, std::int64_t s0, std::int64_t y0, std::int64_t x0,
-                     BasicView<std::int32_t> out, std::string& error) {
+bool copy_label_tile(const NpyFile& file, std::int64_t s0, const Index& at, BasicView<std::int32_t> out,
+                     std::string& error) {
     const auto& sh = file.shape();
     if (!npy_is_integer(file.dtype())) {
         error = fmt::format("{}: labels must have an integer dtype, not '{}'", file.path(), npy_descr(file.dtype()));
         return false;
     }
     const Dims d = out.dims;
-    std::int64_t h = 1, w = 1;
-    if (sh.size() == 3) {
-        h = sh[1];
-        w = sh[2];
-    } else if (sh.size() != 1) {
-        error = fmt::format("{}: labels must be [S] or [S, H, W], the file holds {}", file.path(), shape_str(sh));
+    if (static_cast<int>(sh.size()) != 1 + d.rank()) {
+        error = fmt::format("{}: labels must be {}, the file holds {}", file.path(),
+                            d.rank() == 0 ? "[S]" : "[S] or " + sample_shape(false, d.rank()), shape_str(sh));
         return false;
     }
-    if (d.c != 1 || !in_range(s0, d.n, sh[0]) || !in_range(y0, d.h, h) || !in_range(x0, d.w, w)) {
-        error = fmt::format("{}: the label tile [{}:{}, {}:{}, {}:{}] is outside the array {}", file.path(), s0,
-                            s0 + d.n, y0, y0 + d.h, x0, x0 + d.w, shape_str(sh));
-        return false;
-    }
-    for (std::int64_t n = 0; n < d.n; ++n)
-        for (std::int64_t y = 0; y < d.h; ++y)
-            for (std::int64_t x = 0; x < d.w; ++x) {
-                const std::int64_t v = file.integer_at(((s0 + n) * h + y0 + y) * w + x0 + x);
-                if (v < std::numeric_limits<std::int32_t>::min() || v > std::numeric_limits<std::int32_t>::max()) {
-                    error = fmt::format("{}: label {} of sample {} does not fit in int32", file.path(), v, s0 + n);
-                    return false;
-                }
-                out.at(n, 0, y, x) = static_cast<std::int32_t>(v);
+    if (d.c != 1 || !tile_in_range(file, "label tile", s0, d.n, false, 0, 1, at, d.space, error)) return false;
+    const std::int64_t w = row_length(d);
+    bool fits = true;
+    for_each_row(out, [&](std::int64_t n, std::int64_t, const Index& i, std::int32_t* row) {
+        const std::int64_t first = npy_offset(sh, s0 + n, false, 0, plus(i, at));
+        for (std::int64_t x = 0; x < w && fits; ++x) {
+            const std::int64_t v = file.integer_at(first + x);
+            if (v < std::numeric_limits<std::int32_t>::min() || v > std::numeric_limits<std::int32_t>::max()) {
+                error = fmt::format("{}: label {} of sample {} does not fit in int32", file.path(), v, s0 + n);
+                fits = false;
             }
-    return true;
+            row[x] = static_cast<std::int32_t>(v);
+        }
+    });
+    return fits;
 }
 
 std::string npy_header(const std::vector<std::int64_t>& shape, const char* descr) {

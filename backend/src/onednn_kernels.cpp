@@ -1,6 +1,7 @@
 // Convolution and fully connected kernels through oneDNN primitives (f32, CPU), cached per problem.
 #include "onednn_kernels.hpp"
 #include "kernel_checks.hpp"
+#include "planes.hpp"
 
 #include <dsl/base/error.hpp>
 
@@ -25,9 +26,12 @@ namespace {
 using dnnl::memory;
 using Key = std::vector<std::int64_t>;
 
+// oneDNN's convolutions and inner products see views as their planes (planes.hpp), NCHW: view_desc, dims_of
+// and append (the cache's keys) convert them.
 memory::desc view_desc(const ConstView& v) {
-    return memory::desc({v.dims.n, v.dims.c, v.dims.h, v.dims.w}, memory::data_type::f32,
-                        memory::dims{v.stride_n, v.stride_c, v.stride_h, 1});
+    const ConstPlanes p = planes(v);
+    return memory::desc({p.dims.n, p.dims.c, p.dims.h, p.dims.w}, memory::data_type::f32,
+                        memory::dims{p.stride_n, p.stride_c, p.stride_h, 1});
 }
 
 // The primitive chooses its own layout for every tensor argument.
@@ -35,14 +39,18 @@ memory::desc any_desc(const memory::dims& dims) {
     return memory::desc(dims, memory::data_type::f32, memory::format_tag::any);
 }
 
-memory::dims dims_of(const Dims& d) { return {d.n, d.c, d.h, d.w}; }
+memory::dims dims_of(const Dims& d) {
+    const PlaneDims p = planes(d);
+    return {p.n, p.c, p.h, p.w};
+}
 
 memory::desc vector_desc(std::int64_t size) {
     return memory::desc({size}, memory::data_type::f32, memory::format_tag::x);
 }
 
 void append(Key& key, const ConstView& v) {
-    key.insert(key.end(), {v.dims.n, v.dims.c, v.dims.h, v.dims.w, v.stride_n, v.stride_c, v.stride_h});
+    const ConstPlanes p = planes(v);
+    key.insert(key.end(), {p.dims.n, p.dims.c, p.dims.h, p.dims.w, p.stride_n, p.stride_c, p.stride_h});
 }
 
 void append(Key& key, const Window& w) {
@@ -50,9 +58,8 @@ void append(Key& key, const Window& w) {
 }
 
 void zero(View v) {
-    for (std::int64_t n = 0; n < v.dims.n; ++n)
-        for (std::int64_t c = 0; c < v.dims.c; ++c)
-            for (std::int64_t y = 0; y < v.dims.h; ++y) std::fill_n(&v.at(n, c, y, 0), v.dims.w, 0.0f);
+    const std::int64_t w = row_length(v.dims);
+    for_each_row(v, [&](std::int64_t, std::int64_t, const Index&, float* row) { std::fill_n(row, w, 0.0f); });
 }
 
 // Memory for arguments in a primitive's own layout. Calls are serialised, so all problems share one arena
@@ -273,7 +280,7 @@ public:
 private:
     // The kernels' contract: x spans exactly the rows and columns that y's outputs read.
     static void check(const ConstView& x, const ConstView& w, const ConstView& y, const Window& window) {
-        check_conv(x.dims, w.dims, y.dims, window);
+        check_conv(planes(x.dims), planes(w.dims), planes(y.dims), window);
     }
 
     static memory::dims strides(const Window& w) { return {w.stride[0], w.stride[1]}; }
@@ -391,15 +398,21 @@ public:
     }
 
 private:
-    static void check(const ConstView& x, const ConstView& w, const ConstView& y) { check_fc(x.dims, w.dims, y.dims); }
+    static void check(const ConstView& x, const ConstView& w, const ConstView& y) {
+        check_fc(planes(x.dims), planes(w.dims), planes(y.dims));
+    }
 
-    static memory::dims fc_weights(std::int64_t k, const Dims& x) { return {k, x.c, x.h, x.w}; }
+    static memory::dims fc_weights(std::int64_t k, const Dims& x) {
+        memory::dims d = dims_of(x);
+        d[0] = k;
+        return d;
+    }
 
     // w {K, I, 1, 1}: input i = (c, h, w) of row k is at k * stride_n + i * stride_c.
     static memory::desc weights_desc(const ConstView& w, const Dims& x) {
+        const memory::dims d = fc_weights(w.dims.n, x);
         const std::int64_t s = w.stride_c;
-        return memory::desc(fc_weights(w.dims.n, x), memory::data_type::f32,
-                            memory::dims{w.stride_n, s * x.h * x.w, s * x.w, s});
+        return memory::desc(d, memory::data_type::f32, memory::dims{w.stride_n, s * d[2] * d[3], s * d[3], s});
     }
 
     // y {N, K, 1, 1} as the [N, K] matrix the inner product writes.

@@ -24,15 +24,15 @@ bool ends_with(const std::string& s, const std::string& tail) {
     return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
-// The array's per-sample shape as C, H, W, as the trainer holds it: [C] is {C, 1, 1}, [H, W] is {1, H, W}.
-Dims chw(const std::vector<std::int64_t>& shape) {
-    const std::vector<std::int64_t> d(shape.begin() + 1, shape.end());
-    switch (d.size()) {
-        case 0: return Dims{shape[0], 1, 1, 1};
-        case 1: return Dims{shape[0], d[0], 1, 1};
-        case 2: return Dims{shape[0], 1, d[0], d[1]};
-        default: return Dims{shape[0], d[0], d[1], d[2]};
-    }
+std::int64_t elements(const std::vector<std::int64_t>& shape) {
+    std::int64_t e = 1;
+    for (std::int64_t v : shape) e *= v;
+    return e;
+}
+
+// Whether an array of `shape` holds channels for tiles of `d`: a dimension more than their spatial ones.
+bool has_channels(const std::vector<std::int64_t>& shape, const Dims& d) {
+    return static_cast<int>(shape.size()) == 2 + d.rank();
 }
 
 // HDF5 prints a stack of its own on every failure unless told not to: our messages say what failed.
@@ -64,34 +64,32 @@ bool link_exists(hid_t file, const std::string& dataset) {
 
 class NpyOutput : public OutputArray {
 public:
-    NpyOutput(int fd, std::int64_t data_offset, Dims whole) : fd_(fd), offset_(data_offset), whole_(whole) {}
+    NpyOutput(int fd, std::int64_t data_offset, std::vector<std::int64_t> shape)
+        : fd_(fd), offset_(data_offset), shape_(std::move(shape)) {}
     ~NpyOutput() override {
         if (fd_ >= 0) ::close(fd_);
     }
-    bool write(std::int64_t n0, std::int64_t y0, std::int64_t x0, Dims d, const float* values,
-               std::string& error) override {
-        const Dims w = whole_;
-        // One row of the tile at a time: its columns are contiguous in the file.
-        for (std::int64_t n = 0; n < d.n; ++n)
-            for (std::int64_t c = 0; c < d.c; ++c)
-                for (std::int64_t y = 0; y < d.h; ++y) {
-                    const std::int64_t at = (((n0 + n) * w.c + c) * w.h + (y0 + y)) * w.w + x0;
-                    const float* row = values + ((n * d.c + c) * d.h + y) * d.w;
-                    const auto bytes = static_cast<std::size_t>(d.w) * sizeof(float);
-                    std::size_t done = 0;
-                    while (done < bytes) {
-                        const ssize_t k =
-                            ::pwrite(fd_, reinterpret_cast<const char*>(row) + done, bytes - done,
-                                     static_cast<off_t>(offset_ + at * 4 + static_cast<std::int64_t>(done)));
-                        if (k < 0 && errno == EINTR) continue;
-                        if (k <= 0) {
-                            error = std::strerror(errno);
-                            return false;
-                        }
-                        done += static_cast<std::size_t>(k);
-                    }
+    bool write(std::int64_t n0, const Index& at, const Dims& d, const float* values, std::string& error) override {
+        // One row of the tile at a time: it is contiguous in the file.
+        const auto bytes = static_cast<std::size_t>(row_length(d)) * sizeof(float);
+        const bool channels = has_channels(shape_, d);
+        bool ok = true;
+        for_each_row(dense_view(values, d), [&](std::int64_t n, std::int64_t c, const Index& i, const float* row) {
+            Index place = at;
+            for (int k = 0; k < place.rank(); ++k) place[k] += i[k];
+            const std::int64_t first = npy_offset(shape_, n0 + n, channels, c, place);
+            for (std::size_t done = 0; ok && done < bytes;) {
+                const ssize_t k = ::pwrite(fd_, reinterpret_cast<const char*>(row) + done, bytes - done,
+                                           static_cast<off_t>(offset_ + first * 4 + static_cast<std::int64_t>(done)));
+                if (k < 0 && errno == EINTR) continue;
+                if (k <= 0) {
+                    error = std::strerror(errno);
+                    ok = false;
                 }
-        return true;
+                done += static_cast<std::size_t>(std::max<ssize_t>(k, 0));
+            }
+        });
+        return ok;
     }
     bool close(std::string& error) override {
         const bool ok = ::fsync(fd_) == 0;
@@ -105,7 +103,7 @@ public:
 private:
     int fd_;
     std::int64_t offset_;
-    Dims whole_;
+    std::vector<std::int64_t> shape_;
 };
 
 class Hdf5Output : public OutputArray {
@@ -115,11 +113,10 @@ public:
 
     // The processes take turns, each opening the file, writing its block and closing it, so that no two
     // write the file's metadata at once (the file is opened without MPI-IO).
-    bool write(std::int64_t n0, std::int64_t y0, std::int64_t x0, Dims d, const float* values,
-               std::string& error) override {
+    bool write(std::int64_t n0, const Index& at, const Dims& d, const float* values, std::string& error) override {
         bool ok = true;
         for (int turn = 0; turn < comm_.size(); ++turn) {
-            if (turn == comm_.rank() && d.elements() > 0) ok = write_now(n0, y0, x0, d, values, error);
+            if (turn == comm_.rank() && d.elements() > 0) ok = write_now(n0, at, d, values, error);
             comm_.all(true);
         }
         return ok;
@@ -130,7 +127,7 @@ public:
     }
 
 private:
-    bool write_now(std::int64_t n0, std::int64_t y0, std::int64_t x0, Dims d, const float* values, std::string& error) {
+    bool write_now(std::int64_t n0, const Index& at, const Dims& d, const float* values, std::string& error) {
         quiet_hdf5();
         const hid_t file = H5Fopen(path_.file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
         if (file < 0) {
@@ -141,14 +138,11 @@ private:
         const hid_t space = set < 0 ? -1 : H5Dget_space(set);
         bool ok = space >= 0;
         // The block in the file's [S, ...] order: the array's dimensions past the samples are the tile's
-        // channels, rows and columns as chw() maps them.
+        // channels (where it has them) and spatial dimensions.
         std::vector<hsize_t> start{static_cast<hsize_t>(n0)}, count{static_cast<hsize_t>(d.n)};
-        const std::size_t rank = shape_.size();
-        if (rank >= 2 && rank != 3) start.push_back(0), count.push_back(static_cast<hsize_t>(d.c));
-        if (rank >= 3) {
-            start.push_back(static_cast<hsize_t>(y0)), count.push_back(static_cast<hsize_t>(d.h));
-            start.push_back(static_cast<hsize_t>(x0)), count.push_back(static_cast<hsize_t>(d.w));
-        }
+        if (has_channels(shape_, d)) start.push_back(0), count.push_back(static_cast<hsize_t>(d.c));
+        for (int k = 0; k < d.rank(); ++k)
+            start.push_back(static_cast<hsize_t>(at[k])), count.push_back(static_cast<hsize_t>(d.space[k]));
         hid_t memory = -1;
         if (ok) {
             ok = H5Sselect_hyperslab(space, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr) >= 0;
@@ -270,8 +264,7 @@ bool can_write_output(const OutputPath& path, bool force, std::string& error) {
 
 std::unique_ptr<OutputArray> create_output(const OutputPath& path, const std::vector<std::int64_t>& shape, bool force,
                                            Comm& comm, std::string& error) {
-    DSL_INTERNAL_CHECK(!shape.empty() && shape.size() <= 4, "an output of rank 1 to 4");
-    const Dims whole = chw(shape);
+    DSL_INTERNAL_CHECK(!shape.empty() && shape.size() <= 2 + max_space, "an output of rank 1 to 5");
     bool made = true;
     if (comm.rank() == 0) {
         if (path.hdf5()) {
@@ -281,7 +274,7 @@ std::unique_ptr<OutputArray> create_output(const OutputPath& path, const std::ve
             const int fd = ::open(path.file.c_str(), O_WRONLY | O_CREAT | (force ? O_TRUNC : O_EXCL), 0644);
             made =
                 fd >= 0 && ::write(fd, head.data(), head.size()) == static_cast<ssize_t>(head.size()) &&
-                ::ftruncate(fd, static_cast<off_t>(head.size() + static_cast<std::size_t>(whole.elements()) * 4)) == 0;
+                ::ftruncate(fd, static_cast<off_t>(head.size() + static_cast<std::size_t>(elements(shape)) * 4)) == 0;
             if (!made) error = std::strerror(errno);
             if (fd >= 0) made = ::close(fd) == 0 && made;
         }
@@ -298,7 +291,7 @@ std::unique_ptr<OutputArray> create_output(const OutputPath& path, const std::ve
         error = std::strerror(errno);
         return nullptr;
     }
-    return std::make_unique<NpyOutput>(fd, data_offset, whole);
+    return std::make_unique<NpyOutput>(fd, data_offset, shape);
 }
 
 }  // namespace dsl::backend

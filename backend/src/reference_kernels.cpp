@@ -1,6 +1,8 @@
 // The reference kernels: plain loops over strided views, accumulating in double; the oracle that the CPU
 // kernels and the distributed runs are tested against, so every loop reads like its formula in kernels.hpp.
+// Each kernel sees its views as planes (planes.hpp): the public overrides convert them and call the loops.
 #include "kernel_checks.hpp"
+#include "planes.hpp"
 #include "regression_formula.hpp"
 #include "resample_kernels.hpp"
 #include "splitmix.hpp"
@@ -20,13 +22,13 @@ namespace {
 
 // Element (n, c, y, x) of a dense double buffer shaped like `d`: where transposes gather before writing once.
 struct DoubleBuffer {
-    Dims d;
+    PlaneDims d;
     std::vector<double> values;
-    explicit DoubleBuffer(Dims dims) : d(dims), values(static_cast<std::size_t>(dims.elements()), 0.0) {}
+    explicit DoubleBuffer(PlaneDims dims) : d(dims), values(static_cast<std::size_t>(dims.elements()), 0.0) {}
     double& at(std::int64_t n, std::int64_t c, std::int64_t y, std::int64_t x) {
         return values[static_cast<std::size_t>(((n * d.c + c) * d.h + y) * d.w + x)];
     }
-    void store(View v) {
+    void store(Planes v) {
         for (std::int64_t n = 0; n < d.n; ++n)
             for (std::int64_t c = 0; c < d.c; ++c)
                 for (std::int64_t y = 0; y < d.h; ++y)
@@ -37,6 +39,17 @@ struct DoubleBuffer {
 class ReferenceConv final : public ConvKernels {
 public:
     void forward(ConstView x, ConstView w, const float* bias, View y, const Window& win) override {
+        forward(planes(x), planes(w), bias, planes(y), win);
+    }
+    void backward_data(ConstView dy, ConstView w, View dx, const Window& win) override {
+        backward_data(planes(dy), planes(w), planes(dx), win);
+    }
+    void backward_weights(ConstView x, ConstView dy, View dw, float* db, const Window& win) override {
+        backward_weights(planes(x), planes(dy), planes(dw), db, win);
+    }
+
+private:
+    static void forward(ConstPlanes x, ConstPlanes w, const float* bias, Planes y, const Window& win) {
         check(x, w, y, win);
         for (std::int64_t n = 0; n < y.dims.n; ++n)
             for (std::int64_t f = 0; f < y.dims.c; ++f)
@@ -53,7 +66,7 @@ public:
                     }
     }
 
-    void backward_data(ConstView dy, ConstView w, View dx, const Window& win) override {
+    static void backward_data(ConstPlanes dy, ConstPlanes w, Planes dx, const Window& win) {
         check(dx, w, dy, win);
         DoubleBuffer acc(dx.dims);
         for (std::int64_t n = 0; n < dy.dims.n; ++n)
@@ -69,7 +82,7 @@ public:
         acc.store(dx);
     }
 
-    void backward_weights(ConstView x, ConstView dy, View dw, float* db, const Window& win) override {
+    static void backward_weights(ConstPlanes x, ConstPlanes dy, Planes dw, float* db, const Window& win) {
         check(x, dw, dy, win);
         for (std::int64_t f = 0; f < dw.dims.n; ++f) {
             for (std::int64_t c = 0; c < dw.dims.c; ++c)
@@ -94,7 +107,6 @@ public:
         }
     }
 
-private:
     static void check(const auto& x, const auto& w, const auto& y, const Window& win) {
         check_conv(x.dims, w.dims, y.dims, win);
     }
@@ -102,7 +114,22 @@ private:
 
 class ReferenceBatchNorm final : public BatchNormKernels {
 public:
-    void statistics(ConstView x, double* sum, double* sum_sq) override {
+    void statistics(ConstView x, double* sum, double* sum_sq) override { statistics(planes(x), sum, sum_sq); }
+    void forward(ConstView x, const float* mean, const float* inv_std, const float* gamma, const float* beta,
+                 View y) override {
+        forward(planes(x), mean, inv_std, gamma, beta, planes(y));
+    }
+    void backward_statistics(ConstView x, ConstView dy, const float* mean, const float* inv_std, double* sum_dy,
+                             double* sum_dy_xhat) override {
+        backward_statistics(planes(x), planes(dy), mean, inv_std, sum_dy, sum_dy_xhat);
+    }
+    void backward(ConstView x, ConstView dy, const float* mean, const float* inv_std, const float* gamma,
+                  const double* sum_dy, const double* sum_dy_xhat, double count, View dx) override {
+        backward(planes(x), planes(dy), mean, inv_std, gamma, sum_dy, sum_dy_xhat, count, planes(dx));
+    }
+
+private:
+    static void statistics(ConstPlanes x, double* sum, double* sum_sq) {
         for (std::int64_t n = 0; n < x.dims.n; ++n)
             for (std::int64_t c = 0; c < x.dims.c; ++c)
                 for (std::int64_t i = 0; i < x.dims.h; ++i)
@@ -113,8 +140,8 @@ public:
                     }
     }
 
-    void forward(ConstView x, const float* mean, const float* inv_std, const float* gamma, const float* beta,
-                 View y) override {
+    static void forward(ConstPlanes x, const float* mean, const float* inv_std, const float* gamma, const float* beta,
+                        Planes y) {
         check_same_dims(x, y, "batchnorm forward");
         for (std::int64_t n = 0; n < x.dims.n; ++n)
             for (std::int64_t c = 0; c < x.dims.c; ++c)
@@ -124,8 +151,8 @@ public:
                             double(gamma[c]) * (double(x.at(n, c, i, j)) - mean[c]) * inv_std[c] + beta[c]);
     }
 
-    void backward_statistics(ConstView x, ConstView dy, const float* mean, const float* inv_std, double* sum_dy,
-                             double* sum_dy_xhat) override {
+    static void backward_statistics(ConstPlanes x, ConstPlanes dy, const float* mean, const float* inv_std,
+                                    double* sum_dy, double* sum_dy_xhat) {
         check_same_dims(x, dy, "batchnorm backward_statistics");
         for (std::int64_t n = 0; n < x.dims.n; ++n)
             for (std::int64_t c = 0; c < x.dims.c; ++c)
@@ -138,8 +165,8 @@ public:
                     }
     }
 
-    void backward(ConstView x, ConstView dy, const float* mean, const float* inv_std, const float* gamma,
-                  const double* sum_dy, const double* sum_dy_xhat, double count, View dx) override {
+    static void backward(ConstPlanes x, ConstPlanes dy, const float* mean, const float* inv_std, const float* gamma,
+                         const double* sum_dy, const double* sum_dy_xhat, double count, Planes dx) {
         check_same_dims(x, dy, "batchnorm backward");
         check_same_dims(x, dx, "batchnorm backward");
         DSL_INTERNAL_CHECK(count > 0, "batchnorm backward: empty group");
@@ -195,6 +222,14 @@ float activate_backward(frontend::Activation f, float v, float g, float slope) {
 class ReferenceActivation final : public ActivationKernels {
 public:
     void forward(frontend::Activation f, ConstView x, float slope, View y) override {
+        forward(f, planes(x), slope, planes(y));
+    }
+    void backward(frontend::Activation f, ConstView x, ConstView dy, float slope, View dx) override {
+        backward(f, planes(x), planes(dy), slope, planes(dx));
+    }
+
+private:
+    static void forward(frontend::Activation f, ConstPlanes x, float slope, Planes y) {
         check_same_dims(x, y, "activation forward");
         for (std::int64_t n = 0; n < x.dims.n; ++n)
             for (std::int64_t c = 0; c < x.dims.c; ++c)
@@ -202,7 +237,7 @@ public:
                     for (std::int64_t j = 0; j < x.dims.w; ++j) y.at(n, c, i, j) = activate(f, x.at(n, c, i, j), slope);
     }
 
-    void backward(frontend::Activation f, ConstView x, ConstView dy, float slope, View dx) override {
+    static void backward(frontend::Activation f, ConstPlanes x, ConstPlanes dy, float slope, Planes dx) {
         check_same_dims(x, dy, "activation backward");
         check_same_dims(x, dx, "activation backward");
         for (std::int64_t n = 0; n < x.dims.n; ++n)
@@ -218,6 +253,16 @@ public:
 class ReferencePool final : public PoolKernels {
 public:
     void forward(PoolKind kind, ConstView x, View y, const Window& win) override {
+        forward(kind, planes(x), planes(y), win);
+    }
+    void backward(PoolKind kind, ConstView x, ConstView dy, View dx, const Window& win) override {
+        backward(kind, planes(x), planes(dy), planes(dx), win);
+    }
+    void global_sum(ConstView x, double* sums) override { global_sum(planes(x), sums); }
+    void broadcast(const float* values, float scale, View dx) override { broadcast(values, scale, planes(dx)); }
+
+private:
+    static void forward(PoolKind kind, ConstPlanes x, Planes y, const Window& win) {
         check(x, y, win);
         const double area = double(win.kernel[0] * win.kernel[1]);
         for (std::int64_t n = 0; n < y.dims.n; ++n)
@@ -236,7 +281,7 @@ public:
                     }
     }
 
-    void backward(PoolKind kind, ConstView x, ConstView dy, View dx, const Window& win) override {
+    static void backward(PoolKind kind, ConstPlanes x, ConstPlanes dy, Planes dx, const Window& win) {
         check(x, dy, win);
         check_same_dims(x, dx, "pool backward");
         const double area = double(win.kernel[0] * win.kernel[1]);
@@ -260,7 +305,7 @@ public:
         acc.store(dx);
     }
 
-    void global_sum(ConstView x, double* sums) override {
+    static void global_sum(ConstPlanes x, double* sums) {
         for (std::int64_t n = 0; n < x.dims.n; ++n)
             for (std::int64_t c = 0; c < x.dims.c; ++c) {
                 double acc = 0.0;
@@ -270,7 +315,7 @@ public:
             }
     }
 
-    void broadcast(const float* values, float scale, View dx) override {
+    static void broadcast(const float* values, float scale, Planes dx) {
         for (std::int64_t n = 0; n < dx.dims.n; ++n)
             for (std::int64_t c = 0; c < dx.dims.c; ++c) {
                 const float v = values[n * dx.dims.c + c] * scale;
@@ -279,17 +324,16 @@ public:
             }
     }
 
-private:
-    static void check(const ConstView& x, const auto& y, const Window& win) { check_pool(x.dims, y.dims, win); }
+    static void check(const ConstPlanes& x, const auto& y, const Window& win) { check_pool(x.dims, y.dims, win); }
 
-    static float input(const ConstView& x, std::int64_t n, std::int64_t c, std::int64_t i, std::int64_t j,
+    static float input(const ConstPlanes& x, std::int64_t n, std::int64_t c, std::int64_t i, std::int64_t j,
                        std::int64_t a, std::int64_t b, const Window& win) {
         return x.at(n, c, i * win.stride[0] + a * win.dilation[0], j * win.stride[1] + b * win.dilation[1]);
     }
 
     // The window offset of the first maximum in scan order (a, then b): ties go to the earliest, as the
     // backward must agree with every implementation on where the gradient goes.
-    static std::array<std::int64_t, 2> first_max(const ConstView& x, std::int64_t n, std::int64_t c, std::int64_t i,
+    static std::array<std::int64_t, 2> first_max(const ConstPlanes& x, std::int64_t n, std::int64_t c, std::int64_t i,
                                                  std::int64_t j, const Window& win) {
         std::array<std::int64_t, 2> best{0, 0};
         float best_value = input(x, n, c, i, j, 0, 0, win);
@@ -309,6 +353,17 @@ private:
 class ReferenceFc final : public FcKernels {
 public:
     void forward(ConstView x, ConstView w, const float* bias, View y) override {
+        forward(planes(x), planes(w), bias, planes(y));
+    }
+    void backward_data(ConstView dy, ConstView w, View dx) override {
+        backward_data(planes(dy), planes(w), planes(dx));
+    }
+    void backward_weights(ConstView x, ConstView dy, View dw, float* db) override {
+        backward_weights(planes(x), planes(dy), planes(dw), db);
+    }
+
+private:
+    static void forward(ConstPlanes x, ConstPlanes w, const float* bias, Planes y) {
         check(x, w, y);
         for (std::int64_t n = 0; n < y.dims.n; ++n)
             for (std::int64_t k = 0; k < y.dims.c; ++k) {
@@ -320,7 +375,7 @@ public:
             }
     }
 
-    void backward_data(ConstView dy, ConstView w, View dx) override {
+    static void backward_data(ConstPlanes dy, ConstPlanes w, Planes dx) {
         check(dx, w, dy);
         for (std::int64_t n = 0; n < dx.dims.n; ++n)
             for_each_feature(dx.dims, [&](std::int64_t i, std::int64_t c, std::int64_t h, std::int64_t ww) {
@@ -330,7 +385,7 @@ public:
             });
     }
 
-    void backward_weights(ConstView x, ConstView dy, View dw, float* db) override {
+    static void backward_weights(ConstPlanes x, ConstPlanes dy, Planes dw, float* db) {
         check(x, dw, dy);
         for (std::int64_t k = 0; k < dy.dims.c; ++k) {
             for_each_feature(x.dims, [&](std::int64_t i, std::int64_t c, std::int64_t h, std::int64_t ww) {
@@ -346,9 +401,8 @@ public:
         }
     }
 
-private:
     template <typename F>
-    static void for_each_feature(const Dims& d, F&& f) {
+    static void for_each_feature(const PlaneDims& d, F&& f) {
         std::int64_t i = 0;
         for (std::int64_t c = 0; c < d.c; ++c)
             for (std::int64_t h = 0; h < d.h; ++h)
@@ -362,32 +416,12 @@ class ReferenceEltwise final : public EltwiseKernels {
 public:
     // y may be one of xs (an in-place sum): each element reads every input before it is written.
     void add(const std::vector<ConstView>& xs, View y) override {
-        for (const ConstView& x : xs) check_same_dims(x, y, "add");
-        for (std::int64_t n = 0; n < y.dims.n; ++n)
-            for (std::int64_t c = 0; c < y.dims.c; ++c)
-                for (std::int64_t i = 0; i < y.dims.h; ++i)
-                    for (std::int64_t j = 0; j < y.dims.w; ++j) {
-                        double acc = 0.0;
-                        for (const ConstView& x : xs) acc += x.at(n, c, i, j);
-                        y.at(n, c, i, j) = static_cast<float>(acc);
-                    }
+        std::vector<ConstPlanes> ps;
+        for (const ConstView& x : xs) ps.push_back(planes(x));
+        add(ps, planes(y));
     }
-
-    void copy(ConstView x, View y) override {
-        check_same_dims(x, y, "copy");
-        for (std::int64_t n = 0; n < y.dims.n; ++n)
-            for (std::int64_t c = 0; c < y.dims.c; ++c)
-                for (std::int64_t i = 0; i < y.dims.h; ++i)
-                    for (std::int64_t j = 0; j < y.dims.w; ++j) y.at(n, c, i, j) = x.at(n, c, i, j);
-    }
-
-    void accumulate(ConstView x, View y) override {
-        check_same_dims(x, y, "accumulate");
-        for (std::int64_t n = 0; n < y.dims.n; ++n)
-            for (std::int64_t c = 0; c < y.dims.c; ++c)
-                for (std::int64_t i = 0; i < y.dims.h; ++i)
-                    for (std::int64_t j = 0; j < y.dims.w; ++j) y.at(n, c, i, j) += x.at(n, c, i, j);
-    }
+    void copy(ConstView x, View y) override { copy(planes(x), planes(y)); }
+    void accumulate(ConstView x, View y) override { accumulate(planes(x), planes(y)); }
 
     void sgd(float* w, float* m, const float* g, std::int64_t count, float lr, float momentum, float decay) override {
         for (std::int64_t i = 0; i < count; ++i) {
@@ -400,12 +434,50 @@ public:
     void adam(float* w, float* m, float* v, const float* g, std::int64_t count, const AdamStep& step) override {
         adam_update(w, m, v, g, count, step);
     }
+
+private:
+    static void add(const std::vector<ConstPlanes>& xs, Planes y) {
+        for (const ConstPlanes& x : xs) check_same_dims(x, y, "add");
+        for (std::int64_t n = 0; n < y.dims.n; ++n)
+            for (std::int64_t c = 0; c < y.dims.c; ++c)
+                for (std::int64_t i = 0; i < y.dims.h; ++i)
+                    for (std::int64_t j = 0; j < y.dims.w; ++j) {
+                        double acc = 0.0;
+                        for (const ConstPlanes& x : xs) acc += x.at(n, c, i, j);
+                        y.at(n, c, i, j) = static_cast<float>(acc);
+                    }
+    }
+
+    static void copy(ConstPlanes x, Planes y) {
+        check_same_dims(x, y, "copy");
+        for (std::int64_t n = 0; n < y.dims.n; ++n)
+            for (std::int64_t c = 0; c < y.dims.c; ++c)
+                for (std::int64_t i = 0; i < y.dims.h; ++i)
+                    for (std::int64_t j = 0; j < y.dims.w; ++j) y.at(n, c, i, j) = x.at(n, c, i, j);
+    }
+
+    static void accumulate(ConstPlanes x, Planes y) {
+        check_same_dims(x, y, "accumulate");
+        for (std::int64_t n = 0; n < y.dims.n; ++n)
+            for (std::int64_t c = 0; c < y.dims.c; ++c)
+                for (std::int64_t i = 0; i < y.dims.h; ++i)
+                    for (std::int64_t j = 0; j < y.dims.w; ++j) y.at(n, c, i, j) += x.at(n, c, i, j);
+    }
 };
 
 class ReferenceLoss final : public LossKernels {
 public:
     double cross_entropy(ConstView logits, LabelView labels, float scale, View dlogits) override {
-        const Dims& d = logits.dims;
+        return cross_entropy(planes(logits), planes(labels), scale, planes(dlogits));
+    }
+    double regression(frontend::Regression loss, ConstView prediction, ConstView target, float scale,
+                      View dprediction) override {
+        return regression(loss, planes(prediction), planes(target), scale, planes(dprediction));
+    }
+
+private:
+    static double cross_entropy(ConstPlanes logits, LabelPlanes labels, float scale, Planes dlogits) {
+        const PlaneDims& d = logits.dims;
         check_labels(d, labels.dims);
         if (dlogits.base) check_same_dims(logits, dlogits, "cross_entropy");
         double total = 0.0;
@@ -436,9 +508,9 @@ public:
         return total;
     }
 
-    double regression(frontend::Regression loss, ConstView prediction, ConstView target, float scale,
-                      View dprediction) override {
-        const Dims& d = prediction.dims;
+    static double regression(frontend::Regression loss, ConstPlanes prediction, ConstPlanes target, float scale,
+                             Planes dprediction) {
+        const PlaneDims& d = prediction.dims;
         check_same_dims(prediction, target, "regression");
         if (dprediction.base) check_same_dims(prediction, dprediction, "regression");
         DSL_INTERNAL_CHECK(loss != frontend::Regression::none, "regression: not a regression loss");
@@ -459,6 +531,24 @@ public:
 class ReferenceGroupNorm final : public GroupNormKernels {
 public:
     void statistics(ConstView x, std::int64_t groups, double* sum, double* sum_sq) override {
+        statistics(planes(x), groups, sum, sum_sq);
+    }
+    void forward(ConstView x, std::int64_t groups, const float* mean, const float* inv_std, const float* gamma,
+                 const float* beta, View y) override {
+        forward(planes(x), groups, mean, inv_std, gamma, beta, planes(y));
+    }
+    void backward_statistics(ConstView x, ConstView dy, std::int64_t groups, const float* mean, const float* inv_std,
+                             const float* gamma, double* d_beta, double* d_gamma, double* sum_g,
+                             double* sum_g_xhat) override {
+        backward_statistics(planes(x), planes(dy), groups, mean, inv_std, gamma, d_beta, d_gamma, sum_g, sum_g_xhat);
+    }
+    void backward(ConstView x, ConstView dy, std::int64_t groups, const float* mean, const float* inv_std,
+                  const float* gamma, const double* sum_g, const double* sum_g_xhat, double count, View dx) override {
+        backward(planes(x), planes(dy), groups, mean, inv_std, gamma, sum_g, sum_g_xhat, count, planes(dx));
+    }
+
+private:
+    static void statistics(ConstPlanes x, std::int64_t groups, double* sum, double* sum_sq) {
         const std::int64_t per = per_group(x.dims, groups);
         for (std::int64_t n = 0; n < x.dims.n; ++n)
             for (std::int64_t c = 0; c < x.dims.c; ++c)
@@ -470,8 +560,8 @@ public:
                     }
     }
 
-    void forward(ConstView x, std::int64_t groups, const float* mean, const float* inv_std, const float* gamma,
-                 const float* beta, View y) override {
+    static void forward(ConstPlanes x, std::int64_t groups, const float* mean, const float* inv_std, const float* gamma,
+                        const float* beta, Planes y) {
         check_same_dims(x, y, "groupnorm forward");
         const std::int64_t per = per_group(x.dims, groups);
         for (std::int64_t n = 0; n < x.dims.n; ++n)
@@ -484,9 +574,9 @@ public:
             }
     }
 
-    void backward_statistics(ConstView x, ConstView dy, std::int64_t groups, const float* mean, const float* inv_std,
-                             const float* gamma, double* d_beta, double* d_gamma, double* sum_g,
-                             double* sum_g_xhat) override {
+    static void backward_statistics(ConstPlanes x, ConstPlanes dy, std::int64_t groups, const float* mean,
+                                    const float* inv_std, const float* gamma, double* d_beta, double* d_gamma,
+                                    double* sum_g, double* sum_g_xhat) {
         check_same_dims(x, dy, "groupnorm backward_statistics");
         const std::int64_t per = per_group(x.dims, groups);
         for (std::int64_t n = 0; n < x.dims.n; ++n)
@@ -504,8 +594,8 @@ public:
             }
     }
 
-    void backward(ConstView x, ConstView dy, std::int64_t groups, const float* mean, const float* inv_std,
-                  const float* gamma, const double* sum_g, const double* sum_g_xhat, double count, View dx) override {
+    static void backward(ConstPlanes x, ConstPlanes dy, std::int64_t groups, const float* mean, const float* inv_std,
+                         const float* gamma, const double* sum_g, const double* sum_g_xhat, double count, Planes dx) {
         check_same_dims(x, dy, "groupnorm backward");
         check_same_dims(x, dx, "groupnorm backward");
         DSL_INTERNAL_CHECK(count > 0, "groupnorm backward: empty group");
@@ -523,8 +613,7 @@ public:
             }
     }
 
-private:
-    static std::int64_t per_group(const Dims& d, std::int64_t groups) {
+    static std::int64_t per_group(const PlaneDims& d, std::int64_t groups) {
         DSL_INTERNAL_CHECK(groups > 0 && d.c % groups == 0, "groupnorm: channels not divisible into groups");
         return d.c / groups;
     }
@@ -534,25 +623,26 @@ class ReferenceDropout final : public DropoutKernels {
 public:
     void forward(ConstView x, const DropoutMask& m, View y) override {
         check_same_dims(x, y, "dropout forward");
-        apply(x, m, y);
+        apply(planes(x), m, planes(y));
     }
     void backward(ConstView dy, const DropoutMask& m, View dx) override {
         check_same_dims(dy, dx, "dropout backward");
-        apply(dy, m, dx);
+        apply(planes(dy), m, planes(dx));
     }
 
 private:
-    static void apply(ConstView x, const DropoutMask& m, View y) {
+    // The mask's place is the view's first row and column.
+    static void apply(ConstPlanes x, const DropoutMask& m, Planes y) {
+        const PlanePlace at = plane_place(m.at);
         const std::uint32_t threshold = dropout_threshold(m.p);
         const float scale = 1.0f / (1.0f - m.p);
         for (std::int64_t n = 0; n < x.dims.n; ++n)
             for (std::int64_t c = 0; c < x.dims.c; ++c)
                 for (std::int64_t i = 0; i < x.dims.h; ++i)
                     for (std::int64_t j = 0; j < x.dims.w; ++j)
-                        y.at(n, c, i, j) =
-                            dropout_keep(m.key, m.step, m.n0 + n, c, m.y0 + i, m.x0 + j, threshold)
-                                ? x.at(n, c, i, j) * scale
-                                : 0.0f;
+                        y.at(n, c, i, j) = dropout_keep(m.key, m.step, m.n0 + n, c, at.y + i, at.x + j, threshold)
+                                               ? x.at(n, c, i, j) * scale
+                                               : 0.0f;
     }
 };
 

@@ -5,10 +5,12 @@
 // resamples whole tensors (output o from (o + 0.5) / scale - 0.5 of its own input), while a tile of a split
 // starts at any output row, whose bilinear weights and sources depend on its global index.
 #include "resample_kernels.hpp"
+#include "planes.hpp"
 
 #include <dsl/base/error.hpp>
 
 #include <algorithm>
+#include <optional>
 #include <vector>
 
 namespace dsl::backend {
@@ -32,10 +34,14 @@ std::vector<UpsampleSource> sources(std::int64_t first, std::int64_t count, std:
 
 class ReferenceUpsample final : public UpsampleKernels {
 public:
-    void forward(const Upsample& u, ConstView x, View y) override {
+    void forward(const Upsample& u, ConstView x, View y) override { forward(u, planes(x), planes(y)); }
+    void backward(const Upsample& u, ConstView dy, View dx) override { backward(u, planes(dy), planes(dx)); }
+
+private:
+    static void forward(const Upsample& u, ConstPlanes x, Planes y) {
         check_upsample(u, x.dims, y.dims, "upsample forward");
-        const auto rows = sources(u.at.y_y0, y.dims.h, u.at.x_y0, u, u.in_h);
-        const auto cols = sources(u.at.y_x0, y.dims.w, u.at.x_x0, u, u.in_w);
+        const auto rows = sources(u.at.y[0], y.dims.h, u.at.x[0], u, u.in[0]);
+        const auto cols = sources(u.at.y[1], y.dims.w, u.at.x[1], u, u.in[1]);
         for (std::int64_t n = 0; n < y.dims.n; ++n)
             for (std::int64_t c = 0; c < y.dims.c; ++c)
                 for (std::int64_t o = 0; o < y.dims.h; ++o)
@@ -49,10 +55,10 @@ public:
                     }
     }
 
-    void backward(const Upsample& u, ConstView dy, View dx) override {
+    static void backward(const Upsample& u, ConstPlanes dy, Planes dx) {
         check_upsample(u, dx.dims, dy.dims, "upsample backward");
-        const auto rows = sources(u.at.y_y0, dy.dims.h, u.at.x_y0, u, u.in_h);
-        const auto cols = sources(u.at.y_x0, dy.dims.w, u.at.x_x0, u, u.in_w);
+        const auto rows = sources(u.at.y[0], dy.dims.h, u.at.x[0], u, u.in[0]);
+        const auto cols = sources(u.at.y[1], dy.dims.w, u.at.x[1], u, u.in[1]);
         std::vector<double> acc;
         for (std::int64_t n = 0; n < dy.dims.n; ++n)
             for (std::int64_t c = 0; c < dy.dims.c; ++c) {
@@ -80,16 +86,27 @@ public:
 struct Taps {
     const Deconv& d;
     std::int64_t out_row(std::int64_t i, std::int64_t a) const {
-        return (d.at.x_y0 + i) * d.stride[0] - d.pad[0] + a - d.at.y_y0;
+        return (d.at.x[0] + i) * d.stride[0] - d.pad[0] + a - d.at.y[0];
     }
     std::int64_t out_col(std::int64_t j, std::int64_t b) const {
-        return (d.at.x_x0 + j) * d.stride[1] - d.pad[1] + b - d.at.y_x0;
+        return (d.at.x[1] + j) * d.stride[1] - d.pad[1] + b - d.at.y[1];
     }
 };
 
 class ReferenceDeconv final : public DeconvKernels {
 public:
     void forward(ConstView x, ConstView w, const float* bias, View y, const Deconv& d) override {
+        forward(planes(x), planes(w), bias, planes(y), d);
+    }
+    void backward_data(ConstView dy, ConstView w, View dx, const Deconv& d) override {
+        backward_data(planes(dy), planes(w), planes(dx), d);
+    }
+    void backward_weights(ConstView x, ConstView dy, View dw, float* db, const Deconv& d) override {
+        backward_weights(planes(x), planes(dy), planes(dw), db, d);
+    }
+
+private:
+    static void forward(ConstPlanes x, ConstPlanes w, const float* bias, Planes y, const Deconv& d) {
         check_deconv(x.dims, w.dims, y.dims, d, "deconv forward");
         const Taps t{d};
         std::vector<double> acc;
@@ -112,7 +129,7 @@ public:
             }
     }
 
-    void backward_data(ConstView dy, ConstView w, View dx, const Deconv& d) override {
+    static void backward_data(ConstPlanes dy, ConstPlanes w, Planes dx, const Deconv& d) {
         check_deconv(dx.dims, w.dims, dy.dims, d, "deconv backward_data");
         const Taps t{d};
         for (std::int64_t n = 0; n < dx.dims.n; ++n)
@@ -131,7 +148,7 @@ public:
                     }
     }
 
-    void backward_weights(ConstView x, ConstView dy, View dw, float* db, const Deconv& d) override {
+    static void backward_weights(ConstPlanes x, ConstPlanes dy, Planes dw, float* db, const Deconv& d) {
         check_deconv(x.dims, dw.dims, dy.dims, d, "deconv backward_weights");
         const Taps t{d};
         for (std::int64_t c = 0; c < dw.dims.n; ++c)
@@ -163,10 +180,14 @@ public:
 // (the outputs that read row i are a short contiguous run) so that threads never write the same element.
 class CpuUpsample final : public UpsampleKernels {
 public:
-    void forward(const Upsample& u, ConstView x, View y) override {
+    void forward(const Upsample& u, ConstView x, View y) override { forward(u, planes(x), planes(y)); }
+    void backward(const Upsample& u, ConstView dy, View dx) override { backward(u, planes(dy), planes(dx)); }
+
+private:
+    static void forward(const Upsample& u, ConstPlanes x, Planes y) {
         check_upsample(u, x.dims, y.dims, "upsample forward");
-        const auto rows = sources(u.at.y_y0, y.dims.h, u.at.x_y0, u, u.in_h);
-        const auto cols = sources(u.at.y_x0, y.dims.w, u.at.x_x0, u, u.in_w);
+        const auto rows = sources(u.at.y[0], y.dims.h, u.at.x[0], u, u.in[0]);
+        const auto cols = sources(u.at.y[1], y.dims.w, u.at.x[1], u, u.in[1]);
         const std::int64_t planes = y.dims.n * y.dims.c;
 #pragma omp parallel for schedule(static)
         for (std::int64_t plane = 0; plane < planes; ++plane) {
@@ -186,10 +207,10 @@ public:
         }
     }
 
-    void backward(const Upsample& u, ConstView dy, View dx) override {
+    static void backward(const Upsample& u, ConstPlanes dy, Planes dx) {
         check_upsample(u, dx.dims, dy.dims, "upsample backward");
-        const auto rows = sources(u.at.y_y0, dy.dims.h, u.at.x_y0, u, u.in_h);
-        const auto cols = sources(u.at.y_x0, dy.dims.w, u.at.x_x0, u, u.in_w);
+        const auto rows = sources(u.at.y[0], dy.dims.h, u.at.x[0], u, u.in[0]);
+        const auto cols = sources(u.at.y[1], dy.dims.w, u.at.x[1], u, u.in[1]);
         const std::int64_t planes = dx.dims.n * dx.dims.c;
 #pragma omp parallel
         {
@@ -217,17 +238,39 @@ public:
     }
 };
 
-// The transposed convolution's outputs that its input view adds into: rows [e0, e0 + extent) (and the
-// columns likewise), the conv's input whose backward data it is.
+// The transposed convolution's outputs that its input view adds into: `d` from global place `first` (along
+// each spatial dimension, [first, first + extent)), the conv's input whose backward data it is.
 struct Span {
-    std::int64_t y0 = 0, x0 = 0;
+    Index first;
     Dims d;
 };
 
 Span spread(const Deconv& d, const Dims& x, std::int64_t channels) {
-    return Span{d.at.x_y0 * d.stride[0] - d.pad[0], d.at.x_x0 * d.stride[1] - d.pad[1],
-                Dims{x.n, channels, scheduler::window_extent(x.h, d.kernel[0], d.stride[0], 1),
-                     scheduler::window_extent(x.w, d.kernel[1], d.stride[1], 1)}};
+    Span s{Index::filled(x.rank(), 0), Dims{x.n, channels, x.space}};
+    for (int k = 0; k < x.rank(); ++k) {
+        s.first[k] = d.at.x[k] * d.stride[k] - d.pad[k];
+        s.d.space[k] = scheduler::window_extent(x.space[k], d.kernel[k], d.stride[k], 1);
+    }
+    return s;
+}
+
+// Where span `s` meets a view of `v` whose first element is at global place `at`: the place of the common
+// part's first element in the span and in the view, and its dims; none when they do not meet.
+struct Overlap {
+    Index in_span, in_view;
+    Dims d;
+};
+
+std::optional<Overlap> overlap(const Span& s, const Index& at, const Dims& v) {
+    Overlap o{Index::filled(v.rank(), 0), Index::filled(v.rank(), 0), v};
+    for (int k = 0; k < v.rank(); ++k) {
+        const Range r = Range{s.first[k], s.first[k] + s.d.space[k]}.meet(Range{at[k], at[k] + v.space[k]});
+        if (r.empty()) return std::nullopt;
+        o.in_span[k] = r.lo - s.first[k];
+        o.in_view[k] = r.lo - at[k];
+        o.d.space[k] = r.size();
+    }
+    return o;
 }
 
 Window conv_window(const Deconv& d) {
@@ -243,7 +286,7 @@ public:
         : conv_(conv), pool_(pool), eltwise_(eltwise), mem_(memory), scratch_(memory) {}
 
     void forward(ConstView x, ConstView w, const float* bias, View y, const Deconv& d) override {
-        check_deconv(x.dims, w.dims, y.dims, d, "deconv forward");
+        check_deconv(planes(x.dims), planes(w.dims), planes(y.dims), d, "deconv forward");
         if (y.dims.elements() == 0) return;
         if (bias) {
             bias_.resize(static_cast<std::size_t>(y.dims.c));
@@ -260,23 +303,20 @@ public:
         const Span s = spread(d, x.dims, y.dims.c);
         const View spread_view = dense_view(scratch_.reserve(s.d.elements()), s.d);
         conv_.backward_data(x, w, spread_view, conv_window(d));
-        const std::int64_t oy0 = std::max(s.y0, d.at.y_y0), oy1 = std::min(s.y0 + s.d.h, d.at.y_y0 + y.dims.h);
-        const std::int64_t ox0 = std::max(s.x0, d.at.y_x0), ox1 = std::min(s.x0 + s.d.w, d.at.y_x0 + y.dims.w);
-        if (oy1 <= oy0 || ox1 <= ox0) return;
-        const Dims o{y.dims.n, y.dims.c, oy1 - oy0, ox1 - ox0};
-        eltwise_.accumulate(spread_view.sub(0, 0, oy0 - s.y0, ox0 - s.x0, o),
-                            y.sub(0, 0, oy0 - d.at.y_y0, ox0 - d.at.y_x0, o));
+        const std::optional<Overlap> o = overlap(s, d.at.y, y.dims);
+        if (!o) return;
+        eltwise_.accumulate(spread_view.sub(0, 0, o->in_span, o->d), y.sub(0, 0, o->in_view, o->d));
     }
 
     void backward_data(ConstView dy, ConstView w, View dx, const Deconv& d) override {
-        check_deconv(dx.dims, w.dims, dy.dims, d, "deconv backward_data");
+        check_deconv(planes(dx.dims), planes(w.dims), planes(dy.dims), d, "deconv backward_data");
         if (dx.dims.elements() == 0) return;
         const View g = gradient_span(dy, d, dx.dims);
         conv_.forward(g, w, nullptr, dx, conv_window(d));
     }
 
     void backward_weights(ConstView x, ConstView dy, View dw, float* db, const Deconv& d) override {
-        check_deconv(x.dims, dw.dims, dy.dims, d, "deconv backward_weights");
+        check_deconv(planes(x.dims), planes(dw.dims), planes(dy.dims), d, "deconv backward_weights");
         if (x.dims.elements() == 0 || dy.dims.elements() == 0)
             mem_.fill(dw, 0.0f);
         else
@@ -300,12 +340,8 @@ private:
         const Span s = spread(d, x, dy.dims.c);
         const View g = dense_view(scratch_.reserve(s.d.elements()), s.d);
         mem_.fill(g, 0.0f);
-        const std::int64_t oy0 = std::max(s.y0, d.at.y_y0), oy1 = std::min(s.y0 + s.d.h, d.at.y_y0 + dy.dims.h);
-        const std::int64_t ox0 = std::max(s.x0, d.at.y_x0), ox1 = std::min(s.x0 + s.d.w, d.at.y_x0 + dy.dims.w);
-        if (oy1 > oy0 && ox1 > ox0) {
-            const Dims o{dy.dims.n, dy.dims.c, oy1 - oy0, ox1 - ox0};
-            eltwise_.copy(dy.sub(0, 0, oy0 - d.at.y_y0, ox0 - d.at.y_x0, o), g.sub(0, 0, oy0 - s.y0, ox0 - s.x0, o));
-        }
+        if (const std::optional<Overlap> o = overlap(s, d.at.y, dy.dims))
+            eltwise_.copy(dy.sub(0, 0, o->in_view, o->d), g.sub(0, 0, o->in_span, o->d));
         return g;
     }
 

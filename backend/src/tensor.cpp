@@ -13,37 +13,34 @@ namespace dsl::backend {
 
 namespace {
 
-// The host's memory: plain loops, as the trainer has always done them on the CPU.
+// The host's memory: plain loops, row by row.
 class HostMemory final : public Memory {
 public:
     bool host() const override { return true; }
     float* allocate(std::int64_t count) override { return new float[static_cast<std::size_t>(count)](); }
     void release(float* data) override { delete[] data; }
     void fill(View v, float value) override {
-        for (std::int64_t n = 0; n < v.dims.n; ++n)
-            for (std::int64_t c = 0; c < v.dims.c; ++c)
-                for (std::int64_t y = 0; y < v.dims.h; ++y) std::fill_n(&v.at(n, c, y, 0), v.dims.w, value);
+        const std::int64_t w = row_length(v.dims);
+        for_each_row(v, [&](std::int64_t, std::int64_t, const Index&, float* row) { std::fill_n(row, w, value); });
     }
     void upload(const float* host, float* data, std::int64_t count) override {
         if (count > 0 && host != data) std::memcpy(data, host, static_cast<std::size_t>(count) * sizeof(float));
     }
     void download(const float* data, float* host, std::int64_t count) override { upload(data, host, count); }
     void pack(ConstView v, float* out) override {
-        for (std::int64_t n = 0; n < v.dims.n; ++n)
-            for (std::int64_t c = 0; c < v.dims.c; ++c)
-                for (std::int64_t y = 0; y < v.dims.h; ++y, out += v.dims.w)
-                    std::copy_n(&v.at(n, c, y, 0), v.dims.w, out);
+        const std::int64_t w = row_length(v.dims);
+        for_each_row(
+            v, [&](std::int64_t, std::int64_t, const Index&, const float* row) { out = std::copy_n(row, w, out); });
     }
     void unpack(const float* in, View v, bool add) override {
-        for (std::int64_t n = 0; n < v.dims.n; ++n)
-            for (std::int64_t c = 0; c < v.dims.c; ++c)
-                for (std::int64_t y = 0; y < v.dims.h; ++y, in += v.dims.w) {
-                    float* row = &v.at(n, c, y, 0);
-                    if (add)
-                        for (std::int64_t x = 0; x < v.dims.w; ++x) row[x] += in[x];
-                    else
-                        std::copy_n(in, v.dims.w, row);
-                }
+        const std::int64_t w = row_length(v.dims);
+        for_each_row(v, [&](std::int64_t, std::int64_t, const Index&, float* row) {
+            if (add)
+                for (std::int64_t x = 0; x < w; ++x) row[x] += in[x];
+            else
+                std::copy_n(in, w, row);
+            in += w;
+        });
     }
     void synchronize() override {}
 };
@@ -55,14 +52,22 @@ Memory& host_memory() {
     return memory;
 }
 
-Tensor::Tensor(Dims dims, Margins margins) : dims_(dims), margins_(margins) {
+void Tensor::set_shape(const Dims& dims, const Margins& margins) {
+    dims_ = dims;
+    // No margins (rank 0) are zero margins along each dimension.
+    margins_ = margins.rank() == 0 ? Margins::filled(dims.rank(), {}) : margins;
+    DSL_INTERNAL_CHECK(margins_.rank() == dims.rank(), "a tensor's margins and dims have different ranks");
     size_ = padded_dims().elements();
+}
+
+Tensor::Tensor(Dims dims, Margins margins) {
+    set_shape(dims, margins);
     storage_.assign(static_cast<std::size_t>(size_), 0.0f);
     data_ = storage_.data();
 }
 
-Tensor::Tensor(Dims dims, Margins margins, Memory& memory) : dims_(dims), margins_(margins) {
-    size_ = padded_dims().elements();
+Tensor::Tensor(Dims dims, Margins margins, Memory& memory) {
+    set_shape(dims, margins);
     if (memory.host()) {
         storage_.assign(static_cast<std::size_t>(size_), 0.0f);
         data_ = storage_.data();
@@ -78,9 +83,7 @@ void Tensor::Release::operator()(float* data) const {
 
 Tensor Tensor::over(float* memory, Dims dims, Margins margins) {
     Tensor t;
-    t.dims_ = dims;
-    t.margins_ = margins;
-    t.size_ = t.padded_dims().elements();
+    t.set_shape(dims, margins);
     t.data_ = memory;
     return t;
 }
@@ -104,39 +107,68 @@ Tensor& Tensor::operator=(const Tensor& o) {
 }
 
 Dims Tensor::padded_dims() const {
-    return Dims{dims_.n, dims_.c, dims_.h + margins_.top + margins_.bottom, dims_.w + margins_.left + margins_.right};
+    Dims d = dims_;
+    for (int k = 0; k < d.rank(); ++k) d.space[k] += margins_[k].before + margins_[k].after;
+    return d;
 }
+
+namespace {
+
+// Where a tensor's interior begins in its padded buffer.
+Index interior_origin(const Margins& m) {
+    Index i = Index::filled(m.rank(), 0);
+    for (int d = 0; d < m.rank(); ++d) i[d] = m[d].before;
+    return i;
+}
+
+Index shifted(Index i, const Margins& m) {
+    for (int d = 0; d < m.rank(); ++d) i[d] += m[d].before;
+    return i;
+}
+
+}  // namespace
 
 View Tensor::padded() { return dense_view(data_, padded_dims()); }
-ConstView Tensor::padded() const { return dense_view(data_, padded_dims()); }
-View Tensor::interior() { return padded().sub(0, 0, margins_.top, margins_.left, dims_); }
-ConstView Tensor::interior() const { return padded().sub(0, 0, margins_.top, margins_.left, dims_); }
+ConstView Tensor::padded() const { return dense_view<const float>(data_, padded_dims()); }
+View Tensor::interior() { return padded().sub(0, 0, interior_origin(margins_), dims_); }
+ConstView Tensor::interior() const { return padded().sub(0, 0, interior_origin(margins_), dims_); }
 
-float& Tensor::at(std::int64_t n, std::int64_t c, std::int64_t y, std::int64_t x) {
-    return padded().at(n, c, y + margins_.top, x + margins_.left);
-}
+float& Tensor::at(std::int64_t n, std::int64_t c, const Index& i) { return padded().at(n, c, shifted(i, margins_)); }
 
-float Tensor::at(std::int64_t n, std::int64_t c, std::int64_t y, std::int64_t x) const {
-    return padded().at(n, c, y + margins_.top, x + margins_.left);
+float Tensor::at(std::int64_t n, std::int64_t c, const Index& i) const {
+    return padded().at(n, c, shifted(i, margins_));
 }
 
 void Tensor::fill(float v) { std::fill_n(data_, size_, v); }
 
 void Tensor::fill_margins(float v, Memory& memory) {
-    fill_outside(memory, padded(), margins_.top, margins_.top + dims_.h, margins_.left, margins_.left + dims_.w, v);
+    Space<Range> keep = Space<Range>::filled(dims_.rank(), Range{});
+    for (int d = 0; d < dims_.rank(); ++d) keep[d] = {margins_[d].before, margins_[d].before + dims_.space[d]};
+    fill_outside(memory, padded(), keep, v);
 }
 
-void fill_outside(Memory& memory, View p, std::int64_t y0, std::int64_t y1, std::int64_t x0, std::int64_t x1, float v) {
-    const Dims d = p.dims;
-    y0 = std::clamp<std::int64_t>(y0, 0, d.h), y1 = std::clamp<std::int64_t>(y1, y0, d.h);
-    x0 = std::clamp<std::int64_t>(x0, 0, d.w), x1 = std::clamp<std::int64_t>(x1, x0, d.w);
-    auto strip = [&](std::int64_t y, std::int64_t x, std::int64_t h, std::int64_t w) {
-        if (h > 0 && w > 0) memory.fill(p.sub(0, 0, y, x, Dims{d.n, d.c, h, w}), v);
-    };
-    strip(0, 0, y0, d.w);
-    strip(y1, 0, d.h - y1, d.w);
-    strip(y0, 0, y1 - y0, x0);
-    strip(y0, x1, y1 - y0, d.w - x1);
+void fill_outside(Memory& memory, View p, Space<Range> keep, float v) {
+    // Slabs before and after the kept range along each dimension in turn, each across what the slabs of the
+    // dimensions before it left: disjoint, one fill each.
+    View rest = p;
+    for (int d = 0; d < p.dims.rank(); ++d) {
+        const std::int64_t extent = rest.dims.space[d];
+        const Range k = keep[d].meet({0, extent});
+        const Range kept = k.empty() ? Range{k.lo, k.lo} : k;
+        for (const Range slab : {Range{0, kept.lo}, Range{kept.hi, extent}}) {
+            if (slab.empty()) continue;
+            Index at = Index::filled(p.dims.rank(), 0);
+            at[d] = slab.lo;
+            Dims dims = rest.dims;
+            dims.space[d] = slab.size();
+            memory.fill(rest.sub(0, 0, at, dims), v);
+        }
+        Index at = Index::filled(p.dims.rank(), 0);
+        at[d] = kept.lo;
+        Dims dims = rest.dims;
+        dims.space[d] = kept.size();
+        rest = rest.sub(0, 0, at, dims);
+    }
 }
 
 Buffer::Buffer(Buffer&& o) noexcept
@@ -175,13 +207,7 @@ float* Buffer::reserve(std::int64_t count) {
 void Buffer::resize(std::int64_t count) {
     reserve(count);
     size_ = count;
-    if (count > 0) memory_->fill(dense_view(data_, Dims{1, 1, 1, count}), 0.0f);
-}
-
-View dense_view(float* data, Dims dims) { return View{data, dims, dims.c * dims.h * dims.w, dims.h * dims.w, dims.w}; }
-
-ConstView dense_view(const float* data, Dims dims) {
-    return ConstView{data, dims, dims.c * dims.h * dims.w, dims.h * dims.w, dims.w};
+    if (count > 0) memory_->fill(dense_view(data_, Dims{1, 1, {count}}), 0.0f);
 }
 
 }  // namespace dsl::backend

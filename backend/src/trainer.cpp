@@ -21,8 +21,8 @@ namespace dsl::backend {
 using frontend::Layer;
 using frontend::OpKind;
 
-void DataSource::targets(const Layer& label, std::int64_t first, std::int64_t y0, std::int64_t x0, View tile) {
-    (void)first, (void)y0, (void)x0, (void)tile;
+void DataSource::targets(const Layer& label, std::int64_t first, const Index& at, View tile) {
+    (void)first, (void)at, (void)tile;
     DSL_INTERNAL_CHECK(false, "this data source has no float labels, but '" + label.name + "' is one");
 }
 
@@ -47,10 +47,8 @@ double normal(std::uint64_t stream, std::uint64_t i) {
 }
 
 Window window_of(const Layer& l) {
-    Window w;
-    w.kernel = l.kernel;
-    w.stride = l.stride;
-    w.dilation = {scheduler::window_dilation(l, 0), scheduler::window_dilation(l, 1)};
+    Window w{l.kernel, l.stride, l.kernel};
+    for (int d = 0; d < l.kernel.rank(); ++d) w.dilation[d] = scheduler::window_dilation(l, d);
     return w;
 }
 
@@ -63,18 +61,7 @@ frontend::Activation elementwise(const Layer& l) {
 
 float activation_slope(const Layer& l) { return static_cast<float>(l.activation_slope()); }
 
-// The part of an input's padded buffer that a windowed layer reads: from `pad` before its output tile's
-// first row reads, as far as its last row reads.
-struct Region {
-    std::int64_t y = 0, x = 0;  // offsets into the padded view
-    Dims dims;
-};
-
 using scheduler::Box;
-
-bool has_planes(const Layer& l) { return l.planar(); }
-
-Dims dims_of(const scheduler::Extent& e) { return Dims{e.n, e.c, e.h, e.w}; }
 
 }  // namespace
 
@@ -262,20 +249,10 @@ struct Trainer::Impl {
         last_lr = config.schedule.lr(config.lr, 0);
     }
 
-    Dims global_dims(int layer) const { return dims_of(plan.layers[static_cast<std::size_t>(layer)].whole); }
+    const Dims& global_dims(int layer) const { return plan.layers[static_cast<std::size_t>(layer)].whole; }
+    const scheduler::LayerPlan& plan_of(int layer) const { return plan.layers[static_cast<std::size_t>(layer)]; }
     bool overlap_of(int layer) const {
         return plan.layers[static_cast<std::size_t>(layer)].dist.overlap.value_or(false);
-    }
-
-    Region region(const Layer& l, int index) {
-        const Tile& in = *slots[static_cast<std::size_t>(index)].operands[0];
-        const Box read = scheduler::window_input(l, slots[static_cast<std::size_t>(index)].own().box);
-        return Region{read.y0 - (in.box.y0 - in.need.top), read.x0 - (in.box.x0 - in.need.left),
-                      Dims{read.n1 - read.n0, in.y.dims().c, read.y1 - read.y0, read.x1 - read.x0}};
-    }
-
-    static Dims box_dims(const Box& b, std::int64_t channels) {
-        return Dims{b.n1 - b.n0, channels, b.y1 - b.y0, b.x1 - b.x0};
     }
 
     // The plan's tiles in the kernels' memory: values with their margins, gradients over the buffers the plan
@@ -300,8 +277,7 @@ struct Trainer::Impl {
         }
         for (std::size_t i = 0; i < slots.size(); ++i) {
             if (slots[i].layer->op == OpKind::label) continue;
-            const std::int64_t channels = global_dims(static_cast<int>(i)).c;
-            for (auto& t : slots[i].tiles) t->y = Tensor(box_dims(t->box, channels), t->need, mem);
+            for (auto& t : slots[i].tiles) t->y = Tensor(t->box.dims(), t->need, mem);
         }
         grad_buffers.clear();
         grad_buffers.reserve(plan.grad_buffers.size());
@@ -311,16 +287,14 @@ struct Trainer::Impl {
                 if (t->grad_buffer >= 0)
                     t->dy = Tensor::over(grad_buffers[static_cast<std::size_t>(t->grad_buffer)].data(), t->y.dims(),
                                          t->need);
-        for (std::size_t i = 0; i < slots.size(); ++i) {
-            const std::int64_t channels = global_dims(static_cast<int>(i)).c;
-            for (auto& t : slots[i].tiles)
+        for (Slot& s : slots)
+            for (auto& t : s.tiles)
                 for (auto [exchange, messages] :
                      {std::pair{&t->forward, &t->forward_messages}, std::pair{&t->backward, &t->backward_messages}})
                     for (auto [pieces, buffers] : {std::pair{&exchange->sends, &messages->sends},
                                                    std::pair{&exchange->receives, &messages->receives}})
                         for (const scheduler::Piece& piece : *pieces)
-                            buffers->emplace_back(mem).resize(box_dims(piece.box, channels).elements());
-        }
+                            buffers->emplace_back(mem).resize(piece.box.dims().elements());
     }
 
     // Before the first write of a gradient: zero where it is accumulated (or partly written), and the margins
@@ -372,7 +346,7 @@ struct Trainer::Impl {
         s.dw = Tensor(wd, {}, mem);
         s.mw = Tensor(wd, {}, mem);
         if (!s.layer->bias) return;
-        const Dims bd{1, s.layer->filters, 1, 1};
+        const Dims bd{1, s.layer->filters, {}};
         std::vector<float> b(static_cast<std::size_t>(s.layer->filters));
         for (std::size_t i = 0; i < b.size(); ++i)
             b[i] = static_cast<float>(bound * (2.0 * uniform(~stream, i) - 1.0));
@@ -386,13 +360,14 @@ struct Trainer::Impl {
             const Layer& l = *s.layer;
             const std::uint64_t stream = splitmix64(config.seed) ^ name_hash(l.name);
             if (l.op == OpKind::conv || l.op == OpKind::fc) {
-                const Dims in = dims_of(scheduler::extent_of(net.layers[static_cast<std::size_t>(l.inputs[0])], 1));
-                const Dims wd = l.op == OpKind::conv ? Dims{l.filters, in.c, l.kernel[0], l.kernel[1]}
-                                                     : Dims{l.filters, in.c * in.h * in.w, 1, 1};
-                const double fan_in = static_cast<double>(wd.c * wd.h * wd.w);
+                const Dims in = scheduler::extent_of(net.layers[static_cast<std::size_t>(l.inputs[0])], 1);
+                // A convolution's weights {F, C, kernel}; a fully connected layer's {K, every input of a sample}.
+                const Dims wd =
+                    l.op == OpKind::conv ? Dims{l.filters, in.c, l.kernel} : Dims{l.filters, in.c * in.points(), {}};
+                const double fan_in = static_cast<double>(wd.c * wd.points());
                 // torchvision's ResNet: Kaiming normal, fan out, for convolutions; PyTorch's default
                 // (uniform, +-1/sqrt(fan in)) for fully connected layers and every bias.
-                const double std_out = std::sqrt(2.0 / static_cast<double>(wd.n * wd.h * wd.w));
+                const double std_out = std::sqrt(2.0 / static_cast<double>(wd.n * wd.points()));
                 const double bound = 1.0 / std::sqrt(fan_in);
                 std::vector<float> values(static_cast<std::size_t>(wd.elements()));
                 for (std::size_t i = 0; i < values.size(); ++i)
@@ -400,18 +375,18 @@ struct Trainer::Impl {
                                                                         : bound * (2.0 * uniform(stream, i) - 1.0));
                 set_weights(s, wd, values, bound, stream);
             } else if (l.op == OpKind::deconv) {
-                // PyTorch's ConvTranspose2d default: weights {C_in, C_out, KH, KW} and bias uniform in
-                // +-1/sqrt(fan in), its fan in C_out * KH * KW (the weights' second dimension onwards).
-                const Dims in = dims_of(scheduler::extent_of(net.layers[static_cast<std::size_t>(l.inputs[0])], 1));
-                const Dims wd{in.c, l.filters, l.kernel[0], l.kernel[1]};
-                const double bound = 1.0 / std::sqrt(static_cast<double>(wd.c * wd.h * wd.w));
+                // PyTorch's ConvTranspose2d default: weights {C_in, C_out, kernel} and bias uniform in
+                // +-1/sqrt(fan in), its fan in C_out times the kernel's taps (the weights' second dimension on).
+                const Dims in = scheduler::extent_of(net.layers[static_cast<std::size_t>(l.inputs[0])], 1);
+                const Dims wd{in.c, l.filters, l.kernel};
+                const double bound = 1.0 / std::sqrt(static_cast<double>(wd.c * wd.points()));
                 std::vector<float> values(static_cast<std::size_t>(wd.elements()));
                 for (std::size_t i = 0; i < values.size(); ++i)
                     values[i] = static_cast<float>(bound * (2.0 * uniform(stream, i) - 1.0));
                 set_weights(s, wd, values, bound, stream);
             } else if (l.op == OpKind::groupnorm) {
                 // PyTorch's affine group norm: scale 1, shift 0; the statistics are per sample, made in forward.
-                const Dims d{1, l.shape.dims[0], 1, 1};
+                const Dims d{1, l.shape.dims[0], {}};
                 s.w = parameter(d, std::vector<float>(static_cast<std::size_t>(d.c), 1.0f));
                 s.dw = Tensor(d, {}, mem);
                 s.mw = Tensor(d, {}, mem);
@@ -420,7 +395,7 @@ struct Trainer::Impl {
                 s.mb = Tensor(d, {}, mem);
             } else if (l.op == OpKind::batchnorm) {
                 const auto c = static_cast<std::size_t>(l.shape.dims[0]);
-                const Dims d{1, l.shape.dims[0], 1, 1};
+                const Dims d{1, l.shape.dims[0], {}};
                 s.w = parameter(d, std::vector<float>(c, 1.0f));
                 s.dw = Tensor(d, {}, mem);
                 s.mw = Tensor(d, {}, mem);
@@ -439,8 +414,9 @@ struct Trainer::Impl {
 
     // The part of a tile's padded tensor (y or dy) over `b`, in global coordinates.
     static View view_of(Tensor& tensor, const Tile& t, const Box& b) {
-        return tensor.padded().sub(b.n0 - t.box.n0, 0, b.y0 - (t.box.y0 - t.need.top), b.x0 - (t.box.x0 - t.need.left),
-                                   box_dims(b, tensor.dims().c));
+        Index at = b.origin();
+        for (int d = 0; d < at.rank(); ++d) at[d] -= t.box.space[d].lo - t.need[d].before;
+        return tensor.padded().sub(b.n.lo - t.box.n.lo, b.c.lo - t.box.c.lo, at, b.dims());
     }
 
     // `kind` and `layer` name it on a profile's timeline.
@@ -525,25 +501,29 @@ struct Trainer::Impl {
     void set_padding(Tile& t, float v) {
         if (t.padding == v) return;
         t.padding = v;
-        const Dims d = global_dims(t.spec.layer);
-        const std::int64_t row0 = t.box.y0 - t.need.top, col0 = t.box.x0 - t.need.left;
-        fill_outside(mem, t.y.padded(), -row0, d.h - row0, -col0, d.w - col0, v);
+        // The tensor's extent, in the padded buffer's coordinates.
+        const Dims& d = global_dims(t.spec.layer);
+        Space<Range> inside = Space<Range>::filled(d.rank(), Range{});
+        for (int i = 0; i < d.rank(); ++i) {
+            const std::int64_t first = t.box.space[i].lo - t.need[i].before;
+            inside[i] = {-first, d.space[i] - first};
+        }
+        fill_outside(mem, t.y.padded(), inside, v);
     }
 
     // An input tile (and its halo) is made by the data source, never sent.
     void make_input(DataSource& data, Tile& t, std::int64_t first) {
         if (t.gathered == step_index) return;
         t.gathered = step_index;
-        const Dims d = global_dims(t.spec.layer);
-        const Box b = t.box.grown(t.need).meet(Box{0, d.n, 0, d.h, 0, d.w});
+        const Box b = t.box.grown(t.need).meet(scheduler::whole_box(global_dims(t.spec.layer)));
         const Layer& input = net.layers[static_cast<std::size_t>(t.spec.layer)];
-        if (mem.host()) return data.inputs(input, first + b.n0, b.y0, b.x0, view_of(t.y, t, b));
+        if (mem.host()) return data.inputs(input, first + b.n.lo, b.origin(), view_of(t.y, t, b));
         if (const SyntheticData* synthetic = data.synthetic(input); synthetic && k.synthetic)
-            return k.synthetic->inputs(*synthetic, first + b.n0, b.y0, b.x0, view_of(t.y, t, b));
+            return k.synthetic->inputs(*synthetic, first + b.n.lo, b.origin(), view_of(t.y, t, b));
         // Made on the host, densely, then sent to where the kernels read it.
-        const Dims bd = box_dims(b, d.c);
+        const Dims bd = b.dims();
         host_tile.resize(static_cast<std::size_t>(bd.elements()));
-        data.inputs(input, first + b.n0, b.y0, b.x0, dense_view(host_tile.data(), bd));
+        data.inputs(input, first + b.n.lo, b.origin(), dense_view(host_tile.data(), bd));
         mem.upload(host_tile.data(), staging.reserve(bd.elements()), bd.elements());
         mem.unpack(staging.data(), view_of(t.y, t, b), false);
     }
@@ -568,11 +548,12 @@ struct Trainer::Impl {
 
     // ---- Forward.
 
+    // What a windowed layer's window reads of its input tile for its whole own tile (the plan's `read`), its
+    // padding set.
     ConstView windowed_input(const Layer& l, int index) {
         Tile& in = *slots[static_cast<std::size_t>(index)].operands[0];
         set_padding(in, l.op == OpKind::maxpool ? -std::numeric_limits<float>::infinity() : 0.0f);
-        const Region r = region(l, index);
-        return in.y.padded().sub(0, 0, r.y, r.x, r.dims);
+        return view_of(in.y, in, plan_of(index).read);
     }
 
     double forward(DataSource& data, std::int64_t first, bool training) {
@@ -622,7 +603,7 @@ struct Trainer::Impl {
                 if (overlapped)
                     overlapped_forward(s, index);
                 else
-                    windowed_forward(s, index, s.own().box);
+                    windowed_forward(s, s.own().box);
                 break;
             case OpKind::batchnorm: batchnorm_forward(s, training); break;
             case OpKind::groupnorm: groupnorm_forward(s); break;
@@ -641,8 +622,7 @@ struct Trainer::Impl {
                         Kind::wait_sum,
                         [&] { s.group->allreduce(sums_a.data(), static_cast<std::int64_t>(sums_a.size())); },
                         static_cast<std::int64_t>(sums_a.size() * sizeof(double)));
-                const Dims whole = global_dims(l.inputs[0]);
-                const double area = static_cast<double>(whole.h * whole.w);
+                const double area = static_cast<double>(global_dims(l.inputs[0]).points());
                 scratch_values.resize(sums_a.size());
                 for (std::size_t j = 0; j < sums_a.size(); ++j)
                     scratch_values[j] = static_cast<float>(sums_a[j] / area);
@@ -660,7 +640,7 @@ struct Trainer::Impl {
                 std::int64_t c0 = 0;
                 for (std::size_t j = 0; j < l.inputs.size(); ++j) {
                     const ConstView x = in(j);
-                    k.eltwise->copy(x, y.sub(0, c0, 0, 0, x.dims));
+                    k.eltwise->copy(x, y.channels(c0, x.dims.c));
                     c0 += x.dims.c;
                 }
                 break;
@@ -679,90 +659,56 @@ struct Trainer::Impl {
         }
     }
 
-    // Whether a windowed layer overlaps its input's halo exchange with the interior's compute: when the
-    // schedule asks, and the input is a tile of its own split whose halo has yet to come.
-    bool overlaps(int index) {
-        const Slot& s = slots[static_cast<std::size_t>(index)];
-        if (!s.layer->windowed() || !overlap_of(index)) return false;
-        const Tile& in = *s.operands[0];
-        return !in.copy && !in.forward.empty() && in.gathered != step_index && !is_input(&in);
-    }
+    // Whether a windowed layer overlaps its input's halo exchange with the interior's compute, as the plan says.
+    bool overlaps(int index) const { return plan_of(index).overlapped; }
 
-    // The output of a windowed layer over `out` (global coordinates within its tile).
-    void windowed_forward(Slot& s, int index, const Box& out) {
-        const Layer& l = *s.layer;
-        if (l.op == OpKind::upsample || l.op == OpKind::deconv) return positional_forward(s, out);
-        Tile& in = *s.operands[0];
-        set_padding(in, l.op == OpKind::maxpool ? -std::numeric_limits<float>::infinity() : 0.0f);
-        const Window w = window_of(l);
-        const Box own = s.own().box;
-        const View y =
-            s.own().y.interior().sub(0, 0, out.y0 - own.y0, out.x0 - own.x0, box_dims(out, s.own().y.dims().c));
-        const Region r = region(l, index);
-        const ConstView x = in.y.padded().sub(
-            0, 0, r.y + (out.y0 - own.y0) * w.stride[0], r.x + (out.x0 - own.x0) * w.stride[1],
-            Dims{r.dims.n, r.dims.c, w.input_extent(0, out.y1 - out.y0), w.input_extent(1, out.x1 - out.x0)});
-        if (l.op == OpKind::conv)
-            k.conv->forward(x, s.w.interior(), l.bias ? s.b.data() : nullptr, y, w);
-        else
-            k.pool->forward(l.op == OpKind::maxpool ? PoolKind::max : PoolKind::average, x, y, w);
-    }
-
-    // Upsampling and transposed convolution over outputs `out`: what an output reads depends on its global
-    // index, so the kernels take the views' places; the input view is what `out` reads (tiles.hpp).
-    Placement placement(const Box& x, const Box& y) const { return Placement{x.y0, x.x0, y.y0, y.x0}; }
-
-    Upsample upsample_of(const Layer& l, const Box& x, const Box& y) const {
-        const Dims whole = global_dims(l.inputs[0]);
-        return Upsample{l.scale, l.upsample_mode() == frontend::UpsampleMode::bilinear, whole.h, whole.w,
-                        placement(x, y)};
-    }
-
-    static Deconv deconv_of(const Layer& l, const Box& x, const Box& y) {
-        return Deconv{l.kernel, l.stride, l.pad, Placement{x.y0, x.x0, y.y0, y.x0}};
-    }
-
-    void positional_forward(Slot& s, const Box& out) {
+    // The output of a windowed layer over `out` (global coordinates within its tile), from what its window
+    // reads of the input tile.
+    void windowed_forward(Slot& s, const Box& out) {
         const Layer& l = *s.layer;
         Tile& in = *s.operands[0];
         Tile& own = s.own();
-        const Box read = scheduler::window_input(l, out);
+        const Box read = scheduler::window_input(l, out, in.box.c.size());
         const ConstView x = view_of(in.y, in, read);
         const View y = view_of(own.y, own, out);
-        DSL_INTERNAL_CHECK(l.op == OpKind::upsample ? k.upsample != nullptr : k.deconv != nullptr,
-                           std::string("the kernel set has no kernels for layer kind '") + l.kind().name + "'");
-        if (l.op == OpKind::upsample)
-            k.upsample->forward(upsample_of(l, read, out), x, y);
-        else
-            k.deconv->forward(x, s.w.interior(), l.bias ? s.b.data() : nullptr, y, deconv_of(l, read, out));
+        switch (l.op) {
+            case OpKind::upsample:
+                DSL_INTERNAL_CHECK(k.upsample, "the kernel set has no kernels for upsampling");
+                return k.upsample->forward(upsample_of(l, read, out), x, y);
+            case OpKind::deconv:
+                DSL_INTERNAL_CHECK(k.deconv, "the kernel set has no kernels for transposed convolutions");
+                return k.deconv->forward(x, s.w.interior(), l.bias ? s.b.data() : nullptr, y, deconv_of(l, read, out));
+            case OpKind::conv:
+                set_padding(in, 0.0f);
+                return k.conv->forward(x, s.w.interior(), l.bias ? s.b.data() : nullptr, y, window_of(l));
+            default:
+                set_padding(in, l.op == OpKind::maxpool ? -std::numeric_limits<float>::infinity() : 0.0f);
+                return k.pool->forward(l.op == OpKind::maxpool ? PoolKind::max : PoolKind::average, x, y, window_of(l));
+        }
+    }
+
+    // Upsampling and transposed convolution: what an output reads depends on its global index, so the kernels
+    // take the views' places; the input view is what `out` reads (tiles.hpp).
+    Upsample upsample_of(const Layer& l, const Box& x, const Box& y) const {
+        return Upsample{l.scale, l.upsample_mode() == frontend::UpsampleMode::bilinear, global_dims(l.inputs[0]).space,
+                        Placement{x.origin(), y.origin()}};
+    }
+
+    static Deconv deconv_of(const Layer& l, const Box& x, const Box& y) {
+        return Deconv{l.kernel, l.stride, l.pad, Placement{x.origin(), y.origin()}};
     }
 
     // Posts the input's halo exchange, computes the outputs whose windows lie within what this process
-    // holds (its interior, and padding at the tensor's border), then, once the halo is in, the strips along
-    // the edges that read it.
+    // holds (its interior, and padding at the tensor's border), then, once the halo is in, the strips that read
+    // it (the plan's overlap).
     void overlapped_forward(Slot& s, int index) {
-        const Layer& l = *s.layer;
+        const scheduler::OverlapParts& parts = plan_of(index).overlap;
         Tile& in = *s.operands[0];
-        const Dims whole = global_dims(in.spec.layer);
-        const Box out = s.own().box;
-        // Rows [lo, hi) of the input are here before the exchange ends: margins that are padding count.
-        const Box held{in.box.n0,
-                       in.box.n1,
-                       in.box.y0 > 0 ? in.box.y0 : in.box.y0 - in.need.top,
-                       in.box.y1 < whole.h ? in.box.y1 : in.box.y1 + in.need.bottom,
-                       in.box.x0 > 0 ? in.box.x0 : in.box.x0 - in.need.left,
-                       in.box.x1 < whole.w ? in.box.x1 : in.box.x1 + in.need.right};
-        const Box inner = scheduler::inner_outputs(l, out, held);
-        set_padding(in, l.op == OpKind::maxpool ? -std::numeric_limits<float>::infinity() : 0.0f);
+        set_padding(in, s.layer->op == OpKind::maxpool ? -std::numeric_limits<float>::infinity() : 0.0f);
         start_gather(in);
-        if (inner.empty()) {
-            finish_gather(in);
-            windowed_forward(s, index, out);
-            return;
-        }
-        windowed_forward(s, index, inner);
+        if (!parts.inner.empty()) windowed_forward(s, parts.inner);
         finish_gather(in);
-        for (const Box& strip : scheduler::edge_strips(out, inner)) windowed_forward(s, index, strip);
+        for (const Box& strip : parts.strips) windowed_forward(s, strip);
     }
 
     // A loss's mean over the mini-batch (before its weight); in training, writes its logits' gradient, scaled
@@ -772,15 +718,14 @@ struct Trainer::Impl {
         const Layer& l = *s.layer;
         Tile& logits = *s.operands[0];
         const Layer& label = net.layers[static_cast<std::size_t>(l.inputs[1])];
-        // The labels of the logits' tile: {n, 1, h, w}, or {n, 1, 1, 1} for one label per sample.
-        const Dims ld{logits.box.n1 - logits.box.n0, 1, has_planes(label) ? logits.box.y1 - logits.box.y0 : 1,
-                      has_planes(label) ? logits.box.x1 - logits.box.x0 : 1};
+        // The labels of the logits' tile: {n, 1, its spatial extents}, or {n, 1} for one label per sample.
+        const bool spatial = label.spatial();
+        const Dims ld{logits.box.n.size(), 1, spatial ? logits.box.extents() : Index{}};
         s.labels.resize(static_cast<std::size_t>(ld.elements()));
-        const BasicView<std::int32_t> lv{s.labels.data(), ld, ld.c * ld.h * ld.w, ld.h * ld.w, ld.w};
-        data.labels(label, first + logits.box.n0, has_planes(label) ? logits.box.y0 : 0,
-                    has_planes(label) ? logits.box.x0 : 0, lv);
-        const Dims whole = global_dims(l.inputs[1]);
-        const double count = static_cast<double>(whole.n * whole.h * whole.w);
+        const BasicView<std::int32_t> lv = dense_view(s.labels.data(), ld);
+        data.labels(label, first + logits.box.n.lo, spatial ? logits.box.origin() : Index{}, lv);
+        const Dims& whole = global_dims(l.inputs[1]);
+        const double count = static_cast<double>(whole.n * whole.points());
         // The gradient is written here, in forward: added to what the logits' other readers (other losses
         // now, other layers in backward) add when there are any.
         double sum = 0.0;
@@ -805,16 +750,14 @@ struct Trainer::Impl {
         const ConstView x = prediction.y.interior();
         const Dims td = x.dims;
         host_targets.resize(static_cast<std::size_t>(td.elements()));
-        const bool planes = has_planes(label);
-        data.targets(label, first + prediction.box.n0, planes ? prediction.box.y0 : 0, planes ? prediction.box.x0 : 0,
+        data.targets(label, first + prediction.box.n.lo, label.spatial() ? prediction.box.origin() : Index{},
                      dense_view(host_targets.data(), td));
-        ConstView t = dense_view(host_targets.data(), td);
+        ConstView t = dense_view<const float>(host_targets.data(), td);
         if (!mem.host()) {
             mem.upload(host_targets.data(), targets.reserve(td.elements()), td.elements());
-            t = dense_view(targets.data(), td);
+            t = dense_view<const float>(targets.data(), td);
         }
-        const Dims whole = global_dims(l.inputs[0]);
-        const double count = static_cast<double>(whole.elements());
+        const double count = static_cast<double>(global_dims(l.inputs[0]).elements());
         double sum = 0.0;
         auto compute = [&](View grad) {
             sum = k.loss->regression(l.kind().regression, x, t, static_cast<float>(l.weight / count), grad);
@@ -830,12 +773,11 @@ struct Trainer::Impl {
 
     // The number of elements per channel that a batch-norm group sums over.
     double group_count(const Slot& s) const {
-        const Tile& t = *s.operands[0];
-        const Box b = t.box;
-        const Dims whole = global_dims(s.layer->inputs[0]);
-        if (!s.group) return static_cast<double>((b.n1 - b.n0) * (b.y1 - b.y0) * (b.x1 - b.x0));
-        if (s.group == &comm) return static_cast<double>(whole.n * whole.h * whole.w);
-        return static_cast<double>((b.n1 - b.n0) * whole.h * whole.w);  // a sample group
+        const Box& b = s.operands[0]->box;
+        const Dims& whole = global_dims(s.layer->inputs[0]);
+        if (!s.group) return static_cast<double>(b.points());
+        if (s.group == &comm) return static_cast<double>(whole.n * whole.points());
+        return static_cast<double>(b.n.size() * whole.points());  // a sample group
     }
 
     void batchnorm_forward(Slot& s, bool training) {
@@ -885,20 +827,20 @@ struct Trainer::Impl {
     // Writes an input's gradient through `compute(target)`: straight into the tile's gradient when this layer
     // is its only reader, else into scratch that is then added to it.
     template <typename Compute>
-    void input_gradient(Tile& in, std::int64_t y, std::int64_t x, Dims dims, Compute&& compute) {
-        const View target = in.dy.padded().sub(0, 0, y, x, dims);
+    void input_gradient(Tile& in, const Box& part, Compute&& compute) {
+        const View target = view_of(in.dy, in, part);
         if (in.readers == 1) {
             compute(target);
             return;
         }
-        const View computed = dense_view(scratch.reserve(dims.elements()), dims);
+        const View computed = dense_view(scratch.reserve(target.dims.elements()), target.dims);
         compute(computed);
         k.eltwise->accumulate(computed, target);
     }
 
     template <typename Compute>
     void interior_gradient(Tile& in, Compute&& compute) {
-        input_gradient(in, in.need.top, in.need.left, in.dy.dims(), std::forward<Compute>(compute));
+        input_gradient(in, in.box, std::forward<Compute>(compute));
     }
 
     bool is_input(const Tile* t) const {
@@ -971,12 +913,10 @@ struct Trainer::Impl {
             case OpKind::conv: {
                 const Window w = window_of(l);
                 Tile& in = *s.operands[0];
-                if (!is_input(&in)) {
-                    const Region r = region(l, index);
-                    input_gradient(in, r.y, r.x, r.dims, [&](View dx) {
+                if (!is_input(&in))
+                    input_gradient(in, plan_of(index).read, [&](View dx) {
                         k.conv->backward_data(s.own().dy.interior(), s.w.interior(), dx, w);
                     });
-                }
                 mark(Phase::backward, Kind::backward_weights, index);
                 // With overlap, when this layer is the only reader of its input, the input's gradient is
                 // complete here: its halo goes back to the neighbours while the weight gradient is computed.
@@ -991,23 +931,20 @@ struct Trainer::Impl {
             case OpKind::upsample: {
                 Tile& in = *s.operands[0];
                 if (is_input(&in)) break;
-                const Box out = s.own().box, read = scheduler::window_input(l, out);
-                const Region r = region(l, index);
-                input_gradient(in, r.y, r.x, r.dims, [&](View dx) {
-                    k.upsample->backward(upsample_of(l, read, out), s.own().dy.interior(), dx);
+                const Box& read = plan_of(index).read;
+                input_gradient(in, read, [&](View dx) {
+                    k.upsample->backward(upsample_of(l, read, s.own().box), s.own().dy.interior(), dx);
                 });
                 break;
             }
             case OpKind::deconv: {
                 Tile& in = *s.operands[0];
-                const Box out = s.own().box, read = scheduler::window_input(l, out);
-                const Deconv d = deconv_of(l, read, out);
-                if (!is_input(&in)) {
-                    const Region r = region(l, index);
-                    input_gradient(in, r.y, r.x, r.dims, [&](View dx) {
+                const Box& read = plan_of(index).read;
+                const Deconv d = deconv_of(l, read, s.own().box);
+                if (!is_input(&in))
+                    input_gradient(in, read, [&](View dx) {
                         k.deconv->backward_data(s.own().dy.interior(), s.w.interior(), dx, d);
                     });
-                }
                 mark(Phase::backward, Kind::backward_weights, index);
                 const bool send_now = overlap_of(index) && !is_input(&in) && !in.copy && in.readers == 1;
                 if (send_now) start_scatter(in);
@@ -1022,8 +959,7 @@ struct Trainer::Impl {
                 Tile& in = *s.operands[0];
                 if (is_input(&in)) break;
                 const ConstView x = windowed_input(l, index);
-                const Region r = region(l, index);
-                input_gradient(in, r.y, r.x, r.dims, [&](View dx) {
+                input_gradient(in, plan_of(index).read, [&](View dx) {
                     k.pool->backward(l.op == OpKind::maxpool ? PoolKind::max : PoolKind::average, x,
                                      s.own().dy.interior(), dx, window_of(l));
                 });
@@ -1046,9 +982,9 @@ struct Trainer::Impl {
                 Tile& in = *s.operands[0];
                 if (is_input(&in)) break;
                 to_host(s.own().dy.interior(), scratch_values);  // {n, c, 1, 1}: values[n * C + c]
-                const Dims whole = global_dims(l.inputs[0]);
+                const std::int64_t area = global_dims(l.inputs[0]).points();
                 interior_gradient(in, [&](View dx) {
-                    k.pool->broadcast(scratch_values.data(), 1.0f / static_cast<float>(whole.h * whole.w), dx);
+                    k.pool->broadcast(scratch_values.data(), 1.0f / static_cast<float>(area), dx);
                 });
                 break;
             }
@@ -1074,7 +1010,7 @@ struct Trainer::Impl {
                     const Dims d = in->y.dims();
                     if (!is_input(in))
                         interior_gradient(
-                            *in, [&](View dx) { k.eltwise->copy(s.own().dy.interior().sub(0, c0, 0, 0, d), dx); });
+                            *in, [&](View dx) { k.eltwise->copy(s.own().dy.interior().channels(c0, d.c), dx); });
                     c0 += d.c;
                 }
                 break;
@@ -1122,8 +1058,8 @@ struct Trainer::Impl {
 
     // The elements of each (sample, group) over the whole tensor: C / G channels of every row and column.
     double groupnorm_count(const Slot& s) const {
-        const Dims whole = global_dims(s.layer->inputs[0]);
-        return static_cast<double>(whole.c / s.layer->groups * whole.h * whole.w);
+        const Dims& whole = global_dims(s.layer->inputs[0]);
+        return static_cast<double>(whole.c / s.layer->groups * whole.points());
     }
 
     void groupnorm_forward(Slot& s) {
@@ -1187,9 +1123,8 @@ struct Trainer::Impl {
         DropoutMask m;
         m.key = splitmix64(config.seed ^ 0x64726f706f7574ull) ^ name_hash(s.layer->name);  // "dropout"
         m.step = first / config.batch;
-        m.n0 = first + t.box.n0;
-        m.y0 = t.box.y0;
-        m.x0 = t.box.x0;
+        m.n0 = first + t.box.n.lo;
+        m.at = t.box.origin();
         m.p = static_cast<float>(s.layer->p);
         return m;
     }
@@ -1243,19 +1178,12 @@ double profile_clock() {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-Trainer::Trainer(const frontend::Network& net, Kernels kernels, TrainConfig config)
-    : impl_(std::make_unique<Impl>(net, kernels, config,
-                                   scheduler::make_plan(net, scheduler::Schedule{}, config.batch, 0, 1), nullptr)) {}
-
-Trainer::Trainer(const frontend::Network& net, Kernels kernels, TrainConfig config, const scheduler::Schedule& schedule,
-                 Comm& comm)
-    : impl_(std::make_unique<Impl>(
-          net, kernels, config, scheduler::make_plan(net, schedule, config.batch, comm.rank(), comm.size()), &comm)) {}
-
 Trainer::Trainer(const frontend::Network& net, Kernels kernels, TrainConfig config, const scheduler::Plan& plan,
-                 Comm& comm)
-    : impl_(std::make_unique<Impl>(net, kernels, config, plan, &comm)) {}
+                 Comm* comm)
+    : impl_(std::make_unique<Impl>(net, kernels, config, plan, comm)) {}
 
+Trainer::Trainer(Trainer&&) noexcept = default;
+Trainer& Trainer::operator=(Trainer&&) noexcept = default;
 Trainer::~Trainer() = default;
 
 double Trainer::step(DataSource& data, std::int64_t first) {
@@ -1276,7 +1204,8 @@ OutputTile Trainer::output_tile(int layer) {
     DSL_INTERNAL_CHECK(s.layer->op != OpKind::label && !s.layer->is_loss(), "output_tile: a layer without values");
     const Impl::Tile& t = s.own();
     OutputTile out;
-    out.n0 = t.box.n0, out.y0 = t.box.y0, out.x0 = t.box.x0;
+    out.n0 = t.box.n.lo;
+    out.at = t.box.origin();
     out.leader = t.leader;
     out.dims = t.y.dims();
     m.to_host(s.own().y.interior(), out.values);
@@ -1309,7 +1238,10 @@ std::vector<StateTensor> Trainer::state() {
         if (s.w.size() == 0) continue;
         const Dims d = s.w.dims();
         std::vector<std::int64_t> wshape;
-        if (l.op == OpKind::conv || l.op == OpKind::deconv) wshape = {d.n, d.c, d.h, d.w};
+        if (l.op == OpKind::conv || l.op == OpKind::deconv) {
+            wshape = {d.n, d.c};
+            wshape.insert(wshape.end(), d.space.begin(), d.space.end());
+        }
         if (l.op == OpKind::fc) wshape = {d.n, d.c};
         if (l.op == OpKind::batchnorm || l.op == OpKind::groupnorm) wshape = {d.c};
         const std::int64_t bsize = s.b.size();

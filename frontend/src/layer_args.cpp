@@ -41,7 +41,7 @@ void set_default(Layer& layer, const ParamSpec& p) {
         case ParamType::choice: *std::get<std::int64_t*>(member) = whole; break;
         case ParamType::positive_pair:
         case ParamType::nonneg_pair:
-            *std::get<Pair*>(member) = std::string(p.default_of) == "kernel" ? layer.kernel : Pair{whole, whole};
+            *std::get<Spatial*>(member) = std::string(p.default_of) == "kernel" ? layer.kernel : Spatial{whole, whole};
             break;
         case ParamType::boolean: *std::get<bool*>(member) = p.default_value != 0.0; break;
         case ParamType::positive_real:
@@ -62,7 +62,7 @@ bool assign(Layer& layer, const ParamSpec& p, const Value& v) {
         case ParamType::positive_pair:
         case ParamType::nonneg_pair: {
             const std::int64_t lo = p.type == ParamType::positive_pair ? 1 : 0;
-            Pair pair{};
+            Spatial pair;
             if (v.kind == Value::Kind::integer) {
                 pair = {v.integer, v.integer};
             } else if (v.kind == Value::Kind::list && v.items.size() == 2 && v.items[0].kind == Value::Kind::integer &&
@@ -72,7 +72,7 @@ bool assign(Layer& layer, const ParamSpec& p, const Value& v) {
                 return false;
             }
             if (pair[0] < lo || pair[1] < lo) return false;
-            *std::get<Pair*>(member) = pair;
+            *std::get<Spatial*>(member) = pair;
             return true;
         }
         case ParamType::boolean:

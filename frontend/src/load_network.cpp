@@ -4,6 +4,9 @@
 #include <dsl/frontend/print.hpp>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
 
 #include <iostream>
 #include <type_traits>
@@ -13,8 +16,10 @@ namespace dsl::frontend {
 
 namespace {
 
-std::string pair_text(const Pair& p) {
-    return p[0] == p[1] ? std::to_string(p[0]) : fmt::format("[{}, {}]", p[0], p[1]);
+// One number when every dimension's is the same, else the list.
+std::string spatial_text(const Spatial& s) {
+    if (std::all_of(s.begin(), s.end(), [&](std::int64_t v) { return v == s[0]; })) return std::to_string(s[0]);
+    return fmt::format("[{}]", fmt::join(s.begin(), s.end(), ", "));
 }
 
 // A parameter's value as the dump shows it.
@@ -22,8 +27,8 @@ std::string param_text(const Layer& l, Field field) {
     if (field == Field::mode) return l.kind().param("mode")->choices.at(static_cast<std::size_t>(l.mode));  // a name
     return std::visit(
         [](const auto* member) -> std::string {
-            if constexpr (std::is_same_v<decltype(member), const Pair*>)
-                return pair_text(*member);
+            if constexpr (std::is_same_v<decltype(member), const Spatial*>)
+                return spatial_text(*member);
             else
                 return fmt::format("{}", *member);
         },

@@ -19,24 +19,29 @@ std::string Shape::str() const {
     return out + "]";
 }
 
-Pair Layer::halo() const {
+Spatial Layer::halo() const {
     // A tile's output rows need the input rows a kernel window reaches beyond the tile: `pad` rows on the
     // side where padding is read, `dilation*(kernel-1) - pad` on the other; the halo is the larger.
-    if (!windowed()) return {0, 0};
-    Pair h{};
+    if (!windowed()) return {};  // none
+    Spatial h = Spatial::filled(kernel.rank(), 0);
     // Upsampling reads at most one row beyond the rows its output tile covers, scaled down (bilinear's
     // neighbour, or a tile boundary that falls within a repeated row).
-    if (op == OpKind::upsample) return {1, 1};
+    if (op == OpKind::upsample) return Spatial::filled(kernel.rank(), 1);
     // A transposed convolution's output row o reads the inputs i with i*stride - pad + k = o: up to
     // ceil((kernel-1-pad)/stride) rows before o/stride and ceil(pad/stride) after, and one more where the
     // tiles of the output and the input are cut at different places.
     if (op == OpKind::deconv) {
-        for (int i = 0; i < 2; ++i)
+        for (int i = 0; i < h.rank(); ++i)
             h[i] = std::max((kernel[i] - 1 - pad[i] + stride[i] - 1) / stride[i], (pad[i] + stride[i] - 1) / stride[i]) + 1;
         return h;
     }
-    for (int i = 0; i < 2; ++i) h[i] = std::max(pad[i], dilation[i] * (kernel[i] - 1) - pad[i]);
+    for (int i = 0; i < h.rank(); ++i) h[i] = std::max(pad[i], dilation[i] * (kernel[i] - 1) - pad[i]);
     return h;
+}
+
+bool Layer::has_halo() const {
+    const Spatial h = halo();
+    return std::any_of(h.begin(), h.end(), [](std::int64_t v) { return v > 0; });
 }
 
 const char* optimizer_name(Optimizer o) {
@@ -89,12 +94,19 @@ ConstFieldRef field_member(const Layer& layer, Field field) {
                       field_member(const_cast<Layer&>(layer), field));  // read only: the same members
 }
 
-bool Layer::planar() const { return shape.dims.size() >= 2 && kind().shape != ShapeRule::global_pool; }
+bool Layer::spatial() const { return shape.dims.size() >= 2 && kind().shape != ShapeRule::global_pool; }
 
 int Network::find(const std::string& name) const {
     for (std::size_t i = 0; i < layers.size(); ++i)
         if (layers[i].name == name) return static_cast<int>(i);
     return -1;
+}
+
+int Network::spatial_rank() const {
+    int rank = 0;
+    for (const Layer& l : layers)
+        if (l.op == OpKind::input) rank = std::max(rank, static_cast<int>(l.shape.dims.size()) - 1);
+    return rank;
 }
 
 std::int64_t Network::total_params() const {

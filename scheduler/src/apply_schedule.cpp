@@ -147,8 +147,8 @@ EntryFields check_entry(const SchedEntry& e, Diagnostics& diags) {
                 continue;
             }
             if (s.key == "N") split.n = n;
-            if (s.key == "H") split.h = n;
-            if (s.key == "W") split.w = n;
+            for (int a = 0; a < max_space; ++a)
+                if (s.key == spatial_letters[a]) split.space[static_cast<std::size_t>(a)] = n;
         } else if (s.key == "overlap") {
             f.sets_overlap = true;
             if (v.kind == SchedValue::Kind::word && (v.text == "on" || v.text == "off"))
@@ -182,7 +182,7 @@ EntryFields check_entry(const SchedEntry& e, Diagnostics& diags) {
         // Checked here, so that no later product of the split (its process count) can wrap around.
         std::int64_t product = 1;
         bool too_many = false;
-        for (const std::int64_t parts : {split.n, split.c, split.f, split.d, split.h, split.w})
+        for (const std::int64_t parts : {split.n, split.c, split.f, split.space[0], split.space[1], split.space[2]})
             too_many = too_many || __builtin_mul_overflow(product, parts, &product) || product > max_procs;
         if (too_many)
             diags.error(e.loc, fmt::format("split {} uses more than {} processes, the most MPI can start", split.str(),
@@ -326,24 +326,25 @@ std::string split_problem(const Network& net, const Layer& layer, const Split& s
     if (batch && split.n > *batch) return fmt::format("the mini-batch has only {} samples", *batch);
     if (!split.spatial()) return {};
     const Layer* in = layer.inputs.empty() ? nullptr : &net.layers[static_cast<std::size_t>(layer.inputs[0])];
-    const frontend::Pair halo = layer.halo();
-    const std::int64_t parts[2] = {split.h, split.w};
-    const char* rows[2] = {"rows", "columns"};
-    // A layer whose tensors have no rows or columns (a fully connected head, a loss over classes) is
+    const frontend::Spatial halo = layer.halo();
+    // A layer whose tensors have no spatial dimensions (a fully connected head, a loss over classes) is
     // computed whole by every process of a sample group: any spatial split fits it.
-    const bool spatial_in = in && in->planar() && in->shape.dims.size() == 3;
-    const bool spatial_out = layer.planar() && layer.shape.dims.size() == 3;
-    for (std::size_t i = 0; i < 2; ++i) {
-        if (parts[i] == 1) continue;
+    const bool spatial_in = in && in->spatial(), spatial_out = layer.spatial();
+    const Dims in_extent = spatial_in ? extent_of(*in, 1) : Dims{}, out_extent = extent_of(layer, 1);
+    const int rank = spatial_in ? in_extent.rank() : spatial_out ? out_extent.rank() : 0;
+    for (int d = 0; d < rank; ++d) {
+        const int axis = Split::axis(d, rank);
+        const std::int64_t parts = split.space[static_cast<std::size_t>(axis)];
+        if (parts == 1) continue;
+        const char* units = spatial_units[axis];
         if (spatial_in) {
-            const std::int64_t extent = in->shape.dims[i + 1];
-            if (parts[i] > extent) return fmt::format("its input has only {} {}", extent, rows[i]);
-            if (const std::int64_t tile = min_block(extent, parts[i]); tile < halo[i])
-                return fmt::format("tiles of {} {} are smaller than its halo of {} {}", tile, rows[i], halo[i],
-                                   rows[i]);
+            const std::int64_t extent = in_extent.space[d], need = d < halo.rank() ? halo[d] : 0;
+            if (parts > extent) return fmt::format("its input has only {} {}", extent, units);
+            if (const std::int64_t tile = min_block(extent, parts); tile < need)
+                return fmt::format("tiles of {} {} are smaller than its halo of {} {}", tile, units, need, units);
         }
-        if (spatial_out && parts[i] > layer.shape.dims[i + 1])
-            return fmt::format("its output has only {} {}", layer.shape.dims[i + 1], rows[i]);
+        if (spatial_out && parts > out_extent.space[d])
+            return fmt::format("its output has only {} {}", out_extent.space[d], units);
     }
     return {};
 }
@@ -450,9 +451,7 @@ std::optional<Schedule> apply_schedule(const Network& net, const SchedFile& file
 }
 
 bool overlap_matters(const Network& net, const Layer& layer, const Split& split) {
-    const bool halo = layer.halo()[0] > 0 || layer.halo()[1] > 0;
-    const bool data_in = !layer.inputs.empty() && net.layers[static_cast<std::size_t>(layer.inputs[0])].is_data();
-    return halo && split.spatial() && !data_in;
+    return !layer.inputs.empty() && exchanges_halo(layer, net.layers[static_cast<std::size_t>(layer.inputs[0])], split);
 }
 
 void place_data(const Network& net, Schedule& schedule) {
@@ -470,16 +469,13 @@ void place_data(const Network& net, Schedule& schedule) {
 }
 
 frontend::Shape tile_shape(const Layer& layer, const Split& split, std::int64_t batch, std::int64_t* tile_batch) {
-    // The first process's block, which is the largest, placed as the trainer places it: rows and columns
-    // are split wherever the tensor has them (a per-pixel label [N, H, W] too), never in a vector.
-    const Box box = tile_box(extent_of(layer, batch), split, 0, layer.planar());
-    if (tile_batch) *tile_batch = box.n1 - box.n0;
+    // The first process's block, which is the largest, placed as the trainer places it: the spatial
+    // dimensions are split wherever the tensor has them (a per-pixel label [N, H, W] too), never in a vector.
+    const Box box = tile_box(extent_of(layer, batch), split, 0, layer.spatial());
+    if (tile_batch) *tile_batch = box.n.size();
     frontend::Shape tile = layer.shape;
-    const std::size_t rank = tile.dims.size();
-    if (rank >= 2) {
-        tile.dims[rank - 2] = box.y1 - box.y0;
-        tile.dims[rank - 1] = box.x1 - box.x0;
-    }
+    const std::size_t first = tile.dims.size() - static_cast<std::size_t>(box.space.rank());
+    for (int d = 0; d < box.space.rank(); ++d) tile.dims[first + static_cast<std::size_t>(d)] = box.space[d].size();
     return tile;
 }
 

@@ -14,6 +14,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <tuple>
 
 namespace dsl::scheduler {
 
@@ -332,15 +333,27 @@ double choice_cost(const Problem& p, const Choice& choice, double lambda) {
 
 }  // namespace
 
-std::vector<Split> splits_of(std::int64_t procs, std::int64_t batch) {
+std::vector<Split> splits_of(std::int64_t procs, std::int64_t batch, int rank) {
     std::vector<Split> splits;
+    // The spatial parts of a sample group of `group` processes over the last `rank` axes, outermost first.
+    auto spread = [&](auto& self, Split split, int axis, std::int64_t group) -> void {
+        if (axis == max_space - 1) {
+            split.space[static_cast<std::size_t>(axis)] = group;
+            splits.push_back(split);
+            return;
+        }
+        for (std::int64_t parts : axis < max_space - rank ? std::vector<std::int64_t>{1} : divisors(group)) {
+            split.space[static_cast<std::size_t>(axis)] = parts;
+            self(self, split, axis + 1, group / parts);
+        }
+    };
     for (std::int64_t n : divisors(procs))
-        if (n <= batch)
-            for (std::int64_t h : divisors(procs / n)) splits.push_back(Split{n, 1, 1, 1, h, procs / n / h});
-    // Sample parallelism first: it needs no halo, so among equal costs it wins; then rows before columns (a
-    // row of a tile is contiguous, a column strided).
+        if (n <= batch) spread(spread, Split{n, 1, 1, {1, 1, 1}}, 0, procs / n);
+    // Sample parallelism first: it needs no halo, so among equal costs it wins; then the outer dimensions
+    // before the inner (a row of a tile is contiguous, a column strided).
     std::stable_sort(splits.begin(), splits.end(), [](const Split& a, const Split& b) {
-        return std::make_pair(a.h * a.w, a.w) < std::make_pair(b.h * b.w, b.w);
+        return std::make_tuple(a.spatial_procs(), a.space[2], a.space[1]) <
+               std::make_tuple(b.spatial_procs(), b.space[2], b.space[1]);
     });
     return splits;
 }
@@ -348,7 +361,8 @@ std::vector<Split> splits_of(std::int64_t procs, std::int64_t batch) {
 std::vector<Distribution> candidates(const Network& net, int layer, const Distribution& partial, std::int64_t procs,
                                      std::int64_t batch) {
     const Layer& l = net.layers[static_cast<std::size_t>(layer)];
-    const std::vector<Split> splits = partial.split ? std::vector<Split>{*partial.split} : splits_of(procs, batch);
+    const std::vector<Split> splits =
+        partial.split ? std::vector<Split>{*partial.split} : splits_of(procs, batch, net.spatial_rank());
     std::vector<Distribution> out;
     for (const Split& s : splits) {
         if (s.procs() != procs || !split_problem(net, l, s, batch).empty()) continue;
@@ -457,7 +471,7 @@ Values values_of(const Network& net, const Schedule& s, std::size_t i) {
     const Layer& l = net.layers[i];
     const Distribution& d = s.layers[i];
     Values v;
-    v[0] = fmt::format("N={} H={} W={}", d.split->n, d.split->h, d.split->w);
+    v[0] = d.split->str();
     if (overlap_matters(net, l, *d.split)) v[1] = d.overlap.value_or(false) ? "overlap=on" : "overlap=off";
     if (l.op == OpKind::batchnorm) v[2] = fmt::format("bn={}", bn_name(d.bn.value_or(BatchNormStats::batch)));
     return v;
@@ -587,9 +601,9 @@ std::string schedule_text(const Network& net, const Schedule& schedule, const st
     text = globals + "\n";
     for (int i : decided) {
         const auto& d = schedule.layers[static_cast<std::size_t>(i)];
-        text += fmt::format("layer {} N={} H={} W={} overlap={} bn={}\n", net.layers[static_cast<std::size_t>(i)].name,
-                            d.split->n, d.split->h, d.split->w, d.overlap.value_or(false) ? "on" : "off",
-                            bn_name(d.bn.value_or(BatchNormStats::batch)));
+        text +=
+            fmt::format("layer {} {} overlap={} bn={}\n", net.layers[static_cast<std::size_t>(i)].name, d.split->str(),
+                        d.overlap.value_or(false) ? "on" : "off", bn_name(d.bn.value_or(BatchNormStats::batch)));
     }
     return text;
 }

@@ -9,8 +9,9 @@ std::string Split::str() const {
     std::string out = fmt::format("N={}", n);
     if (c != 1) out += fmt::format(" C={}", c);
     if (f != 1) out += fmt::format(" F={}", f);
-    if (d != 1) out += fmt::format(" D={}", d);
-    out += fmt::format(" H={} W={}", h, w);
+    for (int a = 0; a < max_space; ++a)
+        if (a > 0 || space[0] != 1)
+            out += fmt::format(" {}={}", spatial_letters[a], space[static_cast<std::size_t>(a)]);
     return out;
 }
 
@@ -21,10 +22,6 @@ const char* bn_name(BatchNormStats bn) {
         case BatchNormStats::local: return "local";
     }
     return "?";
-}
-
-std::int64_t block_size(std::int64_t extent, std::int64_t parts, std::int64_t index) {
-    return extent / parts + (index < extent % parts ? 1 : 0);
 }
 
 std::int64_t max_block(std::int64_t extent, std::int64_t parts) { return block_size(extent, parts, 0); }

@@ -12,7 +12,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
+#include <numeric>
 
 namespace dsl::scheduler {
 
@@ -23,27 +25,20 @@ namespace {
 
 constexpr double word = 4.0;  // bytes per float
 
-using Dims = std::vector<std::int64_t>;
+// Sizes as kernel keys and predictions give them: [n, c, then the spatial extents].
+using Sizes = std::vector<std::int64_t>;
 
-double elements(const Dims& d) {
+double elements(const Sizes& d) {
     double e = 1.0;
     for (std::int64_t v : d) e *= static_cast<double>(v);
     return e;
 }
 
-Dims box_dims(const Box& b, std::int64_t channels) { return {b.n1 - b.n0, channels, b.y1 - b.y0, b.x1 - b.x0}; }
-
-// The number of blocks of `extent` split `parts` ways that meet [lo, hi).
-std::int64_t blocks_meeting(std::int64_t extent, std::int64_t parts, std::int64_t lo, std::int64_t hi) {
-    lo = std::max<std::int64_t>(lo, 0);
-    hi = std::min(hi, extent);
-    if (hi <= lo) return 0;
-    auto block_of = [&](std::int64_t i) {
-        // Blocks 0 .. r-1 have q+1 elements, the rest q.
-        const std::int64_t q = extent / parts, r = extent % parts;
-        return i < r * (q + 1) ? i / (q + 1) : r + (i - r * (q + 1)) / q;
-    };
-    return block_of(hi - 1) - block_of(lo) + 1;
+// The number of blocks of `extent` split `parts` ways that meet `r`.
+std::int64_t blocks_meeting(std::int64_t extent, std::int64_t parts, Range r) {
+    r = r.meet({0, extent});
+    if (r.empty()) return 0;
+    return block_of(extent, parts, r.hi - 1) - block_of(extent, parts, r.lo) + 1;
 }
 
 bool power_of_two(std::int64_t p) { return p > 0 && (p & (p - 1)) == 0; }
@@ -88,16 +83,25 @@ std::string size_group(const std::string& kernel, const std::vector<TimeField>& 
 // What a layer's kernels see under a split: the largest output tile, what the kernels read, the halo of the
 // busiest process and, for overlap, the outputs that need no halo and the strips that do.
 struct Model::Geometry {
-    Extent whole;                  // the output tensor
+    Dims whole;                    // the output tensor
     Box out;                       // the largest output tile (the first process's)
-    Dims y;                        // its dims [n, c, h, w]
-    Dims x;                        // what the kernel reads of the first input: its window (windowed), else its tile
+    Sizes y;                       // its sizes [n, c, spatial...]
+    Sizes x;                       // what the kernel reads of the first input: its window (windowed), else its tile
     bool halo = false;             // whether the input's margins come from neighbours
     std::vector<double> messages;  // the busiest process's halo messages, elements each
     bool between_nodes = false;    // some of them cross nodes
-    Dims inner;                    // overlap: the outputs computed before the halo arrives (empty: none)
-    std::vector<Dims> strips;      // and the output strips computed after
+    Sizes inner;                   // overlap: the outputs computed before the halo arrives (empty: none)
+    std::vector<Sizes> strips;     // and the output strips computed after
 };
+
+// [n, c, spatial...], a tensor without spatial dimensions given the network's with extent 1 (an image
+// network's vector [N, K] is [n, k, 1, 1]), so that every tensor of a network has keys of one length.
+std::vector<std::int64_t> Model::key_dims(const Dims& d) const {
+    std::vector<std::int64_t> out{d.n, d.c};
+    out.insert(out.end(), d.space.begin(), d.space.end());
+    if (d.rank() == 0) out.resize(2 + static_cast<std::size_t>(net_.spatial_rank()), 1);
+    return out;
+}
 
 Model::Model(const frontend::Network& net, const Platform& platform, std::int64_t procs, std::int64_t batch)
     : net_(net), platform_(platform), procs_(procs), batch_(batch) {
@@ -311,54 +315,32 @@ Model::Geometry Model::geometry(int index, const Split& split) const {
     Geometry g;
     g.whole = extent_of(l, batch_);
     g.out = tile_box(l, TileSpec{index, split, false}, batch_, 0);
-    g.y = box_dims(g.out, g.whole.c);
+    g.y = key_dims(g.out.dims());
     if (l.inputs.empty()) {
         g.x = g.y;
         return g;
     }
     const Layer& in = net_.layers[static_cast<std::size_t>(l.inputs[0])];
-    const Extent in_whole = extent_of(in, batch_);
+    const Dims in_whole = extent_of(in, batch_);
     if (!l.windowed()) {
-        // The tile it reads, as the plan places it: whole planes of its samples (fc), else its input's tile in
-        // its split (global pooling sums its tile).
-        g.x = box_dims(tile_box(in, TileSpec{l.inputs[0], split, reads_whole_planes(l)}, batch_, 0), in_whole.c);
+        // The tile it reads, as the plan places it: its samples whole (fc), else its input's tile in its split
+        // (global pooling sums its tile).
+        g.x = key_dims(tile_box(in, TileSpec{l.inputs[0], split, reads_whole_samples(l)}, batch_, 0).dims());
         return g;
     }
-    g.x = box_dims(window_input(l, g.out), in_whole.c);
-    if (!split.spatial() || in.is_data()) return g;  // one tile holds the rows it reads; data comes with its halo
+    g.x = key_dims(window_input(l, g.out, in_whole.c).dims());
+    if (!split.spatial() || in.is_data()) return g;  // one tile holds what it reads; data comes with its halo
 
-    // The halo of each process: the rows and columns its window reads beyond its input tile, within the
-    // tensor (beyond it is padding), as the trainer's tiles have it (tiles.hpp). Margins are separable: the
-    // rows of block position i are those of the processes in grid row i, the columns likewise.
-    struct Side {
-        std::vector<std::int64_t> before, after, length;
+    // The halo of a process: what its window reads beyond its input tile (halo_pieces keeps it within the
+    // tensor: beyond it is padding), as the trainer's tiles have it.
+    const int rank = in_whole.rank();
+    auto need = [&](std::int64_t q) {
+        return tile_box(in_whole, split, q, true).reach(window_input(l, tile_box(g.whole, split, q, true), in_whole.c));
     };
-    const Box in_extent{0, in_whole.n, 0, in_whole.h, 0, in_whole.w};
-    auto side = [&](int d) {
-        Side s;
-        const std::int64_t parts = d == 0 ? split.h : split.w;
-        for (std::int64_t i = 0; i < parts; ++i) {
-            const std::int64_t rank = d == 0 ? i * split.w : i;
-            const Box own = tile_box(in_whole, split, rank, true);
-            const Margins m = own.reach(window_input(l, tile_box(g.whole, split, rank, true)).meet(in_extent));
-            s.before.push_back(d == 0 ? m.top : m.left);
-            s.after.push_back(d == 0 ? m.bottom : m.right);
-            s.length.push_back(d == 0 ? own.y1 - own.y0 : own.x1 - own.x0);
-        }
-        return s;
-    };
-    const Side rows = side(0), cols = side(1);
-    const double per_point = static_cast<double>(g.y[0]) * static_cast<double>(in_whole.c);
-    auto messages_at = [&](std::size_t i, std::size_t j) {
+    auto messages_at = [&](std::int64_t q) {
         std::vector<double> m;
-        const std::int64_t t = rows.before[i], b = rows.after[i], le = cols.before[j], r = cols.after[j];
-        for (std::int64_t v : {t, b})
-            if (v) m.push_back(static_cast<double>(v * cols.length[j]) * per_point);
-        for (std::int64_t v : {le, r})
-            if (v) m.push_back(static_cast<double>(v * rows.length[i]) * per_point);
-        for (std::int64_t a : {t, b})
-            for (std::int64_t c : {le, r})
-                if (a && c) m.push_back(static_cast<double>(a * c) * per_point);
+        for (const Piece& p : halo_pieces(in_whole, split, q, need(q)))
+            m.push_back(static_cast<double>(p.box.points()) * static_cast<double>(in_whole.c));
         return m;
     };
     auto cost = [&](const std::vector<double>& m) {
@@ -366,41 +348,50 @@ Model::Geometry Model::geometry(int index, const Split& split) const {
         for (double e : m) s += sendrecv(e * word, false);
         return s;
     };
-    double worst = -1.0;
-    if (split.h * split.w <= 64) {
-        for (std::size_t i = 0; i < rows.before.size(); ++i)
-            for (std::size_t j = 0; j < cols.before.size(); ++j) {
-                auto m = messages_at(i, j);
-                if (const double c = cost(m); c > worst) worst = c, g.messages = std::move(m);
-            }
+    // The busiest process of the first sample group: every one of a small group; in a large one, the busiest
+    // place along each dimension taken together (the margins of a place along one dimension are the same
+    // whatever its place along the others).
+    if (split.spatial_procs() <= 64) {
+        double worst = -1.0;
+        for (std::int64_t q = 0; q < split.spatial_procs(); ++q) {
+            auto m = messages_at(q);
+            if (const double c = cost(m); c > worst) worst = c, g.messages = std::move(m);
+        }
     } else {
-        // Many processes: the busiest row position with the busiest column position.
-        std::size_t bi = 0, bj = 0;
-        for (std::size_t i = 0; i < rows.before.size(); ++i)
-            if (rows.before[i] + rows.after[i] > rows.before[bi] + rows.after[bi]) bi = i;
-        for (std::size_t j = 0; j < cols.before.size(); ++j)
-            if (cols.before[j] + cols.after[j] > cols.before[bj] + cols.after[bj]) bj = j;
-        g.messages = messages_at(bi, bj);
+        Coords busiest;
+        const Box in_extent = whole_box(in_whole);
+        for (int d = 0; d < rank; ++d) {
+            const int axis = Split::axis(d, rank);
+            std::int64_t most = -1;
+            for (std::int64_t i = 0; i < split.space[static_cast<std::size_t>(axis)]; ++i) {
+                Coords at;
+                at.space[static_cast<std::size_t>(axis)] = i;
+                const std::int64_t q = rank_of(split, at);
+                const Margins m =
+                    tile_box(in_whole, split, q, true)
+                        .reach(window_input(l, tile_box(g.whole, split, q, true), in_whole.c).meet(in_extent));
+                if (m[d].before + m[d].after > most)
+                    most = m[d].before + m[d].after, busiest.space[static_cast<std::size_t>(axis)] = i;
+            }
+        }
+        g.messages = messages_at(rank_of(split, busiest));
     }
     g.halo = !g.messages.empty();
     g.between_nodes = halo_between_nodes(split);
 
     // Overlap, on an interior process: the outputs whose windows lie within its own input tile (and the
-    // padding beyond the tensor's border), then the strips around them, as the trainer splits them.
+    // padding beyond the tensor's border), then the strips around them, as the trainer computes them.
     if (g.halo) {
-        const std::int64_t rank = (split.h / 2) * split.w + split.w / 2;
-        const Box out = tile_box(g.whole, split, rank, true), own = tile_box(in_whole, split, rank, true);
-        constexpr std::int64_t far = std::numeric_limits<std::int64_t>::max() / 4;
-        const Box held{own.n0,
-                       own.n1,
-                       own.y0 > 0 ? own.y0 : -far,
-                       own.y1 < in_whole.h ? own.y1 : far,
-                       own.x0 > 0 ? own.x0 : -far,
-                       own.x1 < in_whole.w ? own.x1 : far};
-        const Box inner = inner_outputs(l, out, held);
-        if (!inner.empty()) {
-            g.inner = box_dims(inner, g.whole.c);
-            for (const Box& strip : edge_strips(out, inner)) g.strips.push_back(box_dims(strip, g.whole.c));
+        Coords middle;
+        for (int a = 0; a < max_space; ++a)
+            middle.space[static_cast<std::size_t>(a)] = split.space[static_cast<std::size_t>(a)] / 2;
+        const std::int64_t q = rank_of(split, middle);
+        const Box own = tile_box(in_whole, split, q, true);
+        const OverlapParts parts =
+            overlap_parts(l, tile_box(g.whole, split, q, true), held_box(own, in_whole, need(q)));
+        if (!parts.inner.empty()) {
+            g.inner = key_dims(parts.inner.dims());
+            for (const Box& strip : parts.strips) g.strips.push_back(key_dims(strip.dims()));
         }
     }
     return g;
@@ -409,7 +400,7 @@ Model::Geometry Model::geometry(int index, const Split& split) const {
 // Ranks fill nodes in order and a sample's spatial group is h x w consecutive ranks: its halos stay within a
 // node (on the node's link: NVLink, CUDA IPC) when the groups tile the nodes, else the busiest crosses.
 bool Model::halo_between_nodes(const Split& split) const {
-    const std::int64_t ppn = std::max<std::int64_t>(1, platform_.procs_per_node), group = split.h * split.w;
+    const std::int64_t ppn = std::max<std::int64_t>(1, platform_.procs_per_node), group = split.spatial_procs();
     return multi_node_ && (group > ppn || ppn % group != 0);
 }
 
@@ -425,11 +416,13 @@ bool Model::shuffle_between_nodes(const Split& from, const Split& to) const {
 
 namespace {
 
-std::vector<std::int64_t> pair_field(const frontend::Pair& p) { return {p[0], p[1]}; }
+Sizes spatial_field(const frontend::Spatial& p) { return Sizes(p.begin(), p.end()); }
 
-// The input dims a window reads for output dims `y`.
-Dims window_dims(const Layer& l, const Dims& y, std::int64_t channels) {
-    return {y[0], channels, window_extent(l, 0, y[2]), window_extent(l, 1, y[3])};
+// The input sizes a window reads for output sizes `y`.
+Sizes window_dims(const Layer& l, const Sizes& y, std::int64_t channels) {
+    Sizes x{y[0], channels};
+    for (std::size_t d = 2; d < y.size(); ++d) x.push_back(window_extent(l, static_cast<int>(d - 2), y[d]));
+    return x;
 }
 
 }  // namespace
@@ -493,21 +486,21 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
     };
     // A windowed layer's kernel over outputs `y` (the whole tile; with overlap, the interior and the strips):
     // its key's fields, and the forward's time.
-    auto window_fields = [&](const Dims& y) {
+    auto window_fields = [&](const Sizes& y) {
         std::vector<TimeField> f{
-            {"x", window_dims(l, y, g.x[1])}, {"y", y}, {"k", pair_field(l.kernel)}, {"s", pair_field(l.stride)}};
-        if (l.op == OpKind::conv) f.emplace_back("d", pair_field(l.dilation));
+            {"x", window_dims(l, y, g.x[1])}, {"y", y}, {"k", spatial_field(l.kernel)}, {"s", spatial_field(l.stride)}};
+        if (l.op == OpKind::conv) f.emplace_back("d", spatial_field(l.dilation));
         return f;
     };
-    auto window_forward = [&](const Dims& y) {
+    const std::int64_t taps = product(l.kernel);  // a window's
+    auto window_forward = [&](const Sizes& y) {
         const double in = elements(window_dims(l, y, g.x[1]));
-        const double flops =
-            l.op == OpKind::conv ? 2.0 * elements(y) * static_cast<double>(g.x[1] * l.kernel[0] * l.kernel[1]) : in;
+        const double flops = l.op == OpKind::conv ? 2.0 * elements(y) * static_cast<double>(g.x[1] * taps) : in;
         return run(kernel_name(l.op, Phase::forward), window_fields(y), flops, (in + elements(y)) * word,
                    l.op == OpKind::conv ? elements(y) : 0.0);
     };
     const bool data_in = !l.inputs.empty() && (net_.layers[static_cast<std::size_t>(l.inputs[0])]).is_data();
-    const std::int64_t sample_group = split.h * split.w;
+    const std::int64_t sample_group = split.spatial_procs();
     const bool group_spans = multi_node_ && procs_ > platform_.procs_per_node;
 
     switch (l.op) {
@@ -518,7 +511,7 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
         case OpKind::conv: {
             c.forward = window_forward(g.y);
             // The backward passes move and multiply as much as the forward.
-            const double flops = 2.0 * ny * static_cast<double>(g.x[1] * l.kernel[0] * l.kernel[1]);
+            const double flops = 2.0 * ny * static_cast<double>(g.x[1] * taps);
             const double bytes = (elements(window_dims(l, g.y, g.x[1])) + ny) * word;
             // Backward data's tiles are of the input; backward weights' reduce over the outputs, which its
             // blocks share out as forward's do (cuDNN splits the reduction).
@@ -574,7 +567,9 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
                                        multi_node_ && sample_group > platform_.procs_per_node);
             break;
         case OpKind::fc: {
-            const Dims x{g.x[0], g.x[1] * g.x[2] * g.x[3]}, y{g.y[0], g.y[1]};
+            // Every input of a sample, flattened.
+            const Sizes x{g.x[0], std::accumulate(g.x.begin() + 1, g.x.end(), std::int64_t{1}, std::multiplies<>())},
+                y{g.y[0], g.y[1]};
             const double flops = 2.0 * elements(x) * static_cast<double>(y[1]);
             const double bytes = (elements(x) + elements(y) + static_cast<double>(l.params)) * word;
             c.forward = run(kernel_name(l.op, Phase::forward), {{"x", x}, {"y", y}}, flops, bytes);
@@ -613,10 +608,10 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
             // Every input element times its window of filters, in each of the three passes.
             const std::vector<TimeField> f{{"x", g.x},
                                            {"y", g.y},
-                                           {"k", pair_field(l.kernel)},
-                                           {"s", pair_field(l.stride)},
-                                           {"p", pair_field(l.pad)}};
-            const double flops = 2.0 * nx * static_cast<double>(l.filters * l.kernel[0] * l.kernel[1]);
+                                           {"k", spatial_field(l.kernel)},
+                                           {"s", spatial_field(l.stride)},
+                                           {"p", spatial_field(l.pad)}};
+            const double flops = 2.0 * nx * static_cast<double>(l.filters * taps);
             const double bytes = (nx + ny) * word;
             c.forward = run(kernel_name(l.op, Phase::forward), f, flops, bytes, ny);
             if (!data_in) c.backward_data = run(kernel_name(l.op, Phase::backward_data), f, flops, bytes, nx);
@@ -659,10 +654,12 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
             // Upsampling and transposed convolution: the whole tile's time, in proportion to the outputs.
             const bool positional = l.op == OpKind::upsample || l.op == OpKind::deconv;
             const double whole_forward = c.forward;
-            auto part = [&](const Dims& y) { return positional ? whole_forward * elements(y) / ny : window_forward(y); };
+            auto part = [&](const Sizes& y) {
+                return positional ? whole_forward * elements(y) / ny : window_forward(y);
+            };
             interior = part(g.inner);
             double strips = 0.0;
-            for (const Dims& s : g.strips) strips += part(s);
+            for (const Sizes& s : g.strips) strips += part(s);
             c.forward = interior + strips;
         }
     }
@@ -691,7 +688,7 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
     if (!l.is_loss()) c.memory += ny * word;
     if (l.windowed()) {
         const Layer& in = net_.layers[static_cast<std::size_t>(l.inputs[0])];
-        const Dims tile = box_dims(tile_box(in, TileSpec{l.inputs[0], split, false}, batch_, 0), g.x[1]);
+        const Sizes tile = key_dims(tile_box(in, TileSpec{l.inputs[0], split, false}, batch_, 0).dims());
         c.memory += std::max(0.0, nx - elements(tile)) * word;
     }
     return c;
@@ -704,58 +701,53 @@ ShuffleCost Model::shuffle(int reader, int input, const Split& from, const Split
     const int producer = r.inputs[static_cast<std::size_t>(input)];
     const Layer& p = net_.layers[static_cast<std::size_t>(producer)];
     if (p.is_data()) return {};  // made where it is read
-    const Extent whole = extent_of(p, batch_);
-    const bool from_planes = p.planar();
-    // The reader's tile: whole planes for a fully connected layer, else its own tile of rows and columns
-    // (with the margins its window reads).
-    const TileSpec own_spec{producer, from, false}, read_spec{producer, to, reads_whole_planes(r)};
-    const bool to_planes = p.planar() && !reads_whole_planes(r);
-    if (from == to && from_planes == to_planes) return {};
-    const bool window = r.windowed() && to_planes;
+    const Dims whole = extent_of(p, batch_);
+    const bool from_spatial = p.spatial();
+    // The reader's tile: whole samples for a fully connected layer, else its own tile (with the margins its
+    // window reads).
+    const TileSpec own_spec{producer, from, false}, read_spec{producer, to, reads_whole_samples(r)};
+    const bool to_spatial = p.spatial() && !reads_whole_samples(r);
+    if (from == to && from_spatial == to_spatial) return {};
+    const bool window = r.windowed() && to_spatial;
     // The tiles' arithmetic depends on the extents, the splits and the reader's window only: many layers
-    // share it, so it is computed once per such key, per channel.
-    const ShuffleKey key{whole.n,
-                         whole.h,
-                         whole.w,
-                         from.n,
-                         from.h,
-                         from.w,
-                         to.n,
-                         to.h,
-                         to.w,
-                         from_planes,
-                         to_planes,
-                         window ? r.kernel[0] : 0,
-                         window ? r.kernel[1] : 0,
-                         window ? r.stride[0] : 0,
-                         window ? r.stride[1] : 0,
-                         window ? r.pad[0] : 0,
-                         window ? r.pad[1] : 0,
-                         window ? window_dilation(r, 0) : 1,
-                         window ? window_dilation(r, 1) : 1,
-                         window ? static_cast<std::int64_t>(r.op) : -1,
-                         window ? r.scale : 0,
-                         window ? r.mode : 0,
-                         window ? r.output_pad[0] : 0,
-                         window ? r.output_pad[1] : 0};
+    // share it, so it is computed once per such class and pair of splits, per channel.
+    if (shuffle_class_.empty()) shuffle_class_.resize(net_.layers.size());
+    auto& classes = shuffle_class_[static_cast<std::size_t>(reader)];
+    if (classes.empty()) classes.assign(r.inputs.size(), -1);
+    int& shape_class = classes[static_cast<std::size_t>(input)];
+    if (shape_class < 0) {
+        std::vector<std::int64_t> shape{whole.n, from_spatial, to_spatial};
+        shape.insert(shape.end(), whole.space.begin(), whole.space.end());
+        if (window) {
+            for (const frontend::Spatial* v : {&r.kernel, &r.stride, &r.pad, &r.output_pad})
+                shape.insert(shape.end(), v->begin(), v->end());
+            for (int d = 0; d < r.kernel.rank(); ++d) shape.push_back(window_dilation(r, d));
+            shape.insert(shape.end(), {static_cast<std::int64_t>(r.op), r.scale, r.mode});
+        }
+        shape_class = classes_.emplace(shape, static_cast<int>(classes_.size())).first->second;
+    }
+    ShuffleKey key{shape_class, from.n, to.n};
+    for (std::size_t a = 0; a < max_space; ++a) key[3 + a] = from.space[a], key[3 + max_space + a] = to.space[a];
     auto it = shuffles_.find(key);
     if (it == shuffles_.end()) {
         ShufflePoints s;
         const std::vector<std::int64_t> ranks = sample_ranks(procs_);
-        const Box extent{0, whole.n, 0, whole.h, 0, whole.w};
+        const Box extent = whole_box(whole);
         bool same = true;
         double total_received = 0.0;
+        const bool read_spatial = p.spatial() && !whole_samples(p, read_spec);
         for (std::int64_t q : ranks) {
-            const Box tile = tile_box(p, read_spec, batch_, q), own = tile_box(p, own_spec, batch_, q);
+            const Box tile = tile_box(whole, to, q, read_spatial), own = tile_box(whole, from, q, from_spatial);
             if (!(tile == own)) same = false;
-            const Box want = (window ? window_input(r, tile) : tile).meet(extent);
+            const Box want = (window ? window_input(r, tile, whole.c) : tile).meet(extent);
             const double points = static_cast<double>(want.points());
             const double received = points - static_cast<double>(want.meet(own).points());
-            const double messages =
-                static_cast<double>(blocks_meeting(whole.n, from.n, want.n0, want.n1) *
-                                    (from_planes ? blocks_meeting(whole.h, from.h, want.y0, want.y1) : 1) *
-                                    (from_planes ? blocks_meeting(whole.w, from.w, want.x0, want.x1) : 1)) -
-                (own.meet(want).empty() ? 0.0 : 1.0);
+            // The producer's blocks that the wanted box meets, less its own.
+            std::int64_t blocks = blocks_meeting(whole.n, from.n, want.n);
+            if (from_spatial)
+                for (int d = 0; d < whole.rank(); ++d)
+                    blocks *= blocks_meeting(whole.space[d], from.parts(d, whole.rank()), want.space[d]);
+            const double messages = static_cast<double>(blocks) - (own.meet(want).empty() ? 0.0 : 1.0);
             s.most_received = std::max(s.most_received, received);
             total_received += received;
             s.most_messages = std::max(s.most_messages, messages);
@@ -763,7 +755,7 @@ ShuffleCost Model::shuffle(int reader, int input, const Split& from, const Split
         }
         s.same = same;
         // Senders: one process per block of the producer's split (replicas do not all send).
-        const double senders = static_cast<double>(replicated(p, own_spec) ? from.n : from.n * from.h * from.w);
+        const double senders = static_cast<double>(replicated(p, own_spec) ? from.n : from.n * from.spatial_procs());
         s.most_sent = total_received * static_cast<double>(procs_) / static_cast<double>(ranks.size()) / senders;
         it = shuffles_.emplace(key, s).first;
     }
@@ -796,7 +788,7 @@ Prediction Model::predict(const Schedule& schedule) const {
         lp.dist = schedule.layers[i];
         if (!lp.dist.split) lp.dist.split = Split{};
         const Geometry g = geometry(static_cast<int>(i), *lp.dist.split);
-        lp.tile = l.planar()             ? g.y
+        lp.tile = l.spatial()            ? g.y
                   : l.shape.dims.empty() ? std::vector<std::int64_t>{g.y[0]}
                                          : std::vector<std::int64_t>{g.y[0], g.y[1]};
         if (l.op == OpKind::label) continue;

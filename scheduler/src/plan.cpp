@@ -13,23 +13,24 @@ namespace dsl::scheduler {
 using frontend::Layer;
 using frontend::OpKind;
 
-bool reads_whole_planes(const Layer& reader) { return reader.op == OpKind::fc; }
+bool reads_whole_samples(const Layer& reader) { return reader.op == OpKind::fc; }
 
-bool whole_planes(const Layer& producer, const TileSpec& s) {
-    return s.whole && producer.planar() && s.split.h * s.split.w > 1;
+bool whole_samples(const Layer& producer, const TileSpec& s) {
+    return s.whole && producer.spatial() && s.split.spatial();
 }
 
 bool replicated(const Layer& producer, const TileSpec& s) {
-    return (!producer.planar() || whole_planes(producer, s)) && s.split.h * s.split.w > 1;
+    return (!producer.spatial() || whole_samples(producer, s)) && s.split.spatial();
 }
 
 bool leader(const Layer& producer, const TileSpec& s, std::int64_t rank) {
     const Coords c = coords(s.split, rank);
-    return !replicated(producer, s) || (c.h == 0 && c.w == 0);
+    return !replicated(producer, s) ||
+           std::all_of(c.space.begin(), c.space.end(), [](std::int64_t i) { return i == 0; });
 }
 
 Box tile_box(const Layer& producer, const TileSpec& s, std::int64_t batch, std::int64_t rank) {
-    return tile_box(extent_of(producer, batch), s.split, rank, producer.planar() && !whole_planes(producer, s));
+    return tile_box(extent_of(producer, batch), s.split, rank, producer.spatial() && !whole_samples(producer, s));
 }
 
 namespace {
@@ -70,7 +71,7 @@ struct Planner {
     // What layer `reader` reads of its input `j`.
     TileSpec operand_spec(int reader, std::size_t j) const {
         const Layer& l = layer(reader);
-        return TileSpec{l.inputs[j], split_of(reader), reads_whole_planes(l)};
+        return TileSpec{l.inputs[j], split_of(reader), reads_whole_samples(l)};
     }
 
     // The index of the tile of `s` in its layer's tiles, placed when it is new.
@@ -108,14 +109,15 @@ struct Planner {
         }
     }
 
-    // The rows and columns beyond its box that the tile at `rank` must hold for its windowed readers.
+    // How far beyond its box, along each spatial dimension, the tile at `rank` must reach for its windowed
+    // readers.
     Margins need_at(const TilePlan& t, int rank) const {
-        Margins m;
         const Box box = box_at(t.spec, rank);
+        Margins m = Margins::filled(box.space.rank(), Reach{});
         for (int reader : t.windowed_readers) {
-            const Margins r = box.reach(window_input(layer(reader), box_at(own_spec(reader), rank)));
-            m = {std::max(m.top, r.top), std::max(m.bottom, r.bottom), std::max(m.left, r.left),
-                 std::max(m.right, r.right)};
+            const Margins r = box.reach(window_input(layer(reader), box_at(own_spec(reader), rank), box.c.size()));
+            for (int d = 0; d < m.rank(); ++d)
+                m[d] = {std::max(m[d].before, r[d].before), std::max(m[d].after, r[d].after)};
         }
         return m;
     }
@@ -131,6 +133,7 @@ struct Planner {
 
     // Which gradients must be zeroed before their first write: those accumulated (several readers, or a
     // copy's), and those a reader covers only in part (a strided window that never reaches the last rows).
+    // A windowed layer's `read` is set here.
     void plan_zero_gradients() {
         for (int i = 0; i < layer_count(); ++i) {
             if (layer(i).op == OpKind::label) continue;
@@ -140,13 +143,10 @@ struct Planner {
             const Layer& l = layer(i);
             if (!l.windowed()) continue;
             TilePlan& t = slot(l.inputs[0]).tiles[static_cast<std::size_t>(slot(i).operands[0])];
-            // The part of the input's padded tile that the window reads, from its first row to its last.
-            const Box read = window_input(l, slot(i).tiles.front().box);
-            const std::int64_t ry = read.y0 - (t.box.y0 - t.need.top), rx = read.x0 - (t.box.x0 - t.need.left);
-            const std::int64_t rh = read.y1 - read.y0, rw = read.x1 - read.x0;
-            if (ry > t.need.top || rx > t.need.left || ry + rh < t.need.top + (t.box.y1 - t.box.y0) ||
-                rx + rw < t.need.left + (t.box.x1 - t.box.x0))
-                t.zero_grad = true;
+            // The part of the input's padded tile that the window reads: zeroed unless it covers the interior.
+            const Box& read = slot(i).read = window_input(l, slot(i).tiles.front().box, t.box.c.size());
+            for (int d = 0; d < read.space.rank(); ++d)
+                if (read.space[d].lo > t.box.space[d].lo || read.space[d].hi < t.box.space[d].hi) t.zero_grad = true;
         }
     }
 
@@ -174,11 +174,8 @@ struct Planner {
         };
         std::vector<Span> buffers;
         for (TilePlan* t : tiles) {
-            const Extent whole = slot(t->spec.layer).whole;
             // The tile with its margins.
-            const std::int64_t need = (t->box.n1 - t->box.n0) * whole.c *
-                                      (t->box.y1 - t->box.y0 + t->need.top + t->need.bottom) *
-                                      (t->box.x1 - t->box.x0 + t->need.left + t->need.right);
+            const std::int64_t need = t->box.grown(t->need).dims().elements();
             Span* best = nullptr;
             for (Span& b : buffers) {
                 if (b.busy_until >= t->grad_first) continue;
@@ -207,35 +204,50 @@ struct Planner {
             p.sends.push_back(Piece{to, b});
     }
 
-    // Which process sends each part of every tile's padded box, and which receive it: for every process r
+    // Which processes send each part of every tile's padded box, and which receive it. A tile of a layer's
+    // own split receives its halo (halo_pieces) from the neighbours that hold it and, in backward, sends the
+    // gradient of those parts back to them. A copy in a reader's split is gathered whole: for every process r
     // and every group of processes holding the same block of the tensor (one, or the replicas of a spatial
-    // group), the part of r's padded box within the block comes from r itself where r holds it, else from
-    // the group's first process. Every process computes the same plan, so sends and receives match. In
-    // backward, the gradient of each part goes back the other way, to every process of the group, from the
-    // one process that speaks for r's replicas.
+    // group), the part of r's padded box within the block comes from r itself where r holds it, else from the
+    // group's first process; in backward, its gradient goes back the other way, to every process of the group,
+    // from the one process that speaks for r's replicas. Every process works out the same routes for every r,
+    // in the same order (by r, then by peer), so that sends and receives match.
     void plan_exchanges() {
         const int procs = plan.procs;
         for (int li = 0; li < layer_count(); ++li) {
             LayerPlan& s = slot(li);
             if (layer(li).is_data()) continue;  // made where needed
             const TileSpec owner = own_spec(li);
-            const Extent d = s.whole;
-            const Box extent{0, d.n, 0, d.h, 0, d.w};
+            const Box extent = whole_box(s.whole);
             struct Group {
                 Box box;
                 std::vector<int> ranks;
             };
             std::vector<Group> blocks;
-            for (int q = 0; q < procs; ++q) {
-                const Box b = box_at(owner, q);
-                auto it = std::find_if(blocks.begin(), blocks.end(), [&](const Group& g) { return g.box == b; });
-                if (it == blocks.end())
-                    blocks.push_back(Group{b, {q}});
-                else
-                    it->ranks.push_back(q);
-            }
             for (TilePlan& t : s.tiles) {
-                if (!t.copy && t.windowed_readers.empty()) continue;  // no margins: nothing to exchange
+                if (!t.copy) {
+                    if (t.windowed_readers.empty()) continue;  // no margins: nothing to exchange
+                    for (int r = 0; r < procs; ++r) {
+                        std::vector<Piece> halo = halo_pieces(s.whole, t.spec.split, r, need_at(t, r));
+                        std::stable_sort(halo.begin(), halo.end(),
+                                         [](const Piece& a, const Piece& b) { return a.peer < b.peer; });
+                        for (const Piece& p : halo) {
+                            route(t.forward, p.peer, r, p.box);
+                            route(t.backward, r, p.peer, p.box);
+                        }
+                    }
+                    continue;
+                }
+                if (blocks.empty())
+                    for (int q = 0; q < procs; ++q) {
+                        const Box b = box_at(owner, q);
+                        auto it =
+                            std::find_if(blocks.begin(), blocks.end(), [&](const Group& g) { return g.box == b; });
+                        if (it == blocks.end())
+                            blocks.push_back(Group{b, {q}});
+                        else
+                            it->ranks.push_back(q);
+                    }
                 for (int r = 0; r < procs; ++r) {
                     const Box want = box_at(t.spec, r).grown(need_at(t, r)).meet(extent);
                     const bool speaks = leader_at(t.spec, r);
@@ -243,12 +255,9 @@ struct Planner {
                         const Box b = want.meet(g.box);
                         if (b.empty()) continue;
                         const bool holds = std::find(g.ranks.begin(), g.ranks.end(), r) != g.ranks.end();
-                        const int from = holds ? r : g.ranks.front();
-                        if (!t.copy && from == r) continue;  // the tile's own interior
-                        route(t.forward, from, r, b);
+                        route(t.forward, holds ? r : g.ranks.front(), r, b);
                         if (!speaks) continue;
-                        for (int q : g.ranks)
-                            if (q != r || t.copy) route(t.backward, r, q, b);
+                        for (int q : g.ranks) route(t.backward, r, q, b);
                     }
                 }
             }
@@ -278,6 +287,24 @@ struct Planner {
 
 }  // namespace
 
+// Which windowed layers overlap their input's halo exchange with compute, and their parts (tiles.hpp). The
+// first reader of a tile gathers its halo, in forward's order: a later one finds it there.
+void plan_overlap(const frontend::Network& net, Plan& plan) {
+    for (std::size_t i = 0; i < net.layers.size(); ++i) {
+        const Layer& l = net.layers[i];
+        LayerPlan& s = plan.layers[i];
+        if (!l.windowed() || !*s.dist.overlap) continue;
+        const Layer& input = net.layers[static_cast<std::size_t>(l.inputs[0])];
+        const TilePlan& in =
+            plan.layers[static_cast<std::size_t>(l.inputs[0])].tiles[static_cast<std::size_t>(s.operands[0])];
+        if (input.op == OpKind::input || in.copy || in.forward.empty() ||
+            in.reader_layers.front() != static_cast<int>(i))
+            continue;
+        s.overlapped = true;
+        s.overlap = overlap_parts(l, s.tiles.front().box, held_box(in.box, extent_of(input, plan.batch), in.need));
+    }
+}
+
 Plan make_plan(const frontend::Network& net, const Schedule& schedule, std::int64_t batch, int rank, int procs) {
     Plan plan;
     plan.rank = rank;
@@ -288,6 +315,7 @@ Plan make_plan(const frontend::Network& net, const Schedule& schedule, std::int6
         LayerPlan& s = plan.layers[i];
         if (i < schedule.layers.size()) s.dist = schedule.layers[i];
         if (!s.dist.split) s.dist.split = Split{};
+        if (!s.dist.overlap) s.dist.overlap = false;
         s.whole = extent_of(net.layers[i], batch);
     }
     Planner p{net, plan};
@@ -298,13 +326,29 @@ Plan make_plan(const frontend::Network& net, const Schedule& schedule, std::int6
     p.plan_gradients();
     p.plan_exchanges();
     p.plan_groups();
+    plan_overlap(net, plan);
     return plan;
 }
 
 namespace {
 
+// The letter of spatial dimension d of a tensor of spatial rank `rank` in a plan's text: the last `rank` of z,
+// y and x.
+char dimension_letter(int d, int rank) { return "zyx"[max_space - rank + d]; }
+
 std::string box_text(const Box& b) {
-    return fmt::format("n[{},{}) y[{},{}) x[{},{})", b.n0, b.n1, b.y0, b.y1, b.x0, b.x1);
+    std::string out = fmt::format("n[{},{})", b.n.lo, b.n.hi);
+    for (int d = 0; d < b.space.rank(); ++d)
+        out += fmt::format(" {}[{},{})", dimension_letter(d, b.space.rank()), b.space[d].lo, b.space[d].hi);
+    return out;
+}
+
+std::string margins_text(const Margins& m) {
+    if (m.rank() == 0) return "no margins";
+    std::string out = "margins";
+    for (int d = 0; d < m.rank(); ++d)
+        out += fmt::format(" {}({}, {})", dimension_letter(d, m.rank()), m[d].before, m[d].after);
+    return out;
 }
 
 std::string pieces_text(const char* what, const std::vector<Piece>& pieces, const char* way) {
@@ -339,12 +383,11 @@ std::string plan_text(const frontend::Network& net, const Plan& plan) {
                                                        .id);
         }
         for (const TilePlan& t : s.tiles) {
-            const Margins& m = t.need;
-            out += fmt::format("  tile {}{}: {} margins top {} bottom {} left {} right {}", t.id,
+            out += fmt::format("  tile {}{}: {} {}", t.id,
                                t.copy ? fmt::format(" (copy in split {}{})", t.spec.split.str(),
-                                                    whole_planes(l, t.spec) ? ", whole planes" : "")
+                                                    whole_samples(l, t.spec) ? ", whole samples" : "")
                                       : "",
-                               box_text(t.box), m.top, m.bottom, m.left, m.right);
+                               box_text(t.box), margins_text(t.need));
             if (t.replicated) out += t.leader ? ", replicated (leader)" : ", replicated";
             out += fmt::format(", {} reader{}", t.readers, t.readers == 1 ? "" : "s");
             if (t.grad_buffer >= 0)
@@ -353,6 +396,12 @@ std::string plan_text(const frontend::Network& net, const Plan& plan) {
             out += "\n";
             out += exchange_text("forward", t.forward);
             out += exchange_text("backward", t.backward);
+        }
+        if (s.overlapped) {
+            out += fmt::format("  overlap: inner {}, then", box_text(s.overlap.inner));
+            for (std::size_t k = 0; k < s.overlap.strips.size(); ++k)
+                out += fmt::format("{} {}", k ? "," : "", box_text(s.overlap.strips[k]));
+            out += "\n";
         }
         switch (s.group.kind) {
             case GroupPlan::Kind::none: break;

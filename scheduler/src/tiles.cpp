@@ -1,5 +1,5 @@
-// Block placement of tiles and the input regions of the layers that read a neighbourhood: convolution,
-// pooling, upsampling and transposed convolution.
+// Block placement of tiles, the input regions of the layers that read a neighbourhood (convolution, pooling,
+// upsampling and transposed convolution), halo pieces and overlap's parts.
 #include <dsl/scheduler/tiles.hpp>
 
 #include <dsl/base/error.hpp>
@@ -9,36 +9,14 @@ namespace dsl::scheduler {
 using frontend::Layer;
 using frontend::OpKind;
 
-std::int64_t block_start(std::int64_t extent, std::int64_t parts, std::int64_t index) {
-    return index * (extent / parts) + std::min(index, extent % parts);
-}
-
-Coords coords(const Split& s, std::int64_t rank) { return {rank / (s.h * s.w), (rank / s.w) % s.h, rank % s.w}; }
-
-Extent extent_of(const Layer& layer, std::int64_t batch) {
+Dims extent_of(const Layer& layer, std::int64_t batch) {
     const auto& d = layer.shape.dims;
-    switch (d.size()) {
-        case 0: return {batch, 1, 1, 1};
-        case 1: return {batch, d[0], 1, 1};
-        case 2: return {batch, 1, d[0], d[1]};
-        default: return {batch, d[0], d[1], d[2]};
-    }
-}
-
-Box tile_box(const Extent& whole, const Split& split, std::int64_t rank, bool planes) {
-    const Coords c = coords(split, rank);
-    Box b;
-    b.n0 = block_start(whole.n, split.n, c.n);
-    b.n1 = b.n0 + block_size(whole.n, split.n, c.n);
-    b.y1 = whole.h;
-    b.x1 = whole.w;
-    if (planes) {
-        b.y0 = block_start(whole.h, split.h, c.h);
-        b.y1 = b.y0 + block_size(whole.h, split.h, c.h);
-        b.x0 = block_start(whole.w, split.w, c.w);
-        b.x1 = b.x0 + block_size(whole.w, split.w, c.w);
-    }
-    return b;
+    // Class labels have no channels: each of their dimensions is spatial. Every other tensor is [C, spatial...].
+    const bool classes = layer.op == OpKind::label && !layer.float_label;
+    const std::size_t first = classes || d.empty() ? 0 : 1;
+    Dims e{batch, first ? d[0] : 1, Space<std::int64_t>::filled(static_cast<int>(d.size() - first), 0)};
+    for (std::size_t i = first; i < d.size(); ++i) e.space[static_cast<int>(i - first)] = d[i];
+    return e;
 }
 
 std::int64_t window_dilation(const Layer& layer, int d) { return layer.op == OpKind::conv ? layer.dilation[d] : 1; }
@@ -48,7 +26,7 @@ std::int64_t window_extent(const Layer& layer, int d, std::int64_t outputs) {
 }
 
 std::int64_t input_extent(const Layer& layer, int d) {
-    const std::int64_t out = layer.shape.dims.at(static_cast<std::size_t>(d) + 1);
+    const std::int64_t out = layer.shape.dims.at(d + 1);
     if (layer.op == OpKind::upsample) return out / layer.scale;
     DSL_INTERNAL_CHECK(layer.op == OpKind::deconv, std::string("no input extent for ") + layer.name);
     return (out + 2 * layer.pad[d] - layer.kernel[d] - layer.output_pad[d]) / layer.stride[d] + 1;
@@ -67,38 +45,113 @@ bool positional(const Layer& layer) { return layer.op == OpKind::upsample || lay
 
 }  // namespace
 
-Box window_input(const Layer& layer, const Box& out) {
+Box window_input(const Layer& layer, const Box& out, std::int64_t channels) {
     Box in = out;
+    if (layer.kind().weights) in.c = {0, channels};
     if (positional(layer)) {
         if (out.empty()) return in;
-        const IndexRange rows = input_range(layer, 0, out.y0, out.y1), cols = input_range(layer, 1, out.x0, out.x1);
-        in.y0 = rows.first, in.y1 = rows.end, in.x0 = cols.first, in.x1 = cols.end;
+        for (int d = 0; d < out.space.rank(); ++d) {
+            const IndexRange r = input_range(layer, d, out.space[d].lo, out.space[d].hi);
+            in.space[d] = {r.first, r.end};
+        }
         return in;
     }
-    in.y0 = out.y0 * layer.stride[0] - layer.pad[0];
-    in.x0 = out.x0 * layer.stride[1] - layer.pad[1];
-    in.y1 = in.y0 + window_extent(layer, 0, out.y1 - out.y0);
-    in.x1 = in.x0 + window_extent(layer, 1, out.x1 - out.x0);
+    for (int d = 0; d < out.space.rank(); ++d) {
+        in.space[d].lo = out.space[d].lo * layer.stride[d] - layer.pad[d];
+        in.space[d].hi = in.space[d].lo + window_extent(layer, d, out.space[d].size());
+    }
     return in;
 }
 
+bool exchanges_halo(const Layer& reader, const Layer& input, const Split& split) {
+    if (!reader.windowed() || input.is_data()) return false;
+    const Space<std::int64_t> halo = reader.halo();
+    for (int d = 0; d < halo.rank(); ++d)
+        if (halo[d] > 0 && split.parts(d, halo.rank()) > 1) return true;
+    return false;
+}
+
+std::vector<Piece> halo_pieces(const Dims& whole, const Split& split, std::int64_t rank, const Margins& need) {
+    const int r = whole.rank();
+    const Coords me = coords(split, rank);
+    const Box want = tile_box(whole, split, rank, true).grown(need).meet(whole_box(whole));
+    std::vector<Piece> pieces;
+    if (want.empty()) return pieces;
+    // Along each dimension, this process's block and the first and last blocks that the wanted range meets.
+    std::array<std::int64_t, max_space> mine{}, first{}, last{};
+    for (int d = 0; d < r; ++d) {
+        const int axis = Split::axis(d, r);
+        mine[d] = me.space[axis];
+        first[d] = block_of(whole.space[d], split.space[axis], want.space[d].lo);
+        last[d] = block_of(whole.space[d], split.space[axis], want.space[d].hi - 1);
+    }
+    // The blocks of one direction (per dimension: -1 before this process's block, 0 its own, +1 after), every
+    // combination in order along each dimension.
+    auto direction = [&](const std::array<int, max_space>& side) {
+        std::array<std::int64_t, max_space> lo{}, hi{};
+        for (int k = 0; k < r; ++k) {
+            lo[k] = side[k] < 0 ? first[k] : side[k] > 0 ? mine[k] + 1 : mine[k];
+            hi[k] = side[k] < 0 ? mine[k] - 1 : side[k] > 0 ? last[k] : mine[k];
+            if (lo[k] > hi[k]) return;
+        }
+        for (std::array<std::int64_t, max_space> at = lo;;) {
+            Coords peer = me;
+            for (int d = 0; d < r; ++d) peer.space[Split::axis(d, r)] = at[d];
+            const std::int64_t q = rank_of(split, peer);
+            const Box piece = want.meet(tile_box(whole, split, q, true));
+            if (!piece.empty()) pieces.push_back(Piece{static_cast<int>(q), piece});
+            int d = r - 1;
+            for (; d >= 0 && at[d] == hi[d]; --d) at[d] = lo[d];
+            if (d < 0) return;
+            ++at[d];
+        }
+    };
+    // Directions by the dimensions they leave this block along: one (faces), two (edges), three (corners); for
+    // each count the sets in order, and for each set its sides, before ahead of after, the first dimension
+    // slowest.
+    for (int count = 1; count <= r; ++count)
+        for (unsigned set = 1; set < (1u << r); ++set) {
+            if (__builtin_popcount(set) != count) continue;
+            for (unsigned pick = 0; pick < (1u << count); ++pick) {
+                std::array<int, max_space> side{};
+                int bit = count - 1;
+                for (int d = 0; d < r; ++d)
+                    if (set & (1u << d)) side[d] = (pick >> bit--) & 1u ? 1 : -1;
+                direction(side);
+            }
+        }
+    return pieces;
+}
+
+Box held_box(const Box& tile, const Dims& whole, const Margins& need) {
+    Box held = tile;
+    for (int d = 0; d < tile.space.rank(); ++d) {
+        if (tile.space[d].lo <= 0) held.space[d].lo -= need[d].before;
+        if (tile.space[d].hi >= whole.space[d]) held.space[d].hi += need[d].after;
+    }
+    return held;
+}
+
+namespace {
+
 Box inner_outputs(const Layer& layer, const Box& out, const Box& held) {
+    Box inner = out;
     if (positional(layer)) {
         // What an output reads moves with it, but not by a fixed stride: scan for the first and the last
         // outputs that read only within `held` (an output that reads nothing is within).
-        auto inside = [&](int d, std::int64_t o, std::int64_t lo, std::int64_t hi) {
-            const IndexRange r = input_range(layer, d, o, o + 1);
-            return r.end <= r.first || (r.first >= lo && r.end <= hi);
-        };
-        Box inner = out;
-        while (inner.y0 < out.y1 && !inside(0, inner.y0, held.y0, held.y1)) ++inner.y0;
-        while (inner.y1 > inner.y0 && !inside(0, inner.y1 - 1, held.y0, held.y1)) --inner.y1;
-        while (inner.x0 < out.x1 && !inside(1, inner.x0, held.x0, held.x1)) ++inner.x0;
-        while (inner.x1 > inner.x0 && !inside(1, inner.x1 - 1, held.x0, held.x1)) --inner.x1;
+        for (int d = 0; d < out.space.rank(); ++d) {
+            auto inside = [&](std::int64_t o) {
+                const IndexRange r = input_range(layer, d, o, o + 1);
+                return r.end <= r.first || (r.first >= held.space[d].lo && r.end <= held.space[d].hi);
+            };
+            Range& k = inner.space[d];
+            while (k.lo < out.space[d].hi && !inside(k.lo)) ++k.lo;
+            while (k.hi > k.lo && !inside(k.hi - 1)) --k.hi;
+        }
         return inner;
     }
-    // Output o reads input rows [o*stride - pad, o*stride - pad + extent): the first output reading nothing
-    // before `lo`, and the end of those reading nothing from `hi` on.
+    // Output o reads inputs [o*stride - pad, o*stride - pad + extent): the first output reading nothing before
+    // `lo`, and the end of those reading nothing from `hi` on.
     auto first_inside = [](std::int64_t lo, std::int64_t pad, std::int64_t stride) {
         const std::int64_t v = lo + pad;
         return v >= 0 ? (v + stride - 1) / stride : -((-v) / stride);
@@ -107,22 +160,33 @@ Box inner_outputs(const Layer& layer, const Box& out, const Box& held) {
         const std::int64_t v = hi + pad - extent;
         return (v >= 0 ? v / stride : -((-v + stride - 1) / stride)) + 1;
     };
-    Box inner = out;
-    inner.y0 = std::max(out.y0, first_inside(held.y0, layer.pad[0], layer.stride[0]));
-    inner.y1 = std::min(out.y1, end_inside(held.y1, layer.pad[0], layer.stride[0], window_extent(layer, 0, 1)));
-    inner.x0 = std::max(out.x0, first_inside(held.x0, layer.pad[1], layer.stride[1]));
-    inner.x1 = std::min(out.x1, end_inside(held.x1, layer.pad[1], layer.stride[1], window_extent(layer, 1, 1)));
+    for (int d = 0; d < out.space.rank(); ++d) {
+        inner.space[d].lo = std::max(out.space[d].lo, first_inside(held.space[d].lo, layer.pad[d], layer.stride[d]));
+        inner.space[d].hi = std::min(
+            out.space[d].hi, end_inside(held.space[d].hi, layer.pad[d], layer.stride[d], window_extent(layer, d, 1)));
+    }
     return inner;
 }
 
-std::vector<Box> edge_strips(const Box& out, const Box& inner) {
-    std::vector<Box> strips;
-    for (const Box& b : {Box{out.n0, out.n1, out.y0, inner.y0, out.x0, out.x1},
-                         Box{out.n0, out.n1, inner.y1, out.y1, out.x0, out.x1},
-                         Box{out.n0, out.n1, inner.y0, inner.y1, out.x0, inner.x0},
-                         Box{out.n0, out.n1, inner.y0, inner.y1, inner.x1, out.x1}})
-        if (!b.empty()) strips.push_back(b);
-    return strips;
+}  // namespace
+
+OverlapParts overlap_parts(const Layer& layer, const Box& out, const Box& held) {
+    OverlapParts parts{inner_outputs(layer, out, held), {}};
+    if (parts.inner.empty()) {
+        parts.strips.push_back(out);
+        return parts;
+    }
+    // What is left to cut after the slabs of the dimensions before: the inner range there, all of `out` after.
+    Box rest = out;
+    for (int d = 0; d < out.space.rank(); ++d) {
+        Box before = rest, after = rest;
+        before.space[d] = {out.space[d].lo, parts.inner.space[d].lo};
+        after.space[d] = {parts.inner.space[d].hi, out.space[d].hi};
+        for (const Box& b : {before, after})
+            if (!b.empty()) parts.strips.push_back(b);
+        rest.space[d] = parts.inner.space[d];
+    }
+    return parts;
 }
 
 }  // namespace dsl::scheduler

@@ -89,11 +89,12 @@ struct NormGradientTerm {
 class GpuBatchNorm final : public BatchNormKernels {
 public:
     void statistics(ConstView x, double* sum, double* sum_sq) override {
-        const std::int64_t c = x.dims.c;
+        const ConstPlanes xp = planes(x);
+        const std::int64_t c = xp.dims.c;
         if (c == 0) return;
         Context& ctx = context();
         double* totals = ctx.totals.as<double>(2 * c);
-        reduce("batchnorm statistics", x.dims, Over::channels, {x}, MomentsTerm{}, totals);
+        reduce("batchnorm statistics", xp.dims, Over::channels, {xp}, MomentsTerm{}, totals);
         const double* host = ctx.fetch(totals, 2 * c);
         for (std::int64_t k = 0; k < c; ++k) {
             sum[k] += host[2 * k];
@@ -103,22 +104,26 @@ public:
 
     void forward(ConstView x, const float* mean, const float* inv_std, const float* gamma, const float* beta,
                  View y) override {
-        check_same_dims(x, y, "batchnorm forward");
-        if (y.dims.elements() == 0) return;
-        const std::int64_t c = x.dims.c;
+        const ConstPlanes xp = planes(x);
+        const Planes yp = planes(y);
+        check_same_dims(xp, yp, "batchnorm forward");
+        if (yp.dims.elements() == 0) return;
+        const std::int64_t c = xp.dims.c;
         const double* values = context().upload(c, {mean, inv_std});
-        map("batchnorm forward", y.dims, Merge::rows, operand(y), inputs(x), NormForward{values, c, gamma, beta});
+        map("batchnorm forward", yp.dims, Merge::rows, operand(yp), inputs(xp), NormForward{values, c, gamma, beta});
     }
 
     void backward_statistics(ConstView x, ConstView dy, const float* mean, const float* inv_std, double* sum_dy,
                              double* sum_dy_xhat) override {
-        check_same_dims(x, dy, "batchnorm backward_statistics");
-        const std::int64_t c = x.dims.c;
+        const ConstPlanes xp = planes(x), dyp = planes(dy);
+        check_same_dims(xp, dyp, "batchnorm backward_statistics");
+        const std::int64_t c = xp.dims.c;
         if (c == 0) return;
         Context& ctx = context();
         const double* values = ctx.upload(c, {mean, inv_std});
         double* totals = ctx.totals.as<double>(2 * c);
-        reduce("batchnorm backward statistics", x.dims, Over::channels, {x, dy}, NormGradientTerm{values, c}, totals);
+        reduce("batchnorm backward statistics", xp.dims, Over::channels, {xp, dyp}, NormGradientTerm{values, c},
+               totals);
         const double* host = ctx.fetch(totals, 2 * c);
         for (std::int64_t k = 0; k < c; ++k) {
             sum_dy[k] += host[2 * k];
@@ -128,16 +133,18 @@ public:
 
     void backward(ConstView x, ConstView dy, const float* mean, const float* inv_std, const float* gamma,
                   const double* sum_dy, const double* sum_dy_xhat, double count, View dx) override {
-        check_same_dims(x, dy, "batchnorm backward");
-        check_same_dims(x, dx, "batchnorm backward");
+        const ConstPlanes xp = planes(x), dyp = planes(dy);
+        const Planes dxp = planes(dx);
+        check_same_dims(xp, dyp, "batchnorm backward");
+        check_same_dims(xp, dxp, "batchnorm backward");
         DSL_INTERNAL_CHECK(count > 0, "batchnorm backward: empty group");
-        if (dx.dims.elements() == 0) return;
-        const std::int64_t c = x.dims.c;
+        if (dxp.dims.elements() == 0) return;
+        const std::int64_t c = xp.dims.c;
         // sum_dy / count once per channel: the reference's per-element quotient, the same in every element.
         std::vector<double> mean_dy(static_cast<std::size_t>(c));
         for (std::int64_t k = 0; k < c; ++k) mean_dy[static_cast<std::size_t>(k)] = sum_dy[k] / count;
         const double* values = context().upload(c, {mean, inv_std, mean_dy.data(), sum_dy_xhat});
-        map("batchnorm backward", dx.dims, Merge::rows, operand(dx), inputs(x, dy),
+        map("batchnorm backward", dxp.dims, Merge::rows, operand(dxp), inputs(xp, dyp),
             NormBackward{values, c, count, gamma});
     }
 };
@@ -211,14 +218,15 @@ struct GroupNormBackward {
 class GpuGroupNorm final : public GroupNormKernels {
 public:
     void statistics(ConstView x, std::int64_t groups, double* sum, double* sum_sq) override {
-        const std::int64_t planes = x.dims.n * x.dims.c, per = per_group(x.dims, groups);
-        if (planes == 0) return;
+        const ConstPlanes xp = planes(x);
+        const std::int64_t plane_count = xp.dims.n * xp.dims.c, per = per_group(xp.dims, groups);
+        if (plane_count == 0) return;
         Context& ctx = context();
-        double* totals = ctx.totals.as<double>(2 * planes);
-        reduce("groupnorm statistics", x.dims, Over::planes, {x}, MomentsTerm{}, totals);
-        const double* host = ctx.fetch(totals, 2 * planes);
-        for (std::int64_t p = 0; p < planes; ++p) {
-            const std::int64_t s = p / x.dims.c * groups + p % x.dims.c / per;
+        double* totals = ctx.totals.as<double>(2 * plane_count);
+        reduce("groupnorm statistics", xp.dims, Over::planes, {xp}, MomentsTerm{}, totals);
+        const double* host = ctx.fetch(totals, 2 * plane_count);
+        for (std::int64_t p = 0; p < plane_count; ++p) {
+            const std::int64_t s = p / xp.dims.c * groups + p % xp.dims.c / per;
             sum[s] += host[2 * p];
             sum_sq[s] += host[2 * p + 1];
         }
@@ -226,29 +234,32 @@ public:
 
     void forward(ConstView x, std::int64_t groups, const float* mean, const float* inv_std, const float* gamma,
                  const float* beta, View y) override {
-        check_same_dims(x, y, "groupnorm forward");
-        if (y.dims.elements() == 0) return;
-        const std::int64_t stats = x.dims.n * groups, per = per_group(x.dims, groups);
+        const ConstPlanes xp = planes(x);
+        const Planes yp = planes(y);
+        check_same_dims(xp, yp, "groupnorm forward");
+        if (yp.dims.elements() == 0) return;
+        const std::int64_t stats = xp.dims.n * groups, per = per_group(xp.dims, groups);
         const double* values = context().upload(stats, {mean, inv_std});
-        map("groupnorm forward", y.dims, Merge::rows, operand(y), inputs(x),
+        map("groupnorm forward", yp.dims, Merge::rows, operand(yp), inputs(xp),
             GroupNormForward{values, stats, groups, per, gamma, beta});
     }
 
     void backward_statistics(ConstView x, ConstView dy, std::int64_t groups, const float* mean, const float* inv_std,
                              const float* gamma, double* d_beta, double* d_gamma, double* sum_g,
                              double* sum_g_xhat) override {
-        check_same_dims(x, dy, "groupnorm backward_statistics");
-        const std::int64_t planes = x.dims.n * x.dims.c, per = per_group(x.dims, groups);
-        if (planes == 0) return;
-        const std::int64_t stats = x.dims.n * groups;
+        const ConstPlanes xp = planes(x), dyp = planes(dy);
+        check_same_dims(xp, dyp, "groupnorm backward_statistics");
+        const std::int64_t plane_count = xp.dims.n * xp.dims.c, per = per_group(xp.dims, groups);
+        if (plane_count == 0) return;
+        const std::int64_t stats = xp.dims.n * groups;
         Context& ctx = context();
         const double* values = ctx.upload(stats, {mean, inv_std});
-        double* totals = ctx.totals.as<double>(4 * planes);
-        reduce("groupnorm backward statistics", x.dims, Over::planes, {x, dy},
+        double* totals = ctx.totals.as<double>(4 * plane_count);
+        reduce("groupnorm backward statistics", xp.dims, Over::planes, {xp, dyp},
                GroupNormGradientTerm{values, stats, groups, per, gamma}, totals);
-        const double* host = ctx.fetch(totals, 4 * planes);
-        for (std::int64_t p = 0; p < planes; ++p) {
-            const std::int64_t c = p % x.dims.c, s = p / x.dims.c * groups + c / per;
+        const double* host = ctx.fetch(totals, 4 * plane_count);
+        for (std::int64_t p = 0; p < plane_count; ++p) {
+            const std::int64_t c = p % xp.dims.c, s = p / xp.dims.c * groups + c / per;
             d_beta[c] += host[4 * p];
             d_gamma[c] += host[4 * p + 1];
             sum_g[s] += host[4 * p + 2];
@@ -258,20 +269,22 @@ public:
 
     void backward(ConstView x, ConstView dy, std::int64_t groups, const float* mean, const float* inv_std,
                   const float* gamma, const double* sum_g, const double* sum_g_xhat, double count, View dx) override {
-        check_same_dims(x, dy, "groupnorm backward");
-        check_same_dims(x, dx, "groupnorm backward");
+        const ConstPlanes xp = planes(x), dyp = planes(dy);
+        const Planes dxp = planes(dx);
+        check_same_dims(xp, dyp, "groupnorm backward");
+        check_same_dims(xp, dxp, "groupnorm backward");
         DSL_INTERNAL_CHECK(count > 0, "groupnorm backward: empty group");
-        if (dx.dims.elements() == 0) return;
-        const std::int64_t stats = x.dims.n * groups, per = per_group(x.dims, groups);
+        if (dxp.dims.elements() == 0) return;
+        const std::int64_t stats = xp.dims.n * groups, per = per_group(xp.dims, groups);
         std::vector<double> mean_g(static_cast<std::size_t>(stats));
         for (std::int64_t s = 0; s < stats; ++s) mean_g[static_cast<std::size_t>(s)] = sum_g[s] / count;
         const double* values = context().upload(stats, {mean, inv_std, mean_g.data(), sum_g_xhat});
-        map("groupnorm backward", dx.dims, Merge::rows, operand(dx), inputs(x, dy),
+        map("groupnorm backward", dxp.dims, Merge::rows, operand(dxp), inputs(xp, dyp),
             GroupNormBackward{values, stats, groups, per, count, gamma});
     }
 
 private:
-    static std::int64_t per_group(const Dims& d, std::int64_t groups) {
+    static std::int64_t per_group(const PlaneDims& d, std::int64_t groups) {
         DSL_INTERNAL_CHECK(groups > 0 && d.c % groups == 0, "groupnorm: channels not divisible into groups");
         return d.c / groups;
     }

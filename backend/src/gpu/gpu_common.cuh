@@ -7,11 +7,13 @@
 
 #include "gpu_context.hpp"
 
-// tensor.hpp's conversion of a view to its const view is never called on a view that is const already, and
-// nvcc warns so at every instantiation of ConstView.
+// tensor.hpp's and planes.hpp's conversions of a view to its const view are never called on a view that is
+// const already, and nvcc warns so at every instantiation of ConstView (and ConstPlanes).
 #pragma nv_diag_suppress 554
 
 #include <dsl/backend/gpu.hpp>
+
+#include "../planes.hpp"
 
 #include <cstddef>
 #include <cstdint>

@@ -88,10 +88,12 @@ const char* pass_name(Pass p) {
 // The operands of a pass named as in the forward: input x, filter w {F, C, KH, KW}, output y. The forward
 // writes y, backward_data x (dx from dy), backward_weights w (dw); the others are only read.
 struct ConvViews {
-    View x, w, y;
+    Planes x, w, y;
 };
 
-View writable(ConstView v) { return View{const_cast<float*>(v.base), v.dims, v.stride_n, v.stride_c, v.stride_h}; }
+Planes writable(const ConstPlanes& p) {
+    return Planes{const_cast<float*>(p.base), p.dims, p.stride_n, p.stride_c, p.stride_h};
+}
 
 // One way to run a pass: in the views' own strided layout, or with operands copied to and from dense
 // scratch (w always is dense or copied: cuDNN's filters have no strides), and cuDNN's fastest algorithm
@@ -116,7 +118,7 @@ public:
         Key key{static_cast<std::int64_t>(pass), window.stride[0], window.stride[1], window.dilation[0],
                 window.dilation[1]};
         std::size_t k = 5;
-        for (const View& view : {v.x, v.w, v.y})
+        for (const Planes& view : {v.x, v.w, v.y})
             for (std::int64_t value :
                  {view.dims.n, view.dims.c, view.dims.h, view.dims.w, view.stride_n, view.stride_c, view.stride_h})
                 key[k++] = value;
@@ -155,21 +157,21 @@ private:
         return operand != (pass == Pass::forward ? 2 : pass == Pass::backward_data ? 0 : 1);
     }
 
-    static std::array<View, 3> operands(const ConvViews& v) { return {v.x, v.w, v.y}; }
+    static std::array<Planes, 3> operands(const ConvViews& v) { return {v.x, v.w, v.y}; }
 
     // Pointers for a pass: the views' own memory, or scratch filled with their elements where they are read.
     Bound bind(Pass pass, const ConvViews& v, const Candidate& c) {
         const auto views = operands(v);
         std::array<float*, 3> p{};
         for (int k = 0; k < 3; ++k) {
-            const View& view = views[static_cast<std::size_t>(k)];
+            const Planes& view = views[static_cast<std::size_t>(k)];
             if (!c.scratch[static_cast<std::size_t>(k)]) {
                 p[static_cast<std::size_t>(k)] = view.base;
                 continue;
             }
             float* s = slots_[static_cast<std::size_t>(k)].as<float>(view.dims.elements());
             if (input_of(pass, k))
-                map("conv pack", view.dims, Merge::all, dense_operand(s, view.dims), inputs(ConstView(view)), Copy{});
+                map("conv pack", view.dims, Merge::all, dense_operand(s, view.dims), inputs(ConstPlanes(view)), Copy{});
             p[static_cast<std::size_t>(k)] = s;
         }
         return {p[0], p[1], p[2]};
@@ -181,11 +183,9 @@ private:
         const std::array<float*, 3> p{b.x, b.w, b.y};
         for (std::size_t k = 0; k < 3; ++k)
             if (c.scratch[k] && !input_of(pass, static_cast<int>(k))) {
-                const View& view = views[k];
+                const Planes& view = views[k];
                 map("conv unpack", view.dims, Merge::all, operand(view),
-                    inputs(ConstView{p[k], view.dims, view.dims.c * view.dims.h * view.dims.w,
-                                     view.dims.h * view.dims.w, view.dims.w}),
-                    Copy{});
+                    inputs(dense_planes<const float>(p[k], view.dims)), Copy{});
             }
     }
 
@@ -213,8 +213,9 @@ private:
         }
     }
 
-    static void describe(const TensorDescriptor& d, const View& v, bool dense) {
-        const Dims& s = v.dims;
+    // A view as cuDNN's 4-D tensor: in its own strides, or dense when it goes through scratch.
+    static void describe(const TensorDescriptor& d, const Planes& v, bool dense) {
+        const PlaneDims& s = v.dims;
         const std::int64_t sn = dense ? s.c * s.h * s.w : v.stride_n, sc = dense ? s.h * s.w : v.stride_c,
                            sh = dense ? s.w : v.stride_h;
         check_cudnn(cudnnSetTensor4dDescriptorEx(d.get(), CUDNN_DATA_FLOAT, to_int(s.n, "batch"),
@@ -228,7 +229,7 @@ private:
         c->scratch = {dense && !v.x.dense(), !v.w.dense(), dense && !v.y.dense()};
         describe(c->x, v.x, c->scratch[0]);
         describe(c->y, v.y, c->scratch[2]);
-        const Dims& w = v.w.dims;
+        const PlaneDims& w = v.w.dims;
         check_cudnn(cudnnSetFilter4dDescriptor(c->w.get(), CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, to_int(w.n, "filters"),
                                                to_int(w.c, "channels"), to_int(w.h, "kernel"), to_int(w.w, "kernel")),
                     "cudnnSetFilter4dDescriptor");
@@ -419,88 +420,92 @@ ConvEngine& conv_engine() {
     return *engine;
 }
 
-void add_bias(const float* bias, View y) {
-    map("bias", y.dims, Merge::rows, operand(y), inputs(ConstView(y)), AddBias{bias});
+void add_bias(const float* bias, const Planes& y) {
+    map("bias", y.dims, Merge::rows, operand(y), inputs(ConstPlanes(y)), AddBias{bias});
 }
 
 // db[f] = Σ dy(n, f, i, j), into device memory.
-void bias_gradient(ConstView dy, float* db) { reduce("bias gradient", dy.dims, Over::channels, {dy}, SumTerm{}, db); }
+void bias_gradient(const ConstPlanes& dy, float* db) {
+    reduce("bias gradient", dy.dims, Over::channels, {dy}, SumTerm{}, db);
+}
+
+// The convolution's passes on planes, which convolutions and fc (over filters that are views of its weights)
+// run.
+void conv_forward(const ConstPlanes& x, const ConstPlanes& w, const float* bias, const Planes& y,
+                  const Window& window) {
+    check_conv(x.dims, w.dims, y.dims, window);
+    if (y.dims.elements() == 0) return;
+    if (x.dims.elements() == 0 || w.dims.elements() == 0)
+        zero(y);
+    else
+        conv_engine().run(Pass::forward, {writable(x), writable(w), y}, window);
+    if (bias) add_bias(bias, y);
+}
+
+void conv_backward_data(const ConstPlanes& dy, const ConstPlanes& w, const Planes& dx, const Window& window) {
+    check_conv(dx.dims, w.dims, dy.dims, window);
+    if (dx.dims.elements() == 0) return;
+    if (dy.dims.elements() == 0 || w.dims.elements() == 0) return zero(dx);
+    conv_engine().run(Pass::backward_data, {dx, writable(w), writable(dy)}, window);
+}
+
+void conv_backward_weights(const ConstPlanes& x, const ConstPlanes& dy, const Planes& dw, float* db,
+                           const Window& window) {
+    check_conv(x.dims, dw.dims, dy.dims, window);
+    if (db) bias_gradient(dy, db);
+    if (dw.dims.elements() == 0) return;
+    if (dy.dims.elements() == 0 || x.dims.elements() == 0) return zero(dw);
+    conv_engine().run(Pass::backward_weights, {writable(x), dw, writable(dy)}, window);
+}
 
 class GpuConv final : public ConvKernels {
 public:
     void forward(ConstView x, ConstView w, const float* bias, View y, const Window& window) override {
-        check_shapes(x, w, y, window);
-        if (y.dims.elements() == 0) return;
-        if (x.dims.elements() == 0 || w.dims.elements() == 0)
-            zero(y);
-        else
-            conv_engine().run(Pass::forward, {writable(x), writable(w), y}, window);
-        if (bias) add_bias(bias, y);
+        conv_forward(planes(x), planes(w), bias, planes(y), window);
     }
 
     void backward_data(ConstView dy, ConstView w, View dx, const Window& window) override {
-        check_shapes(dx, w, dy, window);
-        if (dx.dims.elements() == 0) return;
-        if (dy.dims.elements() == 0 || w.dims.elements() == 0) return zero(dx);
-        conv_engine().run(Pass::backward_data, {dx, writable(w), writable(dy)}, window);
+        conv_backward_data(planes(dy), planes(w), planes(dx), window);
     }
 
     void backward_weights(ConstView x, ConstView dy, View dw, float* db, const Window& window) override {
-        check_shapes(x, dw, dy, window);
-        if (db) bias_gradient(dy, db);
-        if (dw.dims.elements() == 0) return;
-        if (dy.dims.elements() == 0 || x.dims.elements() == 0) return zero(dw);
-        conv_engine().run(Pass::backward_weights, {writable(x), dw, writable(dy)}, window);
-    }
-
-private:
-    // Templates rather than `auto` parameters: nvcc compiles this file as C++17.
-    template <typename X, typename W, typename Y>
-    static void check_shapes(const X& x, const W& w, const Y& y, const Window& window) {
-        check_conv(x.dims, w.dims, y.dims, window);
+        conv_backward_weights(planes(x), planes(dy), planes(dw), db, window);
     }
 };
 
-// fc is the convolution of x {N, C, H, W} with K filters {C, H, W} that covers x exactly (output {N, K, 1, 1}):
-// feature i of x is (c, h, w) in row-major order, as filter k's elements are, so w {K, I, 1, 1} is the
-// filter bank {K, C, H, W} over the same memory.
+// fc is the convolution of x {N, C, H, W} with K filters {C, H, W} that covers x exactly (output {N, K}, planes
+// of 1 x 1, as is an x without spatial dimensions): feature i of x is (c, h, w) in row-major order, as filter
+// k's elements are, so w {K, I} is the filter bank {K, C, H, W} over the same memory.
 class GpuFc final : public FcKernels {
 public:
     void forward(ConstView x, ConstView w, const float* bias, View y) override {
-        check_shapes(x, w, y);
-        conv().forward(x, filters(w, x.dims), bias, y, window(x.dims));
+        const ConstPlanes xp = planes(x);
+        check_fc(xp.dims, planes(w.dims), planes(y.dims));
+        conv_forward(xp, filters(planes(w), xp.dims), bias, planes(y), window(xp.dims));
     }
 
     void backward_data(ConstView dy, ConstView w, View dx) override {
-        check_shapes(dx, w, dy);
-        conv().backward_data(dy, filters(w, dx.dims), dx, window(dx.dims));
+        const Planes dxp = planes(dx);
+        check_fc(dxp.dims, planes(w.dims), planes(dy.dims));
+        conv_backward_data(planes(dy), filters(planes(w), dxp.dims), dxp, window(dxp.dims));
     }
 
     void backward_weights(ConstView x, ConstView dy, View dw, float* db) override {
-        check_shapes(x, dw, dy);
-        conv().backward_weights(x, dy, writable(filters(dw, x.dims)), db, window(x.dims));
+        const ConstPlanes xp = planes(x);
+        check_fc(xp.dims, planes(dw.dims), planes(dy.dims));
+        conv_backward_weights(xp, planes(dy), writable(filters(planes(dw), xp.dims)), db, window(xp.dims));
     }
 
 private:
-    static GpuConv& conv() {
-        static GpuConv instance;
-        return instance;
-    }
-
-    static Window window(const Dims& x) {
+    static Window window(const PlaneDims& x) {
         Window w;
         w.kernel = {x.h, x.w};
         return w;
     }
 
-    static ConstView filters(ConstView w, const Dims& x) {
+    static ConstPlanes filters(const ConstPlanes& w, const PlaneDims& x) {
         DSL_INTERNAL_CHECK(w.dims.c <= 1 || w.stride_c == 1, "fc: the weights' rows must be contiguous");
-        return ConstView{w.base, {w.dims.n, x.c, x.h, x.w}, w.stride_n, x.h * x.w, x.w};
-    }
-
-    template <typename X, typename W, typename Y>
-    static void check_shapes(const X& x, const W& w, const Y& y) {
-        check_fc(x.dims, w.dims, y.dims);
+        return ConstPlanes{w.base, {w.dims.n, x.c, x.h, x.w}, w.stride_n, x.h * x.w, x.w};
     }
 };
 

@@ -100,8 +100,10 @@ struct GeluBackward : PerElement {
 };
 
 // Dropout: x * scale where the mask (splitmix.hpp's, of the element's global coordinates) keeps it, else 0.
+// The view's first element is global (n0, 0, y0, x0).
 struct DropoutOp {
-    DropoutMask m;
+    std::uint64_t key;
+    std::int64_t step, n0, y0, x0;
     std::uint32_t threshold;
     float scale;
     struct Row {
@@ -110,8 +112,7 @@ struct DropoutOp {
     __device__ Row row(std::int64_t n, std::int64_t c, std::int64_t y) const { return {n, c, y}; }
     template <int S>
     __device__ float operator()(const Row& r, const float (&v)[S], std::int64_t x) const {
-        return dropout_keep(m.key, m.step, m.n0 + r.n, r.c, m.y0 + r.y, m.x0 + x, threshold) ? __fmul_rn(v[0], scale)
-                                                                                              : 0.0f;
+        return dropout_keep(key, step, n0 + r.n, r.c, y0 + r.y, x0 + x, threshold) ? __fmul_rn(v[0], scale) : 0.0f;
     }
 };
 
@@ -147,55 +148,60 @@ __global__ void adam_kernel(float* w, float* m, float* v, const float* g, std::i
 
 class GpuDropout final : public DropoutKernels {
 public:
-    void forward(ConstView x, const DropoutMask& m, View y) override {
-        check_same_dims(x, y, "dropout forward");
-        apply("dropout forward", x, m, y);
-    }
-    void backward(ConstView dy, const DropoutMask& m, View dx) override {
-        check_same_dims(dy, dx, "dropout backward");
-        apply("dropout backward", dy, m, dx);
-    }
+    void forward(ConstView x, const DropoutMask& m, View y) override { apply("dropout forward", x, m, y); }
+    void backward(ConstView dy, const DropoutMask& m, View dx) override { apply("dropout backward", dy, m, dx); }
 
 private:
     // Every coordinate is needed: no rows are folded.
     static void apply(const char* kernel, ConstView x, const DropoutMask& m, View y) {
-        map(kernel, y.dims, Merge::none, operand(y), inputs(x), DropoutOp{m, dropout_threshold(m.p), 1.0f / (1.0f - m.p)});
+        const ConstPlanes xp = planes(x);
+        const Planes yp = planes(y);
+        check_same_dims(xp, yp, kernel);
+        const PlanePlace at = plane_place(m.at);
+        map(kernel, yp.dims, Merge::none, operand(yp), inputs(xp),
+            DropoutOp{m.key, m.step, m.n0, at.y, at.x, dropout_threshold(m.p), 1.0f / (1.0f - m.p)});
     }
 };
 
 class GpuActivation final : public ActivationKernels {
 public:
     void forward(frontend::Activation f, ConstView x, float slope, View y) override {
-        check_same_dims(x, y, "activation forward");
+        const ConstPlanes xp = planes(x);
+        const Planes yp = planes(y);
+        check_same_dims(xp, yp, "activation forward");
+        const PlaneDims& d = yp.dims;
         switch (f) {
             case frontend::Activation::relu:
             case frontend::Activation::leaky_relu:
-                return map("activation forward", y.dims, Merge::all, operand(y), inputs(x), LeakyForward{{}, slope});
+                return map("activation forward", d, Merge::all, operand(yp), inputs(xp), LeakyForward{{}, slope});
             case frontend::Activation::sigmoid:
-                return map("sigmoid forward", y.dims, Merge::all, operand(y), inputs(x), SigmoidForward{});
+                return map("sigmoid forward", d, Merge::all, operand(yp), inputs(xp), SigmoidForward{});
             case frontend::Activation::tanh:
-                return map("tanh forward", y.dims, Merge::all, operand(y), inputs(x), TanhForward{});
+                return map("tanh forward", d, Merge::all, operand(yp), inputs(xp), TanhForward{});
             case frontend::Activation::gelu:
-                return map("gelu forward", y.dims, Merge::all, operand(y), inputs(x), GeluForward{});
+                return map("gelu forward", d, Merge::all, operand(yp), inputs(xp), GeluForward{});
             case frontend::Activation::none: break;
         }
         throw dsl::InternalError("activation kernels called without a function");
     }
 
     void backward(frontend::Activation f, ConstView x, ConstView dy, float slope, View dx) override {
-        check_same_dims(x, dy, "activation backward");
-        check_same_dims(x, dx, "activation backward");
+        const ConstPlanes xp = planes(x), dyp = planes(dy);
+        const Planes dxp = planes(dx);
+        check_same_dims(xp, dyp, "activation backward");
+        check_same_dims(xp, dxp, "activation backward");
+        const PlaneDims& d = dxp.dims;
         switch (f) {
             case frontend::Activation::relu:
             case frontend::Activation::leaky_relu:
-                return map("activation backward", dx.dims, Merge::all, operand(dx), inputs(x, dy),
+                return map("activation backward", d, Merge::all, operand(dxp), inputs(xp, dyp),
                            LeakyBackward{{}, slope});
             case frontend::Activation::sigmoid:
-                return map("sigmoid backward", dx.dims, Merge::all, operand(dx), inputs(x, dy), SigmoidBackward{});
+                return map("sigmoid backward", d, Merge::all, operand(dxp), inputs(xp, dyp), SigmoidBackward{});
             case frontend::Activation::tanh:
-                return map("tanh backward", dx.dims, Merge::all, operand(dx), inputs(x, dy), TanhBackward{});
+                return map("tanh backward", d, Merge::all, operand(dxp), inputs(xp, dyp), TanhBackward{});
             case frontend::Activation::gelu:
-                return map("gelu backward", dx.dims, Merge::all, operand(dx), inputs(x, dy), GeluBackward{});
+                return map("gelu backward", d, Merge::all, operand(dxp), inputs(xp, dyp), GeluBackward{});
             case frontend::Activation::none: break;
         }
         throw dsl::InternalError("activation kernels called without a function");
@@ -207,28 +213,29 @@ public:
     // y may be one of xs: each element reads every input before it is written. Up to `per_kernel` inputs
     // sum in double and round once, as the reference; more go through a dense running sum, rounded per kernel.
     void add(const std::vector<ConstView>& xs, View y) override {
-        for (const ConstView& x : xs) check_same_dims(x, y, "add");
-        if (y.dims.elements() == 0) return;
-        if (xs.empty()) return zero(y);
+        const Planes yp = planes(y);
+        for (const ConstView& x : xs) check_same_dims(planes(x), yp, "add");
+        const PlaneDims& d = yp.dims;
+        if (d.elements() == 0) return;
+        if (xs.empty()) return zero(yp);
         // Two inputs (a residual connection) have a kernel of their own, which needs fewer registers.
-        if (xs.size() <= 2) return sum<2>(xs, 0, xs.size(), operand(y), {});
-        if (xs.size() <= per_kernel) return sum<per_kernel>(xs, 0, xs.size(), operand(y), {});
-        float* running = context().sum.as<float>(y.dims.elements());
-        const ConstView partial{running, y.dims, y.dims.c * y.dims.h * y.dims.w, y.dims.h * y.dims.w, y.dims.w};
-        sum<per_kernel>(xs, 0, per_kernel, dense_operand(running, y.dims), {});
+        if (xs.size() <= 2) return sum<2>(d, xs, 0, xs.size(), operand(yp), {});
+        if (xs.size() <= per_kernel) return sum<per_kernel>(d, xs, 0, xs.size(), operand(yp), {});
+        float* running = context().sum.as<float>(d.elements());
+        const ConstPlanes partial = dense_planes<const float>(running, d);
+        sum<per_kernel>(d, xs, 0, per_kernel, dense_operand(running, d), {});
         for (std::size_t k = per_kernel; k < xs.size(); k += per_kernel - 1)
-            sum<per_kernel>(xs, k, std::min(xs.size(), k + per_kernel - 1), dense_operand(running, y.dims), partial);
-        copy(partial, y);
+            sum<per_kernel>(d, xs, k, std::min(xs.size(), k + per_kernel - 1), dense_operand(running, d), partial);
+        copy_planes(partial, yp);
     }
 
-    void copy(ConstView x, View y) override {
-        check_same_dims(x, y, "copy");
-        map("copy", y.dims, Merge::all, operand(y), inputs(x), Copy{});
-    }
+    void copy(ConstView x, View y) override { copy_planes(planes(x), planes(y)); }
 
     void accumulate(ConstView x, View y) override {
-        check_same_dims(x, y, "accumulate");
-        map("accumulate", y.dims, Merge::all, operand(y), inputs(ConstView(y), x), Add2{});
+        const ConstPlanes xp = planes(x);
+        const Planes yp = planes(y);
+        check_same_dims(xp, yp, "accumulate");
+        map("accumulate", yp.dims, Merge::all, operand(yp), inputs(ConstPlanes(yp), xp), Add2{});
     }
 
     void sgd(float* w, float* m, const float* g, std::int64_t count, float lr, float momentum, float decay) override {
@@ -248,15 +255,20 @@ public:
 private:
     static constexpr int per_kernel = 8;
 
-    // out = xs[begin, end) (plus `first` when it has a base) in one kernel of up to N inputs.
+    static void copy_planes(const ConstPlanes& x, const Planes& y) {
+        check_same_dims(x, y, "copy");
+        map("copy", y.dims, Merge::all, operand(y), inputs(x), Copy{});
+    }
+
+    // out = xs[begin, end) (plus `first` when it has a base) in one kernel of up to N inputs, over `d`.
     template <int N>
-    static void sum(const std::vector<ConstView>& xs, std::size_t begin, std::size_t end, Operand<float> out,
-                    ConstView first) {
+    static void sum(const PlaneDims& d, const std::vector<ConstView>& xs, std::size_t begin, std::size_t end,
+                    Operand<float> out, const ConstPlanes& first) {
         Inputs<N> in;
         in.count = 0;
         if (first.base) in.op[in.count++] = input(first);
         for (std::size_t k = begin; k < end; ++k) in.op[in.count++] = input(xs[k]);
-        map("add", xs[0].dims, Merge::all, out, in, SumInputs{{}, in.count});
+        map("add", d, Merge::all, out, in, SumInputs{{}, in.count});
     }
 };
 

@@ -38,8 +38,9 @@ __device__ double group_sum(double v) {
 }
 
 template <int G>
-__global__ void __launch_bounds__(256) cross_entropy_kernel(Dims d, Operand<const float> logits, Operand<float> dlogits,
-                                                            const std::int32_t* labels, float scale, double* partials) {
+__global__ void __launch_bounds__(256)
+    cross_entropy_kernel(PlaneDims d, Operand<const float> logits, Operand<float> dlogits, const std::int32_t* labels,
+                         float scale, double* partials) {
     const int lane = threadIdx.x % G;
     const std::int64_t per_block = blockDim.x / G;
     const std::int64_t pixels = d.n * d.h * d.w;
@@ -77,7 +78,7 @@ __global__ void __launch_bounds__(256) cross_entropy_kernel(Dims d, Operand<cons
 
 // A regression loss: one thread per element, in double as the reference; each block writes its sum.
 __global__ void __launch_bounds__(256)
-    regression_kernel(Dims d, frontend::Regression loss, Operand<const float> x, Operand<const float> t,
+    regression_kernel(PlaneDims d, frontend::Regression loss, Operand<const float> x, Operand<const float> t,
                       Operand<float> dx, float scale, double* partials) {
     const std::int64_t elements = d.n * d.c * d.h * d.w;
     double total = 0.0;
@@ -96,9 +97,12 @@ __global__ void __launch_bounds__(256)
 class GpuLoss final : public LossKernels {
 public:
     double cross_entropy(ConstView logits, LabelView labels, float scale, View dlogits) override {
-        const Dims& d = logits.dims;
-        check_labels(d, labels.dims);
-        if (dlogits.base) check_same_dims(logits, dlogits, "cross_entropy");
+        const ConstPlanes lp = planes(logits);
+        const LabelPlanes lb = planes(labels);
+        const Planes dp = planes(dlogits);
+        const PlaneDims& d = lp.dims;
+        check_labels(d, lb.dims);
+        if (dp.base) check_same_dims(lp, dp, "cross_entropy");
         const std::int64_t pixels = d.n * d.h * d.w;
         if (pixels == 0) return 0.0;
         Context& ctx = context();
@@ -109,7 +113,7 @@ public:
         for (std::int64_t n = 0; n < d.n; ++n)
             for (std::int64_t i = 0; i < d.h; ++i)
                 for (std::int64_t j = 0; j < d.w; ++j) {
-                    const std::int32_t label = labels.at(n, 0, i, j);
+                    const std::int32_t label = lb.at(n, 0, i, j);
                     check_label(label, d.c);
                     host[p++] = label;
                 }
@@ -124,11 +128,11 @@ public:
         const std::int64_t per_block = 256 / lanes;
         const auto blocks = static_cast<unsigned>(std::min<std::int64_t>(ceil_div(pixels, per_block), loss_blocks_max));
         double* partials = ctx.partials.as<double>(blocks);
-        const Operand<float> out = dlogits.base ? operand(dlogits) : Operand<float>{};
+        const Operand<float> out = operand(dp);
         if (lanes == 32)
-            cross_entropy_kernel<32><<<blocks, 256, 0, gpu::stream()>>>(d, input(logits), out, device, scale, partials);
+            cross_entropy_kernel<32><<<blocks, 256, 0, gpu::stream()>>>(d, input(lp), out, device, scale, partials);
         else
-            cross_entropy_kernel<1><<<blocks, 256, 0, gpu::stream()>>>(d, input(logits), out, device, scale, partials);
+            cross_entropy_kernel<1><<<blocks, 256, 0, gpu::stream()>>>(d, input(lp), out, device, scale, partials);
         check_launch("cross_entropy");
         const double* sums = ctx.fetch(partials, blocks);
         double total = 0.0;
@@ -138,17 +142,18 @@ public:
 
     double regression(frontend::Regression loss, ConstView prediction, ConstView target, float scale,
                       View dprediction) override {
-        const Dims& d = prediction.dims;
-        check_same_dims(prediction, target, "regression");
-        if (dprediction.base) check_same_dims(prediction, dprediction, "regression");
+        const ConstPlanes xp = planes(prediction), tp = planes(target);
+        const Planes dp = planes(dprediction);
+        const PlaneDims& d = xp.dims;
+        check_same_dims(xp, tp, "regression");
+        if (dp.base) check_same_dims(xp, dp, "regression");
         DSL_INTERNAL_CHECK(loss != frontend::Regression::none, "regression: not a regression loss");
         const std::int64_t elements = d.elements();
         if (elements == 0) return 0.0;
         Context& ctx = context();
         const auto blocks = static_cast<unsigned>(std::min<std::int64_t>(ceil_div(elements, 256), loss_blocks_max));
         double* partials = ctx.partials.as<double>(blocks);
-        const Operand<float> out = dprediction.base ? operand(dprediction) : Operand<float>{};
-        regression_kernel<<<blocks, 256, 0, gpu::stream()>>>(d, loss, input(prediction), input(target), out, scale,
+        regression_kernel<<<blocks, 256, 0, gpu::stream()>>>(d, loss, input(xp), input(tp), operand(dp), scale,
                                                              partials);
         check_launch("regression");
         const double* sums = ctx.fetch(partials, blocks);

@@ -1,5 +1,6 @@
 // Element-wise kernels: one thread per element of a row, rows spread over blocks. `map` runs an operation
-// over every element of a strided 4-D view; the operations every kernel file uses are here too.
+// over every element of a strided view of planes (planes.hpp: each kernel converts its views there, once);
+// the operations every kernel file uses are here too.
 #pragma once
 
 #include "gpu_common.cuh"
@@ -9,7 +10,7 @@
 
 namespace dsl::backend::gpu {
 
-// A strided 4-D operand as the kernels see it; element (n, c, y, x) is at base[n*sn + c*sc + y*sh + x].
+// A strided operand of planes as the kernels see it; element (n, c, y, x) is at base[n*sn + c*sc + y*sh + x].
 template <typename T>
 struct Operand {
     T* base = nullptr;
@@ -17,15 +18,21 @@ struct Operand {
 };
 
 template <typename T>
-Operand<T> operand(const BasicView<T>& v) {
-    return {v.base, v.stride_n, v.stride_c, v.stride_h};
+Operand<T> operand(const PlaneView<T>& p) {
+    return {p.base, p.stride_n, p.stride_c, p.stride_h};
 }
 
+template <typename T>
+Operand<T> operand(const BasicView<T>& v) {
+    return operand(planes(v));
+}
+
+inline Operand<const float> input(const ConstPlanes& p) { return operand(p); }
 inline Operand<const float> input(const ConstView& v) { return operand(v); }
 
 template <typename T>
-Operand<T> dense_operand(T* data, const Dims& d) {
-    return {data, d.c * d.h * d.w, d.h * d.w, d.w};
+Operand<T> dense_operand(T* data, const PlaneDims& d) {
+    return operand(dense_planes(data, d));
 }
 
 // The inputs an element-wise kernel loads for each element (the operation reads them all before it writes,
@@ -57,7 +64,7 @@ enum class Merge { none, rows, all };
 // one row; a tile without left and right margins has rows of whole planes), so that short rows do not leave
 // threads idle. A folded dimension keeps size 1, so the kernels' coordinates stay valid.
 template <typename Out, int N>
-Geometry fold(const Dims& d, Merge merge, const Operand<Out>& out, const Inputs<N>& in) {
+Geometry fold(const PlaneDims& d, Merge merge, const Operand<Out>& out, const Inputs<N>& in) {
     std::int64_t size[3] = {d.n, d.c, d.h};
     std::int64_t w = d.w;
     if (merge == Merge::none) return {d.n, d.c, d.h, d.w};
@@ -133,7 +140,7 @@ void launch_map(const char* kernel, const Geometry& g, Operand<Out> out, const I
 
 // out(n, c, y, x) = op(row(n, c, y), inputs at (n, c, y, x), x) over `d`.
 template <int N, typename Out, typename Op>
-void map(const char* kernel, const Dims& d, Merge merge, Operand<Out> out, const Inputs<N>& in, const Op& op) {
+void map(const char* kernel, const PlaneDims& d, Merge merge, Operand<Out> out, const Inputs<N>& in, const Op& op) {
     if (d.elements() == 0) return;
     const Geometry g = fold(d, merge, out, in);
     // Four elements per thread where rows are long enough to keep the threads busy.
@@ -171,6 +178,6 @@ struct Add2 : PerElement {
     }
 };
 
-inline void zero(View v) { map("fill", v.dims, Merge::all, operand(v), no_inputs(), Fill{{}, 0.0f}); }
+inline void zero(const Planes& p) { map("fill", p.dims, Merge::all, operand(p), no_inputs(), Fill{{}, 0.0f}); }
 
 }  // namespace dsl::backend::gpu

@@ -68,7 +68,8 @@ public:
     }
 
     void fill(View v, float value) override {
-        map("fill", v.dims, Merge::all, operand(v), no_inputs(), Fill{{}, value});
+        const Planes p = planes(v);
+        map("fill", p.dims, Merge::all, operand(p), no_inputs(), Fill{{}, value});
     }
 
     void upload(const float* host, float* data, std::int64_t count) override {
@@ -89,15 +90,17 @@ public:
     }
 
     void pack(ConstView v, float* out) override {
-        map("pack", v.dims, Merge::all, dense_operand(out, v.dims), inputs(v), Copy{});
+        const ConstPlanes p = planes(v);
+        map("pack", p.dims, Merge::all, dense_operand(out, p.dims), inputs(p), Copy{});
     }
 
     void unpack(const float* in, View v, bool add) override {
-        const ConstView from{in, v.dims, v.dims.c * v.dims.h * v.dims.w, v.dims.h * v.dims.w, v.dims.w};
+        const Planes p = planes(v);
+        const ConstPlanes from = dense_planes(in, p.dims);
         if (add)
-            map("unpack", v.dims, Merge::all, operand(v), inputs(ConstView(v), from), Add2{});
+            map("unpack", p.dims, Merge::all, operand(p), inputs(ConstPlanes(p), from), Add2{});
         else
-            map("unpack", v.dims, Merge::all, operand(v), inputs(from), Copy{});
+            map("unpack", p.dims, Merge::all, operand(p), inputs(from), Copy{});
     }
 
     void synchronize() override { check(cudaStreamSynchronize(gpu::stream()), "cudaStreamSynchronize"); }

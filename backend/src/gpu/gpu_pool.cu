@@ -135,51 +135,51 @@ struct PoolGather {
 class GpuPool final : public PoolKernels {
 public:
     void forward(PoolKind kind, ConstView x, View y, const Window& window) override {
-        check(x, y, window);
-        const PoolRow rows{input(x), pool_window(window)};
+        const ConstPlanes xp = planes(x);
+        const Planes yp = planes(y);
+        check_pool(xp.dims, yp.dims, window);
+        const PoolRow rows{input(xp), pool_window(window)};
         if (kind == PoolKind::max)
-            map("max pool forward", y.dims, Merge::none, operand(y), no_inputs(), MaxPool{rows});
+            map("max pool forward", yp.dims, Merge::none, operand(yp), no_inputs(), MaxPool{rows});
         else
-            map("average pool forward", y.dims, Merge::none, operand(y), no_inputs(), AveragePool{rows});
+            map("average pool forward", yp.dims, Merge::none, operand(yp), no_inputs(), AveragePool{rows});
     }
 
     void backward(PoolKind kind, ConstView x, ConstView dy, View dx, const Window& window) override {
-        check(x, dy, window);
-        check_same_dims(x, dx, "pool backward");
-        if (dx.dims.elements() == 0) return;
-        const Dims& o = dy.dims;
+        const ConstPlanes xp = planes(x), dyp = planes(dy);
+        const Planes dxp = planes(dx);
+        check_pool(xp.dims, dyp.dims, window);
+        check_same_dims(xp, dxp, "pool backward");
+        if (dxp.dims.elements() == 0) return;
+        const PlaneDims& o = dyp.dims;
         std::int32_t* argmax = nullptr;
         if (kind == PoolKind::max && o.elements() > 0) {
             DSL_INTERNAL_CHECK(window.kernel[0] * window.kernel[1] <= std::numeric_limits<std::int32_t>::max(),
                                "pool: window too large");
             argmax = context().argmax.as<std::int32_t>(o.elements());
             map("max pool argmax", o, Merge::none, dense_operand(argmax, o), no_inputs(),
-                MaxPoolArgmax{{input(x), pool_window(window)}});
+                MaxPoolArgmax{{input(xp), pool_window(window)}});
         }
-        map("pool backward", dx.dims, Merge::none, operand(dx), no_inputs(),
-            PoolGather{input(dy), argmax, o.c, o.h, o.w, pool_window(window)});
+        map("pool backward", dxp.dims, Merge::none, operand(dxp), no_inputs(),
+            PoolGather{input(dyp), argmax, o.c, o.h, o.w, pool_window(window)});
     }
 
     void global_sum(ConstView x, double* sums) override {
-        const std::int64_t planes = x.dims.n * x.dims.c;
-        if (planes == 0) return;
+        const ConstPlanes xp = planes(x);
+        const std::int64_t plane_count = xp.dims.n * xp.dims.c;
+        if (plane_count == 0) return;
         Context& ctx = context();
-        double* totals = ctx.totals.as<double>(planes);
-        reduce("global pool sum", x.dims, Over::planes, {x}, SumTerm{}, totals);
-        const double* host = ctx.fetch(totals, planes);
-        for (std::int64_t i = 0; i < planes; ++i) sums[i] += host[i];
+        double* totals = ctx.totals.as<double>(plane_count);
+        reduce("global pool sum", xp.dims, Over::planes, {xp}, SumTerm{}, totals);
+        const double* host = ctx.fetch(totals, plane_count);
+        for (std::int64_t i = 0; i < plane_count; ++i) sums[i] += host[i];
     }
 
     void broadcast(const float* values, float scale, View dx) override {
-        if (dx.dims.elements() == 0) return;
-        const double* device = context().upload(dx.dims.n * dx.dims.c, {values});
-        map("broadcast", dx.dims, Merge::rows, operand(dx), no_inputs(), Broadcast{device, dx.dims.c, scale});
-    }
-
-private:
-    template <typename Y>
-    static void check(const ConstView& x, const Y& y, const Window& window) {
-        check_pool(x.dims, y.dims, window);
+        const Planes dxp = planes(dx);
+        if (dxp.dims.elements() == 0) return;
+        const double* device = context().upload(dxp.dims.n * dxp.dims.c, {values});
+        map("broadcast", dxp.dims, Merge::rows, operand(dxp), no_inputs(), Broadcast{device, dxp.dims.c, scale});
     }
 };
 

@@ -135,9 +135,10 @@ struct SumTerm {
 
 enum class Over { channels, planes };  // per channel over n, h, w; per (n, c) plane over h, w
 
-// out[group * quantities + q] (device memory) = the group's sums. Groups are channels or (n, c) planes.
+// out[group * quantities + q] (device memory) = the group's sums over `views` (of dims `d`). Groups are channels
+// or (n, c) planes.
 template <typename Term, typename Out>
-void reduce(const char* kernel, const Dims& d, Over over, const std::array<ConstView, Term::inputs>& views,
+void reduce(const char* kernel, const PlaneDims& d, Over over, const std::array<ConstPlanes, Term::inputs>& views,
             const Term& term, Out* out) {
     constexpr int K = Term::inputs, Q = Term::quantities;
     ReduceGeometry g;
@@ -145,7 +146,7 @@ void reduce(const char* kernel, const Dims& d, Over over, const std::array<Const
     g.groups = over == Over::channels ? d.c : d.n * d.c;
     if (g.groups == 0) return;
     bool rows_follow = true;  // each plane is one row
-    for (const ConstView& v : views) rows_follow = rows_follow && (d.h == 1 || v.stride_h == d.w);
+    for (const ConstPlanes& v : views) rows_follow = rows_follow && (d.h == 1 || v.stride_h == d.w);
     g.rows_h = rows_follow ? 1 : d.h;
     g.w = rows_follow ? d.h * d.w : d.w;
     g.elements = (over == Over::channels ? d.n : 1) * d.h * d.w;
@@ -156,7 +157,7 @@ void reduce(const char* kernel, const Dims& d, Over over, const std::array<Const
     }
     ReduceInputs<K> in;
     for (int k = 0; k < K; ++k) {
-        const ConstView& v = views[static_cast<std::size_t>(k)];
+        const ConstPlanes& v = views[static_cast<std::size_t>(k)];
         in.op[k] = over == Over::channels ? ReduceOperand{v.base, 0, v.stride_c, v.stride_n, v.stride_h}
                                           : ReduceOperand{v.base, v.stride_n, v.stride_c, 0, v.stride_h};
     }

@@ -5,6 +5,7 @@
 
 #include "../resample_kernels.hpp"
 
+#include <dsl/base/error.hpp>
 #include <dsl/scheduler/window.hpp>
 
 #include <algorithm>
@@ -75,29 +76,40 @@ unsigned blocks_for(std::int64_t total) {
     return static_cast<unsigned>(std::max<std::int64_t>(1, std::min<std::int64_t>(ceil_div(total, 256), 65535)));
 }
 
+template <typename T>
+Strided strided(const PlaneView<T>& p) {
+    return {p.stride_n, p.stride_c, p.stride_h};
+}
+
+// The threads run over `d`; index 0 of the upsampling's places and extents is the rows', 1 the columns'.
+Geometry geometry(const PlaneDims& d, const Upsample& u) {
+    DSL_INTERNAL_CHECK(u.in.rank() == 2 && u.at.x.rank() == 2 && u.at.y.rank() == 2,
+                       "upsample: the input's extents and the views' places must be an image's");
+    return Geometry{d.n,     d.c,       d.h,       d.w,       u.scale,   u.in[0],
+                    u.in[1], u.at.x[0], u.at.x[1], u.at.y[0], u.at.y[1], u.bilinear};
+}
+
 class GpuUpsample final : public UpsampleKernels {
 public:
     void forward(const Upsample& u, ConstView x, View y) override {
-        check_upsample(u, x.dims, y.dims, "upsample forward");
-        const Dims& d = y.dims;
+        const ConstPlanes xp = planes(x);
+        const Planes yp = planes(y);
+        check_upsample(u, xp.dims, yp.dims, "upsample forward");
+        const PlaneDims& d = yp.dims;
         if (d.elements() == 0) return;
-        const Geometry g{d.n,    d.c,    d.h,    d.w,    u.scale,  u.in_h, u.in_w, u.at.x_y0, u.at.x_x0,
-                         u.at.y_y0, u.at.y_x0, u.bilinear};
-        upsample_forward_kernel<<<blocks_for(d.elements()), 256, 0, gpu::stream()>>>(
-            x.base, Strided{x.stride_n, x.stride_c, x.stride_h}, y.base, Strided{y.stride_n, y.stride_c, y.stride_h},
-            g);
+        upsample_forward_kernel<<<blocks_for(d.elements()), 256, 0, gpu::stream()>>>(xp.base, strided(xp), yp.base,
+                                                                                     strided(yp), geometry(d, u));
         check_launch("upsample forward");
     }
 
     void backward(const Upsample& u, ConstView dy, View dx) override {
-        check_upsample(u, dx.dims, dy.dims, "upsample backward");
-        const Dims& d = dx.dims;
+        const ConstPlanes dyp = planes(dy);
+        const Planes dxp = planes(dx);
+        check_upsample(u, dxp.dims, dyp.dims, "upsample backward");
+        const PlaneDims& d = dxp.dims;
         if (d.elements() == 0) return;
-        const Geometry g{d.n,    d.c,    d.h,    d.w,    u.scale,  u.in_h, u.in_w, u.at.x_y0, u.at.x_x0,
-                         u.at.y_y0, u.at.y_x0, u.bilinear};
         upsample_backward_kernel<<<blocks_for(d.elements()), 256, 0, gpu::stream()>>>(
-            dy.base, Strided{dy.stride_n, dy.stride_c, dy.stride_h}, dy.dims.h, dy.dims.w, dx.base,
-            Strided{dx.stride_n, dx.stride_c, dx.stride_h}, g);
+            dyp.base, strided(dyp), dyp.dims.h, dyp.dims.w, dxp.base, strided(dxp), geometry(d, u));
         check_launch("upsample backward");
     }
 };

@@ -47,11 +47,13 @@ struct SyntheticInputs {
 
 class GpuSynthetic final : public SyntheticKernels {
 public:
-    void inputs(const SyntheticData& data, std::int64_t sample0, std::int64_t y0, std::int64_t x0, View tile) override {
-        DSL_INTERNAL_CHECK(tile.dims.c == data.channels, "synthetic inputs: a tile of " + dims_text(tile.dims) +
-                                                             " for " + std::to_string(data.channels) + " channels");
-        map("synthetic inputs", tile.dims, Merge::none, operand(tile), no_inputs(),
-            SyntheticInputs{data, sample0, y0, x0});
+    void inputs(const SyntheticData& data, std::int64_t sample0, const Index& at, View tile) override {
+        const Planes p = planes(tile);
+        DSL_INTERNAL_CHECK(p.dims.c == data.channels, "synthetic inputs: a tile of " + dims_text(p.dims) + " for " +
+                                                          std::to_string(data.channels) + " channels");
+        const PlanePlace first = plane_place(at);
+        map("synthetic inputs", p.dims, Merge::none, operand(p), no_inputs(),
+            SyntheticInputs{data, sample0, first.y, first.x});
     }
 };
 

@@ -24,9 +24,9 @@
 
 namespace dsl::backend {
 
-// Kernel size, stride and dilation of a convolution or pooling, per dimension (index 0 is H, 1 is W).
+// Kernel size, stride and dilation of a convolution or pooling, per spatial dimension.
 struct Window {
-    std::array<std::int64_t, 2> kernel{1, 1}, stride{1, 1}, dilation{1, 1};
+    Index kernel{1, 1}, stride{1, 1}, dilation{1, 1};
 
     // The input extent that `out` outputs read along dimension `d`.
     std::int64_t input_extent(int d, std::int64_t out) const {
@@ -48,19 +48,19 @@ public:
     virtual void backward_weights(ConstView x, ConstView dy, View dw, float* db, const Window& window) = 0;
 };
 
-// Where the views of an upsampling or a transposed convolution lie in their tensors: the global index of the
-// first row and column of the input view (x, dx) and of the output view (y, dy). What an output reads
-// depends on its place (a bilinear weight, which inputs a strided transposed window hits), so that a kernel
-// runs on any tile of the tensor alike.
+// Where the views of an upsampling or a transposed convolution lie in their tensors: the global place of the
+// first element of the input view (x, dx) and of the output view (y, dy) along each spatial dimension. What
+// an output reads depends on its place (a bilinear weight, which inputs a strided transposed window hits), so
+// that a kernel runs on any tile of the tensor alike.
 struct Placement {
-    std::int64_t x_y0 = 0, x_x0 = 0, y_y0 = 0, y_x0 = 0;
+    Index x, y;
 };
 
-// upsample(scale, mode) over an input of in_h x in_w rows and columns (window.hpp: upsample_source).
+// upsample(scale, mode) over an input of `in` extents (window.hpp: upsample_source).
 struct Upsample {
     std::int64_t scale = 2;
     bool bilinear = false;
-    std::int64_t in_h = 0, in_w = 0;
+    Index in;
     Placement at;
 };
 
@@ -77,7 +77,7 @@ public:
 
 // A transposed convolution (PyTorch's ConvTranspose2d): input i adds into outputs o = i*stride - pad + k.
 struct Deconv {
-    std::array<std::int64_t, 2> kernel{1, 1}, stride{1, 1}, pad{0, 0};
+    Index kernel{1, 1}, stride{1, 1}, pad{0, 0};
     Placement at;
 };
 
@@ -138,12 +138,13 @@ public:
 };
 
 // Where a dropout tile lies and which mask it draws: an element is kept when dropout_keep (splitmix.hpp) of
-// (key, step, its global sample, channel, row and column) says so, and kept elements are scaled by
-// 1 / (1 - p). The view's first element is global (n0, 0, y0, x0).
+// (key, step, its global sample, channel and place) says so, and kept elements are scaled by 1 / (1 - p).
+// The view's first element is global sample n0, channel 0 and place `at`.
 struct DropoutMask {
     std::uint64_t key = 0;  // the seed and the layer
     std::int64_t step = 0;
-    std::int64_t n0 = 0, y0 = 0, x0 = 0;
+    std::int64_t n0 = 0;
+    Index at;
     float p = 0.0f;
 };
 
@@ -243,13 +244,12 @@ public:
 struct SyntheticData;  // synthetic.hpp
 
 // The synthetic data set's inputs made where a kernel set's tensors are (a GPU's), rather than on the host and
-// copied: the tile of `tile`'s dims whose first element is global (sample0, 0, y0, x0), the same values as
-// SyntheticData::fill_inputs.
+// copied: the tile of `tile`'s dims whose first element is global sample `sample0`, channel 0, place `at`, the
+// same values as SyntheticData::fill_inputs.
 class SyntheticKernels {
 public:
     virtual ~SyntheticKernels() = default;
-    virtual void inputs(const SyntheticData& data, std::int64_t sample0, std::int64_t y0, std::int64_t x0,
-                        View tile) = 0;
+    virtual void inputs(const SyntheticData& data, std::int64_t sample0, const Index& at, View tile) = 0;
 };
 
 // Where a kernel set's tensors live, and what is done to them beyond the layers' kernels: allocation,
@@ -272,9 +272,9 @@ public:
 
 Memory& host_memory();
 
-// Sets every element of `p` outside rows [y0, y1) and columns [x0, x1) (clamped to p) to `v`, through
-// `memory`: the four strips around the rectangle, one fill each.
-void fill_outside(Memory& memory, View p, std::int64_t y0, std::int64_t y1, std::int64_t x0, std::int64_t x1, float v);
+// Sets every element of `p` outside `keep` (a range of each spatial dimension, clamped to p) to `v`, through
+// `memory`: the slabs around it, one fill each.
+void fill_outside(Memory& memory, View p, Space<Range> keep, float v);
 
 // One implementation of every kind; tests may mix them (of one memory).
 struct Kernels {

@@ -61,17 +61,18 @@ private:
     std::int64_t mapped_ = 0;
 };
 
-// Copies samples [s0, s0 + out.n), channels [c0, c0 + out.c), rows [y0, y0 + out.h) and columns
-// [x0, x0 + out.w) of an [S, C, H, W] array (or [S, K], read as [S, K, 1, 1]) into `out`, converted to float.
-// False (with the reason) when the array is neither 4-D nor 2-D or the region is out of range.
-bool copy_sample_tile(const NpyFile& file, std::int64_t s0, std::int64_t c0, std::int64_t y0, std::int64_t x0, View out,
+// Copies samples [s0, s0 + out.n), channels [c0, c0 + out.c) and the spatial block of out's extents at `at`
+// of an array [S, C, spatial...] (an image's [S, C, H, W]; [S, K] for a view without spatial dimensions) into
+// `out`, converted to float. False (with the reason) when the array's rank is not out's or the region is out
+// of range.
+bool copy_sample_tile(const NpyFile& file, std::int64_t s0, std::int64_t c0, const Index& at, View out,
                       std::string& error);
 
-// Copies labels of an integer array [S] (out is {n, 1, 1, 1}) or [S, H, W] (out is {n, 1, h, w}, rows from y0
-// and columns from x0) into `out`. False when the type is not an integer one, the region is out of range, or
-// a value does not fit in int32.
-bool copy_label_tile(const NpyFile& file, std::int64_t s0, std::int64_t y0, std::int64_t x0,
-                     BasicView<std::int32_t> out, std::string& error);
+// Copies labels of an integer array [S] (out is {n, 1}) or [S, spatial...] (out is {n, 1, extents}, from `at`:
+// an image's [S, H, W]) into `out`. False when the type is not an integer one, the array's rank is not out's,
+// the region is out of range, or a value does not fit in int32.
+bool copy_label_tile(const NpyFile& file, std::int64_t s0, const Index& at, BasicView<std::int32_t> out,
+                     std::string& error);
 
 // The header of a C-order array of `descr` ("<f4") and `shape` in format 1.0 (2.0 if it would not fit), its
 // length a multiple of 64 bytes: the data follows it.
@@ -83,5 +84,10 @@ bool write_npy(const std::string& path, const std::vector<std::int64_t>& shape, 
                std::string& error);
 
 std::string shape_str(const std::vector<std::int64_t>& shape);  // "[2, 3]"
+
+// The offset, in elements, of sample s, channel c (when the array has channels) and place `at` in a C-order
+// array of `shape`: [S, C, spatial...], or [S, spatial...] without channels.
+std::int64_t npy_offset(const std::vector<std::int64_t>& shape, std::int64_t s, bool channels, std::int64_t c,
+                        const Index& at);
 
 }  // namespace dsl::backend

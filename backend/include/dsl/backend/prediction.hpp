@@ -34,10 +34,10 @@ bool can_write_output(const OutputPath& path, bool force, std::string& error);
 class OutputArray {
 public:
     virtual ~OutputArray() = default;
-    // Elements [n0, n0 + d.n) x every channel x rows [y0, y0 + d.h) x columns [x0, x0 + d.w) of the array
-    // seen as [S, C, H, W], from `values` dense in C order over d. False with the reason.
-    virtual bool write(std::int64_t n0, std::int64_t y0, std::int64_t x0, Dims d, const float* values,
-                       std::string& error) = 0;
+    // Samples [n0, n0 + d.n), every channel and the spatial block of d's extents at `at` (of an array [S, C,
+    // spatial...], or one without channels: class labels' [S, spatial...]), from `values` dense in C order over
+    // d. False with the reason.
+    virtual bool write(std::int64_t n0, const Index& at, const Dims& d, const float* values, std::string& error) = 0;
     // Flushes and closes (every process); false with the reason where it failed on this process.
     virtual bool close(std::string& error) = 0;
 };

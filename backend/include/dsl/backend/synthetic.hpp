@@ -43,13 +43,13 @@ struct SyntheticData {
     std::int32_t label(std::int64_t sample, std::int64_t y, std::int64_t x) const;  // per-pixel, label grid
     float input(std::int64_t sample, std::int64_t c, std::int64_t y, std::int64_t x) const;
 
-    // The tile whose first element is at global (sample0, c0, y0, x0).
-    void fill_inputs(std::int64_t sample0, std::int64_t c0, std::int64_t y0, std::int64_t x0, View tile) const;
+    // The tile whose first element is global sample `sample0`, channel c0, row and column `at` (an image's).
+    void fill_inputs(std::int64_t sample0, std::int64_t c0, const Index& at, View tile) const;
     float target(std::int64_t sample, std::int64_t c, std::int64_t y, std::int64_t x) const;  // a float label's
-    // Float labels {n, target_c, h, w} from label row y0 and column x0.
-    void fill_targets(std::int64_t sample0, std::int64_t y0, std::int64_t x0, View tile) const;
-    // Labels {n, 1, 1, 1} per sample, or {n, 1, h, w} per pixel from label row y0 and column x0.
-    void fill_labels(std::int64_t sample0, std::int64_t y0, std::int64_t x0, BasicView<std::int32_t> tile) const;
+    // Float labels {n, target_c, {h, w}} from label row and column `at` ({n, target_c} for a label [N, K]).
+    void fill_targets(std::int64_t sample0, const Index& at, View tile) const;
+    // Labels {n, 1} per sample, or {n, 1, {h, w}} per pixel from label row and column `at`.
+    void fill_labels(std::int64_t sample0, const Index& at, BasicView<std::int32_t> tile) const;
 };
 
 }  // namespace dsl::backend

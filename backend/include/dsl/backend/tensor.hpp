@@ -1,7 +1,8 @@
-// Tiles of tensors: owned NCHW buffers with halo margins around the interior, and strided views into them
-// that kernels read and write.
+// Tiles of tensors: owned buffers (samples, channels, then the spatial dimensions, the innermost contiguous)
+// with halo margins around the interior, and strided views into them that kernels read and write.
 #pragma once
 
+#include <dsl/base/space.hpp>
 #include <dsl/scheduler/tiles.hpp>
 
 #include <cstdint>
@@ -13,46 +14,86 @@ namespace dsl::backend {
 class Memory;  // kernels.hpp
 Memory& host_memory();
 
-// Sizes of a 4-D block, NCHW. A matrix [N, K] is {n, k, 1, 1}.
-struct Dims {
-    std::int64_t n = 0, c = 0, h = 0, w = 0;
-    std::int64_t elements() const { return n * c * h * w; }
-    bool operator==(const Dims& o) const { return n == o.n && c == o.c && h == o.h && w == o.w; }
-};
+using dsl::Dims;
 
-// Rows and columns around a tile's interior: the halo that neighbours send, or zero padding at the
-// tensor's border. Kernels never pad; the margins hold the padding, so the same kernel runs on a whole
-// tensor and on a tile of it.
+// How far a tile reaches beyond its interior along each spatial dimension: the halo that neighbours send, or
+// zero padding at the tensor's border. Kernels never pad; the margins hold the padding, so the same kernel
+// runs on a whole tensor and on a tile of it.
 using scheduler::Margins;
+using scheduler::Range;
+using Index = Space<std::int64_t>;  // a place along each spatial dimension
 
-// A strided window over floats (or labels): element (n, c, y, x) is at
-// base[n * stride_n + c * stride_c + y * stride_h + x]; rows are contiguous in x.
+// A strided window over floats (or labels): element (n, c, i) is at
+// base[n * stride_n + c * stride_c + the sum over d of i[d] * stride[d]]; the innermost spatial dimension
+// is contiguous (its stride is 1), so the view is made of rows.
 template <typename T>
 struct BasicView {
     T* base = nullptr;
     Dims dims;
-    std::int64_t stride_n = 0, stride_c = 0, stride_h = 0;
+    std::int64_t stride_n = 0, stride_c = 0;
+    Index stride;  // per spatial dimension
 
-    T& at(std::int64_t n, std::int64_t c, std::int64_t y, std::int64_t x) const {
-        return base[n * stride_n + c * stride_c + y * stride_h + x];
+    std::int64_t offset(std::int64_t n, std::int64_t c, const Index& i) const {
+        std::int64_t o = n * stride_n + c * stride_c;
+        for (int d = 0; d < i.rank(); ++d) o += i[d] * stride[d];
+        return o;
     }
-    // The window of `d` elements starting at (n, c, y, x) of this one.
-    BasicView sub(std::int64_t n, std::int64_t c, std::int64_t y, std::int64_t x, Dims d) const {
-        return BasicView{&at(n, c, y, x), d, stride_n, stride_c, stride_h};
+    T& at(std::int64_t n, std::int64_t c, const Index& i) const { return base[offset(n, c, i)]; }
+    // The window of `d` elements starting at (n, c, i) of this one.
+    BasicView sub(std::int64_t n, std::int64_t c, const Index& i, const Dims& d) const {
+        return BasicView{&at(n, c, i), d, stride_n, stride_c, stride};
     }
-    bool dense() const { return stride_h == dims.w && stride_c == dims.h * dims.w && stride_n == dims.c * stride_c; }
-    operator BasicView<const T>() const { return {base, dims, stride_n, stride_c, stride_h}; }
+    // Channels [c0, c0 + count) of this view (concat's inputs, in its output).
+    BasicView channels(std::int64_t c0, std::int64_t count) const {
+        BasicView v = *this;
+        v.base += c0 * stride_c;
+        v.dims.c = count;
+        return v;
+    }
+    // Whether its elements lie one after another, without gaps (a whole buffer, not a window of one).
+    bool dense() const {
+        std::int64_t expect = 1;
+        for (int d = dims.rank() - 1; d >= 0; --d) {
+            if (stride[d] != expect) return false;
+            expect *= dims.space[d];
+        }
+        return stride_c == expect && stride_n == dims.c * expect;
+    }
+    operator BasicView<const T>() const { return {base, dims, stride_n, stride_c, stride}; }
 };
 
 using View = BasicView<float>;
 using ConstView = BasicView<const float>;
-using LabelView = BasicView<const std::int32_t>;  // class indices; a label [N] is {n, 1, 1, 1}
+using LabelView = BasicView<const std::int32_t>;  // class indices; labels [N] are {n, 1}, [N, H, W] {n, 1, {h, w}}
 
-// A tile: the interior (`dims`) with `margins` around it in H and W, stored densely (margins included) so
-// that a view of any part of it is a plain strided view. It owns its elements, or lies over memory that it
-// does not own (a buffer shared by tiles that are never needed at the same time). Its elements are in the
-// host's memory, or in a kernel set's (a GPU's), where only views of it are used: `at` and `fill` read and
-// write the host's, and a tensor in a GPU's memory is moved, never copied.
+// The rows of a view: the innermost spatial dimension's runs of contiguous elements (single elements for a
+// view without spatial dimensions), each with its length.
+inline std::int64_t row_length(const Dims& d) { return d.rank() > 0 ? d.space[d.rank() - 1] : 1; }
+
+// Calls f(n, c, i, row) for every row of `v` in order: i is the place of its first element, `row` points at
+// it, and row_length(v.dims) elements follow contiguously.
+template <typename T, typename F>
+void for_each_row(const BasicView<T>& v, F&& f) {
+    const int outer = v.dims.rank() - 1;  // the spatial dimensions a row does not run along
+    if (v.dims.elements() == 0) return;
+    for (std::int64_t n = 0; n < v.dims.n; ++n)
+        for (std::int64_t c = 0; c < v.dims.c; ++c) {
+            Index i = Index::filled(v.dims.rank(), 0);
+            while (true) {
+                f(n, c, static_cast<const Index&>(i), &v.at(n, c, i));
+                int d = outer - 1;
+                for (; d >= 0 && i[d] + 1 == v.dims.space[d]; --d) i[d] = 0;
+                if (d < 0) break;
+                ++i[d];
+            }
+        }
+}
+
+// A tile: the interior (`dims`) with `margins` around it along each spatial dimension, stored densely (margins
+// included) so that a view of any part of it is a plain strided view. It owns its elements, or lies over
+// memory that it does not own (a buffer shared by tiles that are never needed at the same time). Its elements
+// are in the host's memory, or in a kernel set's (a GPU's), where only views of it are used: `at` and `fill`
+// read and write the host's, and a tensor in a GPU's memory is moved, never copied.
 class Tensor {
 public:
     Tensor() = default;
@@ -68,17 +109,17 @@ public:
     Tensor& operator=(Tensor&& o) noexcept = default;
 
     const Dims& dims() const { return dims_; }
-    const Margins& margins() const { return margins_; }
-    Dims padded_dims() const;  // interior and margins
+    const Margins& margins() const { return margins_; }  // of the dims' rank
+    Dims padded_dims() const;                            // interior and margins
 
     View interior();
     ConstView interior() const;
     View padded();  // interior and margins
     ConstView padded() const;
 
-    // Element at interior coordinates; y may reach into the margins: -top <= y < h + bottom.
-    float& at(std::int64_t n, std::int64_t c, std::int64_t y, std::int64_t x);
-    float at(std::int64_t n, std::int64_t c, std::int64_t y, std::int64_t x) const;
+    // Element at interior coordinates; i may reach into the margins: -before <= i[d] < extent + after.
+    float& at(std::int64_t n, std::int64_t c, const Index& i);
+    float at(std::int64_t n, std::int64_t c, const Index& i) const;
 
     float* data() { return data_; }
     const float* data() const { return data_; }
@@ -89,6 +130,7 @@ public:
     void fill_margins(float v, Memory& memory = host_memory());
 
 private:
+    void set_shape(const Dims& dims, const Margins& margins);
     struct Release {
         Memory* memory;
         void operator()(float* data) const;
@@ -125,7 +167,14 @@ private:
 };
 
 // A view of a whole dense buffer of `dims`.
-View dense_view(float* data, Dims dims);
-ConstView dense_view(const float* data, Dims dims);
+template <typename T>
+BasicView<T> dense_view(T* data, const Dims& dims) {
+    BasicView<T> v{data, dims, 0, 0, Index::filled(dims.rank(), 1)};
+    std::int64_t s = 1;
+    for (int d = dims.rank() - 1; d >= 0; --d) v.stride[d] = s, s *= dims.space[d];
+    v.stride_c = s;
+    v.stride_n = dims.c * s;
+    return v;
+}
 
 }  // namespace dsl::backend

@@ -35,18 +35,19 @@ struct TrainConfig {
     bool training = true;
 };
 
-// Where a step's samples come from. `first` is the global index of the tile's first sample; y0 and x0 the
-// global row and column of its first element, so that a source can make or read just that tile.
+// Where a step's samples come from. `first` is the global index of the tile's first sample; `at` the global
+// place of its first element along each spatial dimension (none for a tensor without them), so that a source
+// can make or read just that tile.
 class DataSource {
 public:
     virtual ~DataSource() = default;
-    virtual void inputs(const frontend::Layer& input, std::int64_t first, std::int64_t y0, std::int64_t x0,
-                        View tile) = 0;
-    virtual void labels(const frontend::Layer& label, std::int64_t first, std::int64_t y0, std::int64_t x0,
+    virtual void inputs(const frontend::Layer& input, std::int64_t first, const Index& at, View tile) = 0;
+    // Class labels: {n, 1, spatial extents} per pixel (or voxel), {n, 1} per sample.
+    virtual void labels(const frontend::Layer& label, std::int64_t first, const Index& at,
                         BasicView<std::int32_t> tile) = 0;
-    // A float label's targets (a regression loss's), {n, C, h, w} (a label [N, K] is {n, K, 1, 1}), in host
+    // A float label's targets (a regression loss's), {n, C, spatial extents} (a label [N, K] is {n, K}), in host
     // memory. A source without float labels has none to give: asking is an internal error.
-    virtual void targets(const frontend::Layer& label, std::int64_t first, std::int64_t y0, std::int64_t x0, View tile);
+    virtual void targets(const frontend::Layer& label, std::int64_t first, const Index& at, View tile);
     // Where an input's values are the synthetic data set's, its definition, so that a kernel set whose
     // tensors are elsewhere (a GPU's) can make them there instead of copying them over; else null.
     virtual const SyntheticData* synthetic(const frontend::Layer& input) const {
@@ -123,12 +124,13 @@ struct LossValue {
 };
 
 // A layer's values on this process after the last step or evaluation: where its tile lies in the whole
-// tensor (its first sample within the mini-batch, first row and column; every channel) and its elements,
-// densely in C order over {n, C, h, w}, in host memory. `leader` is false on a process that holds a
-// replica of a tile that another process speaks for (a layer not split over the rows and columns that the
+// tensor (its first sample within the mini-batch and its place along each spatial dimension; every channel)
+// and its elements, densely in C order over `dims`, in host memory. `leader` is false on a process that holds
+// a replica of a tile that another process speaks for (a layer not split over the spatial dimensions that the
 // processes of a spatial group each hold whole).
 struct OutputTile {
-    std::int64_t n0 = 0, y0 = 0, x0 = 0;
+    std::int64_t n0 = 0;
+    Index at;
     Dims dims;
     bool leader = true;
     std::vector<float> values;
@@ -136,18 +138,14 @@ struct OutputTile {
 
 class Trainer {
 public:
-    // One process.
-    Trainer(const frontend::Network& net, Kernels kernels, TrainConfig config);
-    // This process's part of a run under `schedule` (complete, its splits' product comm.size()); every
-    // process of `comm` constructs its Trainer and calls every method alike, in the same order. A layer that
-    // splits the samples more ways than `config.batch` is a UserError.
-    Trainer(const frontend::Network& net, Kernels kernels, TrainConfig config, const scheduler::Schedule& schedule,
-            Comm& comm);
-    // This process's part of a run as `plan` (made for comm's rank and size and config's mini-batch) has it.
-    Trainer(const frontend::Network& net, Kernels kernels, TrainConfig config, const scheduler::Plan& plan, Comm& comm);
+    // This process's part of a run as `plan` (scheduler::make_plan, for comm's rank and size and config's
+    // mini-batch) has it; every process of `comm` constructs its Trainer and calls every method alike, in the
+    // same order. Without `comm`, the one process of a plan for one.
+    Trainer(const frontend::Network& net, Kernels kernels, TrainConfig config, const scheduler::Plan& plan,
+            Comm* comm = nullptr);
     ~Trainer();
-    Trainer(const Trainer&) = delete;
-    Trainer& operator=(const Trainer&) = delete;
+    Trainer(Trainer&&) noexcept;
+    Trainer& operator=(Trainer&&) noexcept;
 
     // One step on the samples [first, first + batch): forward, backward, SGD. Returns the mean loss over
     // the whole mini-batch (the same on every process); with several loss layers, the sum of theirs, each

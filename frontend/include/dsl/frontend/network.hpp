@@ -3,6 +3,7 @@
 #pragma once
 
 #include <dsl/base/source.hpp>
+#include <dsl/base/space.hpp>
 #include <dsl/frontend/layer_kinds.hpp>
 
 #include <array>
@@ -22,8 +23,8 @@ struct Shape {
     std::string str() const;  // "[N, 64, 112, 112]"
 };
 
-// Height/width pairs: index 0 is H, 1 is W.
-using Pair = std::array<std::int64_t, 2>;
+// A window's kernel, stride, padding or dilation: one value per spatial dimension, outermost first.
+using Spatial = Space<std::int64_t>;
 
 struct Layer {
     std::string name;  // "layer2.1.conv2": instance path and statement name
@@ -36,17 +37,17 @@ struct Layer {
     // Attributes (the Fields of layer_kinds.hpp): elaboration sets those of the layer's kind, from its
     // arguments or the table's defaults; the others keep these values.
     std::int64_t filters = 0;  // conv: output channels; fc: outputs
-    Pair kernel{1, 1};
-    Pair stride{1, 1};
-    Pair pad{0, 0};
-    Pair dilation{1, 1};
+    Spatial kernel{1, 1};
+    Spatial stride{1, 1};
+    Spatial pad{0, 0};
+    Spatial dilation{1, 1};
     bool bias = true;       // conv, fc
     double slope = 0.01;    // leaky_relu
     double eps = 1e-5;      // batchnorm
     double momentum = 0.1;  // batchnorm running averages
     std::int64_t scale = 2;  // upsample
     std::int64_t mode = 0;   // upsample: an UpsampleMode, the index of its `mode` choice
-    Pair output_pad{0, 0};   // deconv: rows and columns added at the bottom and right
+    Spatial output_pad{0, 0};  // deconv: indices added at the end of each spatial dimension
     std::int64_t groups = 1;  // groupnorm: groups of channels
     double p = 0.5;           // dropout: the probability that an element is zeroed
     double weight = 1.0;      // a loss's factor in the total
@@ -61,13 +62,15 @@ struct Layer {
     std::int64_t flops = 0;             // floating-point operations per sample, forward (2 per MAC)
     std::int64_t activation_bytes = 0;  // output bytes per sample (float32)
 
-    // The halo this layer needs on each side of its input tile, in rows (H) and columns (W).
-    Pair halo() const;
+    // The halo this layer needs on each side of its input tile, along each spatial dimension (none, rank 0, for
+    // a layer that reads no neighbourhood).
+    Spatial halo() const;
+    bool has_halo() const;  // along some dimension
 
-    // Whether the output has rows and columns that a spatial split cuts into tiles: activations and
+    // Whether the output has spatial dimensions that a spatial split cuts into tiles: activations and
     // per-pixel labels, not vectors, per-sample labels or global pooling's 1x1. A spatial split of a layer
     // whose output has none gives every process of a sample group the whole of it (replicated).
-    bool planar() const;
+    bool spatial() const;
 
     const LayerKind& kind() const { return kind_of(op); }
     // An input or a label: data made (or read) where it is needed, in its first reader's distribution.
@@ -103,9 +106,9 @@ struct LrSchedule {
 
 // The member of a layer that a parameter's Field (layer_kinds.hpp) sets: the one place that maps the two, for
 // elaboration (which sets them) and the printers (which read them).
-using FieldRef = std::variant<std::int64_t*, Pair*, bool*, double*>;
+using FieldRef = std::variant<std::int64_t*, Spatial*, bool*, double*>;
 FieldRef field_member(Layer& layer, Field field);
-using ConstFieldRef = std::variant<const std::int64_t*, const Pair*, const bool*, const double*>;
+using ConstFieldRef = std::variant<const std::int64_t*, const Spatial*, const bool*, const double*>;
 ConstFieldRef field_member(const Layer& layer, Field field);
 
 struct TrainOptions {
@@ -120,6 +123,8 @@ struct Network {
     TrainOptions train;
 
     int find(const std::string& name) const;  // index, or -1
+    // The spatial dimensions of its inputs: 2 for images [N, C, H, W], 3 for volumes [N, C, D, H, W].
+    int spatial_rank() const;
     std::int64_t total_params() const;
     std::int64_t total_macs() const;
     std::int64_t total_flops() const;

@@ -39,9 +39,10 @@ struct AutoResult {
     bool optimal() const { return method == SearchMethod::frontier; }  // under the model
 };
 
-// Every split of `procs` processes into N x H x W with N at most `batch`: sample splits first (so that among
-// equal costs the cheaper partitioning wins), then rows before columns.
-std::vector<Split> splits_of(std::int64_t procs, std::int64_t batch);
+// Every split of `procs` processes into N and the spatial axes of a network of spatial rank `rank` (N x H x W
+// for images, N x D x H x W for volumes) with N at most `batch`: sample splits first (so that among equal
+// costs the cheaper partitioning wins), then the outer spatial dimensions before the inner.
+std::vector<Split> splits_of(std::int64_t procs, std::int64_t batch, int rank);
 
 // The candidate distributions of a layer under `partial`'s fixed fields: every split of `procs` into
 // N x H x W that the layer can run (split_problem), with overlap on and off where the layer has a halo and

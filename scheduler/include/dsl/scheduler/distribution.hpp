@@ -1,7 +1,10 @@
-// Distributions: how a layer's tensors are split over the processors (the paper's D = (D_N, D_C, D_H, D_W)),
-// with each field either fixed or left open for the auto-scheduler.
+// Distributions: how a layer's tensors are split over the processors (the paper's D = (D_N, D_C, D_H, D_W),
+// and D_D for volumes), with each field either fixed or left open for the auto-scheduler.
 #pragma once
 
+#include <dsl/base/space.hpp>
+
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -11,16 +14,28 @@ namespace dsl::scheduler {
 // The most processes a run can have: MPI numbers them with an int.
 constexpr std::int64_t max_procs = 2147483647;
 
-// Splits of each dimension into blocks. Channel (C), filter (F) and depth (D) splits are reserved in the
-// language and rejected by the checker until the backend supports them.
+// The letters of the spatial dimensions in a schedule, outermost first: a split names the parts of each
+// with D=, H= and W= (spatial_letters[axis]).
+inline constexpr const char* spatial_letters[max_space] = {"D", "H", "W"};
+// What a message calls the indices of each axis: "its input has only 3 rows".
+inline constexpr const char* spatial_units[max_space] = {"planes of depth", "rows", "columns"};
+
+// Splits of each dimension into blocks. `space` holds the parts of each spatial dimension by its letter (D,
+// H, W): a tensor of spatial rank r is cut along its dimension d by space[axis(d, r)], so that an image's
+// rows and columns are H and W and a volume's depth, rows and columns D, H and W. Channel (C) and filter (F)
+// splits are reserved in the language and rejected by the checker until the backend supports them.
 struct Split {
-    std::int64_t n = 1, c = 1, f = 1, d = 1, h = 1, w = 1;
-    std::int64_t procs() const { return n * c * f * d * h * w; }
-    bool spatial() const { return h > 1 || w > 1 || d > 1; }
+    std::int64_t n = 1, c = 1, f = 1;
+    std::array<std::int64_t, max_space> space{1, 1, 1};
+
+    // The split's axis (an index into `space`) of dimension d of a tensor of spatial rank `rank`.
+    static constexpr int axis(int d, int rank) { return max_space - rank + d; }
+    std::int64_t parts(int d, int rank) const { return space[static_cast<std::size_t>(axis(d, rank))]; }
+    std::int64_t spatial_procs() const { return space[0] * space[1] * space[2]; }  // a sample group's
+    std::int64_t procs() const { return n * c * f * spatial_procs(); }
+    bool spatial() const { return spatial_procs() > 1; }
     std::string str() const;  // "N=2 H=2 W=1" (C, F, D only when not 1)
-    bool operator==(const Split& o) const {
-        return n == o.n && c == o.c && f == o.f && d == o.d && h == o.h && w == o.w;
-    }
+    bool operator==(const Split& o) const { return n == o.n && c == o.c && f == o.f && space == o.space; }
 };
 
 // Where batch-norm statistics are summed: over the whole mini-batch, every process (exactly as one process
@@ -39,7 +54,9 @@ struct Distribution {
 const char* bn_name(BatchNormStats bn);
 
 // The blocks of `extent` indices over `parts` processes: the first `extent % parts` blocks get one more.
-std::int64_t block_size(std::int64_t extent, std::int64_t parts, std::int64_t index);
+inline std::int64_t block_size(std::int64_t extent, std::int64_t parts, std::int64_t index) {
+    return extent / parts + (index < extent % parts ? 1 : 0);
+}
 std::int64_t max_block(std::int64_t extent, std::int64_t parts);
 std::int64_t min_block(std::int64_t extent, std::int64_t parts);
 

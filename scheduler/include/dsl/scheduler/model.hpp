@@ -61,7 +61,7 @@ public:
 
 struct LayerPrediction {
     Distribution dist;
-    std::vector<std::int64_t> tile;  // the largest output tile: [n, c, h, w] (or [n, k])
+    std::vector<std::int64_t> tile;  // the largest output tile: [n, c, spatial...] (or [n, k], or [n])
     LayerCost cost;
     ShuffleCost shuffle;         // into this layer's split, over all its inputs
     double backward_end = 0.0;   // when this layer's backward ends, from the start of backward
@@ -150,6 +150,7 @@ public:
 private:
     struct Geometry;
     Geometry geometry(int index, const Split& split) const;
+    std::vector<std::int64_t> key_dims(const Dims& d) const;
     double interpolate(const std::string& prefix, double bytes) const;  // measured communication
     double interpolate_kernel(const std::string& name, const std::vector<TimeField>& fields, double flops, double bytes,
                               double outputs) const;
@@ -172,12 +173,16 @@ private:
     double drift_ = 0.0;  // measured waits per second of compute
     bool raw_ = false;
     double shuffle_extra_ = 0.0;  // measured cost of a shuffle beyond its transfer
-    // Shuffles' tile arithmetic per element of a channel, by extents, splits and the reader's window.
-    using ShuffleKey = std::array<std::int64_t, 24>;
+    // Shuffles' tile arithmetic per element of a channel. It depends on the producer's extents, the reader's
+    // window and the two splits only, so that many layers share it: each (reader, input) pair has a class of
+    // the first two (`shuffle_class_`, numbered in `classes_`), and the arithmetic is kept by class and splits.
     struct ShufflePoints {
         bool same = false;
         double most_received = 0.0, most_sent = 0.0, most_messages = 0.0, copy = 0.0;
     };
+    using ShuffleKey = std::array<std::int64_t, 1 + 2 * (1 + max_space)>;
+    mutable std::vector<std::vector<int>> shuffle_class_;
+    mutable std::map<std::vector<std::int64_t>, int> classes_;
     mutable std::map<ShuffleKey, ShufflePoints> shuffles_;
     // factor() by layer kind, direction and size class: it looks up to 7 keys, every layer of every candidate.
     mutable std::map<std::tuple<frontend::OpKind, bool, int>, double> factors_;

@@ -18,20 +18,21 @@ namespace dsl::scheduler {
 
 // ---- Tile rules, cheap enough for the model to call for sampled ranks.
 
-// A fully connected layer reads its samples' whole images: the tile it reads of its input is whole planes.
-bool reads_whole_planes(const frontend::Layer& reader);
+// A fully connected layer reads its samples whole: the tile it reads of its input has every spatial index.
+bool reads_whole_samples(const frontend::Layer& reader);
 
-// How a layer reads one of its inputs: that tensor's tile in the reader's split, optionally whole planes.
+// How a layer reads one of its inputs: that tensor's tile in the reader's split, optionally whole samples.
 struct TileSpec {
     int layer = 0;  // the tensor: this layer's output
     Split split;
     bool whole = false;
 };
 
-// Whether the tile of `producer` (the layer `spec` names) is whole planes though the split cuts rows or
-// columns; whether it is the same on every process of a spatial group (a vector, or whole planes); and
-// whether `rank` is the one of those replicas that speaks for them (loss, weight gradients, statistics).
-bool whole_planes(const frontend::Layer& producer, const TileSpec& spec);
+// Whether the tile of `producer` (the layer `spec` names) is whole samples though the split cuts their
+// spatial dimensions; whether it is the same on every process of a spatial group (a vector, or whole
+// samples); and whether `rank` is the one of those replicas that speaks for them (loss, weight gradients,
+// statistics).
+bool whole_samples(const frontend::Layer& producer, const TileSpec& spec);
 bool replicated(const frontend::Layer& producer, const TileSpec& spec);
 bool leader(const frontend::Layer& producer, const TileSpec& spec, std::int64_t rank);
 
@@ -39,12 +40,6 @@ bool leader(const frontend::Layer& producer, const TileSpec& spec, std::int64_t 
 Box tile_box(const frontend::Layer& producer, const TileSpec& spec, std::int64_t batch, std::int64_t rank);
 
 // ---- The plan.
-
-// A piece of a halo exchange or redistribution: the elements of `box` sent to or received from `peer`.
-struct Piece {
-    int peer = 0;
-    Box box;
-};
 
 // One direction of a tile's exchange, in this process's part: the pieces it sends and receives, and the
 // boxes it copies (forward) or adds (backward) within itself.
@@ -88,11 +83,19 @@ struct GroupPlan {
 
 struct LayerPlan {
     Distribution dist;            // filled: split, overlap and bn all set
-    Extent whole;                 // the output tensor
+    Dims whole;                   // the output tensor
     std::vector<TilePlan> tiles;  // the own tile first, then copies (none for a label)
     std::vector<int> operands;    // per input: the index of the tile it reads in the input's layer; -1 for
                                   // labels, which a loss makes over its logits' tile
     GroupPlan group;
+    // A windowed layer: what its window reads of its input for its own tile (window_input), within the input
+    // tile's margins.
+    Box read;
+    // Whether it overlaps its input's halo exchange with compute (its distribution asks, and it is the first
+    // to read an input tile of its own split whose halo comes from other processes), and how: the outputs it
+    // computes while the halo travels, then the strips that read it (overlap_parts).
+    bool overlapped = false;
+    OverlapParts overlap;
 };
 
 struct Plan {

@@ -1,8 +1,11 @@
-// Tiles: which block of a tensor each process holds under a split, and which part of its input a windowed
-// layer (convolution, pooling) reads. The plan (plan.hpp) places the trainer's tiles with these, and the
-// performance model predicts halos and shuffles with the same arithmetic.
+// Tiles: which block of a tensor each process holds under a split, which part of its input a windowed layer
+// (convolution, pooling, upsampling, transposed convolution) reads, the halo that fills a tile's margins, and
+// the outputs that overlap computes before the halo arrives. The one definition of these that the plan
+// (plan.hpp), the trainer that executes it and the performance model share. Every rule is a loop over the
+// spatial dimensions: an image's rows and columns and a volume's depth, rows and columns alike.
 #pragma once
 
+#include <dsl/base/space.hpp>
 #include <dsl/frontend/network.hpp>
 #include <dsl/scheduler/distribution.hpp>
 #include <dsl/scheduler/window.hpp>
@@ -13,76 +16,191 @@
 
 namespace dsl::scheduler {
 
-// Rows and columns beyond a tile's interior: the halo that neighbours send, or padding at the border.
-struct Margins {
-    std::int64_t top = 0, bottom = 0, left = 0, right = 0;
-    bool operator==(const Margins& o) const {
-        return top == o.top && bottom == o.bottom && left == o.left && right == o.right;
-    }
+// Indices [lo, hi) of one dimension.
+struct Range {
+    std::int64_t lo = 0, hi = 0;
+    std::int64_t size() const { return hi - lo; }
+    bool empty() const { return hi <= lo; }
+    Range meet(const Range& o) const { return {std::max(lo, o.lo), std::min(hi, o.hi)}; }
+    bool operator==(const Range& o) const { return lo == o.lo && hi == o.hi; }
 };
 
-// A block of a tensor in global coordinates: samples [n0, n1), rows [y0, y1), columns [x0, x1); every
-// channel. A tensor without rows and columns (a vector [N, K]) has the single row and column 0.
-struct Box {
-    std::int64_t n0 = 0, n1 = 0, y0 = 0, y1 = 0, x0 = 0, x1 = 0;
-    bool empty() const { return n1 <= n0 || y1 <= y0 || x1 <= x0; }
-    std::int64_t points() const { return empty() ? 0 : (n1 - n0) * (y1 - y0) * (x1 - x0); }  // per channel
-    Box meet(const Box& o) const {
-        return {std::max(n0, o.n0), std::min(n1, o.n1), std::max(y0, o.y0),
-                std::min(y1, o.y1), std::max(x0, o.x0), std::min(x1, o.x1)};
-    }
-    Box grown(const Margins& m) const { return {n0, n1, y0 - m.top, y1 + m.bottom, x0 - m.left, x1 + m.right}; }
-    // How far `wider` reaches beyond this box on each side (0 where it does not).
-    Margins reach(const Box& wider) const {
-        return {std::max<std::int64_t>(0, y0 - wider.y0), std::max<std::int64_t>(0, wider.y1 - y1),
-                std::max<std::int64_t>(0, x0 - wider.x0), std::max<std::int64_t>(0, wider.x1 - x1)};
-    }
-    bool operator==(const Box& o) const {
-        return n0 == o.n0 && n1 == o.n1 && y0 == o.y0 && y1 == o.y1 && x0 == o.x0 && x1 == o.x1;
-    }
+// How far a tile reaches beyond its interior on the two sides of one spatial dimension.
+struct Reach {
+    std::int64_t before = 0, after = 0;
+    bool operator==(const Reach& o) const { return before == o.before && after == o.after; }
 };
+
+// The margins of a tile, per spatial dimension: the halo that neighbours send, or padding at the tensor's
+// border. Rank 0 means none.
+using Margins = Space<Reach>;
+
+// A block of a tensor in global coordinates: samples, channels and each spatial dimension. A tensor without
+// spatial dimensions (a vector [N, K]) has rank 0. (Its small methods are inline: the model's search calls
+// them for every process it samples, of every candidate.)
+struct Box {
+    Range n, c;
+    Space<Range> space;
+
+    bool empty() const {
+        if (n.empty() || c.empty()) return true;
+        for (const Range& r : space)
+            if (r.empty()) return true;
+        return false;
+    }
+    // Samples times spatial points: the elements of one channel.
+    std::int64_t points() const {
+        if (empty()) return 0;
+        std::int64_t p = n.size();
+        for (const Range& r : space) p *= r.size();
+        return p;
+    }
+    Dims dims() const { return Dims{n.size(), c.size(), extents()}; }
+    Space<std::int64_t> extents() const {  // the spatial sizes
+        Space<std::int64_t> e = Space<std::int64_t>::filled(space.rank(), 0);
+        for (int d = 0; d < space.rank(); ++d) e[d] = space[d].size();
+        return e;
+    }
+    Space<std::int64_t> origin() const {  // the spatial lower corner
+        Space<std::int64_t> o = Space<std::int64_t>::filled(space.rank(), 0);
+        for (int d = 0; d < space.rank(); ++d) o[d] = space[d].lo;
+        return o;
+    }
+    Box meet(const Box& o) const {
+        Box b{n.meet(o.n), c.meet(o.c), space};
+        for (int d = 0; d < space.rank(); ++d) b.space[d] = space[d].meet(o.space[d]);
+        return b;
+    }
+    Box grown(const Margins& m) const {
+        Box b = *this;
+        for (int d = 0; d < m.rank(); ++d) b.space[d] = {space[d].lo - m[d].before, space[d].hi + m[d].after};
+        return b;
+    }
+    // How far `wider` reaches beyond this box on each side of each spatial dimension (0 where it does not).
+    Margins reach(const Box& wider) const {
+        Margins m = Margins::filled(space.rank(), Reach{});
+        for (int d = 0; d < space.rank(); ++d)
+            m[d] = {std::max<std::int64_t>(0, space[d].lo - wider.space[d].lo),
+                    std::max<std::int64_t>(0, wider.space[d].hi - space[d].hi)};
+        return m;
+    }
+    bool operator==(const Box& o) const { return n == o.n && c == o.c && space == o.space; }
+};
+
+// The whole of a tensor of `dims`, as a box.
+inline Box whole_box(const Dims& dims) {
+    Box b{{0, dims.n}, {0, dims.c}, Space<Range>::filled(dims.rank(), Range{})};
+    for (int d = 0; d < dims.rank(); ++d) b.space[d] = {0, dims.space[d]};
+    return b;
+}
 
 // The first index of block `index` of `extent` split `parts` ways (the first extent % parts blocks are one
 // longer; see block_size).
-std::int64_t block_start(std::int64_t extent, std::int64_t parts, std::int64_t index);
+inline std::int64_t block_start(std::int64_t extent, std::int64_t parts, std::int64_t index) {
+    return index * (extent / parts) + std::min(index, extent % parts);
+}
+// The block of `extent` split `parts` ways that holds index i.
+inline std::int64_t block_of(std::int64_t extent, std::int64_t parts, std::int64_t i) {
+    // Blocks 0 .. r-1 have q+1 elements, the rest q.
+    const std::int64_t q = extent / parts, r = extent % parts;
+    return i < r * (q + 1) ? i / (q + 1) : r + (i - r * (q + 1)) / q;
+}
 
-// A process's place in a split's grid: ranks run over W fastest, then H, then N.
+// A process's place in a split's grid: its block of samples, and of each spatial axis (by the split's letters,
+// D, H, W). Ranks run over W fastest, then H, then D, then N.
 struct Coords {
-    std::int64_t n = 0, h = 0, w = 0;
+    std::int64_t n = 0;
+    std::array<std::int64_t, max_space> space{};
 };
-Coords coords(const Split& s, std::int64_t rank);
+inline Coords coords(const Split& s, std::int64_t rank) {
+    Coords c;
+    for (int a = max_space - 1; a >= 0; --a) {
+        if (s.space[a] == 1) continue;  // most splits leave some axis whole: no division
+        c.space[a] = rank % s.space[a];
+        rank /= s.space[a];
+    }
+    c.n = rank;
+    return c;
+}
+inline std::int64_t rank_of(const Split& s, const Coords& c) {
+    std::int64_t rank = c.n;
+    for (int a = 0; a < max_space; ++a) rank = rank * s.space[a] + c.space[a];
+    return rank;
+}
 
-// A tensor's whole extent: samples, channels, rows, columns (a vector [N, K] is {N, K, 1, 1}).
-struct Extent {
-    std::int64_t n = 0, c = 0, h = 0, w = 0;
-};
-Extent extent_of(const frontend::Layer& layer, std::int64_t batch);
+// A layer's output tensor: samples, channels and spatial extents. An image [N, C, H, W] is {N, C, {H, W}}, a
+// volume's {N, C, {D, H, W}}, class labels [N, H, W] {N, 1, {H, W}}, a vector [N, K] {N, K}, labels [N] {N, 1}.
+Dims extent_of(const frontend::Layer& layer, std::int64_t batch);
 
-// The block of a tensor of `whole` extent that `rank` holds under `split`: its samples' block, and its rows'
-// and columns' blocks when `planes` are split (else every row and column: a vector, or whole images).
-Box tile_box(const Extent& whole, const Split& split, std::int64_t rank, bool planes);
+// The block of a tensor of `whole` extent that `rank` holds under `split`: its samples' block, and the blocks
+// of its spatial dimensions when `spatial` (else all of each: a vector, or whole planes); every channel.
+inline Box tile_box(const Dims& whole, const Split& split, std::int64_t rank, bool spatial) {
+    const Coords k = coords(split, rank);
+    Box b = whole_box(whole);
+    b.n.lo = block_start(whole.n, split.n, k.n);
+    b.n.hi = b.n.lo + block_size(whole.n, split.n, k.n);
+    if (!spatial) return b;
+    for (int d = 0; d < whole.rank(); ++d) {
+        const int axis = Split::axis(d, whole.rank());
+        if (split.space[axis] == 1) continue;
+        b.space[d].lo = block_start(whole.space[d], split.space[axis], k.space[axis]);
+        b.space[d].hi = b.space[d].lo + block_size(whole.space[d], split.space[axis], k.space[axis]);
+    }
+    return b;
+}
 
-// The part of its input that a windowed layer reads to compute the outputs `out`: for convolution and
-// pooling, padding included, rows from out.y0 * stride - pad, as far as the last output's window reaches;
-// for upsampling and transposed convolution, the input rows and columns the outputs read (window.hpp),
-// never beyond the tensor (they read no padding).
-Box window_input(const frontend::Layer& layer, const Box& out);
+// ---- Windows.
 
-// Upsampling and transposed convolution: the input's extent along dimension d (0: H, 1: W), and the input
+// The part of its input (of `channels` channels) that a windowed layer reads to compute the outputs `out`:
+// for convolution and pooling, padding included, from out.lo * stride - pad along each spatial dimension, as
+// far as the last output's window reaches; for upsampling and transposed convolution, the inputs the outputs
+// read (window.hpp), never beyond the tensor (they read no padding). Convolutions read every channel, the
+// others the output's own.
+Box window_input(const frontend::Layer& layer, const Box& out, std::int64_t channels);
+
+// Upsampling and transposed convolution: the input's extent along spatial dimension d, and the input
 // indices that outputs [a, b) along it read.
 std::int64_t input_extent(const frontend::Layer& layer, int d);
 IndexRange input_range(const frontend::Layer& layer, int d, std::int64_t a, std::int64_t b);
 
-// Overlapping a halo exchange with compute: the outputs of `out` whose windows read only input rows and
-// columns within `held` (what a process has before its halo arrives: its own tile, and the padding beyond
-// the tensor's border), and the strips of `out` around them, computed once the halo is in: the rows above
-// and below across the whole width, then the columns either side along the inner rows (empty ones left out).
-Box inner_outputs(const frontend::Layer& layer, const Box& out, const Box& held);
-std::vector<Box> edge_strips(const Box& out, const Box& inner);
-
-// The input rows (or columns) a window reads for `outputs` outputs along dimension d (0: H, 1: W).
+// The inputs a window reads for `outputs` outputs along spatial dimension d.
 std::int64_t window_extent(const frontend::Layer& layer, int d, std::int64_t outputs);
 // The spacing of a window's taps along dimension d: a convolution's dilation; pooling windows are dense.
 std::int64_t window_dilation(const frontend::Layer& layer, int d);
+
+// Whether `reader` exchanges a halo of its input under `split`: a window with a halo along a spatial
+// dimension that the split cuts, over an input that is not data (data is made with its halo).
+bool exchanges_halo(const frontend::Layer& reader, const frontend::Layer& input, const Split& split);
+
+// ---- Halos.
+
+// A piece of a halo exchange or a redistribution: the elements of `box` that go to or come from `peer`.
+struct Piece {
+    int peer = 0;
+    Box box;
+};
+
+// The halo of the tile that `rank` holds of a tensor of extent `whole` under `split` (its spatial dimensions
+// cut): the parts of its box grown by `need` and kept within the tensor (beyond it is padding) that the
+// blocks of other processes hold, each with the process that holds it. Faces come first, then edges, then
+// corners (an image's: above, below, left, right, then the corners), each dimension before and after.
+std::vector<Piece> halo_pieces(const Dims& whole, const Split& split, std::int64_t rank, const Margins& need);
+
+// ---- Overlap of a halo exchange with compute.
+
+// What a process holds of its input before the halo arrives: its tile, and the margins beyond the tensor's
+// border (padding, not sent).
+Box held_box(const Box& tile, const Dims& whole, const Margins& need);
+
+// The outputs of `out` whose windows read only within `held`, computed while the halo travels, and the strips
+// of `out` around them, computed once it is in: along each spatial dimension in turn, the slabs before and
+// after the inner outputs, each across what the earlier dimensions' slabs left (an image's: the rows above and
+// below across the whole width, then the columns either side along the inner rows). Empty strips are left
+// out; with no inner outputs, the strips are `out` itself.
+struct OverlapParts {
+    Box inner;
+    std::vector<Box> strips;
+};
+OverlapParts overlap_parts(const frontend::Layer& layer, const Box& out, const Box& held);
 
 }  // namespace dsl::scheduler
