@@ -1,7 +1,10 @@
 // bench_conv: GFLOP/s of every distinct convolution of stdlib/mesh1k.net and stdlib/resnet50.net (forward,
 // backward-data, backward-weights) through cpu_kernels().conv on tiles laid out as the Trainer lays them out,
-// beside this machine's FMA peak measured with a tight loop. Runs once with oneDNN's default threads and, in
-// a child process, with OMP_NUM_THREADS=1 to compare against the single-core peak.
+// beside this machine's FMA peak measured with a tight loop; then the blocks of a CosmoFlow-shaped network of
+// volumes (3x3x3 convolution, leaky ReLU, 2x2x2 average pooling), each kernel in milliseconds. Runs once with
+// oneDNN's default threads and, in a child process, with OMP_NUM_THREADS=1 to compare against the
+// single-core peak. BENCH_CONV_SETS picks the parts (default "mesh,resnet,volumes"), BENCH_VOLUME_BATCH the
+// batch of the volumes (default 1).
 #include "common.hpp"
 
 #include <dsl/backend/tensor.hpp>
@@ -181,6 +184,72 @@ void bench_net(const std::string& path, std::int64_t batch, int per_block, doubl
         total_flops / total_s / 1e9, 100.0 * total_flops / total_s / 1e9 / peak, peak);
 }
 
+// A block of a network of volumes: a 3x3x3 convolution (pad 1) of c channels into f at size^3, leaky ReLU,
+// 2x2x2 average pooling; `in_network` is false for a shape that is only measured.
+struct VolumeBlock {
+    std::int64_t c, f, size;
+    bool in_network = true;
+};
+
+// Each kernel of CosmoFlow's blocks (its 7 convolutions 4 -> 16 -> ... -> 256 from 128^3, batch `batch`) on
+// tiles as the Trainer lays them out: a convolution reads the whole padded tile that the pooling before it
+// wrote the interior of (its margins hold the padding), and writes a dense tile, which the activation and
+// the pooling read. The sum over the network's blocks is a training step's share of these kernels (the
+// first convolution has no backward-data: its input is the data).
+void bench_volumes(std::int64_t batch, double peak) {
+    const std::vector<VolumeBlock> blocks = {{4, 16, 128},  {16, 32, 64},         {32, 64, 32},
+                                             {64, 128, 16}, {128, 256, 8},        {256, 256, 4},
+                                             {256, 256, 2}, {16, 32, 128, false}, {16, 32, 64, false}};
+    std::cout << fmt::format(
+        "\nCosmoFlow's blocks of volumes at batch {}: conv 3x3x3 pad 1, leaky ReLU, 2x2x2 average "
+        "pooling; ms (GFLOP/s, % of peak)\n",
+        batch);
+    std::cout << fmt::format("  {:<22} {:>6}  {:>18} {:>18} {:>18} {:>8} {:>8} {:>8} {:>8}\n", "x -> y", "GFLOP",
+                             "conv fwd", "conv bwd-data", "conv bwd-wts", "act fwd", "act bwd", "pool fwd", "pool bwd");
+    const backend::Kernels k = backend::cpu_kernels();
+    const double budget = static_cast<double>(env_int("BENCH_CONV_BUDGET_MS", 300)) / 1e3;
+    const auto leaky = frontend::Activation::leaky_relu;
+    double total = 0;
+    for (const VolumeBlock& b : blocks) {
+        const std::int64_t s = b.size, h = s / 2;
+        backend::Window w;
+        w.kernel = {3, 3, 3}, w.stride = {1, 1, 1}, w.dilation = {1, 1, 1};
+        backend::Window pool;
+        pool.kernel = {2, 2, 2}, pool.stride = {2, 2, 2}, pool.dilation = {1, 1, 1};
+        const backend::Margins pad = backend::Margins::filled(3, {1, 1});
+        backend::Tensor x({batch, b.c, {s, s, s}}, pad), dx(x.dims(), pad), wt({b.f, b.c, {3, 3, 3}}), dw(wt.dims());
+        backend::Tensor y({batch, b.f, {s, s, s}}), a(y.dims()), da(y.dims()), dy(y.dims());
+        backend::Tensor p({batch, b.f, {h, h, h}}, pad), dp(p.dims(), pad);
+        x.fill(0.5f), wt.fill(0.01f), dp.fill(0.25f);
+        std::vector<float> bias(static_cast<std::size_t>(b.f), 0.1f), db(bias.size());
+        const double f =
+            time_it([&] { k.conv->forward(x.padded(), wt.interior(), bias.data(), y.interior(), w); }, budget);
+        const double af = time_it([&] { k.activation->forward(leaky, y.interior(), 0.01f, a.interior()); }, budget);
+        const double pf =
+            time_it([&] { k.pool->forward(backend::PoolKind::average, a.interior(), p.interior(), pool); }, budget);
+        const double pb = time_it(
+            [&] { k.pool->backward(backend::PoolKind::average, a.interior(), dp.interior(), da.interior(), pool); },
+            budget);
+        const double ab =
+            time_it([&] { k.activation->backward(leaky, y.interior(), da.interior(), 0.01f, dy.interior()); }, budget);
+        const double bw =
+            time_it([&] { k.conv->backward_weights(x.padded(), dy.interior(), dw.interior(), db.data(), w); }, budget);
+        const double bd = time_it([&] { k.conv->backward_data(dy.interior(), wt.interior(), dx.padded(), w); }, budget);
+        const double flops = 2.0 * static_cast<double>(batch * b.f * b.c * 27 * s * s * s);
+        auto cell = [&](double t) {
+            return fmt::format("{:>7.2f} ({:>4.0f}, {:>2.0f}%)", t * 1e3, flops / t / 1e9,
+                               100.0 * flops / t / 1e9 / peak);
+        };
+        auto ms = [](double t) { return fmt::format("{:>8.2f}", t * 1e3); };
+        std::cout << fmt::format("  {:<22} {:>6.2f}  {:>18} {:>18} {:>18} {:>8} {:>8} {:>8} {:>8}{}\n",
+                                 fmt::format("{}x{}^3 -> {}x{}^3", b.c, s, b.f, s), flops / 1e9, cell(f), cell(bd),
+                                 cell(bw), ms(af), ms(ab), ms(pf), ms(pb),
+                                 b.in_network ? "" : "  (not in the network)");
+        if (b.in_network) total += f + af + pf + pb + ab + bw + (&b == &blocks.front() ? 0.0 : bd);
+    }
+    std::cout << fmt::format("  the network's blocks, forward and backward: {:.1f} ms\n", total * 1e3);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -204,9 +273,14 @@ int main(int argc, char** argv) {
         "{}-thread peak, {:.1f} GFLOP/s\n",
         threads, std::getenv("OMP_NUM_THREADS") ? std::getenv("OMP_NUM_THREADS") : "unset", threads, all);
 
-    bench_net("stdlib/mesh1k.net", env_int("BENCH_MESH_BATCH", 1), static_cast<int>(env_int("BENCH_MESH_PER_BLOCK", 2)),
-              all);
-    bench_net("stdlib/resnet50.net", env_int("BENCH_RESNET_BATCH", 8), 0, all);
+    const char* sets_env = std::getenv("BENCH_CONV_SETS");
+    const std::string sets = "," + std::string(sets_env ? sets_env : "mesh,resnet,volumes") + ",";
+    const auto want = [&](const char* set) { return sets.find("," + std::string(set) + ",") != std::string::npos; };
+    if (want("mesh"))
+        bench_net("stdlib/mesh1k.net", env_int("BENCH_MESH_BATCH", 1),
+                  static_cast<int>(env_int("BENCH_MESH_PER_BLOCK", 2)), all);
+    if (want("resnet")) bench_net("stdlib/resnet50.net", env_int("BENCH_RESNET_BATCH", 8), 0, all);
+    if (want("volumes")) bench_volumes(env_int("BENCH_VOLUME_BATCH", 1), all);
     std::cout << fmt::format("load average at the end: {}\n", load_average());
 
     // The single-thread comparison, in a fresh process: oneDNN sizes its thread team when it creates a

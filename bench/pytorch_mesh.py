@@ -10,11 +10,14 @@ The translator reads the .net language of docs/language.md (imports, blocks with
 `repeat`, `from`, every layer kind) and builds the network dsl builds: the same layers, shapes, parameters and
 defaults (batchnorm eps 1e-5 and momentum 0.1, leaky_relu slope 0.01, pooling stride = kernel), weights
 initialised as dsl does (torchvision's: Kaiming normal, fan out, for convolutions; PyTorch's defaults for the
-rest). It checks what it needs to build the network and stops at the first error; `dsl check` remains the
-checker. `--layers` prints each layer's shape, parameters and MACs, to compare with `dsl check`.
+rest). An input [N, C, H, W] makes a 2-D network (Conv2d, BatchNorm2d, MaxPool2d...), an input [N, C, D, H, W]
+a 3-D one (Conv3d, ConvTranspose3d, BatchNorm3d, MaxPool3d, trilinear upsampling...); `padding = periodic` is
+the circular padding mode of a convolution, and F.pad(mode='circular') before a pool. It checks what it needs
+to build the network and stops at the first error; `dsl check` remains the checker. `--layers` prints each
+layer's shape, parameters and MACs, to compare with `dsl check`.
 
 The timed step is what a PyTorch user writes: zero_grad, forward, the loss, backward, SGD (lr, momentum and
-weight decay from the net's `train` line, else dsl's defaults 0.01, 0.9, 0), in eager mode, NCHW float32,
+weight decay from the net's `train` line, else dsl's defaults 0.01, 0.9, 0), in eager mode, NCHW (NCDHW) float32,
 cudnn.benchmark on, TF32 off unless --tf32. The batch is made once, on the GPU, before the first step
 (--host-inputs: copied from pinned host memory in every step). Each step is timed alone between two
 torch.cuda.synchronize() calls; the first --warmup steps (cuDNN's algorithm search) are not counted.
@@ -406,29 +409,38 @@ ELEMENTWISE = ("relu", "leaky_relu", "sigmoid", "tanh", "gelu", "dropout")
 
 # Each kind's arguments in positional order: (name, type, default; None where required).
 WEIGHT = ("weight", "positive_real", 1.0)  # a loss's factor in the total that training minimizes
+PADDING = ("padding", "padding", "zeros")  # what a window reads beyond the border: zeros, or the other side
+# Window arguments ("spatial") are one number for every spatial dimension, kept as a tuple of one until shape
+# inference fits it to the input's rank, or a list of one per dimension ([h, w] or [d, h, w]).
 PARAMS = {
-    "conv": [("filters", "positive_int", None), ("kernel", "positive_pair", (1, 1)),
-             ("stride", "positive_pair", (1, 1)), ("pad", "nonneg_pair", (0, 0)),
-             ("dilation", "positive_pair", (1, 1)), ("bias", "bool", True)],
-    "deconv": [("filters", "positive_int", None), ("kernel", "positive_pair", (1, 1)),
-               ("stride", "positive_pair", (1, 1)), ("pad", "nonneg_pair", (0, 0)),
-               ("output_pad", "nonneg_pair", (0, 0)), ("bias", "bool", True)],
+    "conv": [("filters", "positive_int", None), ("kernel", "positive_spatial", (1,)),
+             ("stride", "positive_spatial", (1,)), ("pad", "nonneg_spatial", (0,)),
+             ("dilation", "positive_spatial", (1,)), ("bias", "bool", True), PADDING],
+    "deconv": [("filters", "positive_int", None), ("kernel", "positive_spatial", (1,)),
+               ("stride", "positive_spatial", (1,)), ("pad", "nonneg_spatial", (0,)),
+               ("output_pad", "nonneg_spatial", (0,)), ("bias", "bool", True)],
     "batchnorm": [("eps", "positive_real", 1e-5), ("momentum", "unit_real", 0.1)],
     "groupnorm": [("groups", "positive_int", None), ("eps", "positive_real", 1e-5)],
     "leaky_relu": [("slope", "any_real", 0.01)],
     "dropout": [("p", "unit_real", None)],
-    "maxpool": [("kernel", "positive_pair", None), ("stride", "positive_pair", None), ("pad", "nonneg_pair", (0, 0))],
-    "avgpool": [("kernel", "positive_pair", None), ("stride", "positive_pair", None), ("pad", "nonneg_pair", (0, 0))],
+    "maxpool": [("kernel", "positive_spatial", None), ("stride", "positive_spatial", None),
+                ("pad", "nonneg_spatial", (0,)), PADDING],
+    "avgpool": [("kernel", "positive_spatial", None), ("stride", "positive_spatial", None),
+                ("pad", "nonneg_spatial", (0,)), PADDING],
     "upsample": [("scale", "positive_int", 2), ("mode", "upsample_mode", "nearest")],
     "fc": [("outputs", "positive_int", None), ("bias", "bool", True)],
 }
 for _loss in LOSSES:
     PARAMS[_loss] = [WEIGHT]
-WORDS = {"upsample_mode": ("nearest", "bilinear")}  # arguments that are one of a few words
-TYPE_TEXT = {"positive_int": "a positive integer", "positive_pair": "a positive integer or a [height, width] list",
-             "nonneg_pair": "a non-negative integer or a [height, width] list", "bool": "true or false",
+WORDS = {"upsample_mode": ("nearest", "bilinear", "trilinear"),  # arguments that are one of a few words
+         "padding": ("zeros", "periodic")}
+SPATIAL_LIST = "a list of one per spatial dimension ([height, width] or [depth, height, width])"
+TYPE_TEXT = {"positive_int": "a positive integer", "positive_spatial": f"a positive integer, or {SPATIAL_LIST}",
+             "nonneg_spatial": f"a non-negative integer, or {SPATIAL_LIST}", "bool": "true or false",
              "positive_real": "a positive number", "any_real": "a number", "unit_real": "a number between 0 and 1",
-             "upsample_mode": "nearest or bilinear"}
+             "upsample_mode": "nearest, bilinear or trilinear", "padding": "zeros or periodic"}
+SPATIAL_TYPES = ("positive_spatial", "nonneg_spatial")
+AXES = ("planes of depth", "rows", "columns")  # the spatial dimensions' units, outermost first (a volume's)
 
 # The optimizers of the `train` line, each with its arguments in positional order and their defaults (dsl's
 # defaults where the line leaves them out), and the learning-rate schedules.
@@ -485,11 +497,14 @@ def convert(value, kind):
         return value if value in WORDS[kind] else None
     if kind == "positive_int":
         return value if is_int(value) and value >= 1 else None
-    if kind in ("positive_pair", "nonneg_pair"):
-        pair = (value, value) if is_int(value) else tuple(value) if isinstance(value, list) else None
-        if pair is None or len(pair) != 2 or not all(is_int(x) for x in pair):
+    if kind in SPATIAL_TYPES:
+        if is_int(value):
+            values = (value,)
+        elif isinstance(value, list) and 2 <= len(value) <= 3 and all(is_int(x) for x in value):
+            values = tuple(value)
+        else:
             return None
-        return pair if min(pair) >= (1 if kind == "positive_pair" else 0) else None
+        return values if min(values) >= (1 if kind == "positive_spatial" else 0) else None
     if kind == "bool":
         return value if type(value) is bool else None
     if not is_number(value):
@@ -548,10 +563,14 @@ class Elaborator:
             fail(t["where"], f"the first dimension of {what}, and only it, must be N")
         if any(d < 1 for d in shape[1:]):
             fail(t["where"], "dimensions must be positive")
-        if t["kind"] == "input" and len(shape) != 4:
-            fail(t["where"], f"{what} must be [N, C, H, W], got {len(shape)} dimensions")
-        if t["kind"] == "label" and t.get("element") != "float" and len(shape) not in (1, 3):
-            fail(t["where"], f"{what} must be [N] or [N, H, W], got {len(shape)} dimensions")
+        # Images [N, C, H, W] and volumes [N, C, D, H, W]; labels of either, or per sample.
+        if t["kind"] == "input" and len(shape) not in (4, 5):
+            fail(t["where"], f"{what} must be [N, C, H, W] or [N, C, D, H, W], got {len(shape)} dimensions")
+        if t["kind"] == "label" and t.get("element") == "float" and len(shape) not in (2, 4, 5):
+            fail(t["where"], f"float {what} must be [N, K], [N, C, H, W] or [N, C, D, H, W], got {len(shape)} "
+                             "dimensions")
+        if t["kind"] == "label" and t.get("element") != "float" and len(shape) not in (1, 3, 4):
+            fail(t["where"], f"{what} must be [N], [N, H, W] or [N, D, H, W], got {len(shape)} dimensions")
         layer = Layer(t["name"], t["kind"], t["where"])
         layer.shape = list(shape[1:])
         layer.attrs["element"] = t.get("element", "int")
@@ -826,6 +845,28 @@ def shape_text(shape):
     return "[" + ", ".join(["N"] + [str(d) for d in shape]) + "]"
 
 
+def spatial_rank(layer, src):
+    """The spatial rank of a windowed kind's input: 2 for an image [N, C, H, W], 3 for a volume [N, C, D, H, W]."""
+    if len(src.shape) not in (3, 4):
+        fail(layer.where, f"'{layer.op}' needs an image [N, C, H, W] or a volume [N, C, D, H, W], got "
+                          f"{shape_text(src.shape)} from '{src.name}'")
+    return len(src.shape) - 1
+
+
+def fit_spatial(layer, rank):
+    """The layer's window arguments fitted to `rank` spatial dimensions: one number applies to each, a list must
+    have one per dimension."""
+    for name, kind, _ in PARAMS.get(layer.op, []):
+        value = layer.attrs.get(name)
+        if kind not in SPATIAL_TYPES or value is None:
+            continue
+        if len(value) == 1:
+            layer.attrs[name] = value * rank
+        elif len(value) != rank:
+            fail(layer.where, f"'{name}' of '{layer.op}' has {len(value)} values, but its input has {rank} spatial "
+                              "dimensions: give one number, or one per dimension")
+
+
 def infer_shapes(layers):
     """Each layer's output shape per sample (without N), parameters and MACs (frontend/src/infer_shapes.cpp)."""
     for layer in layers:
@@ -836,23 +877,26 @@ def infer_shapes(layers):
         inp = src.shape
         elements = math.prod(inp)
         if layer.op in ("conv", "maxpool", "avgpool"):
-            if len(inp) != 3:
-                fail(layer.where,
-                     f"'{layer.op}' needs a 4-D input [N, C, H, W], got {shape_text(inp)} from '{src.name}'")
+            rank = spatial_rank(layer, src)
+            fit_spatial(layer, rank)
             if layer.op != "conv" and any(2 * p > k for p, k in zip(a["pad"], a["kernel"])):
                 fail(layer.where, f"the padding of '{layer.op}' must be at most half its kernel")
-            dilation = a.get("dilation", (1, 1))
+            dilation = a.get("dilation", (1,) * rank)
             out = []
-            for d in range(2):
+            for d in range(rank):
+                what = AXES[3 - rank + d]
                 padded, reach = inp[d + 1] + 2 * a["pad"][d], dilation[d] * (a["kernel"][d] - 1) + 1
                 if reach > padded:
                     fail(layer.where, f"kernel {a['kernel'][d]} does not fit the padded input of {padded}")
+                if a["padding"] == "periodic" and a["pad"][d] > inp[d + 1]:
+                    fail(layer.where, f"the periodic padding of '{layer.op}' ({a['pad'][d]} {what}) is more than its "
+                                      f"input's {inp[d + 1]} {what}: it would wrap around more than once")
                 out.append((padded - reach) // a["stride"][d] + 1)
             if layer.op == "conv":
-                weights = a["filters"] * inp[0] * a["kernel"][0] * a["kernel"][1]
+                weights = a["filters"] * inp[0] * math.prod(a["kernel"])
                 layer.shape = [a["filters"]] + out
                 layer.params = weights + (a["filters"] if a["bias"] else 0)
-                layer.macs = out[0] * out[1] * weights
+                layer.macs = math.prod(out) * weights
             else:
                 layer.shape = [inp[0]] + out
         elif layer.op == "batchnorm":
@@ -862,32 +906,34 @@ def infer_shapes(layers):
         elif layer.op in ELEMENTWISE:
             layer.shape = list(inp)
         elif layer.op == "groupnorm":
-            if len(inp) not in (1, 3) or inp[0] % a["groups"]:  # nn.GroupNorm takes [N, C] and [N, C, H, W]
-                fail(layer.where, f"'groupnorm' needs a 2-D or 4-D input whose channels its {a['groups']} groups divide")
+            if len(inp) not in (1, 3, 4) or inp[0] % a["groups"]:  # nn.GroupNorm takes [N, C, *]
+                fail(layer.where, f"'groupnorm' needs an input [N, C], [N, C, H, W] or [N, C, D, H, W] whose channels "
+                                  f"its {a['groups']} groups divide")
             layer.shape, layer.params = list(inp), 2 * inp[0]
         elif layer.op == "upsample":
-            if len(inp) != 3:
-                fail(layer.where, f"'upsample' needs a 4-D input [N, C, H, W], got {shape_text(inp)}")
-            layer.shape = [inp[0], inp[1] * a["scale"], inp[2] * a["scale"]]
+            rank = spatial_rank(layer, src)
+            if (a["mode"] == "bilinear" and rank != 2) or (a["mode"] == "trilinear" and rank != 3):
+                right = "bilinear" if rank == 2 else "trilinear"
+                fail(layer.where, f"'{a['mode']}' interpolates {'images' if rank == 3 else 'volumes'}, but "
+                                  f"'{src.name}' is {shape_text(inp)}: use mode = {right}")
+            layer.shape = [inp[0]] + [size * a["scale"] for size in inp[1:]]
         elif layer.op == "deconv":
-            if len(inp) != 3:
-                fail(layer.where, f"'deconv' needs a 4-D input [N, C, H, W], got {shape_text(inp)}")
+            rank = spatial_rank(layer, src)
+            fit_spatial(layer, rank)
             out = []
-            for d in range(2):
+            for d in range(rank):
                 if a["output_pad"][d] >= a["stride"][d]:
                     fail(layer.where, "'output_pad' must be smaller than the stride")
                 size = (inp[d + 1] - 1) * a["stride"][d] - 2 * a["pad"][d] + a["kernel"][d] + a["output_pad"][d]
                 if size < 1:
-                    fail(layer.where, "the output of 'deconv' would have no rows or columns")
+                    fail(layer.where, f"the output of 'deconv' would have no {AXES[3 - rank + d]}")
                 out.append(size)
-            weights = a["filters"] * inp[0] * a["kernel"][0] * a["kernel"][1]
+            weights = a["filters"] * inp[0] * math.prod(a["kernel"])
             layer.shape = [a["filters"]] + out
             layer.params = weights + (a["filters"] if a["bias"] else 0)
-            layer.macs = inp[1] * inp[2] * weights
+            layer.macs = math.prod(inp[1:]) * weights  # every input element times its window
         elif layer.op == "global_avgpool":
-            if len(inp) != 3:
-                fail(layer.where, f"'global_avgpool' needs a 4-D input [N, C, H, W], got {shape_text(inp)}")
-            layer.shape = [inp[0], 1, 1]
+            layer.shape = [inp[0]] + [1] * spatial_rank(layer, src)
         elif layer.op == "fc":
             layer.shape = [a["outputs"]]
             layer.macs = elements * a["outputs"]
@@ -910,13 +956,30 @@ def infer_shapes(layers):
         elif layer.op in LOSSES:
             labels = layers[layer.inputs[1]].shape
             pixel = layer.op == "pixel_cross_entropy"
-            ok = len(inp) == 3 if pixel else len(inp) == 1 or (len(inp) == 3 and inp[1:] == [1, 1])
+            # Per pixel or voxel: logits [N, K, spatial...]; per sample: [N, K], or global pooling's ones.
+            spatial = len(inp) in (3, 4)
+            ok = spatial if pixel else len(inp) == 1 or (spatial and all(d == 1 for d in inp[1:]))
             if not ok:
-                want = "[N, K, H, W]" if pixel else "[N, K]"
+                want = "[N, K, H, W] or [N, K, D, H, W]" if pixel else "[N, K] or [N, K, 1, 1]"
                 fail(layer.where, f"'{layer.op}' needs logits {want}, got {shape_text(inp)}")
             if labels != (inp[1:] if pixel else []):
                 fail(layer.where, f"labels {shape_text(labels)} do not match logits {shape_text(inp)} of '{layer.op}'")
             layer.shape = []
+    check_padding(layers)
+
+
+def check_padding(layers):
+    """The windows that read one tensor agree on what lies beyond its border (zeros, or its other side)."""
+    first = {}
+    for layer in layers:
+        if "padding" not in layer.attrs:
+            continue
+        other = first.setdefault(layer.inputs[0], layer)
+        if other.attrs["padding"] != layer.attrs["padding"]:
+            fail(layer.where, f"'{layer.name}' reads '{layers[layer.inputs[0]].name}' with padding = "
+                              f"{layer.attrs['padding']}, but '{other.name}' reads it with padding = "
+                              f"{other.attrs['padding']}: what lies beyond a tensor's border must be the same for "
+                              "every window that reads it")
 
 
 class Network:
@@ -971,6 +1034,35 @@ def torch_network(net, inplace_relu, dtype=None):
     # torchvision's models do (ReLU(inplace=True) after batch norm), which saves one tensor per ReLU.
     overwritable = ("conv", "batchnorm", "add", "concat", "fc")
 
+    class Pad(nn.Module):
+        """Each side of every spatial dimension padded by `pad` (outermost first): from the tensor's other side
+        (mode 'circular', which PyTorch's pools lack as a padding mode), or with zeros ('constant')."""
+
+        def __init__(self, pad, mode):
+            super().__init__()
+            self.pad = tuple(p for v in reversed(pad) for p in (v, v))  # F.pad's order: the last dimension first
+            self.mode = mode
+
+        def forward(self, x):
+            return F.pad(x, self.pad, mode=self.mode)
+
+        def extra_repr(self):
+            return f"pad={self.pad}, mode={self.mode}"
+
+    def pool(layer, src):
+        """maxpool or avgpool (avgpool divides by the kernel's area or volume, padding included: PyTorch's
+        count_include_pad); with padding = periodic, the circular padding first, then the pool without."""
+        a, rank = layer.attrs, len(layer.attrs["kernel"])
+        kind = {("maxpool", 2): nn.MaxPool2d, ("maxpool", 3): nn.MaxPool3d,
+                ("avgpool", 2): nn.AvgPool2d, ("avgpool", 3): nn.AvgPool3d}[layer.op, rank]
+        if a["padding"] == "periodic":
+            return nn.Sequential(Pad(a["pad"], "circular"), kind(a["kernel"], a["stride"], 0))
+        if layer.op == "avgpool" and rank == 3 and any(e < k for e, k in zip(src.shape[1:], a["kernel"])):
+            # AvgPool3d refuses an input smaller than its kernel, padded or not: the zeros first (the same sums,
+            # divided by the same volume), then the pool without padding.
+            return nn.Sequential(Pad(a["pad"], "constant"), kind(a["kernel"], a["stride"], 0))
+        return kind(a["kernel"], a["stride"], a["pad"])
+
     class Net(nn.Module):
         def __init__(self):
             super().__init__()
@@ -982,28 +1074,31 @@ def torch_network(net, inplace_relu, dtype=None):
             for i, layer in enumerate(net.layers):
                 a, key = layer.attrs, str(i)
                 src = net.layers[layer.inputs[0]] if layer.inputs else None
+                volume = len(src.shape) == 4 if src else False  # [C, D, H, W]: a 3-D network's layer
                 if layer.op == "conv":
-                    m = nn.Conv2d(src.shape[0], a["filters"], a["kernel"], a["stride"], a["pad"], a["dilation"],
-                                  bias=a["bias"])
+                    # padding = periodic is PyTorch's circular padding mode
+                    conv = nn.Conv3d if volume else nn.Conv2d
+                    m = conv(src.shape[0], a["filters"], a["kernel"], a["stride"], a["pad"], a["dilation"],
+                             bias=a["bias"], padding_mode="circular" if a["padding"] == "periodic" else "zeros")
                     nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
                     self.mods[key] = m
-                elif layer.op == "deconv":
-                    self.mods[key] = nn.ConvTranspose2d(src.shape[0], a["filters"], a["kernel"], a["stride"],
-                                                        a["pad"], a["output_pad"], bias=a["bias"])
+                elif layer.op == "deconv":  # weights [C_in, C_out, kernel...]
+                    deconv = nn.ConvTranspose3d if volume else nn.ConvTranspose2d
+                    self.mods[key] = deconv(src.shape[0], a["filters"], a["kernel"], a["stride"], a["pad"],
+                                            a["output_pad"], bias=a["bias"])
                 elif layer.op == "batchnorm":
-                    bn = nn.BatchNorm2d if len(src.shape) == 3 else nn.BatchNorm1d
+                    bn = {1: nn.BatchNorm1d, 3: nn.BatchNorm2d, 4: nn.BatchNorm3d}[len(src.shape)]
                     self.mods[key] = bn(src.shape[0], eps=a["eps"], momentum=a["momentum"])
                 elif layer.op == "groupnorm":
                     self.mods[key] = nn.GroupNorm(a["groups"], src.shape[0], eps=a["eps"])
                 elif layer.op == "dropout":
                     self.mods[key] = nn.Dropout(a["p"])
                 elif layer.op == "upsample":
+                    linear = a["mode"] in ("bilinear", "trilinear")
                     self.mods[key] = nn.Upsample(scale_factor=a["scale"], mode=a["mode"],
-                                                 align_corners=False if a["mode"] == "bilinear" else None)
-                elif layer.op == "maxpool":
-                    self.mods[key] = nn.MaxPool2d(a["kernel"], a["stride"], a["pad"])
-                elif layer.op == "avgpool":
-                    self.mods[key] = nn.AvgPool2d(a["kernel"], a["stride"], a["pad"])  # divides by the kernel area
+                                                 align_corners=False if linear else None)
+                elif layer.op in ("maxpool", "avgpool"):
+                    self.mods[key] = pool(layer, src)
                 elif layer.op == "fc":
                     self.mods[key] = nn.Linear(math.prod(src.shape), a["outputs"], bias=a["bias"])
                 elif layer.op == "relu":
@@ -1035,7 +1130,7 @@ def torch_network(net, inplace_relu, dtype=None):
             if op == "gelu":
                 return F.gelu(xs[0])  # the exact erf form, PyTorch's default
             if op == "global_avgpool":
-                return xs[0].mean(dim=(2, 3), keepdim=True)
+                return xs[0].mean(dim=tuple(range(2, xs[0].dim())), keepdim=True)
             if op == "add":
                 y = xs[0]
                 for x in xs[1:]:

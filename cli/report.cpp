@@ -259,8 +259,7 @@ std::string check_table(const Checked& c, std::int64_t batch) {
 
 nlohmann::json split_json(const scheduler::Split& split, int rank) {
     nlohmann::json j{{"N", split.n}};
-    for (int a = max_space - rank; a < max_space; ++a)
-        j[scheduler::spatial_letters[a]] = split.space[static_cast<std::size_t>(a)];
+    for (int a = max_space - rank; a < max_space; ++a) j[axis_letters[a]] = split.space[static_cast<std::size_t>(a)];
     return j;
 }
 

@@ -42,12 +42,14 @@ void for_each_element(const Dims& d, F&& f) {
 
 // How a kernel's operand sits in its tile. The margins outside the view hold NaN for inputs (so reading them
 // shows in the result) and a sentinel for outputs (so writing them shows in the comparison). A vector {n, k}
-// has no margins: in every layout but dense it is a channel range.
+// has no margins: in every layout but dense it is a channel range. A volume's tile has margins along its depth
+// too (uneven where an image's are).
 enum class Layout {
     dense,     // a tensor without margins
     interior,  // the interior of a tensor with uneven margins
     padded,    // the whole padded view of a tensor whose margins of 1 hold the (zero) padding
-    inside,    // margins of 2, and the view starts 1 row and column inside them, as a pad-1 convolution reads
+    inside,    // margins of 2, and the view starts 1 place inside them along each dimension, as a pad-1
+               // convolution reads
     channels,  // a channel range of a larger tensor with margins: stride_n is not C * stride_c
 };
 
@@ -74,32 +76,50 @@ struct Operand {
     }
 };
 
-// A view of `d` in a tile laid out as `layout`: its elements random in [-1, 1) (or integers below `levels`
-// when `levels` > 0, to make ties), but zero where an input's view covers the tile's margins (a
-// convolution's padding); the rest of the tile NaN for an input and the sentinel for an output.
+// A view of `d` (a vector, an image or a volume) in a tile laid out as `layout`: its elements random in
+// [-1, 1) (or integers below `levels` when `levels` > 0, to make ties), but zero where an input's view covers
+// the tile's margins (a convolution's padding); the rest of the tile NaN for an input and the sentinel for an
+// output.
 inline Operand make_operand(Dims d, Layout layout, bool input, std::mt19937& rng, int levels = 0) {
     Operand o;
     o.dims = d;
-    const bool vector = d.rank() == 0;
+    const bool vector = d.rank() == 0, volume = d.rank() == 3;
     if (vector && layout != Layout::dense) layout = Layout::channels;
-    const auto image = [&](std::int64_t grow) { return Dims{d.n, d.c, {d.space[0] + grow, d.space[1] + grow}}; };
+    const auto grown = [&](std::int64_t by) {
+        Dims g = d;
+        for (std::int64_t& e : g.space) e += by;
+        return g;
+    };
+    const auto even = [&](std::int64_t m) { return Margins::filled(d.rank(), {m, m}); };
+    // An image's margins and first place, with a volume's depth before them.
+    const auto of_rank = [&](Margins image, dsl::scheduler::Reach depth) {
+        return volume ? Margins{depth, image[0], image[1]} : image;
+    };
+    const auto place = [&](Index image, std::int64_t depth) {
+        return volume ? Index{depth, image[0], image[1]} : image;
+    };
+    Index first = Index::filled(d.rank(), 0);  // the view's first element in the padded tile
+    std::int64_t channel = 0;
     switch (layout) {
         case Layout::dense: o.tensor = Tensor(d); break;
-        case Layout::interior: o.tensor = Tensor(d, Margins{{2, 1}, {3, 2}}); break;
-        case Layout::padded: o.tensor = Tensor(image(-2), Margins{{1, 1}, {1, 1}}); break;
-        case Layout::inside: o.tensor = Tensor(image(-2), Margins{{2, 2}, {2, 2}}); break;
+        case Layout::interior:
+            o.tensor = Tensor(d, of_rank(Margins{{2, 1}, {3, 2}}, {1, 2}));
+            first = place({2, 3}, 1);
+            break;
+        case Layout::padded: o.tensor = Tensor(grown(-2), even(1)); break;
+        case Layout::inside:
+            o.tensor = Tensor(grown(-2), even(2));
+            first = place({1, 1}, 1);
+            break;
         case Layout::channels:
-            o.tensor = Tensor(Dims{d.n, d.c + 3, d.space}, vector ? Margins{} : Margins{{1, 2}, {1, 0}});
+            o.tensor =
+                Tensor(Dims{d.n, d.c + 3, d.space}, vector ? Margins{} : of_rank(Margins{{1, 2}, {1, 0}}, {1, 0}));
+            first = vector ? Index{} : place({1, 1}, 1);
+            channel = 1;
             break;
     }
     const View p = o.tensor.padded();
-    switch (layout) {
-        case Layout::dense:
-        case Layout::padded: o.offset = 0; break;
-        case Layout::interior: o.offset = &p.at(0, 0, {2, 3}) - p.base; break;
-        case Layout::inside: o.offset = &p.at(0, 0, {1, 1}) - p.base; break;
-        case Layout::channels: o.offset = &p.at(0, 1, vector ? Index{} : Index{1, 1}) - p.base; break;
-    }
+    o.offset = &p.at(0, channel, first) - p.base;
     o.tensor.fill(input ? std::numeric_limits<float>::quiet_NaN() : sentinel);
     std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
     std::uniform_int_distribution<int> level(0, std::max(levels - 1, 0));
@@ -108,11 +128,9 @@ inline Operand make_operand(Dims d, Layout layout, bool input, std::mt19937& rng
     const Margins m = o.tensor.margins();
     for_each_element(d, [&](std::int64_t n, std::int64_t c, const Index& i) {
         float value = levels > 0 ? static_cast<float>(level(rng)) : uniform(rng);
-        // The element's place in the padded tile, from its offset in its plane (the padded tile is dense).
-        const std::int64_t offset = (&v.at(n, c, i) - p.base) % p.stride_c;
         bool margin = false;
         for (int k = 0; k < d.rank(); ++k) {
-            const std::int64_t at = offset / p.stride[k] % p.dims.space[k];
+            const std::int64_t at = first[k] + i[k];  // in the padded tile
             margin = margin || at < m[k].before || at >= m[k].before + in.space[k];
         }
         if (input && margin) value = 0.0f;
@@ -182,5 +200,15 @@ struct Catch::StringMaker<dsl::Dims> {
         std::string s = "{" + std::to_string(d.n) + ", " + std::to_string(d.c) + ", {";
         for (int k = 0; k < d.rank(); ++k) s += (k > 0 ? ", " : "") + std::to_string(d.space[k]);
         return s + "}}";
+    }
+};
+
+// CAPTURE(index) shows it as {d, h, w}.
+template <>
+struct Catch::StringMaker<dsl::Space<std::int64_t>> {
+    static std::string convert(const dsl::Space<std::int64_t>& i) {
+        std::string s = "{";
+        for (int k = 0; k < i.rank(); ++k) s += (k > 0 ? ", " : "") + std::to_string(i[k]);
+        return s + "}";
     }
 };

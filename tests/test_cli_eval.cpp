@@ -1,6 +1,7 @@
-// `dsl eval`, `dsl predict` and `dsl run --eval-every` with real ranks: every split gives one process's
-// figures (to rounding) and its prediction file (bitwise); the figures agree with an independent computation
-// from the prediction and the labels.
+// `dsl eval`, `dsl predict` and `dsl run --eval-every` with real ranks, on images and volumes: every split
+// gives one process's figures (to rounding) and its prediction file (bitwise); the figures agree with an
+// independent computation from the prediction and the labels.
+#include "hdf5_files.hpp"
 #include "run_dsl.hpp"
 #include "temp_files.hpp"
 
@@ -57,7 +58,7 @@ std::vector<float> h5_floats(const std::string& path, const std::string& dataset
 }
 
 // Inputs that vary smoothly and by sample, and labels (classes) or targets drawn from an index hash.
-void write_inputs(const std::string& path, std::vector<std::int64_t> shape) {
+std::vector<float> write_inputs(const std::string& path, std::vector<std::int64_t> shape) {
     std::int64_t n = 1;
     for (auto d : shape) n *= d;
     std::vector<float> x(static_cast<std::size_t>(n));
@@ -65,6 +66,7 @@ void write_inputs(const std::string& path, std::vector<std::int64_t> shape) {
         x[static_cast<std::size_t>(i)] = static_cast<float>(std::sin(0.37 * i) + 0.1 * std::cos(0.011 * i));
     std::string error;
     REQUIRE(dsl::backend::write_npy(path, shape, x.data(), error));
+    return x;
 }
 
 std::vector<std::int32_t> write_labels(const std::string& path, std::vector<std::int64_t> shape, int classes) {
@@ -89,6 +91,54 @@ void same_figures(const json& a, const json& b) {
             CHECK(v.get<double>() == Approx(fb[key].get<double>()).epsilon(1e-6));
         }
     }
+}
+
+// A classification's figures from logits [S, K, P] (P places per sample, 1 for a class per sample) and labels
+// [S, P], as numpy would compute them: accuracy (argmax, the first of equal maxima), mean IoU over the classes
+// present in the labels or the predictions, and the mean cross-entropy of the logits.
+struct Figures {
+    double accuracy = 0, mean_iou = 0, loss = 0;
+};
+
+Figures classification(const std::vector<float>& logits, const std::vector<std::int32_t>& labels, std::int64_t S,
+                       std::int64_t K, std::int64_t P) {
+    double correct = 0, loss = 0;
+    std::vector<double> inter(static_cast<std::size_t>(K)), uni(static_cast<std::size_t>(K));
+    for (std::int64_t s = 0; s < S; ++s)
+        for (std::int64_t p = 0; p < P; ++p) {
+            auto l = [&](std::int64_t k) {
+                return static_cast<double>(logits[static_cast<std::size_t>((s * K + k) * P + p)]);
+            };
+            std::int64_t best = 0;
+            for (std::int64_t k = 1; k < K; ++k)
+                if (l(k) > l(best)) best = k;
+            const std::int64_t truth = labels[static_cast<std::size_t>(s * P + p)];
+            double sum = 0;
+            for (std::int64_t k = 0; k < K; ++k) sum += std::exp(l(k) - l(best));
+            loss += l(best) + std::log(sum) - l(truth);
+            correct += best == truth;
+            inter[static_cast<std::size_t>(truth)] += best == truth;
+            uni[static_cast<std::size_t>(truth)] += 1;
+            if (best != truth) uni[static_cast<std::size_t>(best)] += 1;
+        }
+    double iou = 0, present = 0;
+    for (std::int64_t k = 0; k < K; ++k)
+        if (uni[static_cast<std::size_t>(k)] > 0)
+            iou += inter[static_cast<std::size_t>(k)] / uni[static_cast<std::size_t>(k)], ++present;
+    const double n = static_cast<double>(S * P);
+    return {correct / n, iou / present, loss / n};
+}
+
+// A regression's figures from a prediction and its targets, element by element: mean squared and absolute error.
+std::pair<double, double> mse_mae(const std::vector<float>& p, const std::vector<float>& targets) {
+    REQUIRE(p.size() == targets.size());
+    double squares = 0, absolutes = 0;
+    for (std::size_t i = 0; i < p.size(); ++i) {
+        const double e = static_cast<double>(p[i]) - targets[i];
+        squares += e * e;
+        absolutes += std::abs(e);
+    }
+    return {squares / static_cast<double>(p.size()), absolutes / static_cast<double>(p.size())};
 }
 
 }  // namespace
@@ -145,28 +195,11 @@ TEST_CASE("eval and predict give one process's figures and file under every spli
     // The figures from the prediction and the labels: argmax, and the cross-entropy of the logits.
     const std::vector<float> f = npy_floats(dir / "f1.npy", &shape);
     REQUIRE(shape == std::vector<std::int64_t>{S, C});
-    double correct = 0, loss = 0;
-    std::vector<double> inter(C), uni(C);
-    for (std::int64_t s = 0; s < S; ++s) {
-        const float* l = &f[static_cast<std::size_t>(s * C)];
-        const std::int64_t best = std::max_element(l, l + C) - l, truth = labels[static_cast<std::size_t>(s)];
-        double m = l[0], sum = 0;
-        for (std::int64_t k = 1; k < C; ++k) m = std::max(m, static_cast<double>(l[k]));
-        for (std::int64_t k = 0; k < C; ++k) sum += std::exp(l[k] - m);
-        loss += m + std::log(sum) - l[truth];
-        correct += best == truth;
-        inter[static_cast<std::size_t>(truth)] += best == truth;
-        uni[static_cast<std::size_t>(truth)] += 1;
-        if (best != truth) uni[static_cast<std::size_t>(best)] += 1;
-    }
-    double iou = 0, present = 0;
-    for (std::int64_t k = 0; k < C; ++k)
-        if (uni[static_cast<std::size_t>(k)] > 0)
-            iou += inter[static_cast<std::size_t>(k)] / uni[static_cast<std::size_t>(k)], ++present;
+    const Figures expect = classification(f, labels, S, C, 1);
     const json& fig = one["losses"]["loss"];
-    CHECK(fig["accuracy"].get<double>() == Approx(correct / S));
-    CHECK(fig["mean_iou"].get<double>() == Approx(iou / present));
-    CHECK(fig["loss"].get<double>() == Approx(loss / S).epsilon(1e-5));
+    CHECK(fig["accuracy"].get<double>() == Approx(expect.accuracy));
+    CHECK(fig["mean_iou"].get<double>() == Approx(expect.mean_iou));
+    CHECK(fig["loss"].get<double>() == Approx(expect.loss).epsilon(1e-5));
 }
 
 TEST_CASE("eval counts per pixel and predict writes per pixel alike under every split", "[cli][eval][mpi]") {
@@ -197,25 +230,10 @@ TEST_CASE("eval counts per pixel and predict writes per pixel alike under every 
     std::vector<std::int64_t> shape;
     const std::vector<float> p = npy_floats(dir / "p1.npy", &shape);
     REQUIRE(shape == std::vector<std::int64_t>{S, 2, 8, 8});
-    double correct = 0;
-    std::vector<double> inter(2), uni(2);
-    for (std::int64_t s = 0; s < S; ++s)
-        for (std::int64_t i = 0; i < P; ++i) {
-            const float l0 = p[static_cast<std::size_t>(s * 2 * P + i)],
-                        l1 = p[static_cast<std::size_t>(s * 2 * P + P + i)];
-            const int best = l1 > l0 ? 1 : 0, truth = labels[static_cast<std::size_t>(s * P + i)];
-            correct += best == truth;
-            inter[static_cast<std::size_t>(truth)] += best == truth;
-            uni[static_cast<std::size_t>(truth)] += 1;
-            if (best != truth) uni[static_cast<std::size_t>(best)] += 1;
-        }
-    double iou = 0, present = 0;
-    for (int k = 0; k < 2; ++k)
-        if (uni[static_cast<std::size_t>(k)] > 0)
-            iou += inter[static_cast<std::size_t>(k)] / uni[static_cast<std::size_t>(k)], ++present;
+    const Figures expect = classification(p, labels, S, 2, P);
     const json& fig = one["losses"]["loss"];
-    CHECK(fig["accuracy"].get<double>() == Approx(correct / static_cast<double>(S * P)));
-    CHECK(fig["mean_iou"].get<double>() == Approx(iou / present));
+    CHECK(fig["accuracy"].get<double>() == Approx(expect.accuracy));
+    CHECK(fig["mean_iou"].get<double>() == Approx(expect.mean_iou));
 }
 
 TEST_CASE("eval of a regression: MSE and MAE of the prediction, the same under a hybrid split", "[cli][eval][mpi]") {
@@ -255,15 +273,119 @@ TEST_CASE("eval of a regression: MSE and MAE of the prediction, the same under a
            ":/pred" + common);
     const std::vector<float> p = npy_floats(dir / "p1.npy");
     CHECK(h5_floats(dir / "p.h5", "/pred") == p);
-    REQUIRE(p.size() == targets.size());
-    double squares = 0, absolutes = 0;
-    for (std::size_t i = 0; i < p.size(); ++i) {
-        const double e = static_cast<double>(p[i]) - targets[i];
-        squares += e * e;
-        absolutes += std::abs(e);
-    }
+    const auto [mse, mae] = mse_mae(p, targets);
     const json& fig = one["losses"]["loss"];
-    CHECK(fig["mse"].get<double>() == Approx(squares / static_cast<double>(p.size())));
-    CHECK(fig["mae"].get<double>() == Approx(absolutes / static_cast<double>(p.size())));
-    CHECK(fig["loss"].get<double>() == Approx(squares / static_cast<double>(p.size())).epsilon(1e-5));
+    CHECK(fig["mse"].get<double>() == Approx(mse));
+    CHECK(fig["mae"].get<double>() == Approx(mae));
+    CHECK(fig["loss"].get<double>() == Approx(mse).epsilon(1e-5));
+}
+
+TEST_CASE("eval and predict of volumes give one process's figures and file in slabs of depth and in a 2x2x2 grid",
+          "[cli][eval][mpi]") {
+    TempDir dir;
+    const std::string x = dir / "x.npy", y = dir / "y.npy", ck = dir / "ck";
+    const std::int64_t S = 5, K = 3, P = 9 * 8 * 7;
+    write_inputs(x, {S, 3, 17, 15, 13});
+    const auto labels = write_labels(y, {S, 9, 8, 7}, static_cast<int>(K));
+    const std::string data = " --data x=" + x + " --data y=" + y;
+    dsl_ok("run tests/dist/vol.net --steps 2 --batch 2 --save " + ck + data);
+
+    // One process; two slabs of depth (9 and 8 planes); 8 tiles of 2x2x2 (odd extents, uneven tiles); batch 2,
+    // so the 5 samples end in a mini-batch of 1.
+    const std::string common = " --load " + ck + data;
+    const json one = eval_json("tests/dist/vol.net --batch 2" + common);
+    CHECK(one["samples"] == S);
+    dsl_ok("predict tests/dist/vol.net --batch 2 --output " + (dir / "p1.npy") + common);
+    std::vector<std::int64_t> shape;
+    const std::vector<float> p1 = npy_floats(dir / "p1.npy", &shape);
+    CHECK(shape == std::vector<std::int64_t>{S, K, 9, 8, 7});
+    for (const char* sched : {"tests/dist/vol_d2.sched", "tests/dist/vol_dhw8.sched"}) {
+        INFO(sched);
+        same_figures(eval_json(std::string("tests/dist/vol.net ") + sched + common), one);
+        const std::string out = dir / "p.npy";
+        dsl_ok(std::string("predict tests/dist/vol.net ") + sched + " --force --output " + out + common);
+        CHECK(dsl::test::read_bytes(out) == dsl::test::read_bytes(dir / "p1.npy"));
+    }
+    // Without labels, as for new data: the same file.
+    dsl_ok("predict tests/dist/vol.net tests/dist/vol_dhw8.sched --force --output " + (dir / "p.npy") + " --load " +
+           ck + " --data x=" + x);
+    CHECK(dsl::test::read_bytes(dir / "p.npy") == dsl::test::read_bytes(dir / "p1.npy"));
+    // A full-size layer, each of the 8 processes writing its tile, to .npy and to HDF5.
+    dsl_ok("predict tests/dist/vol.net --batch 2 --layer r1 --output " + (dir / "r1.npy") + common);
+    dsl_ok("predict tests/dist/vol.net tests/dist/vol_dhw8.sched --layer r1 --output " + (dir / "r8.npy") + common);
+    dsl_ok("predict tests/dist/vol.net tests/dist/vol_dhw8.sched --layer r1 --output " + (dir / "r.h5") + ":/r1" +
+           common);
+    CHECK(dsl::test::read_bytes(dir / "r1.npy") == dsl::test::read_bytes(dir / "r8.npy"));
+    const std::vector<float> r1 = npy_floats(dir / "r1.npy", &shape);
+    CHECK(shape == std::vector<std::int64_t>{S, 6, 17, 15, 13});
+    CHECK(h5_floats(dir / "r.h5", "/r1") == r1);
+
+    // The figures from the prediction and the labels, voxel by voxel.
+    const Figures expect = classification(p1, labels, S, K, P);
+    const json& fig = one["losses"]["loss"];
+    CHECK(fig["accuracy"].get<double>() == Approx(expect.accuracy));
+    CHECK(fig["mean_iou"].get<double>() == Approx(expect.mean_iou));
+    CHECK(fig["loss"].get<double>() == Approx(expect.loss).epsilon(1e-5));
+}
+
+TEST_CASE("eval and predict of a volume regression: voxel by voxel, and a vector head, under a 2x2x2 grid",
+          "[cli][eval][mpi][hdf5]") {
+    TempDir dir;
+    // Float targets at every voxel, at odd extents.
+    dsl::test::write_bytes(dir / "field.net",
+                           "input x [N, 2, 11, 9, 7]\n"
+                           "label y [N, 2, 11, 9, 7] float\n"
+                           "c1 = conv(4, kernel = 3, pad = 1)\n"
+                           "g1 = groupnorm(2)\n"
+                           "r1 = relu\n"
+                           "pred = conv(2, kernel = 3, pad = 1)\n"
+                           "loss = mse from pred, y\n");
+    dsl::test::write_bytes(dir / "field_dhw8.sched", "procs = 8\nbatch = 2\n\ndefault D=2 H=2 W=2 overlap=on\n");
+    struct Case {
+        std::string net, sched;
+        std::vector<std::int64_t> input, target;
+    };
+    // And tests/dist/cosmo.net: 4 targets per volume from its dense head.
+    const std::vector<Case> cases{{dir / "field.net", dir / "field_dhw8.sched", {2, 11, 9, 7}, {2, 11, 9, 7}},
+                                  {"tests/dist/cosmo.net", "tests/dist/cosmo_dhw8.sched", {2, 16, 16, 16}, {4}}};
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+        const Case& c = cases[i];
+        INFO(c.net);
+        const std::int64_t S = 3;
+        std::vector<std::int64_t> input{S}, target{S};
+        input.insert(input.end(), c.input.begin(), c.input.end());
+        target.insert(target.end(), c.target.begin(), c.target.end());
+        const std::string k = std::to_string(i), x = dir / ("x" + k + ".npy"), t = dir / ("t" + k + ".npy"),
+                          h5 = dir / ("d" + k + ".h5"), ck = dir / ("ck" + k), out = dir / ("p" + k + "_");
+        const std::vector<float> inputs = write_inputs(x, input);
+        std::int64_t n = 1;
+        for (auto d : target) n *= d;
+        std::vector<float> targets(static_cast<std::size_t>(n));
+        for (std::size_t j = 0; j < targets.size(); ++j)
+            targets[j] = static_cast<float>(0.8 * std::cos(0.07 * static_cast<double>(j)));
+        std::string error;
+        REQUIRE(dsl::backend::write_npy(t, target, targets.data(), error));
+        // The same data in HDF5, which the processes of the grid read tile by tile.
+        dsl::test::write_h5(h5, "/x", input, inputs, H5T_NATIVE_FLOAT, H5T_IEEE_F32LE);
+        dsl::test::write_h5(h5, "/y", target, std::vector<double>(targets.begin(), targets.end()), H5T_NATIVE_DOUBLE,
+                            H5T_IEEE_F64LE);
+        const std::string data = " --data x=" + x + " --data y=" + t;
+        const std::string grid = " " + c.sched + " --load " + ck + " --data x=" + h5 + ":/x --data y=" + h5 + ":/y";
+        const std::string common = " --load " + ck + data;
+        dsl_ok("run " + c.net + " --steps 2 --batch 2 --save " + ck + data);
+        const json one = eval_json(c.net + " --batch 2" + common);
+        CHECK(one["samples"] == S);
+        same_figures(eval_json(c.net + grid), one);
+        dsl_ok("predict " + c.net + " --batch 2 --output " + out + "1.npy" + common);
+        dsl_ok("predict " + c.net + grid + " --output " + out + "8.npy");
+        std::vector<std::int64_t> shape;
+        const std::vector<float> p1 = npy_floats(out + "1.npy", &shape);
+        CHECK(shape == target);
+        CHECK(dsl::test::read_bytes(out + "8.npy") == dsl::test::read_bytes(out + "1.npy"));
+        const auto [mse, mae] = mse_mae(p1, targets);
+        const json& fig = one["losses"]["loss"];
+        CHECK(fig["mse"].get<double>() == Approx(mse));
+        CHECK(fig["mae"].get<double>() == Approx(mae));
+        CHECK(fig["loss"].get<double>() == Approx(mse).epsilon(1e-5));
+    }
 }

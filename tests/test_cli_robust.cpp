@@ -569,6 +569,68 @@ TEST_CASE("bad data is a one-line error before the first step, said once under m
     CHECK(good.exit_code == 0);
 }
 
+TEST_CASE("a volume file of the wrong shape is a one-line error before the first step, said once under mpirun",
+          "[cli][run][hdf5]") {
+    using dsl::test::write_h5;
+    Scratch dir("dsl_bad_volume");
+    const std::string f = dir / "v.h5";
+    const std::int64_t S = 4;
+    write_h5(f, "/x", {S, 3, 17, 15, 13}, std::vector<float>(S * 3 * 17 * 15 * 13, 0.5f), H5T_NATIVE_FLOAT,
+             H5T_IEEE_F32LE);
+    write_h5(f, "/x_image", {S, 3, 15, 13}, std::vector<float>(S * 3 * 15 * 13), H5T_NATIVE_FLOAT, H5T_IEEE_F32LE);
+    std::vector<std::uint8_t> y(S * 9 * 8 * 7, 1);
+    write_h5(f, "/y", {S, 9, 8, 7}, y, H5T_NATIVE_UINT8, H5T_STD_U8LE);
+    write_h5(f, "/y_image", {S, 8, 7}, std::vector<std::uint8_t>(S * 8 * 7), H5T_NATIVE_UINT8, H5T_STD_U8LE);
+    y[2 * 9 * 8 * 7 + 100] = 3;
+    write_h5(f, "/y_bad", {S, 9, 8, 7}, y, H5T_NATIVE_UINT8, H5T_STD_U8LE);
+    std::string error;
+    const std::vector<float> shallow(S * 3 * 16 * 15 * 13);
+    REQUIRE(dsl::backend::write_npy(dir / "shallow.npy", {S, 3, 16, 15, 13}, shallow.data(), error));
+    const std::vector<std::int32_t> labels(S * 9 * 8, 1);
+    REQUIRE(dsl::backend::write_npy(dir / "labels_hw.npy", {S, 9, 8}, labels.data(), error));
+    auto args = [&](const std::string& x, const std::string& y_) {
+        return "run tests/dist/vol.net --steps 1 --batch 2 --data x=" + x + " --data y=" + y_;
+    };
+    const std::string X = f + ":/x", Y = f + ":/y";
+    struct Case {
+        std::string args, message;
+    };
+    const std::string input_x = "but input 'x' is [N, 3, 17, 15, 13]: expected [S, 3, 17, 15, 13] with S > 0",
+                      label_y = "but label 'y' is [N, 9, 8, 7] and " + X + " holds 4 samples: expected [4, 9, 8, 7]";
+    // An image for a volume input, a volume a plane short, an image's labels, a volume's labels without their
+    // last dimension, and a class out of range.
+    const std::vector<Case> cases{
+        {args(f + ":/x_image", Y), "error: " + f + ":/x_image: holds [4, 3, 15, 13], " + input_x},
+        {args(dir / "shallow.npy", Y), "error: " + (dir / "shallow.npy") + ": holds [4, 3, 16, 15, 13], " + input_x},
+        {args(X, f + ":/y_image"), "error: " + f + ":/y_image: holds [4, 8, 7], " + label_y},
+        {args(X, dir / "labels_hw.npy"), "error: " + (dir / "labels_hw.npy") + ": holds [4, 9, 8], " + label_y},
+        {args(X, f + ":/y_bad"), "error: " + f + ":/y_bad: label 3 of sample 2 is outside [0, 3)"},
+    };
+    for (const Case& c : cases) {
+        const Result r = run_dsl(c.args);
+        INFO(c.args << "\n" << r.err);
+        CHECK(r.exit_code == 1);
+        CHECK(r.err.rfind(c.message, 0) == 0);
+        CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);  // one line
+        CHECK(r.out.find("step") == std::string::npos);
+    }
+    // The volume a plane short in slabs of depth on 2 processes, started by dsl or by an external mpirun: the
+    // first alone says it.
+    for (const std::string& launcher : {std::string(), mpirun(2)}) {
+        const Result r = run_command(launcher, args(dir / "shallow.npy", Y) + " tests/dist/vol_d2.sched");
+        INFO(launcher << "\n" << r.err);
+        CHECK(r.exit_code == 1);
+        CHECK(r.err.rfind("error: " + (dir / "shallow.npy") + ": holds [4, 3, 16, 15, 13], " + input_x, 0) == 0);
+        CHECK(r.err.find("error:", 1) == std::string::npos);
+        if (launcher.empty()) CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+        CHECK(r.out.find("step") == std::string::npos);
+    }
+    // And the good files train.
+    const Result good = run_dsl(args(X, Y));
+    INFO(good.err);
+    CHECK(good.exit_code == 0);
+}
+
 TEST_CASE("eval and predict refuse what they cannot do before any work, in one line said once", "[cli][eval]") {
     Scratch dir("dsl_eval_errors");
     const std::string ck = dir / "ck", out = dir / "out.npy";

@@ -73,6 +73,67 @@ TEST_CASE("distributed training gives the losses and weights of one process", "[
     check_same_state(many.checkpoint, one.checkpoint, 1e-4);
 }
 
+namespace {
+
+// `one` and `many` trained alike: every step's loss, and every tensor of the final checkpoint, within 1e-4.
+void check_same_run(const Run& one, const Run& many) {
+    REQUIRE(one.losses.size() == 3);
+    REQUIRE(many.losses.size() == one.losses.size());
+    for (std::size_t i = 0; i < one.losses.size(); ++i) CHECK(many.losses[i] == Approx(one.losses[i]).epsilon(1e-4));
+    CHECK(one.losses.back() != one.losses.front());  // it trained
+    check_same_state(many.checkpoint, one.checkpoint, 1e-4);
+}
+
+}  // namespace
+
+TEST_CASE("volumes train as on one process under every split of depth, rows and columns", "[distributed][mpi]") {
+    struct Case {
+        const char* net;
+        const char* sched;
+        std::int64_t batch;
+    };
+    // Depth, rows and columns alone; a 2x2x2 grid (8 processes: faces, edges and corners); three slabs of
+    // depth over odd extents (17 x 15 x 13: uneven tiles, 6, 6 and 5 planes) with batch norm over each sample
+    // group; hybrid samples x depth; a split per part with redistributions (overlap off); a 3-D U-Net in a
+    // grid and split per level (its concats and trilinear upsampling redistribute); CosmoFlow's structure in
+    // a grid and hybrid, its dense head computed whole or sample-parallel; periodic boundaries in depth
+    // split 2 ways (both neighbours the same process) and 3 ways and in a grid, and on an image in a grid
+    // and 3 columns; and the README's volume sample.
+    const Case c = GENERATE(Case{"tests/dist/vol.net", "tests/dist/vol_d2.sched", 2},
+                            Case{"tests/dist/vol.net", "tests/dist/vol_h2.sched", 2},
+                            Case{"tests/dist/vol.net", "tests/dist/vol_w2.sched", 2},
+                            Case{"tests/dist/vol.net", "tests/dist/vol_dhw8.sched", 2},
+                            Case{"tests/dist/vol.net", "tests/dist/vol_d3.sched", 3},
+                            Case{"tests/dist/vol.net", "tests/dist/vol_hybrid_4.sched", 4},
+                            Case{"tests/dist/vol.net", "tests/dist/vol_mixed_4.sched", 2},
+                            Case{"tests/dist/volunet.net", "tests/dist/volunet_dhw8.sched", 2},
+                            Case{"tests/dist/volunet.net", "tests/dist/volunet_mixed_4.sched", 2},
+                            Case{"tests/dist/cosmo.net", "tests/dist/cosmo_dhw8.sched", 2},
+                            Case{"tests/dist/cosmo.net", "tests/dist/cosmo_hybrid_4.sched", 4},
+                            Case{"tests/dist/periodic.net", "tests/dist/periodic_d2.sched", 2},
+                            Case{"tests/dist/periodic.net", "tests/dist/periodic_d3.sched", 2},
+                            Case{"tests/dist/periodic.net", "tests/dist/periodic_dhw8.sched", 2},
+                            Case{"tests/dist/periodic2d.net", "tests/dist/periodic2d_hw4.sched", 2},
+                            Case{"tests/dist/periodic2d.net", "tests/dist/periodic2d_w3.sched", 2},
+                            Case{"samples/volume_tiny.net", "samples/volume_tiny_dhw_8.sched", 2},
+                            Case{"samples/volume_tiny.net", "samples/volume_tiny_depth_3.sched", 2},
+                            Case{"samples/volume_tiny.net", "samples/volume_tiny_hybrid_4.sched", 4});
+    CAPTURE(c.net, c.sched);
+    check_same_run(train(c.net, "", c.batch), train(c.net, c.sched, c.batch));
+}
+
+TEST_CASE("batch norm on volumes: statistics per sample group and per tile", "[distributed][mpi]") {
+    // With the samples split (N=2), each group's statistics: over its tiles (bn=spatial, each sample split
+    // in rows too), or over each process's own samples (bn=local, samples whole) are the same numbers, those
+    // that two processes of data-parallel training compute.
+    const Run groups = train("tests/dist/vol.net", "tests/dist/vol_n2.sched", 4);
+    check_same_run(groups, train("tests/dist/vol.net", "tests/dist/vol_n2_spatial.sched", 4));
+    check_same_run(groups, train("tests/dist/vol.net", "tests/dist/vol_n2_local.sched", 4));
+    // And they are not the whole mini-batch's.
+    const Run one = train("tests/dist/vol.net", "", 4);
+    CHECK(groups.losses[1] != Approx(one.losses[1]).epsilon(1e-6));
+}
+
 TEST_CASE("encoder-decoders with upsample and deconv train as on one process", "[distributed][mpi]") {
     // Odd sizes (66 x 70, 33 x 35, 17 x 18), so that the output tiles of an upsampling or a transposed
     // convolution are cut where their inputs' are not; rows, columns, a grid, hybrid and a split per layer
@@ -153,6 +214,13 @@ TEST_CASE("a checkpoint saved under one schedule resumes under another", "[distr
     REQUIRE(got);
     CHECK(got->meta["step"] == 5);
     check_same_state(*got, *expected, 1e-4);
+    // A volume network: 3 steps in a 2x2x2 grid, then 2 in three slabs of depth.
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    const Resumed v = resume("run samples/volume_tiny.net --seed 3 --batch 2 ", "samples/volume_tiny_dhw_8.sched",
+                             "samples/volume_tiny_depth_3.sched", d);
+    CHECK(v.rest[0] == Approx(v.one[3]).epsilon(1e-4));
+    CHECK(v.rest[1] == Approx(v.one[4]).epsilon(1e-4));
     fs::remove_all(dir);
 }
 

@@ -87,9 +87,9 @@ TEST_CASE("layers are named and chained in source order", "[elaborate]") {
     const Layer& a = e.layer("a");
     CHECK(a.op == OpKind::conv);
     CHECK(a.filters == 8);
-    CHECK(a.kernel == Spatial{3, 3});
-    CHECK(a.pad == Spatial{1, 1});
-    CHECK(a.stride == Spatial{1, 1});
+    CHECK(a.kernel == Spatial{3});  // one value for every dimension: shape inference fits it to the input
+    CHECK(a.pad == Spatial{1});
+    CHECK(a.stride == Spatial{1});
     CHECK(a.bias);
     CHECK(a.loc.line == 3);
     CHECK(a.blocks.empty());
@@ -106,10 +106,10 @@ TEST_CASE("arguments: positional, named, lists, defaults", "[elaborate]") {
     CHECK(a.kernel == Spatial{3, 5});
     CHECK(a.stride == Spatial{1, 2});
     CHECK(a.pad == Spatial{1, 2});
-    CHECK(a.dilation == Spatial{2, 2});
+    CHECK(a.dilation == Spatial{2});
     CHECK_FALSE(a.bias);
-    CHECK(e.layer("p").stride == Spatial{3, 3});  // the stride defaults to the kernel
-    CHECK(e.layer("q").stride == Spatial{1, 1});
+    CHECK(e.layer("p").stride == Spatial{3});  // the stride defaults to the kernel
+    CHECK(e.layer("q").stride == Spatial{1});
     CHECK(e.layer("b").eps == Approx(0.001));
     CHECK(e.layer("b").momentum == Approx(0.5));
     CHECK(e.layer("l").slope == Approx(0.2));
@@ -135,10 +135,10 @@ body = pair(8)
                                                 "body.first.bn", "body.first.relu", "body.second.conv",
                                                 "body.second.bn", "body.second.relu"});
     CHECK(e.layer("stem.conv").filters == 32);
-    CHECK(e.layer("stem.conv").kernel == Spatial{3, 3});
-    CHECK(e.layer("stem.conv").pad == Spatial{1, 1});
-    CHECK(e.layer("body.first.conv").stride == Spatial{2, 2});
-    CHECK(e.layer("body.first.conv").kernel == Spatial{1, 1});
+    CHECK(e.layer("stem.conv").kernel == Spatial{3});
+    CHECK(e.layer("stem.conv").pad == Spatial{1});
+    CHECK(e.layer("body.first.conv").stride == Spatial{2});
+    CHECK(e.layer("body.first.conv").kernel == Spatial{1});
     CHECK(e.inputs("stem.conv") == std::vector<std::string>{"x"});
     CHECK(e.inputs("body.first.conv") == std::vector<std::string>{"stem.relu"});
     CHECK(e.inputs("body.second.conv") == std::vector<std::string>{"body.first.relu"});
@@ -264,12 +264,17 @@ TEST_CASE("argument errors", "[elaborate]") {
     one_error(head + "block b(f) {\n  c = conv(f)\n}\na = b(1, 2)\n",
               "too many positional arguments: block 'b' takes 1, got 2", 6, 10);
     one_error(head + "a = conv(8, filters = 3)\n", "duplicate argument 'filters'", 3, 13);
-    one_error(head + "a = conv(8, kernel = 0)\n", "'kernel' must be a positive integer or a [height, width] list", 3,
-              22);
-    one_error(head + "a = conv(8, kernel = [3, 3, 3])\n",
-              "'kernel' must be a positive integer or a [height, width] list", 3, 22);
-    one_error(head + "a = conv(8, pad = -1)\n", "'pad' must be a non-negative integer or a [height, width] list", 3,
-              19);
+    const std::string positive =
+        "'kernel' must be a positive integer, or a list of one per spatial dimension "
+        "([height, width] or [depth, height, width])";
+    one_error(head + "a = conv(8, kernel = 0)\n", positive, 3, 22);
+    one_error(head + "a = conv(8, kernel = [3])\n", positive, 3, 22);
+    one_error(head + "a = conv(8, kernel = [3, 3, 3, 3])\n", positive, 3, 22);
+    one_error(head + "a = conv(8, kernel = [3, 0, 3])\n", positive, 3, 22);
+    one_error(head + "a = conv(8, pad = -1)\n",
+              "'pad' must be a non-negative integer, or a list of one per spatial dimension ([height, width] or "
+              "[depth, height, width])",
+              3, 19);
     one_error(head + "a = conv(8.5)\n", "'filters' must be a positive integer", 3, 10);
     one_error(head + "a = conv(8, bias = 1)\n", "'bias' must be true or false", 3, 20);
     one_error(head + "a = batchnorm(eps = 0)\n", "'eps' must be a positive number", 3, 21);
@@ -346,9 +351,11 @@ TEST_CASE("repeat counts and sizes are bounded", "[elaborate]") {
 }
 
 TEST_CASE("tensor declarations and train are checked", "[elaborate]") {
-    one_error("input x [N, 3, 8, 8, 8]\na = relu\n", "3-D tensors (a depth dimension) are not supported yet", 1, 7);
+    one_error("input x [N, 3, 8, 8, 8, 8]\na = relu\n",
+              "input 'x' must be [N, C, H, W] or [N, C, D, H, W], got 6 dimensions", 1, 7);
     one_error("input x [3, 3, 8, 8]\na = relu\n", "the first dimension of input 'x' must be N", 1, 10);
-    one_error("input x [N, 3, 8]\na = relu\n", "input 'x' must be [N, C, H, W], got 3 dimensions", 1, 7);
+    one_error("input x [N, 3, 8]\na = relu\n", "input 'x' must be [N, C, H, W] or [N, C, D, H, W], got 3 dimensions", 1,
+              7);
     one_error(head + "train adagrad(lr = 0.1)\na = relu\n", "unknown optimizer 'adagrad'", 3, 7);
     one_error(head + "train sgd(rate = 0.1)\na = relu\n", "'sgd' has no parameter 'rate'", 3, 11);
     one_error(head, "the network has no layers", 1, 1);
@@ -359,7 +366,8 @@ TEST_CASE("independent errors are all reported; dependent ones are not", "[elabo
     INFO(e.errors());
     // b reads the failed a: no second error for it.
     CHECK(e.messages() == std::vector<std::string>{"unknown layer kind or block 'convv'", "  did you mean 'conv'?",
-                                                   "'kernel' must be a positive integer or a [height, width] list",
+                                                   "'kernel' must be a positive integer, or a list of one per "
+                                                   "spatial dimension ([height, width] or [depth, height, width])",
                                                    "unknown layer 'zz'"});
 }
 

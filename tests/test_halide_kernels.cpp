@@ -1,5 +1,5 @@
-// The Halide kernels (and the CPU loss) against the reference kernels, on odd shapes and non-dense views of
-// tiles with margins.
+// The Halide kernels (and the CPU loss, group norm and dropout) against the reference kernels, on odd shapes
+// of images, volumes and vectors, and non-dense views of tiles with margins.
 #include "../backend/src/halide_kernels.hpp"
 #include "kernel_layouts.hpp"
 
@@ -17,11 +17,19 @@ namespace {
 
 using namespace dsl::backend;
 
+// The margins `m` of an image for a tensor of `d`: none for a vector; a volume's have a depth reach before
+// the image's, uneven, so that its depth slices do not follow one another.
+Margins margins_for(const Dims& d, const Margins& m) {
+    if (d.rank() == 0 || m.rank() == 0) return {};
+    if (d.rank() == 3 && m.rank() == 2) return Margins{{1, 2}, m[0], m[1]};
+    return m;
+}
+
 // A tile with margins filled with random values, margins included, so that a kernel that read or wrote
-// outside its view would be caught (a vector {n, k} has no margins: `m` is for images). `levels` > 0 draws
-// from that many integers instead, to make ties.
+// outside its view would be caught (`m` is for images: margins_for). `levels` > 0 draws from that many
+// integers instead, to make ties.
 Tensor random_tensor(Dims d, Margins m, std::mt19937& rng, int levels = 0) {
-    Tensor t(d, d.rank() == 0 ? Margins{} : m);
+    Tensor t(d, margins_for(d, m));
     std::uniform_real_distribution<float> uniform(-2.0f, 2.0f);
     std::uniform_int_distribution<int> level(0, std::max(levels - 1, 0));
     for (std::int64_t i = 0; i < t.size(); ++i) t.data()[i] = levels > 0 ? float(level(rng)) : uniform(rng);
@@ -62,9 +70,10 @@ bool same_margins(const Tensor& a, const Tensor& b) {
     return same_storage(t, b);
 }
 
-// Images, and a vector (the output of an fc layer).
-const std::vector<Dims> shapes = {{1, 1, {1, 1}},  {2, 3, {5, 7}},  {1, 4, {9, 17}},
-                                  {3, 2, {16, 8}}, {2, 5, {1, 33}}, {3, 10, {}}};
+// Images, volumes, and a vector (the output of an fc layer).
+const std::vector<Dims> shapes = {{1, 1, {1, 1}},     {2, 3, {5, 7}},     {1, 4, {9, 17}},   {3, 2, {16, 8}},
+                                  {2, 5, {1, 33}},    {3, 10, {}},        {1, 1, {1, 1, 1}}, {2, 3, {4, 5, 7}},
+                                  {1, 4, {3, 9, 17}}, {2, 2, {5, 1, 33}}, {1, 3, {1, 6, 5}}};
 
 }  // namespace
 
@@ -174,8 +183,8 @@ TEST_CASE("halide tanh and gelu match the reference", "[halide]") {
 }
 
 TEST_CASE("cpu group norm matches the reference", "[halide]") {
-    const Dims d =
-        GENERATE(Dims{1, 1, {1, 1}}, Dims{2, 4, {5, 7}}, Dims{1, 6, {9, 17}}, Dims{3, 8, {16, 8}}, Dims{2, 6, {1, 33}});
+    const Dims d = GENERATE(Dims{1, 1, {1, 1}}, Dims{2, 4, {5, 7}}, Dims{1, 6, {9, 17}}, Dims{3, 8, {16, 8}},
+                            Dims{2, 6, {1, 33}}, Dims{2, 4, {3, 5, 7}}, Dims{1, 6, {2, 1, 9}});
     const std::int64_t groups = GENERATE(1, 2);
     if (d.c % groups != 0) return;
     CAPTURE(d, groups);
@@ -237,7 +246,7 @@ TEST_CASE("cpu dropout matches the reference bit for bit", "[halide]") {
     m.key = 99;
     m.step = 3;
     m.n0 = 8;
-    m.at = d.rank() == 2 ? Index{5, 11} : Index{};
+    m.at = d.rank() == 3 ? Index{2, 5, 11} : d.rank() == 2 ? Index{5, 11} : Index{};
     m.p = 0.3f;
     Tensor expected = random_tensor(d, some_margins, rng), got = expected;
     reference_kernels().dropout->forward(x.interior(), m, expected.interior());
@@ -288,6 +297,115 @@ TEST_CASE("halide pooling matches the reference bit for bit", "[halide]") {
     halide_pool().backward(kind, x, dyt.interior(), dx_got.interior(), w);
     CHECK(mismatches(dx_got.interior(), dx_expected.interior(), 0) == 0);
     CHECK(same_storage(dx_got, dx_expected));
+}
+
+namespace {
+
+Window volume_window(std::int64_t k0, std::int64_t k1, std::int64_t k2, std::int64_t s0, std::int64_t s1,
+                     std::int64_t s2) {
+    Window w;
+    w.kernel = {k0, k1, k2};
+    w.stride = {s0, s1, s2};
+    w.dilation = {1, 1, 1};
+    return w;
+}
+
+}  // namespace
+
+TEST_CASE("halide pooling of volumes matches the reference bit for bit", "[halide]") {
+    // Disjoint windows (the common 2x2x2), overlapping ones, gaps, mixed kernels and strides, a 1x1x1.
+    const PoolCase pc = GENERATE(PoolCase{volume_window(2, 2, 2, 2, 2, 2), {2, 3, {3, 4, 5}}},
+                                 PoolCase{volume_window(3, 3, 3, 2, 2, 2), {1, 2, {3, 3, 4}}},
+                                 PoolCase{volume_window(3, 3, 3, 1, 1, 1), {1, 3, {2, 4, 5}}},
+                                 PoolCase{volume_window(2, 2, 2, 3, 3, 3), {2, 2, {2, 3, 2}}},
+                                 PoolCase{volume_window(3, 1, 2, 1, 2, 2), {1, 2, {3, 4, 6}}},
+                                 PoolCase{volume_window(1, 1, 1, 1, 1, 1), {1, 2, {2, 3, 3}}},
+                                 PoolCase{volume_window(2, 2, 2, 2, 2, 2), {1, 16, {8, 8, 9}}});
+    const PoolKind kind = GENERATE(PoolKind::max, PoolKind::average);
+    const int levels = GENERATE(0, 3);  // ties, to route to the first maximum
+    const Window& w = pc.window;
+    Dims in = pc.out;
+    for (int d = 0; d < 3; ++d) in.space[d] = w.input_extent(d, pc.out.space[d]);
+    CAPTURE(w.kernel[0], w.kernel[1], w.kernel[2], w.stride[0], w.stride[1], w.stride[2], pc.out, kind == PoolKind::max,
+            levels);
+
+    std::mt19937 rng(13);
+    // The input view spans margins as padding would: a non-dense window of a bigger tile.
+    const Tensor xt =
+        random_tensor({in.n, in.c, {in.space[0], in.space[1], in.space[2] + 1}}, some_margins, rng, levels);
+    const ConstView x = xt.padded().sub(0, 0, {1, 1, 2}, in);
+    const Tensor dyt = random_tensor(pc.out, {{1, 1}, {1, 1}}, rng);
+
+    Tensor expected = random_tensor(pc.out, some_margins, rng), got = expected;
+    reference_kernels().pool->forward(kind, x, expected.interior(), w);
+    halide_pool().forward(kind, x, got.interior(), w);
+    CHECK(mismatches(got.interior(), expected.interior(), 0) == 0);
+    CHECK(same_storage(got, expected));
+
+    Tensor dx_expected = random_tensor(in, some_margins, rng), dx_got = dx_expected;
+    reference_kernels().pool->backward(kind, x, dyt.interior(), dx_expected.interior(), w);
+    halide_pool().backward(kind, x, dyt.interior(), dx_got.interior(), w);
+    CHECK(mismatches(dx_got.interior(), dx_expected.interior(), 0) == 0);
+    CHECK(same_storage(dx_got, dx_expected));
+}
+
+TEST_CASE("halide kernels run a volume whose depth slices follow one another as one plane", "[halide]") {
+    // Margins along depth only: each slice's rows end where the next slice's begin (the pipelines of images
+    // then take the volume in one call), against the same values with margins everywhere (a call per slice).
+    const Dims d = GENERATE(Dims{2, 3, {4, 5, 7}}, Dims{1, 8, {6, 16, 16}});
+    CAPTURE(d);
+    std::mt19937 rng(43);
+    const Margins depth_only{{1, 2}, {0, 0}, {0, 0}};
+    const Tensor x = random_tensor(d, depth_only, rng), dy = random_tensor(d, depth_only, rng);
+    const auto c = static_cast<std::size_t>(d.c);
+
+    Tensor expected = random_tensor(d, depth_only, rng), got = expected;
+    reference_kernels().activation->forward(leaky, x.interior(), 0.1f, expected.interior());
+    halide_activation().forward(leaky, x.interior(), 0.1f, got.interior());
+    CHECK(same_storage(got, expected));
+    reference_kernels().activation->backward(leaky, x.interior(), dy.interior(), 0.1f, expected.interior());
+    halide_activation().backward(leaky, x.interior(), dy.interior(), 0.1f, got.interior());
+    CHECK(same_storage(got, expected));
+    reference_kernels().eltwise->add({x.interior(), dy.interior()}, expected.interior());
+    halide_eltwise().add({x.interior(), dy.interior()}, got.interior());
+    CHECK(same_storage(got, expected));
+    reference_kernels().eltwise->accumulate(x.interior(), expected.interior());
+    halide_eltwise().accumulate(x.interior(), got.interior());
+    CHECK(same_storage(got, expected));
+
+    std::vector<double> sum_ref(c, 0.5), sq_ref(c, 0.5), sum(c, 0.5), sq(c, 0.5);
+    reference_kernels().batchnorm->statistics(x.interior(), sum_ref.data(), sq_ref.data());
+    halide_batchnorm().statistics(x.interior(), sum.data(), sq.data());
+    for (std::size_t k = 0; k < c; ++k) {
+        CHECK(sum[k] == Approx(sum_ref[k]).epsilon(1e-12));
+        CHECK(sq[k] == Approx(sq_ref[k]).epsilon(1e-12));
+    }
+    std::vector<float> mean(c, 0.25f), inv_std(c, 1.5f), gamma(c, 1.25f), beta(c, -0.5f);
+    reference_kernels().batchnorm->forward(x.interior(), mean.data(), inv_std.data(), gamma.data(), beta.data(),
+                                           expected.interior());
+    halide_batchnorm().forward(x.interior(), mean.data(), inv_std.data(), gamma.data(), beta.data(), got.interior());
+    CHECK(mismatches(got.interior(), expected.interior(), 1e-6) == 0);
+    CHECK(same_margins(got, expected));
+
+    const auto planes = static_cast<std::size_t>(d.n * d.c);
+    std::vector<double> plane_ref(planes, 1.0), plane(planes, 1.0);
+    reference_kernels().pool->global_sum(x.interior(), plane_ref.data());
+    halide_pool().global_sum(x.interior(), plane.data());
+    for (std::size_t i = 0; i < planes; ++i) CHECK(plane[i] == Approx(plane_ref[i]).epsilon(1e-12));
+
+    // The same volume with margins everywhere gives the same values bit for bit.
+    const Tensor x_sliced = [&] {
+        Tensor t = random_tensor(d, some_margins, rng);
+        const View to = t.interior();
+        const ConstView from = x.interior();
+        for_each_element(d,
+                         [&](std::int64_t n, std::int64_t ch, const Index& i) { to.at(n, ch, i) = from.at(n, ch, i); });
+        return t;
+    }();
+    Tensor merged = random_tensor(d, depth_only, rng), sliced = random_tensor(d, some_margins, rng);
+    halide_activation().forward(dsl::frontend::Activation::gelu, x.interior(), 0.0f, merged.interior());
+    halide_activation().forward(dsl::frontend::Activation::gelu, x_sliced.interior(), 0.0f, sliced.interior());
+    CHECK(mismatches(merged.interior(), sliced.interior(), 0) == 0);
 }
 
 TEST_CASE("halide global pooling sums and broadcasts as the reference", "[halide]") {
@@ -377,7 +495,7 @@ TEST_CASE("halide sgd matches the reference", "[halide]") {
 }
 
 TEST_CASE("cpu cross-entropy matches the reference", "[halide]") {
-    const Dims d = GENERATE(Dims{4, 10, {}}, Dims{2, 3, {5, 6}});
+    const Dims d = GENERATE(Dims{4, 10, {}}, Dims{2, 3, {5, 6}}, Dims{2, 4, {3, 5, 6}});
     std::mt19937 rng(31);
     const Tensor logits = random_tensor(d, {{1, 1}, {2, 2}}, rng);
     std::vector<std::int32_t> labels(static_cast<std::size_t>(d.n * d.points()));
@@ -397,7 +515,7 @@ TEST_CASE("cpu cross-entropy matches the reference", "[halide]") {
 TEST_CASE("cpu regression losses match the reference", "[halide]") {
     using dsl::frontend::Regression;
     const Regression r = GENERATE(Regression::mse, Regression::l1, Regression::bce_with_logits);
-    const Dims d = GENERATE(Dims{4, 10, {}}, Dims{2, 3, {5, 6}});
+    const Dims d = GENERATE(Dims{4, 10, {}}, Dims{2, 3, {5, 6}}, Dims{2, 3, {4, 5, 6}});
     CAPTURE(static_cast<int>(r), d);
     std::mt19937 rng(41);
     const Tensor x = random_tensor(d, {{1, 1}, {2, 2}}, rng), t = random_tensor(d, {{0, 2}, {1, 0}}, rng);
@@ -425,7 +543,8 @@ TEST_CASE("the cpu kernel set uses the halide kernels", "[halide]") {
 TEST_CASE("halide kernels split big tensors into parallel tasks as the reference", "[halide]") {
     // Planes bigger than a task (runs of rows, the last one short) and many small planes per task (the last
     // task short): the shapes above fit in one task.
-    const Dims d = GENERATE(Dims{1, 2, {150, 130}}, Dims{1, 1, {300, 70}}, Dims{2, 70, {16, 16}}, Dims{3, 200, {5, 7}});
+    const Dims d = GENERATE(Dims{1, 2, {150, 130}}, Dims{1, 1, {300, 70}}, Dims{2, 70, {16, 16}}, Dims{3, 200, {5, 7}},
+                            Dims{1, 3, {20, 40, 50}}, Dims{2, 40, {4, 8, 8}});
     CAPTURE(d);
     std::mt19937 rng(37);
     const Tensor x = random_tensor(d, some_margins, rng), dy = random_tensor(d, {{1, 0}, {2, 1}}, rng);

@@ -1,7 +1,8 @@
-// Data from HDF5 data sets (--data NAME=FILE.h5:/path): every tile that any split reads is the whole
-// array's region of it (types converted, chunked and compressed sets), several inputs and labels by name,
-// --shuffle and --normalize; and training from HDF5 equals training from the same data in .npy files, bitwise,
-// on 1, 2 and 4 processes.
+// Data from HDF5 data sets (--data NAME=FILE.h5:/path): every tile that any split reads, of an image or a
+// volume, is the whole array's region of it (types converted, chunked and compressed sets; .npy files alike);
+// a volume file of the wrong shape is refused; several inputs and labels by name, --shuffle and --normalize;
+// and training from HDF5 equals training from the same data in .npy files, bitwise, on 1, 2 and 4 processes
+// (images) and on 1 and 8 (a volume, whose 2x2x2 grid trains as one process).
 #include <dsl/backend/data.hpp>
 #include <dsl/backend/npy.hpp>
 #include <dsl/backend/trainer.hpp>
@@ -17,6 +18,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <set>
 #include <string>
@@ -66,7 +68,37 @@ struct ModernData {
     std::string npy_flags() const { return "--data x=" + x_npy + " --data y=" + y_npy + " --data z=" + z_npy; }
 };
 
+// tests/dist/vol.net's data layers: x [S, 3, 17, 15, 13] (odd extents) and y [S, 9, 8, 7] (3 classes), as a
+// float64 and a uint8 HDF5 data set and the same values as float32 / int32 .npy files.
+struct VolumeData {
+    static constexpr std::int64_t S = 5, C = 3, D = 17, H = 15, W = 13, LD = 9, LH = 8, LW = 7;
+    std::vector<double> x;
+    std::vector<std::uint8_t> y;
+    std::string h5, x_npy, y_npy;
+
+    VolumeData(const TempDir& dir, bool chunked) {
+        x.resize(S * C * D * H * W);
+        for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.0131 * static_cast<double>(i)) * 1.3 - 0.2;
+        y.resize(S * LD * LH * LW);
+        for (std::size_t i = 0; i < y.size(); ++i) y[i] = static_cast<std::uint8_t>((i * 5 + i / 7 + i / 56) % 3);
+        h5 = dir / "vol.h5";
+        write_h5(h5, "/x", {S, C, D, H, W}, x, H5T_NATIVE_DOUBLE, H5T_IEEE_F64LE, chunked);
+        write_h5(h5, "/y", {S, LD, LH, LW}, y, H5T_NATIVE_UINT8, H5T_STD_U8LE, chunked);
+        std::vector<float> xf(x.begin(), x.end());
+        std::vector<std::int32_t> yi(y.begin(), y.end());
+        std::string error;
+        x_npy = dir / "vx.npy", y_npy = dir / "vy.npy";
+        REQUIRE(write_npy(x_npy, {S, C, D, H, W}, xf.data(), error));
+        REQUIRE(write_npy(y_npy, {S, LD, LH, LW}, yi.data(), error));
+    }
+    DataFiles hdf5_files() const { return DataFiles{{{"x", h5 + ":/x"}, {"y", h5 + ":/y"}}, false, ""}; }
+    DataFiles npy_files() const { return DataFiles{{{"x", x_npy}, {"y", y_npy}}, false, ""}; }
+    std::string hdf5_flags() const { return "--data x=" + h5 + ":/x --data y=" + h5 + ":/y"; }
+    std::string npy_flags() const { return "--data x=" + x_npy + " --data y=" + y_npy; }
+};
+
 std::string modern_text() { return read(fs::path(source_dir()) / "tests/dist/modern.net"); }
+std::string volume_text() { return read(fs::path(source_dir()) / "tests/dist/vol.net"); }
 
 const frontend::Layer& layer(const frontend::Network& net, const std::string& name) {
     return net.layers[static_cast<std::size_t>(net.find(name))];
@@ -78,65 +110,189 @@ std::pair<std::int64_t, std::int64_t> part(std::int64_t size, int parts, int p, 
             std::min<std::int64_t>(size, size * (p + 1) / parts + margin)};
 }
 
+// A whole array in C order, [S, C, spatial...] (C = 1 for class labels [S, spatial...]).
+template <typename T>
+struct Whole {
+    const std::vector<T>& values;
+    std::int64_t samples, channels;
+    Index extents;
+};
+
+// How many elements of `tile` (samples from `first` on, wrapping around S; the block at `at`) differ from
+// the same places of `whole`, converted to the tile's type.
+template <typename T, typename W>
+int differences(const BasicView<T>& tile, const Whole<W>& whole, std::int64_t first, const Index& at) {
+    int wrong = 0;
+    for_each_row(tile, [&](std::int64_t n, std::int64_t c, const Index& i, T* row) {
+        std::int64_t o = ((first + n) % whole.samples) * whole.channels + c;
+        for (int d = 0; d < i.rank(); ++d) o = o * whole.extents[d] + at[d] + i[d];
+        for (std::int64_t x = 0; x < row_length(tile.dims); ++x)
+            wrong += row[x] != static_cast<T>(whole.values[static_cast<std::size_t>(o + x)]);
+    });
+    return wrong;
+}
+
+// Every tile of every split (parts along each spatial dimension), grown by margins of 0 to 2 and kept inside
+// the array, read by `src` as the inputs `x` (into a tile with margins of its own) and the labels `y` (the same
+// part of their extents) of samples 4, 5, 6 (wrapping): each must be the whole arrays' region.
+template <typename X, typename Y>
+void check_every_tile(DataSource& src, const frontend::Layer& x, const Whole<X>& wx, const frontend::Layer& y,
+                      const Whole<Y>& wy, const std::vector<std::vector<int>>& splits) {
+    const std::int64_t first = 4, n = 3;
+    const int rank = wx.extents.rank();
+    for (const auto& parts : splits)
+        for (const std::int64_t margin : {0, 1, 2})
+            for (int tile = 0, tiles = std::accumulate(parts.begin(), parts.end(), 1, std::multiplies<>());
+                 tile < tiles; ++tile) {
+                // Tile `tile` in C order of the grid: its place and extents in both arrays.
+                Index at = Index::filled(rank, 0), extents = at, lat = at, lextents = at;
+                std::string place, grid;
+                for (int d = rank - 1, rest = tile; d >= 0; --d) {
+                    const int parts_d = parts[static_cast<std::size_t>(d)], p = rest % parts_d;
+                    rest /= parts_d;
+                    const auto [b, e] = part(wx.extents[d], parts_d, p, margin);
+                    const auto [lb, le] = part(wy.extents[d], parts_d, p, margin);
+                    at[d] = b, extents[d] = e - b, lat[d] = lb, lextents[d] = le - lb;
+                    place = std::to_string(p) + (place.empty() ? "" : ", ") + place;
+                    grid = std::to_string(parts_d) + (grid.empty() ? "" : "x") + grid;
+                }
+                INFO("tile (" << place << ") of " << grid << ", margin " << margin);
+                Tensor t(Dims{n, wx.channels, extents}, Margins::filled(rank, {1, 1}));
+                src.inputs(x, first, at, t.interior());
+                CHECK(differences(t.interior(), wx, first, at) == 0);
+                const Dims ld{n, 1, lextents};
+                std::vector<std::int32_t> labels(static_cast<std::size_t>(ld.elements()), -1);
+                src.labels(y, first, lat, dense_view(labels.data(), ld));
+                CHECK(differences(dense_view(labels.data(), ld), wy, first, lat) == 0);
+            }
+}
+
 }  // namespace
 
-TEST_CASE("hdf5: every split's tiles, margins included, are the whole array's regions", "[data][hdf5]") {
+TEST_CASE("hdf5: every split's tiles, margins included, are the whole array's regions", "[data][hdf5][npy]") {
     TempDir dir;
     for (const bool chunked : {true, false}) {
         INFO("chunked and compressed: " << chunked);
         ModernData d(dir, chunked);
         test::NetworkFromText l(modern_text());
-        std::string error;
-        auto src = make_data_source(l.net, 0, d.hdf5_files(), error);
-        INFO(error);
-        REQUIRE(src);
-        CHECK(src->samples() == ModernData::S);
-        // 1, 2 rows, 2 columns, 2x2, 3x3 (uneven at 66x70), with margins of 0 to 2; samples from 4 on wrap.
-        for (const auto& [rows, cols] : {std::pair{1, 1}, {2, 1}, {1, 2}, {2, 2}, {3, 3}, {4, 1}})
-            for (const std::int64_t margin : {0, 1, 2})
-                for (int r = 0; r < rows; ++r)
-                    for (int c = 0; c < cols; ++c) {
-                        const auto [y0, y1] = part(ModernData::H, rows, r, margin);
-                        const auto [x0, x1] = part(ModernData::W, cols, c, margin);
-                        const Dims td{3, ModernData::C, {y1 - y0, x1 - x0}};
-                        Tensor t(td, Margins{{1, 1}, {1, 1}});
-                        src->inputs(layer(l.net, "x"), 4, Index{y0, x0}, t.interior());
-                        int wrong = 0;
-                        for (std::int64_t n = 0; n < td.n; ++n)
-                            for (std::int64_t ch = 0; ch < td.c; ++ch)
-                                for (std::int64_t y = 0; y < td.space[0]; ++y)
-                                    for (std::int64_t x = 0; x < td.space[1]; ++x) {
-                                        const std::int64_t s = (4 + n) % ModernData::S;
-                                        const double v = d.x[static_cast<std::size_t>(
-                                            ((s * ModernData::C + ch) * ModernData::H + y0 + y) * ModernData::W + x0 +
-                                            x)];
-                                        wrong += t.at(n, ch, {y, x}) != static_cast<float>(v);
-                                    }
-                        INFO(rows << "x" << cols << " tile " << r << "," << c << " margin " << margin);
-                        CHECK(wrong == 0);
-                        // The labels at half the resolution, the same split.
-                        const auto [ly0, ly1] = part(ModernData::LH, rows, r, margin);
-                        const auto [lx0, lx1] = part(ModernData::LW, cols, c, margin);
-                        const Dims ld{3, 1, {ly1 - ly0, lx1 - lx0}};
-                        std::vector<std::int32_t> labels(static_cast<std::size_t>(ld.elements()), -1);
-                        src->labels(layer(l.net, "y"), 4, Index{ly0, lx0}, dense_view(labels.data(), ld));
-                        wrong = 0;
-                        for (std::int64_t n = 0; n < ld.n; ++n)
-                            for (std::int64_t y = 0; y < ld.space[0]; ++y)
-                                for (std::int64_t x = 0; x < ld.space[1]; ++x) {
-                                    const std::int64_t s = (4 + n) % ModernData::S;
-                                    wrong +=
-                                        labels[static_cast<std::size_t>((n * ld.space[0] + y) * ld.space[1] + x)] !=
-                                        d.y[static_cast<std::size_t>((s * ModernData::LH + ly0 + y) * ModernData::LW +
-                                                                     lx0 + x)];
-                                }
-                        CHECK(wrong == 0);
-                    }
-        std::vector<std::int32_t> z(4, -1);
-        src->labels(layer(l.net, "z"), 3, Index{}, dense_view(z.data(), Dims{4, 1, {}}));
-        CHECK(z == std::vector<std::int32_t>{1, 2, 0, 2});
+        const DataFiles npy{{{"x", d.x_npy}, {"y", d.y_npy}, {"z", d.z_npy}}, false, ""};
+        for (const DataFiles& files : {d.hdf5_files(), npy}) {
+            INFO(files.files[0].second);
+            std::string error;
+            auto src = make_data_source(l.net, 0, files, error);
+            INFO(error);
+            REQUIRE(src);
+            CHECK(src->samples() == ModernData::S);
+            // 1, 2 rows, 2 columns, 2x2, 3x3 (uneven at 66x70), 4 rows; the labels at half the resolution.
+            check_every_tile(*src, layer(l.net, "x"),
+                             Whole<double>{d.x, ModernData::S, ModernData::C, {ModernData::H, ModernData::W}},
+                             layer(l.net, "y"),
+                             Whole<std::uint8_t>{d.y, ModernData::S, 1, {ModernData::LH, ModernData::LW}},
+                             {{1, 1}, {2, 1}, {1, 2}, {2, 2}, {3, 3}, {4, 1}});
+            std::vector<std::int32_t> z(4, -1);
+            src->labels(layer(l.net, "z"), 3, Index{}, dense_view(z.data(), Dims{4, 1, {}}));
+            CHECK(z == std::vector<std::int32_t>{1, 2, 0, 2});
+        }
         fs::remove(d.h5);
     }
+}
+
+TEST_CASE("hdf5: every split's 3-D tiles of a volume, margins included, are the whole array's regions",
+          "[data][hdf5][npy]") {
+    TempDir dir;
+    for (const bool chunked : {true, false}) {
+        INFO("chunked and compressed: " << chunked);
+        VolumeData d(dir, chunked);
+        test::NetworkFromText l(volume_text());
+        for (const DataFiles& files : {d.hdf5_files(), d.npy_files()}) {
+            INFO(files.files[0].second);
+            std::string error;
+            auto src = make_data_source(l.net, 0, files, error);
+            INFO(error);
+            REQUIRE(src);
+            CHECK(src->samples() == VolumeData::S);
+            // Whole; slabs of depth; a 2x2 grid of rows and columns; a 2x2x2 grid; 3x1x2 and 3x4x5 (uneven at
+            // 17x15x13); the labels at about half the resolution (9x8x7), the same split.
+            using V = VolumeData;
+            check_every_tile(*src, layer(l.net, "x"), Whole<double>{d.x, V::S, V::C, {V::D, V::H, V::W}},
+                             layer(l.net, "y"), Whole<std::uint8_t>{d.y, V::S, 1, {V::LD, V::LH, V::LW}},
+                             {{1, 1, 1}, {2, 1, 1}, {1, 2, 2}, {2, 2, 2}, {3, 1, 2}, {3, 4, 5}});
+        }
+        fs::remove(d.h5);
+    }
+}
+
+TEST_CASE("data: a volume file of the wrong shape is refused, naming the shape expected", "[data][hdf5][npy]") {
+    TempDir dir;
+    VolumeData d(dir, false);
+    test::NetworkFromText vol(volume_text()), image(modern_text());
+    const std::int64_t S = VolumeData::S;
+    // Each wrong array both as an HDF5 data set and as a .npy file.
+    auto both = [&](const std::string& name, const std::vector<std::int64_t>& shape) {
+        const std::vector<float> zeros(static_cast<std::size_t>(
+            std::accumulate(shape.begin(), shape.end(), std::int64_t{1}, std::multiplies<>())));
+        write_h5(d.h5, "/" + name, shape, zeros, H5T_NATIVE_FLOAT, H5T_IEEE_F32LE);
+        std::string error;
+        REQUIRE(write_npy(dir / (name + ".npy"), shape, zeros.data(), error));
+        return std::pair{d.h5 + ":/" + name, dir / (name + ".npy")};
+    };
+    struct Case {
+        std::string layer, name;
+        std::vector<std::int64_t> shape;
+        std::string message;
+    };
+    const std::vector<Case> cases{
+        // An image for a volume input, a volume one plane short, a volume with its dimensions in another order.
+        {"x",
+         "image",
+         {S, 3, 15, 13},
+         "holds [5, 3, 15, 13], but input 'x' is [N, 3, 17, 15, 13]: expected "
+         "[S, 3, 17, 15, 13] with S > 0"},
+        {"x", "shallow", {S, 3, 16, 15, 13}, "holds [5, 3, 16, 15, 13], but input 'x' is [N, 3, 17, 15, 13]"},
+        {"x", "transposed", {S, 3, 13, 15, 17}, "expected [S, 3, 17, 15, 13] with S > 0"},
+        {"x", "channels_last", {S, 17, 15, 13, 3}, "expected [S, 3, 17, 15, 13] with S > 0"},
+        // An image's labels for a volume's, labels with a channel, labels one plane short.
+        {"y", "image_labels", {S, 8, 7}, "holds [5, 8, 7], but label 'y' is [N, 9, 8, 7] and "},
+        {"y", "channel_labels", {S, 1, 9, 8, 7}, "expected [5, 9, 8, 7]"},
+        {"y", "shallow_labels", {S, 8, 8, 7}, "expected [5, 9, 8, 7]"},
+    };
+    for (const Case& c : cases) {
+        const auto [h5, npy] = both(c.name, c.shape);
+        for (const std::string& spec : {h5, npy}) {
+            DataFiles files = d.npy_files();
+            (c.layer == "x" ? files.files[0] : files.files[1]).second = spec;
+            std::string error;
+            INFO(spec);
+            CHECK_FALSE(make_data_source(vol.net, 0, files, error));
+            CHECK_THAT(error, Catch::StartsWith(spec + ": ") && Catch::Contains(c.message));
+        }
+    }
+    // A volume for an image input.
+    const auto [h5, npy] = both("volume", {S, 3, 1, 66, 70});
+    for (const std::string& spec : {h5, npy}) {
+        std::string error;
+        const DataFiles files{{{"x", spec}, {"y", spec}, {"z", spec}}, false, ""};
+        CHECK_FALSE(make_data_source(image.net, 0, files, error));
+        CHECK_THAT(error, Catch::Contains(spec + ": holds [5, 3, 1, 66, 70], but input 'x' is [N, 3, 66, 70]: "
+                                                 "expected [S, 3, 66, 70] with S > 0"));
+    }
+}
+
+TEST_CASE("hdf5: volumes train from HDF5 as from .npy bitwise, and in a 2x2x2 grid as on one process",
+          "[distributed][hdf5][mpi]") {
+    TempDir dir;
+    VolumeData d(dir, true);
+    // 3 steps of 2 samples out of 5: the second epoch starts in the third step.
+    const Run npy = train("tests/dist/vol.net", "", 2, d.npy_flags());
+    const Run h5 = train("tests/dist/vol.net", "", 2, d.hdf5_flags());
+    CHECK(h5.losses == npy.losses);
+    check_same_state(h5.checkpoint, npy.checkpoint, 0.0);
+    // 8 processes, each reading the hyperslab of its tile with its halo.
+    const Run grid = train("tests/dist/vol.net", "tests/dist/vol_dhw8.sched", 2, d.hdf5_flags());
+    REQUIRE(grid.losses.size() == 3);
+    for (std::size_t i = 0; i < npy.losses.size(); ++i) CHECK(grid.losses[i] == Approx(npy.losses[i]).epsilon(1e-4));
+    check_same_state(grid.checkpoint, npy.checkpoint, 1e-4);
+    CHECK(npy.losses.back() != npy.losses.front());  // it trained
 }
 
 TEST_CASE("hdf5: float labels (targets) of any shape, as integers or floats, by tile", "[data][hdf5]") {

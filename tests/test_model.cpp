@@ -1,8 +1,10 @@
 // The performance model: halos from the tiles' geometry (faces and corners, none where nothing is cut, one
 // side only for stride 2), overlap, shuffles, allreduces after Thakur et al., measured times where the
 // platform has them, memory, and processes that share a processor.
+#include "run_dsl.hpp"
 #include "support.hpp"
 
+#include <dsl/scheduler/autoschedule.hpp>
 #include <dsl/scheduler/kernel_names.hpp>
 #include <dsl/scheduler/model.hpp>
 #include <dsl/scheduler/platform.hpp>
@@ -361,4 +363,44 @@ TEST_CASE("model: a kernel not measured is interpolated between the measured siz
     const int c1 = l.net.find("c1");
     Platform none = platform();
     CHECK(m.layer(c1, dist(1, 1, 1)).forward == Approx(Model(l.net, none, 1, 4).layer(c1, dist(1, 1, 1)).forward));
+}
+
+TEST_CASE("model: the shuffles between every pair of splits equal the shuffles asked one pair at a time", "[model]") {
+    // The auto-scheduler asks for whole matrices (computed on every core), predictions for one pair: the two
+    // must agree exactly, for images and volumes, every reader kind, all processes examined or a sample.
+    struct Case {
+        const char* net;
+        std::int64_t procs, batch;
+    };
+    const Case c = GENERATE(Case{"tests/dist/unet.net", 8, 8}, Case{"tests/dist/vol.net", 8, 4},
+                            Case{"tests/dist/volunet.net", 128, 16}, Case{"tests/dist/cosmo.net", 96, 8});
+    INFO(c.net << " on " << c.procs);
+    test::NetworkFromText l(read(fs::path(source_dir()) / c.net));
+    const Model batch_model(l.net, platform(), c.procs, c.batch), pair_model(l.net, platform(), c.procs, c.batch);
+    const std::vector<Split> splits = splits_of(c.procs, c.batch, l.net.spatial_rank());
+    REQUIRE(splits.size() > 4);
+    int compared = 0, moved = 0, differ = 0;
+    std::string first;  // the first pair that differs
+    for (std::size_t i = 0; i < l.net.layers.size(); ++i)
+        for (std::size_t j = 0; j < l.net.layers[i].inputs.size(); ++j) {
+            const auto matrix = batch_model.shuffles(static_cast<int>(i), static_cast<int>(j), splits, splits);
+            REQUIRE(matrix.size() == splits.size() * splits.size());
+            for (std::size_t a = 0; a < splits.size(); ++a)
+                for (std::size_t b = 0; b < splits.size(); ++b) {
+                    const ShuffleCost one =
+                        pair_model.shuffle(static_cast<int>(i), static_cast<int>(j), splits[a], splits[b]);
+                    const ShuffleCost& many = matrix[a * splits.size() + b];
+                    if (many.seconds != one.seconds || many.bytes != one.bytes || many.memory != one.memory) {
+                        if (differ++ == 0)
+                            first = l.net.layers[i].name + " input " + std::to_string(j) + ": " + splits[a].str() +
+                                    " -> " + splits[b].str();
+                    }
+                    ++compared;
+                    moved += one.bytes > 0;
+                }
+        }
+    INFO(first);
+    CHECK(differ == 0);
+    CHECK(compared > 1000);
+    CHECK(moved > compared / 4);
 }

@@ -1,4 +1,5 @@
-// The oneDNN convolution and fully connected kernels against the reference, on views of tiles with margins.
+// The oneDNN convolution and fully connected kernels against the reference, on views of tiles with margins, of
+// images and volumes.
 #include "../backend/src/onednn_kernels.hpp"
 #include "kernel_layouts.hpp"
 
@@ -45,21 +46,21 @@ void require_close(Operand& got, Operand& expected, const std::string& what) {
     require_close(got.tensor.data(), expected.tensor.data(), got.tensor.size(), what);
 }
 
-// Forward, backward-data and backward-weights of one problem with both kernel sets, on the same inputs.
-void check_conv(const ConvProblem& p, Layout layout, std::mt19937& rng) {
-    const std::string what = describe(p, layout);
+// Forward, backward-data and backward-weights of one problem (y of `yd` from `c` channels through `win`) with
+// both kernel sets, on the same inputs.
+void check_conv(const Dims& yd, std::int64_t c, const Window& win, bool with_bias, Layout layout,
+                const std::string& what, std::mt19937& rng) {
     INFO(what);
-    const Window& win = p.window;
-    const Dims xd{p.n, p.c, {win.input_extent(0, p.out_h), win.input_extent(1, p.out_w)}};
-    const Dims yd{p.n, p.f, {p.out_h, p.out_w}};
-    const Dims wd{p.f, p.c, win.kernel};
+    Dims xd{yd.n, c, yd.space};
+    for (int d = 0; d < yd.rank(); ++d) xd.space[d] = win.input_extent(d, yd.space[d]);
+    const Dims wd{yd.c, c, win.kernel};
     ConvKernels& ref = *reference_kernels().conv;
     ConvKernels& dnn = onednn_conv();
 
     Operand x = make_operand(xd, layout, true, rng);
     Operand w = make_operand(wd, Layout::dense, true, rng);
-    const std::vector<float> bias = random_vector(p.f, rng);
-    const float* b = p.bias ? bias.data() : nullptr;
+    const std::vector<float> bias = random_vector(yd.c, rng);
+    const float* b = with_bias ? bias.data() : nullptr;
 
     Operand y = make_operand(yd, layout, false, rng), y_ref = y;
     dnn.forward(x.view(), w.view(), b, y.view(), win);
@@ -73,14 +74,68 @@ void check_conv(const ConvProblem& p, Layout layout, std::mt19937& rng) {
     require_close(dx, dx_ref, "backward_data: " + what);
 
     Operand dw = make_operand(wd, Layout::dense, false, rng), dw_ref = dw;
-    std::vector<float> db(p.f, sentinel), db_ref = db;
-    dnn.backward_weights(x.view(), dy.view(), dw.view(), p.bias ? db.data() : nullptr, win);
-    ref.backward_weights(x.view(), dy.view(), dw_ref.view(), p.bias ? db_ref.data() : nullptr, win);
+    std::vector<float> db(static_cast<std::size_t>(yd.c), sentinel), db_ref = db;
+    dnn.backward_weights(x.view(), dy.view(), dw.view(), with_bias ? db.data() : nullptr, win);
+    ref.backward_weights(x.view(), dy.view(), dw_ref.view(), with_bias ? db_ref.data() : nullptr, win);
     require_close(dw, dw_ref, "backward_weights dw: " + what);
-    if (p.bias)
-        require_close(db.data(), db_ref.data(), p.f, "backward_weights db: " + what);
+    if (with_bias)
+        require_close(db.data(), db_ref.data(), yd.c, "backward_weights db: " + what);
     else
         CHECK(std::all_of(db.begin(), db.end(), [](float v) { return v == sentinel; }));
+}
+
+void check_conv(const ConvProblem& p, Layout layout, std::mt19937& rng) {
+    check_conv(Dims{p.n, p.f, {p.out_h, p.out_w}}, p.c, p.window, p.bias, layout, describe(p, layout), rng);
+}
+
+// A convolution of volumes: n samples, c channels in, f out, the output's extents.
+struct VolumeConvProblem {
+    std::int64_t n, c, f;
+    Index out;
+    Window window;
+    bool bias;
+};
+
+Window volume_window(Index kernel, Index stride = {1, 1, 1}, Index dilation = {1, 1, 1}) {
+    Window w;
+    w.kernel = kernel;
+    w.stride = stride;
+    w.dilation = dilation;
+    return w;
+}
+
+std::string text(const Index& i) {
+    std::string s;
+    for (int d = 0; d < i.rank(); ++d) s += (d > 0 ? "x" : "") + std::to_string(i[d]);
+    return s;
+}
+
+void check_conv(const VolumeConvProblem& p, Layout layout, std::mt19937& rng) {
+    const Window& w = p.window;
+    const std::string what = "conv n=" + std::to_string(p.n) + " c=" + std::to_string(p.c) +
+                             " f=" + std::to_string(p.f) + " out=" + text(p.out) + " kernel=" + text(w.kernel) +
+                             " stride=" + text(w.stride) + " dilation=" + text(w.dilation) +
+                             (p.bias ? " bias" : " no-bias") + " layout=" + name(layout);
+    check_conv(Dims{p.n, p.f, p.out}, p.c, w, p.bias, layout, what, rng);
+}
+
+// Outputs of at least 3 along each dimension, so that the padded and inside layouts leave an interior.
+const std::vector<VolumeConvProblem>& volume_conv_problems() {
+    static const std::vector<VolumeConvProblem> problems = {
+        {2, 3, 5, {4, 5, 3}, volume_window({3, 3, 3}), true},
+        {1, 4, 6, {3, 4, 5}, volume_window({3, 1, 3}), false},                        // non-cubic kernel
+        {2, 5, 4, {3, 3, 4}, volume_window({3, 3, 3}, {2, 2, 2}), true},              // stride 2
+        {1, 3, 7, {3, 4, 4}, volume_window({3, 3, 3}, {1, 1, 1}, {2, 2, 2}), false},  // dilation 2
+        {2, 6, 3, {3, 3, 5}, volume_window({1, 3, 2}, {2, 1, 2}, {1, 2, 1}), true},   // mixed per dimension
+        {1, 17, 19, {4, 5, 3}, volume_window({3, 3, 3}), true},                       // odd channel counts
+        {2, 16, 32, {6, 6, 6}, volume_window({3, 3, 3}), true},                       // blocked layouts' channels
+        {1, 4, 16, {8, 8, 8}, volume_window({3, 3, 3}), true},                        // CosmoFlow's first layer
+        {2, 32, 16, {3, 4, 5}, volume_window({3, 3, 3}, {2, 2, 2}), false},           // stride 2, more channels
+        {1, 3, 5, {4, 4, 4}, volume_window({1, 1, 1}), false},                        // 1x1x1
+        {2, 8, 8, {3, 3, 4}, volume_window({2, 2, 2}, {2, 2, 2}), true},              // even kernel, stride 2
+        {1, 256, 32, {3, 4, 4}, volume_window({3, 3, 3}), true},                      // CosmoFlow's last layers
+    };
+    return problems;
 }
 
 // y {n, k} = x times w {k, features}: x is an image {n, c, {h, w}} or a vector {n, c} (fc after fc).
@@ -135,6 +190,12 @@ TEST_CASE("oneDNN convolution matches the reference on views of tiles", "[onednn
     for (const ConvProblem& p : conv_problems()) check_conv(p, layout, rng);
 }
 
+TEST_CASE("oneDNN convolution of volumes matches the reference on views of tiles", "[onednn]") {
+    const Layout layout = GENERATE(Layout::dense, Layout::interior, Layout::padded, Layout::inside, Layout::channels);
+    std::mt19937 rng(71 + static_cast<unsigned>(layout));
+    for (const VolumeConvProblem& p : volume_conv_problems()) check_conv(p, layout, rng);
+}
+
 TEST_CASE("oneDNN convolution follows new data on cached problems", "[onednn]") {
     // The same problems again and again, interleaved, as a training step repeats them: each call must use
     // its own buffers, not the ones the cached primitive first ran on.
@@ -143,6 +204,8 @@ TEST_CASE("oneDNN convolution follows new data on cached problems", "[onednn]") 
         check_conv(conv_problems()[0], Layout::interior, rng);
         check_conv(conv_problems()[2], Layout::inside, rng);
         check_conv(conv_problems()[0], Layout::dense, rng);
+        check_conv(volume_conv_problems()[0], Layout::inside, rng);
+        check_conv(volume_conv_problems()[6], Layout::dense, rng);
     }
 }
 
@@ -155,15 +218,25 @@ TEST_CASE("oneDNN convolution rejects an input that does not match its window", 
     Tensor y_ok(Dims{1, 3, {4, 4}});
     CHECK_THROWS_AS(onednn_conv().backward_weights(x.interior(), y_ok.interior(), wrong_w.interior(), nullptr, win),
                     dsl::InternalError);
+    // Volumes: a window of an image, and an input of the wrong depth.
+    Tensor vx(Dims{1, 2, {6, 6, 6}}), vw(Dims{3, 2, {3, 3, 3}}), vy(Dims{1, 3, {4, 4, 4}}),
+        vy_wrong(Dims{1, 3, {3, 4, 4}});
+    CHECK_THROWS_AS(onednn_conv().forward(vx.interior(), vw.interior(), nullptr, vy.interior(), win),
+                    dsl::InternalError);
+    const Window vwin = volume_window({3, 3, 3});
+    CHECK_NOTHROW(onednn_conv().forward(vx.interior(), vw.interior(), nullptr, vy.interior(), vwin));
+    CHECK_THROWS_AS(onednn_conv().forward(vx.interior(), vw.interior(), nullptr, vy_wrong.interior(), vwin),
+                    dsl::InternalError);
 }
 
 TEST_CASE("oneDNN fully connected layer matches the reference on views of tiles", "[onednn]") {
     const Layout layout = GENERATE(Layout::dense, Layout::interior, Layout::channels);
     std::mt19937 rng(29 + static_cast<unsigned>(layout));
     const std::vector<FcProblem> problems = {
-        {{3, 4, {5, 6}}, 7, true},   {{2, 10, {1, 1}}, 5, false}, {{5, 3, {3, 2}}, 11, true},
-        {{1, 16, {4, 4}}, 10, true}, {{7, 1, {1, 1}}, 1, false},  {{4, 64, {2, 2}}, 33, true},
-        {{3, 12, {}}, 6, true},      {{2, 40, {}}, 3, false},
+        {{3, 4, {5, 6}}, 7, true},      {{2, 10, {1, 1}}, 5, false},      {{5, 3, {3, 2}}, 11, true},
+        {{1, 16, {4, 4}}, 10, true},    {{7, 1, {1, 1}}, 1, false},       {{4, 64, {2, 2}}, 33, true},
+        {{3, 12, {}}, 6, true},         {{2, 40, {}}, 3, false},          {{3, 4, {2, 3, 5}}, 7, true},
+        {{2, 16, {2, 2, 2}}, 5, false}, {{1, 256, {1, 1, 1}}, 128, true},
     };
     for (const FcProblem& p : problems) check_fc(p, layout, rng);
 }

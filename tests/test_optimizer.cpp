@@ -4,12 +4,9 @@
 #include "support.hpp"
 #include "train_runs.hpp"
 
-#include <dsl/backend/calibrate.hpp>
 #include <dsl/backend/data.hpp>
 #include <dsl/backend/kernels.hpp>
 #include <dsl/frontend/network.hpp>
-#include <dsl/scheduler/kernel_names.hpp>
-#include <dsl/scheduler/platform.hpp>
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
@@ -250,24 +247,4 @@ TEST_CASE("distributed training with adam and a schedule gives one process's los
     for (std::size_t i = 0; i < 3; ++i) CHECK(many.losses[i] == Approx(one.losses[i]).epsilon(1e-4));
     CHECK(one.losses.back() != one.losses.front());
     check_same_state(many.checkpoint, one.checkpoint, 1e-4);
-}
-
-TEST_CASE("calibration times adam's update under its kernel name", "[optimizer][calibrate]") {
-    dsl::test::NetworkFromText l(
-        "input x [N, 3, 8, 8]\nlabel y [N]\ntrain adam\nf = fc(2)\n"
-        "loss = softmax_cross_entropy from f, y\n");
-    std::string error;
-    auto data = make_data_source(l.net, 0, "", "", error);
-    REQUIRE(data);
-    TimingRuns runs;
-    runs.warmup = 1;
-    runs.reps = 3;
-    runs.min_seconds = 0.001;
-    std::string why;
-    const auto key = dsl::scheduler::time_key(dsl::scheduler::adam_kernel, {{"params", {100000}}, {"threads", {1}}});
-    const auto seconds = time_kernel(key, cpu_kernels(), *data, l.net.layers[0], runs, why);
-    INFO(why);
-    REQUIRE(seconds);
-    CHECK(*seconds > 0.0);
-    CHECK(*seconds < 1.0);
 }

@@ -31,8 +31,8 @@ struct Fixture {
     Diagnostics diags;
     Network net;
 
-    Fixture() {
-        auto file = parse_net(*sources.add("t.net", net_text), diags);
+    explicit Fixture(const char* text = net_text) {
+        auto file = parse_net(*sources.add("t.net", text), diags);
         REQUIRE(file);
         auto n = elaborate(*file, {}, diags);
         REQUIRE(n);
@@ -176,6 +176,35 @@ TEST_CASE("a split larger than the image, or than the mini-batch, is an error", 
     CHECK(!g.apply("procs = 8\nbatch = 4\ndefault N=8\n"));
     CHECK(g.errors().find("split N=8 H=1 W=1 does not fit layer 'stem': the mini-batch has only 4 samples") !=
           std::string::npos);
+}
+
+TEST_CASE("volumes: D splits the depth, and a depth tile thinner than the halo or than one plane is an error",
+          "[schedule]") {
+    const char* volume = R"(
+input v [N, 2, 12, 16, 16]
+label y [N, 4] float
+wide = conv(4, kernel = [5, 3, 3], pad = [2, 1, 1])
+down = conv(8, kernel = 3, stride = 2, pad = 1)
+g = global_avgpool
+f = fc(4)
+loss = mse from f, y
+)";
+    Fixture ok(volume);
+    const auto s = ok.apply("procs = 8\ndefault D=2 H=2 W=2\n");
+    INFO(ok.errors());
+    REQUIRE(s);
+    REQUIRE(ok.of(*s, "down").split);
+    CHECK(ok.of(*s, "down").split->space == std::array<std::int64_t, 3>{2, 2, 2});
+
+    // 'wide' reaches 2 planes of depth on each side: 12 planes in 8 tiles leave tiles of 1 plane.
+    Fixture thin(volume);
+    CHECK(!thin.apply("procs = 8\ndefault D=8\n"));
+    CHECK(thin.errors().find("t.sched:2:1: error: split N=1 D=8 H=1 W=1 does not fit layer 'wide': tiles of 1 plane "
+                             "of depth are smaller than its halo of 2 planes of depth") != std::string::npos);
+    // 'down' has only 6 planes of depth: 8 parts leave some of it none.
+    Fixture none(volume);
+    CHECK(!none.apply("procs = 8\ndefault D=2 H=2 W=2\nlayer down D=8\n"));
+    CHECK(none.errors().find("does not fit layer 'down': its output has only 6 planes of depth") != std::string::npos);
 }
 
 TEST_CASE("names, patterns and blocks that select nothing are errors", "[schedule]") {

@@ -115,7 +115,8 @@ TEST_CASE("shape errors", "[shapes]") {
               "kernel 7 does not fit the padded input of 4 rows", 5);
     one_error(head + "a = conv(8, kernel = [1, 3], dilation = 20)\n",
               "kernel 3 (dilated to 41) does not fit the padded input of 32 columns", 4);
-    one_error(head + "a = fc(10)\nb = conv(8)\n", "'conv' needs a 4-D input [N, C, H, W], got [N, 10] from 'a'", 5);
+    one_error(head + "a = fc(10)\nb = conv(8)\n",
+              "'conv' needs an image [N, C, H, W] or a volume [N, C, D, H, W], got [N, 10] from 'a'", 5);
     one_error(head + "a = conv(2, stride = 2)\nl = pixel_cross_entropy from a, y\n",
               "labels [N, 64, 64] do not match logits [N, 2, 16, 16] of 'pixel_cross_entropy'", 5);
     one_error(head + "a = conv(2)\nl = softmax_cross_entropy from a, z\n",
@@ -194,4 +195,70 @@ TEST_CASE("mesh1k and mesh2k", "[shapes][stdlib]") {
     CHECK(shape(mesh2k->net, "block1.4.relu") == "[N, 128, 1024, 1024]");
     CHECK(shape(mesh2k->net, "pred") == "[N, 2, 32, 32]");
     CHECK(mesh1k->net.layers[static_cast<std::size_t>(mesh1k->net.find("block3.1.conv"))].halo() == Spatial{1, 1});
+}
+
+TEST_CASE("volumes: windows take one value or one per dimension", "[shapes]") {
+    Shapes s(
+        "input v [N, 2, 9, 16, 20]\nlabel t [N, 4] float\n"
+        "a = conv(8, kernel = 3, pad = 1)\nb = conv(8, kernel = [3, 1, 5], stride = [1, 2, 1], pad = [1, 0, 2])\n"
+        "c = maxpool([1, 2, 2])\nd = avgpool(3, stride = 2, pad = 1, padding = periodic)\n"
+        "e = deconv(4, kernel = 2, stride = 2)\nf = upsample(2, mode = trilinear)\ng = global_avgpool\n"
+        "h = fc(4)\nl = mse from h, t\n");
+    INFO(s.errors());
+    REQUIRE(s.ok);
+    CHECK(s.layer("a").kernel == Spatial{3, 3, 3});  // one value, fitted to the input's three dimensions
+    CHECK(s.layer("a").shape.str() == "[N, 8, 9, 16, 20]");
+    CHECK(s.layer("a").params == 8 * 2 * 27 + 8);
+    CHECK(s.layer("a").macs == 9 * 16 * 20 * 8 * 2 * 27);
+    CHECK(s.layer("b").shape.str() == "[N, 8, 9, 8, 20]");
+    CHECK(s.layer("b").params == 8 * 8 * 15 + 8);
+    CHECK(s.layer("c").shape.str() == "[N, 8, 9, 4, 10]");
+    CHECK(s.layer("d").periodic());
+    CHECK(s.layer("d").shape.str() == "[N, 8, 5, 2, 5]");
+    CHECK(s.layer("e").shape.str() == "[N, 4, 10, 4, 10]");
+    CHECK(s.layer("f").shape.str() == "[N, 4, 20, 8, 20]");
+    CHECK(s.layer("g").shape.str() == "[N, 4, 1, 1, 1]");
+    CHECK(s.net->spatial_rank() == 3);
+
+    one_error("input v [N, 1, 16, 64, 64]\na = conv(8, kernel = [3, 3], pad = 1)\n",
+              "'kernel' of 'conv' has 2 values, but its input has 3 spatial dimensions: give one number, or one per "
+              "dimension",
+              2);
+    one_error("input x [N, 1, 64, 64]\na = conv(8, kernel = 3, stride = [1, 1, 1])\n",
+              "'stride' of 'conv' has 3 values, but its input has 2 spatial dimensions: give one number, or one per "
+              "dimension",
+              2);
+    one_error("input v [N, 1, 4, 64, 64]\na = conv(8, kernel = 5)\n",
+              "kernel 5 does not fit the padded input of 4 planes of depth", 2);
+    one_error("input v [N, 1, 4, 8, 8]\na = upsample(2, mode = bilinear)\n",
+              "'bilinear' interpolates images [N, C, H, W], but 'v' is [N, 1, 4, 8, 8]: use mode = trilinear", 2);
+    one_error("input x [N, 1, 8, 8]\na = upsample(2, mode = trilinear)\n",
+              "'trilinear' interpolates volumes [N, C, D, H, W], but 'x' is [N, 1, 8, 8]: use mode = bilinear", 2);
+}
+
+TEST_CASE("CosmoFlow and the 3-D U-Net", "[shapes][stdlib]") {
+    SourceManager sources;
+    Diagnostics diags;
+    auto cosmo = stdlib("cosmoflow.net", sources, diags);
+    auto unet = stdlib("unet3d.net", sources, diags);
+    INFO(diags.text());
+    REQUIRE(cosmo);
+    REQUIRE(unet);
+    auto shape = [](const Network& net, const std::string& name) {
+        const int i = net.find(name);
+        INFO(name);
+        REQUIRE(i >= 0);
+        return net.layers[static_cast<std::size_t>(i)].shape.str();
+    };
+    // The count of torch.nn's Conv3d(4, 16, 3) ... Linear(256, 4), which bench/pytorch_mesh.py builds too.
+    CHECK(cosmo->net.total_params() == 38798772);
+    CHECK(shape(cosmo->net, "x") == "[N, 4, 512, 512, 512]");
+    CHECK(shape(cosmo->net, "c1.pool") == "[N, 16, 256, 256, 256]");
+    CHECK(shape(cosmo->net, "c7.pool") == "[N, 256, 4, 4, 4]");
+    CHECK(shape(cosmo->net, "fc1") == "[N, 2048]");
+    CHECK(shape(cosmo->net, "out") == "[N, 4]");
+    CHECK(cosmo->net.spatial_rank() == 3);
+    CHECK(unet->net.total_params() == 19071459);
+    CHECK(shape(unet->net, "pred") == "[N, 3, 256, 256, 256]");
+    CHECK(unet->net.spatial_rank() == 3);
 }

@@ -36,8 +36,8 @@ TEST_CASE("processes are numbered W fastest, then H, then D, then N", "[tiles]")
     CHECK(c.n == 1);
     CHECK(c.space == std::array<std::int64_t, max_space>{0, 0, 1});
     // An image's H and W are the split's last two axes; a volume's D, H and W all three.
-    CHECK(Split::axis(0, 2) == 1);
-    CHECK(Split::axis(0, 3) == 0);
+    CHECK(axis_of(0, 2) == 1);
+    CHECK(axis_of(0, 3) == 0);
     CHECK(s.parts(1, 2) == 2);
     CHECK(s.parts(0, 3) == 3);
 }
@@ -116,7 +116,7 @@ TEST_CASE("halo pieces cover the grown tile within the tensor, once, from its ho
         Margins need = Margins::filled(rank, Reach{});
         for (int d = 0; d < rank; ++d) {
             whole.space[d] = pick(3, 11);
-            s.space[static_cast<std::size_t>(Split::axis(d, rank))] = pick(1, 3);
+            s.space[static_cast<std::size_t>(axis_of(d, rank))] = pick(1, 3);
             // Uneven, and sometimes wider than a neighbour's tile.
             need[d] = {pick(0, 3), pick(0, 3)};
         }
@@ -135,6 +135,68 @@ TEST_CASE("halo pieces cover the grown tile within the tensor, once, from its ho
         }
         // Disjoint pieces (each inside `want` and outside `own`) add up to exactly want less own.
         CHECK(covered == want.points() - own.points());
+    }
+}
+
+TEST_CASE("a periodic halo comes from the far side, from this process itself where nothing else holds it",
+          "[tiles][halo]") {
+    const Dims image{1, 2, {4, 8}};
+    const Split s{1, 1, 1, {1, 1, 2}};  // two columns of tiles; the rows whole
+    const std::vector<Piece> p = halo_pieces(image, s, 0, Margins::filled(2, Reach{1, 1}), true);
+    REQUIRE(p.size() == 8);
+    // Above and below: this process's own last and first rows, a tensor's height away.
+    CHECK(p[0].peer == 0);
+    CHECK(p[0].box.space == Space<Range>{{-1, 0}, {0, 4}});
+    CHECK(p[0].shift == Index{-4, 0});
+    CHECK(p[0].source().space == Space<Range>{{3, 4}, {0, 4}});
+    CHECK(p[1].peer == 0);
+    CHECK(p[1].source().space == Space<Range>{{0, 1}, {0, 4}});
+    // Left, across the border: the other tile's last column; right: its first, no shift.
+    CHECK(p[2].peer == 1);
+    CHECK(p[2].box.space == Space<Range>{{0, 4}, {-1, 0}});
+    CHECK(p[2].source().space == Space<Range>{{0, 4}, {7, 8}});
+    CHECK(p[3].peer == 1);
+    CHECK(p[3].shift == Index{0, 0});
+    CHECK(p[3].box.space == Space<Range>{{0, 4}, {4, 5}});
+    // A corner across both borders.
+    CHECK(p[4].peer == 1);
+    CHECK(p[4].source().space == Space<Range>{{3, 4}, {7, 8}});
+}
+
+TEST_CASE("periodic halo pieces cover the grown tile once, from the far side beyond the border", "[tiles][halo]") {
+    std::mt19937 random(11);
+    auto pick = [&](std::int64_t lo, std::int64_t hi) {
+        return std::uniform_int_distribution<std::int64_t>(lo, hi)(random);
+    };
+    for (int trial = 0; trial < 200; ++trial) {
+        const int rank = static_cast<int>(pick(1, 3));
+        Dims whole{pick(1, 2), 1, Space<std::int64_t>::filled(rank, 0)};
+        Split s{1, 1, 1, {1, 1, 1}};
+        Margins need = Margins::filled(rank, Reach{});
+        for (int d = 0; d < rank; ++d) {
+            whole.space[d] = pick(2, 9);
+            s.space[static_cast<std::size_t>(axis_of(d, rank))] = pick(1, std::min<std::int64_t>(3, whole.space[d]));
+            need[d] = {pick(0, whole.space[d]), pick(0, whole.space[d])};  // at most the tensor, wrapped once
+        }
+        const std::int64_t r = pick(0, s.procs() - 1);
+        CAPTURE(trial, rank, r, s.str());
+        const Box own = tile_box(whole, s, r, true), want = own.grown(need);
+        std::int64_t covered = 0;
+        for (const Piece& p : halo_pieces(whole, s, r, need, true)) {
+            CHECK(p.box == p.box.meet(want));
+            CHECK(p.box.meet(own).empty());
+            CHECK(p.source() == p.source().meet(tile_box(whole, s, p.peer, true)));
+            covered += p.box.points();
+        }
+        CHECK(covered == want.points() - own.points());
+        // The parts of `want` beyond the border, read from the tensor's far side.
+        std::int64_t beyond = 0;
+        for (const Piece& p : wrapped_parts(whole, want)) {
+            CHECK(p.box.meet(whole_box(whole)).empty());
+            CHECK(p.source() == p.source().meet(whole_box(whole)));
+            beyond += p.box.points();
+        }
+        CHECK(beyond == want.points() - want.meet(whole_box(whole)).points());
     }
 }
 

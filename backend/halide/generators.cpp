@@ -1,8 +1,9 @@
 // Halide generators for the CPU kernels other than convolution and fc, compiled ahead of time (one file, so
 // that Halide.h is parsed once per build).
 //
-// Tensors are 4-D float32 views in Halide's order (x, y, c, n), innermost first. Only dim 0 has a known
-// stride (1): views are windows of tiles with margins, so rows, planes and samples are strided. Every
+// Tensors are 4-D float32 views in Halide's order (x, y, c, n), innermost first (the kernels run a volume
+// through them slice by slice), but for the pooling of volumes, which is 5-D (x, y, z, c, n). Only dim 0 has
+// a known stride (1): views are windows of tiles with margins, so rows, planes and samples are strided. Every
 // schedule vectorizes along x with GuardWithIf (never ShiftInwards: some outputs alias their inputs, as in
 // y += x, and a recomputed element would be added twice) and runs rows, channels and samples in parallel.
 #include <Halide.h>
@@ -469,16 +470,17 @@ public:
         }
         dx(xx, yy, c, n) = cast<float>(sum(received));
 
-        // Tasks of whole planes, several when planes are small; the windows' buffers are allocated once per task.
+        // Tasks of whole planes, several when planes are small; the windows are computed per plane (at cno, the
+        // bounds of a plane's channel within a task's run of fused planes would be every channel).
         Var cn("cn"), cno("cno"), cni("cni");
         const Expr planes_per_task = max(task_elements / (dx.dim(0).extent() * dx.dim(1).extent()), 1);
         dx.vectorize(xx, vec, TailStrategy::GuardWithIf)
             .fuse(c, n, cn)
             .split(cn, cno, cni, planes_per_task, TailStrategy::GuardWithIf)
             .parallel(cno);
-        sent.compute_at(dx, cno).vectorize(j, vec, TailStrategy::GuardWithIf);
+        sent.compute_at(dx, cni).vectorize(j, vec, TailStrategy::GuardWithIf);
         if (!average) {
-            first_max.compute_at(dx, cno).vectorize(j, vec, TailStrategy::GuardWithIf);
+            first_max.compute_at(dx, cni).vectorize(j, vec, TailStrategy::GuardWithIf);
             first_max.update().vectorize(j, vec, TailStrategy::GuardWithIf);
             specialize_common_windows(first_max.update(), kh, kw, sh, sw);
         }
@@ -487,6 +489,145 @@ public:
 
 private:
     Var j{"j"}, i{"i"}, xx{"xx"}, yy{"yy"}, c{"c"}, n{"n"};
+};
+
+// Pooling windows of the common CNNs of volumes get code of their own, as specialize_common_windows does for
+// images.
+template <typename Stage>
+void specialize_common_volume_windows(Stage s, const Expr& kd, const Expr& kh, const Expr& kw, const Expr& sd,
+                                      const Expr& sh, const Expr& sw) {
+    s.specialize(kd == 2 && kh == 2 && kw == 2 && sd == 2 && sh == 2 && sw == 2);
+    s.specialize(kd == 3 && kh == 3 && kw == 3 && sd == 2 && sh == 2 && sw == 2);
+}
+
+// PoolForward for volumes: y(j, i, k) reduces x(j*sw + b, i*sh + a, k*sd + e) over the taps, scanning e, then
+// a, then b (the last dimension fastest).
+class VolumePoolForward : public Generator<VolumePoolForward> {
+public:
+    GeneratorParam<bool> average{"average", false};
+    Input<Buffer<float>> x{"x", 5};
+    Input<int> kd{"kd"}, kh{"kh"}, kw{"kw"}, sd{"sd"}, sh{"sh"}, sw{"sw"};
+    Output<Buffer<float>> y{"y", 5};
+
+    void generate() {
+        RDom r(0, kw, 0, kh, 0, kd);  // r.x is b (inner), r.y is a, r.z is e (outer)
+        Expr v = x(j * sw + r.x, i * sh + r.y, k * sd + r.z, c, n);
+        Func window("window");
+        if (average) {
+            window(j, i, k, c, n) = cast<double>(0);
+            window(j, i, k, c, n) += cast<double>(v);
+            y(j, i, k, c, n) = cast<float>(window(j, i, k, c, n) / cast<double>(kd * kh * kw));
+        } else {
+            window(j, i, k, c, n) = x(j * sw, i * sh, k * sd, c, n);
+            window(j, i, k, c, n) = max(window(j, i, k, c, n), v);
+            y(j, i, k, c, n) = window(j, i, k, c, n);
+        }
+        // Tasks of whole volumes (of a channel and sample), several when they are small: with a task per
+        // output slice (k fused in too), Halide would size the window's buffer by every channel (its bounds
+        // through the nested fused index), and allocate it on the heap for every vector of outputs.
+        const int vec = vector_width(get_target());
+        Var jo("jo"), ji("ji"), cn("cn");
+        const Expr volumes_per_task =
+            max(task_elements / (x.dim(0).extent() * x.dim(1).extent() * x.dim(2).extent()), 1);
+        y.split(j, jo, ji, vec, TailStrategy::GuardWithIf).vectorize(ji).fuse(c, n, cn);
+        y.parallel(cn, volumes_per_task, TailStrategy::GuardWithIf);
+        window.compute_at(y, jo).vectorize(j, vec, TailStrategy::GuardWithIf);
+        window.update().vectorize(j, vec, TailStrategy::GuardWithIf);
+        specialize_common_volume_windows(window.update(), kd, kh, kw, sd, sh, sw);
+        specialize_common_volume_windows<Func>(y, kd, kh, kw, sd, sh, sw);
+    }
+
+private:
+    Var j{"j"}, i{"i"}, k{"k"}, c{"c"}, n{"n"};
+};
+
+// PoolBackward for volumes: each input element gathers, over the windows that contain it in increasing
+// output order (depth, then row, then column), what they send it, summed in double; max sends dy to the
+// first maximum of a window in VolumePoolForward's scan order.
+class VolumePoolBackward : public Generator<VolumePoolBackward> {
+public:
+    GeneratorParam<bool> average{"average", false};
+    Input<Buffer<float>> x{"x", 5};
+    Input<Buffer<float>> dy{"dy", 5};
+    Input<int> kd{"kd"}, kh{"kh"}, kw{"kw"}, sd{"sd"}, sh{"sh"}, sw{"sw"};
+    Output<Buffer<float>> dx{"dx", 5};
+
+    void generate() {
+        const int vec = vector_width(get_target());
+        const Region volume = {{0, dy.dim(0).extent()}, {0, dy.dim(1).extent()}, {0, dy.dim(2).extent()}};
+
+        // The position (e*kh + a)*kw + b of each window's first maximum.
+        Func first_max("first_max");
+        if (!average) {
+            RDom r(0, kw, 0, kh, 0, kd);
+            Expr v = x(j * sw + r.x, i * sh + r.y, k * sd + r.z, c, n);
+            first_max(j, i, k, c, n) = Tuple(0, x(j * sw, i * sh, k * sd, c, n));
+            Expr better = v > first_max(j, i, k, c, n)[1];
+            first_max(j, i, k, c, n) = Tuple(select(better, (r.z * kh + r.y) * kw + r.x, first_max(j, i, k, c, n)[0]),
+                                             select(better, v, first_max(j, i, k, c, n)[1]));
+        }
+
+        // What each window sends (and to which position, for max), with a border of windows outside dy that
+        // send nothing, so that the gather below reads it unclamped.
+        Func sent("sent");
+        Func dy_or_zero = BoundaryConditions::constant_exterior(dy, 0.0f, volume);
+        if (average) {
+            sent(j, i, k, c, n) = cast<double>(dy_or_zero(j, i, k, c, n)) / cast<double>(kd * kh * kw);
+        } else {
+            Func position("position");
+            position(j, i, k, c, n) = first_max(j, i, k, c, n)[0];
+            Func position_or_none = BoundaryConditions::constant_exterior(position, -1, volume);
+            sent(j, i, k, c, n) = Tuple(position_or_none(j, i, k, c, n), cast<double>(dy_or_zero(j, i, k, c, n)));
+        }
+
+        // Windows (k, i, j) with k*sd <= zz < k*sd + kd, and so on along each dimension.
+        Expr windows_d = (kd + sd - 1) / sd, windows_h = (kh + sh - 1) / sh, windows_w = (kw + sw - 1) / sw;
+        RDom w(0, windows_w, 0, windows_h, 0, windows_d);
+        Expr wk = zz / sd - (windows_d - 1) + w.z;
+        Expr wi = yy / sh - (windows_h - 1) + w.y;
+        Expr wj = xx / sw - (windows_w - 1) + w.x;
+        Expr e = zz - wk * sd, a = yy - wi * sh, b = xx - wj * sw;
+        Expr in_window = e < kd && a < kh && b < kw;  // not in a gap between windows (stride > kernel)
+        Expr received;
+        if (average) {
+            received = select(in_window, sent(wj, wi, wk, c, n), Expr(0.0));
+        } else {
+            received = select(in_window && sent(wj, wi, wk, c, n)[0] == (e * kh + a) * kw + b,
+                              sent(wj, wi, wk, c, n)[1], Expr(0.0));
+        }
+        // The sum over the windows, in their order for each element, for a vector of elements at once (an inline
+        // sum would reduce element by element).
+        Func gathered("gathered");
+        gathered(xx, yy, zz, c, n) = Expr(0.0);
+        gathered(xx, yy, zz, c, n) += received;
+        dx(xx, yy, zz, c, n) = cast<float>(gathered(xx, yy, zz, c, n));
+
+        // Tasks of whole volumes of dx (of a channel and sample), several when they are small, as in
+        // VolumePoolForward; each slice with the windows it reads.
+        Var cn("cn"), cno("cno"), cni("cni"), xo("xo"), xi("xi");
+        const Expr volumes_per_task =
+            max(task_elements / (dx.dim(0).extent() * dx.dim(1).extent() * dx.dim(2).extent()), 1);
+        dx.split(xx, xo, xi, vec, TailStrategy::GuardWithIf).vectorize(xi).fuse(c, n, cn);
+        dx.split(cn, cno, cni, volumes_per_task, TailStrategy::GuardWithIf).parallel(cno);
+        gathered.compute_at(dx, xo).vectorize(xx, vec, TailStrategy::GuardWithIf);
+        gathered.update()
+            .split(xx, xo, xi, vec, TailStrategy::GuardWithIf)
+            .vectorize(xi)
+            .reorder(xi, w.x, w.y, w.z, xo);
+        specialize_common_volume_windows(gathered.update(), kd, kh, kw, sd, sh, sw);
+        // Stored per volume, computed slice by slice: Halide slides the windows along depth (and folds their
+        // storage), computing each slice of windows once for all the slices of dx that read it.
+        sent.store_at(dx, cni).compute_at(dx, zz).vectorize(j, vec, TailStrategy::GuardWithIf);
+        if (!average) {
+            first_max.store_at(dx, cni).compute_at(dx, zz).vectorize(j, vec, TailStrategy::GuardWithIf);
+            first_max.update().vectorize(j, vec, TailStrategy::GuardWithIf);
+            specialize_common_volume_windows(first_max.update(), kd, kh, kw, sd, sh, sw);
+        }
+        specialize_common_volume_windows<Func>(dx, kd, kh, kw, sd, sh, sw);
+    }
+
+private:
+    Var j{"j"}, i{"i"}, k{"k"}, xx{"xx"}, yy{"yy"}, zz{"zz"}, c{"c"}, n{"n"};
 };
 
 }  // namespace
@@ -510,3 +651,5 @@ HALIDE_REGISTER_GENERATOR(BatchNormBackwardStatistics, batchnorm_backward_statis
 HALIDE_REGISTER_GENERATOR(BatchNormBackward, batchnorm_backward)
 HALIDE_REGISTER_GENERATOR(PoolForward, pool_forward)
 HALIDE_REGISTER_GENERATOR(PoolBackward, pool_backward)
+HALIDE_REGISTER_GENERATOR(VolumePoolForward, volume_pool_forward)
+HALIDE_REGISTER_GENERATOR(VolumePoolBackward, volume_pool_backward)

@@ -89,10 +89,11 @@ std::optional<double> time_kernel(const std::string& key, Kernels k, DataSource&
     const Phase phase = layer_kernel ? layer_kernel->phase : Phase::forward;
     auto field = [&](const char* name) -> const std::vector<std::int64_t>& { return parsed->field(name); };
     const Dims x = dims_of(field("x")), y = dims_of(field("y"));
-    Window w;
-    w.kernel = spatial_of(field("k"), w.kernel);
-    w.stride = spatial_of(field("s"), w.stride);
-    w.dilation = spatial_of(field("d"), w.dilation);
+    Window w;  // a field the key leaves out is 1 along each of the input's dimensions
+    const Index ones = Index::filled(x.n ? x.rank() : w.kernel.rank(), 1);
+    w.kernel = spatial_of(field("k"), ones);
+    w.stride = spatial_of(field("s"), ones);
+    w.dilation = spatial_of(field("d"), ones);
     std::function<void()> run;
     Memory& mem = k.mem();
     auto zeros = [&](Dims d) { return Tensor(d, {}, mem); };
@@ -190,6 +191,7 @@ std::optional<double> time_kernel(const std::string& key, Kernels k, DataSource&
         c = zeros(x);
         DropoutMask m;
         m.p = 0.5f;
+        m.at = Index::filled(x.rank(), 0);  // the tile at the tensor's origin
         if (phase == Phase::forward) run = [&, m] { k.dropout->forward(a.interior(), m, c.interior()); };
         if (phase == Phase::backward) run = [&, m] { k.dropout->backward(a.interior(), m, c.interior()); };
     } else if ((op == OpKind::maxpool || op == OpKind::avgpool) && x.n && y.n) {
@@ -207,7 +209,8 @@ std::optional<double> time_kernel(const std::string& key, Kernels k, DataSource&
         c = zeros(x);
         Upsample u;
         u.scale = field("scale").empty() ? 2 : field("scale")[0];
-        u.bilinear = !field("mode").empty() && field("mode")[0] == static_cast<std::int64_t>(frontend::UpsampleMode::bilinear);
+        u.linear =
+            !field("mode").empty() && field("mode")[0] != static_cast<std::int64_t>(frontend::UpsampleMode::nearest);
         u.in = x.space;
         u.at = Placement{Index::filled(x.rank(), 0), Index::filled(y.rank(), 0)};
         if (phase == Phase::forward) run = [&, u] { k.upsample->forward(u, a.interior(), b.interior()); };

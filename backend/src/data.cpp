@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <vector>
 
 namespace dsl::backend {
@@ -23,26 +24,37 @@ using namespace synthetic;
 
 namespace {
 
-// One sample of a layer's tensor, as planes: [C] is {1, C, 1, 1}, [H, W] labels {1, 1, H, W}.
-PlaneDims chw(const Layer& l) { return planes(scheduler::extent_of(l, 1)); }
+// One sample of a layer's tensor: channels and the extents of an image (H, W) or a volume (D, H, W).
+struct Sample {
+    std::int64_t c = 1, d = 0, h = 1, w = 1;  // d 0: not a volume
+};
+Sample sample_of(const Layer& l) {
+    const Dims e = scheduler::extent_of(l, 1);
+    if (e.rank() == 3) return Sample{e.c, e.space[0], e.space[1], e.space[2]};
+    const PlaneDims p = planes(e);
+    return Sample{p.c, 0, p.h, p.w};
+}
 
 SyntheticData spec_for(const frontend::Network& net, int input, int label, std::uint64_t seed) {
     SyntheticData d;
     d.seed = seed;
     if (input >= 0) {
-        const PlaneDims in = chw(net.layers[static_cast<std::size_t>(input)]);
+        const Sample in = sample_of(net.layers[static_cast<std::size_t>(input)]);
         d.channels = in.c;
+        d.depth = in.d;
         d.height = in.h;
         d.width = in.w;
     }
     if (label >= 0) {
-        const auto& ld = net.layers[static_cast<std::size_t>(label)].shape.dims;
+        const Layer& l = net.layers[static_cast<std::size_t>(label)];
         d.classes = label_classes(net, label);
-        if (ld.size() == 2) {
-            d.label_h = ld[0];
-            d.label_w = ld[1];
-            // Squares of about 8 input pixels, whatever the labels' resolution.
-            const std::int64_t scale = std::max<std::int64_t>(1, d.height / std::max<std::int64_t>(1, ld[0]));
+        if (!l.float_label && l.spatial()) {  // class labels per pixel or voxel
+            const Sample ld = sample_of(l);
+            d.label_d = ld.d;
+            d.label_h = ld.h;
+            d.label_w = ld.w;
+            // Squares (cubes) of about 8 input pixels a side, whatever the labels' resolution.
+            const std::int64_t scale = std::max<std::int64_t>(1, d.height / std::max<std::int64_t>(1, ld.h));
             d.block = std::max<std::int64_t>(1, (8 + scale - 1) / scale);
         }
     }
@@ -71,9 +83,9 @@ public:
             // A float label is a function of the first input: its definition, and the label's shape.
             specs_[label.name] = spec_for(net, first_input, label.float_label ? first_label : l, seed);
             if (label.float_label) {
-                const PlaneDims t = chw(label);
+                const Sample t = sample_of(label);
                 SyntheticData& d = specs_[label.name];
-                d.target_c = t.c, d.target_h = t.h, d.target_w = t.w;
+                d.target_c = t.c, d.target_d = std::max<std::int64_t>(t.d, 1), d.target_h = t.h, d.target_w = t.w;
             }
         }
     }
@@ -106,45 +118,73 @@ std::int32_t SyntheticData::label(std::int64_t sample, std::int64_t y, std::int6
     return pixel_class(*this, sample, y, x);
 }
 
+std::int32_t SyntheticData::label(std::int64_t sample, std::int64_t z, std::int64_t y, std::int64_t x) const {
+    return voxel_class(*this, sample, z, y, x);
+}
+
 float SyntheticData::input(std::int64_t sample, std::int64_t c, std::int64_t y, std::int64_t x) const {
     return synthetic::input(*this, sample, c, y, x);
 }
 
-void SyntheticData::fill_inputs(std::int64_t sample0, std::int64_t c0, const Index& at, View view) const {
-    const PlaneView<float> tile = planes(view);
+float SyntheticData::input(std::int64_t sample, std::int64_t c, std::int64_t z, std::int64_t y, std::int64_t x) const {
+    return synthetic::input(*this, sample, c, z, y, x);
+}
+
+namespace {
+
+// A view as the planes it holds: an image's (or a vector's) one, a volume's one per depth index, from its
+// global depth `at[0]`; `f(z, plane, y0, x0)` for each, z empty for an image.
+template <typename T, typename F>
+void each_plane(const BasicView<T>& v, const Index& at, F&& f) {
+    if (v.dims.rank() < 3) {
+        const auto [y0, x0] = plane_place(at);
+        return f(std::optional<std::int64_t>{}, planes(v), y0, x0);
+    }
+    const Dims slice{v.dims.n, v.dims.c, {v.dims.space[1], v.dims.space[2]}};
+    for (std::int64_t k = 0; k < v.dims.space[0]; ++k)
+        f(std::optional<std::int64_t>{at[0] + k},
+          planes(BasicView<T>{v.base + k * v.stride[0], slice, v.stride_n, v.stride_c, {v.stride[1], v.stride[2]}}),
+          at[1], at[2]);
+}
+
+// The inputs of one plane (a volume's at depth z): input(), made faster: the noise hash's chain is carried as
+// far as each row (one splitmix64 per element), and each row's classes are computed once.
+void fill_input_plane(const SyntheticData& data, std::int64_t sample0, std::int64_t c0, std::optional<std::int64_t> z,
+                      std::int64_t y0, std::int64_t x0, const PlaneView<float>& tile) {
     const PlaneDims d = tile.dims;
-    const auto [y0, x0] = plane_place(at);
-    // The same values as input(), made faster: the noise hash's chain is carried as far as each row (one
-    // splitmix64 per element), and each row's classes are computed once.
-    const std::uint64_t noise = splitmix64(seed ^ splitmix64(tag_noise));
+    const std::uint64_t noise = splitmix64(data.seed ^ splitmix64(tag_noise));
 #pragma omp parallel for collapse(2) schedule(static)
     for (std::int64_t n = 0; n < d.n; ++n) {
         for (std::int64_t c = 0; c < d.c; ++c) {
             const std::int64_t s = sample0 + n;
-            const std::int32_t sample_class = per_pixel() ? 0 : label(s);
+            const std::int32_t sample_class = data.per_pixel() ? 0 : data.label(s);
             const std::int64_t gc = c0 + c;
-            const Field field(seed, s, gc);  // once per (sample, channel), not per element
-            const std::uint64_t hc =
+            const Field field(data.seed, s, gc);  // once per (sample, channel), not per element
+            std::uint64_t hc =
                 splitmix64(splitmix64(noise ^ static_cast<std::uint64_t>(s)) ^ static_cast<std::uint64_t>(gc));
+            if (z) hc = splitmix64(hc ^ static_cast<std::uint64_t>(*z));
             std::vector<Field::Terms> columns(static_cast<std::size_t>(d.w));
             std::vector<float> marks(static_cast<std::size_t>(d.w));
             for (std::int64_t x = 0; x < d.w; ++x)
                 columns[static_cast<std::size_t>(x)] = Field::column(field.fx, x0 + x);
-            auto mark_of = [&](std::int32_t k) { return mark(*this, gc, k); };
+            auto mark_of = [&](std::int32_t k) { return mark(data, gc, k); };
             std::int64_t marks_row = -1;  // the label row `marks` holds
-            if (!per_pixel()) std::fill(marks.begin(), marks.end(), mark_of(sample_class));
+            if (!data.per_pixel()) std::fill(marks.begin(), marks.end(), mark_of(sample_class));
+            const std::int64_t lz = z ? floor_div(*z * data.label_d, data.depth) : 0;
             for (std::int64_t y = 0; y < d.h; ++y) {
                 const std::int64_t gy = y0 + y;
-                if (per_pixel()) {
-                    const std::int64_t ly = floor_div(gy * label_h, height);
+                if (data.per_pixel()) {
+                    const std::int64_t ly = floor_div(gy * data.label_h, data.height);
                     if (ly != marks_row) {
-                        for (std::int64_t x = 0; x < d.w; ++x)
+                        for (std::int64_t x = 0; x < d.w; ++x) {
+                            const std::int64_t lx = floor_div((x0 + x) * data.label_w, data.width);
                             marks[static_cast<std::size_t>(x)] =
-                                mark_of(label(s, ly, floor_div((x0 + x) * label_w, width)));
+                                mark_of(z ? data.label(s, lz, ly, lx) : data.label(s, ly, lx));
+                        }
                         marks_row = ly;
                     }
                 }
-                const Field::Terms row = field.row(gy);
+                const Field::Terms row = z ? field.row(*z, gy) : field.row(gy);
                 const std::uint64_t hy = splitmix64(hc ^ static_cast<std::uint64_t>(gy));
                 float* out = &tile.at(n, c, y, 0);
                 for (std::int64_t x = 0; x < d.w; ++x) {
@@ -157,52 +197,81 @@ void SyntheticData::fill_inputs(std::int64_t sample0, std::int64_t c0, const Ind
     }
 }
 
+// The input place under the centre of target place t of `targets` places along a dimension of `inputs`.
+std::int64_t under(std::int64_t t, std::int64_t inputs, std::int64_t targets) {
+    return (2 * t + 1) * inputs / (2 * targets);
+}
+
+}  // namespace
+
+void SyntheticData::fill_inputs(std::int64_t sample0, std::int64_t c0, const Index& at, View view) const {
+    each_plane(view, at,
+               [&](std::optional<std::int64_t> z, const PlaneView<float>& plane, std::int64_t y0, std::int64_t x0) {
+                   fill_input_plane(*this, sample0, c0, z, y0, x0, plane);
+               });
+}
+
 float SyntheticData::target(std::int64_t sample, std::int64_t c, std::int64_t y, std::int64_t x) const {
-    const std::int64_t iy = (2 * y + 1) * height / (2 * target_h), ix = (2 * x + 1) * width / (2 * target_w);
+    const std::int64_t iy = under(y, height, target_h), ix = under(x, width, target_w);
     double z = 0.0;
     for (std::int64_t i = 0; i < channels; ++i)
         z += static_cast<double>(symmetric(hash(seed, tag_target, c, i))) * input(sample, i, iy, ix);
     return static_cast<float>(1.0 / (1.0 + std::exp(-z)));
 }
 
+float SyntheticData::target(std::int64_t sample, std::int64_t c, std::int64_t z, std::int64_t y, std::int64_t x) const {
+    const std::int64_t iz = under(z, depth, target_d), iy = under(y, height, target_h), ix = under(x, width, target_w);
+    double sum = 0.0;
+    for (std::int64_t i = 0; i < channels; ++i)
+        sum += static_cast<double>(symmetric(hash(seed, tag_target, c, i))) * input(sample, i, iz, iy, ix);
+    return static_cast<float>(1.0 / (1.0 + std::exp(-sum)));
+}
+
 void SyntheticData::fill_targets(std::int64_t sample0, const Index& at, View view) const {
-    const PlaneView<float> tile = planes(view);
-    const PlaneDims d = tile.dims;
-    const auto [y0, x0] = plane_place(at);
-    if (d.elements() == 0) return;
+    if (view.dims.elements() == 0) return;
     // The same values as target(), made faster: the mixing weights once, and the input pixels under each
     // target row at once by fill_inputs (the same values as input()).
-    std::vector<double> mix(static_cast<std::size_t>(d.c * channels));
-    for (std::int64_t c = 0; c < d.c; ++c)
+    std::vector<double> mix(static_cast<std::size_t>(view.dims.c * channels));
+    for (std::int64_t c = 0; c < view.dims.c; ++c)
         for (std::int64_t i = 0; i < channels; ++i)
             mix[static_cast<std::size_t>(c * channels + i)] = symmetric(hash(seed, tag_target, c, i));
-    auto column = [&](std::int64_t x) { return (2 * (x0 + x) + 1) * width / (2 * target_w); };
-    const std::int64_t first = column(0), span = column(d.w - 1) - first + 1;
+    each_plane(
+        view, at, [&](std::optional<std::int64_t> tz, const PlaneView<float>& tile, std::int64_t y0, std::int64_t x0) {
+            const PlaneDims d = tile.dims;
+            auto column = [&](std::int64_t x) { return under(x0 + x, width, target_w); };
+            const std::int64_t first = column(0), span = column(d.w - 1) - first + 1;
 #pragma omp parallel for collapse(2) schedule(static)
-    for (std::int64_t n = 0; n < d.n; ++n)
-        for (std::int64_t y = 0; y < d.h; ++y) {
-            const std::int64_t iy = (2 * (y0 + y) + 1) * height / (2 * target_h);
-            std::vector<float> row(static_cast<std::size_t>(channels * span));
-            fill_inputs(sample0 + n, 0, Index{iy, first}, dense_view(row.data(), Dims{1, channels, {1, span}}));
-            for (std::int64_t c = 0; c < d.c; ++c)
-                for (std::int64_t x = 0; x < d.w; ++x) {
-                    double z = 0.0;
-                    for (std::int64_t i = 0; i < channels; ++i)
-                        z += mix[static_cast<std::size_t>(c * channels + i)] *
-                             row[static_cast<std::size_t>(i * span + column(x) - first)];
-                    tile.at(n, c, y, x) = static_cast<float>(1.0 / (1.0 + std::exp(-z)));
+            for (std::int64_t n = 0; n < d.n; ++n)
+                for (std::int64_t y = 0; y < d.h; ++y) {
+                    const std::int64_t iy = under(y0 + y, height, target_h);
+                    std::vector<float> row(static_cast<std::size_t>(channels * span));
+                    const Dims one_row{1, channels, tz ? Index{1, 1, span} : Index{1, span}};
+                    fill_inputs(sample0 + n, 0, tz ? Index{under(*tz, depth, target_d), iy, first} : Index{iy, first},
+                                dense_view(row.data(), one_row));
+                    for (std::int64_t c = 0; c < d.c; ++c)
+                        for (std::int64_t x = 0; x < d.w; ++x) {
+                            double z = 0.0;
+                            for (std::int64_t i = 0; i < channels; ++i)
+                                z += mix[static_cast<std::size_t>(c * channels + i)] *
+                                     row[static_cast<std::size_t>(i * span + column(x) - first)];
+                            tile.at(n, c, y, x) = static_cast<float>(1.0 / (1.0 + std::exp(-z)));
+                        }
                 }
-        }
+        });
 }
 
 void SyntheticData::fill_labels(std::int64_t sample0, const Index& at, BasicView<std::int32_t> view) const {
-    const PlaneView<std::int32_t> tile = planes(view);
-    const PlaneDims d = tile.dims;
-    const auto [y0, x0] = plane_place(at);
-    for (std::int64_t n = 0; n < d.n; ++n)
-        for (std::int64_t y = 0; y < d.h; ++y)
-            for (std::int64_t x = 0; x < d.w; ++x)
-                tile.at(n, 0, y, x) = per_pixel() ? label(sample0 + n, y0 + y, x0 + x) : label(sample0 + n);
+    each_plane(
+        view, at,
+        [&](std::optional<std::int64_t> z, const PlaneView<std::int32_t>& tile, std::int64_t y0, std::int64_t x0) {
+            const PlaneDims d = tile.dims;
+            for (std::int64_t n = 0; n < d.n; ++n)
+                for (std::int64_t y = 0; y < d.h; ++y)
+                    for (std::int64_t x = 0; x < d.w; ++x)
+                        tile.at(n, 0, y, x) = !per_pixel() ? label(sample0 + n)
+                                              : z          ? label(sample0 + n, *z, y0 + y, x0 + x)
+                                                           : label(sample0 + n, y0 + y, x0 + x);
+        });
 }
 
 std::int64_t label_classes(const frontend::Network& net, int label) {

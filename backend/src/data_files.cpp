@@ -557,9 +557,11 @@ std::unique_ptr<DataSource> make_data_source(const frontend::Network& net, std::
         if (!given.count(layer.name)) continue;  // an optional label
         Stream s;
         s.spec = given[layer.name];
-        if (input && layer.shape.dims.size() != 3) {
-            error = fmt::format("{}: input '{}' is {}; only [C, H, W] inputs can come from a file", s.spec, layer.name,
-                                layer.shape.str());
+        if (input && layer.shape.dims.size() != 3 && layer.shape.dims.size() != 4) {
+            error = fmt::format(
+                "{}: input '{}' is {}; only images [C, H, W] and volumes [C, D, H, W] can come from "
+                "a file",
+                s.spec, layer.name, layer.shape.str());
             return nullptr;
         }
         s.array = open_array(s.spec, error);

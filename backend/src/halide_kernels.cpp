@@ -1,6 +1,8 @@
 // The CPU kernels other than convolution and fc: views wrapped as Halide buffers and handed to the
-// pipelines of backend/halide; the loss is plain C++.
+// pipelines of backend/halide; the loss is plain C++. The pipelines take images (x, y, c, n), which a volume
+// is slice by slice (depth_slices.hpp), except pooling, which has pipelines of volumes (x, y, z, c, n).
 #include "halide_kernels.hpp"
+#include "depth_slices.hpp"
 #include "kernel_checks.hpp"
 #include "planes.hpp"
 #include "regression_formula.hpp"
@@ -30,6 +32,10 @@
 #include <dsl_halide_sigmoid_forward.h>
 #include <dsl_halide_tanh_backward.h>
 #include <dsl_halide_tanh_forward.h>
+#include <dsl_halide_volume_average_pool_backward.h>
+#include <dsl_halide_volume_average_pool_forward.h>
+#include <dsl_halide_volume_max_pool_backward.h>
+#include <dsl_halide_volume_max_pool_forward.h>
 
 #include <algorithm>
 #include <cmath>
@@ -111,16 +117,20 @@ struct HalideBuffer {
 constexpr halide_type_t float32{halide_type_float, 32, 1};
 constexpr halide_type_t float64{halide_type_float, 64, 1};
 
-// A view as the pipelines take it: its planes (planes.hpp) in Halide's order (x, y, c, n); x is contiguous.
+// Planes as the pipelines of images take them, in Halide's order (x, y, c, n); x is contiguous.
 struct TileBuffer : HalideBuffer<4> {
-    template <typename T>
-    explicit TileBuffer(BasicView<T> v) : TileBuffer(planes(v)) {}
-
-private:
     template <typename T>
     explicit TileBuffer(PlaneView<T> p)
         : HalideBuffer<4>(p.base, float32, {p.dims.w, p.dims.h, p.dims.c, p.dims.n},
                           {1, p.stride_h, p.stride_c, p.stride_n}) {}
+};
+
+// A volume as the pipelines of volumes take it: (x, y, z, c, n).
+struct VolumeBuffer : HalideBuffer<5> {
+    template <typename T>
+    explicit VolumeBuffer(BasicView<T> v)
+        : HalideBuffer<5>(v.base, float32, {v.dims.space[2], v.dims.space[1], v.dims.space[0], v.dims.c, v.dims.n},
+                          {1, v.stride[1], v.stride[0], v.stride_c, v.stride_n}) {}
 };
 
 // A dense array of `count` elements of `type`.
@@ -141,6 +151,20 @@ public:
     void forward(frontend::Activation f, ConstView x, float slope, View y) override {
         check_same_dims(x.dims, y.dims, "activation forward");
         if (empty(y.dims)) return;
+        const Slicing s = slicing(true, x, y);
+        for (std::int64_t k = 0; k < s.count; ++k) forward(f, slice(x, s, k), slope, slice(y, s, k));
+    }
+
+    void backward(frontend::Activation f, ConstView x, ConstView dy, float slope, View dx) override {
+        check_same_dims(x.dims, dy.dims, "activation backward");
+        check_same_dims(x.dims, dx.dims, "activation backward");
+        if (empty(dx.dims)) return;
+        const Slicing s = slicing(true, x, dy, dx);
+        for (std::int64_t k = 0; k < s.count; ++k) backward(f, slice(x, s, k), slice(dy, s, k), slope, slice(dx, s, k));
+    }
+
+private:
+    static void forward(frontend::Activation f, ConstPlanes x, float slope, Planes y) {
         TileBuffer xb(x), yb(y);
         switch (f) {
             case frontend::Activation::relu:
@@ -157,10 +181,7 @@ public:
         throw dsl::InternalError("activation kernels called without a function");
     }
 
-    void backward(frontend::Activation f, ConstView x, ConstView dy, float slope, View dx) override {
-        check_same_dims(x.dims, dy.dims, "activation backward");
-        check_same_dims(x.dims, dx.dims, "activation backward");
-        if (empty(dx.dims)) return;
+    static void backward(frontend::Activation f, ConstPlanes x, ConstPlanes dy, float slope, Planes dx) {
         TileBuffer xb(x), dyb(dy), dxb(dx);
         switch (f) {
             case frontend::Activation::relu:
@@ -191,11 +212,14 @@ public:
         if (empty(x.dims)) return;
         const auto planes = static_cast<std::size_t>(x.dims.c * x.dims.n);
         std::vector<double> s(planes), s2(planes);
-        TileBuffer xb(x);
-        PlaneBuffer sb(s.data(), float64, x.dims.c, x.dims.n), s2b(s2.data(), float64, x.dims.c, x.dims.n);
-        check_halide(dsl_halide_channel_statistics(xb.raw(), sb.raw(), s2b.raw()), "channel_statistics");
-        add_over_samples(s, x.dims.c, x.dims.n, sum);
-        add_over_samples(s2, x.dims.c, x.dims.n, sum_sq);
+        const Slicing slices = slicing(true, x);
+        for (std::int64_t k = 0; k < slices.count; ++k) {
+            TileBuffer xb(slice(x, slices, k));
+            PlaneBuffer sb(s.data(), float64, x.dims.c, x.dims.n), s2b(s2.data(), float64, x.dims.c, x.dims.n);
+            check_halide(dsl_halide_channel_statistics(xb.raw(), sb.raw(), s2b.raw()), "channel_statistics");
+            add_over_samples(s, x.dims.c, x.dims.n, sum);
+            add_over_samples(s2, x.dims.c, x.dims.n, sum_sq);
+        }
     }
 
     void forward(ConstView x, const float* mean, const float* inv_std, const float* gamma, const float* beta,
@@ -203,10 +227,13 @@ public:
         check_same_dims(x.dims, y.dims, "batchnorm forward");
         if (empty(y.dims)) return;
         const std::int64_t c = x.dims.c;
-        TileBuffer xb(x), yb(y);
         ArrayBuffer mb(mean, float32, c), ib(inv_std, float32, c), gb(gamma, float32, c), bb(beta, float32, c);
-        check_halide(dsl_halide_batchnorm_forward(xb.raw(), mb.raw(), ib.raw(), gb.raw(), bb.raw(), yb.raw()),
-                     "batchnorm_forward");
+        const Slicing slices = slicing(true, x, y);
+        for (std::int64_t k = 0; k < slices.count; ++k) {
+            TileBuffer xb(slice(x, slices, k)), yb(slice(y, slices, k));
+            check_halide(dsl_halide_batchnorm_forward(xb.raw(), mb.raw(), ib.raw(), gb.raw(), bb.raw(), yb.raw()),
+                         "batchnorm_forward");
+        }
     }
 
     void backward_statistics(ConstView x, ConstView dy, const float* mean, const float* inv_std, double* sum_dy,
@@ -216,14 +243,17 @@ public:
         const std::int64_t c = x.dims.c;
         const auto planes = static_cast<std::size_t>(c * x.dims.n);
         std::vector<double> s(planes), s2(planes);
-        TileBuffer xb(x), dyb(dy);
         ArrayBuffer mb(mean, float32, c), ib(inv_std, float32, c);
-        PlaneBuffer sb(s.data(), float64, c, x.dims.n), s2b(s2.data(), float64, c, x.dims.n);
-        check_halide(
-            dsl_halide_batchnorm_backward_statistics(xb.raw(), dyb.raw(), mb.raw(), ib.raw(), sb.raw(), s2b.raw()),
-            "batchnorm_backward_statistics");
-        add_over_samples(s, c, x.dims.n, sum_dy);
-        add_over_samples(s2, c, x.dims.n, sum_dy_xhat);
+        const Slicing slices = slicing(true, x, dy);
+        for (std::int64_t k = 0; k < slices.count; ++k) {
+            TileBuffer xb(slice(x, slices, k)), dyb(slice(dy, slices, k));
+            PlaneBuffer sb(s.data(), float64, c, x.dims.n), s2b(s2.data(), float64, c, x.dims.n);
+            check_halide(
+                dsl_halide_batchnorm_backward_statistics(xb.raw(), dyb.raw(), mb.raw(), ib.raw(), sb.raw(), s2b.raw()),
+                "batchnorm_backward_statistics");
+            add_over_samples(s, c, x.dims.n, sum_dy);
+            add_over_samples(s2, c, x.dims.n, sum_dy_xhat);
+        }
     }
 
     void backward(ConstView x, ConstView dy, const float* mean, const float* inv_std, const float* gamma,
@@ -233,12 +263,15 @@ public:
         DSL_INTERNAL_CHECK(count > 0, "batchnorm backward: empty group");
         if (empty(dx.dims)) return;
         const std::int64_t c = x.dims.c;
-        TileBuffer xb(x), dyb(dy), dxb(dx);
         ArrayBuffer mb(mean, float32, c), ib(inv_std, float32, c), gb(gamma, float32, c);
         ArrayBuffer sb(sum_dy, float64, c), s2b(sum_dy_xhat, float64, c);
-        check_halide(dsl_halide_batchnorm_backward(xb.raw(), dyb.raw(), mb.raw(), ib.raw(), gb.raw(), sb.raw(),
-                                                   s2b.raw(), count, dxb.raw()),
-                     "batchnorm_backward");
+        const Slicing slices = slicing(true, x, dy, dx);
+        for (std::int64_t k = 0; k < slices.count; ++k) {
+            TileBuffer xb(slice(x, slices, k)), dyb(slice(dy, slices, k)), dxb(slice(dx, slices, k));
+            check_halide(dsl_halide_batchnorm_backward(xb.raw(), dyb.raw(), mb.raw(), ib.raw(), gb.raw(), sb.raw(),
+                                                       s2b.raw(), count, dxb.raw()),
+                         "batchnorm_backward");
+        }
     }
 };
 
@@ -247,7 +280,8 @@ public:
     void forward(PoolKind kind, ConstView x, View y, const Window& window) override {
         check(x.dims, y.dims, window);
         if (empty(y.dims)) return;
-        TileBuffer xb(x), yb(y);
+        if (x.dims.rank() == 3) return forward_volume(kind, x, y, window);
+        TileBuffer xb(planes(x)), yb(planes(y));
         const auto [kh, kw, sh, sw] = params(window);
         if (kind == PoolKind::max)
             check_halide(dsl_halide_max_pool_forward(xb.raw(), kh, kw, sh, sw, yb.raw()), "max_pool_forward");
@@ -264,7 +298,8 @@ public:
             for_each_row(dx, [&](std::int64_t, std::int64_t, const Index&, float* row) { std::fill_n(row, w, 0.0f); });
             return;
         }
-        TileBuffer xb(x), dyb(dy), dxb(dx);
+        if (x.dims.rank() == 3) return backward_volume(kind, x, dy, dx, window);
+        TileBuffer xb(planes(x)), dyb(planes(dy)), dxb(planes(dx));
         const auto [kh, kw, sh, sw] = params(window);
         if (kind == PoolKind::max)
             check_halide(dsl_halide_max_pool_backward(xb.raw(), dyb.raw(), kh, kw, sh, sw, dxb.raw()),
@@ -277,23 +312,30 @@ public:
     void global_sum(ConstView x, double* sums) override {
         if (empty(x.dims)) return;
         std::vector<double> planes(static_cast<std::size_t>(x.dims.c * x.dims.n));
-        TileBuffer xb(x);
-        PlaneBuffer pb(planes.data(), float64, x.dims.c, x.dims.n);
-        check_halide(dsl_halide_plane_sum(xb.raw(), pb.raw()), "plane_sum");
-        for (std::size_t i = 0; i < planes.size(); ++i) sums[i] += planes[i];
+        const Slicing slices = slicing(true, x);
+        for (std::int64_t k = 0; k < slices.count; ++k) {
+            TileBuffer xb(slice(x, slices, k));
+            PlaneBuffer pb(planes.data(), float64, x.dims.c, x.dims.n);
+            check_halide(dsl_halide_plane_sum(xb.raw(), pb.raw()), "plane_sum");
+            for (std::size_t i = 0; i < planes.size(); ++i) sums[i] += planes[i];
+        }
     }
 
     void broadcast(const float* values, float scale, View dx) override {
         if (empty(dx.dims)) return;
-        TileBuffer dxb(dx);
         PlaneBuffer vb(values, float32, dx.dims.c, dx.dims.n);
-        check_halide(dsl_halide_broadcast(vb.raw(), scale, dxb.raw()), "broadcast");
+        const Slicing slices = slicing(true, dx);
+        for (std::int64_t k = 0; k < slices.count; ++k) {
+            TileBuffer dxb(slice(dx, slices, k));
+            check_halide(dsl_halide_broadcast(vb.raw(), scale, dxb.raw()), "broadcast");
+        }
     }
 
 private:
     static void check(const Dims& x, const Dims& y, const Window& window) {
-        DSL_INTERNAL_CHECK(window.dilation[0] == 1 && window.dilation[1] == 1, "pool: dilation is not supported");
-        check_pool(planes(x), planes(y), window);
+        for (int d = 0; d < window.dilation.rank(); ++d)
+            DSL_INTERNAL_CHECK(window.dilation[d] == 1, "pool: dilation is not supported");
+        check_pool(x, y, window);
     }
 
     struct Params {
@@ -302,6 +344,38 @@ private:
     static Params params(const Window& w) {
         return {narrow(w.kernel[0], "kernel"), narrow(w.kernel[1], "kernel"), narrow(w.stride[0], "stride"),
                 narrow(w.stride[1], "stride")};
+    }
+
+    // The pipelines of volumes take the window depth first, as Window holds it.
+    struct VolumeParams {
+        std::int32_t kd, kh, kw, sd, sh, sw;
+    };
+    static VolumeParams volume_params(const Window& w) {
+        return {narrow(w.kernel[0], "kernel"), narrow(w.kernel[1], "kernel"), narrow(w.kernel[2], "kernel"),
+                narrow(w.stride[0], "stride"), narrow(w.stride[1], "stride"), narrow(w.stride[2], "stride")};
+    }
+
+    static void forward_volume(PoolKind kind, ConstView x, View y, const Window& window) {
+        VolumeBuffer xb(x), yb(y);
+        const auto [kd, kh, kw, sd, sh, sw] = volume_params(window);
+        if (kind == PoolKind::max)
+            check_halide(dsl_halide_volume_max_pool_forward(xb.raw(), kd, kh, kw, sd, sh, sw, yb.raw()),
+                         "volume_max_pool_forward");
+        else
+            check_halide(dsl_halide_volume_average_pool_forward(xb.raw(), kd, kh, kw, sd, sh, sw, yb.raw()),
+                         "volume_average_pool_forward");
+    }
+
+    static void backward_volume(PoolKind kind, ConstView x, ConstView dy, View dx, const Window& window) {
+        VolumeBuffer xb(x), dyb(dy), dxb(dx);
+        const auto [kd, kh, kw, sd, sh, sw] = volume_params(window);
+        if (kind == PoolKind::max)
+            check_halide(dsl_halide_volume_max_pool_backward(xb.raw(), dyb.raw(), kd, kh, kw, sd, sh, sw, dxb.raw()),
+                         "volume_max_pool_backward");
+        else
+            check_halide(
+                dsl_halide_volume_average_pool_backward(xb.raw(), dyb.raw(), kd, kh, kw, sd, sh, sw, dxb.raw()),
+                "volume_average_pool_backward");
     }
 };
 
@@ -315,30 +389,41 @@ public:
         for (const ConstView& x : xs) check_same_dims(x.dims, y.dims, "add");
         if (empty(y.dims)) return;
         if (xs.size() == 1) return copy(xs[0], y);
-        TileBuffer yb(y);
-        {
-            TileBuffer ab(xs[0]), bb(xs[1]);
-            check_halide(dsl_halide_add2(ab.raw(), bb.raw(), yb.raw()), "add2");
-        }
-        for (std::size_t k = 2; k < xs.size(); ++k) {
-            TileBuffer ab(y), bb(xs[k]);
-            check_halide(dsl_halide_add2(ab.raw(), bb.raw(), yb.raw()), "add2");
+        Slicing slices = slicing(true, y);
+        for (const ConstView& x : xs)
+            if (!rows_follow(x)) slices = slicing(false, y);
+        for (std::int64_t k = 0; k < slices.count; ++k) {
+            TileBuffer yb(slice(y, slices, k));
+            {
+                TileBuffer ab(slice(xs[0], slices, k)), bb(slice(xs[1], slices, k));
+                check_halide(dsl_halide_add2(ab.raw(), bb.raw(), yb.raw()), "add2");
+            }
+            for (std::size_t i = 2; i < xs.size(); ++i) {
+                TileBuffer ab(slice(y, slices, k)), bb(slice(xs[i], slices, k));
+                check_halide(dsl_halide_add2(ab.raw(), bb.raw(), yb.raw()), "add2");
+            }
         }
     }
 
     void copy(ConstView x, View y) override {
         check_same_dims(x.dims, y.dims, "copy");
         if (empty(y.dims)) return;
-        TileBuffer xb(x), yb(y);
-        check_halide(dsl_halide_copy(xb.raw(), yb.raw()), "copy");
+        const Slicing slices = slicing(true, x, y);
+        for (std::int64_t k = 0; k < slices.count; ++k) {
+            TileBuffer xb(slice(x, slices, k)), yb(slice(y, slices, k));
+            check_halide(dsl_halide_copy(xb.raw(), yb.raw()), "copy");
+        }
     }
 
     // y += x in place: the pipeline reads each element of y before writing it, and never recomputes one.
     void accumulate(ConstView x, View y) override {
         check_same_dims(x.dims, y.dims, "accumulate");
         if (empty(y.dims)) return;
-        TileBuffer yin(y), xb(x), yb(y);
-        check_halide(dsl_halide_add2(yin.raw(), xb.raw(), yb.raw()), "add2");
+        const Slicing slices = slicing(true, x, y);
+        for (std::int64_t k = 0; k < slices.count; ++k) {
+            TileBuffer yin(slice(ConstView(y), slices, k)), xb(slice(x, slices, k)), yb(slice(y, slices, k));
+            check_halide(dsl_halide_add2(yin.raw(), xb.raw(), yb.raw()), "add2");
+        }
     }
 
     void sgd(float* w, float* m, const float* g, std::int64_t count, float lr, float momentum, float decay) override {
@@ -355,15 +440,33 @@ public:
     }
 };
 
-// Over planes (planes.hpp): a loss per sample and pixel, a vector [N, K] being one pixel of K channels.
+// Over planes (planes.hpp), a volume's slice by slice (depth_slices.hpp): a loss per sample and place, a
+// vector [N, K] being one place of K channels.
 class CpuLoss final : public LossKernels {
 public:
     double cross_entropy(ConstView logits, LabelView labels, float scale, View dlogits) override {
-        return cross_entropy(planes(logits), planes(labels), scale, planes(dlogits));
+        check_labels(logits.dims, labels.dims);
+        if (dlogits.base) check_same_dims(logits.dims, dlogits.dims, "cross_entropy");
+        const Slicing s = slicing(false, logits);
+        double total = 0.0;
+        for (std::int64_t k = 0; k < s.count; ++k)
+            total += cross_entropy(slice(logits, s, k), slice(labels, s, k), scale,
+                                   dlogits.base ? slice(dlogits, s, k) : Planes{});
+        return total;
     }
     double regression(frontend::Regression loss, ConstView prediction, ConstView target, float scale,
                       View dprediction) override {
-        return regression(loss, planes(prediction), planes(target), scale, planes(dprediction));
+        check_same_dims(prediction.dims, target.dims, "regression");
+        if (dprediction.base) check_same_dims(prediction.dims, dprediction.dims, "regression");
+        const Slicing s = slicing(false, prediction);
+        std::vector<ConstPlanes> x, t;
+        std::vector<Planes> dx;
+        for (std::int64_t k = 0; k < s.count; ++k) {
+            x.push_back(slice(prediction, s, k));
+            t.push_back(slice(target, s, k));
+            dx.push_back(dprediction.base ? slice(dprediction, s, k) : Planes{});
+        }
+        return regression(loss, x, t, scale, dx);
     }
 
 private:
@@ -398,22 +501,24 @@ private:
         return total;
     }
 
-    static double regression(frontend::Regression loss, ConstPlanes prediction, ConstPlanes target, float scale,
-                             Planes dprediction) {
-        const PlaneDims& d = prediction.dims;
-        check_same_dims(prediction.dims, target.dims, "regression");
-        if (dprediction.base) check_same_dims(prediction.dims, dprediction.dims, "regression");
+    // The slices of one volume (or an image's planes): rows in parallel, each row's sum in double; the sum
+    // over rows in a fixed order, that of the elements (samples, channels, slices, rows).
+    static double regression(frontend::Regression loss, const std::vector<ConstPlanes>& prediction,
+                             const std::vector<ConstPlanes>& target, float scale,
+                             const std::vector<Planes>& dprediction) {
+        const PlaneDims& d = prediction[0].dims;
         DSL_INTERNAL_CHECK(loss != frontend::Regression::none, "regression: not a regression loss");
         double total = 0.0;
-        // Rows in parallel, each row's sum in double; the sum over rows in a fixed order.
-        const std::int64_t rows = d.n * d.c * d.h;
+        const auto slices = static_cast<std::int64_t>(prediction.size());
+        const std::int64_t rows = d.n * d.c * slices * d.h;
         std::vector<double> row_sums(static_cast<std::size_t>(rows));
 #pragma omp parallel for schedule(static)
         for (std::int64_t r = 0; r < rows; ++r) {
-            const std::int64_t n = r / (d.c * d.h), c = r / d.h % d.c, i = r % d.h;
-            const float* x = &prediction.at(n, c, i, 0);
-            const float* t = &target.at(n, c, i, 0);
-            float* dx = dprediction.base ? &dprediction.at(n, c, i, 0) : nullptr;
+            const std::int64_t n = r / (d.c * slices * d.h), c = r / (slices * d.h) % d.c, i = r % d.h;
+            const auto k = static_cast<std::size_t>(r / d.h % slices);
+            const float* x = &prediction[k].at(n, c, i, 0);
+            const float* t = &target[k].at(n, c, i, 0);
+            float* dx = dprediction[k].base ? &dprediction[k].at(n, c, i, 0) : nullptr;
             double sum = 0.0;
             for (std::int64_t j = 0; j < d.w; ++j) {
                 const RegressionTerm<float> term = regression_term(loss, x[j], t[j]);

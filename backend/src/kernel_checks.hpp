@@ -1,6 +1,7 @@
 // The kernels' contract on their arguments' shapes, checked alike by every kernel set on the planes that its
-// kernels see (planes.hpp). Callers size views from the plan, so a mismatch is a bug in dsl: an internal
-// error, never silent. (C++17: the GPU's kernel file includes it too.)
+// kernels of images see, or on generic dims of any rank (volumes too), which compare in their spatial form
+// (planes.hpp): an image's as its planes, a volume's as they are. Callers size views from the plan, so a
+// mismatch is a bug in dsl: an internal error, never silent. (C++17: the GPU's kernel file includes it too.)
 #pragma once
 
 #include "planes.hpp"
@@ -25,9 +26,21 @@ inline void check_same_dims(const PlaneDims& a, const PlaneDims& b, const char* 
     DSL_INTERNAL_CHECK(a == b, std::string(what) + ": " + dims_text(a) + " vs " + dims_text(b));
 }
 
-// Generic dims compare as the planes they are to a kernel: a vector {n, k} is the same as {n, k, {1, 1}}.
+// {n, c, then each extent}: an image's as its planes' text.
+inline std::string dims_text(const Dims& d) {
+    std::string s = "{";
+    s += std::to_string(d.n);
+    s += ", ", s += std::to_string(d.c);
+    for (std::int64_t v : d.space) s += ", ", s += std::to_string(v);
+    s += "}";
+    return s;
+}
+
+// Generic dims compare in their spatial form: a vector {n, k} is the same as {n, k, {1, 1}}, a volume only as
+// another of its extents.
 inline void check_same_dims(const Dims& a, const Dims& b, const char* what) {
-    check_same_dims(planes(a), planes(b), what);
+    const Dims sa = spatial_form(a), sb = spatial_form(b);
+    DSL_INTERNAL_CHECK(sa == sb, std::string(what) + ": " + dims_text(sa) + " vs " + dims_text(sb));
 }
 
 template <typename A, typename B>  // views, generic or of planes
@@ -66,6 +79,67 @@ inline void check_fc(const PlaneDims& x, const PlaneDims& w, const PlaneDims& y)
 inline void check_labels(const PlaneDims& logits, const PlaneDims& labels) {
     DSL_INTERNAL_CHECK(labels == (PlaneDims{logits.n, 1, logits.h, logits.w}),
                        "cross_entropy: labels " + dims_text(labels) + " for logits " + dims_text(logits));
+}
+
+// The checks above on generic dims of any rank, in their spatial form: the window (or placement) has rank 2
+// for images and vectors, 3 for volumes, and a volume's weights are {F, C, kD, kH, kW}.
+
+inline void check_window_rank(const Window& window, int rank, const char* what) {
+    DSL_INTERNAL_CHECK(window.kernel.rank() == rank && window.stride.rank() == rank && window.dilation.rank() == rank,
+                       std::string(what) + ": a window of rank " + std::to_string(window.kernel.rank()) +
+                           " for views of rank " + std::to_string(rank));
+}
+
+inline void check_window_input(const Dims& x, const Dims& y, const Window& window, const char* what) {
+    const Dims sx = spatial_form(x), sy = spatial_form(y);
+    const int rank = sx.rank();
+    DSL_INTERNAL_CHECK(sy.rank() == rank, std::string(what) + ": input " + dims_text(sx) + " and output " +
+                                              dims_text(sy) + " of different ranks");
+    check_window_rank(window, rank, what);
+    bool match = sx.n == sy.n;
+    for (int d = 0; d < rank; ++d) {
+        DSL_INTERNAL_CHECK(window.kernel[d] >= 1 && window.stride[d] >= 1 && window.dilation[d] >= 1,
+                           std::string(what) + ": kernel, stride and dilation must be positive");
+        match = match && sx.space[d] == window.input_extent(d, sy.space[d]);
+    }
+    DSL_INTERNAL_CHECK(match,
+                       std::string(what) + ": input " + dims_text(sx) + " does not match output " + dims_text(sy));
+}
+
+inline void check_conv(const Dims& x, const Dims& w, const Dims& y, const Window& window) {
+    check_window_input(x, y, window, "conv");
+    const Dims sx = spatial_form(x), sw = spatial_form(w), sy = spatial_form(y);
+    DSL_INTERNAL_CHECK(
+        sw.n == sy.c && sw.c == sx.c && sw.space == window.kernel,
+        "conv: weights " + dims_text(sw) + " do not match input " + dims_text(sx) + " and output " + dims_text(sy));
+}
+
+inline void check_pool(const Dims& x, const Dims& y, const Window& window) {
+    check_window_input(x, y, window, "pool");
+    DSL_INTERNAL_CHECK(x.c == y.c,
+                       "pool: channels of " + dims_text(spatial_form(x)) + " and " + dims_text(spatial_form(y)));
+}
+
+// y {N, K} = x {N, C, extents...} times w {K, C times the places}; y and w have one place (a vector, or 1 x 1).
+inline void check_fc(const Dims& x, const Dims& w, const Dims& y) {
+    const Dims sx = spatial_form(x), sw = spatial_form(w), sy = spatial_form(y);
+    DSL_INTERNAL_CHECK(
+        sy.points() == 1 && sw.points() == 1 && sx.n == sy.n && sw.n == sy.c && sw.c == sx.c * sx.points(),
+        "fc: input " + dims_text(sx) + ", weights " + dims_text(sw) + ", output " + dims_text(sy));
+}
+
+// Labels {n, 1, extents} for logits {n, k, extents}, {n, 1} (or its planes) for logits {n, k}.
+inline void check_labels(const Dims& logits, const Dims& labels) {
+    const Dims sl = spatial_form(logits), sb = spatial_form(labels);
+    DSL_INTERNAL_CHECK(sb == (Dims{sl.n, 1, sl.space}),
+                       "cross_entropy: labels " + dims_text(sb) + " for logits " + dims_text(sl));
+}
+
+// A placement (or a mask's place) of rank 3 for a volume, of 2 or less (plane_place's) for the rest.
+inline void check_place(const Index& at, const Dims& d, const char* what) {
+    DSL_INTERNAL_CHECK(
+        d.rank() == 3 ? at.rank() == 3 : at.rank() <= 2,
+        std::string(what) + ": a place of rank " + std::to_string(at.rank()) + " for views " + dims_text(d));
 }
 
 inline void check_label(std::int32_t label, std::int64_t classes) {

@@ -26,12 +26,23 @@ namespace {
 using dnnl::memory;
 using Key = std::vector<std::int64_t>;
 
-// oneDNN's convolutions and inner products see views as their planes (planes.hpp), NCHW: view_desc, dims_of
-// and append (the cache's keys) convert them.
-memory::desc view_desc(const ConstView& v) {
+// oneDNN's convolutions and inner products see images (and vectors) as their planes (planes.hpp), NCHW, and
+// volumes as they are, NCDHW: dims_of, strides_of, view_desc and append (the cache's keys) convert views, in
+// this one place (and OnednnConv's strides, dilates and no_padding windows).
+memory::dims dims_of(const Dims& d) {
+    if (d.rank() == 3) return {d.n, d.c, d.space[0], d.space[1], d.space[2]};
+    const PlaneDims p = planes(d);
+    return {p.n, p.c, p.h, p.w};
+}
+
+memory::dims strides_of(const ConstView& v) {
+    if (v.dims.rank() == 3) return {v.stride_n, v.stride_c, v.stride[0], v.stride[1], 1};
     const ConstPlanes p = planes(v);
-    return memory::desc({p.dims.n, p.dims.c, p.dims.h, p.dims.w}, memory::data_type::f32,
-                        memory::dims{p.stride_n, p.stride_c, p.stride_h, 1});
+    return {p.stride_n, p.stride_c, p.stride_h, 1};
+}
+
+memory::desc view_desc(const ConstView& v) {
+    return memory::desc(dims_of(v.dims), memory::data_type::f32, strides_of(v));
 }
 
 // The primitive chooses its own layout for every tensor argument.
@@ -39,22 +50,19 @@ memory::desc any_desc(const memory::dims& dims) {
     return memory::desc(dims, memory::data_type::f32, memory::format_tag::any);
 }
 
-memory::dims dims_of(const Dims& d) {
-    const PlaneDims p = planes(d);
-    return {p.n, p.c, p.h, p.w};
-}
-
 memory::desc vector_desc(std::int64_t size) {
     return memory::desc({size}, memory::data_type::f32, memory::format_tag::x);
 }
 
 void append(Key& key, const ConstView& v) {
-    const ConstPlanes p = planes(v);
-    key.insert(key.end(), {p.dims.n, p.dims.c, p.dims.h, p.dims.w, p.stride_n, p.stride_c, p.stride_h});
+    const memory::dims d = dims_of(v.dims), s = strides_of(v);
+    key.insert(key.end(), d.begin(), d.end());
+    key.insert(key.end(), s.begin(), s.end() - 1);  // the innermost stride is always 1
 }
 
 void append(Key& key, const Window& w) {
-    key.insert(key.end(), {w.kernel[0], w.kernel[1], w.stride[0], w.stride[1], w.dilation[0], w.dilation[1]});
+    for (const Index* values : {&w.kernel, &w.stride, &w.dilation})
+        key.insert(key.end(), values->begin(), values->end());
 }
 
 void zero(View v) {
@@ -209,7 +217,8 @@ public:
         Key key{conv_forward, bias != nullptr};
         append(key, x), append(key, w), append(key, y), append(key, window);
         Planned& p = cache_.get(key, [&] {
-            auto pd = forward_nhwc_pd(x.dims, w.dims, y.dims, window, bias != nullptr);
+            dnnl::convolution_forward::primitive_desc pd;
+            if (x.dims.rank() < 3) pd = forward_nhwc_pd(x.dims, w.dims, y.dims, window, bias != nullptr);
             if (!pd) pd = forward_pd(x.dims, w.dims, y.dims, window, bias != nullptr);
             Planned q;
             q.primitive = dnnl::convolution_forward(pd);
@@ -230,9 +239,9 @@ public:
         append(key, dy), append(key, w), append(key, dx), append(key, window);
         Planned& p = cache_.get(key, [&] {
             auto hint = forward_pd(dx.dims, w.dims, dy.dims, window, false);
-            dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, any_desc(dims_of(dx.dims)),
-                                                    any_desc(dims_of(w.dims)), any_desc(dims_of(dy.dims)),
-                                                    strides(window), dilates(window), {0, 0}, {0, 0});
+            dnnl::convolution_backward_data::desc d(
+                dnnl::algorithm::convolution_direct, any_desc(dims_of(dx.dims)), any_desc(dims_of(w.dims)),
+                any_desc(dims_of(dy.dims)), strides(window), dilates(window), no_padding(window), no_padding(window));
             dnnl::convolution_backward_data::primitive_desc pd(d, ctx_.engine, hint);
             Planned q;
             q.primitive = dnnl::convolution_backward_data(pd);
@@ -256,15 +265,20 @@ public:
         append(key, x), append(key, dy), append(key, dw), append(key, window);
         Planned& p = cache_.get(key, [&] {
             const bool bias = db != nullptr;
-            auto hint = forward_pd(x.dims, dw.dims, dy.dims, window, bias);
-            const auto src = any_desc(dims_of(x.dims)), weights = any_desc(dims_of(dw.dims)),
-                       dst = any_desc(dims_of(dy.dims));
-            const auto d =
-                bias ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src, weights,
-                                                                vector_desc(dw.dims.n), dst, strides(window),
-                                                                dilates(window), {0, 0}, {0, 0})
-                     : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src, weights, dst,
-                                                                strides(window), dilates(window), {0, 0}, {0, 0});
+            // Volumes of fewer channels than a 16-channel block: with NDHWC activations oneDNN 2.6 runs its
+            // AVX-512 kernel where its own choice runs the AVX2 one (on the plain layout its forward takes for
+            // so few channels): 2.4x as fast on CosmoFlow's first layer (4 channels in, 128^3), and as fast or
+            // faster from 1 to 8 channels.
+            const bool last = x.dims.rank() == 3 && x.dims.c < 16;
+            const auto activations = [&](const Dims& d) { return last ? channels_last(d) : any_desc(dims_of(d)); };
+            const auto src = activations(x.dims), weights = any_desc(dims_of(dw.dims)), dst = activations(dy.dims);
+            auto hint = forward_pd(src, weights, dst, window, bias);
+            const auto d = bias ? dnnl::convolution_backward_weights::desc(
+                                      dnnl::algorithm::convolution_direct, src, weights, vector_desc(dw.dims.n), dst,
+                                      strides(window), dilates(window), no_padding(window), no_padding(window))
+                                : dnnl::convolution_backward_weights::desc(
+                                      dnnl::algorithm::convolution_direct, src, weights, dst, strides(window),
+                                      dilates(window), no_padding(window), no_padding(window));
             dnnl::convolution_backward_weights::primitive_desc pd(d, ctx_.engine, hint);
             Planned q;
             q.primitive = dnnl::convolution_backward_weights(pd);
@@ -278,32 +292,43 @@ public:
     }
 
 private:
-    // The kernels' contract: x spans exactly the rows and columns that y's outputs read.
+    // The kernels' contract: x spans exactly the places that y's outputs read.
     static void check(const ConstView& x, const ConstView& w, const ConstView& y, const Window& window) {
-        check_conv(planes(x.dims), planes(w.dims), planes(y.dims), window);
+        check_conv(x.dims, w.dims, y.dims, window);
     }
 
-    static memory::dims strides(const Window& w) { return {w.stride[0], w.stride[1]}; }
+    static memory::dims strides(const Window& w) { return memory::dims(w.stride.begin(), w.stride.end()); }
     // oneDNN counts the elements skipped between taps: 0 is a dense kernel.
-    static memory::dims dilates(const Window& w) { return {w.dilation[0] - 1, w.dilation[1] - 1}; }
-
+    static memory::dims dilates(const Window& w) {
+        memory::dims d(w.dilation.begin(), w.dilation.end());
+        for (auto& v : d) --v;
+        return d;
+    }
     // Padding is always zero: it lives in the tile's margins, so the convolution is valid over the view.
+    static memory::dims no_padding(const Window& w) {
+        return memory::dims(static_cast<std::size_t>(w.kernel.rank()), 0);
+    }
+
     dnnl::convolution_forward::primitive_desc forward_pd(const Dims& x, const Dims& w, const Dims& y,
                                                          const Window& window, bool bias) {
         return forward_pd(any_desc(dims_of(x)), any_desc(dims_of(w)), any_desc(dims_of(y)), window, bias);
     }
 
-    // The forward pass with NHWC activations, when oneDNN runs it with its brgemm kernel: with the reorders
-    // from and to the views' NCHW it beat the direct kernel on 16-channel blocks with theirs on each of
-    // mesh_stack_512's convolutions (by 5 - 20%; the 18-channel first layer by more, as NHWC does not pad
+    // Activations in channels-last order, NHWC or NDHWC.
+    static memory::desc channels_last(const Dims& d) {
+        const auto tag = d.rank() == 3 ? memory::format_tag::ndhwc : memory::format_tag::nhwc;
+        return memory::desc(dims_of(d), memory::data_type::f32, tag);
+    }
+
+    // The forward pass of images with NHWC activations, when oneDNN runs it with its brgemm kernel: with the
+    // reorders from and to the views' NCHW it beat the direct kernel on 16-channel blocks with theirs on each
+    // of mesh_stack_512's convolutions (by 5 - 20%; the 18-channel first layer by more, as NHWC does not pad
     // it to 32 channels), and was no slower on mesh_stack_256 and mesh_tiny. oneDNN 2.6's NHWC backward
-    // kernels are slower than the blocked ones, so only the forward pass uses it. Empty otherwise.
+    // kernels are slower than the blocked ones, so only the forward pass uses it. Empty otherwise. (Volumes
+    // take oneDNN's own choice: on CosmoFlow's convolutions NDHWC brgemm was as fast within 5%, either way.)
     dnnl::convolution_forward::primitive_desc forward_nhwc_pd(const Dims& x, const Dims& w, const Dims& y,
                                                               const Window& window, bool bias) {
-        const auto nhwc = [](const Dims& d) {
-            return memory::desc(dims_of(d), memory::data_type::f32, memory::format_tag::nhwc);
-        };
-        auto pd = forward_pd(nhwc(x), any_desc(dims_of(w)), nhwc(y), window, bias);
+        auto pd = forward_pd(channels_last(x), any_desc(dims_of(w)), channels_last(y), window, bias);
         if (std::string(pd.impl_info_str()).rfind("brg", 0) != 0) return {};
         return pd;
     }
@@ -313,10 +338,11 @@ private:
         const std::int64_t filters = weights.dims()[0];
         const auto prop = dnnl::prop_kind::forward_training;
         const auto alg = dnnl::algorithm::convolution_direct;
-        const auto d = bias ? dnnl::convolution_forward::desc(prop, alg, src, weights, vector_desc(filters), dst,
-                                                              strides(window), dilates(window), {0, 0}, {0, 0})
-                            : dnnl::convolution_forward::desc(prop, alg, src, weights, dst, strides(window),
-                                                              dilates(window), {0, 0}, {0, 0});
+        const auto d =
+            bias ? dnnl::convolution_forward::desc(prop, alg, src, weights, vector_desc(filters), dst, strides(window),
+                                                   dilates(window), no_padding(window), no_padding(window))
+                 : dnnl::convolution_forward::desc(prop, alg, src, weights, dst, strides(window), dilates(window),
+                                                   no_padding(window), no_padding(window));
         return dnnl::convolution_forward::primitive_desc(d, ctx_.engine);
     }
 
@@ -324,8 +350,9 @@ private:
     Cache cache_;
 };
 
-// x is {N, C, H, W} and flattens in c, h, w order, which is how oneDNN's inner product reads a 4-D source
-// against 4-D weights {K, C, H, W}: so w {K, C*H*W, 1, 1} is described as {K, C, H, W} over the same memory.
+// x is {N, C, H, W} (or {N, C, D, H, W}) and flattens in c, h, w order, which is how oneDNN's inner product
+// reads a 4-D source against 4-D weights {K, C, H, W}: so w {K, C*H*W} is described as {K, C, H, W} over the
+// same memory (and alike for volumes, in 5-D).
 class OnednnFc final : public FcKernels {
 public:
     void forward(ConstView x, ConstView w, const float* bias, View y) override {
@@ -398,9 +425,7 @@ public:
     }
 
 private:
-    static void check(const ConstView& x, const ConstView& w, const ConstView& y) {
-        check_fc(planes(x.dims), planes(w.dims), planes(y.dims));
-    }
+    static void check(const ConstView& x, const ConstView& w, const ConstView& y) { check_fc(x.dims, w.dims, y.dims); }
 
     static memory::dims fc_weights(std::int64_t k, const Dims& x) {
         memory::dims d = dims_of(x);
@@ -408,11 +433,17 @@ private:
         return d;
     }
 
-    // w {K, I, 1, 1}: input i = (c, h, w) of row k is at k * stride_n + i * stride_c.
+    // w {K, I}: input i = (c, h, w) of row k is at k * stride_n + i * stride_c.
     static memory::desc weights_desc(const ConstView& w, const Dims& x) {
         const memory::dims d = fc_weights(w.dims.n, x);
-        const std::int64_t s = w.stride_c;
-        return memory::desc(d, memory::data_type::f32, memory::dims{w.stride_n, s * d[2] * d[3], s * d[3], s});
+        memory::dims strides(d.size());
+        strides[0] = w.stride_n;
+        std::int64_t s = w.stride_c;
+        for (std::size_t i = d.size(); i-- > 1;) {
+            strides[i] = s;
+            s *= d[i];
+        }
+        return memory::desc(d, memory::data_type::f32, strides);
     }
 
     // y {N, K, 1, 1} as the [N, K] matrix the inner product writes.

@@ -1,14 +1,16 @@
 // The form in which the kernels of images see a view: samples, channels, rows and columns, {n, c, h, w},
 // rows contiguous. A view without spatial dimensions is one of 1 x 1 planes (a vector [N, K] is
 // {n, k, 1, 1}), one of a single dimension a single row. Each kernel set converts its views here, at its
-// boundary, as it converts them to oneDNN's or Halide's; volumes are not planes. (C++17: the GPU's kernel
-// files include it.)
+// boundary, as it converts them to oneDNN's or Halide's; volumes are not planes. Kernels written for any rank
+// see their views in the spatial form below instead: volumes as they are, the rest as images. (C++17: the
+// GPU's kernel files include it.)
 #pragma once
 
 #include <dsl/backend/tensor.hpp>
 #include <dsl/base/error.hpp>
 
 #include <cstdint>
+#include <vector>
 
 namespace dsl::backend {
 
@@ -76,6 +78,78 @@ inline PlanePlace plane_place(const Index& at) {
 template <typename T>
 PlaneView<T> dense_planes(T* data, const PlaneDims& d) {
     return PlaneView<T>{data, d, d.c * d.h * d.w, d.h * d.w, d.w};
+}
+
+// The spatial form, in which the kernels of any rank see their views: a volume's as it is, anything of
+// rank 2 or less as the image that planes() makes it ({n, c, {h, w}}), so that windows and placements have
+// rank 2 or 3, and a vector is an image of 1 x 1.
+inline Dims spatial_form(const Dims& d) {
+    if (d.rank() == 3) return d;
+    const PlaneDims p = planes(d);
+    return Dims{p.n, p.c, {p.h, p.w}};
+}
+
+template <typename T>
+BasicView<T> spatial_form(const BasicView<T>& v) {
+    return v.dims.rank() == 3 ? v : spatial(planes(v));
+}
+
+// A place in the spatial form: a volume's as it is, an image's (or a shorter one's) as plane_place has it.
+inline Index spatial_form(const Index& at) {
+    if (at.rank() == 3) return at;
+    const PlanePlace p = plane_place(at);
+    return Index{p.y, p.x};
+}
+
+// Calls f(i) for every place of `extent` in order, the last dimension fastest; none when an extent is 0.
+template <typename F>
+void for_each_place(const Index& extent, F&& f) {
+    for (std::int64_t e : extent)
+        if (e <= 0) return;
+    Index i = Index::filled(extent.rank(), 0);
+    while (true) {
+        f(static_cast<const Index&>(i));
+        int d = extent.rank() - 1;
+        for (; d >= 0 && ++i[d] == extent[d]; --d) i[d] = 0;
+        if (d < 0) return;
+    }
+}
+
+// Calls f(i) for the first place i of every row of `extent` (rank 1 or more) in order: the places whose last
+// index is 0.
+template <typename F>
+void for_each_row_start(const Index& extent, F&& f) {
+    Index starts = extent;
+    starts[extent.rank() - 1] = 1;
+    for_each_place(starts, f);
+}
+
+// Calls f(n, c, i) for the first place i of every row of `d` (rank 1 or more) in order: samples, channels, then
+// rows. A row has row_length(d) elements, one after another in every view of d.
+template <typename F>
+void for_each_row_start(const Dims& d, F&& f) {
+    for (std::int64_t n = 0; n < d.n; ++n)
+        for (std::int64_t c = 0; c < d.c; ++c) for_each_row_start(d.space, [&](const Index& i) { f(n, c, i); });
+}
+
+// Calls f(n, c, width, row...) for every row of views of the same dims, in their spatial form: `row` is a
+// pointer to the row's first element in each view (const for a ConstView), `width` its length.
+template <typename F, typename First, typename... Rest>
+void for_each_row_of(F&& f, First first, Rest... rest) {
+    first = spatial_form(first);
+    ((rest = spatial_form(rest)), ...);
+    const std::int64_t width = row_length(first.dims);
+    for_each_row_start(first.dims, [&](std::int64_t n, std::int64_t c, const Index& i) {
+        f(n, c, width, &first.at(n, c, i), &rest.at(n, c, i)...);
+    });
+}
+
+// The taps of a window of `kernel` in order, the last dimension fastest: the order in which the kernels sum
+// over them (and max pooling finds its first maximum).
+inline std::vector<Index> window_taps(const Index& kernel) {
+    std::vector<Index> taps;
+    for_each_place(kernel, [&](const Index& a) { taps.push_back(a); });
+    return taps;
 }
 
 }  // namespace dsl::backend

@@ -1,6 +1,11 @@
 // The reference kernels: plain loops over strided views, accumulating in double; the oracle that the CPU
 // kernels and the distributed runs are tested against, so every loop reads like its formula in kernels.hpp.
-// Each kernel sees its views as planes (planes.hpp): the public overrides convert them and call the loops.
+// The loops are written once for images and volumes: each kernel checks its views and then sees them in their
+// spatial form (planes.hpp: a volume as it is, an image, a vector or a row as an image), with windows and
+// placements of their rank. They run along rows (the last dimension, contiguous in every view), and sums run
+// in the order of the formula's indices, places and taps with the last dimension fastest, so that an image's
+// results are those of the loops over rows and columns.
+#include "double_buffer.hpp"
 #include "kernel_checks.hpp"
 #include "planes.hpp"
 #include "regression_formula.hpp"
@@ -20,165 +25,183 @@
 namespace dsl::backend {
 namespace {
 
-// Element (n, c, y, x) of a dense double buffer shaped like `d`: where transposes gather before writing once.
-struct DoubleBuffer {
-    PlaneDims d;
-    std::vector<double> values;
-    explicit DoubleBuffer(PlaneDims dims) : d(dims), values(static_cast<std::size_t>(dims.elements()), 0.0) {}
-    double& at(std::int64_t n, std::int64_t c, std::int64_t y, std::int64_t x) {
-        return values[static_cast<std::size_t>(((n * d.c + c) * d.h + y) * d.w + x)];
+// The first place of a view (the weights' tap 0, the one place of an fc's output).
+Index origin(const Dims& d) { return Index::filled(d.rank(), 0); }
+
+std::int64_t last(const Index& i) { return i[i.rank() - 1]; }
+
+// o*s, dimension by dimension: where the window of output place o starts in its input.
+Index window_start(const Index& o, const Index& s) {
+    Index i = o;
+    for (int d = 0; d < o.rank(); ++d) i[d] *= s[d];
+    return i;
+}
+
+// The taps a of a window in order (the last dimension fastest), and each one's offset a*d from its window's
+// start in a view of strides `stride` (d the dilation of an input, ones for the weights' own taps).
+struct Taps {
+    std::vector<Index> a;
+
+    explicit Taps(const Index& kernel) : a(window_taps(kernel)) {}
+    std::size_t size() const { return a.size(); }
+    std::vector<std::int64_t> offsets(const Index& stride, const Index& dilation) const {
+        std::vector<std::int64_t> out;
+        for (const Index& t : a) {
+            std::int64_t o = 0;
+            for (int d = 0; d < t.rank(); ++d) o += t[d] * dilation[d] * stride[d];
+            out.push_back(o);
+        }
+        return out;
     }
-    void store(Planes v) {
-        for (std::int64_t n = 0; n < d.n; ++n)
-            for (std::int64_t c = 0; c < d.c; ++c)
-                for (std::int64_t y = 0; y < d.h; ++y)
-                    for (std::int64_t x = 0; x < d.w; ++x) v.at(n, c, y, x) = static_cast<float>(at(n, c, y, x));
+    std::vector<std::int64_t> offsets(const Index& stride) const {
+        return offsets(stride, Index::filled(stride.rank(), 1));
     }
 };
 
+// y(n,f,o) = bias(f) + sum_{c,a} x(n, c, o*s + a*d) * w(f, c, a). Along a row of outputs, x's window starts
+// move by the last dimension's stride; tap a lies a*d from a window's start in x, a from w's first tap
+// (Taps).
 class ReferenceConv final : public ConvKernels {
 public:
     void forward(ConstView x, ConstView w, const float* bias, View y, const Window& win) override {
-        forward(planes(x), planes(w), bias, planes(y), win);
+        check_conv(x.dims, w.dims, y.dims, win);
+        x = spatial_form(x);
+        w = spatial_form(w);
+        y = spatial_form(y);
+        const Taps taps(win.kernel);
+        const std::vector<std::int64_t> tx = taps.offsets(x.stride, win.dilation), tw = taps.offsets(w.stride);
+        const std::int64_t width = row_length(y.dims), step = last(win.stride);
+        for_each_row_start(y.dims, [&](std::int64_t n, std::int64_t f, const Index& o) {
+            const float* x0 = &x.at(n, 0, window_start(o, win.stride));
+            const float* wf = &w.at(f, 0, origin(w.dims));
+            float* out = &y.at(n, f, o);
+            for (std::int64_t j = 0; j < width; ++j) {
+                const float* xo = x0 + j * step;
+                double acc = bias ? bias[f] : 0.0;
+                for (std::int64_t c = 0; c < x.dims.c; ++c)
+                    for (std::size_t t = 0; t < taps.size(); ++t)
+                        acc += double(xo[c * x.stride_c + tx[t]]) * wf[c * w.stride_c + tw[t]];
+                out[j] = static_cast<float>(acc);
+            }
+        });
     }
+
     void backward_data(ConstView dy, ConstView w, View dx, const Window& win) override {
-        backward_data(planes(dy), planes(w), planes(dx), win);
-    }
-    void backward_weights(ConstView x, ConstView dy, View dw, float* db, const Window& win) override {
-        backward_weights(planes(x), planes(dy), planes(dw), db, win);
-    }
-
-private:
-    static void forward(ConstPlanes x, ConstPlanes w, const float* bias, Planes y, const Window& win) {
-        check(x, w, y, win);
-        for (std::int64_t n = 0; n < y.dims.n; ++n)
-            for (std::int64_t f = 0; f < y.dims.c; ++f)
-                for (std::int64_t i = 0; i < y.dims.h; ++i)
-                    for (std::int64_t j = 0; j < y.dims.w; ++j) {
-                        double acc = bias ? bias[f] : 0.0;
-                        for (std::int64_t c = 0; c < x.dims.c; ++c)
-                            for (std::int64_t a = 0; a < win.kernel[0]; ++a)
-                                for (std::int64_t b = 0; b < win.kernel[1]; ++b)
-                                    acc += double(x.at(n, c, i * win.stride[0] + a * win.dilation[0],
-                                                       j * win.stride[1] + b * win.dilation[1])) *
-                                           w.at(f, c, a, b);
-                        y.at(n, f, i, j) = static_cast<float>(acc);
-                    }
-    }
-
-    static void backward_data(ConstPlanes dy, ConstPlanes w, Planes dx, const Window& win) {
-        check(dx, w, dy, win);
+        check_conv(dx.dims, w.dims, dy.dims, win);
+        dy = spatial_form(dy);
+        w = spatial_form(w);
+        dx = spatial_form(dx);
         DoubleBuffer acc(dx.dims);
-        for (std::int64_t n = 0; n < dy.dims.n; ++n)
-            for (std::int64_t f = 0; f < dy.dims.c; ++f)
-                for (std::int64_t i = 0; i < dy.dims.h; ++i)
-                    for (std::int64_t j = 0; j < dy.dims.w; ++j)
-                        for (std::int64_t c = 0; c < dx.dims.c; ++c)
-                            for (std::int64_t a = 0; a < win.kernel[0]; ++a)
-                                for (std::int64_t b = 0; b < win.kernel[1]; ++b)
-                                    acc.at(n, c, i * win.stride[0] + a * win.dilation[0],
-                                           j * win.stride[1] + b * win.dilation[1]) +=
-                                        double(dy.at(n, f, i, j)) * w.at(f, c, a, b);
+        const BasicView<double>& a = acc.view;
+        const Taps taps(win.kernel);
+        const std::vector<std::int64_t> ta = taps.offsets(a.stride, win.dilation), tw = taps.offsets(w.stride);
+        const std::int64_t width = row_length(dy.dims), step = last(win.stride);
+        for_each_row_start(dy.dims, [&](std::int64_t n, std::int64_t f, const Index& o) {
+            double* a0 = &a.at(n, 0, window_start(o, win.stride));
+            const float* wf = &w.at(f, 0, origin(w.dims));
+            const float* g = &dy.at(n, f, o);
+            for (std::int64_t j = 0; j < width; ++j) {
+                double* ao = a0 + j * step;
+                const double gj = g[j];
+                for (std::int64_t c = 0; c < dx.dims.c; ++c)
+                    for (std::size_t t = 0; t < taps.size(); ++t)
+                        ao[c * a.stride_c + ta[t]] += gj * wf[c * w.stride_c + tw[t]];
+            }
+        });
         acc.store(dx);
     }
 
-    static void backward_weights(ConstPlanes x, ConstPlanes dy, Planes dw, float* db, const Window& win) {
-        check(x, dw, dy, win);
+    void backward_weights(ConstView x, ConstView dy, View dw, float* db, const Window& win) override {
+        check_conv(x.dims, dw.dims, dy.dims, win);
+        x = spatial_form(x);
+        dy = spatial_form(dy);
+        dw = spatial_form(dw);
+        const Taps taps(win.kernel);
+        const std::vector<std::int64_t> tx = taps.offsets(x.stride, win.dilation);
+        const std::int64_t width = row_length(dy.dims), step = last(win.stride);
+        // Where each row of one filter's outputs starts in dy, and its first window in x, less the channels.
+        std::vector<std::int64_t> dy_rows, x_rows;
+        for_each_row_start(Dims{dy.dims.n, 1, dy.dims.space}, [&](std::int64_t n, std::int64_t, const Index& o) {
+            dy_rows.push_back(dy.offset(n, 0, o));
+            x_rows.push_back(x.offset(n, 0, window_start(o, win.stride)));
+        });
         for (std::int64_t f = 0; f < dw.dims.n; ++f) {
             for (std::int64_t c = 0; c < dw.dims.c; ++c)
-                for (std::int64_t a = 0; a < win.kernel[0]; ++a)
-                    for (std::int64_t b = 0; b < win.kernel[1]; ++b) {
-                        double acc = 0.0;
-                        for (std::int64_t n = 0; n < dy.dims.n; ++n)
-                            for (std::int64_t i = 0; i < dy.dims.h; ++i)
-                                for (std::int64_t j = 0; j < dy.dims.w; ++j)
-                                    acc +=
-                                        double(dy.at(n, f, i, j)) * x.at(n, c, i * win.stride[0] + a * win.dilation[0],
-                                                                         j * win.stride[1] + b * win.dilation[1]);
-                        dw.at(f, c, a, b) = static_cast<float>(acc);
+                for (std::size_t t = 0; t < taps.size(); ++t) {
+                    double acc = 0.0;
+                    for (std::size_t r = 0; r < dy_rows.size(); ++r) {
+                        const float* g = dy.base + dy_rows[r] + f * dy.stride_c;
+                        const float* xa = x.base + x_rows[r] + c * x.stride_c + tx[t];
+                        for (std::int64_t j = 0; j < width; ++j) acc += double(g[j]) * xa[j * step];
                     }
+                    dw.at(f, c, taps.a[t]) = static_cast<float>(acc);
+                }
             if (db) {
                 double acc = 0.0;
-                for (std::int64_t n = 0; n < dy.dims.n; ++n)
-                    for (std::int64_t i = 0; i < dy.dims.h; ++i)
-                        for (std::int64_t j = 0; j < dy.dims.w; ++j) acc += dy.at(n, f, i, j);
+                for (const std::int64_t row : dy_rows) {
+                    const float* g = dy.base + row + f * dy.stride_c;
+                    for (std::int64_t j = 0; j < width; ++j) acc += g[j];
+                }
                 db[f] = static_cast<float>(acc);
             }
         }
-    }
-
-    static void check(const auto& x, const auto& w, const auto& y, const Window& win) {
-        check_conv(x.dims, w.dims, y.dims, win);
     }
 };
 
 class ReferenceBatchNorm final : public BatchNormKernels {
 public:
-    void statistics(ConstView x, double* sum, double* sum_sq) override { statistics(planes(x), sum, sum_sq); }
+    void statistics(ConstView x, double* sum, double* sum_sq) override {
+        for_each_row_of(
+            [&](std::int64_t, std::int64_t c, std::int64_t width, const float* in) {
+                for (std::int64_t j = 0; j < width; ++j) {
+                    const double v = in[j];
+                    sum[c] += v;
+                    sum_sq[c] += v * v;
+                }
+            },
+            x);
+    }
+
     void forward(ConstView x, const float* mean, const float* inv_std, const float* gamma, const float* beta,
                  View y) override {
-        forward(planes(x), mean, inv_std, gamma, beta, planes(y));
+        check_same_dims(x, y, "batchnorm forward");
+        for_each_row_of(
+            [&](std::int64_t, std::int64_t c, std::int64_t width, const float* in, float* out) {
+                for (std::int64_t j = 0; j < width; ++j)
+                    out[j] = static_cast<float>(double(gamma[c]) * (double(in[j]) - mean[c]) * inv_std[c] + beta[c]);
+            },
+            x, y);
     }
+
     void backward_statistics(ConstView x, ConstView dy, const float* mean, const float* inv_std, double* sum_dy,
                              double* sum_dy_xhat) override {
-        backward_statistics(planes(x), planes(dy), mean, inv_std, sum_dy, sum_dy_xhat);
+        check_same_dims(x, dy, "batchnorm backward_statistics");
+        for_each_row_of(
+            [&](std::int64_t, std::int64_t c, std::int64_t width, const float* in, const float* gr) {
+                for (std::int64_t j = 0; j < width; ++j) {
+                    const double g = gr[j];
+                    const double x_hat = (double(in[j]) - mean[c]) * inv_std[c];
+                    sum_dy[c] += g;
+                    sum_dy_xhat[c] += g * x_hat;
+                }
+            },
+            x, dy);
     }
+
     void backward(ConstView x, ConstView dy, const float* mean, const float* inv_std, const float* gamma,
                   const double* sum_dy, const double* sum_dy_xhat, double count, View dx) override {
-        backward(planes(x), planes(dy), mean, inv_std, gamma, sum_dy, sum_dy_xhat, count, planes(dx));
-    }
-
-private:
-    static void statistics(ConstPlanes x, double* sum, double* sum_sq) {
-        for (std::int64_t n = 0; n < x.dims.n; ++n)
-            for (std::int64_t c = 0; c < x.dims.c; ++c)
-                for (std::int64_t i = 0; i < x.dims.h; ++i)
-                    for (std::int64_t j = 0; j < x.dims.w; ++j) {
-                        const double v = x.at(n, c, i, j);
-                        sum[c] += v;
-                        sum_sq[c] += v * v;
-                    }
-    }
-
-    static void forward(ConstPlanes x, const float* mean, const float* inv_std, const float* gamma, const float* beta,
-                        Planes y) {
-        check_same_dims(x, y, "batchnorm forward");
-        for (std::int64_t n = 0; n < x.dims.n; ++n)
-            for (std::int64_t c = 0; c < x.dims.c; ++c)
-                for (std::int64_t i = 0; i < x.dims.h; ++i)
-                    for (std::int64_t j = 0; j < x.dims.w; ++j)
-                        y.at(n, c, i, j) = static_cast<float>(
-                            double(gamma[c]) * (double(x.at(n, c, i, j)) - mean[c]) * inv_std[c] + beta[c]);
-    }
-
-    static void backward_statistics(ConstPlanes x, ConstPlanes dy, const float* mean, const float* inv_std,
-                                    double* sum_dy, double* sum_dy_xhat) {
-        check_same_dims(x, dy, "batchnorm backward_statistics");
-        for (std::int64_t n = 0; n < x.dims.n; ++n)
-            for (std::int64_t c = 0; c < x.dims.c; ++c)
-                for (std::int64_t i = 0; i < x.dims.h; ++i)
-                    for (std::int64_t j = 0; j < x.dims.w; ++j) {
-                        const double g = dy.at(n, c, i, j);
-                        const double x_hat = (double(x.at(n, c, i, j)) - mean[c]) * inv_std[c];
-                        sum_dy[c] += g;
-                        sum_dy_xhat[c] += g * x_hat;
-                    }
-    }
-
-    static void backward(ConstPlanes x, ConstPlanes dy, const float* mean, const float* inv_std, const float* gamma,
-                         const double* sum_dy, const double* sum_dy_xhat, double count, Planes dx) {
         check_same_dims(x, dy, "batchnorm backward");
         check_same_dims(x, dx, "batchnorm backward");
         DSL_INTERNAL_CHECK(count > 0, "batchnorm backward: empty group");
-        for (std::int64_t n = 0; n < x.dims.n; ++n)
-            for (std::int64_t c = 0; c < x.dims.c; ++c)
-                for (std::int64_t i = 0; i < x.dims.h; ++i)
-                    for (std::int64_t j = 0; j < x.dims.w; ++j) {
-                        const double x_hat = (double(x.at(n, c, i, j)) - mean[c]) * inv_std[c];
-                        dx.at(n, c, i, j) = static_cast<float>(
-                            double(gamma[c]) * inv_std[c] *
-                            (double(dy.at(n, c, i, j)) - sum_dy[c] / count - x_hat * sum_dy_xhat[c] / count));
-                    }
+        for_each_row_of(
+            [&](std::int64_t, std::int64_t c, std::int64_t width, const float* in, const float* gr, float* out) {
+                for (std::int64_t j = 0; j < width; ++j) {
+                    const double x_hat = (double(in[j]) - mean[c]) * inv_std[c];
+                    out[j] = static_cast<float>(double(gamma[c]) * inv_std[c] *
+                                                (double(gr[j]) - sum_dy[c] / count - x_hat * sum_dy_xhat[c] / count));
+                }
+            },
+            x, dy, dx);
     }
 };
 
@@ -222,206 +245,235 @@ float activate_backward(frontend::Activation f, float v, float g, float slope) {
 class ReferenceActivation final : public ActivationKernels {
 public:
     void forward(frontend::Activation f, ConstView x, float slope, View y) override {
-        forward(f, planes(x), slope, planes(y));
-    }
-    void backward(frontend::Activation f, ConstView x, ConstView dy, float slope, View dx) override {
-        backward(f, planes(x), planes(dy), slope, planes(dx));
-    }
-
-private:
-    static void forward(frontend::Activation f, ConstPlanes x, float slope, Planes y) {
         check_same_dims(x, y, "activation forward");
-        for (std::int64_t n = 0; n < x.dims.n; ++n)
-            for (std::int64_t c = 0; c < x.dims.c; ++c)
-                for (std::int64_t i = 0; i < x.dims.h; ++i)
-                    for (std::int64_t j = 0; j < x.dims.w; ++j) y.at(n, c, i, j) = activate(f, x.at(n, c, i, j), slope);
+        for_each_row_of(
+            [&](std::int64_t, std::int64_t, std::int64_t width, const float* in, float* out) {
+                for (std::int64_t j = 0; j < width; ++j) out[j] = activate(f, in[j], slope);
+            },
+            x, y);
     }
 
-    static void backward(frontend::Activation f, ConstPlanes x, ConstPlanes dy, float slope, Planes dx) {
+    void backward(frontend::Activation f, ConstView x, ConstView dy, float slope, View dx) override {
         check_same_dims(x, dy, "activation backward");
         check_same_dims(x, dx, "activation backward");
-        for (std::int64_t n = 0; n < x.dims.n; ++n)
-            for (std::int64_t c = 0; c < x.dims.c; ++c)
-                for (std::int64_t i = 0; i < x.dims.h; ++i)
-                    for (std::int64_t j = 0; j < x.dims.w; ++j)
-                        dx.at(n, c, i, j) = activate_backward(f, x.at(n, c, i, j), dy.at(n, c, i, j), slope);
+        for_each_row_of(
+            [&](std::int64_t, std::int64_t, std::int64_t width, const float* in, const float* g, float* out) {
+                for (std::int64_t j = 0; j < width; ++j) out[j] = activate_backward(f, in[j], g[j], slope);
+            },
+            x, dy, dx);
     }
 };
 
-// Pooling windows honour the dilation as convolutions do (input_extent includes it); the layers the front
-// end accepts pool with dilation 1, where this is the formula of kernels.hpp.
+// y(n,c,o) = the max (or mean) of x(n, c, o*s + a*d) over the taps a, found as a convolution's. Pooling
+// windows honour the dilation as convolutions do (input_extent includes it); the layers the front end accepts
+// pool with dilation 1, where this is the formula of kernels.hpp.
 class ReferencePool final : public PoolKernels {
 public:
     void forward(PoolKind kind, ConstView x, View y, const Window& win) override {
-        forward(kind, planes(x), planes(y), win);
+        check_pool(x.dims, y.dims, win);
+        x = spatial_form(x);
+        y = spatial_form(y);
+        const Taps taps(win.kernel);
+        const std::vector<std::int64_t> tx = taps.offsets(x.stride, win.dilation);
+        const double area = double(product(win.kernel));
+        const std::int64_t width = row_length(y.dims), step = last(win.stride);
+        for_each_row_start(y.dims, [&](std::int64_t n, std::int64_t c, const Index& o) {
+            const float* x0 = &x.at(n, c, window_start(o, win.stride));
+            float* out = &y.at(n, c, o);
+            for (std::int64_t j = 0; j < width; ++j) {
+                const float* xo = x0 + j * step;
+                if (kind == PoolKind::max) {
+                    out[j] = xo[tx[first_max(xo, tx)]];
+                } else {
+                    double acc = 0.0;
+                    for (std::size_t t = 0; t < taps.size(); ++t) acc += xo[tx[t]];
+                    out[j] = static_cast<float>(acc / area);
+                }
+            }
+        });
     }
+
     void backward(PoolKind kind, ConstView x, ConstView dy, View dx, const Window& win) override {
-        backward(kind, planes(x), planes(dy), planes(dx), win);
-    }
-    void global_sum(ConstView x, double* sums) override { global_sum(planes(x), sums); }
-    void broadcast(const float* values, float scale, View dx) override { broadcast(values, scale, planes(dx)); }
-
-private:
-    static void forward(PoolKind kind, ConstPlanes x, Planes y, const Window& win) {
-        check(x, y, win);
-        const double area = double(win.kernel[0] * win.kernel[1]);
-        for (std::int64_t n = 0; n < y.dims.n; ++n)
-            for (std::int64_t c = 0; c < y.dims.c; ++c)
-                for (std::int64_t i = 0; i < y.dims.h; ++i)
-                    for (std::int64_t j = 0; j < y.dims.w; ++j) {
-                        if (kind == PoolKind::max) {
-                            const auto [a, b] = first_max(x, n, c, i, j, win);
-                            y.at(n, c, i, j) = input(x, n, c, i, j, a, b, win);
-                        } else {
-                            double acc = 0.0;
-                            for (std::int64_t a = 0; a < win.kernel[0]; ++a)
-                                for (std::int64_t b = 0; b < win.kernel[1]; ++b) acc += input(x, n, c, i, j, a, b, win);
-                            y.at(n, c, i, j) = static_cast<float>(acc / area);
-                        }
-                    }
-    }
-
-    static void backward(PoolKind kind, ConstPlanes x, ConstPlanes dy, Planes dx, const Window& win) {
-        check(x, dy, win);
+        check_pool(x.dims, dy.dims, win);
         check_same_dims(x, dx, "pool backward");
-        const double area = double(win.kernel[0] * win.kernel[1]);
+        x = spatial_form(x);
+        dy = spatial_form(dy);
+        dx = spatial_form(dx);
         DoubleBuffer acc(dx.dims);
-        for (std::int64_t n = 0; n < dy.dims.n; ++n)
-            for (std::int64_t c = 0; c < dy.dims.c; ++c)
-                for (std::int64_t i = 0; i < dy.dims.h; ++i)
-                    for (std::int64_t j = 0; j < dy.dims.w; ++j) {
-                        const double g = dy.at(n, c, i, j);
-                        if (kind == PoolKind::max) {
-                            const auto [a, b] = first_max(x, n, c, i, j, win);
-                            acc.at(n, c, i * win.stride[0] + a * win.dilation[0],
-                                   j * win.stride[1] + b * win.dilation[1]) += g;
-                        } else {
-                            for (std::int64_t a = 0; a < win.kernel[0]; ++a)
-                                for (std::int64_t b = 0; b < win.kernel[1]; ++b)
-                                    acc.at(n, c, i * win.stride[0] + a * win.dilation[0],
-                                           j * win.stride[1] + b * win.dilation[1]) += g / area;
-                        }
-                    }
+        const BasicView<double>& a = acc.view;
+        const Taps taps(win.kernel);
+        const std::vector<std::int64_t> tx = taps.offsets(x.stride, win.dilation),
+                                        ta = taps.offsets(a.stride, win.dilation);
+        const double area = double(product(win.kernel));
+        const std::int64_t width = row_length(dy.dims), step = last(win.stride);
+        for_each_row_start(dy.dims, [&](std::int64_t n, std::int64_t c, const Index& o) {
+            const Index start = window_start(o, win.stride);
+            const float* x0 = &x.at(n, c, start);
+            double* a0 = &a.at(n, c, start);
+            const float* g = &dy.at(n, c, o);
+            for (std::int64_t j = 0; j < width; ++j) {
+                double* ao = a0 + j * step;
+                const double gj = g[j];
+                if (kind == PoolKind::max) {
+                    ao[ta[first_max(x0 + j * step, tx)]] += gj;
+                } else {
+                    for (std::size_t t = 0; t < taps.size(); ++t) ao[ta[t]] += gj / area;
+                }
+            }
+        });
         acc.store(dx);
     }
 
-    static void global_sum(ConstPlanes x, double* sums) {
+    void global_sum(ConstView x, double* sums) override {
+        x = spatial_form(x);
+        const std::int64_t width = row_length(x.dims);
         for (std::int64_t n = 0; n < x.dims.n; ++n)
             for (std::int64_t c = 0; c < x.dims.c; ++c) {
                 double acc = 0.0;
-                for (std::int64_t i = 0; i < x.dims.h; ++i)
-                    for (std::int64_t j = 0; j < x.dims.w; ++j) acc += x.at(n, c, i, j);
+                for_each_row_start(x.dims.space, [&](const Index& i) {
+                    const float* in = &x.at(n, c, i);
+                    for (std::int64_t j = 0; j < width; ++j) acc += in[j];
+                });
                 sums[n * x.dims.c + c] += acc;
             }
     }
 
-    static void broadcast(const float* values, float scale, Planes dx) {
-        for (std::int64_t n = 0; n < dx.dims.n; ++n)
-            for (std::int64_t c = 0; c < dx.dims.c; ++c) {
-                const float v = values[n * dx.dims.c + c] * scale;
-                for (std::int64_t i = 0; i < dx.dims.h; ++i)
-                    for (std::int64_t j = 0; j < dx.dims.w; ++j) dx.at(n, c, i, j) = v;
-            }
+    void broadcast(const float* values, float scale, View dx) override {
+        for_each_row_of([&](std::int64_t n, std::int64_t c, std::int64_t width,
+                            float* out) { std::fill_n(out, width, values[n * dx.dims.c + c] * scale); },
+                        dx);
     }
 
-    static void check(const ConstPlanes& x, const auto& y, const Window& win) { check_pool(x.dims, y.dims, win); }
-
-    static float input(const ConstPlanes& x, std::int64_t n, std::int64_t c, std::int64_t i, std::int64_t j,
-                       std::int64_t a, std::int64_t b, const Window& win) {
-        return x.at(n, c, i * win.stride[0] + a * win.dilation[0], j * win.stride[1] + b * win.dilation[1]);
-    }
-
-    // The window offset of the first maximum in scan order (a, then b): ties go to the earliest, as the
+private:
+    // The tap of the first maximum of the window at `xo`, in the taps' order: ties go to the earliest, as the
     // backward must agree with every implementation on where the gradient goes.
-    static std::array<std::int64_t, 2> first_max(const ConstPlanes& x, std::int64_t n, std::int64_t c, std::int64_t i,
-                                                 std::int64_t j, const Window& win) {
-        std::array<std::int64_t, 2> best{0, 0};
-        float best_value = input(x, n, c, i, j, 0, 0, win);
-        for (std::int64_t a = 0; a < win.kernel[0]; ++a)
-            for (std::int64_t b = 0; b < win.kernel[1]; ++b) {
-                const float v = input(x, n, c, i, j, a, b, win);
-                if (v > best_value) {
-                    best_value = v;
-                    best = {a, b};
-                }
+    static std::size_t first_max(const float* xo, const std::vector<std::int64_t>& tx) {
+        std::size_t best = 0;
+        float best_value = xo[tx[0]];
+        for (std::size_t t = 0; t < tx.size(); ++t)
+            if (xo[tx[t]] > best_value) {
+                best_value = xo[tx[t]];
+                best = t;
             }
         return best;
     }
 };
 
-// FC sees x as a matrix [N, C*H*W]; feature i of x is (c, y, x) in row-major order.
+// FC sees x as a matrix [N, C * places]: feature i of x is (c, place) in order, the last dimension fastest, so
+// that a row of x holds consecutive features. y is {N, K} and w {K, I}, each of one place.
 class ReferenceFc final : public FcKernels {
 public:
     void forward(ConstView x, ConstView w, const float* bias, View y) override {
-        forward(planes(x), planes(w), bias, planes(y));
-    }
-    void backward_data(ConstView dy, ConstView w, View dx) override {
-        backward_data(planes(dy), planes(w), planes(dx));
-    }
-    void backward_weights(ConstView x, ConstView dy, View dw, float* db) override {
-        backward_weights(planes(x), planes(dy), planes(dw), db);
-    }
-
-private:
-    static void forward(ConstPlanes x, ConstPlanes w, const float* bias, Planes y) {
-        check(x, w, y);
+        check_fc(x.dims, w.dims, y.dims);
+        x = spatial_form(x);
+        w = spatial_form(w);
+        y = spatial_form(y);
+        const std::int64_t width = row_length(x.dims);
         for (std::int64_t n = 0; n < y.dims.n; ++n)
             for (std::int64_t k = 0; k < y.dims.c; ++k) {
+                const float* wk = &w.at(k, 0, origin(w.dims));
                 double acc = bias ? bias[k] : 0.0;
-                for_each_feature(x.dims, [&](std::int64_t i, std::int64_t c, std::int64_t h, std::int64_t ww) {
-                    acc += double(x.at(n, c, h, ww)) * w.at(k, i, 0, 0);
+                for_each_feature_row(x.dims, [&](std::int64_t i, std::int64_t c, const Index& p) {
+                    const float* in = &x.at(n, c, p);
+                    for (std::int64_t j = 0; j < width; ++j) acc += double(in[j]) * wk[(i + j) * w.stride_c];
                 });
-                y.at(n, k, 0, 0) = static_cast<float>(acc);
+                y.at(n, k, origin(y.dims)) = static_cast<float>(acc);
             }
     }
 
-    static void backward_data(ConstPlanes dy, ConstPlanes w, Planes dx) {
-        check(dx, w, dy);
+    void backward_data(ConstView dy, ConstView w, View dx) override {
+        check_fc(dx.dims, w.dims, dy.dims);
+        dy = spatial_form(dy);
+        w = spatial_form(w);
+        dx = spatial_form(dx);
+        const std::int64_t width = row_length(dx.dims);
+        const Index y0 = origin(dy.dims), w0 = origin(w.dims);
         for (std::int64_t n = 0; n < dx.dims.n; ++n)
-            for_each_feature(dx.dims, [&](std::int64_t i, std::int64_t c, std::int64_t h, std::int64_t ww) {
-                double acc = 0.0;
-                for (std::int64_t k = 0; k < dy.dims.c; ++k) acc += double(dy.at(n, k, 0, 0)) * w.at(k, i, 0, 0);
-                dx.at(n, c, h, ww) = static_cast<float>(acc);
+            for_each_feature_row(dx.dims, [&](std::int64_t i, std::int64_t c, const Index& p) {
+                float* out = &dx.at(n, c, p);
+                for (std::int64_t j = 0; j < width; ++j) {
+                    double acc = 0.0;
+                    for (std::int64_t k = 0; k < dy.dims.c; ++k) acc += double(dy.at(n, k, y0)) * w.at(k, i + j, w0);
+                    out[j] = static_cast<float>(acc);
+                }
             });
     }
 
-    static void backward_weights(ConstPlanes x, ConstPlanes dy, Planes dw, float* db) {
-        check(x, dw, dy);
+    void backward_weights(ConstView x, ConstView dy, View dw, float* db) override {
+        check_fc(x.dims, dw.dims, dy.dims);
+        x = spatial_form(x);
+        dy = spatial_form(dy);
+        dw = spatial_form(dw);
+        const std::int64_t width = row_length(x.dims);
+        const Index y0 = origin(dy.dims), w0 = origin(dw.dims);
         for (std::int64_t k = 0; k < dy.dims.c; ++k) {
-            for_each_feature(x.dims, [&](std::int64_t i, std::int64_t c, std::int64_t h, std::int64_t ww) {
-                double acc = 0.0;
-                for (std::int64_t n = 0; n < x.dims.n; ++n) acc += double(dy.at(n, k, 0, 0)) * x.at(n, c, h, ww);
-                dw.at(k, i, 0, 0) = static_cast<float>(acc);
+            for_each_feature_row(x.dims, [&](std::int64_t i, std::int64_t c, const Index& p) {
+                for (std::int64_t j = 0; j < width; ++j) {
+                    double acc = 0.0;
+                    for (std::int64_t n = 0; n < x.dims.n; ++n) acc += double(dy.at(n, k, y0)) * (&x.at(n, c, p))[j];
+                    dw.at(k, i + j, w0) = static_cast<float>(acc);
+                }
             });
             if (db) {
                 double acc = 0.0;
-                for (std::int64_t n = 0; n < dy.dims.n; ++n) acc += dy.at(n, k, 0, 0);
+                for (std::int64_t n = 0; n < dy.dims.n; ++n) acc += dy.at(n, k, y0);
                 db[k] = static_cast<float>(acc);
             }
         }
     }
 
+private:
+    // Calls f(i, c, p) for every row of x's features in order: i the feature of its first element, at channel
+    // c and place p.
     template <typename F>
-    static void for_each_feature(const PlaneDims& d, F&& f) {
+    static void for_each_feature_row(const Dims& d, F&& f) {
         std::int64_t i = 0;
         for (std::int64_t c = 0; c < d.c; ++c)
-            for (std::int64_t h = 0; h < d.h; ++h)
-                for (std::int64_t ww = 0; ww < d.w; ++ww) f(i++, c, h, ww);
+            for_each_row_start(d.space, [&](const Index& p) {
+                f(i, c, p);
+                i += row_length(d);
+            });
     }
-
-    static void check(const auto& x, const auto& w, const auto& y) { check_fc(x.dims, w.dims, y.dims); }
 };
 
 class ReferenceEltwise final : public EltwiseKernels {
 public:
     // y may be one of xs (an in-place sum): each element reads every input before it is written.
     void add(const std::vector<ConstView>& xs, View y) override {
-        std::vector<ConstPlanes> ps;
-        for (const ConstView& x : xs) ps.push_back(planes(x));
-        add(ps, planes(y));
+        std::vector<ConstView> forms;
+        for (const ConstView& x : xs) {
+            check_same_dims(x, y, "add");
+            forms.push_back(spatial_form(x));
+        }
+        y = spatial_form(y);
+        const std::int64_t width = row_length(y.dims);
+        std::vector<const float*> rows(forms.size());
+        for_each_row_start(y.dims, [&](std::int64_t n, std::int64_t c, const Index& i) {
+            for (std::size_t k = 0; k < forms.size(); ++k) rows[k] = &forms[k].at(n, c, i);
+            float* out = &y.at(n, c, i);
+            for (std::int64_t j = 0; j < width; ++j) {
+                double acc = 0.0;
+                for (const float* in : rows) acc += in[j];
+                out[j] = static_cast<float>(acc);
+            }
+        });
     }
-    void copy(ConstView x, View y) override { copy(planes(x), planes(y)); }
-    void accumulate(ConstView x, View y) override { accumulate(planes(x), planes(y)); }
+
+    void copy(ConstView x, View y) override {
+        check_same_dims(x, y, "copy");
+        for_each_row_of([](std::int64_t, std::int64_t, std::int64_t width, const float* in,
+                           float* out) { std::copy_n(in, width, out); },
+                        x, y);
+    }
+
+    void accumulate(ConstView x, View y) override {
+        check_same_dims(x, y, "accumulate");
+        for_each_row_of(
+            [](std::int64_t, std::int64_t, std::int64_t width, const float* in, float* out) {
+                for (std::int64_t j = 0; j < width; ++j) out[j] += in[j];
+            },
+            x, y);
+    }
 
     void sgd(float* w, float* m, const float* g, std::int64_t count, float lr, float momentum, float decay) override {
         for (std::int64_t i = 0; i < count; ++i) {
@@ -434,186 +486,149 @@ public:
     void adam(float* w, float* m, float* v, const float* g, std::int64_t count, const AdamStep& step) override {
         adam_update(w, m, v, g, count, step);
     }
-
-private:
-    static void add(const std::vector<ConstPlanes>& xs, Planes y) {
-        for (const ConstPlanes& x : xs) check_same_dims(x, y, "add");
-        for (std::int64_t n = 0; n < y.dims.n; ++n)
-            for (std::int64_t c = 0; c < y.dims.c; ++c)
-                for (std::int64_t i = 0; i < y.dims.h; ++i)
-                    for (std::int64_t j = 0; j < y.dims.w; ++j) {
-                        double acc = 0.0;
-                        for (const ConstPlanes& x : xs) acc += x.at(n, c, i, j);
-                        y.at(n, c, i, j) = static_cast<float>(acc);
-                    }
-    }
-
-    static void copy(ConstPlanes x, Planes y) {
-        check_same_dims(x, y, "copy");
-        for (std::int64_t n = 0; n < y.dims.n; ++n)
-            for (std::int64_t c = 0; c < y.dims.c; ++c)
-                for (std::int64_t i = 0; i < y.dims.h; ++i)
-                    for (std::int64_t j = 0; j < y.dims.w; ++j) y.at(n, c, i, j) = x.at(n, c, i, j);
-    }
-
-    static void accumulate(ConstPlanes x, Planes y) {
-        check_same_dims(x, y, "accumulate");
-        for (std::int64_t n = 0; n < y.dims.n; ++n)
-            for (std::int64_t c = 0; c < y.dims.c; ++c)
-                for (std::int64_t i = 0; i < y.dims.h; ++i)
-                    for (std::int64_t j = 0; j < y.dims.w; ++j) y.at(n, c, i, j) += x.at(n, c, i, j);
-    }
 };
 
 class ReferenceLoss final : public LossKernels {
 public:
+    // Over the channels at every sample and place: element k of place j of a row is at its row's start, j
+    // further, and k channel strides further.
     double cross_entropy(ConstView logits, LabelView labels, float scale, View dlogits) override {
-        return cross_entropy(planes(logits), planes(labels), scale, planes(dlogits));
-    }
-    double regression(frontend::Regression loss, ConstView prediction, ConstView target, float scale,
-                      View dprediction) override {
-        return regression(loss, planes(prediction), planes(target), scale, planes(dprediction));
-    }
-
-private:
-    static double cross_entropy(ConstPlanes logits, LabelPlanes labels, float scale, Planes dlogits) {
-        const PlaneDims& d = logits.dims;
-        check_labels(d, labels.dims);
+        check_labels(logits.dims, labels.dims);
         if (dlogits.base) check_same_dims(logits, dlogits, "cross_entropy");
+        logits = spatial_form(logits);
+        labels = spatial_form(labels);
+        if (dlogits.base) dlogits = spatial_form(dlogits);
+        const Dims& d = logits.dims;
+        const std::int64_t width = row_length(d);
         double total = 0.0;
         std::vector<double> probabilities;
-        for (std::int64_t n = 0; n < d.n; ++n)
-            for (std::int64_t i = 0; i < d.h; ++i)
-                for (std::int64_t j = 0; j < d.w; ++j) {
-                    const std::int32_t label = labels.at(n, 0, i, j);
-                    check_label(label, d.c);
-                    // log-sum-exp shifted by the maximum, so large logits do not overflow.
-                    double max_logit = -std::numeric_limits<double>::infinity();
-                    for (std::int64_t k = 0; k < d.c; ++k)
-                        max_logit = std::max(max_logit, double(logits.at(n, k, i, j)));
-                    double sum_exp = 0.0;
-                    for (std::int64_t k = 0; k < d.c; ++k)
-                        sum_exp += std::exp(double(logits.at(n, k, i, j)) - max_logit);
-                    const double log_sum_exp = max_logit + std::log(sum_exp);
-                    total += log_sum_exp - double(logits.at(n, label, i, j));
-                    if (!dlogits.base) continue;
-                    // Every probability is read before any is written, so dlogits may be logits itself.
-                    probabilities.resize(static_cast<std::size_t>(d.c));
-                    for (std::int64_t k = 0; k < d.c; ++k)
-                        probabilities[k] = std::exp(double(logits.at(n, k, i, j)) - log_sum_exp);
-                    for (std::int64_t k = 0; k < d.c; ++k)
-                        dlogits.at(n, k, i, j) =
-                            static_cast<float>((probabilities[k] - (k == label ? 1.0 : 0.0)) * scale);
-                }
+        for_each_row_start(Dims{d.n, 1, d.space}, [&](std::int64_t n, std::int64_t, const Index& i) {
+            for (std::int64_t j = 0; j < width; ++j) {
+                const float* in = &logits.at(n, 0, i) + j;
+                auto logit = [&](std::int64_t k) { return double(in[k * logits.stride_c]); };
+                const std::int32_t label = (&labels.at(n, 0, i))[j];
+                check_label(label, d.c);
+                // log-sum-exp shifted by the maximum, so large logits do not overflow.
+                double max_logit = -std::numeric_limits<double>::infinity();
+                for (std::int64_t k = 0; k < d.c; ++k) max_logit = std::max(max_logit, logit(k));
+                double sum_exp = 0.0;
+                for (std::int64_t k = 0; k < d.c; ++k) sum_exp += std::exp(logit(k) - max_logit);
+                const double log_sum_exp = max_logit + std::log(sum_exp);
+                total += log_sum_exp - logit(label);
+                if (!dlogits.base) continue;
+                // Every probability is read before any is written, so dlogits may be logits itself.
+                probabilities.resize(static_cast<std::size_t>(d.c));
+                for (std::int64_t k = 0; k < d.c; ++k) probabilities[k] = std::exp(logit(k) - log_sum_exp);
+                float* out = &dlogits.at(n, 0, i) + j;
+                for (std::int64_t k = 0; k < d.c; ++k)
+                    out[k * dlogits.stride_c] =
+                        static_cast<float>((probabilities[k] - (k == label ? 1.0 : 0.0)) * scale);
+            }
+        });
         return total;
     }
 
-    static double regression(frontend::Regression loss, ConstPlanes prediction, ConstPlanes target, float scale,
-                             Planes dprediction) {
-        const PlaneDims& d = prediction.dims;
+    double regression(frontend::Regression loss, ConstView prediction, ConstView target, float scale,
+                      View dprediction) override {
         check_same_dims(prediction, target, "regression");
         if (dprediction.base) check_same_dims(prediction, dprediction, "regression");
         DSL_INTERNAL_CHECK(loss != frontend::Regression::none, "regression: not a regression loss");
+        prediction = spatial_form(prediction);
+        target = spatial_form(target);
+        if (dprediction.base) dprediction = spatial_form(dprediction);
+        const std::int64_t width = row_length(prediction.dims);
         double total = 0.0;
-        for (std::int64_t n = 0; n < d.n; ++n)
-            for (std::int64_t c = 0; c < d.c; ++c)
-                for (std::int64_t i = 0; i < d.h; ++i)
-                    for (std::int64_t j = 0; j < d.w; ++j) {
-                        const double x = prediction.at(n, c, i, j), t = target.at(n, c, i, j);
-                        const RegressionTerm<double> r = regression_term(loss, x, t);
-                        total += r.value;
-                        if (dprediction.base) dprediction.at(n, c, i, j) = static_cast<float>(r.grad * scale);
-                    }
+        for_each_row_start(prediction.dims, [&](std::int64_t n, std::int64_t c, const Index& i) {
+            const float* xr = &prediction.at(n, c, i);
+            const float* tr = &target.at(n, c, i);
+            float* out = dprediction.base ? &dprediction.at(n, c, i) : nullptr;
+            for (std::int64_t j = 0; j < width; ++j) {
+                const RegressionTerm<double> r = regression_term(loss, double(xr[j]), double(tr[j]));
+                total += r.value;
+                if (out) out[j] = static_cast<float>(r.grad * scale);
+            }
+        });
         return total;
     }
 };
 
+// Per sample n and group g: the statistics are indexed [n * G + g], and channel c is in group c / (C / G).
 class ReferenceGroupNorm final : public GroupNormKernels {
 public:
     void statistics(ConstView x, std::int64_t groups, double* sum, double* sum_sq) override {
-        statistics(planes(x), groups, sum, sum_sq);
+        x = spatial_form(x);
+        const std::int64_t per = per_group(x.dims, groups), width = row_length(x.dims);
+        for_each_row_start(x.dims, [&](std::int64_t n, std::int64_t c, const Index& i) {
+            const float* in = &x.at(n, c, i);
+            for (std::int64_t j = 0; j < width; ++j) {
+                const double v = in[j];
+                sum[n * groups + c / per] += v;
+                sum_sq[n * groups + c / per] += v * v;
+            }
+        });
     }
+
     void forward(ConstView x, std::int64_t groups, const float* mean, const float* inv_std, const float* gamma,
                  const float* beta, View y) override {
-        forward(planes(x), groups, mean, inv_std, gamma, beta, planes(y));
+        check_same_dims(x, y, "groupnorm forward");
+        x = spatial_form(x);
+        y = spatial_form(y);
+        const std::int64_t per = per_group(x.dims, groups), width = row_length(x.dims);
+        for_each_row_start(x.dims, [&](std::int64_t n, std::int64_t c, const Index& i) {
+            const std::int64_t g = n * groups + c / per;
+            const float* in = &x.at(n, c, i);
+            float* out = &y.at(n, c, i);
+            for (std::int64_t j = 0; j < width; ++j)
+                out[j] = static_cast<float>(double(gamma[c]) * (double(in[j]) - mean[g]) * inv_std[g] + beta[c]);
+        });
     }
+
     void backward_statistics(ConstView x, ConstView dy, std::int64_t groups, const float* mean, const float* inv_std,
                              const float* gamma, double* d_beta, double* d_gamma, double* sum_g,
                              double* sum_g_xhat) override {
-        backward_statistics(planes(x), planes(dy), groups, mean, inv_std, gamma, d_beta, d_gamma, sum_g, sum_g_xhat);
+        check_same_dims(x, dy, "groupnorm backward_statistics");
+        x = spatial_form(x);
+        dy = spatial_form(dy);
+        const std::int64_t per = per_group(x.dims, groups), width = row_length(x.dims);
+        for_each_row_start(x.dims, [&](std::int64_t n, std::int64_t c, const Index& i) {
+            const std::int64_t g = n * groups + c / per;
+            const float* in = &x.at(n, c, i);
+            const float* gr = &dy.at(n, c, i);
+            for (std::int64_t j = 0; j < width; ++j) {
+                const double d = gr[j];
+                const double x_hat = (double(in[j]) - mean[g]) * inv_std[g];
+                d_beta[c] += d;
+                d_gamma[c] += d * x_hat;
+                sum_g[g] += d * gamma[c];
+                sum_g_xhat[g] += d * gamma[c] * x_hat;
+            }
+        });
     }
+
     void backward(ConstView x, ConstView dy, std::int64_t groups, const float* mean, const float* inv_std,
                   const float* gamma, const double* sum_g, const double* sum_g_xhat, double count, View dx) override {
-        backward(planes(x), planes(dy), groups, mean, inv_std, gamma, sum_g, sum_g_xhat, count, planes(dx));
-    }
-
-private:
-    static void statistics(ConstPlanes x, std::int64_t groups, double* sum, double* sum_sq) {
-        const std::int64_t per = per_group(x.dims, groups);
-        for (std::int64_t n = 0; n < x.dims.n; ++n)
-            for (std::int64_t c = 0; c < x.dims.c; ++c)
-                for (std::int64_t i = 0; i < x.dims.h; ++i)
-                    for (std::int64_t j = 0; j < x.dims.w; ++j) {
-                        const double v = x.at(n, c, i, j);
-                        sum[n * groups + c / per] += v;
-                        sum_sq[n * groups + c / per] += v * v;
-                    }
-    }
-
-    static void forward(ConstPlanes x, std::int64_t groups, const float* mean, const float* inv_std, const float* gamma,
-                        const float* beta, Planes y) {
-        check_same_dims(x, y, "groupnorm forward");
-        const std::int64_t per = per_group(x.dims, groups);
-        for (std::int64_t n = 0; n < x.dims.n; ++n)
-            for (std::int64_t c = 0; c < x.dims.c; ++c) {
-                const std::int64_t g = n * groups + c / per;
-                for (std::int64_t i = 0; i < x.dims.h; ++i)
-                    for (std::int64_t j = 0; j < x.dims.w; ++j)
-                        y.at(n, c, i, j) = static_cast<float>(
-                            double(gamma[c]) * (double(x.at(n, c, i, j)) - mean[g]) * inv_std[g] + beta[c]);
-            }
-    }
-
-    static void backward_statistics(ConstPlanes x, ConstPlanes dy, std::int64_t groups, const float* mean,
-                                    const float* inv_std, const float* gamma, double* d_beta, double* d_gamma,
-                                    double* sum_g, double* sum_g_xhat) {
-        check_same_dims(x, dy, "groupnorm backward_statistics");
-        const std::int64_t per = per_group(x.dims, groups);
-        for (std::int64_t n = 0; n < x.dims.n; ++n)
-            for (std::int64_t c = 0; c < x.dims.c; ++c) {
-                const std::int64_t g = n * groups + c / per;
-                for (std::int64_t i = 0; i < x.dims.h; ++i)
-                    for (std::int64_t j = 0; j < x.dims.w; ++j) {
-                        const double d = dy.at(n, c, i, j);
-                        const double x_hat = (double(x.at(n, c, i, j)) - mean[g]) * inv_std[g];
-                        d_beta[c] += d;
-                        d_gamma[c] += d * x_hat;
-                        sum_g[g] += d * gamma[c];
-                        sum_g_xhat[g] += d * gamma[c] * x_hat;
-                    }
-            }
-    }
-
-    static void backward(ConstPlanes x, ConstPlanes dy, std::int64_t groups, const float* mean, const float* inv_std,
-                         const float* gamma, const double* sum_g, const double* sum_g_xhat, double count, Planes dx) {
         check_same_dims(x, dy, "groupnorm backward");
         check_same_dims(x, dx, "groupnorm backward");
         DSL_INTERNAL_CHECK(count > 0, "groupnorm backward: empty group");
-        const std::int64_t per = per_group(x.dims, groups);
-        for (std::int64_t n = 0; n < x.dims.n; ++n)
-            for (std::int64_t c = 0; c < x.dims.c; ++c) {
-                const std::int64_t g = n * groups + c / per;
-                for (std::int64_t i = 0; i < x.dims.h; ++i)
-                    for (std::int64_t j = 0; j < x.dims.w; ++j) {
-                        const double x_hat = (double(x.at(n, c, i, j)) - mean[g]) * inv_std[g];
-                        dx.at(n, c, i, j) =
-                            static_cast<float>(inv_std[g] * (double(dy.at(n, c, i, j)) * gamma[c] - sum_g[g] / count -
-                                                              x_hat * sum_g_xhat[g] / count));
-                    }
+        x = spatial_form(x);
+        dy = spatial_form(dy);
+        dx = spatial_form(dx);
+        const std::int64_t per = per_group(x.dims, groups), width = row_length(x.dims);
+        for_each_row_start(x.dims, [&](std::int64_t n, std::int64_t c, const Index& i) {
+            const std::int64_t g = n * groups + c / per;
+            const float* in = &x.at(n, c, i);
+            const float* gr = &dy.at(n, c, i);
+            float* out = &dx.at(n, c, i);
+            for (std::int64_t j = 0; j < width; ++j) {
+                const double x_hat = (double(in[j]) - mean[g]) * inv_std[g];
+                out[j] = static_cast<float>(
+                    inv_std[g] * (double(gr[j]) * gamma[c] - sum_g[g] / count - x_hat * sum_g_xhat[g] / count));
             }
+        });
     }
 
-    static std::int64_t per_group(const PlaneDims& d, std::int64_t groups) {
+private:
+    static std::int64_t per_group(const Dims& d, std::int64_t groups) {
         DSL_INTERNAL_CHECK(groups > 0 && d.c % groups == 0, "groupnorm: channels not divisible into groups");
         return d.c / groups;
     }
@@ -623,26 +638,35 @@ class ReferenceDropout final : public DropoutKernels {
 public:
     void forward(ConstView x, const DropoutMask& m, View y) override {
         check_same_dims(x, y, "dropout forward");
-        apply(planes(x), m, planes(y));
+        check_place(m.at, x.dims, "dropout forward");
+        apply(spatial_form(x), m, spatial_form(y));
     }
+
     void backward(ConstView dy, const DropoutMask& m, View dx) override {
         check_same_dims(dy, dx, "dropout backward");
-        apply(planes(dy), m, planes(dx));
+        check_place(m.at, dy.dims, "dropout backward");
+        apply(spatial_form(dy), m, spatial_form(dx));
     }
 
 private:
-    // The mask's place is the view's first row and column.
-    static void apply(ConstPlanes x, const DropoutMask& m, Planes y) {
-        const PlanePlace at = plane_place(m.at);
+    // The mask's place is the view's first element's: an image's row and column, a volume's depth, row and
+    // column (dropout_keep's two forms).
+    static void apply(ConstView x, const DropoutMask& m, View y) {
+        const Index at = spatial_form(m.at);
         const std::uint32_t threshold = dropout_threshold(m.p);
         const float scale = 1.0f / (1.0f - m.p);
-        for (std::int64_t n = 0; n < x.dims.n; ++n)
-            for (std::int64_t c = 0; c < x.dims.c; ++c)
-                for (std::int64_t i = 0; i < x.dims.h; ++i)
-                    for (std::int64_t j = 0; j < x.dims.w; ++j)
-                        y.at(n, c, i, j) = dropout_keep(m.key, m.step, m.n0 + n, c, at.y + i, at.x + j, threshold)
-                                               ? x.at(n, c, i, j) * scale
-                                               : 0.0f;
+        const std::int64_t width = row_length(x.dims);
+        for_each_row_start(x.dims, [&](std::int64_t n, std::int64_t c, const Index& i) {
+            const float* in = &x.at(n, c, i);
+            float* out = &y.at(n, c, i);
+            for (std::int64_t j = 0; j < width; ++j) {
+                const bool keep =
+                    i.rank() == 3
+                        ? dropout_keep(m.key, m.step, m.n0 + n, c, at[0] + i[0], at[1] + i[1], at[2] + j, threshold)
+                        : dropout_keep(m.key, m.step, m.n0 + n, c, at[0] + i[0], at[1] + j, threshold);
+                out[j] = keep ? in[j] * scale : 0.0f;
+            }
+        });
     }
 };
 

@@ -63,21 +63,23 @@ DSL_HOST_DEVICE inline std::int64_t floor_div(std::int64_t a, std::int64_t b) {
 // The smooth field of one (sample, channel): amplitude in [0.5, 1), frequencies of at most 0.3 radians per
 // pixel (a period of 20 pixels or more), any phase.
 struct Field {
-    double amplitude, fy, fx, phase;
+    double amplitude, fy, fx, phase, fz;
     DSL_HOST_DEVICE Field(std::uint64_t seed, std::int64_t s, std::int64_t c)
         : amplitude(add(0.5, mul(0.5, unit(hash(seed, tag_field, s, c, 0))))),
           fy(mul(0.3, add(mul(2.0, unit(hash(seed, tag_field, s, c, 1))), -1.0))),
           fx(mul(0.3, add(mul(2.0, unit(hash(seed, tag_field, s, c, 2))), -1.0))),
-          phase(mul(2.0 * M_PI, unit(hash(seed, tag_field, s, c, 3)))) {}
-    // amplitude * sin(fy*y + phase + fx*x), as sin(a)cos(b) + cos(a)sin(b): a tile needs sines of its rows
-    // and columns, not of every element.
+          phase(mul(2.0 * M_PI, unit(hash(seed, tag_field, s, c, 3)))),
+          fz(mul(0.3, add(mul(2.0, unit(hash(seed, tag_field, s, c, 4))), -1.0))) {}
+    // amplitude * sin(fy*y + phase + fx*x) on an image, amplitude * sin(fz*z + fy*y + phase + fx*x) on a
+    // volume, as sin(a)cos(b) + cos(a)sin(b): a tile needs sines of its rows and columns, not of every element.
     struct Terms {
         double sin, cos;
     };
-    DSL_HOST_DEVICE Terms row(std::int64_t y) const {
-        const double a = add(mul(fy, static_cast<double>(y)), phase);
-        return {mul(amplitude, ::sin(a)), mul(amplitude, ::cos(a))};
+    DSL_HOST_DEVICE Terms row(std::int64_t y) const { return terms(add(mul(fy, static_cast<double>(y)), phase)); }
+    DSL_HOST_DEVICE Terms row(std::int64_t z, std::int64_t y) const {
+        return terms(add(add(mul(fz, static_cast<double>(z)), mul(fy, static_cast<double>(y))), phase));
     }
+    DSL_HOST_DEVICE Terms terms(double a) const { return {mul(amplitude, ::sin(a)), mul(amplitude, ::cos(a))}; }
     DSL_HOST_DEVICE static Terms column(double fx, std::int64_t x) {
         const double b = mul(fx, static_cast<double>(x));
         return {::sin(b), ::cos(b)};
@@ -99,6 +101,14 @@ DSL_HOST_DEVICE inline std::int32_t pixel_class(const SyntheticData& d, std::int
                                      static_cast<std::uint64_t>(d.classes));
 }
 
+// The class of label voxel (z, y, x): cubes of `block` voxels.
+DSL_HOST_DEVICE inline std::int32_t voxel_class(const SyntheticData& d, std::int64_t sample, std::int64_t z,
+                                                std::int64_t y, std::int64_t x) {
+    return static_cast<std::int32_t>(
+        hash(d.seed, tag_class, sample, floor_div(z, d.block), floor_div(y, d.block), floor_div(x, d.block)) %
+        static_cast<std::uint64_t>(d.classes));
+}
+
 // The mark that class k leaves on channel c.
 DSL_HOST_DEVICE inline float mark(const SyntheticData& d, std::int64_t c, std::int32_t k) {
     return c == k % d.channels ? d.signal * static_cast<float>(1 + k / d.channels) : 0.0f;
@@ -112,6 +122,15 @@ DSL_HOST_DEVICE inline std::int32_t input_class(const SyntheticData& d, std::int
     return sample_class(d, sample);
 }
 
+// The class whose mark input voxel (z, y, x) carries.
+DSL_HOST_DEVICE inline std::int32_t input_class(const SyntheticData& d, std::int64_t sample, std::int64_t z,
+                                                std::int64_t y, std::int64_t x) {
+    if (d.label_h > 0 && d.label_w > 0)
+        return voxel_class(d, sample, floor_div(z * d.label_d, d.depth), floor_div(y * d.label_h, d.height),
+                           floor_div(x * d.label_w, d.width));
+    return sample_class(d, sample);
+}
+
 // An input value from its parts: the noise hash, the field's value, the mark.
 DSL_HOST_DEVICE inline float input_value(std::uint64_t noise_hash, double field, float mark) {
     return add(add(0.5f * symmetric(noise_hash), static_cast<float>(0.5 * field)), mark);
@@ -121,6 +140,15 @@ DSL_HOST_DEVICE inline float input(const SyntheticData& d, std::int64_t sample, 
                                    std::int64_t x) {
     return input_value(hash(d.seed, tag_noise, sample, c, y, x), Field(d.seed, sample, c).at(y, x),
                        mark(d, c, input_class(d, sample, y, x)));
+}
+
+// A volume's input.
+DSL_HOST_DEVICE inline float input(const SyntheticData& d, std::int64_t sample, std::int64_t c, std::int64_t z,
+                                   std::int64_t y, std::int64_t x) {
+    const Field field(d.seed, sample, c);
+    return input_value(hash(d.seed, tag_noise, sample, c, z, y, x),
+                       Field::at(field.row(z, y), Field::column(field.fx, x)),
+                       mark(d, c, input_class(d, sample, z, y, x)));
 }
 
 }  // namespace dsl::backend::synthetic

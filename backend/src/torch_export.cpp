@@ -303,23 +303,34 @@ std::optional<std::vector<NamedArray>> torch_state_dict(const frontend::Network&
         out.push_back(std::move(a));
         return true;
     };
+    // A window's weights: two channel counts, then the kernel's extent along each spatial dimension (kh, kw for
+    // an image's Conv2d; kd, kh, kw for a volume's Conv3d).
+    auto window_shape = [](std::int64_t first, std::int64_t second, const frontend::Spatial& kernel) {
+        std::vector<std::int64_t> shape{first, second};
+        shape.insert(shape.end(), kernel.begin(), kernel.end());
+        return shape;
+    };
     for (std::size_t i = 0; i < net.layers.size(); ++i) {
         const frontend::Layer& l = net.layers[i];
         if (l.params == 0) continue;
         const frontend::Shape& in = net.layers[static_cast<std::size_t>(l.inputs.at(0))].shape;
         const std::int64_t channels = in.dims.at(0);
+        if (l.op == OpKind::conv || l.op == OpKind::deconv)
+            DSL_INTERNAL_CHECK(
+                l.kernel.rank() + 1 == static_cast<int>(in.dims.size()),
+                fmt::format("layer '{}' has a kernel of rank {} for its input {}", l.name, l.kernel.rank(), in.str()));
         bool ok = true;
         switch (l.op) {
-            case OpKind::conv:  // Conv2d: [out, in, kh, kw]
-                ok = add(i, "weight", {l.filters, channels, l.kernel[0], l.kernel[1]});
+            case OpKind::conv:  // Conv2d, Conv3d: [out, in, kernel...]; padding = periodic has the same weights
+                ok = add(i, "weight", window_shape(l.filters, channels, l.kernel));
                 break;
-            case OpKind::deconv:  // ConvTranspose2d: [in, out, kh, kw]
-                ok = add(i, "weight", {channels, l.filters, l.kernel[0], l.kernel[1]});
+            case OpKind::deconv:  // ConvTranspose2d, ConvTranspose3d: [in, out, kernel...]
+                ok = add(i, "weight", window_shape(channels, l.filters, l.kernel));
                 break;
             case OpKind::fc:  // Linear on the flattened input: [out, in]
                 ok = add(i, "weight", {l.filters, in.elements()});
                 break;
-            case OpKind::batchnorm:
+            case OpKind::batchnorm:  // BatchNorm1d, 2d or 3d; GroupNorm: one of each per channel
             case OpKind::groupnorm:
                 ok = add(i, "weight", {channels}) && add(i, "bias", {channels});
                 break;

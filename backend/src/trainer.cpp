@@ -419,14 +419,16 @@ struct Trainer::Impl {
         return tensor.padded().sub(b.n.lo - t.box.n.lo, b.c.lo - t.box.c.lo, at, b.dims());
     }
 
-    // `kind` and `layer` name it on a profile's timeline.
-    void start(const scheduler::Exchange& p, Messages& m, int tag, Tensor& from, const Tile& from_tile, Kind kind,
-               int layer) {
+    // Posts an exchange, packing what it sends from `from` (of `from_tile`): a piece's source() in the layer's
+    // own tile (forward: `at_source`), or its box in the tile it fills (backward). `kind` and `layer` name it on
+    // a profile's timeline.
+    void start(const scheduler::Exchange& p, Messages& m, int tag, Tensor& from, const Tile& from_tile, bool at_source,
+               Kind kind, int layer) {
         std::vector<Message> sends, receives;
         std::int64_t bytes = 0;
         for (std::size_t i = 0; i < p.sends.size(); ++i) {
             Buffer& buffer = m.sends[i];
-            mem.pack(view_of(from, from_tile, p.sends[i].box), buffer.data());
+            mem.pack(view_of(from, from_tile, at_source ? p.sends[i].source() : p.sends[i].box), buffer.data());
             sends.push_back(Message{p.sends[i].peer, buffer.data(), buffer.size()});
             bytes += buffer.size() * static_cast<std::int64_t>(sizeof(float));
         }
@@ -453,9 +455,10 @@ struct Trainer::Impl {
         t.gathered = step_index;
         if (t.forward.empty()) return;
         Tile& owner = slots[static_cast<std::size_t>(t.spec.layer)].own();
-        start(t.forward, t.forward_messages, 2 * t.id, owner.y, owner, t.copy ? Kind::shuffle : Kind::halo,
+        start(t.forward, t.forward_messages, 2 * t.id, owner.y, owner, true, t.copy ? Kind::shuffle : Kind::halo,
               segment.layer);
-        for (const Box& b : t.forward.local) k.eltwise->copy(view_of(owner.y, owner, b), view_of(t.y, t, b));
+        for (const scheduler::Piece& p : t.forward.local)
+            k.eltwise->copy(view_of(owner.y, owner, p.source()), view_of(t.y, t, p.box));
     }
 
     void finish_gather(Tile& t) {
@@ -477,9 +480,10 @@ struct Trainer::Impl {
         t.scattered = step_index;
         if (t.backward.empty()) return;
         Tile& owner = slots[static_cast<std::size_t>(t.spec.layer)].own();
-        start(t.backward, t.backward_messages, 2 * t.id + 1, t.dy, t, t.copy ? Kind::shuffle_back : Kind::halo_back,
-              reader_of(t));
-        for (const Box& b : t.backward.local) k.eltwise->accumulate(view_of(t.dy, t, b), view_of(owner.dy, owner, b));
+        start(t.backward, t.backward_messages, 2 * t.id + 1, t.dy, t, false,
+              t.copy ? Kind::shuffle_back : Kind::halo_back, reader_of(t));
+        for (const scheduler::Piece& p : t.backward.local)
+            k.eltwise->accumulate(view_of(t.dy, t, p.box), view_of(owner.dy, owner, p.source()));
     }
 
     void finish_scatter(Tile& t) {
@@ -487,8 +491,8 @@ struct Trainer::Impl {
         Tile& owner = slots[static_cast<std::size_t>(t.spec.layer)].own();
         wait(t.copy ? Kind::wait_shuffle_back : Kind::wait_halo_back, [&] { comm.finish_exchange(); });
         for (std::size_t i = 0; i < t.backward.receives.size(); ++i)
-            mem.unpack(t.backward_messages.receives[i].data(), view_of(owner.dy, owner, t.backward.receives[i].box),
-                       true);
+            mem.unpack(t.backward_messages.receives[i].data(),
+                       view_of(owner.dy, owner, t.backward.receives[i].source()), true);
     }
 
     void scatter(Tile& t) {
@@ -497,9 +501,10 @@ struct Trainer::Impl {
         finish_scatter(t);
     }
 
-    // Padding: the margins outside the tensor hold zero for most readers, -infinity for max pooling.
+    // Padding: the margins outside the tensor hold zero for most readers, -infinity for max pooling; a periodic
+    // tile's hold its far side (its halo).
     void set_padding(Tile& t, float v) {
-        if (t.padding == v) return;
+        if (t.padding == v || t.periodic) return;
         t.padding = v;
         // The tensor's extent, in the padded buffer's coordinates.
         const Dims& d = global_dims(t.spec.layer);
@@ -512,18 +517,31 @@ struct Trainer::Impl {
     }
 
     // An input tile (and its halo) is made by the data source, never sent.
+    // The part within the tensor, and a periodic tile's margins beyond its border from the far side.
     void make_input(DataSource& data, Tile& t, std::int64_t first) {
         if (t.gathered == step_index) return;
         t.gathered = step_index;
-        const Box b = t.box.grown(t.need).meet(scheduler::whole_box(global_dims(t.spec.layer)));
+        const Dims& whole = global_dims(t.spec.layer);
+        const Box want = t.box.grown(t.need);
+        make_input_part(data, t, first, scheduler::Piece{0, want.meet(scheduler::whole_box(whole)), {}});
+        if (t.periodic)
+            for (const scheduler::Piece& p : scheduler::wrapped_parts(whole, want)) make_input_part(data, t, first, p);
+    }
+
+    // The inputs of `part.source()`, into `part.box` of the tile.
+    void make_input_part(DataSource& data, Tile& t, std::int64_t first, const scheduler::Piece& part) {
+        const Box& b = part.box;
+        const std::int64_t sample0 = first + b.n.lo;
+        const Index at = part.source().origin();
         const Layer& input = net.layers[static_cast<std::size_t>(t.spec.layer)];
-        if (mem.host()) return data.inputs(input, first + b.n.lo, b.origin(), view_of(t.y, t, b));
+        if (b.empty()) return;
+        if (mem.host()) return data.inputs(input, sample0, at, view_of(t.y, t, b));
         if (const SyntheticData* synthetic = data.synthetic(input); synthetic && k.synthetic)
-            return k.synthetic->inputs(*synthetic, first + b.n.lo, b.origin(), view_of(t.y, t, b));
+            return k.synthetic->inputs(*synthetic, sample0, at, view_of(t.y, t, b));
         // Made on the host, densely, then sent to where the kernels read it.
         const Dims bd = b.dims();
         host_tile.resize(static_cast<std::size_t>(bd.elements()));
-        data.inputs(input, first + b.n.lo, b.origin(), dense_view(host_tile.data(), bd));
+        data.inputs(input, sample0, at, dense_view(host_tile.data(), bd));
         mem.upload(host_tile.data(), staging.reserve(bd.elements()), bd.elements());
         mem.unpack(staging.data(), view_of(t.y, t, b), false);
     }
@@ -690,7 +708,7 @@ struct Trainer::Impl {
     // Upsampling and transposed convolution: what an output reads depends on its global index, so the kernels
     // take the views' places; the input view is what `out` reads (tiles.hpp).
     Upsample upsample_of(const Layer& l, const Box& x, const Box& y) const {
-        return Upsample{l.scale, l.upsample_mode() == frontend::UpsampleMode::bilinear, global_dims(l.inputs[0]).space,
+        return Upsample{l.scale, l.linear_upsample(), global_dims(l.inputs[0]).space,
                         Placement{x.origin(), y.origin()}};
     }
 
@@ -722,8 +740,12 @@ struct Trainer::Impl {
         const bool spatial = label.spatial();
         const Dims ld{logits.box.n.size(), 1, spatial ? logits.box.extents() : Index{}};
         s.labels.resize(static_cast<std::size_t>(ld.elements()));
-        const BasicView<std::int32_t> lv = dense_view(s.labels.data(), ld);
-        data.labels(label, first + logits.box.n.lo, spatial ? logits.box.origin() : Index{}, lv);
+        data.labels(label, first + logits.box.n.lo, spatial ? logits.box.origin() : Index{},
+                    dense_view(s.labels.data(), ld));
+        // The kernel takes them in the logits' shape: a label per sample beside global pooling's 1x1 (or 1x1x1)
+        // logits has the logits' extents of one.
+        const BasicView<const std::int32_t> lv =
+            dense_view<const std::int32_t>(s.labels.data(), Dims{ld.n, 1, logits.box.extents()});
         const Dims& whole = global_dims(l.inputs[1]);
         const double count = static_cast<double>(whole.n * whole.points());
         // The gradient is written here, in forward: added to what the logits' other readers (other losses

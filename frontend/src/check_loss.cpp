@@ -3,6 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <vector>
+
 namespace dsl::frontend {
 
 namespace {
@@ -10,14 +13,21 @@ namespace {
 // The loss (and label) that would train `out`, as a statement to add; empty where no loss fits its shape.
 std::string suggested_loss(const Network& net, const Layer& out) {
     const auto& d = out.shape.dims;
-    const bool per_sample = d.size() == 1 || (d.size() == 3 && d[1] == 1 && d[2] == 1);
-    const bool per_pixel = d.size() == 3 && !per_sample;
+    // Logits per sample ([N, K], or global pooling's ones), or per pixel or voxel ([N, K, spatial...]).
+    const bool spatial = d.size() == 3 || d.size() == 4;
+    const bool ones = spatial && std::all_of(d.begin() + 1, d.end(), [](std::int64_t v) { return v == 1; });
+    const bool per_sample = d.size() == 1 || ones;
+    const bool per_pixel = spatial && !per_sample;
     if (!per_sample && !per_pixel) return {};
     const char* kind = per_pixel ? "pixel_cross_entropy" : "softmax_cross_entropy";
+    const std::vector<std::int64_t> label_dims =
+        per_pixel ? std::vector<std::int64_t>(d.begin() + 1, d.end()) : std::vector<std::int64_t>{};
     for (const Layer& l : net.layers)
-        if (l.op == OpKind::label && l.shape.dims.size() == (per_pixel ? 2u : 0u))
+        if (l.op == OpKind::label && l.shape.dims.size() == label_dims.size())
             return fmt::format("'loss = {} from {}, {}'", kind, out.name, l.name);
-    const std::string label = per_pixel ? fmt::format("label y [N, {}, {}]", d[1], d[2]) : "label y [N]";
+    std::string label = "label y [N";
+    for (std::int64_t v : label_dims) label += fmt::format(", {}", v);
+    label += "]";
     return fmt::format("'loss = {} from {}, y', with '{}'", kind, out.name, label);
 }
 

@@ -191,16 +191,20 @@ private:
                 }
             }
             n.layer.float_label = t.is_float;
-            if ((input && rank == 5) || (!input && rank == (t.is_float ? 5u : 4u))) {
-                report(t.loc, "3-D tensors (a depth dimension) are not supported yet", -1);
-            } else if (input && rank != 4) {
-                report(t.loc, what + " must be [N, C, H, W], got " + std::to_string(rank) + " dimensions", -1);
-            } else if (!input && t.is_float && rank != 2 && rank != 4) {
+            // Images [N, C, H, W] and volumes [N, C, D, H, W]; labels of either, or per sample.
+            if (input && rank != 4 && rank != 5) {
                 report(t.loc,
-                       "float " + what + " must be [N, K] or [N, C, H, W], got " + std::to_string(rank) + " dimensions",
+                       what + " must be [N, C, H, W] or [N, C, D, H, W], got " + std::to_string(rank) + " dimensions",
                        -1);
-            } else if (!input && !t.is_float && rank != 1 && rank != 3) {
-                report(t.loc, what + " must be [N] or [N, H, W], got " + std::to_string(rank) + " dimensions", -1);
+            } else if (!input && t.is_float && rank != 2 && rank != 4 && rank != 5) {
+                report(t.loc,
+                       "float " + what + " must be [N, K], [N, C, H, W] or [N, C, D, H, W], got " +
+                           std::to_string(rank) + " dimensions",
+                       -1);
+            } else if (!input && !t.is_float && rank != 1 && rank != 3 && rank != 4) {
+                report(t.loc,
+                       what + " must be [N], [N, H, W] or [N, D, H, W], got " + std::to_string(rank) + " dimensions",
+                       -1);
             } else if (ok) {
                 for (std::size_t i = 1; i < rank; ++i) n.layer.shape.dims.push_back(t.shape[i].size);
             }

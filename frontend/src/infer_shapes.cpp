@@ -10,7 +10,11 @@
 // silently wrong number.
 #include <dsl/frontend/passes.hpp>
 
+#include <algorithm>
 #include <limits>
+#include <string>
+#include <variant>
+#include <vector>
 
 namespace dsl::frontend {
 
@@ -73,6 +77,7 @@ public:
                 return false;
             }
         }
+        check_padding();
         return diags_.error_count() == errors_before;
     }
 
@@ -93,16 +98,76 @@ private:
 
     static std::string kind(const Layer& l) { return std::string("'") + op_name(l.op) + "'"; }
 
-    // Output size along one dimension of a window (conv or pooling), or nullopt (reported).
-    std::optional<std::int64_t> window(const Layer& l, int dim, std::int64_t size, Checked& c) {
-        const char* what = dim == 0 ? "rows" : "columns";
+    // A tensor's margins beyond its border hold one thing for all the windows that read them: padding, or its
+    // far side. The layers with a `padding` that read a tensor must agree on it.
+    void check_padding() {
+        std::vector<int> first(net_.layers.size(), -1);  // per tensor: its first reader with a padding
+        for (std::size_t i = 0; i < net_.layers.size(); ++i) {
+            const Layer& l = net_.layers[i];
+            if (!l.kind().param("padding") || l.inputs.empty() || l.inputs[0] < 0) continue;
+            int& reader = first[static_cast<std::size_t>(l.inputs[0])];
+            if (reader < 0) {
+                reader = static_cast<int>(i);
+                continue;
+            }
+            const Layer& other = net_.layers[static_cast<std::size_t>(reader)];
+            if (other.periodic() == l.periodic()) continue;
+            auto text = [](const Layer& x) { return x.periodic() ? "padding = periodic" : "padding = zeros"; };
+            Diagnostic& d = diags_.error(
+                l.loc, "'" + l.name + "' reads '" + input(l, 0).name + "' with " + text(l) + ", but '" + other.name +
+                           "' reads it with " + text(other) +
+                           ": what lies beyond a tensor's border must be the same for every window that reads it");
+            Diagnostics::note(d, other.loc, "'" + other.name + "' declared here");
+        }
+    }
+
+    // The spatial rank of a windowed kind's input: 2 for an image [N, C, H, W], 3 for a volume [N, C, D, H, W];
+    // 0 (reported) for anything else.
+    int spatial_input(const Layer& l, const Shape& in) {
+        if (in.dims.size() == 3 || in.dims.size() == 4) return static_cast<int>(in.dims.size()) - 1;
+        fail(l, kind(l) + " needs an image [N, C, H, W] or a volume [N, C, D, H, W], got " + in.str() + " from '" +
+                    input(l, 0).name + "'");
+        return 0;
+    }
+
+    // Fits the layer's spatial attributes (kernel, stride, pad, dilation, output_pad: its parameters' and the
+    // defaults of those its kind has not) to `rank` dimensions: one number applies to each, a list must have
+    // one per dimension. False (reported) where a list has another length.
+    bool fit_spatial(Layer& l, int rank) {
+        for (Spatial* v : {&l.kernel, &l.stride, &l.pad, &l.dilation, &l.output_pad}) {
+            if (v->rank() == 1) {
+                *v = Spatial::filled(rank, (*v)[0]);
+                continue;
+            }
+            if (v->rank() == rank) continue;
+            std::string name = "a list";
+            for (const ParamSpec& p : l.kind().params)
+                if (std::holds_alternative<Spatial*>(field_member(l, p.field)) &&
+                    std::get<Spatial*>(field_member(l, p.field)) == v)
+                    name = "'" + std::string(p.name) + "'";
+            return fail(l, name + " of " + kind(l) + " has " + std::to_string(v->rank()) +
+                               " values, but its input has " + std::to_string(rank) +
+                               " spatial dimensions: give one number, or one per dimension");
+        }
+        return true;
+    }
+
+    // Output size along spatial dimension `dim` (of `rank`) of a window (conv or pooling), or nullopt (reported).
+    std::optional<std::int64_t> window(const Layer& l, int dim, int rank, std::int64_t size, Checked& c) {
+        const int axis = axis_of(dim, rank);
         const std::int64_t padded = c.add(size, c.mul(2, l.pad[dim]));
         const std::int64_t reach = c.add(c.mul(l.dilation[dim], l.kernel[dim] - 1), 1);
         if (c.overflow) return std::nullopt;
         if (reach > padded) {
             std::string k = std::to_string(l.kernel[dim]);
             if (l.dilation[dim] > 1) k += " (dilated to " + std::to_string(reach) + ")";
-            fail(l, "kernel " + k + " does not fit the padded input of " + std::to_string(padded) + " " + what);
+            fail(l, "kernel " + k + " does not fit the padded input of " + count_along(padded, axis));
+            return std::nullopt;
+        }
+        if (l.periodic() && l.pad[dim] > size) {
+            fail(l, "the periodic padding of " + kind(l) + " (" + count_along(l.pad[dim], axis) +
+                        ") is more than its input's " + count_along(size, axis) +
+                        ": it would wrap around more than once");
             return std::nullopt;
         }
         return (padded - reach) / l.stride[dim] + 1;
@@ -128,26 +193,29 @@ private:
         switch (k.shape) {
             case ShapeRule::data: break;
             case ShapeRule::window: {
-                if (in.dims.size() != 3)
-                    return fail(l, kind(l) + " needs a 4-D input [N, C, H, W], got " + in.str() + " from '" +
-                                       input(l, 0).name + "'");
-                if (!k.weights && (2 * l.pad[0] > l.kernel[0] || 2 * l.pad[1] > l.kernel[1]))
-                    return fail(l, "the padding of " + kind(l) + " must be at most half its kernel");
-                auto h = window(l, 0, in.dims[1], c);
-                if (!h) return false;
-                auto w = window(l, 1, in.dims[2], c);
-                if (!w) return false;
+                const int rank = spatial_input(l, in);
+                if (!rank || !fit_spatial(l, rank)) return false;
+                for (int d = 0; d < rank && !k.weights; ++d)
+                    if (2 * l.pad[d] > l.kernel[d])
+                        return fail(l, "the padding of " + kind(l) + " must be at most half its kernel");
+                std::vector<std::int64_t> out;
+                for (int d = 0; d < rank; ++d) {
+                    auto e = window(l, d, rank, in.dims[static_cast<std::size_t>(d) + 1], c);
+                    if (!e) return false;
+                    out.push_back(*e);
+                }
                 const std::int64_t channels = in.dims[0];
-                const std::int64_t area = c.mul(l.kernel[0], l.kernel[1]);
+                std::int64_t taps = 1, points = 1;  // a window's, and the output's places
+                for (int d = 0; d < rank; ++d) taps = c.mul(taps, l.kernel[d]), points = c.mul(points, out[d]);
+                l.shape.dims = {k.weights ? l.filters : channels};
+                l.shape.dims.insert(l.shape.dims.end(), out.begin(), out.end());
                 if (k.weights) {  // a convolution: `filters` channels
-                    l.shape.dims = {l.filters, *h, *w};
-                    const std::int64_t weights = c.mul(c.mul(l.filters, channels), area);
+                    const std::int64_t weights = c.mul(c.mul(l.filters, channels), taps);
                     l.params = c.add(weights, l.bias ? l.filters : 0);
-                    l.macs = c.mul(c.mul(*h, *w), weights);
+                    l.macs = c.mul(points, weights);
                     l.flops = c.mul(2, l.macs);
                 } else {
-                    l.shape.dims = {channels, *h, *w};
-                    l.flops = c.mul(c.elements(l.shape), area);
+                    l.flops = c.mul(c.elements(l.shape), taps);
                 }
                 return true;
             }
@@ -163,13 +231,14 @@ private:
                 l.shape = in;
                 l.flops = c.mul(k.flops, in_elements);
                 return true;
-            case ShapeRule::global_pool:
-                if (in.dims.size() != 3)
-                    return fail(l, kind(l) + " needs a 4-D input [N, C, H, W], got " + in.str() + " from '" +
-                                       input(l, 0).name + "'");
-                l.shape.dims = {in.dims[0], 1, 1};
+            case ShapeRule::global_pool: {
+                const int rank = spatial_input(l, in);
+                if (!rank) return false;
+                l.shape.dims.assign(static_cast<std::size_t>(rank) + 1, 1);
+                l.shape.dims[0] = in.dims[0];
                 l.flops = in_elements;
                 return true;
+            }
             case ShapeRule::flatten:
                 l.shape.dims = {l.filters};
                 l.params = c.add(c.mul(in_elements, l.filters), l.bias ? l.filters : 0);
@@ -199,35 +268,49 @@ private:
                 return true;
             }
             case ShapeRule::upsample: {
-                if (in.dims.size() != 3)
-                    return fail(l, kind(l) + " needs a 4-D input [N, C, H, W], got " + in.str() + " from '" +
-                                       input(l, 0).name + "'");
-                l.shape.dims = {in.dims[0], c.mul(in.dims[1], l.scale), c.mul(in.dims[2], l.scale)};
-                // bilinear: two interpolations along the rows and one along the columns, 2 FLOPs each.
-                l.flops = c.mul(c.elements(l.shape), l.upsample_mode() == UpsampleMode::bilinear ? 6 : 1);
+                const int rank = spatial_input(l, in);
+                if (!rank || !fit_spatial(l, rank)) return false;
+                const UpsampleMode mode = l.upsample_mode();
+                if ((mode == UpsampleMode::bilinear && rank != 2) || (mode == UpsampleMode::trilinear && rank != 3))
+                    return fail(l, std::string("'") + (rank == 2 ? "trilinear" : "bilinear") + "' interpolates " +
+                                       (rank == 2 ? "volumes [N, C, D, H, W]" : "images [N, C, H, W]") + ", but '" +
+                                       input(l, 0).name + "' is " + in.str() +
+                                       ": use mode = " + (rank == 2 ? "bilinear" : "trilinear"));
+                l.shape.dims = {in.dims[0]};
+                for (int d = 0; d < rank; ++d)
+                    l.shape.dims.push_back(c.mul(in.dims[static_cast<std::size_t>(d) + 1], l.scale));
+                // Linear: interpolations along each dimension between the 2^rank sources (3 of them in an image,
+                // 7 in a volume), 2 FLOPs each.
+                const std::int64_t per = l.linear_upsample() ? 2 * ((std::int64_t{1} << rank) - 1) : 1;
+                l.flops = c.mul(c.elements(l.shape), per);
                 return true;
             }
             case ShapeRule::deconv: {
-                if (in.dims.size() != 3)
-                    return fail(l, kind(l) + " needs a 4-D input [N, C, H, W], got " + in.str() + " from '" +
-                                       input(l, 0).name + "'");
-                std::int64_t out[2] = {0, 0};
-                for (int d = 0; d < 2; ++d) {
-                    const char* what = d == 0 ? "rows" : "columns";
+                const int rank = spatial_input(l, in);
+                if (!rank || !fit_spatial(l, rank)) return false;
+                std::vector<std::int64_t> out;
+                std::int64_t taps = 1, points = 1;  // a window's, and the input's places
+                for (int d = 0; d < rank; ++d) {
+                    const int axis = axis_of(d, rank);
+                    const char* what = axis_units[axis];
+                    const std::int64_t size = in.dims[static_cast<std::size_t>(d) + 1];
                     if (l.output_pad[d] >= l.stride[d])
                         return fail(l, "the output_pad of " + kind(l) + " must be smaller than its stride (" +
-                                           std::to_string(l.output_pad[d]) + " " + what + ", stride " +
+                                           count_along(l.output_pad[d], axis) + ", stride " +
                                            std::to_string(l.stride[d]) + ")");
-                    out[d] = c.add(c.add(c.mul(in.dims[d + 1] - 1, l.stride[d]), l.kernel[d] + l.output_pad[d]),
-                                   -2 * l.pad[d]);
-                    if (!c.overflow && out[d] < 1)
+                    out.push_back(
+                        c.add(c.add(c.mul(size - 1, l.stride[d]), l.kernel[d] + l.output_pad[d]), -2 * l.pad[d]));
+                    if (!c.overflow && out.back() < 1)
                         return fail(l, "the padding of " + kind(l) + " leaves no output " + what + " (" +
-                                           std::to_string(out[d]) + ")");
+                                           std::to_string(out.back()) + ")");
+                    taps = c.mul(taps, l.kernel[d]);
+                    points = c.mul(points, size);
                 }
-                const std::int64_t weights = c.mul(c.mul(l.filters, in.dims[0]), c.mul(l.kernel[0], l.kernel[1]));
-                l.shape.dims = {l.filters, out[0], out[1]};
+                const std::int64_t weights = c.mul(c.mul(l.filters, in.dims[0]), taps);
+                l.shape.dims = {l.filters};
+                l.shape.dims.insert(l.shape.dims.end(), out.begin(), out.end());
                 l.params = c.add(weights, l.bias ? l.filters : 0);
-                l.macs = c.mul(c.mul(in.dims[1], in.dims[2]), weights);  // every input element times its window
+                l.macs = c.mul(points, weights);  // every input element times its window
                 l.flops = c.mul(2, l.macs);
                 return true;
             }
@@ -251,14 +334,18 @@ private:
                                        "' is a float label: declare it without 'float', or use a regression loss "
                                        "(mse, l1, bce_with_logits)");
                 const bool pixel = l.op == OpKind::pixel_cross_entropy;
-                const bool logits_ok =
-                    pixel ? in.dims.size() == 3
-                          : in.dims.size() == 1 || (in.dims.size() == 3 && in.dims[1] == 1 && in.dims[2] == 1);
+                // Per pixel (or voxel): logits [N, K, spatial...]. Per sample: [N, K], or global pooling's
+                // [N, K, 1, 1] (and [N, K, 1, 1, 1]).
+                const bool spatial = in.dims.size() == 3 || in.dims.size() == 4;
+                const bool ones =
+                    spatial && std::all_of(in.dims.begin() + 1, in.dims.end(), [](std::int64_t v) { return v == 1; });
+                const bool logits_ok = pixel ? spatial : in.dims.size() == 1 || ones;
                 if (!logits_ok)
-                    return fail(l, kind(l) + " needs logits " + (pixel ? "[N, K, H, W]" : "[N, K] or [N, K, 1, 1]") +
+                    return fail(l, kind(l) + " needs logits " +
+                                       (pixel ? "[N, K, H, W] or [N, K, D, H, W]" : "[N, K] or [N, K, 1, 1]") +
                                        ", got " + in.str() + " from '" + input(l, 0).name + "'");
                 const bool labels_ok =
-                    pixel ? labels.dims.size() == 2 && labels.dims[0] == in.dims[1] && labels.dims[1] == in.dims[2]
+                    pixel ? std::equal(labels.dims.begin(), labels.dims.end(), in.dims.begin() + 1, in.dims.end())
                           : labels.dims.empty();
                 if (!labels_ok)
                     return fail(l, "labels " + labels.str() + " do not match logits " + in.str() + " of " + kind(l));

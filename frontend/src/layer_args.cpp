@@ -20,8 +20,12 @@ std::string choices_text(const ParamSpec& p) {
 std::string type_text(const ParamSpec& p) {
     switch (p.type) {
         case ParamType::positive_int: return "a positive integer";
-        case ParamType::positive_pair: return "a positive integer or a [height, width] list";
-        case ParamType::nonneg_pair: return "a non-negative integer or a [height, width] list";
+        case ParamType::positive_spatial:
+            return "a positive integer, or a list of one per spatial dimension ([height, width] or [depth, height, "
+                   "width])";
+        case ParamType::nonneg_spatial:
+            return "a non-negative integer, or a list of one per spatial dimension ([height, width] or [depth, "
+                   "height, width])";
         case ParamType::boolean: return "true or false";
         case ParamType::positive_real: return "a positive number";
         case ParamType::any_real: return "a number";
@@ -39,9 +43,9 @@ void set_default(Layer& layer, const ParamSpec& p) {
     switch (p.type) {
         case ParamType::positive_int:
         case ParamType::choice: *std::get<std::int64_t*>(member) = whole; break;
-        case ParamType::positive_pair:
-        case ParamType::nonneg_pair:
-            *std::get<Spatial*>(member) = std::string(p.default_of) == "kernel" ? layer.kernel : Spatial{whole, whole};
+        case ParamType::positive_spatial:
+        case ParamType::nonneg_spatial:
+            *std::get<Spatial*>(member) = std::string(p.default_of) == "kernel" ? layer.kernel : Spatial{whole};
             break;
         case ParamType::boolean: *std::get<bool*>(member) = p.default_value != 0.0; break;
         case ParamType::positive_real:
@@ -59,20 +63,25 @@ bool assign(Layer& layer, const ParamSpec& p, const Value& v) {
             if (v.kind != Value::Kind::integer || v.integer < 1) return false;
             *std::get<std::int64_t*>(member) = v.integer;
             return true;
-        case ParamType::positive_pair:
-        case ParamType::nonneg_pair: {
-            const std::int64_t lo = p.type == ParamType::positive_pair ? 1 : 0;
-            Spatial pair;
+        case ParamType::positive_spatial:
+        case ParamType::nonneg_spatial: {
+            // One number (kept as a list of one: shape inference applies it to every spatial dimension), or a
+            // list of one per dimension (two or three; shape inference checks it against the input).
+            const std::int64_t lo = p.type == ParamType::positive_spatial ? 1 : 0;
+            Spatial values;
             if (v.kind == Value::Kind::integer) {
-                pair = {v.integer, v.integer};
-            } else if (v.kind == Value::Kind::list && v.items.size() == 2 && v.items[0].kind == Value::Kind::integer &&
-                       v.items[1].kind == Value::Kind::integer) {
-                pair = {v.items[0].integer, v.items[1].integer};
+                values = {v.integer};
+            } else if (v.kind == Value::Kind::list && v.items.size() >= 2 && v.items.size() <= max_space) {
+                values = Spatial::filled(static_cast<int>(v.items.size()), 0);
+                for (std::size_t i = 0; i < v.items.size(); ++i) {
+                    if (v.items[i].kind != Value::Kind::integer) return false;
+                    values[static_cast<int>(i)] = v.items[i].integer;
+                }
             } else {
                 return false;
             }
-            if (pair[0] < lo || pair[1] < lo) return false;
-            *std::get<Spatial*>(member) = pair;
+            if (std::any_of(values.begin(), values.end(), [&](std::int64_t x) { return x < lo; })) return false;
+            *std::get<Spatial*>(member) = values;
             return true;
         }
         case ParamType::boolean:
@@ -101,7 +110,7 @@ bool bind_choice(Layer& layer, const ParamSpec& p, const Expr& e) {
     if (e.kind != Expr::Kind::name) return false;
     for (std::size_t i = 0; i < p.choices.size(); ++i)
         if (e.name == p.choices[i]) {
-            layer.mode = static_cast<std::int64_t>(i);
+            *std::get<std::int64_t*>(field_member(layer, p.field)) = static_cast<std::int64_t>(i);
             return true;
         }
     return false;

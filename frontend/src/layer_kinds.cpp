@@ -10,8 +10,10 @@ namespace {
 using T = ParamType;
 
 // Parameters that several kinds share.
-const ParamSpec kernel_param{"kernel", T::positive_pair, Field::kernel, false, 1.0};
-const ParamSpec pad_param{"pad", T::nonneg_pair, Field::pad, false, 0.0};
+const ParamSpec kernel_param{"kernel", T::positive_spatial, Field::kernel, false, 1.0};
+const ParamSpec pad_param{"pad", T::nonneg_spatial, Field::pad, false, 0.0};
+// What a window reads beyond the tensor's border: zeros, or the other side (a periodic domain).
+const ParamSpec padding_param{"padding", T::choice, Field::padding, false, 0.0, "", {"zeros", "periodic"}};
 const ParamSpec bias_param{"bias", T::boolean, Field::bias, false, 1.0};
 // A loss's factor in the total that training minimizes.
 const ParamSpec weight_param{"weight", T::positive_real, Field::weight, false, 1.0};
@@ -29,10 +31,11 @@ std::vector<LayerKind> make_table() {
          .name = "conv",
          .params = {{"filters", T::positive_int, Field::filters, true},
                     kernel_param,
-                    {"stride", T::positive_pair, Field::stride, false, 1.0},
+                    {"stride", T::positive_spatial, Field::stride, false, 1.0},
                     pad_param,
-                    {"dilation", T::positive_pair, Field::dilation, false, 1.0},
-                    bias_param},
+                    {"dilation", T::positive_spatial, Field::dilation, false, 1.0},
+                    bias_param,
+                    padding_param},
          .windowed = true,
          .weights = true,
          .shape = ShapeRule::window,
@@ -46,7 +49,8 @@ std::vector<LayerKind> make_table() {
         // The same rule as batch norm (a scale and a shift per channel); the channels must divide into groups.
         {.op = OpKind::groupnorm,
          .name = "groupnorm",
-         .params = {{"groups", T::positive_int, Field::groups, true}, {"eps", T::positive_real, Field::eps, false, 1e-5}},
+         .params = {{"groups", T::positive_int, Field::groups, true},
+                    {"eps", T::positive_real, Field::eps, false, 1e-5}},
          .weights = true,
          .kernels = "groupnorm"},
         {.op = OpKind::dropout,
@@ -67,17 +71,19 @@ std::vector<LayerKind> make_table() {
         {.op = OpKind::gelu, .name = "gelu", .activation = Activation::gelu, .flops = 6, .kernels = "gelu"},
         {.op = OpKind::maxpool,
          .name = "maxpool",
-         .params = {{"kernel", T::positive_pair, Field::kernel, true},
-                    {"stride", T::positive_pair, Field::stride, false, 0.0, "kernel"},
-                    pad_param},
+         .params = {{"kernel", T::positive_spatial, Field::kernel, true},
+                    {"stride", T::positive_spatial, Field::stride, false, 0.0, "kernel"},
+                    pad_param,
+                    padding_param},
          .windowed = true,
          .shape = ShapeRule::window,
          .kernels = "maxpool"},
         {.op = OpKind::avgpool,
          .name = "avgpool",
-         .params = {{"kernel", T::positive_pair, Field::kernel, true},
-                    {"stride", T::positive_pair, Field::stride, false, 0.0, "kernel"},
-                    pad_param},
+         .params = {{"kernel", T::positive_spatial, Field::kernel, true},
+                    {"stride", T::positive_spatial, Field::stride, false, 0.0, "kernel"},
+                    pad_param,
+                    padding_param},
          .windowed = true,
          .shape = ShapeRule::window,
          .kernels = "avgpool"},
@@ -122,7 +128,7 @@ std::vector<LayerKind> make_table() {
         {.op = OpKind::upsample,
          .name = "upsample",
          .params = {{"scale", T::positive_int, Field::scale, false, 2.0},
-                    {"mode", T::choice, Field::mode, false, 0.0, "", {"nearest", "bilinear"}}},
+                    {"mode", T::choice, Field::mode, false, 0.0, "", {"nearest", "bilinear", "trilinear"}}},
          .windowed = true,
          .shape = ShapeRule::upsample,
          .kernels = "upsample"},
@@ -130,9 +136,9 @@ std::vector<LayerKind> make_table() {
          .name = "deconv",
          .params = {{"filters", T::positive_int, Field::filters, true},
                     kernel_param,
-                    {"stride", T::positive_pair, Field::stride, false, 1.0},
+                    {"stride", T::positive_spatial, Field::stride, false, 1.0},
                     pad_param,
-                    {"output_pad", T::nonneg_pair, Field::output_pad, false, 0.0},
+                    {"output_pad", T::nonneg_spatial, Field::output_pad, false, 0.0},
                     bias_param},
          .windowed = true,
          .weights = true,

@@ -22,9 +22,11 @@ std::string spatial_text(const Spatial& s) {
     return fmt::format("[{}]", fmt::join(s.begin(), s.end(), ", "));
 }
 
-// A parameter's value as the dump shows it.
-std::string param_text(const Layer& l, Field field) {
-    if (field == Field::mode) return l.kind().param("mode")->choices.at(static_cast<std::size_t>(l.mode));  // a name
+// A parameter's value as the dump shows it: a choice by its name.
+std::string param_text(const Layer& l, const ParamSpec& p) {
+    const Field field = p.field;
+    if (p.type == ParamType::choice)
+        return p.choices.at(static_cast<std::size_t>(*std::get<const std::int64_t*>(field_member(l, field))));
     return std::visit(
         [](const auto* member) -> std::string {
             if constexpr (std::is_same_v<decltype(member), const Spatial*>)
@@ -43,7 +45,7 @@ std::string dump_network(const Network& net, bool shapes) {
         out += fmt::format("{:4} {} = {}", i, l.name, op_name(l.op));
         const std::vector<ParamSpec>& params = l.kind().params;
         for (std::size_t k = 0; k < params.size(); ++k)
-            out += fmt::format("{}{}={}{}", k ? ", " : "(", params[k].name, param_text(l, params[k].field),
+            out += fmt::format("{}{}={}{}", k ? ", " : "(", params[k].name, param_text(l, params[k]),
                                k + 1 == params.size() ? ")" : "");
         if (!l.inputs.empty()) {
             out += " from ";

@@ -85,6 +85,7 @@ FieldRef field_member(Layer& layer, Field field) {
         case Field::mode: return &layer.mode;
         case Field::output_pad: return &layer.output_pad;
         case Field::weight: return &layer.weight;
+        case Field::padding: return &layer.padding;
     }
     return &layer.filters;
 }

@@ -110,11 +110,7 @@ std::string value_text(const SchedValue& v) {
     return "";
 }
 
-const char* dimension_name(const std::string& key) {
-    if (key == "C") return "channel";
-    if (key == "F") return "filter";
-    return "depth";
-}
+const char* dimension_name(const std::string& key) { return key == "C" ? "channel" : "filter"; }
 
 EntryFields check_entry(const SchedEntry& e, Diagnostics& diags) {
     EntryFields f;
@@ -141,14 +137,14 @@ EntryFields check_entry(const SchedEntry& e, Diagnostics& diags) {
                 continue;
             }
             const std::int64_t n = v.integer;
-            if ((s.key == "C" || s.key == "F" || s.key == "D") && n != 1) {
+            if ((s.key == "C" || s.key == "F") && n != 1) {
                 diags.error(s.loc, fmt::format("{} splits ('{}') are not supported yet", dimension_name(s.key), s.key));
                 open = true;  // no split from this entry, so no second error about its product
                 continue;
             }
             if (s.key == "N") split.n = n;
             for (int a = 0; a < max_space; ++a)
-                if (s.key == spatial_letters[a]) split.space[static_cast<std::size_t>(a)] = n;
+                if (s.key == axis_letters[a]) split.space[static_cast<std::size_t>(a)] = n;
         } else if (s.key == "overlap") {
             f.sets_overlap = true;
             if (v.kind == SchedValue::Kind::word && (v.text == "on" || v.text == "off"))
@@ -293,6 +289,32 @@ void check_selectors(const Network& net, const SchedFile& file, Diagnostics& dia
     }
 }
 
+// A split may cut only the spatial axes the network's tensors have: D= only volumes.
+void check_axes(const Network& net, const SchedFile& file, std::vector<EntryFields>& fields, Diagnostics& diags) {
+    const int rank = net.spatial_rank();
+    for (std::size_t i = 0; i < fields.size(); ++i) {
+        if (!fields[i].split) continue;
+        for (int a = 0; a < max_space - rank; ++a) {
+            if (fields[i].split->space[static_cast<std::size_t>(a)] == 1) continue;
+            const SchedEntry& e = file.entries[i];
+            Location at = e.loc;
+            for (const Setting& s : e.settings)
+                if (s.key == axis_letters[a]) at = s.loc;
+            auto& d = diags.error(at, fmt::format("{}={} splits the {}, but the network's tensors are images [N, C, H, "
+                                                  "W]: they have none",
+                                                  axis_letters[a], fields[i].split->space[static_cast<std::size_t>(a)],
+                                                  a == 0 ? "depth" : "axis"));
+            for (const Layer& l : net.layers)
+                if (l.op == OpKind::input) {
+                    Diagnostics::note(d, l.loc, fmt::format("input '{}' declared here", l.name));
+                    break;
+                }
+            fields[i].split.reset();  // no second error about its product
+            break;
+        }
+    }
+}
+
 // The product of each fixed split must be the processor count (or, with procs open, one common count).
 void check_products(const SchedFile& file, const std::vector<EntryFields>& fields, const Schedule& out,
                     Diagnostics& diags) {
@@ -333,18 +355,18 @@ std::string split_problem(const Network& net, const Layer& layer, const Split& s
     const Dims in_extent = spatial_in ? extent_of(*in, 1) : Dims{}, out_extent = extent_of(layer, 1);
     const int rank = spatial_in ? in_extent.rank() : spatial_out ? out_extent.rank() : 0;
     for (int d = 0; d < rank; ++d) {
-        const int axis = Split::axis(d, rank);
+        const int axis = axis_of(d, rank);
         const std::int64_t parts = split.space[static_cast<std::size_t>(axis)];
         if (parts == 1) continue;
-        const char* units = spatial_units[axis];
         if (spatial_in) {
             const std::int64_t extent = in_extent.space[d], need = d < halo.rank() ? halo[d] : 0;
-            if (parts > extent) return fmt::format("its input has only {} {}", extent, units);
+            if (parts > extent) return "its input has only " + count_along(extent, axis);
             if (const std::int64_t tile = min_block(extent, parts); tile < need)
-                return fmt::format("tiles of {} {} are smaller than its halo of {} {}", tile, units, need, units);
+                return "tiles of " + count_along(tile, axis) + " are smaller than its halo of " +
+                       count_along(need, axis);
         }
         if (spatial_out && parts > out_extent.space[d])
-            return fmt::format("its output has only {} {}", out_extent.space[d], units);
+            return "its output has only " + count_along(out_extent.space[d], axis);
     }
     return {};
 }
@@ -413,6 +435,7 @@ std::optional<Schedule> apply_schedule(const Network& net, const SchedFile& file
     fields.reserve(file.entries.size());
     for (const SchedEntry& e : file.entries) fields.push_back(check_entry(e, diags));
     check_selectors(net, file, diags);
+    check_axes(net, file, fields, diags);
     check_products(file, fields, out, diags);
 
     out.layers.resize(net.layers.size());

@@ -107,14 +107,13 @@ bool build(Problem& p, const Schedule& partial, std::int64_t procs, std::int64_t
             Problem::Edge e;
             e.input = static_cast<int>(j);
             e.producer = producer;
-            const auto& from = p.cands[static_cast<std::size_t>(producer)];
-            const auto& to = p.cands[static_cast<std::size_t>(r)];
-            for (const Distribution& a : from)
-                for (const Distribution& b : to) {
-                    const ShuffleCost s = p.model.shuffle(r, static_cast<int>(j), *a.split, *b.split);
-                    e.time.push_back(s.seconds);
-                    e.mem.push_back(s.memory);
-                }
+            std::vector<Split> from, to;
+            for (const Distribution& a : p.cands[static_cast<std::size_t>(producer)]) from.push_back(*a.split);
+            for (const Distribution& b : p.cands[static_cast<std::size_t>(r)]) to.push_back(*b.split);
+            for (const ShuffleCost& s : p.model.shuffles(r, static_cast<int>(j), from, to)) {
+                e.time.push_back(s.seconds);
+                e.mem.push_back(s.memory);
+            }
             // A layer reading one tensor twice (add x, x) has two edges from one producer: merged.
             bool merged = false;
             for (Problem::Edge& old : p.edges[static_cast<std::size_t>(r)])
@@ -133,7 +132,25 @@ using Choice = std::vector<int>;
 
 // Dynamic programming over the frontier: the state before layer l is the candidate of every decided layer
 // whose output a layer from l on still reads. Exact; nullopt when a frontier exceeds `max_states`.
+// Whether every frontier of the network has at most `max_states` states (it depends on the candidates only).
+bool frontiers_fit(const Problem& p, std::int64_t max_states) {
+    std::vector<int> live;
+    for (int l : p.order) {
+        std::vector<int> after;
+        for (int q : live)
+            if (p.last_use[static_cast<std::size_t>(q)] > l) after.push_back(q);
+        if (p.last_use[static_cast<std::size_t>(l)] > l) after.push_back(l);
+        std::int64_t size = 1;
+        for (int q : after)
+            if ((size *= static_cast<std::int64_t>(p.cands[static_cast<std::size_t>(q)].size())) > max_states)
+                return false;
+        live = std::move(after);
+    }
+    return true;
+}
+
 std::optional<Choice> frontier_search(const Problem& p, double lambda, std::int64_t max_states) {
+    if (!frontiers_fit(p, max_states)) return std::nullopt;  // before any work
     struct Step {
         int layer;
         std::vector<std::int64_t> from;  // per new state: the previous state

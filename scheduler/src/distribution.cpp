@@ -10,8 +10,7 @@ std::string Split::str() const {
     if (c != 1) out += fmt::format(" C={}", c);
     if (f != 1) out += fmt::format(" F={}", f);
     for (int a = 0; a < max_space; ++a)
-        if (a > 0 || space[0] != 1)
-            out += fmt::format(" {}={}", spatial_letters[a], space[static_cast<std::size_t>(a)]);
+        if (a > 0 || space[0] != 1) out += fmt::format(" {}={}", axis_letters[a], space[static_cast<std::size_t>(a)]);
     return out;
 }
 

@@ -8,6 +8,8 @@
 #include <dsl/scheduler/plan.hpp>
 #include <dsl/scheduler/tiles.hpp>
 
+#include "shuffle_points.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -34,26 +36,7 @@ double elements(const Sizes& d) {
     return e;
 }
 
-// The number of blocks of `extent` split `parts` ways that meet `r`.
-std::int64_t blocks_meeting(std::int64_t extent, std::int64_t parts, Range r) {
-    r = r.meet({0, extent});
-    if (r.empty()) return 0;
-    return block_of(extent, parts, r.hi - 1) - block_of(extent, parts, r.lo) + 1;
-}
-
 bool power_of_two(std::int64_t p) { return p > 0 && (p & (p - 1)) == 0; }
-
-// The ranks to examine for the busiest process: all of them, or an even sample of a large run.
-std::vector<std::int64_t> sample_ranks(std::int64_t procs) {
-    std::vector<std::int64_t> out;
-    const std::int64_t limit = 64;
-    if (procs <= limit) {
-        for (std::int64_t r = 0; r < procs; ++r) out.push_back(r);
-        return out;
-    }
-    for (std::int64_t i = 0; i < limit; ++i) out.push_back(i * (procs - 1) / (limit - 1));
-    return out;
-}
 
 // A kernel key without its tensors' sizes: its name and fields, `x` and `y` reduced to their channels (the
 // second dimension), `params` left out; `size` is what was left out, the elements of `y`, else of `x`, else
@@ -337,10 +320,11 @@ Model::Geometry Model::geometry(int index, const Split& split) const {
     auto need = [&](std::int64_t q) {
         return tile_box(in_whole, split, q, true).reach(window_input(l, tile_box(g.whole, split, q, true), in_whole.c));
     };
+    // Its messages: the pieces other processes send it (a periodic halo's own far side is a copy).
     auto messages_at = [&](std::int64_t q) {
         std::vector<double> m;
-        for (const Piece& p : halo_pieces(in_whole, split, q, need(q)))
-            m.push_back(static_cast<double>(p.box.points()) * static_cast<double>(in_whole.c));
+        for (const Piece& p : halo_pieces(in_whole, split, q, need(q), l.periodic()))
+            if (p.peer != q) m.push_back(static_cast<double>(p.box.points()) * static_cast<double>(in_whole.c));
         return m;
     };
     auto cost = [&](const std::vector<double>& m) {
@@ -361,7 +345,7 @@ Model::Geometry Model::geometry(int index, const Split& split) const {
         Coords busiest;
         const Box in_extent = whole_box(in_whole);
         for (int d = 0; d < rank; ++d) {
-            const int axis = Split::axis(d, rank);
+            const int axis = axis_of(d, rank);
             std::int64_t most = -1;
             for (std::int64_t i = 0; i < split.space[static_cast<std::size_t>(axis)]; ++i) {
                 Coords at;
@@ -388,7 +372,7 @@ Model::Geometry Model::geometry(int index, const Split& split) const {
         const std::int64_t q = rank_of(split, middle);
         const Box own = tile_box(in_whole, split, q, true);
         const OverlapParts parts =
-            overlap_parts(l, tile_box(g.whole, split, q, true), held_box(own, in_whole, need(q)));
+            overlap_parts(l, tile_box(g.whole, split, q, true), held_box(own, in_whole, need(q), l.periodic()));
         if (!parts.inner.empty()) {
             g.inner = key_dims(parts.inner.dims());
             for (const Box& strip : parts.strips) g.strips.push_back(key_dims(strip.dims()));
@@ -596,10 +580,12 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
             c.forward_sync = allreduce(procs_, 8.0, group_spans);
             break;
         case OpKind::upsample: {
-            // Per output: its two (bilinear: four) sources read and weighed; backward adds into them.
+            // Per output: its source (linear: its 2^rank sources, 2 FLOPs for each interpolation between them)
+            // read and weighed; backward adds into them.
             const std::vector<TimeField> f{
                 {"x", g.x}, {"y", g.y}, {"scale", {l.scale}}, {"mode", {static_cast<std::int64_t>(l.mode)}}};
-            const double per = l.upsample_mode() == frontend::UpsampleMode::bilinear ? 6.0 : 1.0;
+            const int rank = static_cast<int>(g.y.size()) - 2;
+            const double per = l.linear_upsample() ? 2.0 * static_cast<double>((1 << rank) - 1) : 1.0;
             c.forward = run(kernel_name(l.op, Phase::forward), f, per * ny, (nx + ny) * word);
             if (!data_in) c.backward_data = run(kernel_name(l.op, Phase::backward), f, per * ny, (2 * nx + ny) * word);
             break;
@@ -696,73 +682,45 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
 
 // ---- Shuffles.
 
-ShuffleCost Model::shuffle(int reader, int input, const Split& from, const Split& to) const {
-    const Layer& r = net_.layers[static_cast<std::size_t>(reader)];
-    const int producer = r.inputs[static_cast<std::size_t>(input)];
-    const Layer& p = net_.layers[static_cast<std::size_t>(producer)];
-    if (p.is_data()) return {};  // made where it is read
-    const Dims whole = extent_of(p, batch_);
-    const bool from_spatial = p.spatial();
-    // The reader's tile: whole samples for a fully connected layer, else its own tile (with the margins its
-    // window reads).
-    const TileSpec own_spec{producer, from, false}, read_spec{producer, to, reads_whole_samples(r)};
-    const bool to_spatial = p.spatial() && !reads_whole_samples(r);
-    if (from == to && from_spatial == to_spatial) return {};
-    const bool window = r.windowed() && to_spatial;
-    // The tiles' arithmetic depends on the extents, the splits and the reader's window only: many layers
-    // share it, so it is computed once per such class and pair of splits, per channel.
+int Model::shuffle_class(int reader, int input) const {
     if (shuffle_class_.empty()) shuffle_class_.resize(net_.layers.size());
+    const Layer& r = net_.layers[static_cast<std::size_t>(reader)];
     auto& classes = shuffle_class_[static_cast<std::size_t>(reader)];
-    if (classes.empty()) classes.assign(r.inputs.size(), -1);
+    if (classes.empty()) classes.assign(r.inputs.size(), -2);
     int& shape_class = classes[static_cast<std::size_t>(input)];
-    if (shape_class < 0) {
-        std::vector<std::int64_t> shape{whole.n, from_spatial, to_spatial};
-        shape.insert(shape.end(), whole.space.begin(), whole.space.end());
-        if (window) {
-            for (const frontend::Spatial* v : {&r.kernel, &r.stride, &r.pad, &r.output_pad})
-                shape.insert(shape.end(), v->begin(), v->end());
-            for (int d = 0; d < r.kernel.rank(); ++d) shape.push_back(window_dilation(r, d));
-            shape.insert(shape.end(), {static_cast<std::int64_t>(r.op), r.scale, r.mode});
-        }
-        shape_class = classes_.emplace(shape, static_cast<int>(classes_.size())).first->second;
+    if (shape_class != -2) return shape_class;
+    const Layer& p = net_.layers[static_cast<std::size_t>(r.inputs[static_cast<std::size_t>(input)])];
+    if (p.is_data()) return shape_class = -1;  // made where it is read
+    // The tiles' arithmetic depends on the extents, the splits and the reader's window only: many layers
+    // share it, so it is computed once per such class and pair of splits, per channel. The reader's tile is
+    // whole samples for a fully connected layer, else its own tile (with the margins its window reads).
+    const Dims whole = extent_of(p, batch_);
+    const bool from_spatial = p.spatial(), to_spatial = p.spatial() && !reads_whole_samples(r);
+    const bool window = r.windowed() && to_spatial;
+    std::vector<std::int64_t> shape{whole.n, from_spatial, to_spatial};
+    shape.insert(shape.end(), whole.space.begin(), whole.space.end());
+    if (window) {
+        for (const frontend::Spatial* v : {&r.kernel, &r.stride, &r.pad, &r.output_pad})
+            shape.insert(shape.end(), v->begin(), v->end());
+        for (int d = 0; d < r.kernel.rank(); ++d) shape.push_back(window_dilation(r, d));
+        shape.insert(shape.end(), {static_cast<std::int64_t>(r.op), r.scale, r.mode});
     }
-    ShuffleKey key{shape_class, from.n, to.n};
-    for (std::size_t a = 0; a < max_space; ++a) key[3 + a] = from.space[a], key[3 + max_space + a] = to.space[a];
-    auto it = shuffles_.find(key);
-    if (it == shuffles_.end()) {
-        ShufflePoints s;
-        const std::vector<std::int64_t> ranks = sample_ranks(procs_);
-        const Box extent = whole_box(whole);
-        bool same = true;
-        double total_received = 0.0;
-        const bool read_spatial = p.spatial() && !whole_samples(p, read_spec);
-        for (std::int64_t q : ranks) {
-            const Box tile = tile_box(whole, to, q, read_spatial), own = tile_box(whole, from, q, from_spatial);
-            if (!(tile == own)) same = false;
-            const Box want = (window ? window_input(r, tile, whole.c) : tile).meet(extent);
-            const double points = static_cast<double>(want.points());
-            const double received = points - static_cast<double>(want.meet(own).points());
-            // The producer's blocks that the wanted box meets, less its own.
-            std::int64_t blocks = blocks_meeting(whole.n, from.n, want.n);
-            if (from_spatial)
-                for (int d = 0; d < whole.rank(); ++d)
-                    blocks *= blocks_meeting(whole.space[d], from.parts(d, whole.rank()), want.space[d]);
-            const double messages = static_cast<double>(blocks) - (own.meet(want).empty() ? 0.0 : 1.0);
-            s.most_received = std::max(s.most_received, received);
-            total_received += received;
-            s.most_messages = std::max(s.most_messages, messages);
-            s.copy = std::max(s.copy, points);
-        }
-        s.same = same;
-        // Senders: one process per block of the producer's split (replicas do not all send).
-        const double senders = static_cast<double>(replicated(p, own_spec) ? from.n : from.n * from.spatial_procs());
-        s.most_sent = total_received * static_cast<double>(procs_) / static_cast<double>(ranks.size()) / senders;
-        it = shuffles_.emplace(key, s).first;
-    }
-    const ShufflePoints& s = it->second;
+    if (!shuffles_) shuffles_ = std::make_shared<ShuffleArithmetic>(procs_);
+    auto [it, added] = classes_.try_emplace(shape, -1);
+    if (added) it->second = shuffles_->add_class({whole, from_spatial, to_spatial, window ? &r : nullptr});
+    return shape_class = it->second;
+}
+
+ShuffleCost Model::shuffle_cost(const ShufflePoints& s, std::int64_t channels, bool producer_spatial, const Split& from,
+                                const Split& to) const {
     ShuffleCost out;
     if (s.same) return out;  // the same tiles: what the reader needs beyond them is a halo, not a shuffle
-    const double bytes = std::max(s.most_received, s.most_sent) * static_cast<double>(whole.c) * word;
+    // Senders: one process per block of the producer's split (replicas, of a tensor without spatial
+    // dimensions under a spatial split, do not all send).
+    const bool replicas = !producer_spatial && from.spatial();
+    const double senders = static_cast<double>(replicas ? from.n : from.n * from.spatial_procs());
+    const double most_sent = s.total_received * static_cast<double>(procs_) / static_cast<double>(s.sampled) / senders;
+    const double bytes = std::max(s.most_received, most_sent) * static_cast<double>(channels) * word;
     const Link& link = shuffle_between_nodes(from, to) ? platform_.network : platform_.node;
     const double copies = platform_.memory_bandwidth > 0 ? 2.0 * bytes / platform_.memory_bandwidth : 0.0;
     const double one_way = s.most_messages * link.latency + bytes / link.bandwidth + copies;
@@ -771,7 +729,42 @@ ShuffleCost Model::shuffle(int reader, int input, const Split& from, const Split
     // wait for every partner.
     out.seconds += shuffle_extra_;
     out.bytes = static_cast<std::int64_t>(2.0 * bytes);
-    out.memory = s.copy * static_cast<double>(whole.c) * word;
+    out.memory = s.copy * static_cast<double>(channels) * word;
+    return out;
+}
+
+ShuffleCost Model::shuffle(int reader, int input, const Split& from, const Split& to) const {
+    const int cls = shuffle_class(reader, input);
+    if (cls < 0) return {};
+    const Layer& r = net_.layers[static_cast<std::size_t>(reader)];
+    const Layer& p = net_.layers[static_cast<std::size_t>(r.inputs[static_cast<std::size_t>(input)])];
+    if (from == to && !(p.spatial() && reads_whole_samples(r))) return {};
+    return shuffle_cost(shuffles_->points(cls, from, to), extent_of(p, batch_).c, p.spatial(), from, to);
+}
+
+std::vector<ShuffleCost> Model::shuffles(int reader, int input, const std::vector<Split>& from,
+                                         const std::vector<Split>& to) const {
+    std::vector<ShuffleCost> out(from.size() * to.size());
+    const int cls = shuffle_class(reader, input);
+    if (cls < 0) return out;
+    const Layer& r = net_.layers[static_cast<std::size_t>(reader)];
+    const Layer& p = net_.layers[static_cast<std::size_t>(r.inputs[static_cast<std::size_t>(input)])];
+    const bool whole = p.spatial() && reads_whole_samples(r);
+    const std::int64_t channels = extent_of(p, batch_).c;
+    const std::vector<ShufflePoints>& points = shuffles_->matrix(cls, from, to);
+    for (std::size_t a = 0; a < from.size(); ++a)
+        for (std::size_t b = 0; b < to.size(); ++b)
+            if (!(from[a] == to[b] && !whole))
+                out[a * to.size() + b] = shuffle_cost(points[a * to.size() + b], channels, p.spatial(), from[a], to[b]);
+    return out;
+}
+
+std::vector<ShuffleCost> CostModel::shuffles(int reader, int input, const std::vector<Split>& from,
+                                             const std::vector<Split>& to) const {
+    std::vector<ShuffleCost> out;
+    out.reserve(from.size() * to.size());
+    for (const Split& a : from)
+        for (const Split& b : to) out.push_back(shuffle(reader, input, a, b));
     return out;
 }
 

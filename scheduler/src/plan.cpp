@@ -103,7 +103,11 @@ struct Planner {
                 TilePlan& t = slot(l.inputs[j]).tiles[static_cast<std::size_t>(index)];
                 ++t.readers;
                 t.reader_layers.push_back(i);
-                if (l.windowed()) t.windowed_readers.push_back(i);
+                if (l.windowed()) {
+                    t.windowed_readers.push_back(i);
+                    // Padding modes never differ between a tensor's readers (shape inference checks it).
+                    t.periodic = t.periodic || l.periodic();
+                }
                 slot(i).operands.push_back(index);
             }
         }
@@ -194,14 +198,14 @@ struct Planner {
     }
 
     // This process's part in moving `b` from process `from` to process `to`.
-    void route(Exchange& p, int from, int to, const Box& b) const {
+    void route(Exchange& p, int from, int to, const Piece& piece) const {
         const int me = plan.rank;
         if (from == me && to == me)
-            p.local.push_back(b);
+            p.local.push_back(Piece{me, piece.box, piece.shift});
         else if (to == me)
-            p.receives.push_back(Piece{from, b});
+            p.receives.push_back(Piece{from, piece.box, piece.shift});
         else if (from == me)
-            p.sends.push_back(Piece{to, b});
+            p.sends.push_back(Piece{to, piece.box, piece.shift});
     }
 
     // Which processes send each part of every tile's padded box, and which receive it. A tile of a layer's
@@ -228,12 +232,12 @@ struct Planner {
                 if (!t.copy) {
                     if (t.windowed_readers.empty()) continue;  // no margins: nothing to exchange
                     for (int r = 0; r < procs; ++r) {
-                        std::vector<Piece> halo = halo_pieces(s.whole, t.spec.split, r, need_at(t, r));
+                        std::vector<Piece> halo = halo_pieces(s.whole, t.spec.split, r, need_at(t, r), t.periodic);
                         std::stable_sort(halo.begin(), halo.end(),
                                          [](const Piece& a, const Piece& b) { return a.peer < b.peer; });
                         for (const Piece& p : halo) {
-                            route(t.forward, p.peer, r, p.box);
-                            route(t.backward, r, p.peer, p.box);
+                            route(t.forward, p.peer, r, p);
+                            route(t.backward, r, p.peer, p);
                         }
                     }
                     continue;
@@ -255,9 +259,9 @@ struct Planner {
                         const Box b = want.meet(g.box);
                         if (b.empty()) continue;
                         const bool holds = std::find(g.ranks.begin(), g.ranks.end(), r) != g.ranks.end();
-                        route(t.forward, holds ? r : g.ranks.front(), r, b);
+                        route(t.forward, holds ? r : g.ranks.front(), r, Piece{0, b, {}});
                         if (!speaks) continue;
-                        for (int q : g.ranks) route(t.backward, r, q, b);
+                        for (int q : g.ranks) route(t.backward, r, q, Piece{0, b, {}});
                     }
                 }
             }
@@ -301,7 +305,8 @@ void plan_overlap(const frontend::Network& net, Plan& plan) {
             in.reader_layers.front() != static_cast<int>(i))
             continue;
         s.overlapped = true;
-        s.overlap = overlap_parts(l, s.tiles.front().box, held_box(in.box, extent_of(input, plan.batch), in.need));
+        s.overlap =
+            overlap_parts(l, s.tiles.front().box, held_box(in.box, extent_of(input, plan.batch), in.need, in.periodic));
     }
 }
 
@@ -351,9 +356,17 @@ std::string margins_text(const Margins& m) {
     return out;
 }
 
+// A piece: its box, and where a periodic halo's elements lie in their tile.
+std::string piece_text(const Piece& p) {
+    std::string out = box_text(p.box);
+    if (std::any_of(p.shift.begin(), p.shift.end(), [](std::int64_t v) { return v != 0; }))
+        out += ", across the border from " + box_text(p.source());
+    return out;
+}
+
 std::string pieces_text(const char* what, const std::vector<Piece>& pieces, const char* way) {
     std::string out;
-    for (const Piece& p : pieces) out += fmt::format("      {} {} rank {}: {}\n", what, way, p.peer, box_text(p.box));
+    for (const Piece& p : pieces) out += fmt::format("      {} {} rank {}: {}\n", what, way, p.peer, piece_text(p));
     return out;
 }
 
@@ -362,7 +375,7 @@ std::string exchange_text(const char* name, const Exchange& e) {
     std::string out = fmt::format("    {}:\n", name);
     out += pieces_text("send", e.sends, "to");
     out += pieces_text("receive", e.receives, "from");
-    for (const Box& b : e.local) out += fmt::format("      local {}\n", box_text(b));
+    for (const Piece& p : e.local) out += fmt::format("      local {}\n", piece_text(p));
     return out;
 }
 

@@ -34,8 +34,7 @@ std::int64_t input_extent(const Layer& layer, int d) {
 
 IndexRange input_range(const Layer& layer, int d, std::int64_t a, std::int64_t b) {
     if (layer.op == OpKind::upsample)
-        return upsample_input(a, b, layer.scale, layer.upsample_mode() == frontend::UpsampleMode::bilinear,
-                              input_extent(layer, d));
+        return upsample_input(a, b, layer.scale, layer.linear_upsample(), input_extent(layer, d));
     return deconv_input(a, b, layer.kernel[d], layer.stride[d], layer.pad[d], input_extent(layer, d));
 }
 
@@ -71,37 +70,76 @@ bool exchanges_halo(const Layer& reader, const Layer& input, const Split& split)
     return false;
 }
 
-std::vector<Piece> halo_pieces(const Dims& whole, const Split& split, std::int64_t rank, const Margins& need) {
+namespace {
+
+// A run of indices of one dimension that a tile wants and one block holds: where it lies in the wanting
+// tile, the block, the shift to where the block holds it, and its side of the tile (-1 before, 0 its own, +1
+// after).
+struct Segment {
+    Range range;
+    std::int64_t block = 0, shift = 0;
+    int side = 0;
+};
+
+// The segments of `want` along a dimension of `extent` split `parts` ways, `own` being the block of the tile
+// that wants them (at `mine`): within the tensor, and beyond its border the far side's when periodic (else
+// nothing: padding). In order along the dimension.
+std::vector<Segment> segments(Range want, const Range& own, std::int64_t mine, std::int64_t extent, std::int64_t parts,
+                              bool periodic) {
+    std::vector<Segment> out;
+    if (!periodic) want = want.meet({0, extent});
+    if (want.empty()) return out;
+    // The copies of the tensor that `want` meets: shift k * extent for k from floor(lo / E) to floor((hi-1) / E).
+    const auto floor_div = [](std::int64_t a, std::int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); };
+    for (std::int64_t k = floor_div(want.lo, extent); k <= floor_div(want.hi - 1, extent); ++k) {
+        const std::int64_t shift = k * extent;
+        const Range run{std::max(want.lo, shift) - shift, std::min(want.hi, shift + extent) - shift};
+        for (std::int64_t b = block_of(extent, parts, run.lo); b <= block_of(extent, parts, run.hi - 1); ++b) {
+            const std::int64_t lo = block_start(extent, parts, b);
+            const Range held = run.meet({lo, lo + block_size(extent, parts, b)});
+            const Range at{held.lo + shift, held.hi + shift};
+            const int side = b == mine && shift == 0 ? 0 : at.lo < own.lo ? -1 : 1;
+            out.push_back(Segment{at, b, shift, side});
+        }
+    }
+    return out;
+}
+
+}  // namespace
+
+std::vector<Piece> halo_pieces(const Dims& whole, const Split& split, std::int64_t rank, const Margins& need,
+                               bool periodic) {
     const int r = whole.rank();
     const Coords me = coords(split, rank);
-    const Box want = tile_box(whole, split, rank, true).grown(need).meet(whole_box(whole));
-    std::vector<Piece> pieces;
-    if (want.empty()) return pieces;
-    // Along each dimension, this process's block and the first and last blocks that the wanted range meets.
-    std::array<std::int64_t, max_space> mine{}, first{}, last{};
+    const Box own = tile_box(whole, split, rank, true), want = own.grown(need);
+    std::array<std::vector<Segment>, max_space> along;
     for (int d = 0; d < r; ++d) {
-        const int axis = Split::axis(d, r);
-        mine[d] = me.space[axis];
-        first[d] = block_of(whole.space[d], split.space[axis], want.space[d].lo);
-        last[d] = block_of(whole.space[d], split.space[axis], want.space[d].hi - 1);
+        const int axis = axis_of(d, r);
+        along[d] = segments(want.space[d], own.space[d], me.space[axis], whole.space[d], split.space[axis], periodic);
     }
-    // The blocks of one direction (per dimension: -1 before this process's block, 0 its own, +1 after), every
-    // combination in order along each dimension.
+    std::vector<Piece> pieces;
+    // The pieces of one direction (per dimension: -1 before this tile, 0 its own, +1 after): every
+    // combination of that direction's segments, in order along each dimension.
     auto direction = [&](const std::array<int, max_space>& side) {
-        std::array<std::int64_t, max_space> lo{}, hi{};
-        for (int k = 0; k < r; ++k) {
-            lo[k] = side[k] < 0 ? first[k] : side[k] > 0 ? mine[k] + 1 : mine[k];
-            hi[k] = side[k] < 0 ? mine[k] - 1 : side[k] > 0 ? last[k] : mine[k];
-            if (lo[k] > hi[k]) return;
+        std::array<std::vector<const Segment*>, max_space> picked;
+        for (int d = 0; d < r; ++d) {
+            for (const Segment& g : along[d])
+                if (g.side == side[d]) picked[d].push_back(&g);
+            if (picked[d].empty()) return;
         }
-        for (std::array<std::int64_t, max_space> at = lo;;) {
+        for (std::array<std::size_t, max_space> at{};;) {
             Coords peer = me;
-            for (int d = 0; d < r; ++d) peer.space[Split::axis(d, r)] = at[d];
-            const std::int64_t q = rank_of(split, peer);
-            const Box piece = want.meet(tile_box(whole, split, q, true));
-            if (!piece.empty()) pieces.push_back(Piece{static_cast<int>(q), piece});
+            Piece p{0, own, Index::filled(r, 0)};
+            for (int d = 0; d < r; ++d) {
+                const Segment& g = *picked[d][at[d]];
+                peer.space[axis_of(d, r)] = g.block;
+                p.box.space[d] = g.range;
+                p.shift[d] = g.shift;
+            }
+            p.peer = static_cast<int>(rank_of(split, peer));
+            if (!p.box.empty()) pieces.push_back(p);
             int d = r - 1;
-            for (; d >= 0 && at[d] == hi[d]; --d) at[d] = lo[d];
+            for (; d >= 0 && at[d] + 1 == picked[d].size(); --d) at[d] = 0;
             if (d < 0) return;
             ++at[d];
         }
@@ -123,8 +161,26 @@ std::vector<Piece> halo_pieces(const Dims& whole, const Split& split, std::int64
     return pieces;
 }
 
-Box held_box(const Box& tile, const Dims& whole, const Margins& need) {
+std::vector<Piece> wrapped_parts(const Dims& whole, const Box& want) {
+    // The halo of the whole tensor on one process, grown as far as `want` reaches beyond it: its pieces, cut
+    // to `want`.
+    Margins beyond = Margins::filled(whole.rank(), Reach{});
+    for (int d = 0; d < whole.rank(); ++d)
+        beyond[d] = {std::max<std::int64_t>(0, -want.space[d].lo),
+                     std::max<std::int64_t>(0, want.space[d].hi - whole.space[d])};
+    std::vector<Piece> parts;
+    for (Piece p : halo_pieces(whole, Split{}, 0, beyond, true)) {
+        p.box.space = p.box.meet(want).space;
+        p.box.n = want.n;
+        p.box.c = want.c;
+        if (!p.box.empty()) parts.push_back(p);
+    }
+    return parts;
+}
+
+Box held_box(const Box& tile, const Dims& whole, const Margins& need, bool periodic) {
     Box held = tile;
+    if (periodic) return held;
     for (int d = 0; d < tile.space.rank(); ++d) {
         if (tile.space[d].lo <= 0) held.space[d].lo -= need[d].before;
         if (tile.space[d].hi >= whole.space[d]) held.space[d].hi += need[d].after;

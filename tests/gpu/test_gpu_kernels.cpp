@@ -1,13 +1,14 @@
 // The GPU kernel set against the reference kernels, on views of tiles with margins in device memory: every
 // operand is made on the host, copied to the device with the same padded layout, and compared after the
 // kernels ran on both. Inputs' margins hold NaN (reading them shows) and outputs' a sentinel (writing them
-// shows).
+// shows). Images, vectors and volumes alike: every kind has cases of each rank it takes, and those only for
+// volumes are in test_gpu_volumes.cpp (the tiles, comparisons and checks both use are in gpu_checks.hpp).
 #include <dsl/backend/gpu.hpp>
 #include <dsl/backend/kernels.hpp>
 #include <dsl/backend/synthetic.hpp>
 #include <dsl/backend/tensor.hpp>
 
-#include "../kernel_layouts.hpp"
+#include "gpu_checks.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -25,61 +26,6 @@ using namespace dsl::backend;
 
 namespace {
 
-Kernels gpu() { return gpu_kernels(); }  // default options: no TF32
-Memory& device() { return *gpu_kernels().memory; }
-Kernels reference() { return reference_kernels(); }
-
-// A buffer of device memory, released when it goes.
-class DeviceArray {
-public:
-    explicit DeviceArray(std::int64_t size) : size_(size), data_(device().allocate(size)) {}
-    explicit DeviceArray(const std::vector<float>& host) : DeviceArray(static_cast<std::int64_t>(host.size())) {
-        device().upload(host.data(), data_, size_);
-    }
-    ~DeviceArray() { device().release(data_); }
-    DeviceArray(const DeviceArray&) = delete;
-    DeviceArray& operator=(const DeviceArray&) = delete;
-
-    float* data() const { return data_; }
-    std::vector<float> download() const {
-        std::vector<float> host(static_cast<std::size_t>(size_));
-        device().download(data_, host.data(), size_);
-        return host;
-    }
-
-private:
-    std::int64_t size_;
-    float* data_;
-};
-
-// A host tile (margins included) and its copy in device memory with the same layout, so that a view of one
-// is at the same offset in the other. It refers to the host tile, whose views it translates: a copy would
-// put them at another address.
-struct Tile {
-    const Tensor& host;
-    DeviceArray memory;
-
-    explicit Tile(const Tensor& t) : host(t), memory(host.size()) {
-        device().upload(host.data(), memory.data(), host.size());
-    }
-    explicit Tile(Tensor&&) = delete;
-
-    // The device view at the place of `v`, a view of `host`.
-    View on_device(ConstView v) const {
-        const std::int64_t offset = v.base - host.data();
-        REQUIRE(offset >= 0);
-        REQUIRE(offset < host.size());
-        return View{memory.data() + offset, v.dims, v.stride_n, v.stride_c, v.stride};
-    }
-    View interior() const { return on_device(host.interior()); }
-    // The host tile with the device's elements.
-    Tensor download() const {
-        Tensor t = host;
-        device().download(memory.data(), t.data(), t.size());
-        return t;
-    }
-};
-
 // Operands and their copies in device memory: the views of both, for kernels that take several.
 struct Operands {
     std::vector<std::unique_ptr<Tile>> tiles;
@@ -93,52 +39,6 @@ struct Operands {
     }
 };
 
-// Two tiles that started equal, margins included: NaN and sentinels exactly where the expected has them, and
-// every other element within `tolerance` of the expected, relative to the larger of its magnitude and `floor`
-// (the largest expected magnitude when `floor` is negative: sums whose terms cancel); 0 asks for equality.
-void require_close(const Tensor& got, const Tensor& expected, const std::string& what, double tolerance,
-                   double floor = 1e-6) {
-    REQUIRE(got.size() == expected.size());
-    const float* g = got.data();
-    const float* e = expected.data();
-    double scale = 0.0;
-    for (std::int64_t i = 0; i < expected.size(); ++i)
-        if (!std::isnan(e[i]) && e[i] != sentinel) scale = std::max(scale, std::abs(double(e[i])));
-    if (floor < 0.0) floor = scale;
-    std::int64_t nans = 0, sentinels = 0, bad = 0;
-    double worst = 0.0;
-    for (std::int64_t i = 0; i < expected.size(); ++i) {
-        if (std::isnan(g[i]) != std::isnan(e[i])) ++nans;
-        if ((g[i] == sentinel) != (e[i] == sentinel)) ++sentinels;
-        if (std::isnan(g[i]) || std::isnan(e[i])) continue;
-        const double error = std::abs(double(g[i]) - double(e[i]));
-        worst = std::max(worst, error);
-        if (error > tolerance * std::max(std::abs(double(e[i])), floor)) ++bad;
-    }
-    INFO(what << ": largest error " << worst << ", largest magnitude " << scale);
-    CHECK(nans == 0);
-    CHECK(sentinels == 0);
-    CHECK(bad == 0);
-}
-
-void require_close(const std::vector<float>& got, const std::vector<float>& expected, const std::string& what,
-                   double tolerance, double floor = 1e-6) {
-    REQUIRE(got.size() == expected.size());
-    Tensor g(Dims{1, static_cast<std::int64_t>(got.size()), {}}), e = g;
-    std::copy(got.begin(), got.end(), g.data());
-    std::copy(expected.begin(), expected.end(), e.data());
-    require_close(g, e, what, tolerance, floor);
-}
-
-void require_close(const std::vector<double>& got, const std::vector<double>& expected, const std::string& what,
-                   double tolerance) {
-    REQUIRE(got.size() == expected.size());
-    for (std::size_t i = 0; i < got.size(); ++i) {
-        INFO(what << " [" << i << "]");
-        CHECK(got[i] == Approx(expected[i]).epsilon(tolerance).margin(tolerance));
-    }
-}
-
 const std::vector<Dims> shapes = {{1, 1, {1, 1}}, {2, 3, {5, 7}}, {1, 4, {9, 17}}, {3, 2, {16, 8}}, {2, 5, {1, 33}}};
 
 // Shapes that need many blocks, several reduction chunks per channel and the four-element rows.
@@ -147,25 +47,27 @@ const std::vector<Dims> big_shapes = {{2, 3, {150, 130}}, {8, 4, {64, 64}}, {2, 
 // Vectors [N, K], without spatial dimensions: planes of 1 x 1 to the kernels.
 const std::vector<Dims> vector_shapes = {{1, 1, {}}, {4, 10, {}}, {3, 1000, {}}};
 
-// The small shapes and the vectors.
+// Volumes {n, c, {d, h, w}}: uneven extents, a depth of one, single rows and columns.
+const std::vector<Dims> volume_shapes = {{1, 1, {1, 1, 1}}, {2, 3, {3, 5, 7}},  {1, 4, {4, 9, 17}},
+                                         {2, 2, {1, 6, 5}}, {3, 2, {5, 1, 33}}, {2, 5, {6, 4, 1}}};
+
+// Volumes that need many blocks, several reduction chunks per channel and the four-element rows.
+const std::vector<Dims> big_volume_shapes = {{2, 3, {24, 40, 36}}, {1, 70, {8, 8, 8}}, {2, 4, {16, 16, 160}}};
+
+// The small shapes, the vectors and the small volumes.
 std::vector<Dims> small_shapes() {
     std::vector<Dims> all = shapes;
     all.insert(all.end(), vector_shapes.begin(), vector_shapes.end());
+    all.insert(all.end(), volume_shapes.begin(), volume_shapes.end());
     return all;
 }
 
-// Every shape above.
+// Every shape above, the images' and vectors' first.
 std::vector<Dims> all_shapes() {
-    std::vector<Dims> all = small_shapes();
-    all.insert(all.end(), big_shapes.begin(), big_shapes.end());
+    std::vector<Dims> all = shapes;
+    for (const std::vector<Dims>* more : {&vector_shapes, &big_shapes, &volume_shapes, &big_volume_shapes})
+        all.insert(all.end(), more->begin(), more->end());
     return all;
-}
-
-// "2x3x5x7", for messages.
-std::string text(const Dims& d) {
-    std::string s = std::to_string(d.n) + "x" + std::to_string(d.c);
-    for (std::int64_t e : d.space) s += "x" + std::to_string(e);
-    return s;
 }
 
 }  // namespace
@@ -200,7 +102,8 @@ TEST_CASE("gpu memory allocates zeroed, copies, fills, packs and unpacks", "[gpu
     const DeviceArray round_trip(values);
     CHECK(round_trip.download() == values);
 
-    const Dims d = GENERATE(Dims{2, 3, {5, 7}}, Dims{1, 2, {150, 130}}, Dims{3, 1, {1, 1}}, Dims{3, 7, {}});
+    const Dims d = GENERATE(Dims{2, 3, {5, 7}}, Dims{1, 2, {150, 130}}, Dims{3, 1, {1, 1}}, Dims{3, 7, {}},
+                            Dims{2, 3, {4, 5, 7}}, Dims{1, 2, {20, 30, 40}}, Dims{3, 1, {1, 1, 1}});
     const Layout layout = GENERATE(Layout::dense, Layout::interior, Layout::channels);
     INFO(name(layout) << " " << text(d));
 
@@ -235,60 +138,6 @@ TEST_CASE("gpu memory allocates zeroed, copies, fills, packs and unpacks", "[gpu
     device().synchronize();
 }
 
-namespace {
-
-// Forward, backward-data and backward-weights of one problem on both kernel sets, twice on the GPU: the first
-// call times cuDNN's algorithms, the second runs the plan it chose.
-void check_conv(const ConvProblem& p, Layout layout, bool strided_weights, std::mt19937& rng) {
-    const std::string what = describe(p, layout, strided_weights);
-    INFO(what);
-    const Window& win = p.window;
-    const Dims xd{p.n, p.c, {win.input_extent(0, p.out_h), win.input_extent(1, p.out_w)}};
-    const Dims yd{p.n, p.f, {p.out_h, p.out_w}};
-    const Dims wd{p.f, p.c, {win.kernel[0], win.kernel[1]}};
-    // Weights as a channel range of a bigger filter bank: not dense, so they go through scratch.
-    const Layout weights = strided_weights ? Layout::channels : Layout::dense;
-    // Convolution sums have terms that cancel: errors are measured against the largest output.
-    const double tolerance = 1e-4, scale = -1.0;
-
-    Operand x = make_operand(xd, layout, true, rng), w = make_operand(wd, weights, true, rng);
-    const Tile x_dev(x.tensor), w_dev(w.tensor);
-    const std::vector<float> bias = random_vector(p.f, rng);
-    const DeviceArray bias_dev(bias);
-
-    Operand y = make_operand(yd, layout, false, rng), y_ref = y;
-    const Tile y_dev(y.tensor);
-    reference().conv->forward(x.view(), w.view(), p.bias ? bias.data() : nullptr, y_ref.view(), win);
-    for (int run = 0; run < 2; ++run) {
-        gpu().conv->forward(x_dev.on_device(x.view()), w_dev.on_device(w.view()), p.bias ? bias_dev.data() : nullptr,
-                            y_dev.on_device(y.view()), win);
-        require_close(y_dev.download(), y_ref.tensor, "forward " + std::to_string(run), tolerance, scale);
-    }
-
-    Operand dy = make_operand(yd, layout, true, rng), dx = make_operand(xd, layout, false, rng), dx_ref = dx;
-    const Tile dy_dev(dy.tensor), dx_dev(dx.tensor);
-    reference().conv->backward_data(dy.view(), w.view(), dx_ref.view(), win);
-    for (int run = 0; run < 2; ++run) {
-        gpu().conv->backward_data(dy_dev.on_device(dy.view()), w_dev.on_device(w.view()), dx_dev.on_device(dx.view()),
-                                  win);
-        require_close(dx_dev.download(), dx_ref.tensor, "backward_data " + std::to_string(run), tolerance, scale);
-    }
-
-    Operand dw = make_operand(wd, weights, false, rng), dw_ref = dw;
-    const Tile dw_dev(dw.tensor);
-    std::vector<float> db_ref(static_cast<std::size_t>(p.f), sentinel);
-    const DeviceArray db_dev(db_ref);
-    reference().conv->backward_weights(x.view(), dy.view(), dw_ref.view(), p.bias ? db_ref.data() : nullptr, win);
-    for (int run = 0; run < 2; ++run) {
-        gpu().conv->backward_weights(x_dev.on_device(x.view()), dy_dev.on_device(dy.view()),
-                                     dw_dev.on_device(dw.view()), p.bias ? db_dev.data() : nullptr, win);
-        require_close(dw_dev.download(), dw_ref.tensor, "backward_weights dw " + std::to_string(run), tolerance, scale);
-        require_close(db_dev.download(), db_ref, "backward_weights db " + std::to_string(run), tolerance, scale);
-    }
-}
-
-}  // namespace
-
 TEST_CASE("gpu convolutions match the reference on strided views", "[gpu]") {
     const Layout layout = GENERATE(Layout::dense, Layout::interior, Layout::padded, Layout::inside, Layout::channels);
     std::mt19937 rng(41);
@@ -306,6 +155,8 @@ TEST_CASE("gpu convolutions take weights that are not dense", "[gpu]") {
     std::mt19937 rng(43);
     check_conv(conv_problems()[0], Layout::interior, true, rng);
     check_conv(conv_problems()[2], Layout::dense, true, rng);
+    check_conv(volume_conv_problems()[0], Layout::interior, true, rng);
+    check_conv(volume_conv_problems()[2], Layout::dense, true, rng);
 }
 
 namespace {
@@ -319,11 +170,12 @@ struct FcProblem {
 }  // namespace
 
 TEST_CASE("gpu fully connected layers match the reference", "[gpu]") {
-    // x an image, or a vector (of 1 x 1 planes, or without spatial dimensions: another fc's output); y and w
-    // are vectors.
+    // x an image, a volume, or a vector (of 1 x 1 planes, or without spatial dimensions: another fc's output);
+    // y and w are vectors.
     const FcProblem p = GENERATE(FcProblem{{3, 4, {3, 5}}, 7, true}, FcProblem{{5, 64, {1, 1}}, 10, false},
                                  FcProblem{{5, 64, {}}, 10, true}, FcProblem{{2, 16, {7, 7}}, 33, true},
-                                 FcProblem{{1, 1, {1, 1}}, 1, true});
+                                 FcProblem{{1, 1, {1, 1}}, 1, true}, FcProblem{{3, 4, {2, 3, 5}}, 7, true},
+                                 FcProblem{{2, 8, {1, 1, 1}}, 5, false}, FcProblem{{2, 16, {4, 4, 4}}, 33, true});
     const Layout layout = GENERATE(Layout::dense, Layout::interior);
     INFO("fc x " << text(p.x) << " k=" << p.k << " " << name(layout));
     std::mt19937 rng(47);
@@ -414,6 +266,9 @@ TEST_CASE("gpu batch norm matches the reference", "[gpu]") {
         if (d.space[0] >= 3 && d.space[1] >= 3) check_batchnorm(d, rng);
     for (const Dims& d : big_shapes) check_batchnorm(d, rng);
     for (const Dims& d : vector_shapes) check_batchnorm(d, rng);
+    for (const Dims& d : volume_shapes)
+        if (std::all_of(d.space.begin(), d.space.end(), [](std::int64_t e) { return e >= 3; })) check_batchnorm(d, rng);
+    for (const Dims& d : big_volume_shapes) check_batchnorm(d, rng);
 }
 
 namespace {
@@ -488,7 +343,7 @@ TEST_CASE("gpu dropout matches the reference bit for bit", "[gpu]") {
         DropoutMask m;
         m.key = 0x1234567;
         m.step = 5;
-        m.n0 = 3, m.at = d.rank() == 0 ? Index{} : Index{17, 9};
+        m.n0 = 3, m.at = d.rank() == 0 ? Index{} : d.rank() == 3 ? Index{5, 17, 9} : Index{17, 9};
         m.p = 0.4f;
         Operand x = make_operand(d, Layout::interior, true, rng);
         const Tile x_dev(x.tensor);
@@ -577,15 +432,6 @@ TEST_CASE("gpu sigmoid matches the reference", "[gpu]") {
     }
 }
 
-namespace {
-
-struct PoolCase {
-    Window window;
-    Dims out;
-};
-
-}  // namespace
-
 TEST_CASE("gpu pooling matches the reference, ties included", "[gpu]") {
     // Disjoint windows, overlapping ones (3x3 stride 2 and stride 1), gaps (stride > kernel), non-square,
     // dilation (which the reference honours), and long rows.
@@ -597,28 +443,7 @@ TEST_CASE("gpu pooling matches the reference, ties included", "[gpu]") {
                  PoolCase{window(3, 3, 2, 2), {2, 3, {40, 150}}});
     const PoolKind kind = GENERATE(PoolKind::max, PoolKind::average);
     const int levels = GENERATE(0, 3);  // few levels make ties, so that routing to the first maximum is tested
-    const Window& w = pc.window;
-    const std::int64_t out_h = pc.out.space[0], out_w = pc.out.space[1];
-    const Dims in{pc.out.n, pc.out.c, {w.input_extent(0, out_h), w.input_extent(1, out_w)}};
-    CAPTURE(w.kernel[0], w.kernel[1], w.stride[0], w.stride[1], w.dilation[0], out_h, out_w, kind == PoolKind::max,
-            levels);
-    std::mt19937 rng(61);
-
-    Operand x = make_operand(in, Layout::channels, true, rng, levels),
-            dy = make_operand(pc.out, Layout::interior, true, rng);
-    const Tile x_dev(x.tensor), dy_dev(dy.tensor);
-
-    Operand y = make_operand(pc.out, Layout::interior, false, rng), y_ref = y;
-    const Tile y_dev(y.tensor);
-    reference().pool->forward(kind, x.view(), y_ref.view(), w);
-    gpu().pool->forward(kind, x_dev.on_device(x.view()), y_dev.on_device(y.view()), w);
-    require_close(y_dev.download(), y_ref.tensor, "pool forward", kind == PoolKind::max ? 0.0 : 1e-6);
-
-    Operand dx = make_operand(in, Layout::interior, false, rng), dx_ref = dx;
-    const Tile dx_dev(dx.tensor);
-    reference().pool->backward(kind, x.view(), dy.view(), dx_ref.view(), w);
-    gpu().pool->backward(kind, x_dev.on_device(x.view()), dy_dev.on_device(dy.view()), dx_dev.on_device(dx.view()), w);
-    require_close(dx_dev.download(), dx_ref.tensor, "pool backward", 1e-6);
+    check_pool(pc, kind, levels);
 }
 
 TEST_CASE("gpu global pooling sums and broadcasts as the reference", "[gpu]") {
@@ -626,6 +451,9 @@ TEST_CASE("gpu global pooling sums and broadcasts as the reference", "[gpu]") {
     std::vector<Dims> all = shapes;
     all.insert(all.end(), big_shapes.begin(), big_shapes.end());
     all.push_back({64, 512, {7, 7}});  // many small planes
+    all.insert(all.end(), volume_shapes.begin(), volume_shapes.end());
+    all.insert(all.end(), big_volume_shapes.begin(), big_volume_shapes.end());
+    all.push_back({16, 256, {2, 3, 3}});  // many small volumes
     for (const Dims& d : all) {
         INFO("global pool " << text(d));
         Operand x = make_operand(d, Layout::interior, true, rng);
@@ -681,7 +509,8 @@ TEST_CASE("gpu element-wise kernels match the reference", "[gpu]") {
 }
 
 TEST_CASE("gpu add may write into an input", "[gpu]") {
-    const Dims d = GENERATE(Dims{2, 3, {5, 9}}, Dims{1, 2, {150, 130}});
+    const Dims d =
+        GENERATE(Dims{2, 3, {5, 9}}, Dims{1, 2, {150, 130}}, Dims{2, 3, {3, 5, 9}}, Dims{1, 2, {12, 40, 50}});
     const int inputs = GENERATE(2, 3, 9);
     const int into = GENERATE(0, 1);
     INFO(inputs << " inputs, into input " << into);
@@ -730,9 +559,11 @@ TEST_CASE("gpu adam and adamw match the reference bit for bit", "[gpu]") {
 }
 
 TEST_CASE("gpu cross-entropy matches the reference", "[gpu]") {
-    // A warp per sample ({n, k}, or {n, k, {1, 1}}, contiguous or not), a thread per pixel otherwise.
-    const Dims d = GENERATE(Dims{4, 10, {}}, Dims{4, 10, {1, 1}}, Dims{2, 3, {5, 6}}, Dims{3, 1000, {}},
-                            Dims{3, 1000, {1, 1}}, Dims{2, 2, {64, 80}});
+    // A warp per sample ({n, k}, or {n, k, {1, 1}} or {n, k, {1, 1, 1}}, contiguous or not), a thread per pixel
+    // or voxel otherwise.
+    const Dims d =
+        GENERATE(Dims{4, 10, {}}, Dims{4, 10, {1, 1}}, Dims{2, 3, {5, 6}}, Dims{3, 1000, {}}, Dims{3, 1000, {1, 1}},
+                 Dims{2, 2, {64, 80}}, Dims{3, 20, {1, 1, 1}}, Dims{2, 3, {3, 5, 6}}, Dims{1, 4, {16, 24, 20}});
     const Layout layout = GENERATE(Layout::dense, Layout::interior);
     INFO("cross entropy " << text(d) << " " << name(layout));
     std::mt19937 rng(83);
@@ -771,7 +602,8 @@ TEST_CASE("gpu cross-entropy matches the reference", "[gpu]") {
 TEST_CASE("gpu regression losses match the reference", "[gpu]") {
     using dsl::frontend::Regression;
     const Regression r = GENERATE(Regression::mse, Regression::l1, Regression::bce_with_logits);
-    const Dims d = GENERATE(Dims{4, 10, {}}, Dims{4, 10, {1, 1}}, Dims{2, 3, {5, 6}}, Dims{2, 2, {64, 80}});
+    const Dims d = GENERATE(Dims{4, 10, {}}, Dims{4, 10, {1, 1}}, Dims{2, 3, {5, 6}}, Dims{2, 2, {64, 80}},
+                            Dims{2, 3, {3, 5, 6}}, Dims{1, 2, {16, 24, 20}});
     const Layout layout = GENERATE(Layout::dense, Layout::interior);
     INFO("regression " << static_cast<int>(r) << " " << text(d) << " " << name(layout));
     std::mt19937 rng(89);
@@ -815,32 +647,20 @@ TEST_CASE("gpu synthetic inputs are the host's", "[gpu]") {
 TEST_CASE("gpu upsample matches the reference, on tiles anywhere in the tensor", "[gpu]") {
     struct Case {
         std::int64_t scale;
-        bool bilinear;
+        bool linear;
         std::int64_t in_h, in_w, oy0, oy1, ox0, ox1;
     };
     std::mt19937 rng(71);
     for (const Case& c :
          {Case{2, false, 9, 6, 0, 18, 0, 12}, Case{2, true, 9, 6, 0, 18, 0, 12}, Case{2, true, 9, 6, 5, 13, 3, 12},
           Case{3, true, 5, 4, 4, 13, 1, 7}, Case{3, false, 5, 4, 4, 13, 1, 7}, Case{2, true, 64, 80, 0, 128, 0, 160}}) {
-        INFO("upsample scale " << c.scale << (c.bilinear ? " bilinear" : " nearest") << " rows " << c.oy0 << ".."
-                               << c.oy1 << " columns " << c.ox0 << ".." << c.ox1);
-        const auto rows = dsl::scheduler::upsample_input(c.oy0, c.oy1, c.scale, c.bilinear, c.in_h);
-        const auto cols = dsl::scheduler::upsample_input(c.ox0, c.ox1, c.scale, c.bilinear, c.in_w);
+        INFO("upsample scale " << c.scale << (c.linear ? " bilinear" : " nearest") << " rows " << c.oy0 << ".." << c.oy1
+                               << " columns " << c.ox0 << ".." << c.ox1);
+        const auto rows = dsl::scheduler::upsample_input(c.oy0, c.oy1, c.scale, c.linear, c.in_h);
+        const auto cols = dsl::scheduler::upsample_input(c.ox0, c.ox1, c.scale, c.linear, c.in_w);
         const Dims xd{2, 3, {rows.end - rows.first, cols.end - cols.first}}, yd{2, 3, {c.oy1 - c.oy0, c.ox1 - c.ox0}};
-        const Upsample u{c.scale, c.bilinear, {c.in_h, c.in_w}, Placement{{rows.first, cols.first}, {c.oy0, c.ox0}}};
-        Operand x = make_operand(xd, Layout::interior, true, rng), dy = make_operand(yd, Layout::channels, true, rng);
-        const Tile x_dev(x.tensor), dy_dev(dy.tensor);
-        Operand y = make_operand(yd, Layout::interior, false, rng), y_ref = y;
-        const Tile y_dev(y.tensor);
-        reference().upsample->forward(u, x.view(), y_ref.view());
-        gpu().upsample->forward(u, x_dev.on_device(x.view()), y_dev.on_device(y.view()));
-        require_close(y_dev.download(), y_ref.tensor, "upsample forward", 1e-6);
-
-        Operand dx = make_operand(xd, Layout::channels, false, rng), dx_ref = dx;
-        const Tile dx_dev(dx.tensor);
-        reference().upsample->backward(u, dy.view(), dx_ref.view());
-        gpu().upsample->backward(u, dy_dev.on_device(dy.view()), dx_dev.on_device(dx.view()));
-        require_close(dx_dev.download(), dx_ref.tensor, "upsample backward", 1e-5, -1.0);
+        const Upsample u{c.scale, c.linear, {c.in_h, c.in_w}, Placement{{rows.first, cols.first}, {c.oy0, c.ox0}}};
+        check_upsample(xd, yd, u, rng);
     }
 }
 
@@ -859,35 +679,6 @@ TEST_CASE("gpu deconv (cuDNN's convolutions) matches the reference, on tiles any
         const Dims yd{2, c.cout, {c.oy1 - c.oy0, c.ox1 - c.ox0}};
         const Dims wd{c.cin, c.cout, {c.k, c.k}};
         const Deconv d{{c.k, c.k}, {c.s, c.s}, {c.p, c.p}, Placement{{rows.first, cols.first}, {c.oy0, c.ox0}}};
-        Operand x = make_operand(xd, Layout::interior, true, rng), dy = make_operand(yd, Layout::channels, true, rng);
-        Operand w = make_operand(wd, Layout::dense, true, rng);
-        const Tile x_dev(x.tensor), dy_dev(dy.tensor), w_dev(w.tensor);
-        std::vector<float> bias(static_cast<std::size_t>(c.cout));
-        for (float& b : bias) b = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
-        const DeviceArray bias_dev(bias);
-
-        Operand y = make_operand(yd, Layout::interior, false, rng), y_ref = y;
-        const Tile y_dev(y.tensor);
-        reference().deconv->forward(x.view(), w.view(), bias.data(), y_ref.view(), d);
-        gpu().deconv->forward(x_dev.on_device(x.view()), w_dev.on_device(w.view()), bias_dev.data(),
-                              y_dev.on_device(y.view()), d);
-        require_close(y_dev.download(), y_ref.tensor, "deconv forward", 1e-5, -1.0);
-
-        Operand dx = make_operand(xd, Layout::channels, false, rng), dx_ref = dx;
-        const Tile dx_dev(dx.tensor);
-        reference().deconv->backward_data(dy.view(), w.view(), dx_ref.view(), d);
-        gpu().deconv->backward_data(dy_dev.on_device(dy.view()), w_dev.on_device(w.view()), dx_dev.on_device(dx.view()),
-                                    d);
-        require_close(dx_dev.download(), dx_ref.tensor, "deconv backward_data", 1e-5, -1.0);
-
-        Operand dw = make_operand(wd, Layout::dense, false, rng), dw_ref = dw;
-        const Tile dw_dev(dw.tensor);
-        std::vector<float> db_ref(bias.size());
-        const DeviceArray db_dev(static_cast<std::int64_t>(bias.size()));
-        reference().deconv->backward_weights(x.view(), dy.view(), dw_ref.view(), db_ref.data(), d);
-        gpu().deconv->backward_weights(x_dev.on_device(x.view()), dy_dev.on_device(dy.view()),
-                                       dw_dev.on_device(dw.view()), db_dev.data(), d);
-        require_close(dw_dev.download(), dw_ref.tensor, "deconv backward_weights", 1e-5, -1.0);
-        require_close(db_dev.download(), db_ref, "deconv bias gradient", 1e-5, -1.0);
+        check_deconv(xd, wd, yd, d, rng);
     }
 }

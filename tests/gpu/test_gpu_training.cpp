@@ -52,6 +52,21 @@ TEST_CASE("training on the GPU gives the losses and weights of the CPU", "[gpu]"
     check_same_state(gpu.checkpoint, cpu.checkpoint, 1e-3);
 }
 
+TEST_CASE("training volumes on the GPU gives the losses and weights of the CPU", "[gpu]") {
+    // One process, uneven slabs of depth, a 2x2x2 grid of tiles (halos of faces, edges and corners from seven
+    // neighbours) and hybrid: 3-D convolutions with stride 2, batch norm and per-voxel losses.
+    const char* sched = GENERATE("", "samples/volume_tiny_depth_3.sched", "samples/volume_tiny_dhw_8.sched",
+                                 "samples/volume_tiny_hybrid_4.sched");
+    CAPTURE(sched);
+    const Run cpu = train("samples/volume_tiny.net", "", 4, "--device cpu");
+    const Run gpu = train("samples/volume_tiny.net", sched, 4, "--device gpu");
+    REQUIRE(cpu.losses.size() == 3);
+    REQUIRE(gpu.losses.size() == cpu.losses.size());
+    for (std::size_t i = 0; i < cpu.losses.size(); ++i) CHECK(gpu.losses[i] == Approx(cpu.losses[i]).epsilon(1e-3));
+    CHECK(cpu.losses.back() != cpu.losses.front());  // it trained
+    check_same_state(gpu.checkpoint, cpu.checkpoint, 1e-3);
+}
+
 TEST_CASE("a GPU checkpoint resumes on the CPU and a CPU one on the GPU", "[gpu]") {
     const fs::path dir = fs::temp_directory_path() / ("dsl_gpu_resume_" + std::to_string(::getpid()));
     fs::remove_all(dir);

@@ -1,5 +1,6 @@
-// Batch and group normalization on the GPU: per-channel (or per-plane) statistics and gradient sums
-// (reductions in double), and the forward and backward formulas in the reference's order of operations.
+// Batch and group normalization on the GPU: per-channel (or per-plane, a volume's planes together) statistics
+// and gradient sums (reductions in double), and the forward and backward formulas in the reference's order of
+// operations.
 #include "gpu_common.cuh"
 #include "gpu_map.cuh"
 #include "gpu_reduce.cuh"
@@ -25,7 +26,7 @@ struct NormForward {
     struct Row {
         double gamma, mean, inv_std, beta;
     };
-    __device__ Row row(std::int64_t, std::int64_t c, std::int64_t) const {
+    __device__ Row row(std::int64_t, std::int64_t c, std::int64_t, std::int64_t) const {
         return {gamma[c], mean_inv_std[c], mean_inv_std[channels + c], beta[c]};
     }
     template <int S>
@@ -44,7 +45,7 @@ struct NormBackward {
     struct Row {
         double scale, mean, inv_std, mean_dy, sum_dy_xhat;
     };
-    __device__ Row row(std::int64_t, std::int64_t c, std::int64_t) const {
+    __device__ Row row(std::int64_t, std::int64_t c, std::int64_t, std::int64_t) const {
         const double inv_std = values[channels + c];
         return {__dmul_rn(double(gamma[c]), inv_std), values[c], inv_std, values[2 * channels + c],
                 values[3 * channels + c]};
@@ -89,12 +90,12 @@ struct NormGradientTerm {
 class GpuBatchNorm final : public BatchNormKernels {
 public:
     void statistics(ConstView x, double* sum, double* sum_sq) override {
-        const ConstPlanes xp = planes(x);
-        const std::int64_t c = xp.dims.c;
+        const ConstVolumes xv = volumes(x);
+        const std::int64_t c = xv.dims.c;
         if (c == 0) return;
         Context& ctx = context();
         double* totals = ctx.totals.as<double>(2 * c);
-        reduce("batchnorm statistics", xp.dims, Over::channels, {xp}, MomentsTerm{}, totals);
+        reduce("batchnorm statistics", xv.dims, Over::channels, {xv}, MomentsTerm{}, totals);
         const double* host = ctx.fetch(totals, 2 * c);
         for (std::int64_t k = 0; k < c; ++k) {
             sum[k] += host[2 * k];
@@ -104,25 +105,25 @@ public:
 
     void forward(ConstView x, const float* mean, const float* inv_std, const float* gamma, const float* beta,
                  View y) override {
-        const ConstPlanes xp = planes(x);
-        const Planes yp = planes(y);
-        check_same_dims(xp, yp, "batchnorm forward");
-        if (yp.dims.elements() == 0) return;
-        const std::int64_t c = xp.dims.c;
+        const ConstVolumes xv = volumes(x);
+        const Volumes yv = volumes(y);
+        check_same_dims(x, y, "batchnorm forward");
+        if (yv.dims.elements() == 0) return;
+        const std::int64_t c = xv.dims.c;
         const double* values = context().upload(c, {mean, inv_std});
-        map("batchnorm forward", yp.dims, Merge::rows, operand(yp), inputs(xp), NormForward{values, c, gamma, beta});
+        map("batchnorm forward", yv.dims, Merge::rows, operand(yv), inputs(xv), NormForward{values, c, gamma, beta});
     }
 
     void backward_statistics(ConstView x, ConstView dy, const float* mean, const float* inv_std, double* sum_dy,
                              double* sum_dy_xhat) override {
-        const ConstPlanes xp = planes(x), dyp = planes(dy);
-        check_same_dims(xp, dyp, "batchnorm backward_statistics");
-        const std::int64_t c = xp.dims.c;
+        const ConstVolumes xv = volumes(x), dyv = volumes(dy);
+        check_same_dims(x, dy, "batchnorm backward_statistics");
+        const std::int64_t c = xv.dims.c;
         if (c == 0) return;
         Context& ctx = context();
         const double* values = ctx.upload(c, {mean, inv_std});
         double* totals = ctx.totals.as<double>(2 * c);
-        reduce("batchnorm backward statistics", xp.dims, Over::channels, {xp, dyp}, NormGradientTerm{values, c},
+        reduce("batchnorm backward statistics", xv.dims, Over::channels, {xv, dyv}, NormGradientTerm{values, c},
                totals);
         const double* host = ctx.fetch(totals, 2 * c);
         for (std::int64_t k = 0; k < c; ++k) {
@@ -133,23 +134,23 @@ public:
 
     void backward(ConstView x, ConstView dy, const float* mean, const float* inv_std, const float* gamma,
                   const double* sum_dy, const double* sum_dy_xhat, double count, View dx) override {
-        const ConstPlanes xp = planes(x), dyp = planes(dy);
-        const Planes dxp = planes(dx);
-        check_same_dims(xp, dyp, "batchnorm backward");
-        check_same_dims(xp, dxp, "batchnorm backward");
+        const ConstVolumes xv = volumes(x), dyv = volumes(dy);
+        const Volumes dxv = volumes(dx);
+        check_same_dims(x, dy, "batchnorm backward");
+        check_same_dims(x, dx, "batchnorm backward");
         DSL_INTERNAL_CHECK(count > 0, "batchnorm backward: empty group");
-        if (dxp.dims.elements() == 0) return;
-        const std::int64_t c = xp.dims.c;
+        if (dxv.dims.elements() == 0) return;
+        const std::int64_t c = xv.dims.c;
         // sum_dy / count once per channel: the reference's per-element quotient, the same in every element.
         std::vector<double> mean_dy(static_cast<std::size_t>(c));
         for (std::int64_t k = 0; k < c; ++k) mean_dy[static_cast<std::size_t>(k)] = sum_dy[k] / count;
         const double* values = context().upload(c, {mean, inv_std, mean_dy.data(), sum_dy_xhat});
-        map("batchnorm backward", dxp.dims, Merge::rows, operand(dxp), inputs(xp, dyp),
+        map("batchnorm backward", dxv.dims, Merge::rows, operand(dxv), inputs(xv, dyv),
             NormBackward{values, c, count, gamma});
     }
 };
 
-// Group norm: per (n, c) plane sums, added into per-(n, g) sums on the host. Group g of sample n is at
+// Group norm: per (n, c) sums over its places, added into per-(n, g) sums on the host. Group g of sample n is at
 // [n * groups + c / per] of the host's arrays, uploaded as doubles: mean, inv_std (and backward's terms).
 struct GroupNormForward {
     const double* values;  // mean at [s], inv_std at [stats + s]
@@ -158,7 +159,7 @@ struct GroupNormForward {
     struct Row {
         double gamma, mean, inv_std, beta;
     };
-    __device__ Row row(std::int64_t n, std::int64_t c, std::int64_t) const {
+    __device__ Row row(std::int64_t n, std::int64_t c, std::int64_t, std::int64_t) const {
         const std::int64_t s = n * groups + c / per;
         return {gamma[c], values[s], values[stats + s], beta[c]};
     }
@@ -169,7 +170,7 @@ struct GroupNormForward {
     }
 };
 
-// Σ dy, Σ dy * x_hat, Σ dy * gamma and Σ dy * gamma * x_hat over a plane, from inputs x, dy.
+// Σ dy, Σ dy * x_hat, Σ dy * gamma and Σ dy * gamma * x_hat over an (n, c), from inputs x, dy.
 struct GroupNormGradientTerm {
     static constexpr int inputs = 2, quantities = 4;
     const double* values;  // mean at [s], inv_std at [stats + s]
@@ -202,7 +203,7 @@ struct GroupNormBackward {
     struct Row {
         double gamma, mean, inv_std, mean_g, sum_g_xhat;
     };
-    __device__ Row row(std::int64_t n, std::int64_t c, std::int64_t) const {
+    __device__ Row row(std::int64_t n, std::int64_t c, std::int64_t, std::int64_t) const {
         const std::int64_t s = n * groups + c / per;
         return {gamma[c], values[s], values[stats + s], values[2 * stats + s], values[3 * stats + s]};
     }
@@ -218,15 +219,15 @@ struct GroupNormBackward {
 class GpuGroupNorm final : public GroupNormKernels {
 public:
     void statistics(ConstView x, std::int64_t groups, double* sum, double* sum_sq) override {
-        const ConstPlanes xp = planes(x);
-        const std::int64_t plane_count = xp.dims.n * xp.dims.c, per = per_group(xp.dims, groups);
+        const ConstVolumes xv = volumes(x);
+        const std::int64_t plane_count = xv.dims.n * xv.dims.c, per = per_group(xv.dims, groups);
         if (plane_count == 0) return;
         Context& ctx = context();
         double* totals = ctx.totals.as<double>(2 * plane_count);
-        reduce("groupnorm statistics", xp.dims, Over::planes, {xp}, MomentsTerm{}, totals);
+        reduce("groupnorm statistics", xv.dims, Over::planes, {xv}, MomentsTerm{}, totals);
         const double* host = ctx.fetch(totals, 2 * plane_count);
         for (std::int64_t p = 0; p < plane_count; ++p) {
-            const std::int64_t s = p / xp.dims.c * groups + p % xp.dims.c / per;
+            const std::int64_t s = p / xv.dims.c * groups + p % xv.dims.c / per;
             sum[s] += host[2 * p];
             sum_sq[s] += host[2 * p + 1];
         }
@@ -234,32 +235,32 @@ public:
 
     void forward(ConstView x, std::int64_t groups, const float* mean, const float* inv_std, const float* gamma,
                  const float* beta, View y) override {
-        const ConstPlanes xp = planes(x);
-        const Planes yp = planes(y);
-        check_same_dims(xp, yp, "groupnorm forward");
-        if (yp.dims.elements() == 0) return;
-        const std::int64_t stats = xp.dims.n * groups, per = per_group(xp.dims, groups);
+        const ConstVolumes xv = volumes(x);
+        const Volumes yv = volumes(y);
+        check_same_dims(x, y, "groupnorm forward");
+        if (yv.dims.elements() == 0) return;
+        const std::int64_t stats = xv.dims.n * groups, per = per_group(xv.dims, groups);
         const double* values = context().upload(stats, {mean, inv_std});
-        map("groupnorm forward", yp.dims, Merge::rows, operand(yp), inputs(xp),
+        map("groupnorm forward", yv.dims, Merge::rows, operand(yv), inputs(xv),
             GroupNormForward{values, stats, groups, per, gamma, beta});
     }
 
     void backward_statistics(ConstView x, ConstView dy, std::int64_t groups, const float* mean, const float* inv_std,
                              const float* gamma, double* d_beta, double* d_gamma, double* sum_g,
                              double* sum_g_xhat) override {
-        const ConstPlanes xp = planes(x), dyp = planes(dy);
-        check_same_dims(xp, dyp, "groupnorm backward_statistics");
-        const std::int64_t plane_count = xp.dims.n * xp.dims.c, per = per_group(xp.dims, groups);
+        const ConstVolumes xv = volumes(x), dyv = volumes(dy);
+        check_same_dims(x, dy, "groupnorm backward_statistics");
+        const std::int64_t plane_count = xv.dims.n * xv.dims.c, per = per_group(xv.dims, groups);
         if (plane_count == 0) return;
-        const std::int64_t stats = xp.dims.n * groups;
+        const std::int64_t stats = xv.dims.n * groups;
         Context& ctx = context();
         const double* values = ctx.upload(stats, {mean, inv_std});
         double* totals = ctx.totals.as<double>(4 * plane_count);
-        reduce("groupnorm backward statistics", xp.dims, Over::planes, {xp, dyp},
+        reduce("groupnorm backward statistics", xv.dims, Over::planes, {xv, dyv},
                GroupNormGradientTerm{values, stats, groups, per, gamma}, totals);
         const double* host = ctx.fetch(totals, 4 * plane_count);
         for (std::int64_t p = 0; p < plane_count; ++p) {
-            const std::int64_t c = p % xp.dims.c, s = p / xp.dims.c * groups + c / per;
+            const std::int64_t c = p % xv.dims.c, s = p / xv.dims.c * groups + c / per;
             d_beta[c] += host[4 * p];
             d_gamma[c] += host[4 * p + 1];
             sum_g[s] += host[4 * p + 2];
@@ -269,22 +270,22 @@ public:
 
     void backward(ConstView x, ConstView dy, std::int64_t groups, const float* mean, const float* inv_std,
                   const float* gamma, const double* sum_g, const double* sum_g_xhat, double count, View dx) override {
-        const ConstPlanes xp = planes(x), dyp = planes(dy);
-        const Planes dxp = planes(dx);
-        check_same_dims(xp, dyp, "groupnorm backward");
-        check_same_dims(xp, dxp, "groupnorm backward");
+        const ConstVolumes xv = volumes(x), dyv = volumes(dy);
+        const Volumes dxv = volumes(dx);
+        check_same_dims(x, dy, "groupnorm backward");
+        check_same_dims(x, dx, "groupnorm backward");
         DSL_INTERNAL_CHECK(count > 0, "groupnorm backward: empty group");
-        if (dxp.dims.elements() == 0) return;
-        const std::int64_t stats = xp.dims.n * groups, per = per_group(xp.dims, groups);
+        if (dxv.dims.elements() == 0) return;
+        const std::int64_t stats = xv.dims.n * groups, per = per_group(xv.dims, groups);
         std::vector<double> mean_g(static_cast<std::size_t>(stats));
         for (std::int64_t s = 0; s < stats; ++s) mean_g[static_cast<std::size_t>(s)] = sum_g[s] / count;
         const double* values = context().upload(stats, {mean, inv_std, mean_g.data(), sum_g_xhat});
-        map("groupnorm backward", dxp.dims, Merge::rows, operand(dxp), inputs(xp, dyp),
+        map("groupnorm backward", dxv.dims, Merge::rows, operand(dxv), inputs(xv, dyv),
             GroupNormBackward{values, stats, groups, per, count, gamma});
     }
 
 private:
-    static std::int64_t per_group(const PlaneDims& d, std::int64_t groups) {
+    static std::int64_t per_group(const VolumeDims& d, std::int64_t groups) {
         DSL_INTERNAL_CHECK(groups > 0 && d.c % groups == 0, "groupnorm: channels not divisible into groups");
         return d.c / groups;
     }

@@ -7,13 +7,15 @@
 
 #include "gpu_context.hpp"
 
-// tensor.hpp's and planes.hpp's conversions of a view to its const view are never called on a view that is
-// const already, and nvcc warns so at every instantiation of ConstView (and ConstPlanes).
+// tensor.hpp's, planes.hpp's and gpu_volumes.hpp's conversions of a view to its const view are never called on
+// a view that is const already, and nvcc warns so at every instantiation of ConstView (ConstPlanes,
+// ConstVolumes).
 #pragma nv_diag_suppress 554
 
 #include <dsl/backend/gpu.hpp>
 
 #include "../planes.hpp"
+#include "gpu_volumes.hpp"
 
 #include <cstddef>
 #include <cstdint>

@@ -1,5 +1,6 @@
 // Convolutions through cuDNN, with the search for each problem's fastest algorithm and layout, and fc as a
-// convolution.
+// convolution: an image's (and a vector's, of 1 x 1 planes) with cuDNN's 4-D tensors, a volume's with its
+// 5-D ones (NCDHW, in the views' strides).
 #include "gpu_common.cuh"
 #include "gpu_map.cuh"
 #include "gpu_reduce.cuh"
@@ -29,7 +30,7 @@ namespace {
 // y + bias[c]: the bias of a convolution or fc, after cuDNN's sum.
 struct AddBias {
     const float* bias;
-    __device__ float row(std::int64_t, std::int64_t c, std::int64_t) const { return bias[c]; }
+    __device__ float row(std::int64_t, std::int64_t c, std::int64_t, std::int64_t) const { return bias[c]; }
     template <int S>
     __device__ float operator()(float b, const float (&v)[S], std::int64_t) const {
         return __fadd_rn(v[0], b);
@@ -85,14 +86,16 @@ const char* pass_name(Pass p) {
     return "?";
 }
 
-// The operands of a pass named as in the forward: input x, filter w {F, C, KH, KW}, output y. The forward
+// The operands of a pass named as in the forward: input x, filter w {F, C, kernel}, output y, of an image's
+// convolution (depth 1, cuDNN's 4-D tensors and 2-D convolution) or of a volume's (5-D, 3-D). The forward
 // writes y, backward_data x (dx from dy), backward_weights w (dw); the others are only read.
 struct ConvViews {
-    Planes x, w, y;
+    Volumes x, w, y;
+    bool volume = false;
 };
 
-Planes writable(const ConstPlanes& p) {
-    return Planes{const_cast<float*>(p.base), p.dims, p.stride_n, p.stride_c, p.stride_h};
+Volumes writable(const ConstVolumes& v) {
+    return Volumes{const_cast<float*>(v.base), v.dims, v.stride_n, v.stride_c, v.stride_d, v.stride_h};
 }
 
 // One way to run a pass: in the views' own strided layout, or with operands copied to and from dense
@@ -115,12 +118,13 @@ public:
     // times algorithms, and the choice is kept.
     void run(Pass pass, const ConvViews& v, const Window& window) {
         bind_device();
-        Key key{static_cast<std::int64_t>(pass), window.stride[0], window.stride[1], window.dilation[0],
-                window.dilation[1]};
-        std::size_t k = 5;
-        for (const Planes& view : {v.x, v.w, v.y})
-            for (std::int64_t value :
-                 {view.dims.n, view.dims.c, view.dims.h, view.dims.w, view.stride_n, view.stride_c, view.stride_h})
+        Key key{static_cast<std::int64_t>(pass), v.volume ? 3 : 2};
+        std::size_t k = 2;
+        for (int d = 0; d < 3; ++d) key[k++] = d < window.stride.rank() ? window.stride[d] : 0;
+        for (int d = 0; d < 3; ++d) key[k++] = d < window.dilation.rank() ? window.dilation[d] : 0;
+        for (const Volumes& view : {v.x, v.w, v.y})
+            for (std::int64_t value : {view.dims.n, view.dims.c, view.dims.d, view.dims.h, view.dims.w, view.stride_n,
+                                       view.stride_c, view.stride_d, view.stride_h})
                 key[k++] = value;
         auto it = plans_.find(key);
         if (it == plans_.end()) {
@@ -135,7 +139,7 @@ public:
     }
 
 private:
-    using Key = std::array<std::int64_t, 5 + 3 * 7>;  // pass, window; each operand's dims and strides
+    using Key = std::array<std::int64_t, 8 + 3 * 9>;  // pass, rank, window; each operand's dims and strides
     static constexpr std::size_t max_plans = 1024;
 
     struct Bound {
@@ -157,21 +161,22 @@ private:
         return operand != (pass == Pass::forward ? 2 : pass == Pass::backward_data ? 0 : 1);
     }
 
-    static std::array<Planes, 3> operands(const ConvViews& v) { return {v.x, v.w, v.y}; }
+    static std::array<Volumes, 3> operands(const ConvViews& v) { return {v.x, v.w, v.y}; }
 
     // Pointers for a pass: the views' own memory, or scratch filled with their elements where they are read.
     Bound bind(Pass pass, const ConvViews& v, const Candidate& c) {
         const auto views = operands(v);
         std::array<float*, 3> p{};
         for (int k = 0; k < 3; ++k) {
-            const Planes& view = views[static_cast<std::size_t>(k)];
+            const Volumes& view = views[static_cast<std::size_t>(k)];
             if (!c.scratch[static_cast<std::size_t>(k)]) {
                 p[static_cast<std::size_t>(k)] = view.base;
                 continue;
             }
             float* s = slots_[static_cast<std::size_t>(k)].as<float>(view.dims.elements());
             if (input_of(pass, k))
-                map("conv pack", view.dims, Merge::all, dense_operand(s, view.dims), inputs(ConstPlanes(view)), Copy{});
+                map("conv pack", view.dims, Merge::all, dense_operand(s, view.dims), inputs(ConstVolumes(view)),
+                    Copy{});
             p[static_cast<std::size_t>(k)] = s;
         }
         return {p[0], p[1], p[2]};
@@ -183,9 +188,9 @@ private:
         const std::array<float*, 3> p{b.x, b.w, b.y};
         for (std::size_t k = 0; k < 3; ++k)
             if (c.scratch[k] && !input_of(pass, static_cast<int>(k))) {
-                const Planes& view = views[k];
+                const Volumes& view = views[k];
                 map("conv unpack", view.dims, Merge::all, operand(view),
-                    inputs(dense_planes<const float>(p[k], view.dims)), Copy{});
+                    inputs(dense_volumes<const float>(p[k], view.dims)), Copy{});
             }
     }
 
@@ -213,32 +218,63 @@ private:
         }
     }
 
-    // A view as cuDNN's 4-D tensor: in its own strides, or dense when it goes through scratch.
-    static void describe(const TensorDescriptor& d, const Planes& v, bool dense) {
-        const PlaneDims& s = v.dims;
-        const std::int64_t sn = dense ? s.c * s.h * s.w : v.stride_n, sc = dense ? s.h * s.w : v.stride_c,
-                           sh = dense ? s.w : v.stride_h;
-        check_cudnn(cudnnSetTensor4dDescriptorEx(d.get(), CUDNN_DATA_FLOAT, to_int(s.n, "batch"),
-                                                 to_int(s.c, "channels"), to_int(s.h, "height"), to_int(s.w, "width"),
-                                                 to_int(sn, "stride"), to_int(sc, "stride"), to_int(sh, "stride"), 1),
-                    "cudnnSetTensor4dDescriptorEx");
+    // A view as cuDNN's tensor, 4-D for an image and 5-D (NCDHW) for a volume: in its own strides, or dense
+    // when it goes through scratch.
+    static void describe(const TensorDescriptor& d, const Volumes& v, bool dense, bool volume) {
+        const VolumeDims& s = v.dims;
+        const Volumes layout = dense ? dense_volumes(v.base, s) : v;
+        if (!volume) {
+            check_cudnn(cudnnSetTensor4dDescriptorEx(
+                            d.get(), CUDNN_DATA_FLOAT, to_int(s.n, "batch"), to_int(s.c, "channels"),
+                            to_int(s.h, "height"), to_int(s.w, "width"), to_int(layout.stride_n, "stride"),
+                            to_int(layout.stride_c, "stride"), to_int(layout.stride_h, "stride"), 1),
+                        "cudnnSetTensor4dDescriptorEx");
+            return;
+        }
+        const int dims[5] = {to_int(s.n, "batch"), to_int(s.c, "channels"), to_int(s.d, "depth"), to_int(s.h, "height"),
+                             to_int(s.w, "width")};
+        const int strides[5] = {to_int(layout.stride_n, "stride"), to_int(layout.stride_c, "stride"),
+                                to_int(layout.stride_d, "stride"), to_int(layout.stride_h, "stride"), 1};
+        check_cudnn(cudnnSetTensorNdDescriptor(d.get(), CUDNN_DATA_FLOAT, 5, dims, strides),
+                    "cudnnSetTensorNdDescriptor");
+    }
+
+    // The filters {F, C, kH, kW} (or {F, C, kD, kH, kW}), dense, and the convolution without padding (it is
+    // in the input's margins).
+    static void describe_convolution(Candidate& c, const VolumeDims& w, const Window& window, bool volume) {
+        if (!volume) {
+            check_cudnn(
+                cudnnSetFilter4dDescriptor(c.w.get(), CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, to_int(w.n, "filters"),
+                                           to_int(w.c, "channels"), to_int(w.h, "kernel"), to_int(w.w, "kernel")),
+                "cudnnSetFilter4dDescriptor");
+            check_cudnn(cudnnSetConvolution2dDescriptor(
+                            c.conv.get(), 0, 0, to_int(window.stride[0], "stride"), to_int(window.stride[1], "stride"),
+                            to_int(window.dilation[0], "dilation"), to_int(window.dilation[1], "dilation"),
+                            CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+                        "cudnnSetConvolution2dDescriptor");
+            return;
+        }
+        const int filters[5] = {to_int(w.n, "filters"), to_int(w.c, "channels"), to_int(w.d, "kernel"),
+                                to_int(w.h, "kernel"), to_int(w.w, "kernel")};
+        check_cudnn(cudnnSetFilterNdDescriptor(c.w.get(), CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, 5, filters),
+                    "cudnnSetFilterNdDescriptor");
+        const int pad[3] = {0, 0, 0};
+        int stride[3], dilation[3];
+        for (int d = 0; d < 3; ++d) {
+            stride[d] = to_int(window.stride[d], "stride");
+            dilation[d] = to_int(window.dilation[d], "dilation");
+        }
+        check_cudnn(cudnnSetConvolutionNdDescriptor(c.conv.get(), 3, pad, stride, dilation, CUDNN_CROSS_CORRELATION,
+                                                    CUDNN_DATA_FLOAT),
+                    "cudnnSetConvolutionNdDescriptor");
     }
 
     std::unique_ptr<Candidate> candidate(const ConvViews& v, const Window& window, bool dense) const {
         auto c = std::make_unique<Candidate>();
         c->scratch = {dense && !v.x.dense(), !v.w.dense(), dense && !v.y.dense()};
-        describe(c->x, v.x, c->scratch[0]);
-        describe(c->y, v.y, c->scratch[2]);
-        const PlaneDims& w = v.w.dims;
-        check_cudnn(cudnnSetFilter4dDescriptor(c->w.get(), CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, to_int(w.n, "filters"),
-                                               to_int(w.c, "channels"), to_int(w.h, "kernel"), to_int(w.w, "kernel")),
-                    "cudnnSetFilter4dDescriptor");
-        // No padding: it is in the input's margins.
-        check_cudnn(cudnnSetConvolution2dDescriptor(
-                        c->conv.get(), 0, 0, to_int(window.stride[0], "stride"), to_int(window.stride[1], "stride"),
-                        to_int(window.dilation[0], "dilation"), to_int(window.dilation[1], "dilation"),
-                        CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
-                    "cudnnSetConvolution2dDescriptor");
+        describe(c->x, v.x, c->scratch[0], v.volume);
+        describe(c->y, v.y, c->scratch[2], v.volume);
+        describe_convolution(*c, v.w.dims, window, v.volume);
         c->math = context().options.tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
         check_cudnn(cudnnSetConvolutionMathType(c->conv.get(), c->math), "cudnnSetConvolutionMathType");
         return c;
@@ -330,7 +366,8 @@ private:
     // for some strided layouts; the scratch may not fit in memory), not both.
     std::unique_ptr<Candidate> plan(Pass pass, const ConvViews& v, const Window& window) {
         const std::string problem = std::string("cuDNN convolution ") + pass_name(pass) + " of x " +
-                                    dims_text(v.x.dims) + ", w " + dims_text(v.w.dims) + ", y " + dims_text(v.y.dims);
+                                    volume_text(v.x.dims) + ", w " + volume_text(v.w.dims) + ", y " +
+                                    volume_text(v.y.dims);
         std::unique_ptr<Candidate> strided;
         if (!v.x.dense() || !v.y.dense()) {
             try {
@@ -420,92 +457,103 @@ ConvEngine& conv_engine() {
     return *engine;
 }
 
-void add_bias(const float* bias, const Planes& y) {
-    map("bias", y.dims, Merge::rows, operand(y), inputs(ConstPlanes(y)), AddBias{bias});
+void add_bias(const float* bias, const Volumes& y) {
+    map("bias", y.dims, Merge::rows, operand(y), inputs(ConstVolumes(y)), AddBias{bias});
 }
 
-// db[f] = Σ dy(n, f, i, j), into device memory.
-void bias_gradient(const ConstPlanes& dy, float* db) {
+// db[f] = Σ dy(n, f, o), into device memory.
+void bias_gradient(const ConstVolumes& dy, float* db) {
     reduce("bias gradient", dy.dims, Over::channels, {dy}, SumTerm{}, db);
 }
 
-// The convolution's passes on planes, which convolutions and fc (over filters that are views of its weights)
-// run.
-void conv_forward(const ConstPlanes& x, const ConstPlanes& w, const float* bias, const Planes& y,
-                  const Window& window) {
-    check_conv(x.dims, w.dims, y.dims, window);
+// The convolution's passes, which convolutions and fc (over filters that are views of its weights) run on
+// views whose shapes their callers checked: of images (or vectors) or, where `volume`, of volumes.
+void conv_forward(const ConstVolumes& x, const ConstVolumes& w, const float* bias, const Volumes& y,
+                  const Window& window, bool volume) {
     if (y.dims.elements() == 0) return;
     if (x.dims.elements() == 0 || w.dims.elements() == 0)
         zero(y);
     else
-        conv_engine().run(Pass::forward, {writable(x), writable(w), y}, window);
+        conv_engine().run(Pass::forward, {writable(x), writable(w), y, volume}, window);
     if (bias) add_bias(bias, y);
 }
 
-void conv_backward_data(const ConstPlanes& dy, const ConstPlanes& w, const Planes& dx, const Window& window) {
-    check_conv(dx.dims, w.dims, dy.dims, window);
+void conv_backward_data(const ConstVolumes& dy, const ConstVolumes& w, const Volumes& dx, const Window& window,
+                        bool volume) {
     if (dx.dims.elements() == 0) return;
     if (dy.dims.elements() == 0 || w.dims.elements() == 0) return zero(dx);
-    conv_engine().run(Pass::backward_data, {dx, writable(w), writable(dy)}, window);
+    conv_engine().run(Pass::backward_data, {dx, writable(w), writable(dy), volume}, window);
 }
 
-void conv_backward_weights(const ConstPlanes& x, const ConstPlanes& dy, const Planes& dw, float* db,
-                           const Window& window) {
-    check_conv(x.dims, dw.dims, dy.dims, window);
+void conv_backward_weights(const ConstVolumes& x, const ConstVolumes& dy, const Volumes& dw, float* db,
+                           const Window& window, bool volume) {
     if (db) bias_gradient(dy, db);
     if (dw.dims.elements() == 0) return;
     if (dy.dims.elements() == 0 || x.dims.elements() == 0) return zero(dw);
-    conv_engine().run(Pass::backward_weights, {writable(x), dw, writable(dy)}, window);
+    conv_engine().run(Pass::backward_weights, {writable(x), dw, writable(dy), volume}, window);
 }
 
 class GpuConv final : public ConvKernels {
 public:
     void forward(ConstView x, ConstView w, const float* bias, View y, const Window& window) override {
-        conv_forward(planes(x), planes(w), bias, planes(y), window);
+        check_conv(x.dims, w.dims, y.dims, window);
+        conv_forward(volumes(x), volumes(w), bias, volumes(y), window, is_volume(x.dims));
     }
 
     void backward_data(ConstView dy, ConstView w, View dx, const Window& window) override {
-        conv_backward_data(planes(dy), planes(w), planes(dx), window);
+        check_conv(dx.dims, w.dims, dy.dims, window);
+        conv_backward_data(volumes(dy), volumes(w), volumes(dx), window, is_volume(dx.dims));
     }
 
     void backward_weights(ConstView x, ConstView dy, View dw, float* db, const Window& window) override {
-        conv_backward_weights(planes(x), planes(dy), planes(dw), db, window);
+        check_conv(x.dims, dw.dims, dy.dims, window);
+        conv_backward_weights(volumes(x), volumes(dy), volumes(dw), db, window, is_volume(x.dims));
     }
 };
 
-// fc is the convolution of x {N, C, H, W} with K filters {C, H, W} that covers x exactly (output {N, K}, planes
-// of 1 x 1, as is an x without spatial dimensions): feature i of x is (c, h, w) in row-major order, as filter
-// k's elements are, so w {K, I} is the filter bank {K, C, H, W} over the same memory.
+// fc is the convolution of x {N, C, places} with K filters {C, places} that covers x exactly (output {N, K},
+// of one place, as is an x without spatial dimensions): feature i of x is (c, place) in row-major order, as
+// filter k's elements are, so w {K, I} is the filter bank {K, C, places} over the same memory. An image's
+// (or a vector's) is a 2-D convolution, a volume's a 3-D one.
 class GpuFc final : public FcKernels {
 public:
     void forward(ConstView x, ConstView w, const float* bias, View y) override {
-        const ConstPlanes xp = planes(x);
-        check_fc(xp.dims, planes(w.dims), planes(y.dims));
-        conv_forward(xp, filters(planes(w), xp.dims), bias, planes(y), window(xp.dims));
+        check_fc(x.dims, w.dims, y.dims);
+        const ConstVolumes xv = volumes(x);
+        conv_forward(xv, filters(volumes(w), xv.dims), bias, volumes(y), window(x.dims), is_volume(x.dims));
     }
 
     void backward_data(ConstView dy, ConstView w, View dx) override {
-        const Planes dxp = planes(dx);
-        check_fc(dxp.dims, planes(w.dims), planes(dy.dims));
-        conv_backward_data(planes(dy), filters(planes(w), dxp.dims), dxp, window(dxp.dims));
+        check_fc(dx.dims, w.dims, dy.dims);
+        const Volumes dxv = volumes(dx);
+        conv_backward_data(volumes(dy), filters(volumes(w), dxv.dims), dxv, window(dx.dims), is_volume(dx.dims));
     }
 
     void backward_weights(ConstView x, ConstView dy, View dw, float* db) override {
-        const ConstPlanes xp = planes(x);
-        check_fc(xp.dims, planes(dw.dims), planes(dy.dims));
-        conv_backward_weights(xp, planes(dy), writable(filters(planes(dw), xp.dims)), db, window(xp.dims));
+        check_fc(x.dims, dw.dims, dy.dims);
+        const ConstVolumes xv = volumes(x);
+        conv_backward_weights(xv, volumes(dy), writable(filters(volumes(dw), xv.dims)), db, window(x.dims),
+                              is_volume(x.dims));
     }
 
 private:
-    static Window window(const PlaneDims& x) {
+    // The window that covers x: its extents, stride and dilation 1.
+    static Window window(const Dims& x) {
+        const VolumeDims v = volumes(x);
         Window w;
-        w.kernel = {x.h, x.w};
+        if (is_volume(x)) {
+            w.kernel = {v.d, v.h, v.w};
+            w.stride = {1, 1, 1};
+            w.dilation = {1, 1, 1};
+        } else {
+            w.kernel = {v.h, v.w};
+        }
         return w;
     }
 
-    static ConstPlanes filters(const ConstPlanes& w, const PlaneDims& x) {
+    static ConstVolumes filters(const ConstVolumes& w, const VolumeDims& x) {
         DSL_INTERNAL_CHECK(w.dims.c <= 1 || w.stride_c == 1, "fc: the weights' rows must be contiguous");
-        return ConstPlanes{w.base, {w.dims.n, x.c, x.h, x.w}, w.stride_n, x.h * x.w, x.w};
+        return ConstVolumes{w.base, {w.dims.n, x.c, x.d, x.h, x.w}, w.stride_n, x.points(), x.h * x.w, x.w};
     }
 };
 

@@ -100,19 +100,22 @@ struct GeluBackward : PerElement {
 };
 
 // Dropout: x * scale where the mask (splitmix.hpp's, of the element's global coordinates) keeps it, else 0.
-// The view's first element is global (n0, 0, y0, x0).
+// The view's first element is global (n0, 0, z0, y0, x0). A row hashes its coordinates once, an image's
+// (n, c, y) and a volume's (n, c, z, y), and each element its column: dropout_keep's hash, split at the row.
 struct DropoutOp {
     std::uint64_t key;
-    std::int64_t step, n0, y0, x0;
+    std::int64_t step, n0, z0, y0, x0;
+    bool volume;
     std::uint32_t threshold;
     float scale;
-    struct Row {
-        std::int64_t n, c, y;
-    };
-    __device__ Row row(std::int64_t n, std::int64_t c, std::int64_t y) const { return {n, c, y}; }
+    __device__ std::uint64_t row(std::int64_t n, std::int64_t c, std::int64_t z, std::int64_t y) const {
+        std::uint64_t h = dropout_stream(key, step, n0 + n, c);
+        if (volume) h = dropout_along(h, z0 + z);
+        return dropout_along(h, y0 + y);
+    }
     template <int S>
-    __device__ float operator()(const Row& r, const float (&v)[S], std::int64_t x) const {
-        return dropout_keep(key, step, n0 + r.n, r.c, y0 + r.y, x0 + x, threshold) ? __fmul_rn(v[0], scale) : 0.0f;
+    __device__ float operator()(std::uint64_t row, const float (&v)[S], std::int64_t x) const {
+        return dropout_kept(dropout_along(row, x0 + x), threshold) ? __fmul_rn(v[0], scale) : 0.0f;
     }
 };
 
@@ -154,54 +157,56 @@ public:
 private:
     // Every coordinate is needed: no rows are folded.
     static void apply(const char* kernel, ConstView x, const DropoutMask& m, View y) {
-        const ConstPlanes xp = planes(x);
-        const Planes yp = planes(y);
-        check_same_dims(xp, yp, kernel);
-        const PlanePlace at = plane_place(m.at);
-        map(kernel, yp.dims, Merge::none, operand(yp), inputs(xp),
-            DropoutOp{m.key, m.step, m.n0, at.y, at.x, dropout_threshold(m.p), 1.0f / (1.0f - m.p)});
+        check_same_dims(x, y, kernel);
+        check_place(m.at, y.dims, kernel);
+        const ConstVolumes xv = volumes(x);
+        const Volumes yv = volumes(y);
+        const VolumePlace at = volume_place(m.at);
+        map(kernel, yv.dims, Merge::none, operand(yv), inputs(xv),
+            DropoutOp{m.key, m.step, m.n0, at.z, at.y, at.x, is_volume(y.dims), dropout_threshold(m.p),
+                      1.0f / (1.0f - m.p)});
     }
 };
 
 class GpuActivation final : public ActivationKernels {
 public:
     void forward(frontend::Activation f, ConstView x, float slope, View y) override {
-        const ConstPlanes xp = planes(x);
-        const Planes yp = planes(y);
-        check_same_dims(xp, yp, "activation forward");
-        const PlaneDims& d = yp.dims;
+        const ConstVolumes xv = volumes(x);
+        const Volumes yv = volumes(y);
+        check_same_dims(x, y, "activation forward");
+        const VolumeDims& d = yv.dims;
         switch (f) {
             case frontend::Activation::relu:
             case frontend::Activation::leaky_relu:
-                return map("activation forward", d, Merge::all, operand(yp), inputs(xp), LeakyForward{{}, slope});
+                return map("activation forward", d, Merge::all, operand(yv), inputs(xv), LeakyForward{{}, slope});
             case frontend::Activation::sigmoid:
-                return map("sigmoid forward", d, Merge::all, operand(yp), inputs(xp), SigmoidForward{});
+                return map("sigmoid forward", d, Merge::all, operand(yv), inputs(xv), SigmoidForward{});
             case frontend::Activation::tanh:
-                return map("tanh forward", d, Merge::all, operand(yp), inputs(xp), TanhForward{});
+                return map("tanh forward", d, Merge::all, operand(yv), inputs(xv), TanhForward{});
             case frontend::Activation::gelu:
-                return map("gelu forward", d, Merge::all, operand(yp), inputs(xp), GeluForward{});
+                return map("gelu forward", d, Merge::all, operand(yv), inputs(xv), GeluForward{});
             case frontend::Activation::none: break;
         }
         throw dsl::InternalError("activation kernels called without a function");
     }
 
     void backward(frontend::Activation f, ConstView x, ConstView dy, float slope, View dx) override {
-        const ConstPlanes xp = planes(x), dyp = planes(dy);
-        const Planes dxp = planes(dx);
-        check_same_dims(xp, dyp, "activation backward");
-        check_same_dims(xp, dxp, "activation backward");
-        const PlaneDims& d = dxp.dims;
+        const ConstVolumes xv = volumes(x), dyv = volumes(dy);
+        const Volumes dxv = volumes(dx);
+        check_same_dims(x, dy, "activation backward");
+        check_same_dims(x, dx, "activation backward");
+        const VolumeDims& d = dxv.dims;
         switch (f) {
             case frontend::Activation::relu:
             case frontend::Activation::leaky_relu:
-                return map("activation backward", d, Merge::all, operand(dxp), inputs(xp, dyp),
+                return map("activation backward", d, Merge::all, operand(dxv), inputs(xv, dyv),
                            LeakyBackward{{}, slope});
             case frontend::Activation::sigmoid:
-                return map("sigmoid backward", d, Merge::all, operand(dxp), inputs(xp, dyp), SigmoidBackward{});
+                return map("sigmoid backward", d, Merge::all, operand(dxv), inputs(xv, dyv), SigmoidBackward{});
             case frontend::Activation::tanh:
-                return map("tanh backward", d, Merge::all, operand(dxp), inputs(xp, dyp), TanhBackward{});
+                return map("tanh backward", d, Merge::all, operand(dxv), inputs(xv, dyv), TanhBackward{});
             case frontend::Activation::gelu:
-                return map("gelu backward", d, Merge::all, operand(dxp), inputs(xp, dyp), GeluBackward{});
+                return map("gelu backward", d, Merge::all, operand(dxv), inputs(xv, dyv), GeluBackward{});
             case frontend::Activation::none: break;
         }
         throw dsl::InternalError("activation kernels called without a function");
@@ -213,29 +218,33 @@ public:
     // y may be one of xs: each element reads every input before it is written. Up to `per_kernel` inputs
     // sum in double and round once, as the reference; more go through a dense running sum, rounded per kernel.
     void add(const std::vector<ConstView>& xs, View y) override {
-        const Planes yp = planes(y);
-        for (const ConstView& x : xs) check_same_dims(planes(x), yp, "add");
-        const PlaneDims& d = yp.dims;
+        const Volumes yv = volumes(y);
+        for (const ConstView& x : xs) check_same_dims(x, y, "add");
+        const VolumeDims& d = yv.dims;
         if (d.elements() == 0) return;
-        if (xs.empty()) return zero(yp);
+        if (xs.empty()) return zero(yv);
         // Two inputs (a residual connection) have a kernel of their own, which needs fewer registers.
-        if (xs.size() <= 2) return sum<2>(d, xs, 0, xs.size(), operand(yp), {});
-        if (xs.size() <= per_kernel) return sum<per_kernel>(d, xs, 0, xs.size(), operand(yp), {});
+        if (xs.size() <= 2) return sum<2>(d, xs, 0, xs.size(), operand(yv), {});
+        if (xs.size() <= per_kernel) return sum<per_kernel>(d, xs, 0, xs.size(), operand(yv), {});
         float* running = context().sum.as<float>(d.elements());
-        const ConstPlanes partial = dense_planes<const float>(running, d);
+        const ConstVolumes partial = dense_volumes<const float>(running, d);
         sum<per_kernel>(d, xs, 0, per_kernel, dense_operand(running, d), {});
         for (std::size_t k = per_kernel; k < xs.size(); k += per_kernel - 1)
             sum<per_kernel>(d, xs, k, std::min(xs.size(), k + per_kernel - 1), dense_operand(running, d), partial);
-        copy_planes(partial, yp);
+        map("copy", d, Merge::all, operand(yv), inputs(partial), Copy{});
     }
 
-    void copy(ConstView x, View y) override { copy_planes(planes(x), planes(y)); }
+    void copy(ConstView x, View y) override {
+        check_same_dims(x, y, "copy");
+        const Volumes yv = volumes(y);
+        map("copy", yv.dims, Merge::all, operand(yv), inputs(volumes(x)), Copy{});
+    }
 
     void accumulate(ConstView x, View y) override {
-        const ConstPlanes xp = planes(x);
-        const Planes yp = planes(y);
-        check_same_dims(xp, yp, "accumulate");
-        map("accumulate", yp.dims, Merge::all, operand(yp), inputs(ConstPlanes(yp), xp), Add2{});
+        const ConstVolumes xv = volumes(x);
+        const Volumes yv = volumes(y);
+        check_same_dims(x, y, "accumulate");
+        map("accumulate", yv.dims, Merge::all, operand(yv), inputs(ConstVolumes(yv), xv), Add2{});
     }
 
     void sgd(float* w, float* m, const float* g, std::int64_t count, float lr, float momentum, float decay) override {
@@ -255,15 +264,10 @@ public:
 private:
     static constexpr int per_kernel = 8;
 
-    static void copy_planes(const ConstPlanes& x, const Planes& y) {
-        check_same_dims(x, y, "copy");
-        map("copy", y.dims, Merge::all, operand(y), inputs(x), Copy{});
-    }
-
     // out = xs[begin, end) (plus `first` when it has a base) in one kernel of up to N inputs, over `d`.
     template <int N>
-    static void sum(const PlaneDims& d, const std::vector<ConstView>& xs, std::size_t begin, std::size_t end,
-                    Operand<float> out, const ConstPlanes& first) {
+    static void sum(const VolumeDims& d, const std::vector<ConstView>& xs, std::size_t begin, std::size_t end,
+                    Operand<float> out, const ConstVolumes& first) {
         Inputs<N> in;
         in.count = 0;
         if (first.base) in.op[in.count++] = input(first);

@@ -15,8 +15,9 @@ namespace dsl::backend::gpu {
 
 namespace {
 
-// Softmax cross-entropy: G lanes per pixel (a warp when a sample is one pixel with many classes, one thread
-// per pixel otherwise); each block writes its sum of losses, and the host adds the blocks' sums in order.
+// Softmax cross-entropy: G lanes per pixel (or voxel: a place; a warp when a sample is one place with many
+// classes, one thread per place otherwise); each block writes its sum of losses, and the host adds the blocks'
+// sums in order.
 
 constexpr int loss_blocks_max = 1024;
 
@@ -39,16 +40,17 @@ __device__ double group_sum(double v) {
 
 template <int G>
 __global__ void __launch_bounds__(256)
-    cross_entropy_kernel(PlaneDims d, Operand<const float> logits, Operand<float> dlogits, const std::int32_t* labels,
+    cross_entropy_kernel(VolumeDims d, Operand<const float> logits, Operand<float> dlogits, const std::int32_t* labels,
                          float scale, double* partials) {
     const int lane = threadIdx.x % G;
     const std::int64_t per_block = blockDim.x / G;
-    const std::int64_t pixels = d.n * d.h * d.w;
+    const std::int64_t pixels = d.n * d.points();
     double total = 0.0;
     for (std::int64_t p = std::int64_t(blockIdx.x) * per_block + threadIdx.x / G; p < pixels;
          p += std::int64_t(gridDim.x) * per_block) {
-        const std::int64_t j = p % d.w, t = p / d.w, i = t % d.h, n = t / d.h;
-        const float* l = logits.base + (n * logits.sn + i * logits.sh + j);
+        const std::int64_t j = p % d.w, t = p / d.w, i = t % d.h, u = t / d.h;
+        const std::int64_t z = d.d == 1 ? 0 : u % d.d, n = d.d == 1 ? u : u / d.d;
+        const float* l = logits.base + (n * logits.sn + z * logits.sd + i * logits.sh + j);
         const std::int32_t label = labels[p];
         // log-sum-exp shifted by the maximum, so large logits do not overflow.
         double max_logit = -INFINITY;
@@ -65,7 +67,7 @@ __global__ void __launch_bounds__(256)
         if (dlogits.base) {
             // dlogits may be logits: every lane has read the label's logit before any lane writes.
             if constexpr (G > 1) __syncwarp();
-            float* dl = dlogits.base + (n * dlogits.sn + i * dlogits.sh + j);
+            float* dl = dlogits.base + (n * dlogits.sn + z * dlogits.sd + i * dlogits.sh + j);
             for (std::int64_t k = lane; k < d.c; k += G) {
                 const double probability = exp(double(l[k * logits.sc]) - log_sum_exp);
                 dl[k * dlogits.sc] = static_cast<float>((probability - (k == label ? 1.0 : 0.0)) * scale);
@@ -78,18 +80,19 @@ __global__ void __launch_bounds__(256)
 
 // A regression loss: one thread per element, in double as the reference; each block writes its sum.
 __global__ void __launch_bounds__(256)
-    regression_kernel(PlaneDims d, frontend::Regression loss, Operand<const float> x, Operand<const float> t,
+    regression_kernel(VolumeDims d, frontend::Regression loss, Operand<const float> x, Operand<const float> t,
                       Operand<float> dx, float scale, double* partials) {
-    const std::int64_t elements = d.n * d.c * d.h * d.w;
+    const std::int64_t elements = d.elements();
     double total = 0.0;
     for (std::int64_t e = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < elements;
          e += std::int64_t(gridDim.x) * blockDim.x) {
-        const std::int64_t j = e % d.w, r = e / d.w, i = r % d.h, c = r / d.h % d.c, n = r / (d.h * d.c);
-        const double xv = x.base[n * x.sn + c * x.sc + i * x.sh + j];
-        const double tv = t.base[n * t.sn + c * t.sc + i * t.sh + j];
+        const std::int64_t j = e % d.w, r = e / d.w, i = r % d.h, q = r / d.h;
+        const std::int64_t z = d.d == 1 ? 0 : q % d.d, s = d.d == 1 ? q : q / d.d, c = s % d.c, n = s / d.c;
+        const double xv = x.base[n * x.sn + c * x.sc + z * x.sd + i * x.sh + j];
+        const double tv = t.base[n * t.sn + c * t.sc + z * t.sd + i * t.sh + j];
         const RegressionTerm<double> term = regression_term(loss, xv, tv);
         total += term.value;
-        if (dx.base) dx.base[n * dx.sn + c * dx.sc + i * dx.sh + j] = static_cast<float>(term.grad * scale);
+        if (dx.base) dx.base[n * dx.sn + c * dx.sc + z * dx.sd + i * dx.sh + j] = static_cast<float>(term.grad * scale);
     }
     store_block_sum(total, partials);
 }
@@ -97,13 +100,13 @@ __global__ void __launch_bounds__(256)
 class GpuLoss final : public LossKernels {
 public:
     double cross_entropy(ConstView logits, LabelView labels, float scale, View dlogits) override {
-        const ConstPlanes lp = planes(logits);
-        const LabelPlanes lb = planes(labels);
-        const Planes dp = planes(dlogits);
-        const PlaneDims& d = lp.dims;
-        check_labels(d, lb.dims);
-        if (dp.base) check_same_dims(lp, dp, "cross_entropy");
-        const std::int64_t pixels = d.n * d.h * d.w;
+        check_labels(logits.dims, labels.dims);
+        if (dlogits.base) check_same_dims(logits, dlogits, "cross_entropy");
+        const ConstVolumes lp = volumes(logits);
+        const LabelVolumes lb = volumes(labels);
+        const Volumes dp = volumes(dlogits);
+        const VolumeDims& d = lp.dims;
+        const std::int64_t pixels = d.n * d.points();
         if (pixels == 0) return 0.0;
         Context& ctx = context();
         // Labels are checked here, on the host, where a bad one can be reported as the reference does.
@@ -111,12 +114,13 @@ public:
             static_cast<std::int32_t*>(ctx.staging.get(static_cast<std::size_t>(pixels) * sizeof(std::int32_t)));
         std::int64_t p = 0;
         for (std::int64_t n = 0; n < d.n; ++n)
-            for (std::int64_t i = 0; i < d.h; ++i)
-                for (std::int64_t j = 0; j < d.w; ++j) {
-                    const std::int32_t label = lb.at(n, 0, i, j);
-                    check_label(label, d.c);
-                    host[p++] = label;
-                }
+            for (std::int64_t z = 0; z < d.d; ++z)
+                for (std::int64_t i = 0; i < d.h; ++i)
+                    for (std::int64_t j = 0; j < d.w; ++j) {
+                        const std::int32_t label = lb.at(n, 0, z, i, j);
+                        check_label(label, d.c);
+                        host[p++] = label;
+                    }
         auto* device = ctx.labels.as<std::int32_t>(pixels);
         check(cudaMemcpyAsync(device, host, static_cast<std::size_t>(pixels) * sizeof(std::int32_t),
                               cudaMemcpyHostToDevice, gpu::stream()),
@@ -124,7 +128,7 @@ public:
         ctx.staging.read_by_stream();
 
         // A warp per pixel where a pixel is a whole sample (classification: many classes, contiguous).
-        const int lanes = d.h * d.w == 1 ? 32 : 1;
+        const int lanes = d.points() == 1 ? 32 : 1;
         const std::int64_t per_block = 256 / lanes;
         const auto blocks = static_cast<unsigned>(std::min<std::int64_t>(ceil_div(pixels, per_block), loss_blocks_max));
         double* partials = ctx.partials.as<double>(blocks);
@@ -142,11 +146,11 @@ public:
 
     double regression(frontend::Regression loss, ConstView prediction, ConstView target, float scale,
                       View dprediction) override {
-        const ConstPlanes xp = planes(prediction), tp = planes(target);
-        const Planes dp = planes(dprediction);
-        const PlaneDims& d = xp.dims;
-        check_same_dims(xp, tp, "regression");
-        if (dp.base) check_same_dims(xp, dp, "regression");
+        check_same_dims(prediction, target, "regression");
+        if (dprediction.base) check_same_dims(prediction, dprediction, "regression");
+        const ConstVolumes xp = volumes(prediction), tp = volumes(target);
+        const Volumes dp = volumes(dprediction);
+        const VolumeDims& d = xp.dims;
         DSL_INTERNAL_CHECK(loss != frontend::Regression::none, "regression: not a regression loss");
         const std::int64_t elements = d.elements();
         if (elements == 0) return 0.0;

@@ -1,6 +1,6 @@
 // Element-wise kernels: one thread per element of a row, rows spread over blocks. `map` runs an operation
-// over every element of a strided view of planes (planes.hpp: each kernel converts its views there, once);
-// the operations every kernel file uses are here too.
+// over every element of a strided view of volumes (gpu_volumes.hpp: each kernel converts its views there,
+// once; an image is a volume of depth 1); the operations every kernel file uses are here too.
 #pragma once
 
 #include "gpu_common.cuh"
@@ -10,29 +10,29 @@
 
 namespace dsl::backend::gpu {
 
-// A strided operand of planes as the kernels see it; element (n, c, y, x) is at base[n*sn + c*sc + y*sh + x].
+// A strided operand as the kernels see it; element (n, c, z, y, x) is at base[n*sn + c*sc + z*sd + y*sh + x].
 template <typename T>
 struct Operand {
     T* base = nullptr;
-    std::int64_t sn = 0, sc = 0, sh = 0;
+    std::int64_t sn = 0, sc = 0, sd = 0, sh = 0;
 };
 
 template <typename T>
-Operand<T> operand(const PlaneView<T>& p) {
-    return {p.base, p.stride_n, p.stride_c, p.stride_h};
+Operand<T> operand(const VolumeView<T>& v) {
+    return {v.base, v.stride_n, v.stride_c, v.stride_d, v.stride_h};
 }
 
 template <typename T>
 Operand<T> operand(const BasicView<T>& v) {
-    return operand(planes(v));
+    return operand(volumes(v));
 }
 
-inline Operand<const float> input(const ConstPlanes& p) { return operand(p); }
+inline Operand<const float> input(const ConstVolumes& v) { return operand(v); }
 inline Operand<const float> input(const ConstView& v) { return operand(v); }
 
 template <typename T>
-Operand<T> dense_operand(T* data, const PlaneDims& d) {
-    return operand(dense_planes(data, d));
+Operand<T> dense_operand(T* data, const VolumeDims& d) {
+    return operand(dense_volumes(data, d));
 }
 
 // The inputs an element-wise kernel loads for each element (the operation reads them all before it writes,
@@ -51,9 +51,9 @@ Inputs<sizeof...(V)> inputs(const V&... views) {
 
 inline Inputs<0> no_inputs() { return {}; }
 
-// Rows (n, c, y) of `w` contiguous elements.
+// Rows (n, c, z, y) of `w` contiguous elements.
 struct Geometry {
-    std::int64_t n = 0, c = 0, h = 0, w = 0;
+    std::int64_t n = 0, c = 0, d = 1, h = 0, w = 0;
 };
 
 // How far the rows of a kernel may be folded into longer ones: per-element kernels (`all`) need no
@@ -62,16 +62,17 @@ enum class Merge { none, rows, all };
 
 // Folds outer dimensions into the row wherever every operand lays them out without a gap (a dense tensor is
 // one row; a tile without left and right margins has rows of whole planes), so that short rows do not leave
-// threads idle. A folded dimension keeps size 1, so the kernels' coordinates stay valid.
+// threads idle. A folded dimension keeps size 1, so the kernels' coordinates stay valid. An image's depth of
+// 1 is never folded: its rows fold as its planes' did.
 template <typename Out, int N>
-Geometry fold(const PlaneDims& d, Merge merge, const Operand<Out>& out, const Inputs<N>& in) {
-    std::int64_t size[3] = {d.n, d.c, d.h};
+Geometry fold(const VolumeDims& d, Merge merge, const Operand<Out>& out, const Inputs<N>& in) {
+    std::int64_t size[4] = {d.n, d.c, d.d, d.h};
     std::int64_t w = d.w;
-    if (merge == Merge::none) return {d.n, d.c, d.h, d.w};
-    const auto stride = [](const auto& op, int i) { return i == 0 ? op.sn : i == 1 ? op.sc : op.sh; };
+    if (merge == Merge::none) return {d.n, d.c, d.d, d.h, d.w};
+    const auto stride = [](const auto& op, int i) { return i == 0 ? op.sn : i == 1 ? op.sc : i == 2 ? op.sd : op.sh; };
     // The innermost dimension not yet folded into the row (-1: the row itself).
     int inner = -1;
-    for (int i = 2; i >= (merge == Merge::rows ? 2 : 0); --i) {
+    for (int i = 3; i >= (merge == Merge::rows ? 2 : 0); --i) {
         if (size[i] == 1) continue;
         const auto folds_in = [&](const auto& op) {
             return stride(op, i) == (inner < 0 ? w : size[inner] * stride(op, inner));
@@ -88,7 +89,7 @@ Geometry fold(const PlaneDims& d, Merge merge, const Operand<Out>& out, const In
             size[inner] *= size[i];
         size[i] = 1;
     }
-    return {size[0], size[1], size[2], w};
+    return {size[0], size[1], size[2], size[3], w};
 }
 
 struct NoRow {};
@@ -96,17 +97,21 @@ struct NoRow {};
 template <int U, int N, typename Out, typename Op>
 __global__ void __launch_bounds__(256) map_kernel(Geometry g, Operand<Out> out, Inputs<N> in, Op op) {
     constexpr int S = Inputs<N>::slots;
-    const std::int64_t rows = g.n * g.c * g.h;
+    const std::int64_t rows = g.n * g.c * g.d * g.h;
     const std::int64_t row_step = std::int64_t(gridDim.y) * blockDim.y;
     const std::int64_t col_step = std::int64_t(gridDim.x) * blockDim.x * U;
     for (std::int64_t r = std::int64_t(blockIdx.y) * blockDim.y + threadIdx.y; r < rows; r += row_step) {
-        const std::int64_t y = r % g.h, nc = r / g.h, c = nc % g.c, n = nc / g.c;
-        const auto row = op.row(n, c, y);
-        Out* const out_row = out.base + (n * out.sn + c * out.sc + y * out.sh);
+        // An image's planes (depth 1) divide no further than before.
+        const std::int64_t y = r % g.h, t = r / g.h, z = g.d == 1 ? 0 : t % g.d, nc = g.d == 1 ? t : t / g.d;
+        const std::int64_t c = nc % g.c, n = nc / g.c;
+        const auto row = op.row(n, c, z, y);
+        Out* const out_row = out.base + (n * out.sn + c * out.sc + z * out.sd + y * out.sh);
         const float* in_row[S];
 #pragma unroll
         for (int k = 0; k < S; ++k)
-            in_row[k] = k < in.count ? in.op[k].base + (n * in.op[k].sn + c * in.op[k].sc + y * in.op[k].sh) : nullptr;
+            in_row[k] = k < in.count
+                            ? in.op[k].base + (n * in.op[k].sn + c * in.op[k].sc + z * in.op[k].sd + y * in.op[k].sh)
+                            : nullptr;
         for (std::int64_t x0 = std::int64_t(blockIdx.x) * blockDim.x * U + threadIdx.x; x0 < g.w; x0 += col_step) {
             // Every load of the U elements is issued before any store: more memory traffic in flight, and an
             // output that aliases an input is read before it is written.
@@ -133,14 +138,14 @@ void launch_map(const char* kernel, const Geometry& g, Operand<Out> out, const I
     while (bx < 256 && std::int64_t(bx) * U < g.w) bx *= 2;
     const int by = 256 / bx;
     const auto gx = static_cast<unsigned>(std::min<std::int64_t>(ceil_div(g.w, std::int64_t(bx) * U), 65535));
-    const auto gy = static_cast<unsigned>(std::min<std::int64_t>(ceil_div(g.n * g.c * g.h, by), 65535));
+    const auto gy = static_cast<unsigned>(std::min<std::int64_t>(ceil_div(g.n * g.c * g.d * g.h, by), 65535));
     map_kernel<U><<<dim3(gx, gy), dim3(bx, by), 0, gpu::stream()>>>(g, out, in, op);
     check_launch(kernel);
 }
 
-// out(n, c, y, x) = op(row(n, c, y), inputs at (n, c, y, x), x) over `d`.
+// out(n, c, z, y, x) = op(row(n, c, z, y), inputs at (n, c, z, y, x), x) over `d`.
 template <int N, typename Out, typename Op>
-void map(const char* kernel, const PlaneDims& d, Merge merge, Operand<Out> out, const Inputs<N>& in, const Op& op) {
+void map(const char* kernel, const VolumeDims& d, Merge merge, Operand<Out> out, const Inputs<N>& in, const Op& op) {
     if (d.elements() == 0) return;
     const Geometry g = fold(d, merge, out, in);
     // Four elements per thread where rows are long enough to keep the threads busy.
@@ -152,7 +157,7 @@ void map(const char* kernel, const PlaneDims& d, Merge merge, Operand<Out> out, 
 
 // Operations on rows that need nothing per row.
 struct PerElement {
-    __device__ NoRow row(std::int64_t, std::int64_t, std::int64_t) const { return {}; }
+    __device__ NoRow row(std::int64_t, std::int64_t, std::int64_t, std::int64_t) const { return {}; }
 };
 
 struct Fill : PerElement {
@@ -178,6 +183,6 @@ struct Add2 : PerElement {
     }
 };
 
-inline void zero(const Planes& p) { map("fill", p.dims, Merge::all, operand(p), no_inputs(), Fill{{}, 0.0f}); }
+inline void zero(const Volumes& v) { map("fill", v.dims, Merge::all, operand(v), no_inputs(), Fill{{}, 0.0f}); }
 
 }  // namespace dsl::backend::gpu

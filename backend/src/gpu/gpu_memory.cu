@@ -68,7 +68,7 @@ public:
     }
 
     void fill(View v, float value) override {
-        const Planes p = planes(v);
+        const Volumes p = volumes(v);
         map("fill", p.dims, Merge::all, operand(p), no_inputs(), Fill{{}, value});
     }
 
@@ -89,16 +89,18 @@ public:
         check(cudaStreamSynchronize(gpu::stream()), "download (cudaStreamSynchronize)");
     }
 
+    // Views of any rank (a volume's halo pieces are 3-D boxes), packed in the order of their elements: samples,
+    // channels, then the places, the columns fastest, as the host packs them.
     void pack(ConstView v, float* out) override {
-        const ConstPlanes p = planes(v);
+        const ConstVolumes p = volumes(v);
         map("pack", p.dims, Merge::all, dense_operand(out, p.dims), inputs(p), Copy{});
     }
 
     void unpack(const float* in, View v, bool add) override {
-        const Planes p = planes(v);
-        const ConstPlanes from = dense_planes(in, p.dims);
+        const Volumes p = volumes(v);
+        const ConstVolumes from = dense_volumes(in, p.dims);
         if (add)
-            map("unpack", p.dims, Merge::all, operand(p), inputs(ConstPlanes(p), from), Add2{});
+            map("unpack", p.dims, Merge::all, operand(p), inputs(ConstVolumes(p), from), Add2{});
         else
             map("unpack", p.dims, Merge::all, operand(p), inputs(from), Copy{});
     }

@@ -1,5 +1,5 @@
-// Pooling on the GPU: max and average pooling over windows (the backward as a gather), and global
-// pooling's per-plane sums and broadcast.
+// Pooling on the GPU: max and average pooling over the windows of images and volumes (the backward as a
+// gather), and global pooling's per-plane (per-volume) sums and broadcast.
 #include "gpu_common.cuh"
 #include "gpu_map.cuh"
 #include "gpu_reduce.cuh"
@@ -19,7 +19,7 @@ struct Broadcast {
     const double* values;  // [n * channels + c]
     std::int64_t channels;
     float scale;
-    __device__ float row(std::int64_t n, std::int64_t c, std::int64_t) const {
+    __device__ float row(std::int64_t n, std::int64_t c, std::int64_t, std::int64_t) const {
         return __fmul_rn(static_cast<float>(values[n * channels + c]), scale);
     }
     template <int S>
@@ -28,35 +28,41 @@ struct Broadcast {
     }
 };
 
+// A window's taps, strides and dilations along depth, rows and columns; an image's depth is one tap of stride
+// and dilation 1, so that its windows are scanned and gathered as before.
 struct PoolWindow {
-    std::int64_t kh, kw, sh, sw, dh, dw;
+    std::int64_t kd, kh, kw, sd, sh, sw, dd, dh, dw;
+    __device__ std::int64_t taps() const { return kd * kh * kw; }
 };
 
-PoolWindow pool_window(const Window& w) {
-    return {w.kernel[0], w.kernel[1], w.stride[0], w.stride[1], w.dilation[0], w.dilation[1]};
+PoolWindow pool_window(const Window& w, bool volume) {
+    const Index &k = w.kernel, &s = w.stride, &d = w.dilation;
+    if (volume) return {k[0], k[1], k[2], s[0], s[1], s[2], d[0], d[1], d[2]};
+    return {1, k[0], k[1], 1, s[0], s[1], 1, d[0], d[1]};
 }
 
-// Output row i of a pooling reads x's rows from i * sh.
+// Output row (z, i) of a pooling reads x's rows from (z * sd, i * sh).
 struct PoolRow {
     Operand<const float> x;
     PoolWindow win;
-    __device__ const float* row(std::int64_t n, std::int64_t c, std::int64_t i) const {
-        return x.base + (n * x.sn + c * x.sc + i * win.sh * x.sh);
+    __device__ const float* row(std::int64_t n, std::int64_t c, std::int64_t z, std::int64_t i) const {
+        return x.base + (n * x.sn + c * x.sc + z * win.sd * x.sd + i * win.sh * x.sh);
     }
-    // Scans the window of output column j in the reference's order (a, then b) and keeps the first maximum:
-    // ties, and the backward with them, go to the earliest element.
+    // Scans the window of output column j in the reference's order (the taps' depth, row, then column) and
+    // keeps the first maximum: ties, and the backward with them, go to the earliest element.
     __device__ std::int64_t first_max(const float* p, std::int64_t j, float* best_value) const {
         const float* q = p + j * win.sw;
         float best = q[0];
         std::int64_t best_offset = 0;
-        for (std::int64_t a = 0; a < win.kh; ++a)
-            for (std::int64_t b = 0; b < win.kw; ++b) {
-                const float v = q[a * win.dh * x.sh + b * win.dw];
-                if (v > best) {
-                    best = v;
-                    best_offset = a * win.kw + b;
+        for (std::int64_t e = 0; e < win.kd; ++e)
+            for (std::int64_t a = 0; a < win.kh; ++a)
+                for (std::int64_t b = 0; b < win.kw; ++b) {
+                    const float v = q[e * win.dd * x.sd + a * win.dh * x.sh + b * win.dw];
+                    if (v > best) {
+                        best = v;
+                        best_offset = (e * win.kh + a) * win.kw + b;
+                    }
                 }
-            }
         *best_value = best;
         return best_offset;
     }
@@ -71,7 +77,7 @@ struct MaxPool : PoolRow {
     }
 };
 
-// The offset a * kw + b of each window's first maximum, for the backward's gather.
+// The offset (e * kh + a) * kw + b of each window's first maximum, for the backward's gather.
 struct MaxPoolArgmax : PoolRow {
     template <int S>
     __device__ std::int32_t operator()(const float* p, const float (&)[S], std::int64_t j) const {
@@ -80,52 +86,59 @@ struct MaxPoolArgmax : PoolRow {
     }
 };
 
-// The sum in double over the window divided by its area, as PyTorch's count_include_pad.
+// The sum in double over the window divided by its taps, as PyTorch's count_include_pad.
 struct AveragePool : PoolRow {
     template <int S>
     __device__ float operator()(const float* p, const float (&)[S], std::int64_t j) const {
         const float* q = p + j * win.sw;
         double acc = 0.0;
-        for (std::int64_t a = 0; a < win.kh; ++a)
-            for (std::int64_t b = 0; b < win.kw; ++b) acc += q[a * win.dh * x.sh + b * win.dw];
-        return static_cast<float>(acc / double(win.kh * win.kw));
+        for (std::int64_t e = 0; e < win.kd; ++e)
+            for (std::int64_t a = 0; a < win.kh; ++a)
+                for (std::int64_t b = 0; b < win.kw; ++b) acc += q[e * win.dd * x.sd + a * win.dh * x.sh + b * win.dw];
+        return static_cast<float>(acc / double(win.taps()));
     }
 };
 
 // dx of pooling as a gather: each element of dx sums the gradients of the windows that contain it, so dx
-// is overwritten without atomics. Windows are visited in the reference's order (output row, then column),
-// so the double sums round as its scatter does.
+// is overwritten without atomics. Windows are visited in the reference's order (output depth, row, then
+// column), so the double sums round as its scatter does.
 struct PoolGather {
     Operand<const float> dy;
     const std::int32_t* argmax;  // dense over dy's dims; null for average pooling
-    std::int64_t channels, out_h, out_w;
+    std::int64_t channels, out_d, out_h, out_w;
     PoolWindow win;
     struct Row {
         const float* dy;
         const std::int32_t* argmax;
-        std::int64_t y;
+        std::int64_t z, y;
     };
-    __device__ Row row(std::int64_t n, std::int64_t c, std::int64_t y) const {
-        return {dy.base + (n * dy.sn + c * dy.sc), argmax ? argmax + (n * channels + c) * out_h * out_w : nullptr, y};
+    __device__ Row row(std::int64_t n, std::int64_t c, std::int64_t z, std::int64_t y) const {
+        return {dy.base + (n * dy.sn + c * dy.sc),
+                argmax ? argmax + (n * channels + c) * out_d * out_h * out_w : nullptr, z, y};
     }
     template <int S>
     __device__ float operator()(const Row& r, const float (&)[S], std::int64_t x) const {
-        const double area = double(win.kh * win.kw);
+        const double taps = double(win.taps());
         double acc = 0.0;
-        // Descending window offsets give ascending output rows and columns.
-        for (std::int64_t a = win.kh - 1; a >= 0; --a) {
-            const std::int64_t ty = r.y - a * win.dh;
-            if (ty < 0 || ty % win.sh != 0 || ty / win.sh >= out_h) continue;
-            const std::int64_t i = ty / win.sh;
-            for (std::int64_t b = win.kw - 1; b >= 0; --b) {
-                const std::int64_t tx = x - b * win.dw;
-                if (tx < 0 || tx % win.sw != 0 || tx / win.sw >= out_w) continue;
-                const std::int64_t j = tx / win.sw;
-                const double g = r.dy[i * dy.sh + j];
-                if (!r.argmax)
-                    acc += g / area;
-                else if (r.argmax[i * out_w + j] == a * win.kw + b)
-                    acc += g;
+        // Descending window offsets give ascending output places.
+        for (std::int64_t e = win.kd - 1; e >= 0; --e) {
+            const std::int64_t tz = r.z - e * win.dd;
+            if (tz < 0 || tz % win.sd != 0 || tz / win.sd >= out_d) continue;
+            const std::int64_t k = tz / win.sd;
+            for (std::int64_t a = win.kh - 1; a >= 0; --a) {
+                const std::int64_t ty = r.y - a * win.dh;
+                if (ty < 0 || ty % win.sh != 0 || ty / win.sh >= out_h) continue;
+                const std::int64_t i = ty / win.sh;
+                for (std::int64_t b = win.kw - 1; b >= 0; --b) {
+                    const std::int64_t tx = x - b * win.dw;
+                    if (tx < 0 || tx % win.sw != 0 || tx / win.sw >= out_w) continue;
+                    const std::int64_t j = tx / win.sw;
+                    const double g = r.dy[k * dy.sd + i * dy.sh + j];
+                    if (!r.argmax)
+                        acc += g / taps;
+                    else if (r.argmax[(k * out_h + i) * out_w + j] == (e * win.kh + a) * win.kw + b)
+                        acc += g;
+                }
             }
         }
         return static_cast<float>(acc);
@@ -135,51 +148,52 @@ struct PoolGather {
 class GpuPool final : public PoolKernels {
 public:
     void forward(PoolKind kind, ConstView x, View y, const Window& window) override {
-        const ConstPlanes xp = planes(x);
-        const Planes yp = planes(y);
-        check_pool(xp.dims, yp.dims, window);
-        const PoolRow rows{input(xp), pool_window(window)};
+        check_pool(x.dims, y.dims, window);
+        const ConstVolumes xv = volumes(x);
+        const Volumes yv = volumes(y);
+        const PoolRow rows{input(xv), pool_window(window, is_volume(x.dims))};
         if (kind == PoolKind::max)
-            map("max pool forward", yp.dims, Merge::none, operand(yp), no_inputs(), MaxPool{rows});
+            map("max pool forward", yv.dims, Merge::none, operand(yv), no_inputs(), MaxPool{rows});
         else
-            map("average pool forward", yp.dims, Merge::none, operand(yp), no_inputs(), AveragePool{rows});
+            map("average pool forward", yv.dims, Merge::none, operand(yv), no_inputs(), AveragePool{rows});
     }
 
     void backward(PoolKind kind, ConstView x, ConstView dy, View dx, const Window& window) override {
-        const ConstPlanes xp = planes(x), dyp = planes(dy);
-        const Planes dxp = planes(dx);
-        check_pool(xp.dims, dyp.dims, window);
-        check_same_dims(xp, dxp, "pool backward");
-        if (dxp.dims.elements() == 0) return;
-        const PlaneDims& o = dyp.dims;
+        check_pool(x.dims, dy.dims, window);
+        check_same_dims(x, dx, "pool backward");
+        const ConstVolumes xv = volumes(x), dyv = volumes(dy);
+        const Volumes dxv = volumes(dx);
+        if (dxv.dims.elements() == 0) return;
+        const PoolWindow win = pool_window(window, is_volume(x.dims));
+        const VolumeDims& o = dyv.dims;
         std::int32_t* argmax = nullptr;
         if (kind == PoolKind::max && o.elements() > 0) {
-            DSL_INTERNAL_CHECK(window.kernel[0] * window.kernel[1] <= std::numeric_limits<std::int32_t>::max(),
+            DSL_INTERNAL_CHECK(product(window.kernel) <= std::numeric_limits<std::int32_t>::max(),
                                "pool: window too large");
             argmax = context().argmax.as<std::int32_t>(o.elements());
             map("max pool argmax", o, Merge::none, dense_operand(argmax, o), no_inputs(),
-                MaxPoolArgmax{{input(xp), pool_window(window)}});
+                MaxPoolArgmax{{input(xv), win}});
         }
-        map("pool backward", dxp.dims, Merge::none, operand(dxp), no_inputs(),
-            PoolGather{input(dyp), argmax, o.c, o.h, o.w, pool_window(window)});
+        map("pool backward", dxv.dims, Merge::none, operand(dxv), no_inputs(),
+            PoolGather{input(dyv), argmax, o.c, o.d, o.h, o.w, win});
     }
 
     void global_sum(ConstView x, double* sums) override {
-        const ConstPlanes xp = planes(x);
-        const std::int64_t plane_count = xp.dims.n * xp.dims.c;
+        const ConstVolumes xv = volumes(x);
+        const std::int64_t plane_count = xv.dims.n * xv.dims.c;
         if (plane_count == 0) return;
         Context& ctx = context();
         double* totals = ctx.totals.as<double>(plane_count);
-        reduce("global pool sum", xp.dims, Over::planes, {xp}, SumTerm{}, totals);
+        reduce("global pool sum", xv.dims, Over::planes, {xv}, SumTerm{}, totals);
         const double* host = ctx.fetch(totals, plane_count);
         for (std::int64_t i = 0; i < plane_count; ++i) sums[i] += host[i];
     }
 
     void broadcast(const float* values, float scale, View dx) override {
-        const Planes dxp = planes(dx);
-        if (dxp.dims.elements() == 0) return;
-        const double* device = context().upload(dxp.dims.n * dxp.dims.c, {values});
-        map("broadcast", dxp.dims, Merge::rows, operand(dxp), no_inputs(), Broadcast{device, dxp.dims.c, scale});
+        const Volumes dxv = volumes(dx);
+        if (dxv.dims.elements() == 0) return;
+        const double* device = context().upload(dxv.dims.n * dxv.dims.c, {values});
+        map("broadcast", dxv.dims, Merge::rows, operand(dxv), no_inputs(), Broadcast{device, dxv.dims.c, scale});
     }
 };
 

@@ -1,6 +1,6 @@
-// Reductions: sums over groups of elements (a channel over n, h, w; or an (n, c) plane over h, w), in
-// double. Each warp sums one chunk of one group; a second kernel adds a group's chunks in a fixed order, so
-// the result does not depend on scheduling.
+// Reductions: sums over groups of elements (a channel over its samples and places; or an (n, c) plane, or
+// volume, over its places), in double. Each warp sums one chunk of one group; a second kernel adds a group's
+// chunks in a fixed order, so the result does not depend on scheduling.
 #pragma once
 
 #include "gpu_common.cuh"
@@ -15,16 +15,17 @@ namespace dsl::backend::gpu {
 struct ReduceGeometry {
     std::int64_t groups_c = 1;  // group g is (g / groups_c, g % groups_c)
     std::int64_t groups = 0;
-    std::int64_t rows_h = 1;    // row r of a group is (r / rows_h, r % rows_h)
+    // Row r of a group is (rn, rz, ry) = (r / rows_h / rows_d, r / rows_h % rows_d, r % rows_h).
+    std::int64_t rows_d = 1, rows_h = 1;
     std::int64_t w = 1;         // elements per row
     std::int64_t elements = 0;  // per group
     std::int64_t chunks = 1;    // per group
 };
 
-// Strides of a group's two coordinates and of a row's two.
+// Strides of a group's two coordinates and of a row's three.
 struct ReduceOperand {
     const float* base = nullptr;
-    std::int64_t group_n = 0, group_c = 0, row_n = 0, row_h = 0;
+    std::int64_t group_n = 0, group_c = 0, row_n = 0, row_d = 0, row_h = 0;
 };
 
 template <int K>
@@ -69,11 +70,12 @@ __global__ void __launch_bounds__(256)
         for (int k = 0; k < K; ++k) base[k] = in.op[k].base + (gn * in.op[k].group_n + gc * in.op[k].group_c);
         const std::int64_t end = g.elements * (chunk + 1) / g.chunks;
         std::int64_t e = g.elements * chunk / g.chunks + lane;
-        // The lane's element as row (rn, ry) and column x, stepped without dividing unless it changes rows.
-        std::int64_t x = e % g.w, r = e / g.w, ry = r % g.rows_h, rn = r / g.rows_h;
+        // The lane's element as row (rn, rz, ry) and column x, stepped without dividing unless it changes rows.
+        std::int64_t x = e % g.w, r = e / g.w, ry = r % g.rows_h, rz = r / g.rows_h % g.rows_d,
+                     rn = r / g.rows_h / g.rows_d;
         std::int64_t offset[K];
 #pragma unroll
-        for (int k = 0; k < K; ++k) offset[k] = rn * in.op[k].row_n + ry * in.op[k].row_h;
+        for (int k = 0; k < K; ++k) offset[k] = rn * in.op[k].row_n + rz * in.op[k].row_d + ry * in.op[k].row_h;
         double acc[Q] = {};
         while (e < end) {
             float v[U][K] = {};
@@ -93,11 +95,17 @@ __global__ void __launch_bounds__(256)
                     ry += q;
                     if (ry >= g.rows_h) {
                         const std::int64_t p = ry < 2 * g.rows_h ? 1 : ry / g.rows_h;
-                        rn += p;
+                        rz += p;
                         ry -= p * g.rows_h;
+                        if (rz >= g.rows_d) {  // always, for an image's depth of 1
+                            const std::int64_t t = rz < 2 * g.rows_d ? 1 : rz / g.rows_d;
+                            rn += t;
+                            rz -= t * g.rows_d;
+                        }
                     }
 #pragma unroll
-                    for (int k = 0; k < K; ++k) offset[k] = rn * in.op[k].row_n + ry * in.op[k].row_h;
+                    for (int k = 0; k < K; ++k)
+                        offset[k] = rn * in.op[k].row_n + rz * in.op[k].row_d + ry * in.op[k].row_h;
                 }
             }
 #pragma unroll
@@ -133,12 +141,13 @@ struct SumTerm {
     __device__ void add(Group, const float (&v)[1], double (&acc)[1]) const { acc[0] += v[0]; }
 };
 
-enum class Over { channels, planes };  // per channel over n, h, w; per (n, c) plane over h, w
+// Per channel over the samples and places; per (n, c) over the places (an image's plane, a volume's planes).
+enum class Over { channels, planes };
 
 // out[group * quantities + q] (device memory) = the group's sums over `views` (of dims `d`). Groups are channels
-// or (n, c) planes.
+// or (n, c) planes (volumes).
 template <typename Term, typename Out>
-void reduce(const char* kernel, const PlaneDims& d, Over over, const std::array<ConstPlanes, Term::inputs>& views,
+void reduce(const char* kernel, const VolumeDims& d, Over over, const std::array<ConstVolumes, Term::inputs>& views,
             const Term& term, Out* out) {
     constexpr int K = Term::inputs, Q = Term::quantities;
     ReduceGeometry g;
@@ -146,10 +155,23 @@ void reduce(const char* kernel, const PlaneDims& d, Over over, const std::array<
     g.groups = over == Over::channels ? d.c : d.n * d.c;
     if (g.groups == 0) return;
     bool rows_follow = true;  // each plane is one row
-    for (const ConstPlanes& v : views) rows_follow = rows_follow && (d.h == 1 || v.stride_h == d.w);
+    for (const ConstVolumes& v : views) rows_follow = rows_follow && (d.h == 1 || v.stride_h == d.w);
     g.rows_h = rows_follow ? 1 : d.h;
     g.w = rows_follow ? d.h * d.w : d.w;
-    g.elements = (over == Over::channels ? d.n : 1) * d.h * d.w;
+    // A volume's planes follow one another as one row, or as more rows of one plane; an image's depth of 1
+    // leaves its rows as they were.
+    g.rows_d = d.d;
+    bool planes_follow = d.d > 1;
+    for (const ConstVolumes& v : views)
+        planes_follow = planes_follow && v.stride_d == (rows_follow ? g.w : g.rows_h * v.stride_h);
+    if (planes_follow) {
+        if (rows_follow)
+            g.w *= d.d;
+        else
+            g.rows_h *= d.d;
+        g.rows_d = 1;
+    }
+    g.elements = (over == Over::channels ? d.n : 1) * d.points();
     if (g.elements == 0) {
         check(cudaMemsetAsync(out, 0, static_cast<std::size_t>(g.groups * Q) * sizeof(Out), gpu::stream()),
               "cudaMemsetAsync (empty reduction)");
@@ -157,9 +179,9 @@ void reduce(const char* kernel, const PlaneDims& d, Over over, const std::array<
     }
     ReduceInputs<K> in;
     for (int k = 0; k < K; ++k) {
-        const ConstPlanes& v = views[static_cast<std::size_t>(k)];
-        in.op[k] = over == Over::channels ? ReduceOperand{v.base, 0, v.stride_c, v.stride_n, v.stride_h}
-                                          : ReduceOperand{v.base, v.stride_n, v.stride_c, 0, v.stride_h};
+        const ConstVolumes& v = views[static_cast<std::size_t>(k)];
+        in.op[k] = over == Over::channels ? ReduceOperand{v.base, 0, v.stride_c, v.stride_n, v.stride_d, v.stride_h}
+                                          : ReduceOperand{v.base, v.stride_n, v.stride_c, 0, v.stride_d, v.stride_h};
     }
     // Enough warps to fill a large GPU several times over, each with at least ~1k elements to sum.
     constexpr std::int64_t target_warps = 8192;

@@ -7,9 +7,14 @@
 // standard deviations and double sums, global-pooling sums and values) and labels are in the host's.
 // Kernels of a GPU set run in order on one stream: one that returns a host value waits for its own work.
 //
+// Views are of images (two spatial dimensions) or of volumes (three), and of vectors (none) where a kind
+// takes them; a window's fields and a placement have the views' rank. Below, o, i and a are places (one
+// index per spatial dimension), `o*s + a*d` is taken dimension by dimension, and sums over a place run over
+// every spatial dimension.
+//
 // Kernels never pad and never communicate. A tile's margins hold its padding (or its halo), and views
-// passed in cover exactly the elements a kernel reads: a convolution's input view has the rows its output
-// rows read. Reductions that must span tiles or processes (batch-norm statistics, global pooling, the
+// passed in cover exactly the elements a kernel reads: a convolution's input view has the places its output
+// places read. Reductions that must span tiles or processes (batch-norm statistics, global pooling, the
 // loss) are split into a local part that adds into caller-owned sums and a part that applies the sums.
 #pragma once
 
@@ -37,14 +42,15 @@ struct Window {
 class ConvKernels {
 public:
     virtual ~ConvKernels() = default;
-    // y(n,f,i,j) = bias(f) + sum_{c,a,b} x(n, c, i*sh + a*dh, j*sw + b*dw) * w(f, c, a, b), over y's dims.
-    // w is {F, C, KH, KW}; bias may be null. x spans exactly window.input_extent of y's rows and columns.
+    // y(n,f,o) = bias(f) + sum_{c,a} x(n, c, o*s + a*d) * w(f, c, a), over y's dims (s the stride, d the
+    // dilation, a over the kernel's taps). w is {F, C, kernel}; bias may be null. x spans exactly
+    // window.input_extent of y's extents.
     virtual void forward(ConstView x, ConstView w, const float* bias, View y, const Window& window) = 0;
     // The transpose: dx (x's dims) receives, for each element, the sum of dy * w over the outputs that read
     // it. Overwrites dx.
     virtual void backward_data(ConstView dy, ConstView w, View dx, const Window& window) = 0;
-    // dw(f,c,a,b) = sum_{n,i,j} dy(n,f,i,j) * x(n, c, i*sh + a*dh, j*sw + b*dw); db(f) = sum dy(n,f,i,j) when
-    // db is not null. Overwrites both.
+    // dw(f,c,a) = sum_{n,o} dy(n,f,o) * x(n, c, o*s + a*d); db(f) = sum dy(n,f,o) when db is not null.
+    // Overwrites both.
     virtual void backward_weights(ConstView x, ConstView dy, View dw, float* db, const Window& window) = 0;
 };
 
@@ -56,10 +62,11 @@ struct Placement {
     Index x, y;
 };
 
-// upsample(scale, mode) over an input of `in` extents (window.hpp: upsample_source).
+// upsample(scale, mode) over an input of `in` extents (window.hpp: upsample_source): nearest, or `linear`
+// along every spatial dimension (bilinear on images, trilinear on volumes).
 struct Upsample {
     std::int64_t scale = 2;
-    bool bilinear = false;
+    bool linear = false;
     Index in;
     Placement at;
 };
@@ -67,15 +74,16 @@ struct Upsample {
 class UpsampleKernels {
 public:
     virtual ~UpsampleKernels() = default;
-    // y(n,c,o,p) = the sum over the sources (i, j) of output (o, p) of weight * x(n,c,i,j); x spans at least
-    // the rows and columns y's outputs read (scheduler::upsample_input).
+    // y(n,c,o) = the sum over the sources i of output o of weight * x(n,c,i): nearest's one source, or the
+    // 2^rank corners of linear interpolation, each weighed by the product of its dimensions' weights
+    // (upsample_source). x spans at least the places y's outputs read (scheduler::upsample_input).
     virtual void forward(const Upsample& u, ConstView x, View y) = 0;
     // The transpose: dx (overwritten) receives, for each element, the sum of weight * dy over the outputs of
     // dy that read it.
     virtual void backward(const Upsample& u, ConstView dy, View dx) = 0;
 };
 
-// A transposed convolution (PyTorch's ConvTranspose2d): input i adds into outputs o = i*stride - pad + k.
+// A transposed convolution (PyTorch's ConvTranspose2d and 3d): input i adds into outputs o = i*stride - pad + k.
 struct Deconv {
     Index kernel{1, 1}, stride{1, 1}, pad{0, 0};
     Placement at;
@@ -84,13 +92,13 @@ struct Deconv {
 class DeconvKernels {
 public:
     virtual ~DeconvKernels() = default;
-    // y(n,f,o,p) = bias(f) + sum x(n,c,i,j) * w(c,f,a,b) over the inputs of x's view and taps with
-    // o = i*sh - ph + a, p = j*sw - pw + b. w is {C, F, KH, KW} (PyTorch's layout); bias may be null.
+    // y(n,f,o) = bias(f) + sum x(n,c,i) * w(c,f,a) over the inputs of x's view and taps with
+    // o = i*s - p + a. w is {C, F, kernel} (PyTorch's layout); bias may be null.
     virtual void forward(ConstView x, ConstView w, const float* bias, View y, const Deconv& d) = 0;
-    // dx(n,c,i,j) = sum dy(n,f,o,p) * w(c,f,a,b) over the outputs of dy's view that input (i, j) adds into.
+    // dx(n,c,i) = sum dy(n,f,o) * w(c,f,a) over the outputs of dy's view that input i adds into.
     // Overwrites dx.
     virtual void backward_data(ConstView dy, ConstView w, View dx, const Deconv& d) = 0;
-    // dw(c,f,a,b) = sum x(n,c,i,j) * dy(n,f,o,p) over the pairs within the views; db(f) = the sum of dy when
+    // dw(c,f,a) = sum x(n,c,i) * dy(n,f,o) over the pairs within the views; db(f) = the sum of dy when
     // db is not null. Overwrites both.
     virtual void backward_weights(ConstView x, ConstView dy, View dw, float* db, const Deconv& d) = 0;
 };
@@ -98,7 +106,7 @@ public:
 class BatchNormKernels {
 public:
     virtual ~BatchNormKernels() = default;
-    // Adds the per-channel sums of x and x^2 over n, h, w into sum[c] and sum_sq[c].
+    // Adds the per-channel sums of x and x^2 over the samples and places into sum[c] and sum_sq[c].
     virtual void statistics(ConstView x, double* sum, double* sum_sq) = 0;
     // y = gamma[c] * (x - mean[c]) * inv_std[c] + beta[c]
     virtual void forward(ConstView x, const float* mean, const float* inv_std, const float* gamma, const float* beta,
@@ -114,7 +122,7 @@ public:
 };
 
 // Group normalization (PyTorch's nn.GroupNorm): per sample n and group g of C / G consecutive channels, the
-// mean and biased variance over those channels and every row and column. Per-(sample, group) arrays are
+// mean and biased variance over those channels and every place. Per-(sample, group) arrays are
 // indexed [n * G + g] over the view's samples; gamma and beta are per channel.
 class GroupNormKernels {
 public:
@@ -131,14 +139,15 @@ public:
                                      const float* inv_std, const float* gamma, double* d_beta, double* d_gamma,
                                      double* sum_g, double* sum_g_xhat) = 0;
     // dx = inv_std * (dy * gamma - sum_g / count - x_hat * sum_g_xhat / count), with the sums over each whole
-    // (n, g) and `count` its number of elements (C / G times the whole plane).
+    // (n, g) and `count` its number of elements (C / G times the whole tensor's places).
     virtual void backward(ConstView x, ConstView dy, std::int64_t groups, const float* mean, const float* inv_std,
                           const float* gamma, const double* sum_g, const double* sum_g_xhat, double count,
                           View dx) = 0;
 };
 
 // Where a dropout tile lies and which mask it draws: an element is kept when dropout_keep (splitmix.hpp) of
-// (key, step, its global sample, channel and place) says so, and kept elements are scaled by 1 / (1 - p).
+// (key, step, its global sample, channel and place: an image's row and column, a volume's depth, row and
+// column) says so, and kept elements are scaled by 1 / (1 - p).
 // The view's first element is global sample n0, channel 0 and place `at`.
 struct DropoutMask {
     std::uint64_t key = 0;  // the seed and the layer
@@ -172,24 +181,25 @@ enum class PoolKind { max, average };
 class PoolKernels {
 public:
     virtual ~PoolKernels() = default;
-    // y(n,c,i,j) = the max (or mean) of x(n, c, i*sh + a, j*sw + b) over a < kh, b < kw. Padding in the
-    // margins must be -infinity for max pooling and zero for average (which divides by kh*kw, as PyTorch's
-    // default count_include_pad does).
+    // y(n,c,o) = the max (or mean) of x(n, c, o*s + a) over the window's taps a. Padding in the margins must
+    // be -infinity for max pooling and zero for average (which divides by the taps, as PyTorch's default
+    // count_include_pad does).
     virtual void forward(PoolKind kind, ConstView x, View y, const Window& window) = 0;
-    // dx (x's dims, overwritten): max routes each dy to the first maximum of its window; average spreads
-    // dy / (kh*kw) over the window.
+    // dx (x's dims, overwritten): max routes each dy to the first maximum of its window (in the order of the
+    // taps, the last dimension fastest); average spreads dy / taps over the window.
     virtual void backward(PoolKind kind, ConstView x, ConstView dy, View dx, const Window& window) = 0;
-    // Adds the sum over h, w of x(n, c) into sums[n * C + c] (global average pooling, before the division).
+    // Adds the sum over the places of x(n, c) into sums[n * C + c] (global average pooling, before the
+    // division).
     virtual void global_sum(ConstView x, double* sums) = 0;
-    // dx(n, c, y, x) = values[n * C + c] * scale, for every element of dx.
+    // dx(n, c, o) = values[n * C + c] * scale, for every element of dx.
     virtual void broadcast(const float* values, float scale, View dx) = 0;
 };
 
 class FcKernels {
 public:
     virtual ~FcKernels() = default;
-    // y(n, k) = bias(k) + sum_i x(n, i) * w(k, i), where i runs over x's c, h, w in order; y is {N, K, 1, 1}
-    // and w is {K, I, 1, 1}. bias may be null.
+    // y(n, k) = bias(k) + sum_i x(n, i) * w(k, i), where i runs over x's channels and places in order; y is
+    // {N, K} and w is {K, I}. bias may be null.
     virtual void forward(ConstView x, ConstView w, const float* bias, View y) = 0;
     virtual void backward_data(ConstView dy, ConstView w, View dx) = 0;                // overwrites dx
     virtual void backward_weights(ConstView x, ConstView dy, View dw, float* db) = 0;  // overwrites both
@@ -229,9 +239,9 @@ public:
 class LossKernels {
 public:
     virtual ~LossKernels() = default;
-    // Softmax cross-entropy over the channels, for every sample and pixel of `logits` ([N, K] is {n, k, 1, 1};
-    // labels are {n, 1, h, w}). Returns the sum of -log softmax(logits)[label] over the view, and, when
-    // dlogits.base is not null, writes dlogits = (softmax - one_hot(label)) * scale.
+    // Softmax cross-entropy over the channels, for every sample and place of `logits` (labels are {n, 1} for
+    // logits {n, k}, else {n, 1, logits' extents}). Returns the sum of -log softmax(logits)[label] over the view, and,
+    // when dlogits.base is not null, writes dlogits = (softmax - one_hot(label)) * scale.
     virtual double cross_entropy(ConstView logits, LabelView labels, float scale, View dlogits) = 0;
     // A regression loss (layer_kinds.hpp) element by element over `prediction` and `target` (of its dims, in
     // this kernel set's memory). Returns the sum of l(x, t) over the view: (x - t)^2, |x - t|, or

@@ -48,10 +48,12 @@ std::optional<std::string> npz_bytes(const std::vector<NamedArray>& arrays, std:
 // The state_dict of `net`'s PyTorch module as bench/pytorch_mesh.py builds it, from a checkpoint of `net`:
 // the module's layers in a ModuleDict `mods` keyed by each layer's index in the network's order
 // ("mods.3.weight"), in the order module.state_dict() has them; the parameters (conv, deconv and fc weights and
-// biases, batch and group norm scales and shifts), batch norm's running statistics and its
-// num_batches_tracked (the checkpoint's step: one forward in training mode per step). Optimizer state is
-// left out. Nullopt with the reason where the checkpoint does not fit the network: a tensor missing, of
-// another shape, or not of this network.
+// biases, batch and group norm scales and shifts), batch norm's running statistics and its num_batches_tracked
+// (the checkpoint's step: one forward in training mode per step). A window's weights have the input's spatial
+// rank: Conv2d's [out, in, kh, kw] or Conv3d's [out, in, kd, kh, kw], ConvTranspose2d's and 3d's [in, out,
+// kernel...]; a periodic convolution's are a zero-padded one's. Optimizer state is left out. Nullopt with the
+// reason where the checkpoint does not fit the network: a tensor missing, of another shape, or not of this
+// network.
 std::optional<std::vector<NamedArray>> torch_state_dict(const frontend::Network& net, const Checkpoint& ckpt,
                                                         std::string& error);
 

@@ -7,11 +7,25 @@
 #include <array>
 #include <cstdint>
 #include <initializer_list>
+#include <string>
 
 namespace dsl {
 
 // The most spatial dimensions a tensor has: depth, height and width.
 inline constexpr int max_space = 3;
+
+// The spatial axes, outermost first, by the letters that schedules and shapes give them and the words that
+// messages use for their indices. A tensor of spatial rank r has the last r: an image H and W, a volume D, H
+// and W. axis_of gives the axis of its dimension d.
+inline constexpr const char* axis_letters[max_space] = {"D", "H", "W"};
+inline constexpr const char* axis_units[max_space] = {"planes of depth", "rows", "columns"};
+inline constexpr const char* axis_unit[max_space] = {"plane of depth", "row", "column"};
+constexpr int axis_of(int d, int rank) { return max_space - rank + d; }
+
+// `n` places along `axis`, in words: "1 row", "8 planes of depth".
+inline std::string count_along(std::int64_t n, int axis) {
+    return std::to_string(n) + " " + (n == 1 ? axis_unit[axis] : axis_units[axis]);
+}
 
 // One value per spatial dimension, outermost first. Its capacity is fixed, so that boxes and views copy
 // without allocating in a halo exchange's loops.

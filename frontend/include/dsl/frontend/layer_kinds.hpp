@@ -56,8 +56,8 @@ enum class Regression { none, mse, l1, bce_with_logits };
 // `choice`: one of the names in ParamSpec::choices, written as a bare identifier (`mode = bilinear`).
 enum class ParamType {
     positive_int,
-    positive_pair,
-    nonneg_pair,
+    positive_spatial,  // one number for every spatial dimension, or a list of one per dimension
+    nonneg_spatial,
     boolean,
     positive_real,
     any_real,
@@ -68,19 +68,38 @@ enum class ParamType {
 
 // The Layer member a parameter sets (network.hpp: field_member maps each to its member).
 enum class Field {
-    filters, kernel, stride, pad, dilation, bias, slope, eps, momentum, groups, p, scale, mode, output_pad, weight
+    filters,
+    kernel,
+    stride,
+    pad,
+    dilation,
+    bias,
+    slope,
+    eps,
+    momentum,
+    groups,
+    p,
+    scale,
+    mode,
+    output_pad,
+    weight,
+    padding
 };
 
 // upsample's modes, in the order of its `mode` parameter's choices: nearest repeats each input element;
-// bilinear interpolates as PyTorch's F.interpolate(mode='bilinear', align_corners=False).
-enum class UpsampleMode { nearest, bilinear };
+// bilinear (images) and trilinear (volumes) interpolate as PyTorch's F.interpolate(mode=..., align_corners=False).
+enum class UpsampleMode { nearest, bilinear, trilinear };
+
+// What a convolution or pooling reads beyond the tensor's border, in the order of the `padding` choices:
+// zeros (max pooling: -infinity), or the tensor's other side (periodic, PyTorch's padding_mode='circular').
+enum class Padding { zeros, periodic };
 
 struct ParamSpec {
     const char* name;
     ParamType type;
     Field field;
     bool required = false;
-    double default_value = 0.0;   // when not required: the number (pairs take it twice; booleans 0 or 1)
+    double default_value = 0.0;   // when not required: the number (for every spatial dimension; booleans 0 or 1)
     const char* default_of = "";  // the default is another parameter's value ("kernel"): pooling's stride
     std::vector<const char*> choices{};  // a choice's names; its default is the index default_value
 };
@@ -88,15 +107,15 @@ struct ParamSpec {
 // How shape inference derives a kind's output shape (infer_shapes.cpp dispatches on it).
 enum class ShapeRule {
     data,         // declared: input and label
-    window,       // [N, C', H', W'] from a window over rows and columns: conv (C' = filters), pooling (C)
+    window,       // [N, C', spatial'] from a window over every spatial dimension: conv (C' = filters), pooling (C)
     same,         // the input's shape: batch norm, element-wise kinds
-    global_pool,  // [N, C, 1, 1]
+    global_pool,  // [N, C, 1, 1] (a volume's [N, C, 1, 1, 1])
     flatten,      // [N, outputs] from the flattened input: fc
     sum,          // the inputs' common shape: add
     concat,       // the channels summed, the rest equal: concat
     loss,         // [N] from logits and labels (of the prediction's shape, float, for a regression loss)
-    upsample,     // [N, C, H*scale, W*scale]
-    deconv,       // [N, filters, (H-1)*stride - 2*pad + kernel + output_pad, likewise W]
+    upsample,     // [N, C, each spatial extent * scale]
+    deconv,       // [N, filters, each spatial extent's (E-1)*stride - 2*pad + kernel + output_pad]
 };
 
 struct LayerKind {
@@ -104,8 +123,8 @@ struct LayerKind {
     const char* name = "";                     // the spelling in `.net` files
     std::vector<ParamSpec> params{};           // in positional order
     int min_inputs = 1, max_inputs = 1;        // max_inputs -1: no limit
-    // Reads a neighbourhood of rows and columns (a window, an interpolation, a transposed window): a halo
-    // under a spatial split, the input region scheduler::window_input gives.
+    // Reads a neighbourhood of places (a window, an interpolation, a transposed window): a halo under a
+    // spatial split, the input region scheduler::window_input gives.
     bool windowed = false;
     bool weights = false;                      // has learnable parameters
     bool loss = false;                         // reads logits and a label, gives the loss; nothing reads it

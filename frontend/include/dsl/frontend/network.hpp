@@ -37,17 +37,20 @@ struct Layer {
     // Attributes (the Fields of layer_kinds.hpp): elaboration sets those of the layer's kind, from its
     // arguments or the table's defaults; the others keep these values.
     std::int64_t filters = 0;  // conv: output channels; fc: outputs
-    Spatial kernel{1, 1};
-    Spatial stride{1, 1};
-    Spatial pad{0, 0};
-    Spatial dilation{1, 1};
+    // One value per spatial dimension of the input, once shape inference has fitted them: elaboration gives
+    // a single value (one number, or a default) as a list of one, which applies to every dimension.
+    Spatial kernel{1};
+    Spatial stride{1};
+    Spatial pad{0};
+    Spatial dilation{1};
     bool bias = true;       // conv, fc
     double slope = 0.01;    // leaky_relu
     double eps = 1e-5;      // batchnorm
     double momentum = 0.1;  // batchnorm running averages
     std::int64_t scale = 2;  // upsample
     std::int64_t mode = 0;   // upsample: an UpsampleMode, the index of its `mode` choice
-    Spatial output_pad{0, 0};  // deconv: indices added at the end of each spatial dimension
+    std::int64_t padding = 0;  // conv, pooling: a Padding, the index of its `padding` choice
+    Spatial output_pad{0};     // deconv: indices added at the end of each spatial dimension
     std::int64_t groups = 1;  // groupnorm: groups of channels
     double p = 0.5;           // dropout: the probability that an element is zeroed
     double weight = 1.0;      // a loss's factor in the total
@@ -78,6 +81,10 @@ struct Layer {
     // A convolution, pooling, upsampling or transposed convolution: reads a halo under a spatial split.
     bool windowed() const { return kind().windowed; }
     UpsampleMode upsample_mode() const { return static_cast<UpsampleMode>(mode); }
+    // Bilinear or trilinear: linear interpolation along every spatial dimension.
+    bool linear_upsample() const { return upsample_mode() != UpsampleMode::nearest; }
+    // A window that reads the tensor's other side beyond its border (padding = periodic).
+    bool periodic() const { return static_cast<Padding>(padding) == Padding::periodic; }
     bool is_loss() const { return kind().loss; }
     // The parameter an element-wise kind's kernels take: leaky_relu's slope; 0 for a kind without one (relu).
     double activation_slope() const { return kind().param("slope") ? slope : 0.0; }

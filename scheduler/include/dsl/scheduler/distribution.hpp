@@ -14,23 +14,16 @@ namespace dsl::scheduler {
 // The most processes a run can have: MPI numbers them with an int.
 constexpr std::int64_t max_procs = 2147483647;
 
-// The letters of the spatial dimensions in a schedule, outermost first: a split names the parts of each
-// with D=, H= and W= (spatial_letters[axis]).
-inline constexpr const char* spatial_letters[max_space] = {"D", "H", "W"};
-// What a message calls the indices of each axis: "its input has only 3 rows".
-inline constexpr const char* spatial_units[max_space] = {"planes of depth", "rows", "columns"};
-
-// Splits of each dimension into blocks. `space` holds the parts of each spatial dimension by its letter (D,
-// H, W): a tensor of spatial rank r is cut along its dimension d by space[axis(d, r)], so that an image's
-// rows and columns are H and W and a volume's depth, rows and columns D, H and W. Channel (C) and filter (F)
+// Splits of each dimension into blocks. `space` holds the parts of each spatial axis (D, H, W: a schedule's
+// D=, H= and W=): a tensor of spatial rank r is cut along its dimension d by space[axis_of(d, r)], so that an
+// image's rows and columns are H and W and a volume's depth, rows and columns D, H and W. Channel (C) and filter (F)
 // splits are reserved in the language and rejected by the checker until the backend supports them.
 struct Split {
     std::int64_t n = 1, c = 1, f = 1;
     std::array<std::int64_t, max_space> space{1, 1, 1};
 
-    // The split's axis (an index into `space`) of dimension d of a tensor of spatial rank `rank`.
-    static constexpr int axis(int d, int rank) { return max_space - rank + d; }
-    std::int64_t parts(int d, int rank) const { return space[static_cast<std::size_t>(axis(d, rank))]; }
+    // The parts of dimension d of a tensor of spatial rank `rank`.
+    std::int64_t parts(int d, int rank) const { return space[static_cast<std::size_t>(axis_of(d, rank))]; }
     std::int64_t spatial_procs() const { return space[0] * space[1] * space[2]; }  // a sample group's
     std::int64_t procs() const { return n * c * f * spatial_procs(); }
     bool spatial() const { return spatial_procs() > 1; }

@@ -12,6 +12,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -19,6 +20,9 @@
 namespace dsl::scheduler {
 
 // One layer under one distribution, per step, in seconds and bytes.
+class ShuffleArithmetic;  // shuffle_points.hpp
+struct ShufflePoints;
+
 struct LayerCost {
     double forward = 0.0;           // compute of the output
     double forward_halo = 0.0;      // the input's halo exchange, the part not hidden behind interior compute
@@ -55,6 +59,9 @@ public:
     // Reading input `input` (a position in the layer's inputs) of layer `reader` under `to` when its producer
     // runs under `from`; zero when the tiles are the same.
     virtual ShuffleCost shuffle(int reader, int input, const Split& from, const Split& to) const = 0;
+    // The same for every pair of a producer's splits `from` and a reader's `to`: out[a * to.size() + b].
+    virtual std::vector<ShuffleCost> shuffles(int reader, int input, const std::vector<Split>& from,
+                                              const std::vector<Split>& to) const;
     // Bytes per process of a complete schedule.
     virtual double memory(const Schedule& schedule) const = 0;
 };
@@ -97,6 +104,8 @@ public:
 
     LayerCost layer(int index, const Distribution& d) const override;
     ShuffleCost shuffle(int reader, int input, const Split& from, const Split& to) const override;
+    std::vector<ShuffleCost> shuffles(int reader, int input, const std::vector<Split>& from,
+                                      const std::vector<Split>& to) const override;
 
     // The whole step of a complete schedule.
     Prediction predict(const Schedule& schedule) const;
@@ -157,6 +166,11 @@ private:
     bool halo_between_nodes(const Split& split) const;
     bool shuffle_between_nodes(const Split& from, const Split& to) const;
     LayerCost compute_layer(int index, const Distribution& d, std::vector<std::string>* keys) const;
+    // The shuffle class of input `input` of `reader` (see shuffles_), or -1 when there is no shuffle (data is
+    // made where it is read); and the cost of a shuffle of a tensor of `channels` from its class's arithmetic.
+    int shuffle_class(int reader, int input) const;
+    ShuffleCost shuffle_cost(const ShufflePoints& s, std::int64_t channels, bool producer_spatial, const Split& from,
+                             const Split& to) const;
 
     const frontend::Network& net_;
     Platform platform_;
@@ -176,14 +190,9 @@ private:
     // Shuffles' tile arithmetic per element of a channel. It depends on the producer's extents, the reader's
     // window and the two splits only, so that many layers share it: each (reader, input) pair has a class of
     // the first two (`shuffle_class_`, numbered in `classes_`), and the arithmetic is kept by class and splits.
-    struct ShufflePoints {
-        bool same = false;
-        double most_received = 0.0, most_sent = 0.0, most_messages = 0.0, copy = 0.0;
-    };
-    using ShuffleKey = std::array<std::int64_t, 1 + 2 * (1 + max_space)>;
     mutable std::vector<std::vector<int>> shuffle_class_;
     mutable std::map<std::vector<std::int64_t>, int> classes_;
-    mutable std::map<ShuffleKey, ShufflePoints> shuffles_;
+    mutable std::shared_ptr<ShuffleArithmetic> shuffles_;
     // factor() by layer kind, direction and size class: it looks up to 7 keys, every layer of every candidate.
     mutable std::map<std::tuple<frontend::OpKind, bool, int>, double> factors_;
 };

@@ -41,11 +41,11 @@ Box tile_box(const frontend::Layer& producer, const TileSpec& spec, std::int64_t
 
 // ---- The plan.
 
-// One direction of a tile's exchange, in this process's part: the pieces it sends and receives, and the
-// boxes it copies (forward) or adds (backward) within itself.
+// One direction of a tile's exchange, in this process's part: the pieces it sends and receives, and those it
+// copies (forward) or adds (backward) within itself. Forward moves a piece from its source() in the layer's
+// own tile to its box in the tile being filled; backward moves the gradient the other way.
 struct Exchange {
-    std::vector<Piece> sends, receives;
-    std::vector<Box> local;
+    std::vector<Piece> sends, receives, local;
     bool empty() const { return sends.empty() && receives.empty() && local.empty(); }
 };
 
@@ -56,6 +56,7 @@ struct TilePlan {
     TileSpec spec;
     int id = 0;               // in order of placement over every layer; message tags derive from it
     bool copy = false;        // a redistributed copy of the layer's own tile
+    bool periodic = false;    // its windowed readers read across the tensor's border (padding = periodic)
     bool replicated = false;  // the same tile on every process of a spatial group
     bool leader = true;       // the one of those that speaks for them (loss, weight gradients)
     Box box;

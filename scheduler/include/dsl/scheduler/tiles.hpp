@@ -34,6 +34,7 @@ struct Reach {
 // The margins of a tile, per spatial dimension: the halo that neighbours send, or padding at the tensor's
 // border. Rank 0 means none.
 using Margins = Space<Reach>;
+using Index = Space<std::int64_t>;  // a place, or a shift, along each spatial dimension
 
 // A block of a tensor in global coordinates: samples, channels and each spatial dimension. A tensor without
 // spatial dimensions (a vector [N, K]) has rank 0. (Its small methods are inline: the model's search calls
@@ -141,7 +142,7 @@ inline Box tile_box(const Dims& whole, const Split& split, std::int64_t rank, bo
     b.n.hi = b.n.lo + block_size(whole.n, split.n, k.n);
     if (!spatial) return b;
     for (int d = 0; d < whole.rank(); ++d) {
-        const int axis = Split::axis(d, whole.rank());
+        const int axis = axis_of(d, whole.rank());
         if (split.space[axis] == 1) continue;
         b.space[d].lo = block_start(whole.space[d], split.space[axis], k.space[axis]);
         b.space[d].hi = b.space[d].lo + block_size(whole.space[d], split.space[axis], k.space[axis]);
@@ -174,23 +175,39 @@ bool exchanges_halo(const frontend::Layer& reader, const frontend::Layer& input,
 
 // ---- Halos.
 
-// A piece of a halo exchange or a redistribution: the elements of `box` that go to or come from `peer`.
+// A piece of a halo exchange or a redistribution: the elements of `box` that go to or come from `peer`. `box`
+// is where they lie in the tile that receives them (whose margins they fill); in the tile that holds them
+// they lie at source(), `shift` away along each spatial dimension: a periodic halo across the tensor's border
+// is the far side's, a tensor's extent away (shift rank 0: none).
 struct Piece {
     int peer = 0;
     Box box;
+    Index shift;
+    Box source() const {
+        Box b = box;
+        for (int d = 0; d < shift.rank(); ++d) b.space[d] = {box.space[d].lo - shift[d], box.space[d].hi - shift[d]};
+        return b;
+    }
 };
 
 // The halo of the tile that `rank` holds of a tensor of extent `whole` under `split` (its spatial dimensions
-// cut): the parts of its box grown by `need` and kept within the tensor (beyond it is padding) that the
-// blocks of other processes hold, each with the process that holds it. Faces come first, then edges, then
-// corners (an image's: above, below, left, right, then the corners), each dimension before and after.
-std::vector<Piece> halo_pieces(const Dims& whole, const Split& split, std::int64_t rank, const Margins& need);
+// cut): the parts of its box grown by `need` that the blocks of other processes hold, each with the process
+// that holds it. Beyond the tensor's border is padding (no piece), or, when `periodic`, the tensor's far side:
+// pieces with a shift, which may come from this process itself (a dimension not split, or split in two).
+// Faces come first, then edges, then corners (an image's: above, below, left, right, then the corners), each
+// dimension before and after.
+std::vector<Piece> halo_pieces(const Dims& whole, const Split& split, std::int64_t rank, const Margins& need,
+                               bool periodic = false);
+
+// The parts of `want` beyond the border of a periodic tensor of extent `whole`, each with its shift (source()
+// is where its elements lie in the tensor).
+std::vector<Piece> wrapped_parts(const Dims& whole, const Box& want);
 
 // ---- Overlap of a halo exchange with compute.
 
 // What a process holds of its input before the halo arrives: its tile, and the margins beyond the tensor's
-// border (padding, not sent).
-Box held_box(const Box& tile, const Dims& whole, const Margins& need);
+// border when they are padding (a periodic tensor's are halo from its far side).
+Box held_box(const Box& tile, const Dims& whole, const Margins& need, bool periodic = false);
 
 // The outputs of `out` whose windows read only within `held`, computed while the halo travels, and the strips
 // of `out` around them, computed once it is in: along each spatial dimension in turn, the slabs before and

@@ -23,15 +23,16 @@ struct IndexRange {
 };
 
 // Output index o of an upsampling by `scale` along a dimension of `in` inputs reads inputs i0 and i1 with
-// weights 1 - lambda and lambda: nearest reads i0 = o / scale alone (lambda 0, i1 = i0); bilinear is
-// PyTorch's align_corners=False, in its float arithmetic: src = (o + 0.5) / scale - 0.5, clamped below at
-// 0; i0 = floor(src), i1 = min(i0 + 1, in - 1), lambda = src - i0.
+// weights 1 - lambda and lambda: nearest reads i0 = o / scale alone (lambda 0, i1 = i0); linear (bilinear,
+// trilinear: the same along each dimension) is PyTorch's align_corners=False, in its float arithmetic:
+// src = (o + 0.5) / scale - 0.5, clamped below at 0; i0 = floor(src), i1 = min(i0 + 1, in - 1),
+// lambda = src - i0.
 struct UpsampleSource {
     std::int64_t i0 = 0, i1 = 0;
     float lambda = 0.0f;
 };
-constexpr UpsampleSource upsample_source(std::int64_t o, std::int64_t scale, bool bilinear, std::int64_t in) {
-    if (!bilinear) return {o / scale, o / scale, 0.0f};
+constexpr UpsampleSource upsample_source(std::int64_t o, std::int64_t scale, bool linear, std::int64_t in) {
+    if (!linear) return {o / scale, o / scale, 0.0f};
     const auto ratio = static_cast<float>(1.0 / static_cast<double>(scale));
     float src = ratio * (static_cast<float>(o) + 0.5f) - 0.5f;
     if (src < 0.0f) src = 0.0f;
@@ -40,9 +41,8 @@ constexpr UpsampleSource upsample_source(std::int64_t o, std::int64_t scale, boo
 }
 
 // The inputs that outputs [a, b) of an upsampling read (every i0 and i1, bilinear's weight-0 ones included).
-constexpr IndexRange upsample_input(std::int64_t a, std::int64_t b, std::int64_t scale, bool bilinear,
-                                    std::int64_t in) {
-    return {upsample_source(a, scale, bilinear, in).i0, upsample_source(b - 1, scale, bilinear, in).i1 + 1};
+constexpr IndexRange upsample_input(std::int64_t a, std::int64_t b, std::int64_t scale, bool linear, std::int64_t in) {
+    return {upsample_source(a, scale, linear, in).i0, upsample_source(b - 1, scale, linear, in).i1 + 1};
 }
 
 // The inputs that outputs [a, b) of a transposed convolution read along a dimension of `in` inputs: input i
