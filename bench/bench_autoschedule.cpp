@@ -35,7 +35,7 @@ Outcome schedule(const frontend::Network& net, const scheduler::Platform& platfo
     scheduler::Model model(net, platform, procs, batch);
     scheduler::Schedule open;
     open.procs = procs;
-    open.layers.assign(net.layers.size(), {std::nullopt, std::nullopt, scheduler::BatchNormStats::batch});
+    open.layers.assign(net.layers.size(), {std::nullopt, std::nullopt, scheduler::BatchNormStats::batch, std::nullopt});
     scheduler::AutoOptions options;
     options.batch = batch;
     options.memory_limit = model.memory_limit();

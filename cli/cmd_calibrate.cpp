@@ -88,7 +88,8 @@ std::map<int, std::set<std::string>> keys_by_threads(const frontend::Network& ne
                 const auto& l = net.layers[i];
                 if (l.op == frontend::OpKind::label) continue;
                 // An input takes its reader's split: any that fits its tiles.
-                const scheduler::Distribution open{std::nullopt, std::nullopt, scheduler::BatchNormStats::batch};
+                const scheduler::Distribution open{std::nullopt, std::nullopt, scheduler::BatchNormStats::batch,
+                                                   std::nullopt};
                 for (const auto& d : scheduler::candidates(net, static_cast<int>(i), open, procs, batch))
                     for (std::string& k : model.kernel_keys(static_cast<int>(i), d)) keys.insert(std::move(k));
             }
@@ -218,9 +219,10 @@ int profile_worker(const CalibrateOptions& o) {
             s.layers.resize(net.layers.size());
             for (std::size_t i = 0; i < net.layers.size(); ++i) {
                 if (net.layers[i].is_data()) continue;
-                scheduler::Distribution d{split, overlap, scheduler::BatchNormStats::batch};
+                scheduler::Distribution d{split, overlap, scheduler::BatchNormStats::batch, std::nullopt};
                 if (!scheduler::split_problem(net, net.layers[i], split, batch).empty())
-                    d = scheduler::candidates(net, static_cast<int>(i), {std::nullopt, overlap, d.bn}, procs, batch)
+                    d = scheduler::candidates(net, static_cast<int>(i), {std::nullopt, overlap, d.bn, std::nullopt},
+                                              procs, batch)
                             .front();
                 s.layers[i] = d;
             }
@@ -263,7 +265,8 @@ int profile_worker(const CalibrateOptions& o) {
         for (std::size_t i = 0; i < net.layers.size(); ++i) {
             if (net.layers[i].is_data()) continue;
             const auto cands = scheduler::candidates(
-                net, static_cast<int>(i), {std::nullopt, false, scheduler::BatchNormStats::batch}, procs, batch);
+                net, static_cast<int>(i), {std::nullopt, false, scheduler::BatchNormStats::batch, std::nullopt}, procs,
+                batch);
             s.layers[i] = cands[static_cast<std::size_t>(parity++ % 2) % cands.size()];
         }
         scheduler::place_data(net, s);

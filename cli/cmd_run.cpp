@@ -198,7 +198,7 @@ std::optional<scheduler::Schedule> run_schedule(const Checked& c, const RunOptio
         }
         scheduler::Schedule s;
         s.procs = 1;
-        s.layers.assign(net.layers.size(), scheduler::Distribution{scheduler::Split{}, false, {}});
+        s.layers.assign(net.layers.size(), scheduler::Distribution{scheduler::Split{}, false, {}, {}});
         for (auto& d : s.layers) d.bn = scheduler::BatchNormStats::batch;
         return s;
     }
@@ -224,6 +224,17 @@ std::optional<scheduler::Schedule> run_schedule(const Checked& c, const RunOptio
     }
     why = batch_problem(net, s, batch);
     if (!why.empty()) return std::nullopt;
+    if (o.device != "gpu") {
+        // Refused before training when the model says it cannot fit this machine's memory (on a GPU, the
+        // device's memory is the platform's business: explain says it).
+        SourceManager sources;
+        Diagnostics diags;
+        if (const auto machine = machine_platform(sources, diags)) {
+            const scheduler::Model model(net, machine->platform, *s.procs, batch);
+            why = does_not_fit(model.predict(s));
+            if (!why.empty()) return std::nullopt;
+        }
+    }
     return s;
 }
 

@@ -245,6 +245,15 @@ std::string tile_text(const std::vector<std::int64_t>& t) {
 
 }  // namespace
 
+std::string does_not_fit(const scheduler::Prediction& p) {
+    if (p.memory_limit <= 0 || p.memory <= p.memory_limit) return "";
+    return fmt::format(
+        "this schedule does not fit: it needs {} per process, {} more than the {} a process has; recomputing "
+        "layers in backward (recompute=on, or recompute=? for the auto-scheduler to choose), more processes or "
+        "a smaller mini-batch would make it fit",
+        human_bytes(p.memory), human_bytes(p.memory - p.memory_limit), human_bytes(p.memory_limit));
+}
+
 std::string explain_table(const frontend::Network& net, const scheduler::Prediction& p, std::int64_t batch) {
     std::size_t name_w = 5, split_w = 5, tile_w = 4;
     for (std::size_t i = 0; i < net.layers.size(); ++i) {
@@ -254,16 +263,20 @@ std::string explain_table(const frontend::Network& net, const scheduler::Predict
         tile_w = std::max(tile_w, tile_text(p.layers[i].tile).size());
     }
     std::string out;
+    // The recomputation column only where some layer is recomputed.
+    const bool recomputes =
+        std::any_of(p.layers.begin(), p.layers.end(), [](const auto& lp) { return lp.dist.recompute.value_or(false); });
     auto row = [&](auto&&... cols) {
         std::string line = fmt::format(
             "{:<{}}  {:<19}  {:<{}}  {:<3}  {:<{}}  {:>10}  {:>8}  {:>8}  {:>8}  {:>8}  {:>8}  "
-            "{:>8}  {:>8}  {:>8}  {:>10}",
+            "{:>8}  {:>8}  {:>8}  {:>10}{}",
             cols...);
         line.erase(line.find_last_not_of(' ') + 1);
         out += line + "\n";
     };
+    auto recompute_col = [&](const std::string& text) { return recomputes ? fmt::format("  {:>8}", text) : ""; };
     row("layer", name_w, "kind", "split", split_w, "ovl", "tile", tile_w, "halo", "fwd", "f-halo", "bwd-data",
-        "bwd-wts", "b-halo", "sums", "shuffle", "allred", "memory");
+        "bwd-wts", "b-halo", "sums", "shuffle", "allred", "memory", recompute_col("recomp"));
     for (std::size_t i = 0; i < net.layers.size(); ++i) {
         const Layer& l = net.layers[i];
         if (l.op == OpKind::label) continue;
@@ -275,12 +288,18 @@ std::string explain_table(const frontend::Network& net, const scheduler::Predict
             halo ? (lp.dist.overlap.value_or(false) ? "on" : "off") : "-", tile_text(lp.tile), tile_w,
             lp.bytes_moved() ? human_bytes(static_cast<double>(lp.bytes_moved())) : "-", ms(c.forward),
             ms(c.forward_halo), ms(c.backward_data), ms(c.backward_weights), ms(c.backward_halo),
-            ms(c.forward_sync + c.backward_sync), ms(lp.shuffle.seconds), ms(c.allreduce), human_bytes(lp.memory()));
+            ms(c.forward_sync + c.backward_sync), ms(lp.shuffle.seconds), ms(c.allreduce), human_bytes(lp.memory()),
+            recompute_col(lp.dist.recompute.value_or(false) ? (c.recompute > 0 ? milliseconds(c.recompute) : "on")
+                                                            : "-"));
     }
     out += fmt::format(
         "(ms per step on the busiest process; halo: bytes it sends in halo exchanges and shuffles, both ways; "
         "sums: blocking allreduces of\n statistics; allred: the weight gradient's allreduce, overlapped with "
-        "backward; memory: tiles with margins, copies and halo buffers)\n\n");
+        "backward; memory: tiles with margins, copies and halo buffers{})\n\n",
+        recomputes
+            ? ";\n recomp: the layer's forward run again in backward (recompute=on; 'on' where no backward reads it "
+              "again), its memory\n shared with other recomputed layers' while it is alive"
+            : "");
     out += fmt::format("batch             {}\n", batch);
     out += fmt::format("forward           {} ms\n", milliseconds(p.forward));
     out += fmt::format("backward          {} ms\n", milliseconds(p.backward));
@@ -290,6 +309,8 @@ std::string explain_table(const frontend::Network& net, const scheduler::Predict
     out += fmt::format("halos over        {}\n", p.halo_link);
     out += fmt::format("shuffles over     {}\n", p.shuffle_link);
     out += fmt::format("update            {} ms\n", milliseconds(p.update));
+    if (recomputes)
+        out += fmt::format("recomputation     {} ms of forward again, in backward\n", milliseconds(p.recompute));
     out += fmt::format("step              {} ms predicted ({:.1f} samples/s)\n", milliseconds(p.step),
                        p.step > 0 ? static_cast<double>(batch) / p.step : 0.0);
     out += fmt::format("halo traffic      {} per step from the busiest process\n",
@@ -299,6 +320,10 @@ std::string explain_table(const frontend::Network& net, const scheduler::Predict
         "halo buffers {}, workspace {})\n",
         human_bytes(p.memory), human_bytes(p.memory_limit), human_bytes(p.activations), human_bytes(p.gradients),
         human_bytes(p.parameters), human_bytes(p.buffers), human_bytes(p.workspace));
+    if (recomputes)
+        out += fmt::format("                  {} per process without recomputation (activations {})\n",
+                           human_bytes(p.memory - p.activations + p.kept), human_bytes(p.kept));
+    if (const std::string why = does_not_fit(p); !why.empty()) out += "note: " + why + "\n";
     return out;
 }
 
@@ -314,6 +339,7 @@ nlohmann::json explain_json(const frontend::Network& net, const scheduler::Predi
                           {"kind", frontend::op_name(l.op)},
                           {"split", split_json(s, net.spatial_rank())},
                           {"overlap", lp.dist.overlap.value_or(false)},
+                          {"recompute", lp.dist.recompute.value_or(false)},
                           {"tile", lp.tile},
                           {"halo_bytes", lp.bytes_moved()},
                           {"seconds",
@@ -326,6 +352,7 @@ nlohmann::json explain_json(const frontend::Network& net, const scheduler::Predi
                             {"backward_sync", c.backward_sync},
                             {"shuffle", lp.shuffle.seconds},
                             {"allreduce", c.allreduce},
+                            {"recompute", c.recompute},
                             {"total", lp.seconds()},
                             {"backward_end", lp.backward_end},
                             {"allreduce_end", lp.allreduce_end}}},
@@ -342,6 +369,7 @@ nlohmann::json explain_json(const frontend::Network& net, const scheduler::Predi
               {"allreduce", p.allreduce},
               {"allreduce_exposed", p.allreduce_exposed},
               {"update", p.update},
+              {"recompute", p.recompute},
               {"step", p.step}}},
             {"halo_bytes", p.halo_bytes},
             {"communication", communication},
@@ -352,7 +380,9 @@ nlohmann::json explain_json(const frontend::Network& net, const scheduler::Predi
               {"gradients", p.gradients},
               {"parameters", p.parameters},
               {"buffers", p.buffers},
-              {"workspace", p.workspace}}}};
+              {"workspace", p.workspace},
+              {"activations_without_recomputation", p.kept}}},
+            {"fits", does_not_fit(p).empty()}};
 }
 
 }  // namespace dsl::cli

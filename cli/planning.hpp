@@ -102,6 +102,10 @@ bool has_open_fields(const frontend::Network& net, const std::optional<scheduler
 
 // `dsl explain`: a row per layer (distribution, tile, halo bytes, each predicted term, memory), then the
 // totals and the predicted step.
+// Empty when the prediction's memory fits what a process has, else the sentence that says it does not, by
+// how much, and what would make it fit (explain's note, and why `dsl run` refuses).
+std::string does_not_fit(const scheduler::Prediction& p);
+
 std::string explain_table(const frontend::Network& net, const scheduler::Prediction& p, std::int64_t batch);
 nlohmann::json explain_json(const frontend::Network& net, const scheduler::Prediction& p, std::int64_t batch);
 

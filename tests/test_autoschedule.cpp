@@ -106,7 +106,7 @@ private:
 Schedule open_schedule(const frontend::Network& net, std::int64_t procs) {
     Schedule s;
     s.procs = procs;
-    s.layers.assign(net.layers.size(), Distribution{std::nullopt, std::nullopt, BatchNormStats::batch});
+    s.layers.assign(net.layers.size(), Distribution{std::nullopt, std::nullopt, BatchNormStats::batch, std::nullopt});
     return s;
 }
 

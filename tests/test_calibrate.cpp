@@ -53,7 +53,7 @@ TEST_CASE("calibration times every kernel of a network's layers from its key, im
     REQUIRE(data);
     std::set<std::string> keys;
     for (std::size_t i = 0; i < l.net.layers.size(); ++i) {
-        const scheduler::Distribution d{c.split, false, scheduler::BatchNormStats::batch};
+        const scheduler::Distribution d{c.split, false, scheduler::BatchNormStats::batch, std::nullopt};
         for (const std::string& key : model.kernel_keys(static_cast<int>(i), d)) keys.insert(key);
     }
     REQUIRE(keys.size() >= 5);

@@ -43,7 +43,7 @@ Platform platform() {
 }
 
 Distribution dist(std::int64_t n, std::int64_t h, std::int64_t w, bool overlap = false) {
-    return Distribution{Split{n, 1, 1, {1, h, w}}, overlap, BatchNormStats::batch};
+    return Distribution{Split{n, 1, 1, {1, h, w}}, overlap, BatchNormStats::batch, std::nullopt};
 }
 
 }  // namespace

@@ -110,6 +110,7 @@ struct Trainer::Impl {
     std::vector<std::unique_ptr<Comm>> groups;
     std::vector<Slot> slots;
     std::vector<Buffer> grad_buffers;    // the memory under every tile's dy
+    std::vector<Buffer> value_buffers;   // and under recomputed layers' values (plan_recompute)
     std::vector<double> sums_a, sums_b;  // per-channel reductions
     std::vector<float> scratch_values;   // on the host: global pooling's values, batch-norm gradients
     Buffer scratch;                      // gradients of tensors with several readers, before they are added
@@ -129,6 +130,8 @@ struct Trainer::Impl {
     double last_lr = 0.0;
     std::int64_t step_first = 0;   // the last forward's first sample, which backward's dropout masks draw from
     bool step_training = false;    // and whether it was a training step's
+    DataSource* step_data = nullptr;  // and its data, which backward's recomputations read again
+    bool recomputing = false;         // a forward run again in backward (recompute=on)
     std::int64_t sent_bytes = 0;
 
     // Profiling: `waited` collects the seconds spent in communication waits since the current layer began.
@@ -275,9 +278,16 @@ struct Trainer::Impl {
                           : slots[static_cast<std::size_t>(l.inputs[j])].tiles[static_cast<std::size_t>(t)].get());
             }
         }
+        value_buffers.clear();
+        value_buffers.reserve(plan.value_buffers.size());
+        for (std::int64_t size : plan.value_buffers) value_buffers.emplace_back(mem).resize(size);
         for (std::size_t i = 0; i < slots.size(); ++i) {
             if (slots[i].layer->op == OpKind::label) continue;
-            for (auto& t : slots[i].tiles) t->y = Tensor(t->box.dims(), t->need, mem);
+            for (auto& t : slots[i].tiles)
+                if (t->forward_buffer >= 0)
+                    bind(*t, t->forward_buffer);
+                else
+                    t->y = Tensor(t->box.dims(), t->need, mem);
         }
         grad_buffers.clear();
         grad_buffers.reserve(plan.grad_buffers.size());
@@ -295,6 +305,15 @@ struct Trainer::Impl {
                                                    std::pair{&exchange->receives, &messages->receives}})
                         for (const scheduler::Piece& piece : *pieces)
                             buffers->emplace_back(mem).resize(piece.box.dims().elements());
+    }
+
+    // A recomputed layer's tile over value buffer `buffer`, whose memory others used since: its margins are
+    // zeroed as a new tile's are, and it holds no halo.
+    void bind(Tile& t, int buffer) {
+        t.y = Tensor::over(value_buffers[static_cast<std::size_t>(buffer)].data(), t.box.dims(), t.need);
+        t.y.fill_margins(0.0f, mem);
+        t.padding = 0.0f;
+        t.gathered = -1;
     }
 
     // Before the first write of a gradient: zero where it is accumulated (or partly written), and the margins
@@ -578,6 +597,7 @@ struct Trainer::Impl {
         ++step_index;
         step_first = first;
         step_training = training;
+        step_data = &data;
         sent_bytes = 0;
         if (profiling) {
             profile.layers.assign(slots.size(), LayerTime{});
@@ -605,6 +625,10 @@ struct Trainer::Impl {
         Slot& s = slots[i];
         const Layer& l = *s.layer;
         const int index = static_cast<int>(i);
+        // A recomputed layer's values go where the plan puts them in forward (backward moved them).
+        if (!recomputing)
+            for (auto& t : s.tiles)
+                if (t->forward_buffer >= 0) bind(*t, t->forward_buffer);
         const bool overlapped = overlaps(index);
         for (Tile* t : s.operands)
             if (t && !overlapped) ready(&data, first, *t);
@@ -806,7 +830,9 @@ struct Trainer::Impl {
         const Layer& l = *s.layer;
         const ConstView x = s.operands[0]->y.interior();
         const auto channels = static_cast<std::size_t>(x.dims.c);
-        if (training) {
+        if (recomputing) {
+            // The step's statistics, kept from its forward: the same values, and running ones not moved twice.
+        } else if (training) {
             sums_a.assign(channels, 0.0);
             sums_b.assign(channels, 0.0);
             k.batchnorm->statistics(x, sums_a.data(), sums_b.data());
@@ -905,12 +931,32 @@ struct Trainer::Impl {
             waited = 0.0;
             const Slot& s = slots[static_cast<std::size_t>(index)];
             if (!s.layer->is_data()) mark(Phase::backward, first_backward_part(s), index);
+            recompute_for(index);
             backward_layer(index);
             if (profiling) {
                 LayerTime& t = profile.layers[static_cast<std::size_t>(index)];
                 t.backward = layer_time(t0), t.backward_wait = waited;
             }
         }
+    }
+
+    // Runs again the forward of the recomputed layers whose values the backward of layer `index` reads (the
+    // plan's order: each after those it reads), into the memory the plan gives them in backward, and fills
+    // their tiles' halos and copies as forward did. Every process runs the same ones in the same order, so
+    // their exchanges meet.
+    void recompute_for(int index) {
+        const std::vector<int>& layers = plan_of(index).recompute_before;
+        if (layers.empty()) return;
+        DSL_INTERNAL_CHECK(step_data, "recomputation without the step's data");
+        recomputing = true;
+        double unused = 0.0;
+        for (int q : layers) {
+            for (auto& t : slots[static_cast<std::size_t>(q)].tiles) bind(*t, t->backward_buffer);
+            forward_layer(*step_data, step_first, step_training, static_cast<std::size_t>(q), unused);
+        }
+        recomputing = false;
+        for (int q : layers)
+            for (auto& t : slots[static_cast<std::size_t>(q)].tiles) gather(*t);
     }
 
     void backward_layer(int index) {
@@ -1225,6 +1271,10 @@ OutputTile Trainer::output_tile(int layer) {
     Impl::Slot& s = m.slots[static_cast<std::size_t>(layer)];
     DSL_INTERNAL_CHECK(s.layer->op != OpKind::label && !s.layer->is_loss(), "output_tile: a layer without values");
     const Impl::Tile& t = s.own();
+    if (t.forward_buffer >= 0 && t.readers > 0)
+        throw UserError("layer '" + s.layer->name +
+                        "' is recomputed under this schedule (recompute=on): its values are not kept after forward; "
+                        "read it under a schedule that keeps it");
     OutputTile out;
     out.n0 = t.box.n.lo;
     out.at = t.box.origin();
@@ -1315,7 +1365,7 @@ std::int64_t Trainer::memory_bytes() const {
     std::int64_t floats = 0;
     for (const auto& s : impl_->slots) {
         for (const auto& t : s.tiles) {
-            floats += t->y.size();
+            if (t->forward_buffer < 0) floats += t->y.size();  // recomputed values are in value_buffers
             for (const auto* m : {&t->forward_messages, &t->backward_messages})
                 for (const auto* buffers : {&m->sends, &m->receives})
                     for (const auto& buffer : *buffers) floats += buffer.size();
@@ -1326,6 +1376,7 @@ std::int64_t Trainer::memory_bytes() const {
     }
     floats += impl_->targets.size() + static_cast<std::int64_t>(impl_->host_targets.size());
     for (const auto& b : impl_->grad_buffers) floats += b.size();
+    for (const auto& b : impl_->value_buffers) floats += b.size();
     return 4 * floats;
 }
 

@@ -3,6 +3,7 @@
 
 #include <dsl/frontend/passes.hpp>
 #include <dsl/scheduler/platform.hpp>
+#include <dsl/scheduler/recompute.hpp>
 #include <dsl/scheduler/tiles.hpp>
 
 #include <fmt/format.h>
@@ -90,7 +91,8 @@ bool is_split_key(const std::string& key) {
     return std::find(std::begin(split_keys), std::end(split_keys), key) != std::end(split_keys);
 }
 
-// An entry's settings, checked: a split (any dimension open makes the whole split open), overlap, bn.
+// An entry's settings, checked: a split (any dimension open makes the whole split open), overlap, bn,
+// recompute.
 struct EntryFields {
     bool sets_split = false;
     std::optional<Split> split;  // nullopt with sets_split: left open
@@ -98,6 +100,8 @@ struct EntryFields {
     std::optional<bool> overlap;
     bool sets_bn = false;
     std::optional<BatchNormStats> bn;
+    bool sets_recompute = false;
+    std::optional<bool> recompute;
 };
 
 std::string value_text(const SchedValue& v) {
@@ -151,6 +155,12 @@ EntryFields check_entry(const SchedEntry& e, Diagnostics& diags) {
                 f.overlap = v.text == "on";
             else if (v.kind != SchedValue::Kind::open)
                 diags.error(v.loc, fmt::format("'overlap' must be 'on', 'off' or '?', not '{}'", value_text(v)));
+        } else if (s.key == "recompute") {
+            f.sets_recompute = true;
+            if (v.kind == SchedValue::Kind::word && (v.text == "on" || v.text == "off"))
+                f.recompute = v.text == "on";
+            else if (v.kind != SchedValue::Kind::open)
+                diags.error(v.loc, fmt::format("'recompute' must be 'on', 'off' or '?', not '{}'", value_text(v)));
         } else if (s.key == "bn") {
             f.sets_bn = true;
             if (v.kind == SchedValue::Kind::word && (v.text == "batch" || v.text == "spatial" || v.text == "local"))
@@ -169,7 +179,7 @@ EntryFields check_entry(const SchedEntry& e, Diagnostics& diags) {
         } else {
             auto& d = diags.error(s.loc, fmt::format("unknown setting '{}' in a schedule entry", s.key));
             std::vector<std::string> known(std::begin(split_keys), std::end(split_keys));
-            known.insert(known.end(), {"overlap", "bn"});
+            known.insert(known.end(), {"overlap", "bn", "recompute"});
             if (auto m = diags.dropped(d) ? "" : closest_match(s.key, known); !m.empty())
                 Diagnostics::note(d, s.loc, fmt::format("did you mean '{}'?", m));
         }
@@ -246,7 +256,7 @@ void check_globals(const SchedFile& file, Schedule& out, Diagnostics& diags) {
             }
         } else {
             auto& d = diags.error(s.loc, fmt::format("unknown setting '{}'", s.key));
-            if (is_split_key(s.key) || s.key == "overlap" || s.key == "bn")
+            if (is_split_key(s.key) || s.key == "overlap" || s.key == "bn" || s.key == "recompute")
                 Diagnostics::note(
                     d, s.loc,
                     fmt::format("'{}' belongs to an entry: write 'default {}={}'", s.key, s.key, value_text(v)));
@@ -443,13 +453,14 @@ std::optional<Schedule> apply_schedule(const Network& net, const SchedFile& file
     for (std::size_t li = 0; li < net.layers.size(); ++li) {
         const Layer& layer = net.layers[li];
         if (!schedulable(layer)) continue;
-        std::optional<Rank> best_split, best_overlap, best_bn;
+        std::optional<Rank> best_split, best_overlap, best_bn, best_recompute;
         for (std::size_t ei = 0; ei < file.entries.size(); ++ei) {
             const auto r = rank(file.entries[ei], ei, layer);
             if (!r) continue;
             if (fields[ei].sets_split && (!best_split || *best_split < *r)) best_split = r;
             if (fields[ei].sets_overlap && (!best_overlap || *best_overlap < *r)) best_overlap = r;
             if (fields[ei].sets_bn && (!best_bn || *best_bn < *r)) best_bn = r;
+            if (fields[ei].sets_recompute && (!best_recompute || *best_recompute < *r)) best_recompute = r;
         }
         Distribution& d = out.layers[li];
         if (best_split) {
@@ -458,6 +469,8 @@ std::optional<Schedule> apply_schedule(const Network& net, const SchedFile& file
         }
         if (best_overlap) d.overlap = fields[best_overlap->entry].overlap;
         if (best_bn) d.bn = fields[best_bn->entry].bn;
+        // Data and losses have nothing to recompute: whatever an entry says, they keep what they hold.
+        if (best_recompute) d.recompute = recomputable(layer) ? fields[best_recompute->entry].recompute : false;
 
         // Where overlap cannot matter (no halo, or none exchanged) it is not left open: it would only hold
         // up a run that has nothing to decide.

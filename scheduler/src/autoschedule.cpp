@@ -5,6 +5,7 @@
 
 #include <dsl/frontend/parse.hpp>
 #include <dsl/frontend/print.hpp>
+#include <dsl/scheduler/recompute.hpp>
 
 #include <fmt/format.h>
 
@@ -390,7 +391,8 @@ std::vector<Distribution> candidates(const Network& net, int layer, const Distri
             overlaps = {false, true};
         else
             overlaps.push_back(false);
-        for (bool o : overlaps) out.push_back(Distribution{s, o, partial.bn.value_or(BatchNormStats::batch)});
+        for (bool o : overlaps)
+            out.push_back(Distribution{s, o, partial.bn.value_or(BatchNormStats::batch), partial.recompute});
     }
     return out;
 }
@@ -413,6 +415,50 @@ double schedule_cost(const Network& net, const Schedule& schedule, const CostMod
     return total;
 }
 
+namespace {
+
+// The seconds a schedule's recomputation adds (a layer's forward run again in backward).
+double recompute_seconds(const Network& net, const Schedule& schedule, const CostModel& model) {
+    double total = 0.0;
+    for (std::size_t i = 0; i < net.layers.size(); ++i)
+        if (schedule.layers[i].recompute.value_or(false))
+            total += model.layer(static_cast<int>(i), schedule.layers[i]).recompute;
+    return total;
+}
+
+// `schedule` with recomputation turned on, where `partial` leaves it open, for the layers that free the most
+// memory per second of forward run again, one at a time until the model says it fits `limit` (a greedy
+// choice: its cost is within the cheapest set's plus that of the last layer added). `memory` is its memory.
+Schedule recompute_to_fit(const Network& net, const Schedule& partial, Schedule schedule, const CostModel& model,
+                          double limit, double& memory) {
+    memory = model.memory(schedule);
+    if (limit <= 0 || memory <= limit) return schedule;
+    struct Option {
+        int layer;
+        double per_second;
+    };
+    std::vector<Option> options;
+    for (std::size_t i = 0; i < net.layers.size(); ++i) {
+        const bool open = i >= partial.layers.size() || !partial.layers[i].recompute;
+        Distribution& d = schedule.layers[i];
+        if (!open || !recomputable(net.layers[i]) || d.recompute.value_or(false)) continue;
+        Distribution on = d;
+        on.recompute = true;
+        const LayerCost c = model.layer(static_cast<int>(i), on);
+        options.push_back({static_cast<int>(i), c.output / std::max(c.recompute, 1e-12)});
+    }
+    std::stable_sort(options.begin(), options.end(),
+                     [](const Option& a, const Option& b) { return a.per_second > b.per_second; });
+    for (const Option& o : options) {
+        schedule.layers[static_cast<std::size_t>(o.layer)].recompute = true;
+        memory = model.memory(schedule);
+        if (memory <= limit) break;
+    }
+    return schedule;
+}
+
+}  // namespace
+
 std::optional<AutoResult> autoschedule(const Network& net, const Schedule& partial, const CostModel& model,
                                        const AutoOptions& options, std::string& why) {
     const std::int64_t procs = partial.procs.value_or(1);
@@ -430,15 +476,21 @@ std::optional<AutoResult> autoschedule(const Network& net, const Schedule& parti
         return paper_search(p, lambda);
     };
     Choice best = solve(0.0);
-    Schedule schedule = make_schedule(p, partial, best, procs, options.batch);
-    double memory = model.memory(schedule);
-    if (options.memory_limit > 0 && memory > options.memory_limit) {
+    // Memory is met first by recomputing layers of the fastest schedule; where that is not enough, by other
+    // distributions, each with the layers it must recompute.
+    const double limit = options.memory_limit;
+    auto fitted = [&](const Choice& c, double& m) {
+        return recompute_to_fit(net, partial, make_schedule(p, partial, c, procs, options.batch), model, limit, m);
+    };
+    double memory = 0.0;
+    Schedule schedule = fitted(best, memory);
+    if (limit > 0 && memory > limit) {
         // The least memory any schedule needs (memory first, time to break ties): if even that does not fit,
         // say how much would.
         const double heavy = 1e3;  // seconds per byte: memory dominates any time
         const Choice least = solve(heavy);
-        const Schedule smallest = make_schedule(p, partial, least, procs, options.batch);
-        const double least_memory = model.memory(smallest);
+        double least_memory = 0.0;
+        const Schedule smallest = fitted(least, least_memory);
         if (least_memory > options.memory_limit) {
             why = fmt::format(
                 "no schedule of {} processes fits in {:.1f} MiB per process: the smallest needs {:.1f} MiB "
@@ -450,7 +502,7 @@ std::optional<AutoResult> autoschedule(const Network& net, const Schedule& parti
         best = least;
         schedule = smallest;
         memory = least_memory;
-        double lo = 1e-18, hi = heavy, best_cost = choice_cost(p, best, 0.0);
+        double lo = 1e-18, hi = heavy, best_cost = choice_cost(p, best, 0.0) + recompute_seconds(net, schedule, model);
         Choice last;
         bool last_fits = false;
         for (int it = 0; it < 48; ++it) {
@@ -458,10 +510,11 @@ std::optional<AutoResult> autoschedule(const Network& net, const Schedule& parti
             const Choice c = solve(mid);
             // Neighbouring weights often give the same choice: its memory is known.
             if (c != last) {
-                const Schedule s = make_schedule(p, partial, c, procs, options.batch);
-                const double m = model.memory(s);
-                last_fits = m <= options.memory_limit;
-                if (const double cc = choice_cost(p, c, 0.0); last_fits && cc < best_cost)
+                double m = 0.0;
+                const Schedule s = fitted(c, m);
+                last_fits = m <= limit;
+                if (const double cc = choice_cost(p, c, 0.0) + recompute_seconds(net, s, model);
+                    last_fits && cc < best_cost)
                     best = c, best_cost = cc, schedule = s, memory = m;
                 last = c;
             }
@@ -469,8 +522,8 @@ std::optional<AutoResult> autoschedule(const Network& net, const Schedule& parti
         }
     }
     result.method = fell_back ? SearchMethod::paper : options.method;
+    result.cost = choice_cost(p, best, 0.0) + recompute_seconds(net, schedule, model);
     result.schedule = std::move(schedule);
-    result.cost = choice_cost(p, best, 0.0);
     result.memory = memory;
     return result;
 }
@@ -480,8 +533,8 @@ std::optional<AutoResult> autoschedule(const Network& net, const Schedule& parti
 namespace {
 
 // The fields an entry sets, each on its own (the precedence rule resolves them separately): the split, and
-// overlap and bn where they mean something. Empty where a layer does not care.
-constexpr int fields = 3;
+// overlap, bn and recompute where they mean something. Empty where a layer does not care.
+constexpr int fields = 4;
 using Values = std::array<std::string, fields>;
 
 Values values_of(const Network& net, const Schedule& s, std::size_t i) {
@@ -491,6 +544,7 @@ Values values_of(const Network& net, const Schedule& s, std::size_t i) {
     v[0] = d.split->str();
     if (overlap_matters(net, l, *d.split)) v[1] = d.overlap.value_or(false) ? "overlap=on" : "overlap=off";
     if (l.op == OpKind::batchnorm) v[2] = fmt::format("bn={}", bn_name(d.bn.value_or(BatchNormStats::batch)));
+    if (recomputable(l)) v[3] = d.recompute.value_or(false) ? "recompute=on" : "recompute=off";
     return v;
 }
 
@@ -546,12 +600,15 @@ std::string schedule_text(const Network& net, const Schedule& schedule, const st
     }
     // Every field a run needs is set, even where nothing depends on it.
     if (inherited[1].empty()) inherited[1] = "overlap=off";
-    if (inherited[2] == "bn=batch") {
+    // A batch-norm mode of `batch` and recompute=off, the defaults, need no mention where no layer differs.
+    for (auto [f, usual] : {std::pair{2, "bn=batch"}, std::pair{3, "recompute=off"}}) {
+        if (inherited[static_cast<std::size_t>(f)] != usual) continue;
         bool other = false;
-        for (int i : decided)
-            other = other || (!value[static_cast<std::size_t>(i)][2].empty() &&
-                              value[static_cast<std::size_t>(i)][2] != "bn=batch");
-        if (!other) inherited[2].clear();  // the default needs no mention
+        for (int i : decided) {
+            const std::string& v = value[static_cast<std::size_t>(i)][static_cast<std::size_t>(f)];
+            other = other || (!v.empty() && v != usual);
+        }
+        if (!other) inherited[static_cast<std::size_t>(f)].clear();
     }
     std::string entries = "\ndefault" + entry_text(inherited) + "\n";
     std::function<void(const std::string&, std::size_t, const Values&)> visit =
@@ -618,9 +675,10 @@ std::string schedule_text(const Network& net, const Schedule& schedule, const st
     text = globals + "\n";
     for (int i : decided) {
         const auto& d = schedule.layers[static_cast<std::size_t>(i)];
-        text +=
-            fmt::format("layer {} {} overlap={} bn={}\n", net.layers[static_cast<std::size_t>(i)].name, d.split->str(),
-                        d.overlap.value_or(false) ? "on" : "off", bn_name(d.bn.value_or(BatchNormStats::batch)));
+        text += fmt::format("layer {} {} overlap={} bn={}{}\n", net.layers[static_cast<std::size_t>(i)].name,
+                            d.split->str(), d.overlap.value_or(false) ? "on" : "off",
+                            bn_name(d.bn.value_or(BatchNormStats::batch)),
+                            d.recompute.value_or(false) ? " recompute=on" : "");
     }
     return text;
 }

@@ -2,6 +2,9 @@
 // shuffles from the tiles' geometry and the linear communication model, allreduces after Thakur et al.,
 // the backward allreduce overlap as a greedy timeline (one allreduce at a time), and memory per process.
 #include <dsl/scheduler/model.hpp>
+#include <dsl/scheduler/recompute.hpp>
+
+#include "shared_buffers.hpp"
 
 #include <dsl/base/error.hpp>
 #include <dsl/scheduler/kernel_names.hpp>
@@ -411,7 +414,12 @@ Sizes window_dims(const Layer& l, const Sizes& y, std::int64_t channels) {
 
 }  // namespace
 
-LayerCost Model::layer(int index, const Distribution& d) const { return compute_layer(index, d, nullptr); }
+LayerCost Model::layer(int index, const Distribution& d) const {
+    LayerCost c = compute_layer(index, d, nullptr);
+    if (d.recompute.value_or(false) && recomputable(net_.layers[static_cast<std::size_t>(index)]))
+        c.recompute = c.forward_time();
+    return c;
+}
 
 std::vector<std::string> Model::kernel_keys(int index, const Distribution& d) const {
     std::vector<std::string> keys;
@@ -671,7 +679,7 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
                               : halo;
     }
     // The output tile, and the margins this layer's window needs around its input's tile.
-    if (!l.is_loss()) c.memory += ny * word;
+    if (!l.is_loss()) c.memory += ny * word, c.output = ny * word;
     if (l.windowed()) {
         const Layer& in = net_.layers[static_cast<std::size_t>(l.inputs[0])];
         const Sizes tile = key_dims(tile_box(in, TileSpec{l.inputs[0], split, false}, batch_, 0).dims());
@@ -770,6 +778,35 @@ std::vector<ShuffleCost> CostModel::shuffles(int reader, int input, const std::v
 
 // ---- The whole step.
 
+// Recomputed layers' output tiles are not kept: they share memory while alive (recompute.hpp's timeline, in
+// buffers as the plan places them), and layers never read again in backward cost no recomputation.
+void Model::recompute_memory(Prediction& out) const {
+    out.kept = out.activations;
+    std::vector<bool> asked(net_.layers.size(), false);
+    for (std::size_t i = 0; i < net_.layers.size(); ++i) asked[i] = out.layers[i].dist.recompute.value_or(false);
+    const RecomputeTimeline timeline = recompute_timeline(net_, asked);
+    if (!timeline.any()) return;
+    std::vector<std::pair<double, StepSpan>> uses;
+    for (std::size_t i = 0; i < net_.layers.size(); ++i) {
+        LayerPrediction& lp = out.layers[i];
+        if (!timeline.recomputed[i]) continue;
+        out.activations -= lp.cost.output;
+        uses.emplace_back(lp.cost.output, timeline.forward[i]);
+        if (timeline.again[i].empty()) {
+            lp.cost.recompute = 0.0;  // nobody reads it in backward
+        } else {
+            uses.emplace_back(lp.cost.output, timeline.again[i]);
+        }
+        out.recompute += lp.cost.recompute;
+    }
+    std::stable_sort(uses.begin(), uses.end(),
+                     [](const auto& a, const auto& b) { return a.second.first < b.second.first; });
+    SharedBuffers shared;
+    for (const auto& [bytes, span] : uses)
+        shared.place({static_cast<std::int64_t>(std::ceil(bytes)), span.first, span.last});
+    for (std::int64_t b : shared.sizes()) out.activations += static_cast<double>(b);
+}
+
 Prediction Model::predict(const Schedule& schedule) const {
     Prediction out;
     out.layers.resize(net_.layers.size());
@@ -803,6 +840,7 @@ Prediction Model::predict(const Schedule& schedule) const {
         out.buffers += lp.cost.buffers;
         if (!l.is_loss() && l.op != OpKind::input) largest_tile = std::max(largest_tile, elements(g.y) * word);
     }
+    recompute_memory(out);
     // Backward in reverse order; each layer's allreduce starts when its backward ends and the previous
     // allreduce is done (one at a time, as the paper's model has it).
     double t = 0.0, comm = 0.0;

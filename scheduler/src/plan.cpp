@@ -2,6 +2,8 @@
 // and process groups, in that order.
 #include <dsl/scheduler/plan.hpp>
 
+#include "shared_buffers.hpp"
+
 #include <dsl/base/error.hpp>
 
 #include <fmt/format.h>
@@ -155,8 +157,7 @@ struct Planner {
     }
 
     // Gradients live only from their first reader's backward to their own layer's: in a chain, two at a
-    // time. Tiles whose spans do not meet share buffers, each tile taking the free buffer closest to its size
-    // (growing the largest free one when none is large enough).
+    // time. Tiles whose spans do not meet share buffers (shared_buffers.hpp).
     void plan_gradients() {
         const int last = layer_count() - 1;
         std::vector<TilePlan*> tiles;
@@ -172,29 +173,10 @@ struct Planner {
         }
         std::stable_sort(tiles.begin(), tiles.end(),
                          [](const TilePlan* a, const TilePlan* b) { return a->grad_first < b->grad_first; });
-        struct Span {
-            std::int64_t size = 0;
-            int busy_until = -2;
-        };
-        std::vector<Span> buffers;
-        for (TilePlan* t : tiles) {
-            // The tile with its margins.
-            const std::int64_t need = t->box.grown(t->need).dims().elements();
-            Span* best = nullptr;
-            for (Span& b : buffers) {
-                if (b.busy_until >= t->grad_first) continue;
-                const bool fits = b.size >= need, best_fits = best && best->size >= need;
-                if (!best || (fits && (!best_fits || b.size < best->size)) ||
-                    (!fits && !best_fits && b.size > best->size))
-                    best = &b;
-            }
-            if (!best) best = &buffers.emplace_back();
-            best->size = std::max(best->size, need);
-            best->busy_until = t->grad_last;
-            t->grad_buffer = static_cast<int>(best - buffers.data());
-        }
-        plan.grad_buffers.clear();
-        for (const Span& b : buffers) plan.grad_buffers.push_back(b.size);
+        SharedBuffers shared;
+        for (TilePlan* t : tiles)  // the tile with its margins
+            t->grad_buffer = shared.place({t->box.grown(t->need).dims().elements(), t->grad_first, t->grad_last});
+        plan.grad_buffers = shared.sizes();
     }
 
     // This process's part in moving `b` from process `from` to process `to`.
@@ -321,6 +303,7 @@ Plan make_plan(const frontend::Network& net, const Schedule& schedule, std::int6
         if (i < schedule.layers.size()) s.dist = schedule.layers[i];
         if (!s.dist.split) s.dist.split = Split{};
         if (!s.dist.overlap) s.dist.overlap = false;
+        if (!s.dist.recompute) s.dist.recompute = false;
         s.whole = extent_of(net.layers[i], batch);
     }
     Planner p{net, plan};
@@ -332,6 +315,7 @@ Plan make_plan(const frontend::Network& net, const Schedule& schedule, std::int6
     p.plan_exchanges();
     p.plan_groups();
     plan_overlap(net, plan);
+    plan_recompute(net, plan);
     return plan;
 }
 
@@ -406,6 +390,8 @@ std::string plan_text(const frontend::Network& net, const Plan& plan) {
             if (t.grad_buffer >= 0)
                 out += fmt::format(", gradient in buffer {} over steps {}..{}{}", t.grad_buffer, t.grad_first,
                                    t.grad_last, t.zero_grad ? ", zeroed" : "");
+            if (t.forward_buffer >= 0) out += fmt::format(", recomputed: values in buffer {}", t.forward_buffer);
+            if (t.backward_buffer >= 0) out += fmt::format(", in backward {}", t.backward_buffer);
             out += "\n";
             out += exchange_text("forward", t.forward);
             out += exchange_text("backward", t.backward);
@@ -414,6 +400,11 @@ std::string plan_text(const frontend::Network& net, const Plan& plan) {
             out += fmt::format("  overlap: inner {}, then", box_text(s.overlap.inner));
             for (std::size_t k = 0; k < s.overlap.strips.size(); ++k)
                 out += fmt::format("{} {}", k ? "," : "", box_text(s.overlap.strips[k]));
+            out += "\n";
+        }
+        if (!s.recompute_before.empty()) {
+            out += "  before backward, forward again:";
+            for (int r : s.recompute_before) out += fmt::format(" '{}'", net.layers[static_cast<std::size_t>(r)].name);
             out += "\n";
         }
         switch (s.group.kind) {
@@ -426,7 +417,13 @@ std::string plan_text(const frontend::Network& net, const Plan& plan) {
     }
     out += "gradient buffers:";
     for (std::int64_t b : plan.grad_buffers) out += fmt::format(" {}", b);
-    return out + " elements\n";
+    out += " elements\n";
+    if (!plan.value_buffers.empty()) {
+        out += "recomputed values' buffers:";
+        for (std::int64_t b : plan.value_buffers) out += fmt::format(" {}", b);
+        out += " elements\n";
+    }
+    return out;
 }
 
 }  // namespace dsl::scheduler

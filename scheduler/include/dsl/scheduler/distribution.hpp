@@ -41,6 +41,10 @@ struct Distribution {
     std::optional<Split> split;
     std::optional<bool> overlap;  // overlap halo exchange with interior compute
     std::optional<BatchNormStats> bn = BatchNormStats::batch;
+    // Recompute the layer's output in backward instead of keeping it from forward (plan_recompute.cpp). Open
+    // (unset, or '?') is off for a run, and the auto-scheduler's to turn on where memory is short: it never
+    // changes results.
+    std::optional<bool> recompute;
     bool complete() const { return split && overlap && bn; }
 };
 

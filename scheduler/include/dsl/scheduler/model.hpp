@@ -33,12 +33,16 @@ struct LayerCost {
     double backward_halo = 0.0;     // the gradient's margins sent back, the part not hidden behind dL/dw
     double backward_sync = 0.0;     // blocking sums in backward (batch-norm)
     double allreduce = 0.0;         // the weight gradient's allreduce, run while backward goes on
+    double recompute = 0.0;         // recompute=on: its forward again in backward (compute, halo, sums)
     std::int64_t halo_bytes = 0;    // sent by the busiest process, forward and backward
     double memory = 0.0;            // bytes: the output tile, and the margins of the input it reads
+    double output = 0.0;            // bytes of the output tile (with its margins), which recomputation drops
     double buffers = 0.0;           // bytes of halo message buffers
 
     double forward_time() const { return forward + forward_halo + forward_sync; }
-    double backward_time() const { return backward_data + backward_weights + backward_halo + backward_sync; }
+    double backward_time() const {
+        return backward_data + backward_weights + backward_halo + backward_sync + recompute;
+    }
     // What a schedule changes: everything but the allreduce, whose size is the same under every schedule.
     double time() const { return forward_time() + backward_time(); }
 };
@@ -89,8 +93,10 @@ struct Prediction {
     double update = 0.0;                  // the SGD step
     double step = 0.0;                    // forward + backward + exposed allreduce + update
     std::int64_t halo_bytes = 0;          // the busiest process's, summed over layers and shuffles
-    // Bytes per process.
+    // Bytes per process. `kept` is what activations would be with nothing recomputed.
     double activations = 0.0, gradients = 0.0, parameters = 0.0, buffers = 0.0, workspace = 0.0, memory = 0.0;
+    double kept = 0.0;
+    double recompute = 0.0;     // seconds of forward run again in backward
     double memory_limit = 0.0;  // what the platform gives a process
     // What the communication figures assume, in words: the weight gradients' allreduce algorithm (for the
     // largest), and the links halo exchanges and shuffles take ("-" where there are none).
@@ -116,6 +122,8 @@ public:
     double memory_limit() const;
     // Bytes per process that no split changes: parameters, their gradients and momenta, the workspace.
     double fixed_memory() const;
+    // Activations with recomputed layers' tiles sharing memory, and their recomputation's time.
+    void recompute_memory(Prediction& out) const;
     int threads() const { return threads_; }
     double sharing() const { return share_; }  // processes per processor (1 unless oversubscribed)
 

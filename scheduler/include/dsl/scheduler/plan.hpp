@@ -7,6 +7,7 @@
 #pragma once
 
 #include <dsl/frontend/network.hpp>
+#include <dsl/scheduler/recompute.hpp>
 #include <dsl/scheduler/schedule.hpp>
 #include <dsl/scheduler/tiles.hpp>
 
@@ -70,6 +71,10 @@ struct TilePlan {
     int grad_buffer = -1;    // index into Plan::grad_buffers; -1: no gradient (data)
     bool zero_grad = false;  // the gradient is accumulated, or some of it is never written
     Exchange forward, backward;
+    // A recomputed layer's tile lies in memory shared with others (Plan::value_buffers): in forward, from
+    // its layer's step to its last reader's; in backward, from when it is recomputed to its last use. -1:
+    // the tile has memory of its own and is kept.
+    int forward_buffer = -1, backward_buffer = -1;
 };
 
 // Who sums a layer's statistics (batch norm, global pooling): nobody else, every process, or the processes
@@ -97,6 +102,9 @@ struct LayerPlan {
     // computes while the halo travels, then the strips that read it (overlap_parts).
     bool overlapped = false;
     OverlapParts overlap;
+    // The recomputed layers whose forward runs again before this layer's backward, in that order: those
+    // whose values it reads, after those their own forward reads (plan_recompute.cpp).
+    std::vector<int> recompute_before;
 };
 
 struct Plan {
@@ -104,12 +112,17 @@ struct Plan {
     std::int64_t batch = 1;
     std::vector<LayerPlan> layers;           // indexed like Network::layers
     std::vector<std::int64_t> grad_buffers;  // elements of each buffer that gradients share
+    std::vector<std::int64_t> value_buffers;  // and that recomputed layers' values share
 };
 
 // The plan of process `rank` of `procs` running `net` under `schedule` (filled: every field of every layer
 // set; its layers may be empty, for one process) with mini-batches of `batch`. A layer that splits the
 // samples more ways than the mini-batch has is a UserError.
 Plan make_plan(const frontend::Network& net, const Schedule& schedule, std::int64_t batch, int rank, int procs);
+
+// Plans recomputation (make_plan calls it last): the layers each layer's backward recomputes first, and the
+// buffers recomputed layers' tiles share while they are alive (recompute.hpp's timeline).
+void plan_recompute(const frontend::Network& net, Plan& plan);
 
 // A readable text form of a plan, one block per layer (what `dsl check --dump-after plan` prints).
 std::string plan_text(const frontend::Network& net, const Plan& plan);

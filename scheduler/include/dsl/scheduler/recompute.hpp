@@ -1,0 +1,36 @@
+// Recomputation's timeline, shared by the plan (which places the values in memory) and the model (which
+// costs them): a recomputed layer's output is dropped after forward's last reader and made again in
+// backward, with the recomputed layers it reads, just before the first layer whose backward reads it.
+#pragma once
+
+#include <dsl/frontend/network.hpp>
+
+#include <vector>
+
+namespace dsl::scheduler {
+
+// Whether a layer's output can be recomputed in backward: not data (read again, not recomputed) and not a
+// loss (whose value backward does not read).
+bool recomputable(const frontend::Layer& layer);
+
+// Steps of a training step's timeline: forward of layer i is step i; the backward of layer L - 1 - j is step
+// L + j, and the layers recomputed before it run at that step too.
+struct StepSpan {
+    int first = 0, last = -1;  // both included; empty when last < first
+    bool empty() const { return last < first; }
+};
+
+struct RecomputeTimeline {
+    std::vector<bool> recomputed;          // per layer, as asked (only recomputable layers)
+    std::vector<StepSpan> forward, again;  // per recomputed layer: in memory in forward, and again in backward
+    // Per layer: the recomputed layers whose forward runs again just before its backward, in that order.
+    std::vector<std::vector<int>> before;
+    bool any() const;
+};
+
+// The timeline of recomputing the layers `recompute` marks (others are ignored). A layer's values in
+// forward live from its step to its last reader's (the end of forward when nobody reads them); in backward
+// from when they are made again to their last reader's backward (or a recomputation that reads them).
+RecomputeTimeline recompute_timeline(const frontend::Network& net, const std::vector<bool>& recompute);
+
+}  // namespace dsl::scheduler

@@ -1,0 +1,106 @@
+// Recomputation: its timeline (recompute.hpp), and in the plan the memory recomputed layers' values share.
+#include <dsl/scheduler/plan.hpp>
+#include <dsl/scheduler/recompute.hpp>
+
+#include "shared_buffers.hpp"
+
+#include <algorithm>
+
+namespace dsl::scheduler {
+
+using frontend::Layer;
+
+bool recomputable(const Layer& layer) { return !layer.is_data() && !layer.is_loss(); }
+
+bool RecomputeTimeline::any() const {
+    return std::find(recomputed.begin(), recomputed.end(), true) != recomputed.end();
+}
+
+namespace {
+
+struct Timeline {
+    const frontend::Network& net;
+    RecomputeTimeline out;
+
+    int steps() const { return static_cast<int>(net.layers.size()); }
+    const Layer& layer(int i) const { return net.layers[static_cast<std::size_t>(i)]; }
+
+    // The inputs of layer `i` are in memory at backward step `at`: made again if they are recomputed ones,
+    // with what their forward reads, before `reader`'s backward.
+    void read_at(int i, int at, int reader) {
+        for (int q : layer(i).inputs) {
+            if (!out.recomputed[static_cast<std::size_t>(q)]) continue;
+            make(q, at, reader);
+            out.again[static_cast<std::size_t>(q)].last = at;
+        }
+    }
+
+    void make(int q, int at, int reader) {
+        StepSpan& again = out.again[static_cast<std::size_t>(q)];
+        if (!again.empty()) return;
+        read_at(q, at, reader);
+        again = {at, at};
+        out.before[static_cast<std::size_t>(reader)].push_back(q);
+    }
+};
+
+}  // namespace
+
+RecomputeTimeline recompute_timeline(const frontend::Network& net, const std::vector<bool>& recompute) {
+    Timeline t{net, {}};
+    const std::size_t count = net.layers.size();
+    RecomputeTimeline& out = t.out;
+    out.recomputed.assign(count, false);
+    out.forward.assign(count, StepSpan{});
+    out.again.assign(count, StepSpan{});
+    out.before.assign(count, {});
+    for (std::size_t i = 0; i < count && i < recompute.size(); ++i)
+        out.recomputed[i] = recompute[i] && recomputable(net.layers[i]);
+    if (!out.any()) return out;
+    // Forward: from the layer's step to its last reader's.
+    for (std::size_t i = 0; i < count; ++i)
+        if (out.recomputed[i]) out.forward[i] = {static_cast<int>(i), static_cast<int>(i)};
+    std::vector<bool> has_reader(count, false);
+    for (std::size_t r = 0; r < count; ++r)
+        for (int q : net.layers[r].inputs) {
+            auto& f = out.forward[static_cast<std::size_t>(q)];
+            if (out.recomputed[static_cast<std::size_t>(q)]) f.last = std::max(f.last, static_cast<int>(r));
+            has_reader[static_cast<std::size_t>(q)] = true;
+        }
+    for (std::size_t i = 0; i < count; ++i)
+        if (out.recomputed[i] && !has_reader[i]) out.forward[i].last = t.steps() - 1;
+    // Backward: every layer but data and losses reads its inputs' values (a loss wrote its gradient in
+    // forward).
+    for (int b = t.steps() - 1; b >= 0; --b)
+        if (recomputable(t.layer(b))) t.read_at(b, t.steps() + (t.steps() - 1 - b), b);
+    return out;
+}
+
+void plan_recompute(const frontend::Network& net, Plan& plan) {
+    std::vector<bool> asked(net.layers.size(), false);
+    for (std::size_t i = 0; i < net.layers.size(); ++i) asked[i] = plan.layers[i].dist.recompute.value_or(false);
+    const RecomputeTimeline timeline = recompute_timeline(net, asked);
+    if (!timeline.any()) return;
+    // Every tile of a recomputed layer, in forward and again in backward, in order of their first step.
+    struct Use {
+        int* buffer;
+        std::int64_t size;
+        StepSpan span;
+    };
+    std::vector<Use> uses;
+    for (std::size_t i = 0; i < net.layers.size(); ++i) {
+        if (!timeline.recomputed[i]) continue;
+        for (TilePlan& t : plan.layers[i].tiles) {
+            const std::int64_t size = t.box.grown(t.need).dims().elements();
+            uses.push_back({&t.forward_buffer, size, timeline.forward[i]});
+            if (!timeline.again[i].empty()) uses.push_back({&t.backward_buffer, size, timeline.again[i]});
+        }
+    }
+    for (std::size_t i = 0; i < net.layers.size(); ++i) plan.layers[i].recompute_before = timeline.before[i];
+    std::stable_sort(uses.begin(), uses.end(), [](const Use& a, const Use& b) { return a.span.first < b.span.first; });
+    SharedBuffers shared;
+    for (const Use& u : uses) *u.buffer = shared.place({u.size, u.span.first, u.span.last});
+    plan.value_buffers = shared.sizes();
+}
+
+}  // namespace dsl::scheduler

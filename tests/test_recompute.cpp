@@ -1,0 +1,191 @@
+// Recomputation (recompute=on in a schedule) changes when values are made, not what they are: real runs of
+// `dsl run` with and without it, on one process bitwise (every step's loss and every tensor of the final
+// checkpoint), and on 2 to 8 processes within 1e-6, under splits of rows and columns, hybrid, mixed per layer
+// with redistributions, with overlap on and off, and on every layer kind.
+#include "train_runs.hpp"
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <string>
+
+namespace {
+
+// A schedule file: `base`'s text (a file of the repository; none: one process) followed by `extra`.
+std::string schedule_with(const std::string& base, const std::string& extra) {
+    static int made = 0;
+    const fs::path path = fs::temp_directory_path() /
+                          ("dsl_recompute_" + std::to_string(::getpid()) + "_" + std::to_string(made++) + ".sched");
+    std::ofstream out(path);
+    // Top-level settings in `extra` go first (before any entry), the rest after `base`.
+    std::string globals, entries;
+    for (std::size_t start = 0; start < extra.size();) {
+        const std::size_t end = std::min(extra.find('\n', start), extra.size());
+        const std::string line = extra.substr(start, end - start);
+        (line.rfind("batch", 0) == 0 || line.rfind("platform", 0) == 0 || line.rfind("procs", 0) == 0 ? globals
+                                                                                                      : entries) +=
+            line + "\n";
+        start = end + 1;
+    }
+    const bool procs = globals.find("procs") != std::string::npos;
+    out << globals
+        << (base.empty() ? std::string(procs ? "default N=1\n" : "procs = 1\ndefault N=1\n")
+                         : read(fs::path(source_dir()) / base))
+        << "\n"
+        << entries;
+    return path.string();
+}
+
+void check_same(const Run& kept, const Run& recomputed, double rel) {
+    REQUIRE(kept.losses.size() == 3);
+    REQUIRE(recomputed.losses.size() == kept.losses.size());
+    for (std::size_t i = 0; i < kept.losses.size(); ++i) {
+        if (rel == 0.0)
+            CHECK(recomputed.losses[i] == kept.losses[i]);
+        else
+            CHECK(recomputed.losses[i] == Approx(kept.losses[i]).epsilon(rel));
+    }
+    CHECK(kept.losses.back() != kept.losses.front());  // it trained
+    check_same_state(recomputed.checkpoint, kept.checkpoint, rel);
+}
+
+}  // namespace
+
+TEST_CASE("recomputation gives one process's losses and weights bitwise", "[recompute]") {
+    struct Case {
+        const char* net;
+        const char* recompute;
+        std::int64_t batch;
+    };
+    // Every layer recomputed (backward makes the whole forward again from the input, then each value lives
+    // until its last use), and the usual pattern of keeping only block outputs; every layer kind: conv,
+    // batch norm, ReLU, residual adds and pooling (resnet_tiny), group norm, GELU, tanh and dropout
+    // (modern.net), sigmoids, several heads and losses, regression, upsampling, transposed convolutions, a
+    // U-Net's concatenated skips, volumes, periodic padding and CosmoFlow's dense head.
+    const Case c = GENERATE(Case{"samples/mesh_tiny.net", "default recompute=on", 4},
+                            Case{"samples/mesh_tiny.net", "layer *.conv recompute=on\nlayer *.bn recompute=on", 4},
+                            Case{"samples/resnet_tiny.net", "default recompute=on", 4},
+                            Case{"samples/regression_tiny.net", "default recompute=on", 4},
+                            Case{"tests/dist/modern.net", "default recompute=on", 4},
+                            Case{"tests/dist/heads.net", "default recompute=on", 4},
+                            Case{"tests/dist/sigmoid.net", "default recompute=on", 4},
+                            Case{"tests/dist/weighted.net", "default recompute=on", 4},
+                            Case{"tests/dist/upsample.net", "default recompute=on", 4},
+                            Case{"tests/dist/deconv.net", "default recompute=on", 4},
+                            Case{"tests/dist/unet.net", "default recompute=on", 2},
+                            Case{"tests/dist/unet.net", "layer enc1.* recompute=on\nlayer dec1.* recompute=on", 2},
+                            Case{"tests/dist/vol.net", "default recompute=on", 2},
+                            Case{"tests/dist/periodic.net", "default recompute=on", 2},
+                            Case{"tests/dist/cosmo.net", "default recompute=on", 2});
+    CAPTURE(c.net, c.recompute);
+    check_same(train(c.net, "", c.batch), train(c.net, schedule_with("", c.recompute), c.batch), 0.0);
+}
+
+TEST_CASE("recomputation under splits gives the same run within 1e-6", "[recompute][mpi]") {
+    struct Case {
+        const char* net;
+        const char* sched;
+        const char* recompute;
+        std::int64_t batch;
+    };
+    // Rows and columns (with and without overlap), hybrid, mixed per layer (a recomputed layer's copies in
+    // its readers' splits are made again too), batch norm per tile, group norm and dropout, a U-Net with
+    // part of its levels recomputed, a 2x2x2 grid of volumes and periodic halos.
+    const Case c =
+        GENERATE(Case{"samples/mesh_tiny.net", "samples/mesh_tiny_spatial_hw_4.sched",
+                      "layer *.conv recompute=on\nlayer *.bn recompute=on", 4},
+                 Case{"samples/mesh_tiny.net", "samples/mesh_tiny_hybrid_4.sched", "default recompute=on", 4},
+                 Case{"samples/mesh_tiny.net", "samples/mesh_tiny_mixed_4.sched", "default recompute=on", 4},
+                 Case{"samples/resnet_tiny.net", "samples/resnet_tiny_hybrid_4.sched", "default recompute=on", 8},
+                 Case{"tests/dist/modern.net", "tests/dist/modern_hw4.sched", "default recompute=on", 4},
+                 Case{"tests/dist/heads.net", "tests/dist/heads_hybrid_4.sched", "default recompute=on", 4},
+                 Case{"tests/dist/upsample.net", "tests/dist/upsample_mixed_4.sched", "default recompute=on", 4},
+                 Case{"tests/dist/deconv.net", "tests/dist/deconv_mixed_4.sched", "default recompute=on", 4},
+                 Case{"tests/dist/unet.net", "tests/dist/unet_mixed_4.sched",
+                      "layer enc1.* recompute=on\nlayer dec1.* recompute=on\nlayer cat0 recompute=on", 4},
+                 Case{"tests/dist/unet.net", "tests/dist/unet_hw4.sched", "default recompute=on", 2},
+                 Case{"tests/dist/vol.net", "tests/dist/vol_dhw8.sched", "default recompute=on", 2},
+                 Case{"tests/dist/vol.net", "tests/dist/vol_n2_local.sched", "default recompute=on", 2},
+                 Case{"tests/dist/periodic.net", "tests/dist/periodic_d2.sched", "default recompute=on", 2});
+    CAPTURE(c.net, c.sched, c.recompute);
+    check_same(train(c.net, c.sched, c.batch), train(c.net, schedule_with(c.sched, c.recompute), c.batch), 1e-6);
+}
+
+TEST_CASE("recompute takes on, off or ?, and data and losses ignore it", "[recompute]") {
+    const Result bad = run_dsl("check samples/mesh_tiny.net " + schedule_with("", "default recompute=yes"));
+    CHECK(bad.exit_code != 0);
+    CHECK(bad.err.find("error: 'recompute' must be 'on', 'off' or '?', not 'yes'") != std::string::npos);
+    // The plan runs each recomputed layer again before the first backward that reads it.
+    const Result plan =
+        run_dsl("check samples/mesh_tiny.net " +
+                schedule_with("", "layer block1.0.relu recompute=on\nlayer loss recompute=on") + " --dump-after plan");
+    INFO(plan.out << plan.err);
+    REQUIRE(plan.exit_code == 0);
+    const std::string dump = plan.out + plan.err;
+    CHECK(dump.find("before backward, forward again: 'block1.0.relu'") != std::string::npos);
+    CHECK(dump.find("recomputed values' buffers:") != std::string::npos);
+}
+
+TEST_CASE("explain and run say plainly when a schedule does not fit, and by how much", "[recompute]") {
+    // mesh2k at a mini-batch of 64 on one process needs about 1 TiB.
+    const std::string sched = schedule_with("", "batch = 64\nplatform = lassen");
+    const Result explain = run_dsl("explain stdlib/mesh2k.net " + sched);
+    INFO(explain.out << explain.err);
+    REQUIRE(explain.exit_code == 0);
+    CHECK(explain.out.find("note: this schedule does not fit: it needs ") != std::string::npos);
+    CHECK(explain.out.find("more than the 16.0 GiB a process has") != std::string::npos);
+    // dsl run refuses it before training, with the same sentence (this machine's memory instead of Lassen's).
+    const Result run = run_dsl("run stdlib/mesh2k.net " + sched + " --steps 1");
+    INFO(run.out << run.err);
+    CHECK(run.exit_code != 0);
+    CHECK(run.err.find("this schedule does not fit: it needs ") != std::string::npos);
+    CHECK(run.out.find("step") == std::string::npos);
+}
+
+TEST_CASE("the auto-scheduler meets a platform's memory first by recomputing layers", "[recompute]") {
+    // mesh2k on 2048 Lassen GPUs at a mini-batch of 2048 needs 17.5 GiB per process without recomputation.
+    const Result r = run_dsl("schedule stdlib/mesh2k.net --procs 2048 --batch 2048 --platform lassen");
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.out.find("recompute=on") != std::string::npos);
+    const auto at = r.out.find(" GiB per process (of 16.0 GiB)");
+    REQUIRE(at != std::string::npos);
+    const auto from = r.out.rfind(", ", at);
+    CHECK(std::stod(r.out.substr(from + 2, at - from - 2)) <= 16.0);
+    // A layer fixed at recompute=off stays so.
+    const Result fixed = run_dsl("schedule stdlib/mesh2k.net " +
+                                 schedule_with("",
+                                               "procs = 2048\nbatch = 2048\nplatform = lassen\n"
+                                               "default recompute=off") +
+                                 " --procs 2048");
+    INFO(fixed.out << fixed.err);
+    CHECK(fixed.out.find("recompute=on") == std::string::npos);
+}
+
+TEST_CASE("the model's memory saved by recomputation is the measured one", "[recompute]") {
+    // bench/mesh_stack_256 at 4 samples, its convolutions and batch norms recomputed: the peak memory a
+    // process measures falls by what `dsl explain` predicts, within 25%.
+    auto peak = [](const std::string& out) {
+        const auto at = out.find("peak memory ");
+        REQUIRE(at != std::string::npos);
+        return std::stod(out.substr(at + 12));
+    };
+    auto predicted = [](const std::string& sched) {
+        const Result r = run_dsl("explain bench/mesh_stack_256.net " + sched + " --json");
+        INFO(r.err);
+        REQUIRE(r.exit_code == 0);
+        return nlohmann::json::parse(r.out)["memory_bytes"]["total"].get<double>() / (1 << 20);
+    };
+    const std::string kept = schedule_with("", "batch = 4");
+    const std::string recomputed = schedule_with("", "batch = 4\nlayer *.conv recompute=on\nlayer *.bn recompute=on");
+    const Result a = run_dsl("run bench/mesh_stack_256.net " + kept + " --steps 2");
+    const Result b = run_dsl("run bench/mesh_stack_256.net " + recomputed + " --steps 2");
+    INFO(a.out << a.err << b.out << b.err);
+    REQUIRE(a.exit_code == 0);
+    REQUIRE(b.exit_code == 0);
+    const double measured = peak(a.out) - peak(b.out), model = predicted(kept) - predicted(recomputed);
+    CAPTURE(measured, model);
+    CHECK(model > 0);
+    CHECK(measured == Approx(model).epsilon(0.25));
+}
