@@ -177,7 +177,7 @@ std::optional<scheduler::Schedule> auto_schedule(const Checked& c, const RunOpti
         "Predicted: {} ms per step, {} per process (of {}).",
         o.net, procs, procs == 1 ? "" : "es", platform->text, batch, milliseconds(p.step), human_bytes(p.memory),
         human_bytes(p.memory_limit));
-    io.out() << fmt::format(
+    (o.json ? io.err() : io.out()) << fmt::format(
         "auto-schedule for {} process{} on '{}': {} ms per step predicted, {} per process; as a "
         ".sched file:\n{}\n",
         procs, procs == 1 ? "" : "es", platform->text, milliseconds(p.step), human_bytes(p.memory),
@@ -189,6 +189,12 @@ std::optional<scheduler::Schedule> auto_schedule(const Checked& c, const RunOpti
 
 std::optional<scheduler::Schedule> run_schedule(const Checked& c, const RunOptions& o, std::string& why, Output& io) {
     const auto& net = c.net.net;
+    if (!o.platform.empty() && !o.auto_schedule) {
+        why =
+            "--platform is the platform --auto-schedule plans for, and has no effect without it (to run on a "
+            "GPU: --device gpu)";
+        return std::nullopt;
+    }
     if (o.auto_schedule) return auto_schedule(c, o, why, io);
     if (!c.schedule) {
         if (o.procs && *o.procs != 1) {
@@ -325,11 +331,6 @@ int run_training(const RunOptions& o) {
     diags.render(io.err(), stderr_color());
     if (!checked) return user_error;
 
-    if (!o.platform.empty() && !o.auto_schedule) {
-        io.err() << "error: --platform is the platform --auto-schedule plans for, and has no effect without it (to "
-                    "train on a GPU: --device gpu)\n";
-        return usage;
-    }
     std::string why;
     const auto schedule = run_schedule(*checked, o, why, io);
     if (!schedule) {
