@@ -596,25 +596,25 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
                                     step + 1);
             return user_error;
         }
-        // Long runs print every `every`-th step, and on a terminal a progress line with the time left.
+        // The time left at the pace of the steps so far (every process has the same figure: the first's is
+        // said). Long runs print every `every`-th step, and on a terminal a progress line between them.
         const std::int64_t done = step + 1 - first_step;
+        const double elapsed = std::chrono::duration<double>(clock::now() - start).count();
+        const double left = elapsed / static_cast<double>(done) * static_cast<double>(o.steps - done);
         if (done % every == 0 || done == o.steps || done == 1)
-            io.out() << fmt::format("step {:>5}  loss {:.6f}{}  lr {:.6g}  {:.3f} s  {:.1f} samples/s\n", step + 1,
-                                    last_loss, each_loss(trainer->last_losses()), trainer->last_lr(), seconds,
-                                    static_cast<double>(cfg.batch) / seconds)
+            io.out() << fmt::format("step {:>5}  loss {:.6f}{}  lr {:.6g}  {:.3f} s  {:.1f} samples/s  {} left\n",
+                                    step + 1, last_loss, each_loss(trainer->last_losses()), trainer->last_lr(), seconds,
+                                    static_cast<double>(cfg.batch) / seconds, duration_text(left))
                      << std::flush;
-        if (progress && done < o.steps) {
-            const double elapsed = std::chrono::duration<double>(clock::now() - start).count();
-            std::cerr << fmt::format("\r{:>5}/{} steps, {:.0f} s left ", done, o.steps,
-                                     elapsed / static_cast<double>(done) * static_cast<double>(o.steps - done))
-                      << std::flush;
-        }
+        if (progress && done < o.steps)
+            std::cerr << fmt::format("\r{:>5}/{} steps, {} left ", done, o.steps, duration_text(left)) << std::flush;
         if (log)
             *log << nlohmann::json{{"step", step + 1},
                                    {"loss", last_loss},
                                    {"losses", losses_json(trainer->last_losses())},
                                    {"lr", trainer->last_lr()},
                                    {"seconds", seconds},
+                                   {"seconds_left", left},
                                    {"halo_bytes", static_cast<std::int64_t>(sent)},
                                    {"samples_per_second", static_cast<double>(cfg.batch) / seconds}}
                         .dump()
