@@ -76,9 +76,12 @@ std::unique_ptr<backend::Comm> worker_comm(const CalibrateOptions& o) {
     return backend::gpu_comm(std::move(comm), backend::launched_local_size() <= backend::gpu_devices());
 }
 
-// The kernels the model would look up for every candidate distribution of every layer.
+// The kernels the model would look up for every candidate distribution of every layer; with `seconds`, each
+// key's time per call as the model has it now (measured, or analytic): its layer's compute under that
+// distribution, shared among the layer's kernels.
 std::map<int, std::set<std::string>> keys_by_threads(const frontend::Network& net, const scheduler::Platform& base,
-                                                     const CalibrateOptions& o) {
+                                                     const CalibrateOptions& o,
+                                                     std::map<std::string, double>* seconds = nullptr) {
     std::map<int, std::set<std::string>> out;
     for (std::int64_t procs : o.procs)
         for (std::int64_t batch : o.batches) {
@@ -90,8 +93,16 @@ std::map<int, std::set<std::string>> keys_by_threads(const frontend::Network& ne
                 // An input takes its reader's split: any that fits its tiles.
                 const scheduler::Distribution open{std::nullopt, std::nullopt, scheduler::BatchNormStats::batch,
                                                    std::nullopt};
-                for (const auto& d : scheduler::candidates(net, static_cast<int>(i), open, procs, batch))
-                    for (std::string& k : model.kernel_keys(static_cast<int>(i), d)) keys.insert(std::move(k));
+                for (const auto& d : scheduler::candidates(net, static_cast<int>(i), open, procs, batch)) {
+                    std::vector<std::string> layer_keys = model.kernel_keys(static_cast<int>(i), d);
+                    if (seconds && !layer_keys.empty()) {
+                        const scheduler::LayerCost c = model.layer(static_cast<int>(i), d);
+                        const double each =
+                            (c.forward + c.backward_data + c.backward_weights) / static_cast<double>(layer_keys.size());
+                        for (const std::string& k : layer_keys) (*seconds)[k] = std::max((*seconds)[k], each);
+                    }
+                    for (std::string& k : layer_keys) keys.insert(std::move(k));
+                }
             }
             keys.insert(scheduler::time_key(
                 net.train.optimizer == frontend::Optimizer::sgd ? scheduler::sgd_kernel : scheduler::adam_kernel,
@@ -346,7 +357,73 @@ struct Needed {
     bool exchanges = false;
     std::vector<std::pair<std::int64_t, std::int64_t>> profiles;
     bool empty() const { return kernels.empty() && comm.empty() && profiles.empty(); }
+
+    // How long each part takes, roughly (estimate() below): by thread count, by process count of `comm`, by
+    // pair of `profiles`.
+    std::map<int, double> kernel_seconds;
+    std::map<std::int64_t, double> comm_seconds;
+    std::vector<double> profile_seconds;
+    double seconds() const {
+        double sum = 0.0;
+        for (const auto& [threads, t] : kernel_seconds) sum += t;
+        for (const auto& [procs, t] : comm_seconds) sum += t;
+        for (double t : profile_seconds) sum += t;
+        return sum;
+    }
 };
+
+// A measuring process's start, and mpirun's (its daemon, MPI's setup), in seconds: what a tiny measurement
+// takes on this project's two-core test machine.
+constexpr double process_start = 0.1, mpirun_start = 0.4;
+
+// How long measuring `n` takes, from the model's times now (measured where the platform has them, else its
+// analytic figures): a kernel timed alone runs `warmup` calls, then `reps`, more until the timed ones add up
+// to TimingRuns::min_seconds (at most 100 times as many); each message size of the communication, `warmup +
+// reps` calls; the training steps, `warmup + reps` under each split (overlap off and on where it splits the
+// rows and columns), and a run that alternates splits.
+void estimate(Needed& n, const frontend::Network& net, const scheduler::Platform& platform, const CalibrateOptions& o,
+              const std::map<std::string, double>& per_call) {
+    const double runs = o.warmup + o.reps, least = backend::TimingRuns{}.min_seconds;
+    for (const auto& [threads, keys] : n.kernels) {
+        double t = process_start;
+        for (const std::string& k : keys) {
+            const auto it = per_call.find(k);
+            const double call = it == per_call.end() ? 0.0 : it->second;
+            t += o.warmup * call + std::max(o.reps * call, std::min(least, 100.0 * o.reps * call));
+        }
+        n.kernel_seconds[threads] = t;
+    }
+    for (std::int64_t procs : n.comm) {
+        const scheduler::Model model(net, platform, procs, 1);
+        double t = mpirun_start;
+        // The sizes of backend::time_communication: 8 bytes, 4 times more each, and the largest.
+        std::vector<double> sizes;
+        for (double b = 8; b <= static_cast<double>(o.max_message); b *= 4) sizes.push_back(b);
+        if (sizes.empty() || sizes.back() != static_cast<double>(o.max_message))
+            sizes.push_back(static_cast<double>(o.max_message));
+        for (double bytes : sizes) {
+            t += runs * model.allreduce(procs, bytes, false);
+            if (n.exchanges && procs == n.comm.front()) t += runs * model.sendrecv(bytes, false);
+        }
+        n.comm_seconds[procs] = t;
+    }
+    for (const auto& [procs, batch] : n.profiles) {
+        const scheduler::Model model(net, platform, procs, batch);
+        // A step under the first split each layer can run, as a measure of every split's.
+        double step = 0.0;
+        for (std::size_t i = 0; i < net.layers.size(); ++i) {
+            if (net.layers[i].is_data()) continue;
+            const auto c = scheduler::candidates(net, static_cast<int>(i),
+                                                 {std::nullopt, false, scheduler::BatchNormStats::batch, std::nullopt},
+                                                 procs, batch);
+            if (!c.empty()) step += model.layer(static_cast<int>(i), c.front()).time();
+        }
+        double schedules = procs > 1 ? 1 : 0;  // the alternating run
+        for (const scheduler::Split& split : scheduler::splits_of(procs, batch, net.spatial_rank()))
+            schedules += split.spatial() ? 2 : 1;
+        n.profile_seconds.push_back(mpirun_start + schedules * (process_start + runs * step));
+    }
+}
 
 // Everything `o` asks for; with `missing_only`, what `platform` lacks of it: kernel times, allreduces on a
 // process count, exchanges, and the training steps of a count and mini-batch whose kernels are new to it or
@@ -361,13 +438,14 @@ Needed needed(const frontend::Network& net, const scheduler::Platform& platform,
         return false;
     };
     Needed n;
+    std::map<std::string, double> per_call;
     for (std::int64_t procs : o.procs) {
         for (std::int64_t batch : o.batches) {
             CalibrateOptions one = o;
             one.procs = {procs};
             one.batches = {batch};
             bool fresh = false;
-            for (const auto& [threads, keys] : keys_by_threads(net, platform, one))
+            for (const auto& [threads, keys] : keys_by_threads(net, platform, one, &per_call))
                 for (const std::string& k : keys)
                     if (!has(k)) n.kernels[threads].insert(k), fresh = true;
             if (o.in_situ && (fresh || !has(scheduler::Model(net, platform, procs, batch).update_key())))
@@ -379,6 +457,7 @@ Needed needed(const frontend::Network& net, const scheduler::Platform& platform,
     const auto first = std::find_if(o.procs.begin(), o.procs.end(), [](std::int64_t p) { return p > 1; });
     n.exchanges = first != o.procs.end() && !has_any(scheduler::sendrecv_kernel + std::string(" "), "");
     if (n.exchanges && (n.comm.empty() || n.comm.front() != *first)) n.comm.insert(n.comm.begin(), *first);
+    estimate(n, net, platform, o, per_call);
     return n;
 }
 
@@ -470,9 +549,22 @@ int measure(const CalibrateOptions& o, const Needed& n, scheduler::Platform& pla
 
     const fs::path dir = fs::temp_directory_path() / fmt::format("dsl_calibrate_{}", ::getpid());
     fs::create_directories(dir);
+    // The time left, said as each part starts: the estimate of the parts not done, scaled by how long those
+    // done took against theirs (a machine slower or busier than the model's figures).
+    const auto start = std::chrono::steady_clock::now();
+    double estimated_left = n.seconds(), estimated_done = 0.0;
+    auto left = [&](double part) {
+        const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        const double scale = estimated_done > 0.0 && took > 0.0 ? took / estimated_done : 1.0;
+        const std::string text = duration_text(estimated_left * scale);
+        estimated_left -= part;
+        estimated_done += part;
+        return text;
+    };
     for (const auto& [threads, keys] : n.kernels) {
-        std::cerr << fmt::format("timing {} kernels on {} thread{} ({} runs each after {} warm-up)...\n", keys.size(),
-                                 threads, threads == 1 ? "" : "s", o.reps, o.warmup);
+        std::cerr << fmt::format("timing {} kernels on {} thread{} ({} runs each after {} warm-up; about {} left)...\n",
+                                 keys.size(), threads, threads == 1 ? "" : "s", o.reps, o.warmup,
+                                 left(n.kernel_seconds.at(threads)));
         const fs::path keys_file = dir / fmt::format("keys_{}", threads),
                        results = dir / fmt::format("times_{}", threads);
         {
@@ -495,7 +587,8 @@ int measure(const CalibrateOptions& o, const Needed& n, scheduler::Platform& pla
     std::vector<std::pair<double, double>> points;
     for (std::int64_t procs : n.comm) {
         const bool exchanges = n.exchanges && procs == n.comm.front();
-        std::cerr << fmt::format("timing {}allreduces on {} processes...\n", exchanges ? "exchanges and " : "", procs);
+        std::cerr << fmt::format("timing {}allreduces on {} processes (about {} left)...\n",
+                                 exchanges ? "exchanges and " : "", procs, left(n.comm_seconds.at(procs)));
         const fs::path results = dir / fmt::format("comm_{}", procs);
         std::vector<std::string> args{"calibrate",
                                       o.net,
@@ -537,9 +630,12 @@ int measure(const CalibrateOptions& o, const Needed& n, scheduler::Platform& pla
     double workspace = 0.0;
     const fs::path so_far = dir / "so_far.platform";
     std::ofstream(so_far) << scheduler::print_platform(platform, "measured so far");
-    for (const auto& [procs, batch] : n.profiles) {
-        std::cerr << fmt::format("profiling training steps under every split of {} process{}, batch {}...\n", procs,
-                                 procs == 1 ? "" : "es", batch);
+    for (std::size_t p = 0; p < n.profiles.size(); ++p) {
+        const auto [procs, batch] = n.profiles[p];
+        const std::string time_left = left(n.profile_seconds.at(p));
+        std::cerr << fmt::format(
+            "profiling training steps under every split of {} process{}, batch {} (about {} left)...\n", procs,
+            procs == 1 ? "" : "es", batch, time_left);
         const fs::path results = dir / fmt::format("layers_{}_{}", procs, batch);
         const int code = launch_mpi(
             procs, with_extra({"calibrate", o.net, "-o", o.output, "--worker", "profile", "--platform", so_far.string(),
@@ -679,7 +775,8 @@ bool measure_local(PlatformChoice& p, const std::string& net_path, const fronten
                 what, net_path, procs_flag, batch);
         return true;
     }
-    std::cerr << fmt::format("measuring this machine for {} (once: kept in {})...\n", what, p.cache);
+    std::cerr << fmt::format("measuring this machine for {} (once: kept in {}; about {})...\n", what, p.cache,
+                             duration_text(n.seconds()));
     if (const Machine m = current_machine(); load_average() > m.cores)
         std::cerr << fmt::format(
             "note: the machine is busy (load average {:.1f} on {} cores): what is measured now may be off; run 'dsl "

@@ -20,7 +20,6 @@ namespace {
 struct EvalOptions {
     RunOptions run;
     std::optional<std::int64_t> samples;
-    bool json = false;
 };
 
 int evaluate_on(const EvalOptions& e, const Checked& checked, const scheduler::Schedule& schedule,
@@ -39,7 +38,7 @@ int evaluate_on(const EvalOptions& e, const Checked& checked, const scheduler::S
     const auto t0 = std::chrono::steady_clock::now();
     const EvalFigures f = evaluate(*trainer, net, schedule, kernels, comm, *data->source, data->count);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (e.json) {
+    if (o.json) {
         nlohmann::json j = figures_json(f);
         j["network"] = o.net;
         j["checkpoint"] = o.load;
@@ -76,7 +75,7 @@ void setup_eval(CLI::App& app, Action& action) {
     CLI::App* cmd = app.add_subcommand(
         "eval", "Evaluate a trained network: its loss and figures over a data set, weights untouched");
     add_trained_options(*cmd, o, e->samples, "The checkpoint to evaluate", "Evaluate");
-    cmd->add_flag("--json", e->json, "Print one JSON object");
+    cmd->add_flag("--json", o.json, "Print one JSON object");
     cmd->footer("Example:\n  dsl eval samples/mesh_tiny.net --load ckpt --data x=x.npy --data y=y.npy --json");
     cmd->callback([e, &action] { action = [e] { return run_eval(*e); }; });
 }

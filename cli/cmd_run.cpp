@@ -177,7 +177,7 @@ std::optional<scheduler::Schedule> auto_schedule(const Checked& c, const RunOpti
         "Predicted: {} ms per step, {} per process (of {}).",
         o.net, procs, procs == 1 ? "" : "es", platform->text, batch, milliseconds(p.step), human_bytes(p.memory),
         human_bytes(p.memory_limit));
-    io.out() << fmt::format(
+    (o.json ? io.err() : io.out()) << fmt::format(
         "auto-schedule for {} process{} on '{}': {} ms per step predicted, {} per process; as a "
         ".sched file:\n{}\n",
         procs, procs == 1 ? "" : "es", platform->text, milliseconds(p.step), human_bytes(p.memory),
@@ -189,6 +189,12 @@ std::optional<scheduler::Schedule> auto_schedule(const Checked& c, const RunOpti
 
 std::optional<scheduler::Schedule> run_schedule(const Checked& c, const RunOptions& o, std::string& why, Output& io) {
     const auto& net = c.net.net;
+    if (!o.platform.empty() && !o.auto_schedule) {
+        why =
+            "--platform is the platform --auto-schedule plans for, and has no effect without it (to run on a "
+            "GPU: --device gpu)";
+        return std::nullopt;
+    }
     if (o.auto_schedule) return auto_schedule(c, o, why, io);
     if (!c.schedule) {
         if (o.procs && *o.procs != 1) {
@@ -336,11 +342,6 @@ int run_training(const RunOptions& o) {
     diags.render(io.err(), stderr_color());
     if (!checked) return user_error;
 
-    if (!o.platform.empty() && !o.auto_schedule) {
-        io.err() << "error: --platform is the platform --auto-schedule plans for, and has no effect without it (to "
-                    "train on a GPU: --device gpu)\n";
-        return usage;
-    }
     std::string why;
     const auto schedule = run_schedule(*checked, o, why, io);
     if (!schedule) {
@@ -606,25 +607,25 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
                                     step + 1);
             return user_error;
         }
-        // Long runs print every `every`-th step, and on a terminal a progress line with the time left.
+        // The time left at the pace of the steps so far (every process has the same figure: the first's is
+        // said). Long runs print every `every`-th step, and on a terminal a progress line between them.
         const std::int64_t done = step + 1 - first_step;
+        const double elapsed = std::chrono::duration<double>(clock::now() - start).count();
+        const double left = elapsed / static_cast<double>(done) * static_cast<double>(o.steps - done);
         if (done % every == 0 || done == o.steps || done == 1)
-            io.out() << fmt::format("step {:>5}  loss {:.6f}{}  lr {:.6g}  {:.3f} s  {:.1f} samples/s\n", step + 1,
-                                    last_loss, each_loss(trainer->last_losses()), trainer->last_lr(), seconds,
-                                    static_cast<double>(cfg.batch) / seconds)
+            io.out() << fmt::format("step {:>5}  loss {:.6f}{}  lr {:.6g}  {:.3f} s  {:.1f} samples/s  {} left\n",
+                                    step + 1, last_loss, each_loss(trainer->last_losses()), trainer->last_lr(), seconds,
+                                    static_cast<double>(cfg.batch) / seconds, duration_text(left))
                      << std::flush;
-        if (progress && done < o.steps) {
-            const double elapsed = std::chrono::duration<double>(clock::now() - start).count();
-            std::cerr << fmt::format("\r{:>5}/{} steps, {:.0f} s left ", done, o.steps,
-                                     elapsed / static_cast<double>(done) * static_cast<double>(o.steps - done))
-                      << std::flush;
-        }
+        if (progress && done < o.steps)
+            std::cerr << fmt::format("\r{:>5}/{} steps, {} left ", done, o.steps, duration_text(left)) << std::flush;
         if (log)
             *log << nlohmann::json{{"step", step + 1},
                                    {"loss", last_loss},
                                    {"losses", losses_json(trainer->last_losses())},
                                    {"lr", trainer->last_lr()},
                                    {"seconds", seconds},
+                                   {"seconds_left", left},
                                    {"halo_bytes", static_cast<std::int64_t>(sent)},
                                    {"samples_per_second", static_cast<double>(cfg.batch) / seconds}}
                         .dump()

@@ -283,8 +283,15 @@ void add_trained_options(CLI::App& cmd, RunOptions& o, std::optional<std::int64_
     cmd.add_option("--kernels", o.kernels, "cpu (oneDNN and Halide; default) or reference (plain loops)")
         ->check(CLI::IsMember({"cpu", "reference"}));
     cmd.add_option("--procs", o.procs, "Processes, where the schedule leaves the count open")->check(positive_count());
-    cmd.add_option("--device", o.device, "cpu (default) or gpu: where every layer runs")
+    cmd.add_option("--device", o.device,
+                   "cpu or gpu: where every layer runs (default: with --auto-schedule the platform's device, else cpu)")
         ->check(CLI::IsMember({"cpu", "gpu"}));
+    cmd.add_flag("--auto-schedule", o.auto_schedule,
+                 "Fill what the schedule leaves open (everything, without one) with the auto-scheduler, as 'dsl run' "
+                 "does");
+    cmd.add_option("--platform", o.platform,
+                   "With --auto-schedule: the platform it plans for, whose device runs the network unless --device "
+                   "says otherwise (default: the schedule's, else 'local')");
 }
 
 int run_trained(const RunOptions& o, const TrainedBody& body) {
@@ -301,7 +308,7 @@ int run_trained(const RunOptions& o, const TrainedBody& body) {
     const auto schedule = run_schedule(*checked, o, why, io);
     if (!schedule) {
         io.err() << "error: " << why << "\n";
-        return usage;
+        return o.auto_schedule ? user_error : usage;
     }
     return on_processes(o, *checked, *schedule, io, [&](backend::Kernels kernels, backend::Comm& comm) {
         return body(*checked, *schedule, kernels, comm, io);

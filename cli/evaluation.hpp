@@ -75,7 +75,8 @@ std::unique_ptr<backend::Trainer> load_trained(const frontend::Network& net, con
 // What `dsl eval` and `dsl predict` share around their work: the network checked (said on the first
 // process), the schedule it runs under, then `body` on that schedule's processes. Returns the exit code.
 // The options `dsl eval` and `dsl predict` share: NET, SCHED, --load (`load_help`, required), the data
-// options, --samples ("`verb` the first K samples"), --batch, --seed, --kernels, --procs and --device.
+// options, --samples ("`verb` the first K samples"), --batch, --seed, --kernels, --procs, --device, and
+// --auto-schedule with --platform, as `dsl run` has them.
 void add_trained_options(CLI::App& cmd, RunOptions& o, std::optional<std::int64_t>& samples,
                          const std::string& load_help, const std::string& verb);
 

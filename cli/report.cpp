@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <iostream>
 #include <set>
 
@@ -189,6 +190,15 @@ std::string human_bytes(double v) {
         ++i;
     }
     return i == 0 ? fmt::format("{:.0f} B", v) : fmt::format("{:.1f} {}", v, suffix[i]);
+}
+
+std::string duration_text(double seconds) {
+    seconds = std::max(0.0, seconds);
+    if (seconds < 10) return fmt::format("{:.1f} s", seconds);
+    if (seconds < 60) return fmt::format("{:.0f} s", seconds);
+    const auto whole = static_cast<std::int64_t>(std::llround(seconds));
+    if (whole < 3600) return fmt::format("{} min {:02} s", whole / 60, whole % 60);
+    return fmt::format("{} h {:02} min", whole / 3600, whole % 3600 / 60);
 }
 
 std::string json_text(const nlohmann::json& j) {

@@ -51,6 +51,8 @@ std::int64_t report_batch(const std::optional<scheduler::Schedule>& s, std::opti
 // Indented JSON and a newline; bytes that are not UTF-8 (names in a malformed file) become U+FFFD.
 std::string json_text(const nlohmann::json& j);
 std::string human_bytes(double bytes);  // "12.5 MiB"
+// A time to wait, as a person reads it: "4.2 s", "37 s", "3 min 05 s", "2 h 07 min".
+std::string duration_text(double seconds);
 
 // A split as JSON: {"N": n, and the parts of each spatial axis of a network of spatial rank `rank` by its
 // letter}: an image network's {"N", "H", "W"}, a volume network's {"N", "D", "H", "W"}.

@@ -30,6 +30,8 @@ struct RunOptions {
     std::string log, save, load, kernels = "cpu", device, platform, gpu_comm = "auto", trace;
     std::optional<std::int64_t> trace_steps;
     bool auto_schedule = false, profile = false, tf32 = false;
+    // stdout holds one JSON object (`dsl eval --json`): the schedule --auto-schedule chose goes to stderr.
+    bool json = false;
     DataOptions data;
     // --eval-every K with --eval-data (and --eval-samples): the evaluation figures every K steps.
     std::int64_t eval_every = 0;

@@ -4,7 +4,7 @@
 set -eu
 dsl=$1
 /usr/bin/python3 -c 'import matplotlib' 2>/dev/null || {
-    echo 'skipped: bench/plot_layers.py needs /usr/bin/python3 with matplotlib (python3-matplotlib)'
+    echo 'skipped: bench/plot_layers.py needs /usr/bin/python3 with matplotlib (python3-matplotlib: scripts/test installs it)'
     exit 77
 }
 cd "$(dirname "$0")/.."

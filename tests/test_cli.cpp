@@ -439,6 +439,27 @@ TEST_CASE("local is this machine: measured on first use, kept in a cache by mach
     REQUIRE(first.exit_code == 0);
     CHECK(first.err.find("measuring this machine for " + net + " on 2 processes, mini-batch 2") != std::string::npos);
     CHECK(first.err.find("timing exchanges and allreduces on 2 processes") != std::string::npos);
+    // It says how long it expects to take, before it starts and as each part starts: a figure of the order of
+    // what it took (the model's times of what it measures, then corrected by the parts done).
+    {
+        auto seconds_after = [&](const std::string& text, std::size_t from) {
+            const std::size_t at = first.err.find(text, from);
+            return at == std::string::npos ? -1.0 : std::atof(first.err.c_str() + at + text.size());
+        };
+        const double said = seconds_after("; about ", first.err.find("measuring this machine"));
+        const double took = seconds_after("measured ", 0) < 0 ? -1.0 : seconds_after(" times in ", 0);
+        INFO("said " << said << " s, took " << took << " s");
+        CHECK(said > 0.0);
+        CHECK(took >= 0.0);
+        CHECK(said <= 10 * took + 10);
+        CHECK(said >= took / 10 - 1);
+        std::size_t parts = 0;
+        for (std::size_t at = first.err.find(" left)...\n"); at != std::string::npos;
+             at = first.err.find(" left)...\n", at + 1))
+            ++parts;
+        CHECK(parts == 3);  // kernels, communication, training steps
+        CHECK(first.err.find("(about ") != std::string::npos);
+    }
     const auto files = platform_files(cache);
     REQUIRE(files.size() == 1);
     const fs::path file = files[0];

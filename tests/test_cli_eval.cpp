@@ -389,3 +389,40 @@ TEST_CASE("eval and predict of a volume regression: voxel by voxel, and a vector
         CHECK(fig["loss"].get<double>() == Approx(mse).epsilon(1e-5));
     }
 }
+
+TEST_CASE("eval and predict take --auto-schedule and --platform as run does", "[cli][eval][mpi]") {
+    TempDir dir;
+    const std::string ck = dir / "ck";
+    dsl_ok("run samples/mesh_tiny.net --steps 2 --save " + ck);
+    const std::string common = "samples/mesh_tiny.net --load " + ck + " --samples 8";
+    const json one = eval_json(common);
+    CHECK(one["processes"] == 1);
+
+    // The auto-scheduler's schedule for 2 processes of `local` (the fixture): the same figures, and with
+    // --json stdout holds the JSON alone, the chosen schedule going to stderr.
+    const Result two = run_dsl("eval " + common + " --auto-schedule --procs 2 --json");
+    INFO(two.err);
+    REQUIRE(two.exit_code == 0);
+    const json figures = json::parse(two.out);
+    CHECK(figures["processes"] == 2);
+    same_figures(figures, one);
+    CHECK(two.err.find("auto-schedule for 2 processes on 'local'") != std::string::npos);
+
+    // A platform named by its file: predict writes what one process writes, and says what it chose.
+    dsl_ok("predict " + common + " --output " + (dir / "p1.npy"));
+    const std::string chosen = dsl_ok("predict " + common + " --auto-schedule --procs 2 --platform " +
+                                      "tests/fixtures/local_epyc_2core.platform --output " + (dir / "p2.npy"));
+    INFO(chosen);
+    CHECK(chosen.find("auto-schedule for 2 processes on '\"") != std::string::npos);
+    CHECK(chosen.find("/tests/fixtures/local_epyc_2core.platform\"'") != std::string::npos);
+    const std::vector<float> p1 = npy_floats(dir / "p1.npy"), p2 = npy_floats(dir / "p2.npy");
+    REQUIRE(p1.size() == p2.size());
+    for (std::size_t i = 0; i < p1.size(); ++i) REQUIRE(p2[i] == Approx(p1[i]).margin(1e-5));
+
+    // --platform without --auto-schedule plans nothing: a usage error, as for run.
+    for (const std::string& verb : std::vector<std::string>{"eval ", "predict --output " + (dir / "p3.npy") + " "}) {
+        const Result r = run_dsl(verb + common + " --platform lassen");
+        CHECK(r.exit_code == 2);
+        CHECK(r.err.find("error: --platform is the platform --auto-schedule plans for") != std::string::npos);
+    }
+}

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <limits>
 #include <thread>
 #include <vector>
@@ -448,4 +449,45 @@ TEST_CASE("run --profile prints every layer's time, with the waits of several pr
     CHECK(fw < f);
     CHECK(bw >= 0.0);
     CHECK(bw < b);
+}
+
+TEST_CASE("run says at each step how long is left, at the pace of the steps so far", "[cli][run]") {
+    const fs::path dir = fs::temp_directory_path() / ("dsl_left_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    const fs::path log = dir / "steps.jsonl";
+    const std::int64_t steps = 6;
+    const Result r = run_dsl("run samples/mesh_tiny.net --batch 2 --steps 6 --log " + log.string());
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    std::vector<std::string> lines;
+    std::istringstream out(r.out);
+    for (std::string line; std::getline(out, line);)
+        if (line.rfind("step ", 0) == 0) lines.push_back(line);
+    std::vector<nlohmann::json> records;
+    std::ifstream in(log);
+    for (std::string line; std::getline(in, line);) records.push_back(nlohmann::json::parse(line));
+    REQUIRE(lines.size() == static_cast<std::size_t>(steps));
+    REQUIRE(records.size() == lines.size());
+    // The time so far (at least the steps' own) over the steps done, times the steps to go: never less than
+    // the steps' own pace says, and not much more (the rest is the log's writing).
+    double so_far = 0.0;
+    for (std::int64_t k = 0; k < steps; ++k) {
+        INFO("step " << k + 1 << ": " << lines[static_cast<std::size_t>(k)]);
+        const nlohmann::json& j = records[static_cast<std::size_t>(k)];
+        REQUIRE(j.contains("seconds_left"));
+        const double left = j["seconds_left"].get<double>();
+        so_far += j["seconds"].get<double>();
+        const double pace = so_far / static_cast<double>(k + 1) * static_cast<double>(steps - k - 1);
+        CHECK(left >= pace * (1 - 1e-9));
+        CHECK(left <= 2 * pace + 1.0);
+        // The line says it as the log has it: "... samples/s  0.4 s left".
+        char said[64];
+        std::snprintf(said, sizeof said, "  %.1f s left", left);
+        if (left < 9.9) CHECK(lines[static_cast<std::size_t>(k)].find(said) != std::string::npos);
+        CHECK(lines[static_cast<std::size_t>(k)].size() > 7);
+        CHECK(lines[static_cast<std::size_t>(k)].substr(lines[static_cast<std::size_t>(k)].size() - 5) == " left");
+    }
+    CHECK(records.back()["seconds_left"].get<double>() == 0.0);
+    CHECK(lines.back().find("  0.0 s left") != std::string::npos);
+    fs::remove_all(dir);
 }

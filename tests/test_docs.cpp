@@ -16,6 +16,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <vector>
 
@@ -188,4 +189,149 @@ TEST_CASE("the docs' layer kinds are the table's: every kind, its parameters and
     REQUIRE(list != std::string::npos);
     const std::string sentence = readme.substr(list, readme.find('.', list) - list);
     CHECK(quoted(sentence) == layer_kind_names());
+}
+
+namespace {
+
+// The words of `text` that start with a dash: the flags of "-o, --output FILE".
+std::vector<std::string> flag_words(const std::string& text) {
+    std::vector<std::string> out;
+    std::string word;
+    std::istringstream in(text);
+    while (in >> word) {
+        while (!word.empty() && word.back() == ',') word.pop_back();
+        if (word.size() > 1 && word[0] == '-') out.push_back(word);
+    }
+    return out;
+}
+
+// The lines of `text` from the one after `header` to the first empty one.
+std::vector<std::string> paragraph_after(const std::string& text, const std::string& header) {
+    std::vector<std::string> out;
+    const std::size_t at = text.find("\n" + header + "\n");
+    if (at == std::string::npos) return out;
+    std::istringstream in(text.substr(at + header.size() + 2));
+    for (std::string line; std::getline(in, line) && !line.empty();) out.push_back(line);
+    return out;
+}
+
+// The verbs `dsl --help` lists.
+std::vector<std::string> verbs() {
+    std::vector<std::string> out;
+    for (const std::string& line : paragraph_after(run_dsl("--help").out, "Subcommands:")) {
+        std::istringstream in(line);
+        std::string verb;
+        if (in >> verb) out.push_back(verb);
+    }
+    return out;
+}
+
+// docs/commands.md's section of `verb`: from "## `dsl VERB`" to the next "## ", empty when there is none.
+std::string verb_section(const std::string& doc, const std::string& verb) {
+    const std::string heading = "\n## `dsl " + verb + "`\n";
+    const std::size_t at = doc.find(heading);
+    if (at == std::string::npos) return {};
+    const std::size_t end = doc.find("\n## ", at + heading.size());
+    return doc.substr(at, end == std::string::npos ? std::string::npos : end - at);
+}
+
+// The flags a section documents: those that open its list items ("- `--batch N`: ...", "- `--data NAME=FILE`,
+// `--inputs FILE`: ...", "- `-o, --output FILE`: ..."), each in the quoted words before the item's colon.
+std::set<std::string> documented_flags(const std::string& section) {
+    std::vector<std::string> items;  // each list item, its indented lines joined
+    std::istringstream in(section);
+    bool open = false;
+    for (std::string line; std::getline(in, line);) {
+        if (line.rfind("- ", 0) == 0)
+            items.push_back(line), open = true;
+        else if (open && line.rfind("  ", 0) == 0)
+            items.back() += " " + line.substr(2);
+        else
+            open = false;
+    }
+    std::set<std::string> out;
+    for (const std::string& item : items) {
+        const std::size_t colon = item.find("`:");
+        if (item.rfind("- `", 0) != 0 || colon == std::string::npos) continue;
+        for (const std::string& q : quoted(item.substr(0, colon + 1)))
+            for (const std::string& f : flag_words(q)) out.insert(f);
+    }
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("docs/commands.md documents every verb, each with the flags of its --help and no others", "[cli][docs]") {
+    const std::string doc = read(fs::path(source_dir()) / "docs" / "commands.md");
+    const std::vector<std::string> all = verbs();
+    REQUIRE(all.size() >= 10);  // check, print, run, eval, predict, schedule, explain, compare, calibrate, export
+    for (const std::string& verb : all) {
+        INFO("dsl " << verb);
+        const std::string section = verb_section(doc, verb);
+        if (section.empty()) {
+            FAIL_CHECK("docs/commands.md has no section '## `dsl " << verb << "`'");
+            continue;
+        }
+        const std::string help = run_dsl(verb + " --help").out;
+        // The usage line: "Usage: dsl run [OPTIONS] NET [SCHED]", which the section repeats.
+        const std::size_t usage = help.find("Usage: ");
+        REQUIRE(usage != std::string::npos);
+        const std::string synopsis = help.substr(usage + 7, help.find('\n', usage) - usage - 7);
+        CHECK(section.find(synopsis) != std::string::npos);
+        // "  -o,--output TEXT REQUIRED   The file...": an option's line starts with two spaces and a dash.
+        std::set<std::string> flags;
+        for (const std::string& line : paragraph_after(help, "Options:")) {
+            if (line.rfind("  -", 0) != 0) continue;
+            std::string names = line.substr(2, line.find(' ', 2) - 2);  // "-o,--output"
+            std::replace(names.begin(), names.end(), ',', ' ');
+            for (const std::string& f : flag_words(names))
+                if (f != "-h" && f != "--help") flags.insert(f);
+        }
+        CHECK(!flags.empty());
+        const std::set<std::string> documented = documented_flags(section);
+        for (const std::string& f : flags)
+            if (documented.count(f) == 0) FAIL_CHECK("'" << f << "' of 'dsl " << verb << " --help' is not documented");
+        for (const std::string& f : documented)
+            if (flags.count(f) == 0)
+                FAIL_CHECK("docs/commands.md documents '" << f << "', which 'dsl " << verb << "' does not take");
+    }
+    // And no section for a verb that is not one.
+    for (std::size_t at = doc.find("\n## `dsl "); at != std::string::npos; at = doc.find("\n## `dsl ", at + 1)) {
+        const std::string verb = doc.substr(at + 9, doc.find('`', at + 9) - at - 9);
+        CHECK(std::find(all.begin(), all.end(), verb) != all.end());
+    }
+}
+
+TEST_CASE("every example of docs/commands.md runs", "[cli][docs][mpi]") {
+    // Its `sh` blocks, in order, in one folder that holds samples/ and stdlib/, as the page says: later ones
+    // use what earlier ones wrote. `local` is the fixture, and the cache a folder of the test's own.
+    const fs::path dir = fs::temp_directory_path() / ("dsl_commands_" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir / "bin");
+    fs::create_directory_symlink(fs::path(source_dir()) / "samples", dir / "samples");
+    fs::create_directory_symlink(fs::path(source_dir()) / "stdlib", dir / "stdlib");
+    fs::create_symlink(fs::absolute(dsl_binary()), dir / "bin" / "dsl");
+    std::size_t ran = 0;
+    for (const Block& b : fenced_blocks(read(fs::path(source_dir()) / "docs" / "commands.md"))) {
+        if (b.tag != "sh") continue;
+        const fs::path script = dir / ("example_" + std::to_string(b.line) + ".sh");
+        std::ofstream(script) << b.text;
+        const std::string cmd = "cd '" + dir.string() + "' && PATH='" + (dir / "bin").string() + "':\"$PATH\" " +
+                                fixture_local() + " DSL_CACHE_DIR='" + (dir / "cache").string() +
+                                "' NO_COLOR=1 sh -eu '" + script.string() + "' >'" + (dir / "out").string() + "' 2>'" +
+                                (dir / "err").string() + "'";
+        const int status = std::system(cmd.c_str());
+        INFO("docs/commands.md:" << b.line << "\n"
+                                 << b.text << "stdout:\n"
+                                 << read(dir / "out") << "stderr:\n"
+                                 << read(dir / "err"));
+        CHECK(WIFEXITED(status));
+        CHECK(WEXITSTATUS(status) == 0);
+        ++ran;
+    }
+    CHECK(ran >= 10);  // an example for each verb
+    CHECK(fs::exists(dir / "ckpt" / "manifest.json"));
+    CHECK(fs::exists(dir / "pred.npy"));
+    CHECK(fs::exists(dir / "my.platform"));
+    fs::remove_all(dir);
 }
