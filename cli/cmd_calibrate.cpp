@@ -33,6 +33,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <sstream>
 #include <thread>
 
 namespace dsl::cli {
@@ -99,6 +100,14 @@ std::map<int, std::set<std::string>> keys_by_threads(const frontend::Network& ne
     return out;
 }
 
+// A worker's measured times, for the command that started it: whole, or an error naming the file.
+int results_written(const CalibrateOptions& o, const std::string& text) {
+    std::string why;
+    if (replace_file(o.results, text, why)) return ok;
+    std::cerr << "error: " << why << "\n";
+    return user_error;
+}
+
 int kernel_worker(const CalibrateOptions& o) {
     SourceManager sources;
     Diagnostics diags;
@@ -113,7 +122,7 @@ int kernel_worker(const CalibrateOptions& o) {
         throw UserError("calibration needs a network with an input");
     }
     std::ifstream in(o.keys);
-    std::ofstream out(o.results);
+    std::ostringstream out;
     const backend::TimingRuns runs{o.warmup, o.reps};
     const backend::Kernels kernels = worker_kernels(o);
     std::vector<std::string> keys;
@@ -130,7 +139,7 @@ int kernel_worker(const CalibrateOptions& o) {
             std::cerr << fmt::format("\r  {}/{} kernels", done, keys.size()) << std::flush;
     }
     if (stderr_color()) std::cerr << "\r" << std::string(30, ' ') << "\r";
-    return out ? ok : user_error;
+    return results_written(o, out.str());
 }
 
 int comm_worker(const CalibrateOptions& o) {
@@ -140,9 +149,9 @@ int comm_worker(const CalibrateOptions& o) {
         backend::time_communication(*comm, o.max_message, {o.warmup, o.reps}, o.exchanges, kernels.mem());
     int code = ok;
     if (comm->rank() == 0) {
-        std::ofstream out(o.results);
+        std::ostringstream out;
         for (const auto& [key, seconds] : times) out << key << "\t" << seconds << "\n";
-        if (!out) code = user_error;
+        code = results_written(o, out.str());
     }
     comm.reset();
     backend::mpi_finalize();
@@ -293,7 +302,7 @@ int profile_worker(const CalibrateOptions& o) {
     }
     int code = ok;
     if (comm->rank() == 0) {
-        std::ofstream out(o.results);
+        std::ostringstream out;
         for (const auto& [key, sum] : sums)
             out << key << "\t" << sum.first / sum.second * 1e-3 << "\n";  // a factor, as a time per millisecond
         if (workspace >= 0) out << "workspace\t" << workspace << "\n";
@@ -307,7 +316,7 @@ int profile_worker(const CalibrateOptions& o) {
         if (shuffle_extra >= 0)
             out << scheduler::time_key(scheduler::shuffle_kernel, {{"procs", {procs}}}) << "\t"
                 << std::max(1e-9, shuffle_extra) << "\n";
-        if (!out) code = user_error;
+        code = results_written(o, out.str());
     }
     comm.reset();
     backend::mpi_finalize();
@@ -472,9 +481,12 @@ int measure(const CalibrateOptions& o, const Needed& n, scheduler::Platform& pla
                                  threads, threads == 1 ? "" : "s", o.reps, o.warmup);
         const fs::path keys_file = dir / fmt::format("keys_{}", threads),
                        results = dir / fmt::format("times_{}", threads);
-        {
-            std::ofstream out(keys_file);
-            for (const auto& k : keys) out << k << "\n";
+        std::string list, why;
+        for (const auto& k : keys) list += k + "\n";
+        if (!replace_file(keys_file.string(), list, why)) {
+            std::cerr << "error: " << why << "\n";
+            fs::remove_all(dir, ec);
+            return user_error;
         }
         const int code = launch_child(with_extra({"calibrate", o.net, "-o", o.output, "--worker", "kernels", "--keys",
                                                   keys_file.string(), "--results", results.string(), "--reps",
@@ -533,7 +545,11 @@ int measure(const CalibrateOptions& o, const Needed& n, scheduler::Platform& pla
     // what is measured so far.
     double workspace = 0.0;
     const fs::path so_far = dir / "so_far.platform";
-    std::ofstream(so_far) << scheduler::print_platform(platform, "measured so far");
+    if (std::string why; !replace_file(so_far.string(), scheduler::print_platform(platform, "measured so far"), why)) {
+        std::cerr << "error: " << why << "\n";
+        fs::remove_all(dir, ec);
+        return user_error;
+    }
     for (const auto& [procs, batch] : n.profiles) {
         std::cerr << fmt::format("profiling training steps under every split of {} process{}, batch {}...\n", procs,
                                  procs == 1 ? "" : "es", batch);

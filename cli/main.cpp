@@ -10,8 +10,11 @@
 
 #include <unistd.h>
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <new>
 
@@ -54,6 +57,21 @@ CLI::Validator positive_count(std::int64_t most) { return whole_number(1, most, 
 CLI::Validator nonnegative_count(std::int64_t most) { return whole_number(0, most, "NON-NEGATIVE"); }
 
 }  // namespace dsl::cli
+
+namespace {
+
+// What the command printed must have reached the standard output: data that did not (`dsl print NET > F` on
+// a full disk) is a failure, never a quiet exit 0.
+int written(int code) {
+    using namespace dsl::cli;
+    errno = 0;
+    std::cout.flush();
+    if (std::fflush(stdout) == 0 && !std::ferror(stdout) && std::cout) return code;
+    std::cerr << fmt::format("error: cannot write the standard output: {}\n", std::strerror(errno != 0 ? errno : EIO));
+    return code == ok ? user_error : code;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
     using namespace dsl::cli;
@@ -109,7 +127,7 @@ int main(int argc, char** argv) {
         return code == 0 ? ok : usage;
     }
     try {
-        return action ? action() : usage;
+        return action ? written(action()) : usage;
     } catch (const std::bad_alloc&) {
         std::cerr << "error: out of memory; a schedule that splits the samples' rows and columns over several "
                      "processes divides the activations among them (see 'dsl check NET SCHED')\n";
