@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -60,6 +61,16 @@ CLI::Validator nonnegative_count(std::int64_t most) { return whole_number(0, mos
 
 namespace {
 
+// SIGBUS: a memory-mapped file (a .npy input or checkpoint tensor) cut short while it was read, between the
+// check of its size before a read and the read. Said as the user's error it is, never as a crash of dsl.
+extern "C" void on_bus_error(int) {
+    static const char text[] =
+        "error: a memory-mapped data file was cut short while the run read it (SIGBUS): an input file "
+        "changed under the run\n";
+    [[maybe_unused]] const ssize_t n = ::write(2, text, sizeof text - 1);
+    ::_exit(1);
+}
+
 // What the command printed must have reached the standard output: data that did not (`dsl print NET > F` on
 // a full disk) is a failure, never a quiet exit 0.
 int written(int code) {
@@ -75,6 +86,7 @@ int written(int code) {
 
 int main(int argc, char** argv) {
     using namespace dsl::cli;
+    std::signal(SIGBUS, on_bus_error);
     arguments.assign(argv, argv + argc);
     CLI::App app{
         "dsl: train convolutional networks whose samples are too big for one processor.\n"
