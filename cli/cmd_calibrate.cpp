@@ -650,9 +650,48 @@ void setup_calibrate(CLI::App& app, Action& action) {
     sub->callback([o, &action] { action = [o] { return run_calibrate(*o); }; });
 }
 
+namespace {
+
+// The first layer whose tiles cannot fit this machine's memory (`memory` bytes, all of it) under any schedule,
+// with the reason, or null: every process holds a layer's weights whole, with their gradient and the
+// optimizer's state beside them, and a sample's output of a layer, however split, is held by the machine's
+// processes together. Measuring such a layer would only run out of memory, or run for ever.
+const frontend::Layer* unfit_layer(const frontend::Network& net, double memory, std::string& reason) {
+    if (memory <= 0.0) return nullptr;
+    for (const frontend::Layer& l : net.layers) {
+        const double weights = 4.0 * 4.0 * static_cast<double>(l.params);  // weights, gradient, two moments
+        const double output = static_cast<double>(l.activation_bytes);
+        if (weights <= memory && output <= memory) continue;
+        const bool by_weights = weights > memory;
+        reason = fmt::format(
+            "layer '{}' cannot fit this machine's memory ({:.1f} GiB) under any schedule: {} ({:.3g} GiB) {}; "
+            "nothing is measured for it",
+            l.name, memory / (1 << 30),
+            by_weights ? fmt::format("its {} parameters with their gradients and optimizer state", l.params)
+                       : "the output of one sample",
+            (by_weights ? weights : output) / (1 << 30),
+            by_weights ? "are held whole by every process" : "must be held by the machine's processes together");
+        return &l;
+    }
+    return nullptr;
+}
+
+}  // namespace
+
 bool measure_local(PlatformChoice& p, const std::string& net_path, const frontend::Network& net,
                    std::vector<std::int64_t> procs, std::int64_t batch, std::string& why) {
     if (p.cache.empty()) return true;
+    // Refused before anything is measured, at the layer, rather than a measurement that never ends.
+    if (std::string reason; const frontend::Layer* l = unfit_layer(net, current_machine().memory, reason)) {
+        Diagnostics diags;
+        diags.error(l->loc, reason);
+        diags.render(std::cerr, stderr_color());
+        why = fmt::format(
+            "'{}' does not fit this machine: 'local' cannot be measured for it (--platform names "
+            "another machine's figures)",
+            net_path);
+        return false;
+    }
     CalibrateOptions o;
     o.net = net_path;
     o.output = p.cache;

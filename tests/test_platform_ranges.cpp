@@ -117,3 +117,19 @@ TEST_CASE("an error echoes at most about 200 characters of its line", "[cli][pla
     CHECK(n.err.find("'nodes' = 888888888888888888888888... (300 characters) is more than 1048576") !=
           std::string::npos);
 }
+
+TEST_CASE("a network too big for this machine is refused before 'local' is measured, at the layer", "[cli][model]") {
+    TempDir dir;
+    write_bytes(dir / "wide.net",
+                "input x [N, 18, 64, 64]\nlabel y [N, 64, 64]\n\nwide = conv(2147483648, kernel = 1)\n"
+                "pred = conv(2, kernel = 1)\nloss = pixel_cross_entropy from pred, y\n");
+    write_bytes(dir / "wide.sched", "procs = 1\nbatch = 1\n\ndefault N=1 overlap=off\n");
+    const std::string env = "env -u DSL_LOCAL_PLATFORM DSL_CACHE_DIR='" + (dir / "cache") + "'";
+    const Result r = run_dsl("explain " + (dir / "wide.net") + " " + (dir / "wide.sched"), env);
+    INFO(r.out << r.err);
+    CHECK(r.exit_code == 1);
+    CHECK(r.err.find(dir / "wide.net" + ":4:1: error: layer 'wide' cannot fit this machine's memory") !=
+          std::string::npos);
+    CHECK(r.err.find("measuring this machine") == std::string::npos);
+    CHECK_FALSE(std::filesystem::exists(dir.path / "cache"));
+}
