@@ -48,7 +48,9 @@ public:
         return 0;
     }
     bool running() { return shell_ > 0 && ::waitpid(shell_, &status_, WNOHANG) == 0; }
-    // Waits for the command's end (two minutes at most, then kills it): its exit status, or -1.
+    // Waits for the command's end (two minutes at most, then kills it), and for every process of it to be
+    // gone (a rank that mpirun ends may outlive it a moment, and what it leaves is debris only once it has
+    // ended): its exit status, or -1.
     int end() {
         for (int i = 0; i < 2400 && running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
         if (running()) {
@@ -56,10 +58,16 @@ public:
             return -1;
         }
         shell_ = 0;
+        for (int i = 0; i < 600 && any_left(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
         return WIFEXITED(status_) ? WEXITSTATUS(status_) : -1;
     }
 
 private:
+    bool any_left() const {
+        for (int rank = -1; rank < 8; ++rank)
+            if (process(rank) != 0) return true;
+        return false;
+    }
     void kill_all() {
         for (int rank = -1; rank < 8; ++rank)
             if (const pid_t p = process(rank)) ::kill(p, SIGKILL);

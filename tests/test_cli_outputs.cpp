@@ -170,7 +170,11 @@ TEST_CASE("predict with a process killed midway leaves the earlier output or non
             if (snapshot(out) != before && (victim = run.process(1)) != 0) break;
             std::this_thread::sleep_for(std::chrono::milliseconds(5));
         }
-        REQUIRE(victim != 0);
+        if (victim == 0) {
+            const int status = run.end();
+            FAIL("no process 1 to kill once the output was begun; the command ended with " << status << ":\n"
+                                                                                           << read_bytes(dir / "log"));
+        }
         ::kill(victim, SIGKILL);
         const int status = run.end();
         INFO(read_bytes(dir / "log"));
@@ -185,7 +189,7 @@ TEST_CASE("predict with a process killed midway leaves the earlier output or non
         CHECK(h5_bytes(out + "/beside.h5", "/other") == other);
     }
     // The next writes remove what the killed ones left: files beside, links in the file.
-    for (const std::string& o : {"/n.npy", "/e.npy", "/n.h5:/pred", "/e.h5:/pred", "/beside.h5:/pred"}) {
+    for (const char* o : {"/n.npy", "/e.npy", "/n.h5:/pred", "/e.h5:/pred", "/beside.h5:/pred"}) {
         const Result r = run_dsl(predict + out + o + few + " --force");
         INFO(o << "\n" << r.err);
         CHECK(r.exit_code == 0);
@@ -218,4 +222,20 @@ TEST_CASE("two runs saving into one folder: the second refuses at once, naming t
     INFO(third.err);
     CHECK(third.exit_code == 0);
     CHECK_FALSE(fs::exists(dir.path / ".ck.lock"));
+}
+
+TEST_CASE("run says once that it removed the folder a killed save left", "[cli][run]") {
+    TempDir dir;
+    // A save killed after marking its temporary folder, by a process that has ended.
+    const std::string debris = dir / ".ck.tmp-999999999";
+    fs::create_directories(debris);
+    write_bytes(debris + "/.dsl-partial", "a dsl checkpoint being written by process 999999999\n");
+    write_bytes(debris + "/half.npy", "\x93NUMPY partial");
+    const Result r = run_dsl("run samples/mesh_tiny.net --batch 2 --steps 4 --save-every 2 --save " + (dir / "ck"));
+    INFO(r.err);
+    CHECK(r.exit_code == 0);
+    const std::string note = "note: removed '" + debris + "', left by a save that was killed\n";
+    CHECK(r.err.find(note) != std::string::npos);
+    CHECK(r.err.find(note) == r.err.rfind(note));
+    CHECK_FALSE(fs::exists(debris));
 }

@@ -354,9 +354,13 @@ bool can_write_output(const OutputPath& path, bool force, std::string& error) {
         error = fmt::format("'{}' exists and is not an HDF5 file", path.file);
         return false;
     }
-    const hid_t f = H5Fopen(path.file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    // A look at what the file holds, without the lock a writer takes (a reader does not need it).
+    const hid_t access = H5Pcreate(H5P_FILE_ACCESS);
+    H5Pset_file_locking(access, false, true);
+    const hid_t f = H5Fopen(path.file.c_str(), H5F_ACC_RDONLY, access);
+    H5Pclose(access);
     if (f < 0) {
-        error = fmt::format("cannot open '{}'", path.file);
+        error = fmt::format("cannot open '{}' as an HDF5 file", path.file);
         return false;
     }
     const bool there = link_exists(f, path.dataset);
