@@ -33,6 +33,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <sstream>
 #include <thread>
 
 namespace dsl::cli {
@@ -111,6 +112,14 @@ std::map<int, std::set<std::string>> keys_by_threads(const frontend::Network& ne
     return out;
 }
 
+// A worker's measured times, for the command that started it: whole, or an error naming the file.
+int results_written(const CalibrateOptions& o, const std::string& text) {
+    std::string why;
+    if (replace_file(o.results, text, why)) return ok;
+    std::cerr << "error: " << why << "\n";
+    return user_error;
+}
+
 int kernel_worker(const CalibrateOptions& o) {
     SourceManager sources;
     Diagnostics diags;
@@ -125,7 +134,7 @@ int kernel_worker(const CalibrateOptions& o) {
         throw UserError("calibration needs a network with an input");
     }
     std::ifstream in(o.keys);
-    std::ofstream out(o.results);
+    std::ostringstream out;
     const backend::TimingRuns runs{o.warmup, o.reps};
     const backend::Kernels kernels = worker_kernels(o);
     std::vector<std::string> keys;
@@ -142,7 +151,7 @@ int kernel_worker(const CalibrateOptions& o) {
             std::cerr << fmt::format("\r  {}/{} kernels", done, keys.size()) << std::flush;
     }
     if (stderr_color()) std::cerr << "\r" << std::string(30, ' ') << "\r";
-    return out ? ok : user_error;
+    return results_written(o, out.str());
 }
 
 int comm_worker(const CalibrateOptions& o) {
@@ -152,9 +161,9 @@ int comm_worker(const CalibrateOptions& o) {
         backend::time_communication(*comm, o.max_message, {o.warmup, o.reps}, o.exchanges, kernels.mem());
     int code = ok;
     if (comm->rank() == 0) {
-        std::ofstream out(o.results);
+        std::ostringstream out;
         for (const auto& [key, seconds] : times) out << key << "\t" << seconds << "\n";
-        if (!out) code = user_error;
+        code = results_written(o, out.str());
     }
     comm.reset();
     backend::mpi_finalize();
@@ -307,7 +316,7 @@ int profile_worker(const CalibrateOptions& o) {
     }
     int code = ok;
     if (comm->rank() == 0) {
-        std::ofstream out(o.results);
+        std::ostringstream out;
         for (const auto& [key, sum] : sums)
             out << key << "\t" << sum.first / sum.second * 1e-3 << "\n";  // a factor, as a time per millisecond
         if (workspace >= 0) out << "workspace\t" << workspace << "\n";
@@ -321,7 +330,7 @@ int profile_worker(const CalibrateOptions& o) {
         if (shuffle_extra >= 0)
             out << scheduler::time_key(scheduler::shuffle_kernel, {{"procs", {procs}}}) << "\t"
                 << std::max(1e-9, shuffle_extra) << "\n";
-        if (!out) code = user_error;
+        code = results_written(o, out.str());
     }
     comm.reset();
     backend::mpi_finalize();
@@ -567,9 +576,12 @@ int measure(const CalibrateOptions& o, const Needed& n, scheduler::Platform& pla
                                  left(n.kernel_seconds.at(threads)));
         const fs::path keys_file = dir / fmt::format("keys_{}", threads),
                        results = dir / fmt::format("times_{}", threads);
-        {
-            std::ofstream out(keys_file);
-            for (const auto& k : keys) out << k << "\n";
+        std::string list, why;
+        for (const auto& k : keys) list += k + "\n";
+        if (!replace_file(keys_file.string(), list, why)) {
+            std::cerr << "error: " << why << "\n";
+            fs::remove_all(dir, ec);
+            return user_error;
         }
         const int code = launch_child(with_extra({"calibrate", o.net, "-o", o.output, "--worker", "kernels", "--keys",
                                                   keys_file.string(), "--results", results.string(), "--reps",
@@ -629,7 +641,11 @@ int measure(const CalibrateOptions& o, const Needed& n, scheduler::Platform& pla
     // what is measured so far.
     double workspace = 0.0;
     const fs::path so_far = dir / "so_far.platform";
-    std::ofstream(so_far) << scheduler::print_platform(platform, "measured so far");
+    if (std::string why; !replace_file(so_far.string(), scheduler::print_platform(platform, "measured so far"), why)) {
+        std::cerr << "error: " << why << "\n";
+        fs::remove_all(dir, ec);
+        return user_error;
+    }
     for (std::size_t p = 0; p < n.profiles.size(); ++p) {
         const auto [procs, batch] = n.profiles[p];
         const std::string time_left = left(n.profile_seconds.at(p));
@@ -733,9 +749,48 @@ void setup_calibrate(CLI::App& app, Action& action) {
     sub->callback([o, &action] { action = [o] { return run_calibrate(*o); }; });
 }
 
+namespace {
+
+// The first layer whose tiles cannot fit this machine's memory (`memory` bytes, all of it) under any schedule,
+// with the reason, or null: every process holds a layer's weights whole, with their gradient and the
+// optimizer's state beside them, and a sample's output of a layer, however split, is held by the machine's
+// processes together. Measuring such a layer would only run out of memory, or run for ever.
+const frontend::Layer* unfit_layer(const frontend::Network& net, double memory, std::string& reason) {
+    if (memory <= 0.0) return nullptr;
+    for (const frontend::Layer& l : net.layers) {
+        const double weights = 4.0 * 4.0 * static_cast<double>(l.params);  // weights, gradient, two moments
+        const double output = static_cast<double>(l.activation_bytes);
+        if (weights <= memory && output <= memory) continue;
+        const bool by_weights = weights > memory;
+        reason = fmt::format(
+            "layer '{}' cannot fit this machine's memory ({:.1f} GiB) under any schedule: {} ({:.3g} GiB) {}; "
+            "nothing is measured for it",
+            l.name, memory / (1 << 30),
+            by_weights ? fmt::format("its {} parameters with their gradients and optimizer state", l.params)
+                       : "the output of one sample",
+            (by_weights ? weights : output) / (1 << 30),
+            by_weights ? "are held whole by every process" : "must be held by the machine's processes together");
+        return &l;
+    }
+    return nullptr;
+}
+
+}  // namespace
+
 bool measure_local(PlatformChoice& p, const std::string& net_path, const frontend::Network& net,
                    std::vector<std::int64_t> procs, std::int64_t batch, std::string& why) {
     if (p.cache.empty()) return true;
+    // Refused before anything is measured, at the layer, rather than a measurement that never ends.
+    if (std::string reason; const frontend::Layer* l = unfit_layer(net, current_machine().memory, reason)) {
+        Diagnostics diags;
+        diags.error(l->loc, reason);
+        diags.render(std::cerr, stderr_color());
+        why = fmt::format(
+            "'{}' does not fit this machine: 'local' cannot be measured for it (--platform names "
+            "another machine's figures)",
+            net_path);
+        return false;
+    }
     CalibrateOptions o;
     o.net = net_path;
     o.output = p.cache;

@@ -7,6 +7,7 @@
 #include <dsl/base/error.hpp>
 #include <dsl/scheduler/autoschedule.hpp>
 #include <dsl/scheduler/plan.hpp>
+#include <dsl/scheduler/platform.hpp>
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
@@ -91,6 +92,14 @@ int run_check(const CheckOptions& o) {
     SourceManager sources;
     Diagnostics diags;
     auto checked = load_and_check(o.net, o.sched, sources, diags, o.dump_after, {o.batch, std::nullopt, std::nullopt});
+    // The schedule's platform is read and checked as `dsl explain` reads it (this machine's `local` is measured
+    // only where it is used): a schedule that explain refuses is not one that check passes.
+    if (checked && checked->schedule && checked->schedule->platform &&
+        *checked->schedule->platform != scheduler::platform_path("local") &&
+        !scheduler::load_platform(*checked->schedule->platform, sources, diags)) {
+        diags.error(checked->schedule->platform_loc, "the schedule's platform has errors");
+        checked.reset();
+    }
     diags.render(std::cerr, stderr_color());
     if (!checked) return user_error;
     const std::int64_t batch = report_batch(*checked, o.batch);

@@ -109,7 +109,9 @@ void measure(const CompareOptions& o, const frontend::Network& net, const Platfo
     fs::create_directories(dir);
     const fs::path sched = dir / "schedule.sched", log = dir / "steps.jsonl", out = dir / "out.txt",
                    trace = dir / "trace.json";
-    std::ofstream(sched) << scheduler::schedule_text(net, c.schedule, "measured by dsl compare", platform.text);
+    if (std::string why; !replace_file(
+            sched.string(), scheduler::schedule_text(net, c.schedule, "measured by dsl compare", platform.text), why))
+        throw UserError(why);
     const int code = launch_child({"run", o.net, sched.string(), "--steps", std::to_string(o.steps), "--batch",
                                    std::to_string(c.batch), "--log", log.string(), "--trace", trace.string()},
                                   {}, out.string());

@@ -97,8 +97,12 @@ int predict_on(const PredictOptions& p, const Checked& checked, const scheduler:
         d.n = keep;
         written = out->write(first + t.n0, t.at, d, t.values.data(), error) && written;
     }
-    written = out->close(error) && written;
-    if (!agree(comm, written, fmt::format("error: writing '{}' failed: {}\n", path->str(), error))) return user_error;
+    // Not in place: the reason comes from the first process that has one (a part it could not write, or the
+    // move into place), and what was under the name before is as it was.
+    written = out->close(written, error);
+    if (!agree(comm, written || error.empty(), fmt::format("error: writing '{}' failed: {}\n", path->str(), error)) ||
+        !written)
+        return user_error;
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::string dims;
     for (std::size_t i = 0; i < shape.size(); ++i) dims += (i ? ", " : "") + std::to_string(shape[i]);

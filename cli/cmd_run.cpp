@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -52,6 +53,36 @@ bool safe_to_write_log(const std::string& path) {
     const auto j = nlohmann::json::parse(first, nullptr, false);
     return j.is_object() && j.contains("step") && j.contains("loss");
 }
+
+// The --log file, a line per step written as the run goes (read while it runs, so written in place rather
+// than whole at its end). Every write is checked: once one fails, error() names the file and the reason.
+class LogFile {
+public:
+    explicit LogFile(const std::string& path) : path_(path) {
+        fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (fd_ < 0) fail(errno);
+    }
+    ~LogFile() {
+        if (fd_ >= 0) ::close(fd_);
+    }
+    void write(const std::string& line) {
+        for (std::size_t done = 0; ok() && done < line.size();) {
+            const ssize_t n = ::write(fd_, line.data() + done, line.size() - done);
+            if (n < 0 && errno == EINTR) continue;
+            if (n <= 0) fail(n < 0 ? errno : ENOSPC);
+            if (n > 0) done += static_cast<std::size_t>(n);
+        }
+    }
+    bool ok() const { return error_.empty(); }
+    const std::string& error() const { return error_; }
+
+private:
+    void fail(int err) {
+        if (ok()) error_ = fmt::format("cannot write --log '{}': {}", path_, std::strerror(err));
+    }
+    std::string path_, error_;
+    int fd_ = -1;
+};
 
 // Why the run could not write an output it names (--save, --log), or empty: checked before anything is set
 // up, so that no run trains only to find at its end that it cannot save.
@@ -478,6 +509,10 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
     // they all stop together; where one could differ (a file that one process cannot read), they agree first.
     // The outputs come first: the first process writes them.
     std::string error = comm.rank() == 0 ? output_problem(o) : "";
+    // One writer per checkpoint folder, from before the first step to the end: a second run refuses at once.
+    std::unique_ptr<backend::SaveLock> save_lock;
+    if (error.empty() && comm.rank() == 0 && !o.save.empty())
+        save_lock = backend::lock_checkpoint_folder(o.save, error);
     if (!agree(comm, error.empty(), "error: " + error + "\n")) return user_error;
     auto data = make_data(o.data, net, o.seed, cfg.batch, error);
     if (!data) {
@@ -522,18 +557,29 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
         return user_error;
     }
 
-    std::unique_ptr<std::ofstream> log;
+    std::unique_ptr<LogFile> log;
     if (!o.log.empty() && io.on) {
-        log = std::make_unique<std::ofstream>(o.log, std::ios::trunc);
-        if (!*log) std::cerr << fmt::format("error: cannot write --log '{}': {}\n", o.log, std::strerror(errno));
+        log = std::make_unique<LogFile>(o.log);
+        if (!log->ok()) std::cerr << "error: " << log->error() << "\n";
     }
-    if (!comm.all(o.log.empty() || !io.on || (log && *log))) return user_error;
+    if (!comm.all(o.log.empty() || !io.on || log->ok())) return user_error;
+    // A line the log could not take stops the run on every process (a full disk, a quota): a run whose record
+    // is lost is not one to go on with unawares.
+    auto logged = [&](const nlohmann::json& j) {
+        if (log) log->write(j.dump() + "\n");
+        if (o.log.empty() || comm.all(!log || log->ok())) return true;
+        if (log) std::cerr << "error: " << log->error() << "\n";
+        return false;
+    };
     // Parameters are the same on every process: the first writes them.
     auto save = [&](std::int64_t steps_done) {
         bool saved = true;
         if (comm.rank() == 0) {
-            saved = backend::save(*trainer, o.save, steps_done, o.seed, o.net, error);
+            std::vector<std::string> removed;
+            saved = backend::save(*trainer, o.save, steps_done, o.seed, o.net, error, &removed);
             if (!saved) std::cerr << fmt::format("error: cannot save to '{}': {}\n", o.save, error);
+            for (const std::string& folder : removed)
+                std::cerr << fmt::format("note: removed '{}', left by a save that was killed\n", folder);
         }
         saved = comm.all(saved);
         if (saved) io.out() << fmt::format("saved checkpoint to {} at step {}\n", o.save, steps_done);
@@ -619,28 +665,23 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
                      << std::flush;
         if (progress && done < o.steps)
             std::cerr << fmt::format("\r{:>5}/{} steps, {} left ", done, o.steps, duration_text(left)) << std::flush;
-        if (log)
-            *log << nlohmann::json{{"step", step + 1},
-                                   {"loss", last_loss},
-                                   {"losses", losses_json(trainer->last_losses())},
-                                   {"lr", trainer->last_lr()},
-                                   {"seconds", seconds},
-                                   {"seconds_left", left},
-                                   {"halo_bytes", static_cast<std::int64_t>(sent)},
-                                   {"samples_per_second", static_cast<double>(cfg.batch) / seconds}}
-                        .dump()
-                 << "\n"
-                 << std::flush;
+        if (!logged({{"step", step + 1},
+                     {"loss", last_loss},
+                     {"losses", losses_json(trainer->last_losses())},
+                     {"lr", trainer->last_lr()},
+                     {"seconds", seconds},
+                     {"seconds_left", left},
+                     {"halo_bytes", static_cast<std::int64_t>(sent)},
+                     {"samples_per_second", static_cast<double>(cfg.batch) / seconds}}))
+            return user_error;
         // --eval-every: the figures over the evaluation set, at every K-th step (counted as --save-every's).
         if (eval_set && (step + 1) % o.eval_every == 0) {
             const EvalFigures f = evaluate(*trainer, net, schedule, kernels, comm, *eval_set->source, eval_set->count);
             io.out() << fmt::format("eval  {:>5}  loss {:.6f} on {} samples\n", step + 1, f.loss, f.samples)
                      << figures_text(f) << std::flush;
-            if (log) {
-                nlohmann::json j{{"eval", step + 1}};
-                j.update(figures_json(f));
-                *log << j.dump() << "\n" << std::flush;
-            }
+            nlohmann::json j{{"eval", step + 1}};
+            j.update(figures_json(f));
+            if (!logged(j)) return user_error;
         }
         // --save-every: a checkpoint at every K-th step (counted from the first, so across resumptions); the
         // last step's is the one at the end.

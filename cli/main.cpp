@@ -10,8 +10,12 @@
 
 #include <unistd.h>
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
+#include <csignal>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <new>
 
@@ -55,8 +59,34 @@ CLI::Validator nonnegative_count(std::int64_t most) { return whole_number(0, mos
 
 }  // namespace dsl::cli
 
+namespace {
+
+// SIGBUS: a memory-mapped file (a .npy input or checkpoint tensor) cut short while it was read, between the
+// check of its size before a read and the read. Said as the user's error it is, never as a crash of dsl.
+extern "C" void on_bus_error(int) {
+    static const char text[] =
+        "error: a memory-mapped data file was cut short while the run read it (SIGBUS): an input file "
+        "changed under the run\n";
+    [[maybe_unused]] const ssize_t n = ::write(2, text, sizeof text - 1);
+    ::_exit(1);
+}
+
+// What the command printed must have reached the standard output: data that did not (`dsl print NET > F` on
+// a full disk) is a failure, never a quiet exit 0.
+int written(int code) {
+    using namespace dsl::cli;
+    errno = 0;
+    std::cout.flush();
+    if (std::fflush(stdout) == 0 && !std::ferror(stdout) && std::cout) return code;
+    std::cerr << fmt::format("error: cannot write the standard output: {}\n", std::strerror(errno != 0 ? errno : EIO));
+    return code == ok ? user_error : code;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
     using namespace dsl::cli;
+    std::signal(SIGBUS, on_bus_error);
     arguments.assign(argv, argv + argc);
     CLI::App app{
         "dsl: train convolutional networks whose samples are too big for one processor.\n"
@@ -109,7 +139,7 @@ int main(int argc, char** argv) {
         return code == 0 ? ok : usage;
     }
     try {
-        return action ? action() : usage;
+        return action ? written(action()) : usage;
     } catch (const std::bad_alloc&) {
         std::cerr << "error: out of memory; a schedule that splits the samples' rows and columns over several "
                      "processes divides the activations among them (see 'dsl check NET SCHED')\n";

@@ -3,6 +3,8 @@
 #include "commands.hpp"
 #include "machine.hpp"
 
+#include <dsl/base/whole_file.hpp>
+
 #include <fmt/format.h>
 
 #include <sys/stat.h>
@@ -136,35 +138,7 @@ std::string batch_problem(const frontend::Network& net, const scheduler::Schedul
 }
 
 bool write_file(const std::string& path, const std::string& bytes, bool replace, std::string& why) {
-    std::string temp = path + ".tmp-XXXXXX";
-    const int fd = ::mkstemp(temp.data());
-    if (fd < 0) {
-        why = fmt::format("cannot write '{}': {}", path, std::strerror(errno));
-        return false;
-    }
-    bool written = true;
-    for (std::size_t done = 0; written && done < bytes.size();) {
-        const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-        if (n < 0 && errno == EINTR) continue;
-        written = n > 0;
-        if (written) done += static_cast<std::size_t>(n);
-    }
-    written = ::fchmod(fd, 0644) == 0 && written;
-    written = ::fsync(fd) == 0 && written;
-    written = ::close(fd) == 0 && written;
-    int err = written ? 0 : errno;
-    if (written && replace && ::rename(temp.c_str(), path.c_str()) != 0) err = errno;
-    if (written && !replace && ::link(temp.c_str(), path.c_str()) != 0) err = errno;
-    ::unlink(temp.c_str());  // after a rename, nothing is there any more
-    if (err == EEXIST) {
-        why = fmt::format("'{}' exists; it is left as it is (--force replaces it)", path);
-        return false;
-    }
-    if (err != 0 || !written) {
-        why = fmt::format("cannot write '{}': {}", path, std::strerror(err != 0 ? err : EIO));
-        return false;
-    }
-    return true;
+    return write_whole(path, bytes, replace, why);
 }
 
 bool replace_file(const std::string& path, const std::string& text, std::string& why) {

@@ -86,9 +86,9 @@ std::optional<std::int64_t> run_procs(const std::optional<std::int64_t>& flag,
 // (load_and_check); this is for those the auto-scheduler filled.
 std::string batch_problem(const frontend::Network& net, const scheduler::Schedule& s, std::int64_t batch);
 
-// Writes `bytes` to `path` through a fresh file beside it, synced, then renamed over an old file when
-// `replace`, else linked into place, which fails (`'PATH' exists`) if a file appeared there meanwhile; a
-// failed write leaves the old file whole. False with `why` when it cannot.
+// Writes `bytes` to `path` whole or not at all (dsl::write_whole: a temporary file beside it, synced, then
+// renamed over an old file when `replace`, else linked into place, which fails (`'PATH' exists`) if a file
+// appeared there meanwhile); a failed write leaves the old file whole. False with `why` when it cannot.
 bool write_file(const std::string& path, const std::string& bytes, bool replace, std::string& why);
 // write_file, replacing what is there.
 bool replace_file(const std::string& path, const std::string& text, std::string& why);

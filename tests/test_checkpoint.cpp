@@ -187,6 +187,26 @@ TEST_CASE("checkpoint: temporary folders of a killed run do not break a later sa
     CHECK(siblings(dir.path / "ckpt").size() == 5);  // no mark left in the checkpoint
 }
 
+TEST_CASE("checkpoint: a save killed while it replaced the old checkpoint leaves nothing for good", "[checkpoint]") {
+    TempDir dir;
+    std::string error;
+    // The old checkpoint as a kill leaves it: exchanged into the temporary name but not yet marked, marked in
+    // part, and deleted in part (the marker goes last, so what is left is still marked).
+    for (const char* name : {".ckpt.tmp-999999990", ".ckpt.old-999999991", ".ckpt.old-999999989"}) {
+        REQUIRE(save_checkpoint(dir / "whole", sample_tensors(1.0f), {{"step", 1}}, error));
+        fs::rename(dir.path / "whole", dir.path / name);
+    }
+    write_bytes(dir / ".ckpt.old-999999991/.dsl-partial", "a dsl checkpoint being written by proc");
+    write_bytes(dir / ".ckpt.old-999999989/.dsl-partial", "a dsl checkpoint being written by process 999999989\n");
+    fs::remove(dir.path / ".ckpt.old-999999989" / "manifest.json");
+    std::vector<std::string> removed;
+    REQUIRE(save_checkpoint(dir / "ckpt", sample_tensors(2.0f), {{"step", 3}}, error, &removed));
+    CHECK(siblings(dir.path) == std::vector<std::string>{"ckpt"});
+    std::sort(removed.begin(), removed.end());
+    CHECK(removed == std::vector<std::string>{dir / ".ckpt.old-999999989", dir / ".ckpt.old-999999991",
+                                              dir / ".ckpt.tmp-999999990"});
+}
+
 TEST_CASE("checkpoint: a folder named like a temporary one is removed only if dsl marked it", "[checkpoint]") {
     TempDir dir;
     std::string error;

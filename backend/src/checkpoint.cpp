@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -18,6 +19,8 @@
 #include <set>
 
 #include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace dsl::backend {
@@ -238,16 +241,35 @@ bool ours_to_remove(const fs::path& folder, const std::string& pid) {
     if (ec) return false;
     if (files.empty()) return true;
     std::string text, why;
-    if (!read_regular_file((folder / marker_name).string(), text, why)) return false;
     const std::string whole = marker_text(pid);
-    if (files.size() == 1 && files[0] == marker_name) return whole.compare(0, text.size(), text) == 0;
-    return text == whole;
+    if (std::find(files.begin(), files.end(), marker_name) == files.end()) {
+        // A save killed between exchanging the old checkpoint with its temporary folder and marking it: the
+        // old checkpoint, whole, under the temporary name.
+        std::set<std::string> listed;
+        return read_checkpoint(folder, false, listed, why).has_value();
+    }
+    if (!read_regular_file((folder / marker_name).string(), text, why)) return false;
+    // The marker's start: a save killed while it marked its folder, or the old checkpoint it was replacing.
+    return whole.compare(0, text.size(), text) == 0;
+}
+
+// Removes a folder ours_to_remove accepts, its marker last: a kill on the way leaves a folder that is still
+// marked, which the next save removes.
+void remove_ours(const fs::path& folder) {
+    std::error_code ec;
+    std::vector<fs::path> files;
+    for (const auto& e : fs::directory_iterator(folder, ec))
+        if (e.path().filename() != marker_name) files.push_back(e.path());
+    for (const auto& f : files) fs::remove(f, ec);
+    fs::remove(folder / marker_name, ec);
+    fs::remove(folder, ec);
 }
 
 // Temporary folders of earlier saves whose process has died (".NAME.tmp-PID", ".NAME.old-PID"): removed
-// when that save marked them and they hold only its files, so that a killed run leaves no lasting debris
-// and a folder of the user's with such a name is never touched. Folders of live processes are left to them.
-void remove_stale(const fs::path& parent, const std::string& name) {
+// when they hold only a save's files (its marker, or the start of it, .npy files and a manifest), so that a
+// killed run leaves no lasting debris and a folder of the user's with such a name is never touched. Folders
+// of live processes are left to them. The folders removed, into `removed` where given.
+void remove_stale(const fs::path& parent, const std::string& name, std::vector<std::string>* removed) {
     std::error_code ec;
     std::vector<fs::path> stale;
     for (const auto& e : fs::directory_iterator(parent, ec)) {
@@ -263,7 +285,10 @@ void remove_stale(const fs::path& parent, const std::string& name) {
             if (dead && ours_to_remove(e.path(), digits)) stale.push_back(e.path());
         }
     }
-    for (const auto& p : stale) fs::remove_all(p, ec);
+    for (const auto& p : stale) {
+        remove_ours(p);
+        if (removed && !fs::exists(fs::symlink_status(p, ec))) removed->push_back(p.string());
+    }
 }
 
 }  // namespace
@@ -340,7 +365,7 @@ bool can_save_checkpoint(const std::string& dir, std::string& error) {
 }
 
 bool save_checkpoint(const std::string& dir, const std::vector<CheckpointTensorRef>& tensors,
-                     const nlohmann::json& meta, std::string& error) {
+                     const nlohmann::json& meta, std::string& error, std::vector<std::string>* removed) {
     std::set<std::string> names;
     for (const auto& t : tensors) {
         if (!valid_name(t.name)) {
@@ -363,7 +388,7 @@ bool save_checkpoint(const std::string& dir, const std::vector<CheckpointTensorR
     fs::path target, parent;
     if (!save_target(dir, target, parent, error)) return false;
     const std::string name = target.filename().string();
-    remove_stale(parent, name);
+    remove_stale(parent, name, removed);
     if (!can_save_checkpoint(dir, error)) return false;
     std::error_code ec;
     fs::create_directories(parent, ec);
@@ -383,7 +408,7 @@ bool save_checkpoint(const std::string& dir, const std::vector<CheckpointTensorR
     }
     auto fail = [&] {
         std::string ignored;
-        if (mark(tmp, pid, ignored) && ours_to_remove(tmp, pid)) fs::remove_all(tmp, ec);
+        if (mark(tmp, pid, ignored) && ours_to_remove(tmp, pid)) remove_ours(tmp);
         return false;
     };
     if (!mark(tmp, pid, error)) {
@@ -405,7 +430,7 @@ bool save_checkpoint(const std::string& dir, const std::vector<CheckpointTensorR
     // The old checkpoint, once out of the way, is marked in its turn and removed.
     auto drop = [&](const fs::path& old) {
         std::string ignored;
-        if (mark(old, pid, ignored) && ours_to_remove(old, pid)) fs::remove_all(old, ec);
+        if (mark(old, pid, ignored) && ours_to_remove(old, pid)) remove_ours(old);
     };
     auto unmark = [&](const fs::path& folder) {
         if (!fs::remove(folder / marker_name, ec)) {
@@ -445,11 +470,11 @@ bool save_checkpoint(const std::string& dir, const std::vector<CheckpointTensorR
 }
 
 bool save_checkpoint(const std::string& dir, const std::vector<CheckpointTensor>& tensors, const nlohmann::json& meta,
-                     std::string& error) {
+                     std::string& error, std::vector<std::string>* removed) {
     std::vector<CheckpointTensorRef> refs;
     refs.reserve(tensors.size());
     for (const auto& t : tensors) refs.push_back({t.name, t.shape, std::span<const float>(t.data)});
-    return save_checkpoint(dir, refs, meta, error);
+    return save_checkpoint(dir, refs, meta, error, removed);
 }
 
 std::optional<Checkpoint> load_checkpoint(const std::string& dir, std::string& error) {
@@ -463,7 +488,7 @@ std::optional<Checkpoint> load_checkpoint(const std::string& dir, std::string& e
 }
 
 bool save(Trainer& trainer, const std::string& dir, std::int64_t step, std::uint64_t seed, const std::string& network,
-          std::string& error) {
+          std::string& error, std::vector<std::string>* removed) {
     std::vector<CheckpointTensorRef> refs;
     for (const auto& s : trainer.state())
         refs.push_back({s.name, s.shape, std::span<const float>(s.data, static_cast<std::size_t>(s.size))});
@@ -471,7 +496,7 @@ bool save(Trainer& trainer, const std::string& dir, std::int64_t step, std::uint
                               {"seed", seed},
                               {"network", network},
                               {"optimizer", frontend::optimizer_name(trainer.config().optimizer)}};
-    return save_checkpoint(dir, refs, meta, error);
+    return save_checkpoint(dir, refs, meta, error, removed);
 }
 
 bool restore(Trainer& trainer, const Checkpoint& ckpt, std::int64_t& step, std::string& error) {
@@ -523,6 +548,79 @@ bool restore(Trainer& trainer, const Checkpoint& ckpt, std::int64_t& step, std::
     trainer.set_updates(*saved_step);
     step = *saved_step;
     return true;
+}
+
+namespace {
+
+fs::path lock_path(const std::string& dir) {
+    fs::path target = fs::path(dir).lexically_normal();
+    if (!target.has_filename()) target = target.parent_path();
+    const fs::path parent = target.has_parent_path() ? target.parent_path() : fs::path(".");
+    return parent / fmt::format(".{}.lock", target.filename().string());
+}
+
+// Who holds the lock open at `fd`, as its holder wrote it ("process 12 on host 'a'").
+std::string holder_of(int fd) {
+    char text[512] = {};
+    const ssize_t n = ::pread(fd, text, sizeof text - 1, 0);
+    std::string h(text, static_cast<std::size_t>(std::max<ssize_t>(n, 0)));
+    while (!h.empty() && h.back() == '\n') h.pop_back();
+    return h.empty() ? "another process" : h;
+}
+
+std::string held_message(const std::string& dir, const fs::path& lock, int fd) {
+    return fmt::format(
+        "'{}' is being saved into by another run ({}, holding '{}'); two runs saving into one folder would replace "
+        "each other's checkpoints: wait for it to end, or save elsewhere",
+        dir, holder_of(fd), lock.string());
+}
+
+}  // namespace
+
+SaveLock::~SaveLock() {
+    if (fd_ < 0) return;
+    ::unlink(path_.c_str());  // while still held: a run that opened it meanwhile finds it gone, and tries again
+    ::close(fd_);
+}
+
+std::unique_ptr<SaveLock> lock_checkpoint_folder(const std::string& dir, std::string& error) {
+    const fs::path lock = lock_path(dir);
+    std::error_code ec;
+    fs::create_directories(lock.parent_path(), ec);
+    for (int attempt = 0; attempt < 100; ++attempt) {
+        const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+        if (fd < 0) {
+            error = fmt::format("cannot create the lock '{}': {}", lock.string(), std::strerror(errno));
+            return nullptr;
+        }
+        if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            const int err = errno;
+            error = err == EWOULDBLOCK ? held_message(dir, lock, fd)
+                                       : fmt::format("cannot lock '{}': {}", lock.string(), std::strerror(err));
+            ::close(fd);
+            return nullptr;
+        }
+        // The file held must be the one under the name: a holder that ended may have removed it meanwhile.
+        struct stat held {
+        }, named{};
+        if (::fstat(fd, &held) == 0 && ::stat(lock.c_str(), &named) == 0 && held.st_dev == named.st_dev &&
+            held.st_ino == named.st_ino) {
+            char host[256] = {};
+            ::gethostname(host, sizeof host - 1);
+            const std::string text = fmt::format("process {} on host '{}'\n", ::getpid(), host);
+            if (::ftruncate(fd, 0) != 0 ||
+                ::pwrite(fd, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size())) {
+                error = fmt::format("cannot write the lock '{}': {}", lock.string(), std::strerror(errno));
+                ::unlink(lock.c_str());
+                ::close(fd);
+                return nullptr;
+            }
+            return std::unique_ptr<SaveLock>(new SaveLock(lock.string(), fd));
+        }
+        ::close(fd);
+    }
+    error = fmt::format("cannot lock '{}': it keeps being replaced", lock.string());
+    return nullptr;
 }
 
 }  // namespace dsl::backend

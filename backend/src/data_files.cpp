@@ -11,13 +11,19 @@
 #include <fmt/format.h>
 #include <hdf5.h>
 
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <algorithm>
-#include <cstring>
+#include <atomic>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <numeric>
 #include <optional>
+#include <utility>
 #include <vector>
 
 namespace dsl::backend {
@@ -342,25 +348,103 @@ void fill(BasicView<T> tile, T value) {
     });
 }
 
+// A data file watched while a run reads it: its size and modification time as opened, checked before every
+// read through a descriptor of its own, so that a file rewritten in place (cut short, or refilled with another
+// shape) stops the run with a user error naming it, and one replaced by rename keeps being read as opened.
+class FileGuard {
+public:
+    FileGuard() = default;
+    explicit FileGuard(const std::string& path)
+        : path_(path), fd_(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC)) {
+        if (fd_ >= 0) ::fstat(fd_, &opened_);
+    }
+    FileGuard(FileGuard&& o) noexcept : path_(std::move(o.path_)), fd_(std::exchange(o.fd_, -1)), opened_(o.opened_) {}
+    FileGuard& operator=(FileGuard&& o) noexcept {
+        std::swap(path_, o.path_);
+        std::swap(fd_, o.fd_);
+        std::swap(opened_, o.opened_);
+        return *this;
+    }
+    ~FileGuard() {
+        if (fd_ >= 0) ::close(fd_);
+    }
+    // Runs `read`; a failure of it in a file that changed meanwhile is said as the change.
+    template <typename F>
+    void read(F&& read) const {
+        check();
+        try {
+            read();
+        } catch (const UserError&) {
+            check();
+            throw;
+        }
+    }
+    void check() const {
+        struct stat now {};
+        if (fd_ < 0 || ::fstat(fd_, &now) != 0) return;
+        std::string what;
+        if (now.st_size != opened_.st_size)
+            what = fmt::format("its size went from {} to {} bytes", opened_.st_size, now.st_size);
+        else if (now.st_mtim.tv_sec != opened_.st_mtim.tv_sec || now.st_mtim.tv_nsec != opened_.st_mtim.tv_nsec)
+            what = "it was written (its modification time changed)";
+        if (what.empty()) return;
+        throw UserError(fmt::format(
+            "{}: the file changed while the run read it: {}; a file rewritten in place under a run mixes two data "
+            "sets (replace it by renaming a new file over it instead, which the run does not see)",
+            path_, what));
+    }
+
+private:
+    std::string path_;
+    int fd_ = -1;
+    struct stat opened_ {};
+};
+
+// The data file being read, for the SIGBUS handler: a mapped .npy file cut short between the guard's check
+// and the read faults in the read, and the run ends as the guard would have ended it, naming the file.
+std::atomic<const char*> being_read{nullptr};
+
+extern "C" void on_cut_short(int) {
+    const char* file = being_read.load();
+    auto say = [](const char* text) { [[maybe_unused]] const ssize_t n = ::write(2, text, std::strlen(text)); };
+    say("error: ");
+    say(file ? file : "a memory-mapped data file");
+    say(": the file changed while the run read it: it was cut short (SIGBUS)\n");
+    ::_exit(1);
+}
+
+// Marks a read of `spec` for on_cut_short while it lasts.
+struct Reading {
+    explicit Reading(const std::string& spec) { being_read.store(spec.c_str()); }
+    ~Reading() { being_read.store(nullptr); }
+};
+
 // What a layer reads from its array.
 struct Stream {
     std::string spec;
     std::unique_ptr<Array> array;
+    FileGuard guard;
     std::vector<float> mean, stddev;  // per channel; empty: as they are
+    std::int64_t classes = 0;         // class labels: every value read is checked to be below it
 };
 
 class FileSource : public DataSource {
 public:
     FileSource(std::map<std::string, Stream> streams, std::int64_t samples, bool shuffle, std::uint64_t seed)
-        : streams_(std::move(streams)), samples_(samples), shuffle_(shuffle), seed_(seed) {}
+        : streams_(std::move(streams)), samples_(samples), shuffle_(shuffle), seed_(seed) {
+        struct sigaction bus {};
+        bus.sa_handler = on_cut_short;
+        ::sigaction(SIGBUS, &bus, nullptr);
+    }
 
     std::int64_t samples() const override { return samples_; }
 
     void inputs(const Layer& input, std::int64_t first, const Index& at, View tile) override {
         Stream& s = stream(input);
+        const Reading reading(s.spec);
         for (std::int64_t n = 0; n < tile.dims.n; ++n) {
             const View v = one_sample(tile, n);
-            s.array->read(sample(first + n), at, v);
+            s.guard.read([&] { s.array->read(sample(first + n), at, v); });
             if (s.mean.empty()) continue;
             for_each_row(v, [&](std::int64_t, std::int64_t c, const Index&, float* row) {
                 const float m = s.mean[static_cast<std::size_t>(c)], d = s.stddev[static_cast<std::size_t>(c)];
@@ -371,12 +455,26 @@ public:
     void labels(const Layer& label, std::int64_t first, const Index& at, BasicView<std::int32_t> tile) override {
         if (!streams_.count(label.name)) return fill(tile, 0);  // an optional label, not given
         Stream& s = stream(label);
-        for (std::int64_t n = 0; n < tile.dims.n; ++n) s.array->read(sample(first + n), at, one_sample(tile, n));
+        const Reading reading(s.spec);
+        for (std::int64_t n = 0; n < tile.dims.n; ++n) {
+            const std::int64_t i = sample(first + n);
+            const BasicView<std::int32_t> v = one_sample(tile, n);
+            s.guard.read([&] { s.array->read(i, at, v); });
+            // Checked as read too, not only when the file was opened: a value the loss cannot take is the
+            // file's fault, never a failed check inside the loss.
+            for_each_row(v, [&](std::int64_t, std::int64_t, const Index&, std::int32_t* row) {
+                for (std::int64_t x = 0; x < row_length(v.dims); ++x)
+                    if (row[x] < 0 || row[x] >= s.classes)
+                        throw UserError(fmt::format("{}: {}", s.spec, range_message(row[x], i, s.classes)));
+            });
+        }
     }
     void targets(const Layer& label, std::int64_t first, const Index& at, View tile) override {
         if (!streams_.count(label.name)) return fill(tile, 0.0f);
         Stream& s = stream(label);
-        for (std::int64_t n = 0; n < tile.dims.n; ++n) s.array->read(sample(first + n), at, one_sample(tile, n));
+        const Reading reading(s.spec);
+        for (std::int64_t n = 0; n < tile.dims.n; ++n)
+            s.guard.read([&] { s.array->read(sample(first + n), at, one_sample(tile, n)); });
     }
 
 private:
@@ -566,6 +664,8 @@ std::unique_ptr<DataSource> make_data_source(const frontend::Network& net, std::
         }
         s.array = open_array(s.spec, error);
         if (!s.array) return nullptr;
+        const auto h5 = hdf5_dataset_name(s.spec);
+        s.guard = FileGuard(h5 ? h5->first : s.spec);  // a regular file (open_array said so)
         const auto& shape = s.array->shape();
         std::vector<std::int64_t> want{shape.empty() ? 0 : shape[0]};
         if (samples >= 0) want[0] = samples;
@@ -601,6 +701,7 @@ std::unique_ptr<DataSource> make_data_source(const frontend::Network& net, std::
             // Every label is checked once here, so a bad one is a user error before training, not a crash in
             // the loss.
             const std::int64_t classes = label_classes(net, l);
+            s.classes = classes;
             if (const std::string bad = s.array->out_of_range(classes); !bad.empty()) {
                 error = fmt::format("{}: {}: the loss compares '{}' with {} classes", s.spec, bad, layer.name, classes);
                 return nullptr;

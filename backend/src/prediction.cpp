@@ -1,9 +1,12 @@
 // `dsl predict`'s outputs: a .npy file that the first process sizes and every process fills with pwrite,
 // or an HDF5 dataset that the first process creates and the processes fill in turn, each with hyperslabs.
+// Both are written under a temporary name (a file beside the destination, or a link beside the dataset in
+// an existing HDF5 file) and moved into place once every process has written its part.
 #include <dsl/backend/prediction.hpp>
 
 #include <dsl/backend/npy.hpp>
 #include <dsl/base/error.hpp>
+#include <dsl/base/whole_file.hpp>
 
 #include <fmt/format.h>
 #include <hdf5.h>
@@ -62,10 +65,109 @@ bool link_exists(hid_t file, const std::string& dataset) {
     return true;
 }
 
-class NpyOutput : public OutputArray {
+// The dataset's temporary link while it is written: ".NAME.tmp-PID" beside it in its group.
+std::string temporary_link(const std::string& dataset, long pid) {
+    const std::size_t slash = dataset.rfind('/');
+    return dataset.substr(0, slash + 1) + fmt::format(".{}.tmp-{}", dataset.substr(slash + 1), pid);
+}
+
+// Removes the temporary links beside `dataset` that writes of ended processes left in the open file.
+void remove_debris_links(hid_t file, const std::string& dataset) {
+    const std::size_t slash = dataset.rfind('/');
+    const std::string group = slash == 0 ? "/" : dataset.substr(0, slash);
+    const std::string prefix = "." + dataset.substr(slash + 1) + ".tmp-";
+    if (group != "/" && !link_exists(file, group)) return;
+    std::vector<std::string> names;
+    auto collect = [](hid_t, const char* name, const H5L_info_t*, void* data) -> herr_t {
+        static_cast<std::vector<std::string>*>(data)->push_back(name);
+        return 0;
+    };
+    H5Literate_by_name(file, group.c_str(), H5_INDEX_NAME, H5_ITER_NATIVE, nullptr, collect, &names, H5P_DEFAULT);
+    for (const std::string& name : names) {
+        if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
+        const std::string digits = name.substr(prefix.size());
+        if (digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+        if (process_ended(std::stol(digits)))
+            H5Ldelete(file, (group == "/" ? "/" + name : group + "/" + name).c_str(), H5P_DEFAULT);
+    }
+}
+
+// Where an output is written until it is whole, and where it goes then.
+struct Placement {
+    OutputPath final, written;  // `written`: the temporary file, or the temporary link in the final file
+    bool new_file = true;       // the whole file moves into place (a .npy, a new HDF5 file), not a link
+    bool force = false;
+
+    // The first process's: moves the whole output into place. False with the reason.
+    bool commit(std::string& error) const {
+        if (new_file) {
+            const int err = move_into_place(written.file, final.file, force);
+            if (err == 0) return true;
+            error = err == EEXIST
+                        ? fmt::format("'{}' appeared meanwhile; it is left as it is (--force replaces it)", final.file)
+                        : std::strerror(err);
+            return false;
+        }
+        quiet_hdf5();
+        const hid_t file = H5Fopen(final.file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+        bool ok = file >= 0;
+        if (ok && link_exists(file, final.dataset) &&
+            (!force || H5Ldelete(file, final.dataset.c_str(), H5P_DEFAULT) < 0))
+            ok = false;
+        ok = ok && H5Lmove(file, written.dataset.c_str(), file, final.dataset.c_str(), H5P_DEFAULT, H5P_DEFAULT) >= 0;
+        if (file >= 0) ok = H5Fclose(file) >= 0 && ok;
+        if (!ok) error = fmt::format("cannot move the dataset '{}' into place as '{}'", written.dataset, final.dataset);
+        return ok;
+    }
+    // The first process's, where the output is not whole: removes what was written.
+    void discard() const {
+        if (new_file) {
+            ::unlink(written.file.c_str());
+            return;
+        }
+        quiet_hdf5();
+        const hid_t file = H5Fopen(final.file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+        if (file < 0) return;
+        if (link_exists(file, written.dataset)) H5Ldelete(file, written.dataset.c_str(), H5P_DEFAULT);
+        H5Fclose(file);
+    }
+};
+
+// What every output does when the processes close it: agree that every part is written and synced, then
+// the first process moves it into place; one dropped unclosed (an error on the way) is removed.
+class PlacedOutput : public OutputArray {
 public:
-    NpyOutput(int fd, std::int64_t data_offset, std::vector<std::int64_t> shape)
-        : fd_(fd), offset_(data_offset), shape_(std::move(shape)) {}
+    PlacedOutput(Placement place, Comm& comm) : place_(std::move(place)), comm_(comm) {}
+    ~PlacedOutput() override {
+        if (!closed_ && comm_.rank() == 0) place_.discard();
+    }
+    bool close(bool whole, std::string& error) override {
+        closed_ = true;
+        whole = finish(error) && whole;
+        if (!comm_.all(whole)) {
+            if (comm_.rank() == 0) place_.discard();
+            return false;
+        }
+        const bool placed = comm_.rank() != 0 || place_.commit(error);
+        if (!placed) place_.discard();
+        return comm_.all(placed);
+    }
+
+protected:
+    // This process's part flushed to the disk. False with the reason.
+    virtual bool finish(std::string& error) = 0;
+    const Placement& place() const { return place_; }
+
+private:
+    Placement place_;
+    Comm& comm_;
+    bool closed_ = false;
+};
+
+class NpyOutput : public PlacedOutput {
+public:
+    NpyOutput(Placement place, Comm& comm, int fd, std::int64_t data_offset, std::vector<std::int64_t> shape)
+        : PlacedOutput(std::move(place), comm), fd_(fd), offset_(data_offset), shape_(std::move(shape)) {}
     ~NpyOutput() override {
         if (fd_ >= 0) ::close(fd_);
     }
@@ -91,7 +193,9 @@ public:
         });
         return ok;
     }
-    bool close(std::string& error) override {
+
+private:
+    bool finish(std::string& error) override {
         const bool ok = ::fsync(fd_) == 0;
         if (!ok) error = std::strerror(errno);
         const bool closed = ::close(fd_) == 0;
@@ -100,16 +204,15 @@ public:
         return ok && closed;
     }
 
-private:
     int fd_;
     std::int64_t offset_;
     std::vector<std::int64_t> shape_;
 };
 
-class Hdf5Output : public OutputArray {
+class Hdf5Output : public PlacedOutput {
 public:
-    Hdf5Output(OutputPath path, std::vector<std::int64_t> shape, Comm& comm)
-        : path_(std::move(path)), shape_(std::move(shape)), comm_(comm) {}
+    Hdf5Output(Placement place, std::vector<std::int64_t> shape, Comm& comm)
+        : PlacedOutput(place, comm), path_(place.written), shape_(std::move(shape)), comm_(comm) {}
 
     // The processes take turns, each opening the file, writing its block and closing it, so that no two
     // write the file's metadata at once (the file is opened without MPI-IO).
@@ -121,12 +224,13 @@ public:
         }
         return ok;
     }
-    bool close(std::string& error) override {
-        (void)error;
+
+private:
+    bool finish(std::string& error) override {
+        (void)error;  // every write closed the file
         return true;
     }
 
-private:
     bool write_now(std::int64_t n0, const Index& at, const Dims& d, const float* values, std::string& error) {
         quiet_hdf5();
         const hid_t file = H5Fopen(path_.file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
@@ -162,23 +266,25 @@ private:
     Comm& comm_;
 };
 
-// The first process's part of create_output for HDF5: the file (opened, or made), the groups on the way,
-// and the dataset, contiguous and allocated at its full size.
-bool create_hdf5(const OutputPath& path, const std::vector<std::int64_t>& shape, bool force, std::string& error) {
+// The first process's part of create_output for HDF5: the file (opened, or made under its temporary name),
+// the groups on the way, and the dataset under `place.written`, contiguous and allocated at its full size.
+// An existing dataset of the name stays as it is until the new one is whole.
+bool create_hdf5(const Placement& place, const std::vector<std::int64_t>& shape, std::string& error) {
     quiet_hdf5();
-    const bool exists = fs::exists(path.file);
-    const hid_t file = exists ? H5Fopen(path.file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT)
-                              : H5Fcreate(path.file.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT);
+    const OutputPath& path = place.written;
+    const hid_t file = !place.new_file ? H5Fopen(path.file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT)
+                                       : H5Fcreate(path.file.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT);
     if (file < 0) {
-        error = exists ? "cannot open it as an HDF5 file to write" : "cannot create it";
+        error = !place.new_file ? "cannot open it as an HDF5 file to write" : "cannot create it";
         return false;
     }
     bool ok = true;
-    if (link_exists(file, path.dataset)) {
-        if (!force)
-            error = fmt::format("'{}' exists (--force replaces it)", path.dataset), ok = false;
-        else if (H5Ldelete(file, path.dataset.c_str(), H5P_DEFAULT) < 0)
-            error = fmt::format("cannot remove the old '{}'", path.dataset), ok = false;
+    if (!place.new_file) {
+        remove_debris_links(file, place.final.dataset);
+        if (link_exists(file, place.final.dataset) && !place.force)
+            error = fmt::format("'{}' exists (--force replaces it)", place.final.dataset), ok = false;
+        if (ok && link_exists(file, path.dataset) && H5Ldelete(file, path.dataset.c_str(), H5P_DEFAULT) < 0)
+            error = fmt::format("cannot remove '{}'", path.dataset), ok = false;
     }
     if (ok) {
         std::vector<hsize_t> dims(shape.begin(), shape.end());
@@ -248,9 +354,13 @@ bool can_write_output(const OutputPath& path, bool force, std::string& error) {
         error = fmt::format("'{}' exists and is not an HDF5 file", path.file);
         return false;
     }
-    const hid_t f = H5Fopen(path.file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    // A look at what the file holds, without the lock a writer takes (a reader does not need it).
+    const hid_t access = H5Pcreate(H5P_FILE_ACCESS);
+    H5Pset_file_locking(access, false, true);
+    const hid_t f = H5Fopen(path.file.c_str(), H5F_ACC_RDONLY, access);
+    H5Pclose(access);
     if (f < 0) {
-        error = fmt::format("cannot open '{}'", path.file);
+        error = fmt::format("cannot open '{}' as an HDF5 file", path.file);
         return false;
     }
     const bool there = link_exists(f, path.dataset);
@@ -265,33 +375,49 @@ bool can_write_output(const OutputPath& path, bool force, std::string& error) {
 std::unique_ptr<OutputArray> create_output(const OutputPath& path, const std::vector<std::int64_t>& shape, bool force,
                                            Comm& comm, std::string& error) {
     DSL_INTERNAL_CHECK(!shape.empty() && shape.size() <= 2 + max_space, "an output of rank 1 to 5");
+    // The temporary names carry the first process's number, so that a later write knows them for debris
+    // once it has ended.
+    const double first = comm.max(comm.rank() == 0 ? static_cast<double>(::getpid()) : 0.0);
+    const long pid = static_cast<long>(first);
+    std::error_code ec;
+    const bool into_file = comm.rank() == 0 && path.hdf5() && fs::exists(path.file, ec);
+    Placement place{path, path, comm.max(into_file ? 1.0 : 0.0) == 0.0, force};
+    if (place.new_file)
+        place.written.file = temporary_beside(path.file, pid);
+    else
+        place.written.dataset = temporary_link(path.dataset, pid);
     bool made = true;
     if (comm.rank() == 0) {
+        if (place.new_file) {
+            remove_debris(path.file);
+            ::unlink(place.written.file.c_str());  // this process's own, were it ever left
+        }
         if (path.hdf5()) {
-            made = create_hdf5(path, shape, force, error);
+            made = create_hdf5(place, shape, error);
         } else {
             const std::string head = npy_header(shape, "<f4");
-            const int fd = ::open(path.file.c_str(), O_WRONLY | O_CREAT | (force ? O_TRUNC : O_EXCL), 0644);
+            const int fd = ::open(place.written.file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
             made =
                 fd >= 0 && ::write(fd, head.data(), head.size()) == static_cast<ssize_t>(head.size()) &&
                 ::ftruncate(fd, static_cast<off_t>(head.size() + static_cast<std::size_t>(elements(shape)) * 4)) == 0;
             if (!made) error = std::strerror(errno);
             if (fd >= 0) made = ::close(fd) == 0 && made;
         }
+        if (!made) place.discard();
     }
     // The others open it once it is there.
     if (!comm.all(made)) {
         if (comm.rank() != 0) error = "the first process could not make it";
         return nullptr;
     }
-    if (path.hdf5()) return std::make_unique<Hdf5Output>(path, shape, comm);
+    if (path.hdf5()) return std::make_unique<Hdf5Output>(place, shape, comm);
     const auto data_offset = static_cast<std::int64_t>(npy_header(shape, "<f4").size());
-    const int fd = ::open(path.file.c_str(), O_WRONLY);
-    if (fd < 0) {
-        error = std::strerror(errno);
-        return nullptr;
-    }
-    return std::make_unique<NpyOutput>(fd, data_offset, shape);
+    const int fd = ::open(place.written.file.c_str(), O_WRONLY | O_CLOEXEC);
+    const bool opened = fd >= 0;
+    if (!opened) error = std::strerror(errno);
+    auto out = std::make_unique<NpyOutput>(place, comm, fd, data_offset, shape);
+    if (!comm.all(opened)) return nullptr;  // the first process removes the file
+    return out;
 }
 
 }  // namespace dsl::backend

@@ -59,6 +59,9 @@ const char* severity_color(Severity s) {
     return "";
 }
 
+// The most characters of a source line an error echoes.
+constexpr std::size_t echoed_line = 200;
+
 // Tabs stay tabs under the caret so that it lines up with the source line in any terminal.
 std::string caret_line(std::string_view source_line, unsigned col, unsigned length) {
     std::string out;
@@ -80,9 +83,21 @@ void render_one(std::string& out, const Diagnostic& d, bool color) {
     out += fmt::format("{}{}:{} {}{}{}\n", color ? severity_color(d.severity) : "", severity_name(d.severity), reset,
                        bold, d.message, reset);
     if (d.loc.known()) {
-        const std::string_view line = d.loc.file->line_text(d.loc.line);
+        std::string_view line = d.loc.file->line_text(d.loc.line);
+        unsigned col = d.loc.col;
+        const unsigned length = d.loc.length;
+        // A long line (one number of a million digits) is echoed as the part around the caret, marked with
+        // "..." where cut: an error is a few lines, whatever its input.
+        std::string shown;
+        if (line.size() > echoed_line) {
+            const std::size_t from = col > 81 ? col - 81 : 0, to = std::min(line.size(), from + echoed_line);
+            const std::string_view before = from > 0 ? "..." : "", after = to < line.size() ? "..." : "";
+            shown = fmt::format("{}{}{}", before, line.substr(from, to - from), after);
+            col = static_cast<unsigned>(col - from + before.size());
+            line = shown;
+        }
         out += fmt::format("{}\n", line);
-        out += fmt::format("{}{}{}\n", color ? "\033[1;32m" : "", caret_line(line, d.loc.col, d.loc.length), reset);
+        out += fmt::format("{}{}{}\n", color ? "\033[1;32m" : "", caret_line(line, col, length), reset);
     }
     for (const Diagnostic& n : d.notes) render_one(out, n, color);
 }

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <charconv>
 #include <optional>
 #include <string>
@@ -87,6 +88,14 @@ template <>
 struct action<g::word> {
     template <typename ActionInput>
     static void apply(const ActionInput& in, State& s) {
+        // NaN and infinity are words to the grammar, but a number is what was meant: said as such, before
+        // a unit after them reads as the start of the next setting.
+        std::string lower = in.string();
+        for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        if (lower == "nan" || lower == "inf" || lower == "infinity") {
+            const std::string message = fmt::format("'{}' is not a finite number", in.string());
+            s.fail(in, message.c_str());
+        }
         s.value = PlatformValue{};
         s.value.kind = PlatformValue::Kind::word;
         s.value.word = in.string();

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
 #include <algorithm>
 #include <filesystem>
 #include <map>
@@ -206,6 +207,17 @@ std::string quoted_list(const std::vector<std::string>& names, std::size_t limit
     return out;
 }
 
+// The first 4 KiB of a regular file; false with the reason (a folder, a FIFO, a device, unreadable).
+bool read_start(const std::string& path, std::string& text, std::string& why) {
+    const int fd = open_regular_file(path, why);
+    if (fd < 0) return false;
+    text.resize(4096);
+    const ssize_t n = ::read(fd, text.data(), text.size());
+    ::close(fd);
+    text.resize(static_cast<std::size_t>(std::max<ssize_t>(n, 0)));
+    return true;
+}
+
 // A platform by stdlib name (a word) or by path (a quoted string), relative to the schedule's folder.
 std::string find_platform(const SchedValue& v, const std::string& sched_path) {
     if (v.kind == SchedValue::Kind::word) return platform_path(v.text);
@@ -243,7 +255,17 @@ void check_globals(const SchedFile& file, Schedule& out, Diagnostics& diags) {
                 continue;
             }
             out.platform = find_platform(v, file.source ? file.source->path : "");
-            if (out.platform->empty()) {
+            out.platform_loc = v.loc;
+            if (!out.platform->empty()) {
+                // Something that is no platform file at all is said here, at the line that names it, by every
+                // command that reads the schedule; its settings are checked where the platform is read.
+                std::string why, text;
+                if (!read_start(*out.platform, text, why))
+                    diags.error(v.loc, fmt::format("platform '{}': {}", v.text, why));
+                else if (text.find('\0') != std::string::npos)
+                    diags.error(v.loc,
+                                fmt::format("platform '{}' is not a platform file: it is binary, not text", v.text));
+            } else {
                 auto& d = diags.error(v.loc, v.kind == SchedValue::Kind::word
                                                  ? fmt::format("unknown platform '{}'", v.text)
                                                  : fmt::format("cannot find the platform file '{}'", v.text));

@@ -874,6 +874,11 @@ Prediction Model::predict(const Schedule& schedule) const {
     out.parameters = fixed_memory() - platform_.workspace;
     out.memory = out.activations + out.gradients + out.parameters + out.buffers + out.workspace;
     out.memory_limit = memory_limit();
+    // Times and sizes, from figures bounded where the platform is read: one that is negative, NaN or infinite
+    // is a bug of the model, never a prediction to print.
+    for (const double v :
+         {out.forward, out.backward, out.allreduce, out.update, out.step, out.memory, out.memory_limit})
+        DSL_INTERNAL_CHECK(std::isfinite(v) && v >= 0.0, "a predicted time or memory is a finite number, not negative");
 
     const std::int64_t ppn = std::max<std::int64_t>(1, platform_.procs_per_node);
     const frontend::Layer* widest = nullptr;

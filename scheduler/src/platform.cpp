@@ -120,6 +120,17 @@ const SettingSpec* find_spec(const std::string& key) {
 
 // Beyond these a figure is a typo, and printing it could overflow or underflow on the way back.
 constexpr double largest = 1e30, smallest = 1e-30;
+// The most processes, nodes or compute units a platform may have (2^20), and the most bytes of memory or
+// scratch (2^60, an exbibyte): far beyond any machine, and small enough that the model's counts and byte
+// totals (a process count times a node count, bytes times processes) stay exact integers.
+constexpr std::int64_t most_count = std::int64_t{1} << 20;
+constexpr double most_bytes = 1152921504606846976.0;
+
+// A value's text as an error quotes it: whole where short, else its start and its length.
+std::string brief(const std::string& text) {
+    if (text.size() <= 40) return text;
+    return fmt::format("{}... ({} characters)", text.substr(0, 24), text.size());
+}
 
 bool in_bounds(double si) { return std::isfinite(si) && si <= largest && (si == 0.0 || si >= smallest); }
 
@@ -155,7 +166,12 @@ std::optional<double> quantity(const PlatformValue& v, Kind kind, const std::str
     if (const Unit* u = find_unit(kind, v.unit)) {
         const double si = v.number * u->scale;
         if (!in_bounds(si)) {
-            diags.error(v.loc, fmt::format("{} = {} is out of range", what, v.text()));
+            diags.error(v.loc, fmt::format("{} = {} is out of range", what, brief(v.text())));
+            return std::nullopt;
+        }
+        if (kind == Kind::bytes && si > most_bytes) {
+            diags.error(v.loc, fmt::format("{} = {} is more than 1 EiB (2^60 B), the most a platform may have", what,
+                                           brief(v.text())));
             return std::nullopt;
         }
         return si;
@@ -200,12 +216,15 @@ std::optional<std::int64_t> count(const PlatformValue& v, const std::string& wha
     const std::string& t = v.number_text;
     std::int64_t n = 0;
     const auto [ptr, ec] = std::from_chars(t.data(), t.data() + t.size(), n);
-    if (ec == std::errc::result_out_of_range) {
-        diags.error(v.loc, fmt::format("{} = {} is out of range", what, t));
+    const bool digits = !t.empty() && t.find_first_not_of("0123456789") == std::string::npos;
+    if (ec == std::errc::result_out_of_range || (ec == std::errc{} && ptr == t.data() + t.size() && n > most_count) ||
+        (digits && ec != std::errc{})) {
+        diags.error(v.loc,
+                    fmt::format("{} = {} is more than {}, the most a platform may have", what, brief(t), most_count));
         return std::nullopt;
     }
     if (ec != std::errc{} || ptr != t.data() + t.size() || n < 1) {
-        diags.error(v.loc, fmt::format("{} must be a positive integer, not '{}'", what, t));
+        diags.error(v.loc, fmt::format("{} must be a positive integer, not '{}'", what, brief(t)));
         return std::nullopt;
     }
     return n;
@@ -238,7 +257,7 @@ bool apply_setting(const PlatformSetting& s, const SettingSpec& spec, Platform& 
         case Kind::fraction:
             if (!plain_number(v, what, "a number in (0, 1]", diags)) return false;
             if (!(v.number > 0.0 && v.number <= 1.0) || !in_bounds(v.number)) {
-                diags.error(v.loc, fmt::format("{} must be in (0, 1], not '{}'", what, v.number_text));
+                diags.error(v.loc, fmt::format("{} must be in (0, 1], not '{}'", what, brief(v.number_text)));
                 return false;
             }
             out.efficiency = v.number;

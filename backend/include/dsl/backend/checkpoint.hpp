@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -43,10 +44,11 @@ struct Checkpoint {
 // holding nothing but its own files; anything else is refused and left as it is. The temporary folder is
 // marked while it is written, and a later save removes such folders of dead processes only when they carry
 // that mark and nothing but their own files. False with the reason on failure.
+// The folders of killed saves removed on the way go into `removed` where given.
 bool save_checkpoint(const std::string& dir, const std::vector<CheckpointTensorRef>& tensors,
-                     const nlohmann::json& meta, std::string& error);
+                     const nlohmann::json& meta, std::string& error, std::vector<std::string>* removed = nullptr);
 bool save_checkpoint(const std::string& dir, const std::vector<CheckpointTensor>& tensors, const nlohmann::json& meta,
-                     std::string& error);
+                     std::string& error, std::vector<std::string>* removed = nullptr);
 
 // Whether save_checkpoint(dir, ...) would be allowed, checked before the work whose result it saves: `dir`
 // names a folder, is absent or replaceable, and the first of it and its parents that exists is a folder this
@@ -61,7 +63,28 @@ bool is_checkpoint(const std::string& dir);
 
 // The trainer's state (Trainer::state()) with meta {"step", "seed", "network"}.
 bool save(Trainer& trainer, const std::string& dir, std::int64_t step, std::uint64_t seed, const std::string& network,
-          std::string& error);
+          std::string& error, std::vector<std::string>* removed = nullptr);
+
+// One writer per checkpoint folder: an exclusive lock (flock) on ".DIR.lock" beside `dir`, which names its
+// holder (process and host) and which the kernel releases when the holder dies, however it dies. Held for
+// a run's life, from before its first step; the lock file is removed when the holder lets it go. Loading
+// never takes it: a checkpoint being written does not block reading the last whole one.
+class SaveLock {
+public:
+    ~SaveLock();
+    SaveLock(const SaveLock&) = delete;
+    SaveLock& operator=(const SaveLock&) = delete;
+
+private:
+    SaveLock(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+    friend std::unique_ptr<SaveLock> lock_checkpoint_folder(const std::string& dir, std::string& error);
+    std::string path_;
+    int fd_ = -1;
+};
+
+// Takes the lock of `dir`, at once or not at all: null with the reason ("'DIR' is being saved into by
+// another run (process P on host 'H', ...)") where another process holds it.
+std::unique_ptr<SaveLock> lock_checkpoint_folder(const std::string& dir, std::string& error);
 
 // Copies every tensor of the trainer's state from `ckpt` (each must be there, with the same shape, and the
 // checkpoint must hold nothing else) and sets `step` from the meta. On failure the trainer is unchanged.

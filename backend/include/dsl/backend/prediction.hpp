@@ -38,12 +38,19 @@ public:
     // spatial...], or one without channels: class labels' [S, spatial...]), from `values` dense in C order over
     // d. False with the reason.
     virtual bool write(std::int64_t n0, const Index& at, const Dims& d, const float* values, std::string& error) = 0;
-    // Flushes and closes (every process); false with the reason where it failed on this process.
-    virtual bool close(std::string& error) = 0;
+    // Flushes and closes (every process alike, `whole` where this process wrote every part it had), then
+    // moves the output into place where every process's part is whole; otherwise removes it, leaving what
+    // was under the name before. False where the output is not in place, with the reason on the processes that
+    // have one (their part, or the first process's move).
+    // An output dropped unclosed is removed; one whose processes are killed leaves its temporary file (or
+    // HDF5 link) behind, which the next output of that name removes.
+    virtual bool close(bool whole, std::string& error) = 0;
 };
 
-// Creates the array of `shape` ([S] + the layer's per-sample shape) at `path`: the first process makes the
-// file (or dataset) at its full size while the others wait, then every process opens it. Null with the
+// Creates the array of `shape` ([S] + the layer's per-sample shape) for `path`: the first process makes the
+// file (or dataset) at its full size under a temporary name (".NAME.tmp-PID" beside the file, or beside the
+// dataset in an existing HDF5 file) while the others wait, then every process opens it. What `path` names
+// already stays as it is until close() moves the whole output into place. Null with the
 // reason on a process where that failed (the caller agrees before writing).
 std::unique_ptr<OutputArray> create_output(const OutputPath& path, const std::vector<std::int64_t>& shape, bool force,
                                            Comm& comm, std::string& error);

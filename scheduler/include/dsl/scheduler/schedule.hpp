@@ -16,6 +16,7 @@ namespace dsl::scheduler {
 struct Schedule {
     std::optional<std::int64_t> procs;    // open when the file leaves it open
     std::optional<std::string> platform;  // the platform file, found from a stdlib name or a path
+    Location platform_loc;                // where the schedule names it
     std::optional<std::int64_t> batch;    // the mini-batch size N, when the schedule fixes it
     std::vector<Distribution> layers;     // indexed like Network::layers; an input's is its first reader's
     std::vector<int> source_entry;        // per layer: the entry that gave its split, -1 for none

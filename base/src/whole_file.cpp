@@ -1,0 +1,121 @@
+// Whole-or-nothing files: a temporary file beside the destination, synced, renamed into place.
+#include <dsl/base/whole_file.hpp>
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace dsl {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path folder_of(const std::string& path) {
+    const fs::path p(path);
+    return p.has_parent_path() ? p.parent_path() : fs::path(".");
+}
+
+void sync_folder(const fs::path& folder) {
+    const int fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return;
+    ::fsync(fd);
+    ::close(fd);
+}
+
+}  // namespace
+
+std::string temporary_beside(const std::string& path, long pid) {
+    const fs::path p(path);
+    return (folder_of(path) / fmt::format(".{}.tmp-{}", p.filename().string(), pid)).string();
+}
+
+std::string temporary_beside(const std::string& path) { return temporary_beside(path, static_cast<long>(::getpid())); }
+
+bool process_ended(long pid) {
+    return pid != static_cast<long>(::getpid()) && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+}
+
+std::vector<std::string> remove_debris(const std::string& path) {
+    std::vector<std::string> removed;
+    const std::string prefix = "." + fs::path(path).filename().string() + ".tmp-";
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(folder_of(path), ec)) {
+        const std::string f = e.path().filename().string();
+        if (f.size() <= prefix.size() || f.compare(0, prefix.size(), prefix) != 0) continue;
+        const std::string digits = f.substr(prefix.size());
+        if (digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+        std::error_code type_ec;
+        if (!fs::is_regular_file(fs::symlink_status(e.path(), type_ec))) continue;
+        if (process_ended(std::stol(digits)) && ::unlink(e.path().c_str()) == 0) removed.push_back(e.path().string());
+    }
+    return removed;
+}
+
+int move_into_place(const std::string& temp, const std::string& path, bool replace) {
+    // link() fails where anything has the name: the no-replace move, on every POSIX file system.
+    if (replace ? ::rename(temp.c_str(), path.c_str()) != 0 : ::link(temp.c_str(), path.c_str()) != 0) return errno;
+    if (!replace) ::unlink(temp.c_str());
+    sync_folder(folder_of(path));
+    return 0;
+}
+
+bool write_whole(const std::string& path, const std::string& bytes, bool replace, std::string& why) {
+    WholeFile f(path);
+    if (f.write(bytes) && f.commit(replace)) return true;
+    why = f.error();
+    return false;
+}
+
+WholeFile::WholeFile(std::string path) : path_(std::move(path)), temp_(temporary_beside(path_)) {
+    remove_debris(path_);
+    ::unlink(temp_.c_str());  // this process's own, from an earlier write that ended without removing it
+    fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd_ < 0) fail(errno);
+}
+
+WholeFile::~WholeFile() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!temp_.empty()) ::unlink(temp_.c_str());
+}
+
+void WholeFile::fail(int err) {
+    if (error_.empty()) error_ = fmt::format("cannot write '{}': {}", path_, std::strerror(err != 0 ? err : EIO));
+}
+
+bool WholeFile::write(std::string_view bytes) {
+    for (std::size_t done = 0; ok() && done < bytes.size();) {
+        const ssize_t n = ::write(fd_, bytes.data() + done, bytes.size() - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) fail(n < 0 ? errno : ENOSPC);
+        if (n > 0) done += static_cast<std::size_t>(n);
+    }
+    return ok();
+}
+
+bool WholeFile::commit(bool replace) {
+    if (!ok()) return false;
+    if (::fsync(fd_) != 0) fail(errno);
+    const int closed = ::close(fd_);
+    fd_ = -1;
+    if (closed != 0) fail(errno);
+    if (!ok()) return false;
+    if (const int err = move_into_place(temp_, path_, replace); err == EEXIST) {
+        error_ = fmt::format("'{}' exists; it is left as it is (--force replaces it)", path_);
+        return false;
+    } else if (err != 0) {
+        fail(err);
+        return false;
+    }
+    temp_.clear();
+    return true;
+}
+
+}  // namespace dsl
