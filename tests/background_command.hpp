@@ -14,6 +14,18 @@
 
 namespace {
 
+// A shell running `cmd` in a process group of its own (so that killing the group ends all it started).
+inline pid_t start_group(const std::string& cmd) {
+    const pid_t shell = ::fork();
+    if (shell == 0) {
+        ::setpgid(0, 0);
+        ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+        std::_Exit(127);
+    }
+    ::setpgid(shell, shell);
+    return shell;
+}
+
 // A command of dsl in the background, in a process group of its own; its processes (dsl, its ranks) are
 // found by a mark in their environment, which mpirun passes on.
 class Background {
@@ -21,13 +33,7 @@ public:
     Background(const std::string& args, const std::string& out) {
         const std::string cmd = "cd '" + source_dir() + "' && NO_COLOR=1 " + fixture_local() + " " + mark_ + " '" +
                                 dsl_binary() + "' " + args + " >'" + out + "' 2>&1";
-        shell_ = ::fork();
-        if (shell_ == 0) {
-            ::setpgid(0, 0);
-            ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-            std::_Exit(127);
-        }
-        ::setpgid(shell_, shell_);
+        shell_ = start_group(cmd);
     }
     ~Background() {
         if (shell_ > 0) kill_all();

@@ -1,5 +1,6 @@
 // The command where a user's setup is unusual: inputs that are not regular files, a process of a run killed
 // by a signal, runs under an external launcher (mpirun, over TCP as between nodes), options given wrong.
+#include "background_command.hpp"
 #include "hdf5_files.hpp"
 #include "train_runs.hpp"
 
@@ -82,13 +83,7 @@ public:
         const std::string cmd = "cd '" + source_dir() + "' && NO_COLOR=1 " + mark_ + " '" + dsl_binary() +
                                 "' run samples/mesh_tiny.net samples/mesh_tiny_sample_2.sched --steps 100000 --log '" +
                                 (dir / "log.jsonl") + "' >'" + (dir / "out") + "' 2>'" + (dir / "err") + "'";
-        shell_ = ::fork();
-        if (shell_ == 0) {
-            ::setpgid(0, 0);
-            ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-            std::_Exit(127);
-        }
-        ::setpgid(shell_, shell_);
+        shell_ = start_group(cmd);
     }
     ~BackgroundRun() {
         if (shell_ > 0) end(0);
