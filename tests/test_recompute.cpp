@@ -37,19 +37,6 @@ std::string schedule_with(const std::string& base, const std::string& extra) {
     return path.string();
 }
 
-void check_same(const Run& kept, const Run& recomputed, double rel) {
-    REQUIRE(kept.losses.size() == 3);
-    REQUIRE(recomputed.losses.size() == kept.losses.size());
-    for (std::size_t i = 0; i < kept.losses.size(); ++i) {
-        if (rel == 0.0)
-            CHECK(recomputed.losses[i] == kept.losses[i]);
-        else
-            CHECK(recomputed.losses[i] == Approx(kept.losses[i]).epsilon(rel));
-    }
-    CHECK(kept.losses.back() != kept.losses.front());  // it trained
-    check_same_state(recomputed.checkpoint, kept.checkpoint, rel);
-}
-
 }  // namespace
 
 TEST_CASE("recomputation gives one process's losses and weights bitwise", "[recompute]") {
@@ -79,7 +66,7 @@ TEST_CASE("recomputation gives one process's losses and weights bitwise", "[reco
                             Case{"tests/dist/periodic.net", "default recompute=on", 2},
                             Case{"tests/dist/cosmo.net", "default recompute=on", 2});
     CAPTURE(c.net, c.recompute);
-    check_same(train(c.net, "", c.batch), train(c.net, schedule_with("", c.recompute), c.batch), 0.0);
+    check_same_run(train(c.net, "", c.batch), train(c.net, schedule_with("", c.recompute), c.batch), 0.0);
 }
 
 TEST_CASE("recomputation under splits gives the same run within 1e-6", "[recompute][mpi]") {
@@ -109,7 +96,7 @@ TEST_CASE("recomputation under splits gives the same run within 1e-6", "[recompu
                  Case{"tests/dist/vol.net", "tests/dist/vol_n2_local.sched", "default recompute=on", 2},
                  Case{"tests/dist/periodic.net", "tests/dist/periodic_d2.sched", "default recompute=on", 2});
     CAPTURE(c.net, c.sched, c.recompute);
-    check_same(train(c.net, c.sched, c.batch), train(c.net, schedule_with(c.sched, c.recompute), c.batch), 1e-6);
+    check_same_run(train(c.net, c.sched, c.batch), train(c.net, schedule_with(c.sched, c.recompute), c.batch), 1e-6);
 }
 
 TEST_CASE("recompute takes on, off or ?, and data and losses ignore it", "[recompute]") {

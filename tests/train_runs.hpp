@@ -70,4 +70,19 @@ inline void check_same_state(const Checkpoint& a, const Checkpoint& b, double re
     }
 }
 
+// `b` trained as `a` did: every step's loss (of three), and every tensor of the final checkpoint, within
+// `rel` (0: bitwise); and `a` trained.
+inline void check_same_run(const Run& a, const Run& b, double rel) {
+    REQUIRE(a.losses.size() == 3);
+    REQUIRE(b.losses.size() == a.losses.size());
+    for (std::size_t i = 0; i < a.losses.size(); ++i) {
+        if (rel == 0.0)
+            CHECK(b.losses[i] == a.losses[i]);
+        else
+            CHECK(b.losses[i] == Approx(a.losses[i]).epsilon(rel));
+    }
+    CHECK(a.losses.back() != a.losses.front());  // it trained
+    check_same_state(b.checkpoint, a.checkpoint, rel);
+}
+
 }  // namespace

@@ -57,18 +57,13 @@ RecomputeTimeline recompute_timeline(const frontend::Network& net, const std::ve
     for (std::size_t i = 0; i < count && i < recompute.size(); ++i)
         out.recomputed[i] = recompute[i] && recomputable(net.layers[i]);
     if (!out.any()) return out;
-    // Forward: from the layer's step to its last reader's.
-    for (std::size_t i = 0; i < count; ++i)
-        if (out.recomputed[i]) out.forward[i] = {static_cast<int>(i), static_cast<int>(i)};
-    std::vector<bool> has_reader(count, false);
+    // Forward: from the layer's step to its last reader's, or to the end of forward when nobody reads it.
     for (std::size_t r = 0; r < count; ++r)
-        for (int q : net.layers[r].inputs) {
-            auto& f = out.forward[static_cast<std::size_t>(q)];
-            if (out.recomputed[static_cast<std::size_t>(q)]) f.last = std::max(f.last, static_cast<int>(r));
-            has_reader[static_cast<std::size_t>(q)] = true;
-        }
-    for (std::size_t i = 0; i < count; ++i)
-        if (out.recomputed[i] && !has_reader[i]) out.forward[i].last = t.steps() - 1;
+        for (int q : net.layers[r].inputs) out.forward[static_cast<std::size_t>(q)].last = static_cast<int>(r);
+    for (std::size_t i = 0; i < count; ++i) {
+        StepSpan& f = out.forward[i];
+        f = out.recomputed[i] ? StepSpan{static_cast<int>(i), f.last < 0 ? t.steps() - 1 : f.last} : StepSpan{};
+    }
     // Backward: every layer but data and losses reads its inputs' values (a loss wrote its gradient in
     // forward).
     for (int b = t.steps() - 1; b >= 0; --b)

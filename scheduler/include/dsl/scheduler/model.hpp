@@ -122,8 +122,6 @@ public:
     double memory_limit() const;
     // Bytes per process that no split changes: parameters, their gradients and momenta, the workspace.
     double fixed_memory() const;
-    // Activations with recomputed layers' tiles sharing memory, and their recomputation's time.
-    void recompute_memory(Prediction& out) const;
     int threads() const { return threads_; }
     double sharing() const { return share_; }  // processes per processor (1 unless oversubscribed)
 
@@ -165,6 +163,8 @@ public:
     std::string update_key() const;
 
 private:
+    // predict's activations with recomputed layers' tiles sharing memory, and their recomputation's time.
+    void recompute_memory(Prediction& out) const;
     struct Geometry;
     Geometry geometry(int index, const Split& split) const;
     std::vector<std::int64_t> key_dims(const Dims& d) const;
