@@ -21,6 +21,9 @@ weight decay from the net's `train` line, else dsl's defaults 0.01, 0.9, 0), in 
 cudnn.benchmark on, TF32 off unless --tf32. The batch is made once, on the GPU, before the first step
 (--host-inputs: copied from pinned host memory in every step). Each step is timed alone between two
 torch.cuda.synchronize() calls; the first --warmup steps (cuDNN's algorithm search) are not counted.
+
+One file of over 900 lines on purpose: it is copied alone to machines that have PyTorch and not dsl (a GPU
+node, a colleague's laptop), so it carries its own reader of the .net language.
 """
 
 import argparse

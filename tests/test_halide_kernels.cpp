@@ -1,6 +1,6 @@
 // The Halide kernels (and the CPU loss, group norm and dropout) against the reference kernels, on odd shapes
 // of images, volumes and vectors, and non-dense views of tiles with margins.
-#include "../backend/src/halide_kernels.hpp"
+#include "../backend/src/kernels/halide_kernels.hpp"
 #include "kernel_layouts.hpp"
 
 #include <dsl/backend/kernels.hpp>

@@ -1,6 +1,6 @@
 // The oneDNN convolution and fully connected kernels against the reference, on views of tiles with margins, of
 // images and volumes.
-#include "../backend/src/onednn_kernels.hpp"
+#include "../backend/src/kernels/onednn_kernels.hpp"
 #include "kernel_layouts.hpp"
 
 #include <dsl/backend/kernels.hpp>

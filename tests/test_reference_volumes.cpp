@@ -3,7 +3,7 @@
 // step and the tolerance explained there) and against values worked out by hand, on strided tiles with margins
 // along every dimension, uneven extents, strides, dilations and padding in the margins; and views of mismatched
 // extents or ranks, which are internal errors.
-#include "../backend/src/splitmix.hpp"
+#include "../backend/src/random/splitmix.hpp"
 #include "reference_checks.hpp"
 
 #include <dsl/backend/kernels.hpp>

@@ -2,7 +2,7 @@
 // hand from its formulas) and against central finite differences of its own forward, on tiles placed anywhere
 // in the tensor; the CPU's against the reference; and the input range rules (window.hpp) that the plan's halos
 // follow.
-#include "../backend/src/resample_kernels.hpp"
+#include "../backend/src/kernels/resample_kernels.hpp"
 #include "kernel_layouts.hpp"
 
 #include <dsl/backend/kernels.hpp>

@@ -4,7 +4,7 @@
 #include <dsl/frontend/parse.hpp>
 #include <dsl/frontend/passes.hpp>
 
-#include "../backend/src/planes.hpp"
+#include "../backend/src/tensors/planes.hpp"
 #include "support.hpp"
 
 #include <catch2/catch.hpp>

@@ -14,7 +14,7 @@
 
 #include <dsl/backend/gpu.hpp>
 
-#include "../planes.hpp"
+#include "../tensors/planes.hpp"
 #include "gpu_volumes.hpp"
 
 #include <cstddef>

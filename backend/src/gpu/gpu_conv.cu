@@ -5,7 +5,7 @@
 #include "gpu_map.cuh"
 #include "gpu_reduce.cuh"
 
-#include "../kernel_checks.hpp"
+#include "../kernels/kernel_checks.hpp"
 
 #include <dsl/base/error.hpp>
 

@@ -3,8 +3,8 @@
 #include "gpu_common.cuh"
 #include "gpu_map.cuh"
 
-#include "../kernel_checks.hpp"
-#include "../splitmix.hpp"
+#include "../kernels/kernel_checks.hpp"
+#include "../random/splitmix.hpp"
 
 #include <dsl/base/error.hpp>
 

@@ -3,8 +3,8 @@
 #include "gpu_map.cuh"
 #include "gpu_reduce.cuh"
 
-#include "../kernel_checks.hpp"
-#include "../regression_formula.hpp"
+#include "../kernels/kernel_checks.hpp"
+#include "../kernels/regression_formula.hpp"
 
 #include <algorithm>
 #include <cmath>

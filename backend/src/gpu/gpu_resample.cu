@@ -4,7 +4,7 @@
 // convolutions (deconv_over_conv), of images and volumes alike.
 #include "gpu_common.cuh"
 
-#include "../resample_kernels.hpp"
+#include "../kernels/resample_kernels.hpp"
 
 #include <dsl/base/error.hpp>
 #include <dsl/scheduler/window.hpp>

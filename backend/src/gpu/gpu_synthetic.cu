@@ -2,8 +2,8 @@
 #include "gpu_common.cuh"
 #include "gpu_map.cuh"
 
-#include "../kernel_checks.hpp"
-#include "../synthetic_formula.hpp"
+#include "../data/synthetic_formula.hpp"
+#include "../kernels/kernel_checks.hpp"
 
 #include <dsl/base/error.hpp>
 

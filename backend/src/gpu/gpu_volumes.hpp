@@ -6,7 +6,7 @@
 // be one plane deep, and still hashes and convolves as a volume).
 #pragma once
 
-#include "../planes.hpp"
+#include "../tensors/planes.hpp"
 
 #include <dsl/backend/tensor.hpp>
 

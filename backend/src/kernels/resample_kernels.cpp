@@ -5,8 +5,8 @@
 // resamples whole tensors (output o from (o + 0.5) / scale - 0.5 of its own input), while a tile of a split
 // starts at any output row, whose bilinear weights and sources depend on its global index.
 #include "resample_kernels.hpp"
+#include "../tensors/planes.hpp"
 #include "double_buffer.hpp"
-#include "planes.hpp"
 
 #include <dsl/base/error.hpp>
 

@@ -140,10 +140,10 @@ std::optional<double> time_kernel(const std::string& key, Kernels k, DataSource&
         b = filled(x);
         c = zeros(x);
         const auto ch = static_cast<std::size_t>(x.c);
-        v1.assign(ch, 0.0f);                           // mean
-        v2.assign(ch, 1.0f);                           // inverse standard deviation
-        p1 = constant(mem, vector_of(x.c), 1.0f);      // gamma
-        p2 = zeros(vector_of(x.c));                    // beta
+        v1.assign(ch, 0.0f);                       // mean
+        v2.assign(ch, 1.0f);                       // inverse standard deviation
+        p1 = constant(mem, vector_of(x.c), 1.0f);  // gamma
+        p2 = zeros(vector_of(x.c));                // beta
         s1.assign(ch, 0.0);
         s2.assign(ch, 0.0);
         const double count = static_cast<double>(x.n * x.points());
@@ -165,10 +165,10 @@ std::optional<double> time_kernel(const std::string& key, Kernels k, DataSource&
         b = filled(x);
         c = zeros(x);
         const auto stats = static_cast<std::size_t>(x.n * groups);
-        v1.assign(stats, 0.0f);                        // mean
-        v2.assign(stats, 1.0f);                        // inverse standard deviation
-        p1 = constant(mem, vector_of(x.c), 1.0f);      // gamma
-        p2 = zeros(vector_of(x.c));                    // beta
+        v1.assign(stats, 0.0f);                    // mean
+        v2.assign(stats, 1.0f);                    // inverse standard deviation
+        p1 = constant(mem, vector_of(x.c), 1.0f);  // gamma
+        p2 = zeros(vector_of(x.c));                // beta
         s1.assign(stats, 0.0);
         s2.assign(stats, 0.0);
         const double count = static_cast<double>(x.c / groups * x.points());

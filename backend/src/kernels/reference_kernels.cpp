@@ -5,12 +5,12 @@
 // placements of their rank. They run along rows (the last dimension, contiguous in every view), and sums run
 // in the order of the formula's indices, places and taps with the last dimension fastest, so that an image's
 // results are those of the loops over rows and columns.
+#include "../random/splitmix.hpp"
+#include "../tensors/planes.hpp"
 #include "double_buffer.hpp"
 #include "kernel_checks.hpp"
-#include "planes.hpp"
 #include "regression_formula.hpp"
 #include "resample_kernels.hpp"
-#include "splitmix.hpp"
 
 #include <dsl/backend/kernels.hpp>
 #include <dsl/base/error.hpp>

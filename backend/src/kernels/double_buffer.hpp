@@ -2,7 +2,7 @@
 // and a pooling's backward, a transposed convolution's forward) gather sums before writing each element once.
 #pragma once
 
-#include "planes.hpp"
+#include "../tensors/planes.hpp"
 
 #include <dsl/backend/tensor.hpp>
 

@@ -246,7 +246,7 @@ std::optional<std::string> torch_save_bytes(const std::vector<NamedArray>& array
         std::vector<std::int64_t> stride(a.shape.size(), 1);  // C order
         for (std::size_t d = a.shape.size(); d-- > 1;) stride[d - 1] = stride[d] * a.shape[d];
         p.tuple_of(stride);
-        p.false_();  // requires_grad
+        p.false_();                              // requires_grad
         p.global("collections", "OrderedDict");  // backward hooks: none
         p.empty_tuple();
         p.reduce();
@@ -258,7 +258,8 @@ std::optional<std::string> torch_save_bytes(const std::vector<NamedArray>& array
     files.reserve(arrays.size() + 3);
     files.emplace_back("archive/data.pkl", p.finish());
     files.emplace_back("archive/byteorder", "little");
-    for (std::size_t i = 0; i < arrays.size(); ++i) files.emplace_back(fmt::format("archive/data/{}", i), arrays[i].bytes);
+    for (std::size_t i = 0; i < arrays.size(); ++i)
+        files.emplace_back(fmt::format("archive/data/{}", i), arrays[i].bytes);
     files.emplace_back("archive/version", "3\n");
     return zip_archive(files, error);
 }
@@ -331,9 +332,7 @@ std::optional<std::vector<NamedArray>> torch_state_dict(const frontend::Network&
                 ok = add(i, "weight", {l.filters, in.elements()});
                 break;
             case OpKind::batchnorm:  // BatchNorm1d, 2d or 3d; GroupNorm: one of each per channel
-            case OpKind::groupnorm:
-                ok = add(i, "weight", {channels}) && add(i, "bias", {channels});
-                break;
+            case OpKind::groupnorm: ok = add(i, "weight", {channels}) && add(i, "bias", {channels}); break;
             default:
                 DSL_INTERNAL_CHECK(false, fmt::format("layer '{}' has parameters the export does not know", l.name));
         }

@@ -4,7 +4,7 @@
 // where x equals t, as torch's sign.
 #pragma once
 
-#include "splitmix.hpp"  // DSL_HOST_DEVICE
+#include "../random/splitmix.hpp"  // DSL_HOST_DEVICE
 
 #include <dsl/frontend/layer_kinds.hpp>
 

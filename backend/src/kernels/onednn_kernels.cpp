@@ -1,7 +1,7 @@
 // Convolution and fully connected kernels through oneDNN primitives (f32, CPU), cached per problem.
 #include "onednn_kernels.hpp"
+#include "../tensors/planes.hpp"
 #include "kernel_checks.hpp"
-#include "planes.hpp"
 
 #include <dsl/base/error.hpp>
 

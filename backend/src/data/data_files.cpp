@@ -3,7 +3,7 @@
 // more than its tile), through the order of the epoch (--shuffle) and the inputs' normalization.
 #include <dsl/backend/data.hpp>
 
-#include "splitmix.hpp"
+#include "../random/splitmix.hpp"
 
 #include <dsl/backend/npy.hpp>
 #include <dsl/base/error.hpp>
@@ -116,8 +116,7 @@ private:
 std::string hdf5_type_name(hid_t type) {
     const std::size_t bytes = H5Tget_size(type);
     switch (H5Tget_class(type)) {
-        case H5T_INTEGER:
-            return fmt::format("{}int{}", H5Tget_sign(type) == H5T_SGN_NONE ? "u" : "", 8 * bytes);
+        case H5T_INTEGER: return fmt::format("{}int{}", H5Tget_sign(type) == H5T_SGN_NONE ? "u" : "", 8 * bytes);
         case H5T_FLOAT: return fmt::format("float{}", 8 * bytes);
         case H5T_STRING: return "string";
         case H5T_COMPOUND: return "compound";
@@ -232,7 +231,8 @@ public:
         // Blocks of about 16M labels, so that a data set larger than memory is checked.
         std::int64_t per_sample = 1;
         for (std::size_t i = 1; i < shape_.size(); ++i) per_sample *= shape_[i];
-        const std::int64_t block = std::max<std::int64_t>(1, (std::int64_t{1} << 24) / std::max<std::int64_t>(1, per_sample));
+        const std::int64_t block =
+            std::max<std::int64_t>(1, (std::int64_t{1} << 24) / std::max<std::int64_t>(1, per_sample));
         // Class labels [S, spatial...]: a sample is one channel of them.
         Dims d{1, 1, Index::filled(static_cast<int>(shape_.size()) - 1, 0)};
         for (int k = 0; k < d.rank(); ++k) d.space[k] = shape_[static_cast<std::size_t>(k) + 1];
@@ -309,8 +309,7 @@ private:
         // buffer without its own gather, which a 1-D memory space of the same elements would need).
         Handle dense(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr), H5Sclose);
         const hid_t memory = memory_space >= 0 ? memory_space : dense.get();
-        herr_t status =
-            H5Sselect_hyperslab(space_.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
+        herr_t status = H5Sselect_hyperslab(space_.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
         if (status >= 0) status = H5Dread(dataset_.get(), memory_type, memory, space_.get(), H5P_DEFAULT, buffer);
         if (status < 0) {
             std::string from;
@@ -331,7 +330,8 @@ private:
 std::unique_ptr<Array> open_array(const std::string& spec, std::string& error) {
     if (const auto h5 = hdf5_dataset_name(spec)) return Hdf5Array::open(h5->first, h5->second, error);
     for (const char* ext : {".h5", ".hdf5", ".he5"})
-        if (spec.size() > std::strlen(ext) && spec.compare(spec.size() - std::strlen(ext), std::string::npos, ext) == 0) {
+        if (spec.size() > std::strlen(ext) &&
+            spec.compare(spec.size() - std::strlen(ext), std::string::npos, ext) == 0) {
             error = fmt::format("{}: name the data set in the file: {}:/path/to/dataset", spec, spec);
             return nullptr;
         }
@@ -583,8 +583,7 @@ std::vector<std::int64_t> shuffle_order(std::int64_t samples, std::uint64_t seed
     std::vector<std::int64_t> order(static_cast<std::size_t>(samples));
     std::iota(order.begin(), order.end(), std::int64_t{0});
     // Fisher-Yates with the draws a hash of (seed, epoch, position).
-    const std::uint64_t key =
-        splitmix64(splitmix64(seed ^ 0x53485546464c45ull) ^ static_cast<std::uint64_t>(epoch));
+    const std::uint64_t key = splitmix64(splitmix64(seed ^ 0x53485546464c45ull) ^ static_cast<std::uint64_t>(epoch));
     for (std::int64_t i = samples - 1; i > 0; --i) {
         const auto j = static_cast<std::int64_t>(splitmix64(key ^ static_cast<std::uint64_t>(i)) %
                                                  static_cast<std::uint64_t>(i + 1));

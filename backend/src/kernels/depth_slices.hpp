@@ -3,7 +3,7 @@
 // one another without a gap. Images and vectors are a single slice, their own planes.
 #pragma once
 
-#include "planes.hpp"
+#include "../tensors/planes.hpp"
 
 #include <dsl/backend/tensor.hpp>
 

@@ -1,7 +1,6 @@
 // Owned tiles with margins, and views into them.
 #include <dsl/backend/tensor.hpp>
 
-#include <dsl/backend/kernels.hpp>
 #include <dsl/base/error.hpp>
 
 #include <algorithm>
@@ -10,47 +9,6 @@
 #include <utility>
 
 namespace dsl::backend {
-
-namespace {
-
-// The host's memory: plain loops, row by row.
-class HostMemory final : public Memory {
-public:
-    bool host() const override { return true; }
-    float* allocate(std::int64_t count) override { return new float[static_cast<std::size_t>(count)](); }
-    void release(float* data) override { delete[] data; }
-    void fill(View v, float value) override {
-        const std::int64_t w = row_length(v.dims);
-        for_each_row(v, [&](std::int64_t, std::int64_t, const Index&, float* row) { std::fill_n(row, w, value); });
-    }
-    void upload(const float* host, float* data, std::int64_t count) override {
-        if (count > 0 && host != data) std::memcpy(data, host, static_cast<std::size_t>(count) * sizeof(float));
-    }
-    void download(const float* data, float* host, std::int64_t count) override { upload(data, host, count); }
-    void pack(ConstView v, float* out) override {
-        const std::int64_t w = row_length(v.dims);
-        for_each_row(
-            v, [&](std::int64_t, std::int64_t, const Index&, const float* row) { out = std::copy_n(row, w, out); });
-    }
-    void unpack(const float* in, View v, bool add) override {
-        const std::int64_t w = row_length(v.dims);
-        for_each_row(v, [&](std::int64_t, std::int64_t, const Index&, float* row) {
-            if (add)
-                for (std::int64_t x = 0; x < w; ++x) row[x] += in[x];
-            else
-                std::copy_n(in, w, row);
-            in += w;
-        });
-    }
-    void synchronize() override {}
-};
-
-}  // namespace
-
-Memory& host_memory() {
-    static HostMemory memory;
-    return memory;
-}
 
 void Tensor::set_shape(const Dims& dims, const Margins& margins) {
     dims_ = dims;
@@ -145,30 +103,6 @@ void Tensor::fill_margins(float v, Memory& memory) {
     Space<Range> keep = Space<Range>::filled(dims_.rank(), Range{});
     for (int d = 0; d < dims_.rank(); ++d) keep[d] = {margins_[d].before, margins_[d].before + dims_.space[d]};
     fill_outside(memory, padded(), keep, v);
-}
-
-void fill_outside(Memory& memory, View p, Space<Range> keep, float v) {
-    // Slabs before and after the kept range along each dimension in turn, each across what the slabs of the
-    // dimensions before it left: disjoint, one fill each.
-    View rest = p;
-    for (int d = 0; d < p.dims.rank(); ++d) {
-        const std::int64_t extent = rest.dims.space[d];
-        const Range k = keep[d].meet({0, extent});
-        const Range kept = k.empty() ? Range{k.lo, k.lo} : k;
-        for (const Range slab : {Range{0, kept.lo}, Range{kept.hi, extent}}) {
-            if (slab.empty()) continue;
-            Index at = Index::filled(p.dims.rank(), 0);
-            at[d] = slab.lo;
-            Dims dims = rest.dims;
-            dims.space[d] = slab.size();
-            memory.fill(rest.sub(0, 0, at, dims), v);
-        }
-        Index at = Index::filled(p.dims.rank(), 0);
-        at[d] = kept.lo;
-        Dims dims = rest.dims;
-        dims.space[d] = kept.size();
-        rest = rest.sub(0, 0, at, dims);
-    }
 }
 
 Buffer::Buffer(Buffer&& o) noexcept

@@ -5,7 +5,7 @@
 // unit in its last place. (C++17: nvcc compiles the GPU's side.)
 #pragma once
 
-#include "splitmix.hpp"
+#include "../random/splitmix.hpp"
 
 #include <dsl/backend/synthetic.hpp>
 

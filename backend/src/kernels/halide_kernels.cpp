@@ -2,9 +2,9 @@
 // pipelines of backend/halide; the loss is plain C++. The pipelines take images (x, y, c, n), which a volume
 // is slice by slice (depth_slices.hpp), except pooling, which has pipelines of volumes (x, y, z, c, n).
 #include "halide_kernels.hpp"
+#include "../tensors/planes.hpp"
 #include "depth_slices.hpp"
 #include "kernel_checks.hpp"
-#include "planes.hpp"
 #include "regression_formula.hpp"
 
 #include <dsl/base/error.hpp>

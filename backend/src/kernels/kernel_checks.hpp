@@ -4,7 +4,7 @@
 // mismatch is a bug in dsl: an internal error, never silent. (C++17: the GPU's kernel file includes it too.)
 #pragma once
 
-#include "planes.hpp"
+#include "../tensors/planes.hpp"
 
 #include <dsl/backend/kernels.hpp>
 #include <dsl/base/error.hpp>

@@ -2,8 +2,8 @@
 // `dsl run`: synthetic, or tiles copied out of memory-mapped .npy files.
 #include <dsl/backend/data.hpp>
 
-#include "planes.hpp"
-#include "splitmix.hpp"
+#include "../random/splitmix.hpp"
+#include "../tensors/planes.hpp"
 #include "synthetic_formula.hpp"
 
 #include <dsl/base/error.hpp>

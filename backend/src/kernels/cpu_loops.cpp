@@ -3,11 +3,11 @@
 // coordinates). Both go plane by plane, (n, c), one plane per task (planes.hpp: the form in which they see
 // their views; a volume's plane is its depth slices', depth_slices.hpp); sums are in double, as the
 // reference's.
+#include "../random/splitmix.hpp"
+#include "../tensors/planes.hpp"
 #include "depth_slices.hpp"
 #include "halide_kernels.hpp"
 #include "kernel_checks.hpp"
-#include "planes.hpp"
-#include "splitmix.hpp"
 
 #include <dsl/base/error.hpp>
 

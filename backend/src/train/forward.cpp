@@ -1,0 +1,188 @@
+// The forward pass: every layer in the network's order, windowed layers over their input's tile (with the
+// plan's overlap of the halo exchange and the interior's compute), a recomputed layer's values where the plan
+// puts them, and dropout's masks.
+#include "trainer_impl.hpp"
+
+#include <dsl/backend/synthetic.hpp>
+#include <limits>
+
+namespace dsl::backend {
+
+// What a windowed layer's window reads of its input tile for its whole own tile (the plan's `read`), its
+// padding set.
+ConstView Trainer::Impl::windowed_input(const Layer& l, int index) {
+    Tile& in = *slots[static_cast<std::size_t>(index)].operands[0];
+    set_padding(in, l.op == OpKind::maxpool ? -std::numeric_limits<float>::infinity() : 0.0f);
+    return view_of(in.y, in, plan_of(index).read);
+}
+
+double Trainer::Impl::forward(DataSource& data, std::int64_t first, bool training) {
+    ++step_index;
+    step_first = first;
+    step_training = training;
+    step_data = &data;
+    sent_bytes = 0;
+    if (profiling) {
+        profile.layers.assign(slots.size(), LayerTime{});
+        profile.events.clear();
+        open_allreduces.clear();
+        allreduce_requests = 0;
+        posted_open = segment_open = false;
+        mark(Phase::forward, Kind::forward, 0);
+        profile.start = segment.start;
+    }
+    if (training) clear_gradients(-1);  // a loss writes its logits' gradient in forward
+    double loss = 0.0;
+    losses.clear();
+    for (std::size_t i = 0; i < slots.size(); ++i) {
+        const auto t0 = Clock::now();
+        waited = 0.0;
+        if (slots[i].layer->op != OpKind::label) mark(Phase::forward, Kind::forward, static_cast<int>(i));
+        forward_layer(data, first, training, i, loss);
+        if (profiling) profile.layers[i].forward = layer_time(t0), profile.layers[i].forward_wait = waited;
+    }
+    return loss;
+}
+
+void Trainer::Impl::forward_layer(DataSource& data, std::int64_t first, bool training, std::size_t i, double& loss) {
+    Slot& s = slots[i];
+    const Layer& l = *s.layer;
+    const int index = static_cast<int>(i);
+    // A recomputed layer's values go where the plan puts them in forward (backward moved them).
+    if (!recomputing)
+        for (auto& t : s.tiles)
+            if (t->forward_buffer >= 0) bind(*t, t->forward_buffer);
+    const bool overlapped = overlaps(index);
+    for (Tile* t : s.operands)
+        if (t && !overlapped) ready(&data, first, *t);
+    auto in = [&](std::size_t j = 0) { return ConstView(s.operands[j]->y.interior()); };
+    const View y = l.op == OpKind::label ? View{} : s.own().y.interior();
+    switch (l.op) {
+        case OpKind::input: make_input(data, s.own(), first); break;
+        case OpKind::label: break;  // made by the loss over its logits' tile
+        case OpKind::conv:
+        case OpKind::maxpool:
+        case OpKind::avgpool:
+        case OpKind::upsample:
+        case OpKind::deconv:
+            if (overlapped)
+                overlapped_forward(s, index);
+            else
+                windowed_forward(s, s.own().box);
+            break;
+        case OpKind::batchnorm: batchnorm_forward(s, training); break;
+        case OpKind::groupnorm: groupnorm_forward(s); break;
+        case OpKind::dropout:
+            if (dropping(training))
+                k.dropout->forward(in(), dropout_mask(s, first), y);
+            else
+                k.eltwise->copy(in(), y);
+            break;
+        case OpKind::global_avgpool: {
+            const ConstView x = in();
+            sums_a.assign(static_cast<std::size_t>(x.dims.n * x.dims.c), 0.0);
+            k.pool->global_sum(x, sums_a.data());
+            if (s.group)
+                wait(
+                    Kind::wait_sum,
+                    [&] { s.group->allreduce(sums_a.data(), static_cast<std::int64_t>(sums_a.size())); },
+                    static_cast<std::int64_t>(sums_a.size() * sizeof(double)));
+            const double area = static_cast<double>(global_dims(l.inputs[0]).points());
+            scratch_values.resize(sums_a.size());
+            for (std::size_t j = 0; j < sums_a.size(); ++j) scratch_values[j] = static_cast<float>(sums_a[j] / area);
+            k.pool->broadcast(scratch_values.data(), 1.0f, y);  // y is {n, c, 1, 1}
+            break;
+        }
+        case OpKind::fc: k.fc->forward(in(), s.w.interior(), l.bias ? s.b.data() : nullptr, y); break;
+        case OpKind::add: {
+            std::vector<ConstView> xs;
+            for (std::size_t j = 0; j < l.inputs.size(); ++j) xs.push_back(in(j));
+            k.eltwise->add(xs, y);
+            break;
+        }
+        case OpKind::concat: {
+            std::int64_t c0 = 0;
+            for (std::size_t j = 0; j < l.inputs.size(); ++j) {
+                const ConstView x = in(j);
+                k.eltwise->copy(x, y.channels(c0, x.dims.c));
+                c0 += x.dims.c;
+            }
+            break;
+        }
+        case OpKind::softmax_cross_entropy:
+        case OpKind::pixel_cross_entropy:
+        case OpKind::mse:
+        case OpKind::l1:
+        case OpKind::bce_with_logits:
+            losses.push_back(LossValue{l.name, loss_layer(s, data, first, training), l.weight});
+            loss += l.weight * losses.back().value;
+            break;
+        default:  // an element-wise kind: its function (layer_kinds.hpp)
+            k.activation->forward(elementwise(l), in(), activation_slope(l), y);
+            break;
+    }
+}
+
+// The output of a windowed layer over `out` (global coordinates within its tile), from what its window
+// reads of the input tile.
+void Trainer::Impl::windowed_forward(Slot& s, const Box& out) {
+    const Layer& l = *s.layer;
+    Tile& in = *s.operands[0];
+    Tile& own = s.own();
+    const Box read = scheduler::window_input(l, out, in.box.c.size());
+    const ConstView x = view_of(in.y, in, read);
+    const View y = view_of(own.y, own, out);
+    switch (l.op) {
+        case OpKind::upsample:
+            DSL_INTERNAL_CHECK(k.upsample, "the kernel set has no kernels for upsampling");
+            return k.upsample->forward(upsample_of(l, read, out), x, y);
+        case OpKind::deconv:
+            DSL_INTERNAL_CHECK(k.deconv, "the kernel set has no kernels for transposed convolutions");
+            return k.deconv->forward(x, s.w.interior(), l.bias ? s.b.data() : nullptr, y, deconv_of(l, read, out));
+        case OpKind::conv:
+            set_padding(in, 0.0f);
+            return k.conv->forward(x, s.w.interior(), l.bias ? s.b.data() : nullptr, y, window_of(l));
+        default:
+            set_padding(in, l.op == OpKind::maxpool ? -std::numeric_limits<float>::infinity() : 0.0f);
+            return k.pool->forward(l.op == OpKind::maxpool ? PoolKind::max : PoolKind::average, x, y, window_of(l));
+    }
+}
+
+// Upsampling and transposed convolution: what an output reads depends on its global index, so the kernels
+// take the views' places; the input view is what `out` reads (tiles.hpp).
+Upsample Trainer::Impl::upsample_of(const Layer& l, const Box& x, const Box& y) const {
+    return Upsample{l.scale, l.linear_upsample(), global_dims(l.inputs[0]).space, Placement{x.origin(), y.origin()}};
+}
+
+Deconv Trainer::Impl::deconv_of(const Layer& l, const Box& x, const Box& y) {
+    return Deconv{l.kernel, l.stride, l.pad, Placement{x.origin(), y.origin()}};
+}
+
+// Posts the input's halo exchange, computes the outputs whose windows lie within what this process
+// holds (its interior, and padding at the tensor's border), then, once the halo is in, the strips that read
+// it (the plan's overlap).
+void Trainer::Impl::overlapped_forward(Slot& s, int index) {
+    const scheduler::OverlapParts& parts = plan_of(index).overlap;
+    Tile& in = *s.operands[0];
+    set_padding(in, s.layer->op == OpKind::maxpool ? -std::numeric_limits<float>::infinity() : 0.0f);
+    start_gather(in);
+    if (!parts.inner.empty()) windowed_forward(s, parts.inner);
+    finish_gather(in);
+    for (const Box& strip : parts.strips) windowed_forward(s, strip);
+}
+
+// The mask of a dropout layer's own tile in the step whose first sample is `first`: its key is the seed's
+// and the layer's, its step the mini-batch's index (first / batch, as `dsl run` numbers steps, so that a
+// resumed run draws what an uninterrupted one does), its coordinates global.
+DropoutMask Trainer::Impl::dropout_mask(const Slot& s, std::int64_t first) const {
+    const Tile& t = *s.tiles.front();
+    DropoutMask m;
+    m.key = splitmix64(config.seed ^ 0x64726f706f7574ull) ^ name_hash(s.layer->name);  // "dropout"
+    m.step = first / config.batch;
+    m.n0 = first + t.box.n.lo;
+    m.at = t.box.origin();
+    m.p = static_cast<float>(s.layer->p);
+    return m;
+}
+
+}  // namespace dsl::backend

@@ -1,0 +1,222 @@
+// The trainer's tiles and buffers, as the plan places and sizes them, its process groups, and the initial
+// parameters, each element a pure function of (seed, layer name, index).
+#include "trainer_impl.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace dsl::backend {
+
+namespace {
+
+// Uniform in (0, 1).
+double uniform(std::uint64_t stream, std::uint64_t i) {
+    return (static_cast<double>(splitmix64(stream ^ splitmix64(i)) >> 11) + 0.5) * 0x1.0p-53;
+}
+
+double normal(std::uint64_t stream, std::uint64_t i) {
+    const double u1 = uniform(stream, 2 * i), u2 = uniform(stream, 2 * i + 1);
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+}
+
+}  // namespace
+
+Trainer::Impl::Impl(const frontend::Network& n, Kernels kernels, TrainConfig c, scheduler::Plan p, Comm* shared)
+    : net(n),
+      k(kernels),
+      mem(kernels.mem()),
+      config(c),
+      plan(std::move(p)),
+      self(shared ? nullptr : self_comm()),
+      comm(shared ? *shared : *self),
+      scratch(mem),
+      staging(mem),
+      targets(mem) {
+    DSL_INTERNAL_CHECK(plan.layers.size() == net.layers.size() && plan.procs == comm.size() &&
+                           plan.rank == comm.rank() && plan.batch == config.batch,
+                       "a plan for another network, process or mini-batch");
+    slots.resize(net.layers.size());
+    for (std::size_t i = 0; i < net.layers.size(); ++i) slots[i].layer = &net.layers[i];
+    allocate();
+    make_groups();
+    initialize();
+    if (config.optimizer != frontend::Optimizer::sgd)
+        for (Slot& s : slots) {
+            if (s.w.size() > 0) s.vw = Tensor(s.w.dims(), {}, mem);
+            if (s.b.size() > 0) s.vb = Tensor(s.b.dims(), {}, mem);
+        }
+    last_lr = config.schedule.lr(config.lr, 0);
+}
+
+// The plan's tiles in the kernels' memory: values with their margins, gradients over the buffers the plan
+// shares among them, and a message buffer for every piece of their exchanges.
+void Trainer::Impl::allocate() {
+    for (std::size_t i = 0; i < slots.size(); ++i) {
+        Slot& s = slots[i];
+        for (const scheduler::TilePlan& tp : plan.layers[i].tiles) {
+            auto t = std::make_unique<Tile>();
+            static_cast<scheduler::TilePlan&>(*t) = tp;
+            s.tiles.push_back(std::move(t));
+        }
+    }
+    for (std::size_t i = 0; i < slots.size(); ++i) {
+        const Layer& l = *slots[i].layer;
+        for (std::size_t j = 0; j < l.inputs.size(); ++j) {
+            const int t = plan.layers[i].operands[j];
+            slots[i].operands.push_back(
+                t < 0 ? nullptr
+                      : slots[static_cast<std::size_t>(l.inputs[j])].tiles[static_cast<std::size_t>(t)].get());
+        }
+    }
+    value_buffers.clear();
+    value_buffers.reserve(plan.value_buffers.size());
+    for (std::int64_t size : plan.value_buffers) value_buffers.emplace_back(mem).resize(size);
+    for (std::size_t i = 0; i < slots.size(); ++i) {
+        if (slots[i].layer->op == OpKind::label) continue;
+        for (auto& t : slots[i].tiles)
+            if (t->forward_buffer >= 0)
+                bind(*t, t->forward_buffer);
+            else
+                t->y = Tensor(t->box.dims(), t->need, mem);
+    }
+    grad_buffers.clear();
+    grad_buffers.reserve(plan.grad_buffers.size());
+    for (std::int64_t size : plan.grad_buffers) grad_buffers.emplace_back(mem).resize(size);
+    for (Slot& s : slots)
+        for (auto& t : s.tiles)
+            if (t->grad_buffer >= 0)
+                t->dy =
+                    Tensor::over(grad_buffers[static_cast<std::size_t>(t->grad_buffer)].data(), t->y.dims(), t->need);
+    for (Slot& s : slots)
+        for (auto& t : s.tiles)
+            for (auto [exchange, messages] :
+                 {std::pair{&t->forward, &t->forward_messages}, std::pair{&t->backward, &t->backward_messages}})
+                for (auto [pieces, buffers] : {std::pair{&exchange->sends, &messages->sends},
+                                               std::pair{&exchange->receives, &messages->receives}})
+                    for (const scheduler::Piece& piece : *pieces)
+                        buffers->emplace_back(mem).resize(piece.box.dims().elements());
+}
+
+// A recomputed layer's tile over value buffer `buffer`, whose memory others used since: its margins are
+// zeroed as a new tile's are, and it holds no halo.
+void Trainer::Impl::bind(Tile& t, int buffer) {
+    t.y = Tensor::over(value_buffers[static_cast<std::size_t>(buffer)].data(), t.box.dims(), t.need);
+    t.y.fill_margins(0.0f, mem);
+    t.padding = 0.0f;
+    t.gathered = -1;
+}
+
+// Before the first write of a gradient: zero where it is accumulated (or partly written), and the margins
+// that go back to the neighbours.
+void Trainer::Impl::clear_gradients(int position) {
+    for (Slot& s : slots)
+        for (auto& t : s.tiles) {
+            if (t->dy.size() == 0 || t->grad_first != position) continue;
+            if (t->zero_grad)
+                mem.fill(t->dy.padded(), 0.0f);
+            else if (!t->backward.empty())
+                t->dy.fill_margins(0.0f, mem);
+        }
+}
+
+// The plan's process groups: each split's sample group is made once, in the order of the layers, the same
+// on every process.
+void Trainer::Impl::make_groups() {
+    std::vector<std::pair<std::string, Comm*>> made;
+    for (std::size_t i = 0; i < slots.size(); ++i) {
+        const scheduler::GroupPlan& g = plan.layers[i].group;
+        switch (g.kind) {
+            case scheduler::GroupPlan::Kind::none: slots[i].group = nullptr; break;
+            case scheduler::GroupPlan::Kind::every: slots[i].group = &comm; break;
+            case scheduler::GroupPlan::Kind::samples: {
+                auto it = std::find_if(made.begin(), made.end(), [&](const auto& m) { return m.first == g.key; });
+                if (it == made.end()) {
+                    groups.push_back(comm.split(g.colour));
+                    it = made.emplace(made.end(), g.key, groups.back().get());
+                }
+                slots[i].group = it->second;
+                break;
+            }
+        }
+    }
+}
+
+// A parameter in the kernels' memory, made from its values on the host.
+Tensor Trainer::Impl::parameter(Dims d, const std::vector<float>& values) {
+    Tensor t(d, {}, mem);
+    mem.upload(values.data(), t.data(), t.size());
+    return t;
+}
+
+// A layer's weights from their values, with gradient and momentum buffers, and its bias (when it has one)
+// uniform in +-bound, PyTorch's default for every bias, drawn from the complement of its weights' stream.
+void Trainer::Impl::set_weights(Slot& s, Dims wd, const std::vector<float>& values, double bound,
+                                std::uint64_t stream) {
+    s.w = parameter(wd, values);
+    s.dw = Tensor(wd, {}, mem);
+    s.mw = Tensor(wd, {}, mem);
+    if (!s.layer->bias) return;
+    const Dims bd{1, s.layer->filters, {}};
+    std::vector<float> b(static_cast<std::size_t>(s.layer->filters));
+    for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(bound * (2.0 * uniform(~stream, i) - 1.0));
+    s.b = parameter(bd, b);
+    s.db = Tensor(bd, {}, mem);
+    s.mb = Tensor(bd, {}, mem);
+}
+
+void Trainer::Impl::initialize() {
+    for (Slot& s : slots) {
+        const Layer& l = *s.layer;
+        const std::uint64_t stream = splitmix64(config.seed) ^ name_hash(l.name);
+        if (l.op == OpKind::conv || l.op == OpKind::fc) {
+            const Dims in = scheduler::extent_of(net.layers[static_cast<std::size_t>(l.inputs[0])], 1);
+            // A convolution's weights {F, C, kernel}; a fully connected layer's {K, every input of a sample}.
+            const Dims wd =
+                l.op == OpKind::conv ? Dims{l.filters, in.c, l.kernel} : Dims{l.filters, in.c * in.points(), {}};
+            const double fan_in = static_cast<double>(wd.c * wd.points());
+            // torchvision's ResNet: Kaiming normal, fan out, for convolutions; PyTorch's default
+            // (uniform, +-1/sqrt(fan in)) for fully connected layers and every bias.
+            const double std_out = std::sqrt(2.0 / static_cast<double>(wd.n * wd.points()));
+            const double bound = 1.0 / std::sqrt(fan_in);
+            std::vector<float> values(static_cast<std::size_t>(wd.elements()));
+            for (std::size_t i = 0; i < values.size(); ++i)
+                values[i] = static_cast<float>(l.op == OpKind::conv ? std_out * normal(stream, i)
+                                                                    : bound * (2.0 * uniform(stream, i) - 1.0));
+            set_weights(s, wd, values, bound, stream);
+        } else if (l.op == OpKind::deconv) {
+            // PyTorch's ConvTranspose2d default: weights {C_in, C_out, kernel} and bias uniform in
+            // +-1/sqrt(fan in), its fan in C_out times the kernel's taps (the weights' second dimension on).
+            const Dims in = scheduler::extent_of(net.layers[static_cast<std::size_t>(l.inputs[0])], 1);
+            const Dims wd{in.c, l.filters, l.kernel};
+            const double bound = 1.0 / std::sqrt(static_cast<double>(wd.c * wd.points()));
+            std::vector<float> values(static_cast<std::size_t>(wd.elements()));
+            for (std::size_t i = 0; i < values.size(); ++i)
+                values[i] = static_cast<float>(bound * (2.0 * uniform(stream, i) - 1.0));
+            set_weights(s, wd, values, bound, stream);
+        } else if (l.op == OpKind::groupnorm) {
+            // PyTorch's affine group norm: scale 1, shift 0; the statistics are per sample, made in forward.
+            const Dims d{1, l.shape.dims[0], {}};
+            s.w = parameter(d, std::vector<float>(static_cast<std::size_t>(d.c), 1.0f));
+            s.dw = Tensor(d, {}, mem);
+            s.mw = Tensor(d, {}, mem);
+            s.b = Tensor(d, {}, mem);
+            s.db = Tensor(d, {}, mem);
+            s.mb = Tensor(d, {}, mem);
+        } else if (l.op == OpKind::batchnorm) {
+            const auto c = static_cast<std::size_t>(l.shape.dims[0]);
+            const Dims d{1, l.shape.dims[0], {}};
+            s.w = parameter(d, std::vector<float>(c, 1.0f));
+            s.dw = Tensor(d, {}, mem);
+            s.mw = Tensor(d, {}, mem);
+            s.b = Tensor(d, {}, mem);
+            s.db = Tensor(d, {}, mem);
+            s.mb = Tensor(d, {}, mem);
+            s.mean.assign(c, 0.0f);
+            s.inv_std.assign(c, 1.0f);
+            s.running_mean.assign(c, 0.0f);
+            s.running_var.assign(c, 1.0f);
+        }
+    }
+}
+
+}  // namespace dsl::backend

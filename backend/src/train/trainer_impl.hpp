@@ -1,0 +1,270 @@
+// The trainer's state (Trainer::Impl): the plan's tiles with their memory, the parameters, the buffers
+// the steps share, and the profile's timeline. Its member functions are defined by concern, a file each, as
+// listed below; what every file uses (the tile views, waits and gradient writers) is defined here.
+#pragma once
+
+#include <dsl/backend/trainer.hpp>
+
+#include "../random/splitmix.hpp"
+
+#include <dsl/base/error.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace dsl::backend {
+
+using frontend::Layer;
+using frontend::OpKind;
+using scheduler::Box;
+
+// FNV-1a of a layer's name: the part of a parameter's or a dropout mask's stream that is the layer's.
+inline std::uint64_t name_hash(const std::string& s) {
+    std::uint64_t h = 0xcbf29ce484222325ull;
+    for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+    return h;
+}
+
+inline Window window_of(const Layer& l) {
+    Window w{l.kernel, l.stride, l.kernel};
+    for (int d = 0; d < l.kernel.rank(); ++d) w.dilation[d] = scheduler::window_dilation(l, d);
+    return w;
+}
+
+// An element-wise layer's function; the trainer's switches give every other kind a case of its own.
+inline frontend::Activation elementwise(const Layer& l) {
+    DSL_INTERNAL_CHECK(l.kind().elementwise(),
+                       std::string("the trainer has no kernels for layer kind '") + l.kind().name + "'");
+    return l.kind().activation;
+}
+
+inline float activation_slope(const Layer& l) { return static_cast<float>(l.activation_slope()); }
+
+struct Trainer::Impl {
+    // The message buffers of one direction of a tile's exchange, one per piece of the plan, in its order.
+    struct Messages {
+        std::vector<Buffer> sends, receives;
+    };
+
+    // A tile of the plan with its memory: its values and gradient (with the margins the plan gives it), what
+    // its margins hold now, and its message buffers.
+    struct Tile : scheduler::TilePlan {
+        Tensor y, dy;
+        float padding = 0.0f;  // what the margins outside the tensor hold now
+        Messages forward_messages, backward_messages;
+        std::int64_t gathered = -1;   // the step whose halos (or copy) it holds
+        std::int64_t scattered = -1;  // the step whose gradient it has sent back
+    };
+
+    struct Slot {
+        const Layer* layer = nullptr;
+        std::vector<std::unique_ptr<Tile>> tiles;  // the own tile first, then copies
+        std::vector<Tile*> operands;               // per input: the tile this layer reads
+        std::vector<std::int32_t> labels;          // a loss's labels, over its logits tile
+        Comm* group = nullptr;                     // batch and group norm, global pooling: who sums statistics
+
+        // Parameters, in the kernels' memory: weights (or batch-norm scale) and bias (or shift, {1, C, 1, 1}),
+        // their gradients and momenta. A layer without a bias has empty b, db, mb.
+        Tensor w, dw, mw, b, db, mb;
+        // Adam's second moments (its first are mw and mb); empty under sgd.
+        Tensor vw, vb;
+        // Batch norm, on the host: the step's statistics (per channel; group norm's per sample and group), and
+        // batch norm's running ones.
+        std::vector<float> mean, inv_std, running_mean, running_var;
+
+        Tile& own() { return *tiles.front(); }
+    };
+
+    const frontend::Network& net;
+    Kernels k;
+    Memory& mem;  // the kernels' memory: every tile, parameter and message buffer
+    TrainConfig config;
+    const scheduler::Plan plan;
+    std::unique_ptr<Comm> self;  // a run on one process
+    Comm& comm;
+    std::vector<std::unique_ptr<Comm>> groups;
+    std::vector<Slot> slots;
+    std::vector<Buffer> grad_buffers;    // the memory under every tile's dy
+    std::vector<Buffer> value_buffers;   // and under recomputed layers' values (plan_recompute)
+    std::vector<double> sums_a, sums_b;  // per-channel reductions
+    std::vector<float> scratch_values;   // on the host: global pooling's values, batch-norm gradients
+    Buffer scratch;                      // gradients of tensors with several readers, before they are added
+    Buffer staging;                      // an input tile from the data source, on its way to the kernels' memory
+    Buffer targets;                      // a regression loss's targets, in the kernels' memory
+    std::vector<float> host_targets;     // and on the host, as the data source gives them
+    std::vector<float> host_tile;
+    // state()'s copies of the parameters in a GPU's memory, each with where it came from.
+    struct StateCopy {
+        float* kernel;
+        std::vector<float> host;
+    };
+    std::vector<StateCopy> host_state;
+    std::vector<LossValue> losses;  // the last forward's, per loss layer
+    std::int64_t step_index = 0;
+    std::int64_t updates = 0;  // the optimizer's steps (Adam's t before its next update)
+    double last_lr = 0.0;
+    std::int64_t step_first = 0;      // the last forward's first sample, which backward's dropout masks draw from
+    bool step_training = false;       // and whether it was a training step's
+    DataSource* step_data = nullptr;  // and its data, which backward's recomputations read again
+    bool recomputing = false;         // a forward run again in backward (recompute=on)
+    std::int64_t sent_bytes = 0;
+
+    // Profiling: `waited` collects the seconds spent in communication waits since the current layer began.
+    using Clock = std::chrono::steady_clock;
+    bool profiling = false;
+    StepProfile profile;
+    double waited = 0.0;
+    static double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+    // On a GPU, kernels run after their calls return: while profiling, the clock is read only once the
+    // kernels started before it have ended (which serializes what would overlap).
+    // While profiling, the step's timeline (StepProfile::events) is made as it runs: `segment` is the compute
+    // event open now (it ends where the next begins), `posted` the halo exchange or shuffle posted and not yet
+    // waited for, `open_allreduces` the weight-gradient allreduces started and not yet seen complete (each
+    // with its requests among those started since the last finish).
+    using Kind = ProfileEvent::Kind;
+    using Phase = ProfileEvent::Phase;
+    ProfileEvent segment, posted;
+    bool segment_open = false, posted_open = false;
+    struct OpenAllreduce {
+        std::size_t event, first, count;
+    };
+    std::vector<OpenAllreduce> open_allreduces;
+    std::size_t allreduce_requests = 0;
+
+    static bool exchange_wait(Kind k) {
+        return k == Kind::wait_halo || k == Kind::wait_shuffle || k == Kind::wait_halo_back ||
+               k == Kind::wait_shuffle_back;
+    }
+
+    // A wait for other processes: `waiting` says for what (a sum's `bytes` are its message's).
+    template <typename Wait>
+    void wait(Kind waiting, Wait&& w, std::int64_t bytes = 0) {
+        if (!profiling) return w();
+        const double t0 = now();
+        w();
+        const double t1 = now();
+        waited += t1 - t0;
+        if (exchange_wait(waiting) && !posted_open) return;  // nothing was sent: copies within this process
+        close_segment(t0);
+        // A halo or shuffle is its reader's, and so is the wait for it (a gradient's halo goes back to the
+        // layer that made the tensor, while that layer's backward waits for it), as the model counts it.
+        const int layer = exchange_wait(waiting) ? posted.layer : segment.layer;
+        profile.events.push_back(ProfileEvent{waiting, segment.phase, layer, t0, t1, 0});
+        segment.start = t1;
+        if (waiting == Kind::wait_sum)
+            profile.events.push_back(ProfileEvent{Kind::sum, segment.phase, segment.layer, t0, t1, bytes});
+        if (exchange_wait(waiting)) {
+            posted.end = t1;
+            profile.events.push_back(posted);
+            posted_open = false;
+        }
+    }
+
+    Impl(const frontend::Network& n, Kernels kernels, TrainConfig c, scheduler::Plan p, Comm* shared);
+
+    const Dims& global_dims(int layer) const { return plan.layers[static_cast<std::size_t>(layer)].whole; }
+    const scheduler::LayerPlan& plan_of(int layer) const { return plan.layers[static_cast<std::size_t>(layer)]; }
+    bool overlap_of(int layer) const {
+        return plan.layers[static_cast<std::size_t>(layer)].dist.overlap.value_or(false);
+    }
+
+    // Whether a windowed layer overlaps its input's halo exchange with the interior's compute, as the plan says.
+    bool overlaps(int index) const { return plan_of(index).overlapped; }
+
+    // Writes an input's gradient through `compute(target)`: straight into the tile's gradient when this layer
+    // is its only reader, else into scratch that is then added to it.
+    template <typename Compute>
+    void input_gradient(Tile& in, const Box& part, Compute&& compute) {
+        const View target = view_of(in.dy, in, part);
+        if (in.readers == 1) {
+            compute(target);
+            return;
+        }
+        const View computed = dense_view(scratch.reserve(target.dims.elements()), target.dims);
+        compute(computed);
+        k.eltwise->accumulate(computed, target);
+    }
+
+    template <typename Compute>
+    void interior_gradient(Tile& in, Compute&& compute) {
+        input_gradient(in, in.box, std::forward<Compute>(compute));
+    }
+
+    bool is_input(const Tile* t) const {
+        return net.layers[static_cast<std::size_t>(t->spec.layer)].op == OpKind::input;
+    }
+
+    // Dropout is on in training steps unless the config turns it off (evaluation).
+    bool dropping(bool training) const { return training && config.training; }
+
+    // setup.cpp: the tiles and buffers the plan gives, the process groups, the initial parameters.
+    void allocate();
+    void bind(Tile& t, int buffer);
+    void clear_gradients(int position);
+    void make_groups();
+    Tensor parameter(Dims d, const std::vector<float>& values);
+    void set_weights(Slot& s, Dims wd, const std::vector<float>& values, double bound, std::uint64_t stream);
+    void initialize();
+
+    // exchange.cpp: halo exchange and redistribution, padding, and the inputs that the data source makes.
+    static View view_of(Tensor& tensor, const Tile& t, const Box& b);
+    void start(const scheduler::Exchange& p, Messages& m, int tag, Tensor& from, const Tile& from_tile, bool at_source,
+               Kind kind, int layer);
+    int reader_of(const Tile& t) const;
+    void start_gather(Tile& t);
+    void finish_gather(Tile& t);
+    void gather(Tile& t);
+    void start_scatter(Tile& t);
+    void finish_scatter(Tile& t);
+    void scatter(Tile& t);
+    void set_padding(Tile& t, float v);
+    void make_input(DataSource& data, Tile& t, std::int64_t first);
+    void make_input_part(DataSource& data, Tile& t, std::int64_t first, const scheduler::Piece& part);
+    void to_host(ConstView v, std::vector<float>& out);
+    Tile& ready(DataSource* data, std::int64_t first, Tile& t);
+
+    // forward.cpp: the forward pass, layer by layer, and the overlap of halos with windowed layers.
+    ConstView windowed_input(const Layer& l, int index);
+    double forward(DataSource& data, std::int64_t first, bool training);
+    void forward_layer(DataSource& data, std::int64_t first, bool training, std::size_t i, double& loss);
+    void windowed_forward(Slot& s, const Box& out);
+    Upsample upsample_of(const Layer& l, const Box& x, const Box& y) const;
+    static Deconv deconv_of(const Layer& l, const Box& x, const Box& y);
+    void overlapped_forward(Slot& s, int index);
+    DropoutMask dropout_mask(const Slot& s, std::int64_t first) const;
+
+    // losses.cpp: the losses, whose gradients are written in forward.
+    double loss_layer(Slot& s, DataSource& data, std::int64_t first, bool training);
+    double regression_layer(Slot& s, DataSource& data, std::int64_t first, bool training);
+
+    // normalization.cpp: batch and group norm, forward beside backward, with their statistics' sums.
+    double group_count(const Slot& s) const;
+    void batchnorm_forward(Slot& s, bool training);
+    void group_sum(Slot& s, bool speaks);
+    void batchnorm_backward(Slot& s, bool speaks);
+    double groupnorm_count(const Slot& s) const;
+    void groupnorm_forward(Slot& s);
+    void groupnorm_backward(Slot& s, bool speaks);
+
+    // backward.cpp: the backward pass, layer by layer, and the recomputation it runs first.
+    Kind first_backward_part(const Slot& s) const;
+    void backward();
+    void recompute_for(int index);
+    void backward_layer(int index);
+
+    // update.cpp: the gradients' allreduce and the optimizer's update.
+    void allreduce_gradients(Slot& s, bool speaks);
+    void update();
+
+    // timeline.cpp: the profile's timeline, made as the step runs.
+    double now();
+    void close_segment(double t);
+    void mark(Phase phase, Kind kind, int layer);
+    void observe_allreduces(bool all);
+    double layer_time(Clock::time_point t0);
+};
+
+}  // namespace dsl::backend

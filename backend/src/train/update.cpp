@@ -1,0 +1,62 @@
+// The weight gradients' sum over every process, started as backward makes them, and the optimizer's update
+// (SGD with momentum, Adam, AdamW) once they are in.
+#include "trainer_impl.hpp"
+
+namespace dsl::backend {
+
+// Starts the sum of a layer's weight gradients over every process; a replica that does not speak for
+// its group adds zeros.
+void Trainer::Impl::allreduce_gradients(Slot& s, bool speaks) {
+    if (comm.size() == 1) return;
+    if (!speaks) {
+        mem.fill(s.dw.padded(), 0.0f);
+        if (s.db.size() > 0) mem.fill(s.db.padded(), 0.0f);
+    }
+    if (profiling) {
+        const std::size_t requests = (s.dw.size() > 0 ? 1 : 0) + (s.db.size() > 0 ? 1 : 0);
+        open_allreduces.push_back(OpenAllreduce{profile.events.size(), allreduce_requests, requests});
+        allreduce_requests += requests;
+        const auto bytes = static_cast<std::int64_t>(sizeof(float)) * (s.dw.size() + s.db.size());
+        const double t = now();
+        profile.events.push_back(ProfileEvent{Kind::allreduce, Phase::backward, segment.layer, t, t, bytes});
+    }
+    comm.start_allreduce(s.dw.data(), s.dw.size());
+    if (s.db.size() > 0) comm.start_allreduce(s.db.data(), s.db.size());
+}
+
+void Trainer::Impl::update() {
+    const auto t0 = Clock::now();
+    waited = 0.0;
+    mark(Phase::update, Kind::update, -1);
+    wait(Kind::wait_allreduces, [&] { comm.finish_allreduces(); });
+    observe_allreduces(true);
+    allreduce_requests = 0;
+    // The same on every process: the schedule's rate at this step, and Adam's t.
+    last_lr = config.schedule.lr(config.lr, updates);
+    ++updates;
+    if (config.optimizer == frontend::Optimizer::sgd) {
+        const auto lr = static_cast<float>(last_lr), momentum = static_cast<float>(config.momentum),
+                   decay = static_cast<float>(config.weight_decay);
+        for (Slot& s : slots) {
+            if (s.w.size() == 0) continue;
+            k.eltwise->sgd(s.w.data(), s.mw.data(), s.dw.data(), s.w.size(), lr, momentum, decay);
+            if (s.b.size() > 0) k.eltwise->sgd(s.b.data(), s.mb.data(), s.db.data(), s.b.size(), lr, momentum, decay);
+        }
+    } else {
+        const AdamStep a = adam_step(config.optimizer == frontend::Optimizer::adamw, last_lr, config.beta1,
+                                     config.beta2, config.eps, config.weight_decay, updates);
+        for (Slot& s : slots) {
+            if (s.w.size() == 0) continue;
+            k.eltwise->adam(s.w.data(), s.mw.data(), s.vw.data(), s.dw.data(), s.w.size(), a);
+            if (s.b.size() > 0) k.eltwise->adam(s.b.data(), s.mb.data(), s.vb.data(), s.db.data(), s.b.size(), a);
+        }
+    }
+    if (profiling) {
+        profile.update = layer_time(t0), profile.update_wait = waited;
+        profile.end = now();
+        close_segment(profile.end);
+        segment_open = false;
+    }
+}
+
+}  // namespace dsl::backend

@@ -1,0 +1,277 @@
+// What `dsl run`, `dsl eval` and `dsl predict` share (run_setup.hpp): the mini-batch and the schedule a run
+// executes, where it computes (CPU or GPU, and its communicator), its trainer, and the processes it runs on.
+#include "run_setup.hpp"
+
+#include "commands.hpp"
+#include "launch.hpp"
+#include "planning.hpp"
+
+#include <dsl/backend/gpu.hpp>
+#include <dsl/base/error.hpp>
+
+#include <fmt/format.h>
+
+#include <iostream>
+#include <memory>
+
+namespace dsl::cli {
+
+std::int64_t run_batch(const Checked& c, const RunOptions& o) {
+    return o.batch.value_or(c.schedule && c.schedule->batch ? *c.schedule->batch : default_batch);
+}
+
+namespace {
+
+// What the schedule leaves open that a run needs, or empty. `procs` may come from --procs.
+std::string open_fields(const frontend::Network& net, const scheduler::Schedule& s) {
+    if (!s.procs) return "the processor count (set 'procs' in the schedule, or --procs)";
+    for (std::size_t i = 0; i < s.layers.size(); ++i) {
+        if (net.layers[i].is_data()) continue;  // their readers' splits
+        const auto& d = s.layers[i];
+        const char* what = !d.split ? "the split" : !d.overlap ? "overlap" : !d.bn ? "bn" : nullptr;
+        if (what) return fmt::format("{} of layer '{}'", what, net.layers[i].name);
+    }
+    return {};
+}
+
+// Where a run computes: --device, else with --auto-schedule the device of the platform it schedules for, else
+// the CPU. On a GPU, the platform's workspace (when it gives one) bounds the convolutions' scratch.
+struct Placement {
+    bool gpu = false;
+    std::optional<std::int64_t> workspace;
+};
+
+std::optional<Placement> placement(const RunOptions& o, const Checked& c, Output& io) {
+    Placement p;
+    p.gpu = o.device == "gpu";
+    const bool named = o.auto_schedule || (p.gpu && c.schedule && c.schedule->platform);
+    if (!named) return p;
+    SourceManager sources;
+    Diagnostics diags;
+    const auto platform = resolve_platform(o.platform, c.schedule, sources, diags);
+    if (!platform) {
+        diags.render(io.err(), stderr_color());
+        return std::nullopt;
+    }
+    const bool gpu_platform = platform->platform.device == scheduler::Device::gpu;
+    if (o.device.empty()) p.gpu = o.auto_schedule && gpu_platform;
+    if (p.gpu && gpu_platform && platform->platform.workspace > 0)
+        p.workspace = static_cast<std::int64_t>(platform->platform.workspace);
+    return p;
+}
+
+// A GPU run's kernels and communicator: the GPU of this process's local rank, NCCL when each process of the
+// node has a GPU of its own (unless --gpu-comm mpi), else MPI through host memory.
+struct GpuRun {
+    backend::Kernels kernels;
+    std::unique_ptr<backend::Comm> comm;
+    bool nccl = false;
+};
+
+GpuRun gpu_run(const RunOptions& o, const Placement& p, std::unique_ptr<backend::Comm> host) {
+    const int devices = backend::gpu_devices();
+    backend::gpu_select(backend::gpu_for_local_rank(backend::launched_local_rank(), devices));
+    backend::GpuOptions options;
+    if (p.workspace) options.workspace = *p.workspace;
+    options.tf32 = o.tf32;
+    GpuRun run;
+    run.kernels = backend::gpu_kernels(options);
+    const bool own_gpus = backend::launched_local_size() <= devices;
+    run.nccl = host->size() > 1 && (o.gpu_comm == "nccl" || (o.gpu_comm == "auto" && own_gpus));
+    run.comm = backend::gpu_comm(std::move(host), run.nccl);
+    return run;
+}
+
+// --auto-schedule: what the schedule leaves open (everything, without one) filled by the auto-scheduler for
+// the platform the schedule names (or --platform, or 'local'). Every process computes the same schedule.
+std::optional<scheduler::Schedule> auto_schedule(const Checked& c, const RunOptions& o, std::string& why, Output& io) {
+    const auto& net = c.net.net;
+    const auto& s = c.schedule;
+    const auto run = run_procs(o.procs, s, why);
+    if (!run && !why.empty()) return std::nullopt;
+    const std::int64_t procs = run.value_or(backend::launched_size());  // under a launcher: those it started
+    SourceManager sources;
+    Diagnostics diags;
+    auto platform = resolve_platform(o.platform, s, sources, diags);
+    if (!platform) {
+        diags.render(io.err(), stderr_color());
+        why = "no platform for the auto-scheduler";
+        return std::nullopt;
+    }
+    const std::int64_t batch = run_batch(c, o);
+    if (!measure_local(*platform, o.net, net, {procs}, batch, why)) return std::nullopt;
+    scheduler::Model model(net, platform->platform, procs, batch);
+    const auto result = fill_schedule(net, s, model, procs, batch, why);
+    if (!result) return std::nullopt;
+    // Said once: by the process that trains, not by the one that starts the others under mpirun.
+    if (procs > 1 && !backend::under_mpi()) return result->schedule;
+    const scheduler::Prediction p = model.predict(result->schedule);
+    // As `dsl schedule` writes it, to be saved and reused.
+    scheduler::Schedule chosen = result->schedule;
+    chosen.batch = batch;
+    const std::string header = fmt::format(
+        "Chosen by 'dsl run --auto-schedule' for {} on {} process{} of '{}', mini-batch {}.\n"
+        "Predicted: {} ms per step, {} per process (of {}).",
+        o.net, procs, procs == 1 ? "" : "es", platform->text, batch, milliseconds(p.step), human_bytes(p.memory),
+        human_bytes(p.memory_limit));
+    (o.json ? io.err() : io.out()) << fmt::format(
+        "auto-schedule for {} process{} on '{}': {} ms per step predicted, {} per process; as a "
+        ".sched file:\n{}\n",
+        procs, procs == 1 ? "" : "es", platform->text, milliseconds(p.step), human_bytes(p.memory),
+        scheduler::schedule_text(net, chosen, header, platform->text));
+    return result->schedule;
+}
+
+}  // namespace
+
+std::optional<scheduler::Schedule> run_schedule(const Checked& c, const RunOptions& o, std::string& why, Output& io) {
+    const auto& net = c.net.net;
+    if (!o.platform.empty() && !o.auto_schedule) {
+        why =
+            "--platform is the platform --auto-schedule plans for, and has no effect without it (to run on a "
+            "GPU: --device gpu)";
+        return std::nullopt;
+    }
+    if (o.auto_schedule) return auto_schedule(c, o, why, io);
+    if (!c.schedule) {
+        if (o.procs && *o.procs != 1) {
+            why =
+                fmt::format("--procs {} needs a schedule that says how to split the network (a .sched file)", *o.procs);
+            return std::nullopt;
+        }
+        scheduler::Schedule s;
+        s.procs = 1;
+        s.layers.assign(net.layers.size(), scheduler::Distribution{scheduler::Split{}, false, {}, {}});
+        for (auto& d : s.layers) d.bn = scheduler::BatchNormStats::batch;
+        return s;
+    }
+    scheduler::Schedule s = *c.schedule;
+    s.procs = run_procs(o.procs, s, why);
+    if (!why.empty()) return std::nullopt;
+    if (!s.procs && backend::under_mpi()) s.procs = backend::launched_size();  // under a launcher: those it started
+    if (std::string open = open_fields(net, s); !open.empty()) {
+        why = fmt::format(
+            "the schedule leaves {} open: fill it with --auto-schedule, or set it in the schedule "
+            "('dsl check' shows what is open)",
+            open);
+        return std::nullopt;
+    }
+    const std::int64_t batch = run_batch(c, o);
+    for (std::size_t i = 0; i < s.layers.size(); ++i) {
+        const scheduler::Split& split = *s.layers[i].split;
+        if (split.procs() != *s.procs) {
+            why =
+                fmt::format("the split {} uses {} processes, but the run has {}", split.str(), split.procs(), *s.procs);
+            return std::nullopt;
+        }
+    }
+    why = batch_problem(net, s, batch);
+    if (!why.empty()) return std::nullopt;
+    if (o.device != "gpu") {
+        // Refused before training when the model says it cannot fit this machine's memory (on a GPU, the
+        // device's memory is the platform's business: explain says it).
+        SourceManager sources;
+        Diagnostics diags;
+        if (const auto machine = machine_platform(sources, diags)) {
+            const scheduler::Model model(net, machine->platform, *s.procs, batch);
+            why = does_not_fit(model.predict(s));
+            if (!why.empty()) return std::nullopt;
+        }
+    }
+    return s;
+}
+
+std::unique_ptr<backend::Trainer> make_trainer(const frontend::Network& net, const scheduler::Schedule& schedule,
+                                               backend::Kernels kernels, const backend::TrainConfig& config,
+                                               backend::Comm& comm) {
+    return std::make_unique<backend::Trainer>(
+        net, kernels, config, scheduler::make_plan(net, schedule, config.batch, comm.rank(), comm.size()), &comm);
+}
+
+bool agree(backend::Comm& comm, bool ok, const std::string& message) {
+    const double none = -static_cast<double>(comm.size());
+    const double first = -comm.max(ok ? none : -static_cast<double>(comm.rank()));
+    if (first == -none) return true;
+    if (!ok && static_cast<int>(first) == comm.rank()) std::cerr << message;
+    return false;
+}
+
+int on_processes(const RunOptions& o, const Checked& checked, const scheduler::Schedule& schedule, Output& io,
+                 const RunBody& body) {
+    const bool mpi = backend::under_mpi();
+    const std::int64_t procs = *schedule.procs;
+    const auto where = placement(o, checked, io);
+    if (!where) return user_error;
+    if (where->gpu) {
+        std::string none;
+        if (backend::gpu_devices(&none) == 0) {
+            io.err() << fmt::format("error: cannot train on a GPU ({}): {}\n",
+                                    o.device.empty() ? "the platform's device" : "--device gpu", none);
+            return user_error;
+        }
+        if (o.kernels != "cpu") {
+            io.err() << "error: --kernels " << o.kernels << " runs on the CPU, not with --device gpu\n";
+            return usage;
+        }
+        // This node's processes: those mpirun started here, or those dsl is about to start.
+        const std::int64_t here = mpi ? backend::launched_local_size() : procs;
+        if (o.gpu_comm == "nccl" && here > backend::gpu_devices()) {
+            io.err() << fmt::format("error: --gpu-comm nccl needs a GPU per process, but {} processes share {} GPU{}\n",
+                                    here, backend::gpu_devices(), backend::gpu_devices() == 1 ? "" : "s");
+            return usage;
+        }
+    }
+    if (procs > 1 && !mpi) return launch_mpi(procs, {program_arguments().begin() + 1, program_arguments().end()});
+
+    std::unique_ptr<backend::Comm> comm = mpi ? backend::mpi_world() : backend::self_comm();
+    const int rank = comm->rank(), size = comm->size();
+    int code = ok;
+    try {
+        backend::Kernels kernels = o.kernels == "reference" ? backend::reference_kernels() : backend::cpu_kernels();
+        if (where->gpu) {
+            GpuRun run = gpu_run(o, *where, std::move(comm));
+            kernels = run.kernels;
+            comm = std::move(run.comm);
+            const int gpus = backend::gpu_devices(), here = backend::launched_local_size();
+            io.out() << fmt::format("on {} ({} GPU{} for {} process{} of this node{})\n", backend::gpu_name(), gpus,
+                                    gpus == 1 ? "" : "s", here, here == 1 ? "" : "es",
+                                    size == 1  ? ""
+                                    : run.nccl ? "; messages over NCCL"
+                                               : "; messages through host memory over MPI");
+        }
+        if (comm->size() != *schedule.procs) {
+            io.err() << fmt::format(
+                "error: the run has {} processes, but the schedule needs {}: start it with "
+                "'mpirun -np {}', or as plain 'dsl {}' to let dsl start them\n",
+                comm->size(), *schedule.procs, *schedule.procs, program_arguments().at(1));
+            code = usage;
+        } else {
+            code = body(kernels, *comm);
+        }
+    } catch (const std::bad_alloc&) {
+        if (!mpi || size == 1) throw;
+        std::cerr << fmt::format(
+            "error: process {} of {} ran out of memory; a schedule that splits the rows and "
+            "columns more ways divides the activations further\n",
+            rank, size);
+        backend::mpi_abort(user_error);
+    } catch (const UserError& e) {
+        if (!mpi || size == 1) throw;
+        // A user error that only this process met (the others may wait for it): end them all, having said it.
+        std::cerr << fmt::format("error: process {} of {}: {}\n", rank, size, e.what());
+        backend::mpi_abort(user_error);
+    } catch (const std::exception& e) {
+        if (!mpi || size == 1) throw;
+        // The others wait for this process in a collective or an exchange: end them all, having said why.
+        std::cerr << fmt::format(
+            "dsl: internal error on process {} of {}: {}\nThis is a bug in dsl; please report "
+            "it.\n",
+            rank, size, e.what());
+        backend::mpi_abort(internal);
+    }
+    comm.reset();
+    if (mpi) backend::mpi_finalize();
+    return code;
+}
+
+}  // namespace dsl::cli
