@@ -3,11 +3,14 @@
 # layer recomputed in backward but the ReLUs (recompute=on; their outputs, one tensor of three in a
 # conv-batchnorm-ReLU network, are what backward starts each recomputation from): the peak memory of each,
 # their median ms per step, and what `dsl explain` predicts of both. Targets of the issue that asked for it:
-# at least 40% less memory for a step at most 1.35 times as long, each predicted within 10%.
+# at least 40% less memory for a step at most 1.35 times as long, each predicted within 10%. The same for
+# 16-bit storage (RECOMPUTE names any entries; LABEL heads their columns): activations, as `dsl explain`
+# counts them, halved, and the step time against float32's.
 #
 #   bench/recompute.sh                                 # bench/mesh_stack_512.net and bench/unet_512.net
 #   BATCH=8 STEPS=6 bench/recompute.sh bench/mesh_stack_512.net
 #   RECOMPUTE='layer *.conv recompute=on' bench/recompute.sh samples/mesh_tiny.net
+#   RECOMPUTE='default precision=bfloat16' LABEL=bf16 bench/recompute.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DSL=${DSL:-build/cli/dsl}
@@ -15,6 +18,7 @@ STEPS=${STEPS:-5}
 WARMUP=${WARMUP:-2}
 BATCH=${BATCH:-4}
 RECOMPUTE=${RECOMPUTE:-$'default recompute=on\nlayer *.relu recompute=off'}
+LABEL=${LABEL:-recomp}
 nets=("$@")
 ((${#nets[@]})) || nets=(bench/mesh_stack_512.net bench/unet_512.net)
 tmp=$(mktemp -d)
@@ -29,11 +33,12 @@ predicted() {
     "$DSL" explain "$1" "$2" --json | /usr/bin/python3 -c '
 import json, sys
 j = json.load(sys.stdin)
-print(j["seconds"]["step"] * 1000 if sys.argv[1] == "step" else j["memory_bytes"]["total"] / 2**20)' "$3"
+f = sys.argv[1]
+print(j["seconds"]["step"] * 1000 if f == "step" else j["memory_bytes"]["total" if f == "memory" else f] / 2**20)' "$3"
 }
 
-printf '\n  %-26s %5s %10s %10s %7s %10s %10s %7s %18s %18s\n' network batch "kept MiB" "recomp MiB" ratio \
-    "kept ms" "recomp ms" ratio "predicted MiB" "predicted ms"
+printf '\n  %-26s %5s %10s %10s %7s %10s %10s %7s %18s %18s %22s\n' network batch "kept MiB" "$LABEL MiB" ratio \
+    "kept ms" "$LABEL ms" ratio "predicted MiB" "predicted ms" "predicted activations"
 for net in "${nets[@]}"; do
     printf 'procs = 1\nbatch = %s\ndefault N=1\n' "$BATCH" >"$tmp/kept.sched"
     { cat "$tmp/kept.sched"; echo "$RECOMPUTE"; } >"$tmp/recomputed.sched"
@@ -43,10 +48,11 @@ for net in "${nets[@]}"; do
     ms() { calc "$(sed -n 's/.*"seconds":\([-0-9.e+]*\).*/\1/p' "$1" | tail -n +$((WARMUP + 1)) | median) * 1000"; }
     kept_mib=$(peak "$tmp/kept.out") re_mib=$(peak "$tmp/recomputed.out")
     kept_ms=$(ms "$tmp/kept.jsonl") re_ms=$(ms "$tmp/recomputed.jsonl")
-    printf '  %-26s %5s %10s %10s %7.3f %10.1f %10.1f %7.3f %8.0f %8.0f %8.0f %8.0f\n' "$net" "$BATCH" "$kept_mib" \
+    printf '  %-26s %5s %10s %10s %7.3f %10.1f %10.1f %7.3f %8.0f %8.0f %8.0f %8.0f %10.0f %10.0f\n' "$net" "$BATCH" "$kept_mib" \
         "$re_mib" "$(calc "$re_mib / $kept_mib")" "$kept_ms" "$re_ms" "$(calc "$re_ms / $kept_ms")" \
         "$(predicted "$net" "$tmp/kept.sched" memory)" "$(predicted "$net" "$tmp/recomputed.sched" memory)" \
-        "$(predicted "$net" "$tmp/kept.sched" step)" "$(predicted "$net" "$tmp/recomputed.sched" step)"
+        "$(predicted "$net" "$tmp/kept.sched" step)" "$(predicted "$net" "$tmp/recomputed.sched" step)" \
+        "$(predicted "$net" "$tmp/kept.sched" activations)" "$(predicted "$net" "$tmp/recomputed.sched" activations)"
 done
-echo "  (predicted: kept, then recomputed; ratio: recomputed over kept)"
+echo "  (predicted: kept, then $LABEL; ratio: $LABEL over kept)"
 echo "  targets: memory ratio <= 0.60, step ratio <= 1.35, predictions within 10%"

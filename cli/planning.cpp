@@ -223,8 +223,8 @@ std::string does_not_fit(const scheduler::Prediction& p) {
     if (p.memory_limit <= 0 || p.memory <= p.memory_limit) return "";
     return fmt::format(
         "this schedule does not fit: it needs {} per process, {} more than the {} a process has; recomputing "
-        "layers in backward (recompute=on, or recompute=? for the auto-scheduler to choose), more processes or "
-        "a smaller mini-batch would make it fit",
+        "layers in backward (recompute=on, or recompute=? for the auto-scheduler to choose), keeping outputs in "
+        "16 bits (precision=bfloat16, or precision=?), more processes or a smaller mini-batch would make it fit",
         human_bytes(p.memory), human_bytes(p.memory - p.memory_limit), human_bytes(p.memory_limit));
 }
 
@@ -240,17 +240,24 @@ std::string explain_table(const frontend::Network& net, const scheduler::Predict
     // The recomputation column only where some layer is recomputed.
     const bool recomputes =
         std::any_of(p.layers.begin(), p.layers.end(), [](const auto& lp) { return lp.dist.recompute.value_or(false); });
+    // And the precision column only where some layer keeps its output in 16 bits.
+    auto narrowed = [](const scheduler::LayerPrediction& lp) {
+        return !lp.dist.recompute.value_or(false) &&
+               lp.dist.precision.value_or(scheduler::Precision::float32) != scheduler::Precision::float32;
+    };
+    const bool narrows = std::any_of(p.layers.begin(), p.layers.end(), narrowed);
     auto row = [&](auto&&... cols) {
         std::string line = fmt::format(
             "{:<{}}  {:<19}  {:<{}}  {:<3}  {:<{}}  {:>10}  {:>8}  {:>8}  {:>8}  {:>8}  {:>8}  "
-            "{:>8}  {:>8}  {:>8}  {:>10}{}",
+            "{:>8}  {:>8}  {:>8}  {:>10}{}{}",
             cols...);
         line.erase(line.find_last_not_of(' ') + 1);
         out += line + "\n";
     };
     auto recompute_col = [&](const std::string& text) { return recomputes ? fmt::format("  {:>8}", text) : ""; };
+    auto precision_col = [&](const std::string& text) { return narrows ? fmt::format("  {:>8}", text) : ""; };
     row("layer", name_w, "kind", "split", split_w, "ovl", "tile", tile_w, "halo", "fwd", "f-halo", "bwd-data",
-        "bwd-wts", "b-halo", "sums", "shuffle", "allred", "memory", recompute_col("recomp"));
+        "bwd-wts", "b-halo", "sums", "shuffle", "allred", "memory", recompute_col("recomp"), precision_col("kept in"));
     for (std::size_t i = 0; i < net.layers.size(); ++i) {
         const Layer& l = net.layers[i];
         if (l.op == OpKind::label) continue;
@@ -264,16 +271,20 @@ std::string explain_table(const frontend::Network& net, const scheduler::Predict
             ms(c.forward_halo), ms(c.backward_data), ms(c.backward_weights), ms(c.backward_halo),
             ms(c.forward_sync + c.backward_sync), ms(lp.shuffle.seconds), ms(c.allreduce), human_bytes(lp.memory()),
             recompute_col(lp.dist.recompute.value_or(false) ? (c.recompute > 0 ? milliseconds(c.recompute) : "on")
-                                                            : "-"));
+                                                            : "-"),
+            precision_col(narrowed(lp) ? scheduler::precision_name(*lp.dist.precision) : "-"));
     }
     out += fmt::format(
         "(ms per step on the busiest process; halo: bytes it sends in halo exchanges and shuffles, both ways; "
         "sums: blocking allreduces of\n statistics; allred: the weight gradient's allreduce, overlapped with "
-        "backward; memory: tiles with margins, copies and halo buffers{})\n\n",
+        "backward; memory: tiles with margins, copies and halo buffers{}{})\n\n",
         recomputes
             ? ";\n recomp: the layer's forward run again in backward (recompute=on; 'on' where no backward reads it "
               "again), its memory\n shared with other recomputed layers' while it is alive"
-            : "");
+            : "",
+        narrows ? ";\n kept in: the 16 bits that hold the layer's output between forward and backward (precision=...), "
+                  "its float32 values\n shared with others' while forward or backward reads them"
+                : "");
     out += fmt::format("batch             {}\n", batch);
     out += fmt::format("forward           {} ms\n", milliseconds(p.forward));
     out += fmt::format("backward          {} ms\n", milliseconds(p.backward));
@@ -283,8 +294,11 @@ std::string explain_table(const frontend::Network& net, const scheduler::Predict
     out += fmt::format("halos over        {}\n", p.halo_link);
     out += fmt::format("shuffles over     {}\n", p.shuffle_link);
     out += fmt::format("update            {} ms\n", milliseconds(p.update));
-    if (recomputes)
-        out += fmt::format("recomputation     {} ms of forward again, in backward\n", milliseconds(p.recompute));
+    if (recomputes || narrows)
+        out += fmt::format("recomputation     {} ms of {} again, in backward\n", milliseconds(p.recompute),
+                           recomputes && narrows ? "forward (and of widening from 16 bits)"
+                           : recomputes          ? "forward"
+                                                 : "widening from 16 bits");
     out += fmt::format("step              {} ms predicted ({:.1f} samples/s)\n", milliseconds(p.step),
                        p.step > 0 ? static_cast<double>(batch) / p.step : 0.0);
     out += fmt::format("halo traffic      {} per step from the busiest process\n",
@@ -294,9 +308,10 @@ std::string explain_table(const frontend::Network& net, const scheduler::Predict
         "halo buffers {}, workspace {})\n",
         human_bytes(p.memory), human_bytes(p.memory_limit), human_bytes(p.activations), human_bytes(p.gradients),
         human_bytes(p.parameters), human_bytes(p.buffers), human_bytes(p.workspace));
-    if (recomputes)
-        out += fmt::format("                  {} per process without recomputation (activations {})\n",
-                           human_bytes(p.memory - p.activations + p.kept), human_bytes(p.kept));
+    if (recomputes || narrows)
+        out += fmt::format("                  {} per process without recomputation{} (activations {})\n",
+                           human_bytes(p.memory - p.activations + p.kept), narrows ? " or 16 bits" : "",
+                           human_bytes(p.kept));
     if (const std::string why = does_not_fit(p); !why.empty()) out += "note: " + why + "\n";
     return out;
 }
@@ -309,28 +324,30 @@ nlohmann::json explain_json(const frontend::Network& net, const scheduler::Predi
         const scheduler::LayerPrediction& lp = p.layers[i];
         const scheduler::LayerCost& c = lp.cost;
         const auto& s = *lp.dist.split;
-        layers.push_back({{"name", l.name},
-                          {"kind", frontend::op_name(l.op)},
-                          {"split", split_json(s, net.spatial_rank())},
-                          {"overlap", lp.dist.overlap.value_or(false)},
-                          {"recompute", lp.dist.recompute.value_or(false)},
-                          {"tile", lp.tile},
-                          {"halo_bytes", lp.bytes_moved()},
-                          {"seconds",
-                           {{"forward", c.forward},
-                            {"forward_halo", c.forward_halo},
-                            {"forward_sync", c.forward_sync},
-                            {"backward_data", c.backward_data},
-                            {"backward_weights", c.backward_weights},
-                            {"backward_halo", c.backward_halo},
-                            {"backward_sync", c.backward_sync},
-                            {"shuffle", lp.shuffle.seconds},
-                            {"allreduce", c.allreduce},
-                            {"recompute", c.recompute},
-                            {"total", lp.seconds()},
-                            {"backward_end", lp.backward_end},
-                            {"allreduce_end", lp.allreduce_end}}},
-                          {"memory_bytes", lp.memory()}});
+        layers.push_back(
+            {{"name", l.name},
+             {"kind", frontend::op_name(l.op)},
+             {"split", split_json(s, net.spatial_rank())},
+             {"overlap", lp.dist.overlap.value_or(false)},
+             {"recompute", lp.dist.recompute.value_or(false)},
+             {"precision", scheduler::precision_name(lp.dist.precision.value_or(scheduler::Precision::float32))},
+             {"tile", lp.tile},
+             {"halo_bytes", lp.bytes_moved()},
+             {"seconds",
+              {{"forward", c.forward},
+               {"forward_halo", c.forward_halo},
+               {"forward_sync", c.forward_sync},
+               {"backward_data", c.backward_data},
+               {"backward_weights", c.backward_weights},
+               {"backward_halo", c.backward_halo},
+               {"backward_sync", c.backward_sync},
+               {"shuffle", lp.shuffle.seconds},
+               {"allreduce", c.allreduce},
+               {"recompute", c.recompute},
+               {"total", lp.seconds()},
+               {"backward_end", lp.backward_end},
+               {"allreduce_end", lp.allreduce_end}}},
+             {"memory_bytes", lp.memory()}});
     }
     // What the communication figures assume: the allreduce's algorithm, the links of halos and shuffles.
     const nlohmann::json communication{

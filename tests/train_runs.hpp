@@ -27,12 +27,13 @@ struct Run {
 };
 
 // Trains `net` (under `sched` when not empty) for a few steps and returns its losses and final state.
-inline Run train(const std::string& net, const std::string& sched, std::int64_t batch, const std::string& extra = "") {
+inline Run train(const std::string& net, const std::string& sched, std::int64_t batch, const std::string& extra = "",
+                 int steps = 3) {
     const fs::path dir = fs::temp_directory_path() / ("dsl_dist_" + std::to_string(::getpid()));
     fs::remove_all(dir);
     fs::create_directories(dir);
     const Result r =
-        run_dsl("run " + net + " " + sched + " --steps 3 --seed 7 --batch " + std::to_string(batch) + " --log '" +
+        run_dsl("run " + net + " " + sched + " --steps " + std::to_string(steps) + " --seed 7 --batch " + std::to_string(batch) + " --log '" +
                 (dir / "log.jsonl").string() + "' --save '" + (dir / "ckpt").string() + "' " + extra);
     INFO(r.out << r.err);
     REQUIRE(r.exit_code == 0);

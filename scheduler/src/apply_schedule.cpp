@@ -103,6 +103,8 @@ struct EntryFields {
     std::optional<BatchNormStats> bn;
     bool sets_recompute = false;
     std::optional<bool> recompute;
+    bool sets_precision = false;
+    std::optional<Precision> precision;
 };
 
 std::string value_text(const SchedValue& v) {
@@ -162,6 +164,16 @@ EntryFields check_entry(const SchedEntry& e, Diagnostics& diags) {
                 f.recompute = v.text == "on";
             else if (v.kind != SchedValue::Kind::open)
                 diags.error(v.loc, fmt::format("'recompute' must be 'on', 'off' or '?', not '{}'", value_text(v)));
+        } else if (s.key == "precision") {
+            f.sets_precision = true;
+            if (v.kind == SchedValue::Kind::word &&
+                (v.text == "float32" || v.text == "bfloat16" || v.text == "float16"))
+                f.precision = v.text == "float32"    ? Precision::float32
+                              : v.text == "bfloat16" ? Precision::bfloat16
+                                                     : Precision::float16;
+            else if (v.kind != SchedValue::Kind::open)
+                diags.error(v.loc, fmt::format("'precision' must be 'float32', 'bfloat16', 'float16' or '?', not '{}'",
+                                               value_text(v)));
         } else if (s.key == "bn") {
             f.sets_bn = true;
             if (v.kind == SchedValue::Kind::word && (v.text == "batch" || v.text == "spatial" || v.text == "local"))
@@ -180,7 +192,7 @@ EntryFields check_entry(const SchedEntry& e, Diagnostics& diags) {
         } else {
             auto& d = diags.error(s.loc, fmt::format("unknown setting '{}' in a schedule entry", s.key));
             std::vector<std::string> known(std::begin(split_keys), std::end(split_keys));
-            known.insert(known.end(), {"overlap", "bn", "recompute"});
+            known.insert(known.end(), {"overlap", "bn", "recompute", "precision"});
             if (auto m = diags.dropped(d) ? "" : closest_match(s.key, known); !m.empty())
                 Diagnostics::note(d, s.loc, fmt::format("did you mean '{}'?", m));
         }
@@ -278,7 +290,8 @@ void check_globals(const SchedFile& file, Schedule& out, Diagnostics& diags) {
             }
         } else {
             auto& d = diags.error(s.loc, fmt::format("unknown setting '{}'", s.key));
-            if (is_split_key(s.key) || s.key == "overlap" || s.key == "bn" || s.key == "recompute")
+            if (is_split_key(s.key) || s.key == "overlap" || s.key == "bn" || s.key == "recompute" ||
+                s.key == "precision")
                 Diagnostics::note(
                     d, s.loc,
                     fmt::format("'{}' belongs to an entry: write 'default {}={}'", s.key, s.key, value_text(v)));
@@ -475,7 +488,7 @@ std::optional<Schedule> apply_schedule(const Network& net, const SchedFile& file
     for (std::size_t li = 0; li < net.layers.size(); ++li) {
         const Layer& layer = net.layers[li];
         if (!schedulable(layer)) continue;
-        std::optional<Rank> best_split, best_overlap, best_bn, best_recompute;
+        std::optional<Rank> best_split, best_overlap, best_bn, best_recompute, best_precision;
         for (std::size_t ei = 0; ei < file.entries.size(); ++ei) {
             const auto r = rank(file.entries[ei], ei, layer);
             if (!r) continue;
@@ -483,6 +496,7 @@ std::optional<Schedule> apply_schedule(const Network& net, const SchedFile& file
             if (fields[ei].sets_overlap && (!best_overlap || *best_overlap < *r)) best_overlap = r;
             if (fields[ei].sets_bn && (!best_bn || *best_bn < *r)) best_bn = r;
             if (fields[ei].sets_recompute && (!best_recompute || *best_recompute < *r)) best_recompute = r;
+            if (fields[ei].sets_precision && (!best_precision || *best_precision < *r)) best_precision = r;
         }
         Distribution& d = out.layers[li];
         if (best_split) {
@@ -493,6 +507,9 @@ std::optional<Schedule> apply_schedule(const Network& net, const SchedFile& file
         if (best_bn) d.bn = fields[best_bn->entry].bn;
         // Data and losses have nothing to recompute: whatever an entry says, they keep what they hold.
         if (best_recompute) d.recompute = recomputable(layer) ? fields[best_recompute->entry].recompute : false;
+        // And nothing to store in fewer bits: data is read as it is, a loss's value is not kept.
+        if (best_precision)
+            d.precision = recomputable(layer) ? fields[best_precision->entry].precision : Precision::float32;
 
         // Where overlap cannot matter (no halo, or none exchanged) it is not left open: it would only hold
         // up a run that has nothing to decide.
@@ -521,6 +538,9 @@ void place_data(const Network& net, Schedule& schedule) {
             if (std::find(ins.begin(), ins.end(), static_cast<int>(li)) == ins.end()) continue;
             schedule.layers[li] = schedule.layers[reader];
             schedule.source_entry[li] = schedule.source_entry[reader];
+            // Its reader's split; data is kept as it is read.
+            schedule.layers[li].recompute = false;
+            schedule.layers[li].precision = Precision::float32;
             break;
         }
     }

@@ -392,7 +392,8 @@ std::vector<Distribution> candidates(const Network& net, int layer, const Distri
         else
             overlaps.push_back(false);
         for (bool o : overlaps)
-            out.push_back(Distribution{s, o, partial.bn.value_or(BatchNormStats::batch), partial.recompute});
+            out.push_back(
+                Distribution{s, o, partial.bn.value_or(BatchNormStats::batch), partial.recompute, partial.precision});
     }
     return out;
 }
@@ -417,11 +418,12 @@ double schedule_cost(const Network& net, const Schedule& schedule, const CostMod
 
 namespace {
 
-// The seconds a schedule's recomputation adds (a layer's forward run again in backward).
+// The seconds a schedule's recomputation adds (a layer's forward run again in backward, or widened again).
 double recompute_seconds(const Network& net, const Schedule& schedule, const CostModel& model) {
     double total = 0.0;
     for (std::size_t i = 0; i < net.layers.size(); ++i)
-        if (schedule.layers[i].recompute.value_or(false))
+        if (schedule.layers[i].recompute.value_or(false) ||
+            schedule.layers[i].precision.value_or(Precision::float32) != Precision::float32)
             total += model.layer(static_cast<int>(i), schedule.layers[i]).recompute;
     return total;
 }
@@ -451,6 +453,25 @@ Schedule recompute_to_fit(const Network& net, const Schedule& partial, Schedule 
                      [](const Option& a, const Option& b) { return a.per_second > b.per_second; });
     for (const Option& o : options) {
         schedule.layers[static_cast<std::size_t>(o.layer)].recompute = true;
+        memory = model.memory(schedule);
+        if (memory <= limit) return schedule;
+    }
+    // Then 16 bits (bfloat16: float32's range) where the schedule leaves the precision open ('?'), since it
+    // changes results, on layers that still keep their output, by bytes freed per second of conversion.
+    options.clear();
+    for (std::size_t i = 0; i < net.layers.size(); ++i) {
+        const bool open = i < partial.layers.size() && !partial.layers[i].precision;
+        Distribution& d = schedule.layers[i];
+        if (!open || !recomputable(net.layers[i]) || d.recompute.value_or(false)) continue;
+        Distribution narrow = d;
+        narrow.precision = Precision::bfloat16;
+        const LayerCost c = model.layer(static_cast<int>(i), narrow);
+        options.push_back({static_cast<int>(i), c.output / std::max(c.recompute, 1e-12)});
+    }
+    std::stable_sort(options.begin(), options.end(),
+                     [](const Option& a, const Option& b) { return a.per_second > b.per_second; });
+    for (const Option& o : options) {
+        schedule.layers[static_cast<std::size_t>(o.layer)].precision = Precision::bfloat16;
         memory = model.memory(schedule);
         if (memory <= limit) break;
     }
@@ -533,8 +554,8 @@ std::optional<AutoResult> autoschedule(const Network& net, const Schedule& parti
 namespace {
 
 // The fields an entry sets, each on its own (the precedence rule resolves them separately): the split, and
-// overlap, bn and recompute where they mean something. Empty where a layer does not care.
-constexpr int fields = 4;
+// overlap, bn, recompute and precision where they mean something. Empty where a layer does not care.
+constexpr int fields = 5;
 using Values = std::array<std::string, fields>;
 
 Values values_of(const Network& net, const Schedule& s, std::size_t i) {
@@ -545,6 +566,7 @@ Values values_of(const Network& net, const Schedule& s, std::size_t i) {
     if (overlap_matters(net, l, *d.split)) v[1] = d.overlap.value_or(false) ? "overlap=on" : "overlap=off";
     if (l.op == OpKind::batchnorm) v[2] = fmt::format("bn={}", bn_name(d.bn.value_or(BatchNormStats::batch)));
     if (recomputable(l)) v[3] = d.recompute.value_or(false) ? "recompute=on" : "recompute=off";
+    if (recomputable(l)) v[4] = fmt::format("precision={}", precision_name(d.precision.value_or(Precision::float32)));
     return v;
 }
 
@@ -600,8 +622,10 @@ std::string schedule_text(const Network& net, const Schedule& schedule, const st
     }
     // Every field a run needs is set, even where nothing depends on it.
     if (inherited[1].empty()) inherited[1] = "overlap=off";
-    // A batch-norm mode of `batch` and recompute=off, the defaults, need no mention where no layer differs.
-    for (auto [f, usual] : {std::pair{2, "bn=batch"}, std::pair{3, "recompute=off"}}) {
+    // A batch-norm mode of `batch`, recompute=off and float32, the defaults, need no mention where no layer
+    // differs.
+    for (auto [f, usual] :
+         {std::pair{2, "bn=batch"}, std::pair{3, "recompute=off"}, std::pair{4, "precision=float32"}}) {
         if (inherited[static_cast<std::size_t>(f)] != usual) continue;
         bool other = false;
         for (int i : decided) {
@@ -675,10 +699,12 @@ std::string schedule_text(const Network& net, const Schedule& schedule, const st
     text = globals + "\n";
     for (int i : decided) {
         const auto& d = schedule.layers[static_cast<std::size_t>(i)];
-        text += fmt::format("layer {} {} overlap={} bn={}{}\n", net.layers[static_cast<std::size_t>(i)].name,
-                            d.split->str(), d.overlap.value_or(false) ? "on" : "off",
-                            bn_name(d.bn.value_or(BatchNormStats::batch)),
-                            d.recompute.value_or(false) ? " recompute=on" : "");
+        const Precision precision = d.precision.value_or(Precision::float32);
+        text += fmt::format(
+            "layer {} {} overlap={} bn={}{}{}\n", net.layers[static_cast<std::size_t>(i)].name, d.split->str(),
+            d.overlap.value_or(false) ? "on" : "off", bn_name(d.bn.value_or(BatchNormStats::batch)),
+            d.recompute.value_or(false) ? " recompute=on" : "",
+            precision == Precision::float32 ? "" : fmt::format(" precision={}", precision_name(precision)));
     }
     return text;
 }

@@ -23,6 +23,15 @@ const char* bn_name(BatchNormStats bn) {
     return "?";
 }
 
+const char* precision_name(Precision p) {
+    switch (p) {
+        case Precision::float32: return "float32";
+        case Precision::bfloat16: return "bfloat16";
+        case Precision::float16: return "float16";
+    }
+    return "?";
+}
+
 std::int64_t max_block(std::int64_t extent, std::int64_t parts) { return block_size(extent, parts, 0); }
 
 std::int64_t min_block(std::int64_t extent, std::int64_t parts) { return block_size(extent, parts, parts - 1); }

@@ -319,8 +319,16 @@ Sizes window_dims(const Layer& l, const Sizes& y, std::int64_t channels) {
 
 LayerCost Model::layer(int index, const Distribution& d) const {
     LayerCost c = compute_layer(index, d, nullptr);
-    if (d.recompute.value_or(false) && recomputable(net_.layers[static_cast<std::size_t>(index)]))
+    if (!recomputable(net_.layers[static_cast<std::size_t>(index)])) return c;
+    if (d.recompute.value_or(false)) {
         c.recompute = c.forward_time();
+    } else if (const Precision p = d.precision.value_or(Precision::float32); p != Precision::float32) {
+        // Narrowed after forward (read in float32, the 16-bit copy written, the rounded values written back)
+        // and widened again before backward (read in 16 bits, written in float32): passes over memory.
+        const double elements = c.output / word, narrow = precision_bytes(p);
+        c.forward += analytic_kernel(elements, elements * (2.0 * word + narrow), elements);
+        c.recompute = analytic_kernel(elements, elements * (word + narrow), elements);
+    }
     return c;
 }
 
@@ -685,15 +693,20 @@ std::vector<ShuffleCost> CostModel::shuffles(int reader, int input, const std::v
 // buffers as the plan places them), and layers never read again in backward cost no recomputation.
 void Model::recompute_memory(Prediction& out) const {
     out.kept = out.activations;
-    std::vector<bool> asked(net_.layers.size(), false);
-    for (std::size_t i = 0; i < net_.layers.size(); ++i) asked[i] = out.layers[i].dist.recompute.value_or(false);
-    const RecomputeTimeline timeline = recompute_timeline(net_, asked);
+    std::vector<bool> asked(net_.layers.size(), false), narrow(net_.layers.size(), false);
+    for (std::size_t i = 0; i < net_.layers.size(); ++i) {
+        asked[i] = out.layers[i].dist.recompute.value_or(false);
+        narrow[i] = out.layers[i].dist.precision.value_or(Precision::float32) != Precision::float32;
+    }
+    const RecomputeTimeline timeline = recompute_timeline(net_, asked, narrow);
     if (!timeline.any()) return;
     std::vector<std::pair<double, StepSpan>> uses;
     for (std::size_t i = 0; i < net_.layers.size(); ++i) {
         LayerPrediction& lp = out.layers[i];
-        if (!timeline.recomputed[i]) continue;
+        if (!timeline.dropped(i)) continue;
         out.activations -= lp.cost.output;
+        // A narrowed layer's 16-bit copy is kept the whole step.
+        if (timeline.narrowed[i]) out.activations += lp.cost.output * precision_bytes(*lp.dist.precision) / word;
         uses.emplace_back(lp.cost.output, timeline.forward[i]);
         if (timeline.again[i].empty()) {
             lp.cost.recompute = 0.0;  // nobody reads it in backward

@@ -304,6 +304,7 @@ Plan make_plan(const frontend::Network& net, const Schedule& schedule, std::int6
         if (!s.dist.split) s.dist.split = Split{};
         if (!s.dist.overlap) s.dist.overlap = false;
         if (!s.dist.recompute) s.dist.recompute = false;
+        if (!s.dist.precision) s.dist.precision = Precision::float32;
         s.whole = extent_of(net.layers[i], batch);
     }
     Planner p{net, plan};
@@ -390,7 +391,11 @@ std::string plan_text(const frontend::Network& net, const Plan& plan) {
             if (t.grad_buffer >= 0)
                 out += fmt::format(", gradient in buffer {} over steps {}..{}{}", t.grad_buffer, t.grad_first,
                                    t.grad_last, t.zero_grad ? ", zeroed" : "");
-            if (t.forward_buffer >= 0) out += fmt::format(", recomputed: values in buffer {}", t.forward_buffer);
+            if (t.forward_buffer >= 0)
+                out += fmt::format(", {}: values in buffer {}",
+                                   s.narrowed ? fmt::format("kept in {}", precision_name(*s.dist.precision))
+                                              : std::string("recomputed"),
+                                   t.forward_buffer);
             if (t.backward_buffer >= 0) out += fmt::format(", in backward {}", t.backward_buffer);
             out += "\n";
             out += exchange_text("forward", t.forward);
@@ -402,10 +407,13 @@ std::string plan_text(const frontend::Network& net, const Plan& plan) {
                 out += fmt::format("{} {}", k ? "," : "", box_text(s.overlap.strips[k]));
             out += "\n";
         }
-        if (!s.recompute_before.empty()) {
-            out += "  before backward, forward again:";
-            for (int r : s.recompute_before) out += fmt::format(" '{}'", net.layers[static_cast<std::size_t>(r)].name);
-            out += "\n";
+        for (const bool widened : {false, true}) {
+            std::string names;
+            for (int r : s.recompute_before)
+                if (plan.layers[static_cast<std::size_t>(r)].narrowed == widened)
+                    names += fmt::format(" '{}'", net.layers[static_cast<std::size_t>(r)].name);
+            if (!names.empty())
+                out += fmt::format("  before backward, {}:{}\n", widened ? "widened" : "forward again", names);
         }
         switch (s.group.kind) {
             case GroupPlan::Kind::none: break;

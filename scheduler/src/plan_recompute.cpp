@@ -13,7 +13,8 @@ using frontend::Layer;
 bool recomputable(const Layer& layer) { return !layer.is_data() && !layer.is_loss(); }
 
 bool RecomputeTimeline::any() const {
-    return std::find(recomputed.begin(), recomputed.end(), true) != recomputed.end();
+    return std::find(recomputed.begin(), recomputed.end(), true) != recomputed.end() ||
+           std::find(narrowed.begin(), narrowed.end(), true) != narrowed.end();
 }
 
 namespace {
@@ -29,7 +30,7 @@ struct Timeline {
     // with what their forward reads, before `reader`'s backward.
     void read_at(int i, int at, int reader) {
         for (int q : layer(i).inputs) {
-            if (!out.recomputed[static_cast<std::size_t>(q)]) continue;
+            if (!out.dropped(static_cast<std::size_t>(q))) continue;
             make(q, at, reader);
             out.again[static_cast<std::size_t>(q)].last = at;
         }
@@ -38,7 +39,7 @@ struct Timeline {
     void make(int q, int at, int reader) {
         StepSpan& again = out.again[static_cast<std::size_t>(q)];
         if (!again.empty()) return;
-        read_at(q, at, reader);
+        if (out.recomputed[static_cast<std::size_t>(q)]) read_at(q, at, reader);
         again = {at, at};
         out.before[static_cast<std::size_t>(reader)].push_back(q);
     }
@@ -46,23 +47,27 @@ struct Timeline {
 
 }  // namespace
 
-RecomputeTimeline recompute_timeline(const frontend::Network& net, const std::vector<bool>& recompute) {
+RecomputeTimeline recompute_timeline(const frontend::Network& net, const std::vector<bool>& recompute,
+                                     const std::vector<bool>& narrow) {
     Timeline t{net, {}};
     const std::size_t count = net.layers.size();
     RecomputeTimeline& out = t.out;
     out.recomputed.assign(count, false);
+    out.narrowed.assign(count, false);
     out.forward.assign(count, StepSpan{});
     out.again.assign(count, StepSpan{});
     out.before.assign(count, {});
     for (std::size_t i = 0; i < count && i < recompute.size(); ++i)
         out.recomputed[i] = recompute[i] && recomputable(net.layers[i]);
+    for (std::size_t i = 0; i < count && i < narrow.size(); ++i)
+        out.narrowed[i] = narrow[i] && !out.recomputed[i] && recomputable(net.layers[i]);
     if (!out.any()) return out;
     // Forward: from the layer's step to its last reader's, or to the end of forward when nobody reads it.
     for (std::size_t r = 0; r < count; ++r)
         for (int q : net.layers[r].inputs) out.forward[static_cast<std::size_t>(q)].last = static_cast<int>(r);
     for (std::size_t i = 0; i < count; ++i) {
         StepSpan& f = out.forward[i];
-        f = out.recomputed[i] ? StepSpan{static_cast<int>(i), f.last < 0 ? t.steps() - 1 : f.last} : StepSpan{};
+        f = out.dropped(i) ? StepSpan{static_cast<int>(i), f.last < 0 ? t.steps() - 1 : f.last} : StepSpan{};
     }
     // Backward: every layer but data and losses reads its inputs' values (a loss wrote its gradient in
     // forward).
@@ -72,9 +77,12 @@ RecomputeTimeline recompute_timeline(const frontend::Network& net, const std::ve
 }
 
 void plan_recompute(const frontend::Network& net, Plan& plan) {
-    std::vector<bool> asked(net.layers.size(), false);
-    for (std::size_t i = 0; i < net.layers.size(); ++i) asked[i] = plan.layers[i].dist.recompute.value_or(false);
-    const RecomputeTimeline timeline = recompute_timeline(net, asked);
+    std::vector<bool> asked(net.layers.size(), false), narrow(net.layers.size(), false);
+    for (std::size_t i = 0; i < net.layers.size(); ++i) {
+        asked[i] = plan.layers[i].dist.recompute.value_or(false);
+        narrow[i] = plan.layers[i].dist.precision.value_or(Precision::float32) != Precision::float32;
+    }
+    const RecomputeTimeline timeline = recompute_timeline(net, asked, narrow);
     if (!timeline.any()) return;
     // Every tile of a recomputed layer, in forward and again in backward, in order of their first step.
     struct Use {
@@ -84,7 +92,8 @@ void plan_recompute(const frontend::Network& net, Plan& plan) {
     };
     std::vector<Use> uses;
     for (std::size_t i = 0; i < net.layers.size(); ++i) {
-        if (!timeline.recomputed[i]) continue;
+        if (!timeline.dropped(i)) continue;
+        plan.layers[i].narrowed = timeline.narrowed[i];
         for (TilePlan& t : plan.layers[i].tiles) {
             const std::int64_t size = t.box.grown(t.need).dims().elements();
             uses.push_back({&t.forward_buffer, size, timeline.forward[i]});

@@ -1,6 +1,8 @@
 // The host's memory, and the fill of what lies outside a box through any memory.
 #include <dsl/backend/memory.hpp>
 
+#include "narrow.hpp"
+
 #include <algorithm>
 #include <cstring>
 
@@ -38,6 +40,25 @@ public:
         });
     }
     void synchronize() override {}
+    void narrow(View v, scheduler::Precision p, std::uint16_t* out) override {
+        const std::int64_t w = row_length(v.dims);
+        const bool bfloat = p == scheduler::Precision::bfloat16;
+        for_each_row(v, [&](std::int64_t, std::int64_t, const Index&, float* row) {
+            for (std::int64_t x = 0; x < w; ++x) {
+                out[x] = to_16(row[x], bfloat);
+                row[x] = from_16(out[x], bfloat);
+            }
+            out += w;
+        });
+    }
+    void widen(const std::uint16_t* in, scheduler::Precision p, View v) override {
+        const std::int64_t w = row_length(v.dims);
+        const bool bfloat = p == scheduler::Precision::bfloat16;
+        for_each_row(v, [&](std::int64_t, std::int64_t, const Index&, float* row) {
+            for (std::int64_t x = 0; x < w; ++x) row[x] = from_16(in[x], bfloat);
+            in += w;
+        });
+    }
 };
 
 }  // namespace

@@ -31,9 +31,9 @@ void Trainer::Impl::backward() {
 }
 
 // Runs again the forward of the recomputed layers whose values the backward of layer `index` reads (the
-// plan's order: each after those it reads), into the memory the plan gives them in backward, and fills
-// their tiles' halos and copies as forward did. Every process runs the same ones in the same order, so
-// their exchanges meet.
+// plan's order: each after those it reads), and widens the narrowed ones from their 16 bits, into the memory
+// the plan gives them in backward, and fills their tiles' halos and copies as forward did. Every process
+// runs the same ones in the same order, so their exchanges meet.
 void Trainer::Impl::recompute_for(int index) {
     const std::vector<int>& layers = plan_of(index).recompute_before;
     if (layers.empty()) return;
@@ -41,8 +41,12 @@ void Trainer::Impl::recompute_for(int index) {
     recomputing = true;
     double unused = 0.0;
     for (int q : layers) {
-        for (auto& t : slots[static_cast<std::size_t>(q)].tiles) bind(*t, t->backward_buffer);
-        forward_layer(*step_data, step_first, step_training, static_cast<std::size_t>(q), unused);
+        Slot& s = slots[static_cast<std::size_t>(q)];
+        for (auto& t : s.tiles) bind(*t, t->backward_buffer);
+        if (plan_of(q).narrowed)
+            mem.widen(s.own().stored_bits(), precision_of(q), s.own().y.interior());
+        else
+            forward_layer(*step_data, step_first, step_training, static_cast<std::size_t>(q), unused);
     }
     recomputing = false;
     for (int q : layers)

@@ -121,6 +121,8 @@ void Trainer::Impl::forward_layer(DataSource& data, std::int64_t first, bool tra
             k.activation->forward(elementwise(l), in(), activation_slope(l), y);
             break;
     }
+    // Rounded to its precision before anyone reads it, and kept so until backward widens it again.
+    if (plan_of(index).narrowed) mem.narrow(y, precision_of(index), s.own().stored_bits());
 }
 
 // The output of a windowed layer over `out` (global coordinates within its tile), from what its window

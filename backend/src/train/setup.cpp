@@ -78,6 +78,9 @@ void Trainer::Impl::allocate() {
                 bind(*t, t->forward_buffer);
             else
                 t->y = Tensor(t->box.dims(), t->need, mem);
+        // Two 16-bit values to a float of the buffer.
+        if (plan.layers[i].narrowed)
+            slots[i].own().stored.emplace(mem).resize((slots[i].own().box.dims().elements() + 1) / 2);
     }
     grad_buffers.clear();
     grad_buffers.reserve(plan.grad_buffers.size());

@@ -48,8 +48,8 @@ OutputTile Trainer::output_tile(int layer) {
     DSL_INTERNAL_CHECK(layer >= 0 && static_cast<std::size_t>(layer) < m.slots.size(), "output_tile: no such layer");
     Impl::Slot& s = m.slots[static_cast<std::size_t>(layer)];
     DSL_INTERNAL_CHECK(s.layer->op != OpKind::label && !s.layer->is_loss(), "output_tile: a layer without values");
-    const Impl::Tile& t = s.own();
-    if (t.forward_buffer >= 0 && t.readers > 0)
+    Impl::Tile& t = s.own();
+    if (t.forward_buffer >= 0 && !t.stored && t.readers > 0)
         throw UserError("layer '" + s.layer->name +
                         "' is recomputed under this schedule (recompute=on): its values are not kept after forward; "
                         "read it under a schedule that keeps it");
@@ -58,7 +58,14 @@ OutputTile Trainer::output_tile(int layer) {
     out.at = t.box.origin();
     out.leader = t.leader;
     out.dims = t.y.dims();
-    m.to_host(s.own().y.interior(), out.values);
+    if (t.stored) {
+        // Its float32 values' memory is shared: the 16-bit copy holds them.
+        const View wide = dense_view(m.scratch.reserve(out.dims.elements()), out.dims);
+        m.mem.widen(t.stored_bits(), m.precision_of(layer), wide);
+        m.to_host(wide, out.values);
+    } else {
+        m.to_host(s.own().y.interior(), out.values);
+    }
     return out;
 }
 
@@ -155,6 +162,8 @@ std::int64_t Trainer::memory_bytes() const {
     floats += impl_->targets.size() + static_cast<std::int64_t>(impl_->host_targets.size());
     for (const auto& b : impl_->grad_buffers) floats += b.size();
     for (const auto& b : impl_->value_buffers) floats += b.size();
+    for (const auto& s : impl_->slots)
+        if (!s.tiles.empty() && s.tiles.front()->stored) floats += s.tiles.front()->stored->size();
     return 4 * floats;
 }
 

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,10 @@ struct Trainer::Impl {
         Messages forward_messages, backward_messages;
         std::int64_t gathered = -1;   // the step whose halos (or copy) it holds
         std::int64_t scattered = -1;  // the step whose gradient it has sent back
+        // A narrowed layer's own tile (precision=bfloat16, float16): its interior in 16 bits, from forward to
+        // the backward that widens it again.
+        std::optional<Buffer> stored;
+        std::uint16_t* stored_bits() { return reinterpret_cast<std::uint16_t*>(stored->data()); }
     };
 
     struct Slot {
@@ -227,6 +232,7 @@ struct Trainer::Impl {
     Tile& ready(DataSource* data, std::int64_t first, Tile& t);
 
     // forward.cpp: the forward pass, layer by layer, and the overlap of halos with windowed layers.
+    scheduler::Precision precision_of(int layer) const { return *plan_of(layer).dist.precision; }
     ConstView windowed_input(const Layer& l, int index);
     double forward(DataSource& data, std::int64_t first, bool training);
     void forward_layer(DataSource& data, std::int64_t first, bool training, std::size_t i, double& loss);

@@ -9,8 +9,8 @@ endif
 syn keyword dslschedEntry default layer block nextgroup=dslschedPattern skipwhite skipnl
 syn match dslschedPattern '[[:alnum:]_.*]\+' contained
 " Values before settings: of two matches at one place the later wins, and `batch` is both.
-syn match dslschedValue '\<\%(on\|off\|batch\|spatial\|local\)\>'
-syn match dslschedSetting '\<\%(procs\|platform\|batch\|N\|C\|F\|D\|H\|W\|overlap\|bn\|recompute\)\ze\s*='
+syn match dslschedValue '\<\%(on\|off\|batch\|spatial\|local\|float32\|bfloat16\|float16\)\>'
+syn match dslschedSetting '\<\%(procs\|platform\|batch\|N\|C\|F\|D\|H\|W\|overlap\|bn\|recompute\|precision\)\ze\s*='
 syn match dslschedOpen '?'
 syn match dslschedNumber '\<\d\+\>'
 syn match dslschedOperator '='

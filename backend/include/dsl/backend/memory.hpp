@@ -3,6 +3,7 @@
 #pragma once
 
 #include <dsl/backend/view.hpp>
+#include <dsl/scheduler/distribution.hpp>
 
 #include <cstdint>
 
@@ -24,6 +25,11 @@ public:
     virtual void pack(ConstView v, float* out) = 0;              // v's elements, densely, into `out`
     virtual void unpack(const float* in, View v, bool add) = 0;  // the reverse; adds into v when `add`
     virtual void synchronize() = 0;                              // waits for every kernel started
+    // 16-bit storage (precision=bfloat16 or float16; narrow.hpp rounds): `narrow` rounds v's elements to `p`
+    // in place and writes their 16 bits densely, in v's order, to `out` (in this memory); `widen` is its
+    // inverse into v.
+    virtual void narrow(View v, scheduler::Precision p, std::uint16_t* out) = 0;
+    virtual void widen(const std::uint16_t* in, scheduler::Precision p, View v) = 0;
 };
 
 Memory& host_memory();

@@ -36,6 +36,11 @@ struct Split {
 // own samples, as data-parallel training does); or over each tile alone.
 enum class BatchNormStats { batch, spatial, local };
 
+// How a layer's output is kept between its forward and the backwards that read it: as computed (float32), or
+// rounded to 16 bits after forward and stored in them (bfloat16: float32's range, 8 bits of mantissa;
+// float16: IEEE half, 11 bits, up to 65504). Computation, gradients and weights stay float32.
+enum class Precision { float32, bfloat16, float16 };
+
 // One layer's resolved distribution. A field is nullopt when the schedule leaves it open.
 struct Distribution {
     std::optional<Split> split;
@@ -45,10 +50,16 @@ struct Distribution {
     // (unset, or '?') is off for a run, and the auto-scheduler's to turn on where memory is short: it never
     // changes results.
     std::optional<bool> recompute;
+    // Unset is float32; open ('?') lets the auto-scheduler choose where memory is short, since it changes
+    // results (a run takes an open one as float32).
+    std::optional<Precision> precision = Precision::float32;
     bool complete() const { return split && overlap && bn; }
 };
 
 const char* bn_name(BatchNormStats bn);
+const char* precision_name(Precision p);
+// Bytes of an element stored in `p`.
+inline int precision_bytes(Precision p) { return p == Precision::float32 ? 4 : 2; }
 
 // The blocks of `extent` indices over `parts` processes: the first `extent % parts` blocks get one more.
 inline std::int64_t block_size(std::int64_t extent, std::int64_t parts, std::int64_t index) {

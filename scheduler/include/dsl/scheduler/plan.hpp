@@ -105,6 +105,9 @@ struct LayerPlan {
     // The recomputed layers whose forward runs again before this layer's backward, in that order: those
     // whose values it reads, after those their own forward reads (plan_recompute.cpp).
     std::vector<int> recompute_before;
+    // Its output is kept in 16 bits between forward and backward (dist.precision), in recompute_before's
+    // buffers while float32 (plan_recompute.cpp); its own tile is the one stored.
+    bool narrowed = false;
 };
 
 struct Plan {
@@ -112,7 +115,7 @@ struct Plan {
     std::int64_t batch = 1;
     std::vector<LayerPlan> layers;           // indexed like Network::layers
     std::vector<std::int64_t> grad_buffers;  // elements of each buffer that gradients share
-    std::vector<std::int64_t> value_buffers;  // and that recomputed layers' values share
+    std::vector<std::int64_t> value_buffers;  // and that recomputed and narrowed layers' values share
 };
 
 // The plan of process `rank` of `procs` running `net` under `schedule` (filled: every field of every layer
@@ -120,8 +123,9 @@ struct Plan {
 // samples more ways than the mini-batch has is a UserError.
 Plan make_plan(const frontend::Network& net, const Schedule& schedule, std::int64_t batch, int rank, int procs);
 
-// Plans recomputation (make_plan calls it last): the layers each layer's backward recomputes first, and the
-// buffers recomputed layers' tiles share while they are alive (recompute.hpp's timeline).
+// Plans recomputation and 16-bit storage (make_plan calls it last): the layers each layer's backward
+// recomputes or widens first, and the buffers their tiles share while they are alive (recompute.hpp's
+// timeline).
 void plan_recompute(const frontend::Network& net, Plan& plan);
 
 // A readable text form of a plan, one block per layer (what `dsl check --dump-after plan` prints).

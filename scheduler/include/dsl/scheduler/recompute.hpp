@@ -1,6 +1,9 @@
 // Recomputation's timeline, shared by the plan (which places the values in memory) and the model (which
 // costs them): a recomputed layer's output is dropped after forward's last reader and made again in
-// backward, with the recomputed layers it reads, just before the first layer whose backward reads it.
+// backward, with the recomputed layers it reads, just before the first layer whose backward reads it. A layer
+// stored in 16 bits (precision=bfloat16 or float16) follows the same timeline: its float32 values live in
+// shared memory while forward reads them, and are widened again from the 16-bit copy kept in between, just
+// before the first backward that reads them (without its inputs: nothing is computed again).
 #pragma once
 
 #include <dsl/frontend/network.hpp>
@@ -22,15 +25,21 @@ struct StepSpan {
 
 struct RecomputeTimeline {
     std::vector<bool> recomputed;          // per layer, as asked (only recomputable layers)
+    std::vector<bool> narrowed;            // per layer: kept in 16 bits (and not recomputed)
     std::vector<StepSpan> forward, again;  // per recomputed layer: in memory in forward, and again in backward
-    // Per layer: the recomputed layers whose forward runs again just before its backward, in that order.
+    // Per layer: the recomputed layers whose forward runs again (or the narrowed ones widened again) just before
+    // its backward, in that order.
     std::vector<std::vector<int>> before;
     bool any() const;
+    bool dropped(std::size_t i) const { return recomputed[i] || narrowed[i]; }
 };
 
-// The timeline of recomputing the layers `recompute` marks (others are ignored). A layer's values in
-// forward live from its step to its last reader's (the end of forward when nobody reads them); in backward
-// from when they are made again to their last reader's backward (or a recomputation that reads them).
-RecomputeTimeline recompute_timeline(const frontend::Network& net, const std::vector<bool>& recompute);
+// The timeline of recomputing the layers `recompute` marks and of keeping those `narrow` marks in 16 bits
+// (others, and those that are not recomputable, are ignored; recomputation wins where both are marked). A
+// layer's values in forward live from its step to its last reader's (the end of forward when nobody reads
+// them); in backward from when they are made again to their last reader's backward (or a recomputation that
+// reads them).
+RecomputeTimeline recompute_timeline(const frontend::Network& net, const std::vector<bool>& recompute,
+                                     const std::vector<bool>& narrow = {});
 
 }  // namespace dsl::scheduler

@@ -1,0 +1,303 @@
+// 16-bit storage (precision=bfloat16 or float16 in a schedule): a layer's output rounded after forward and
+// kept in 16 bits until backward widens it. The rounding against IEEE 754's definition (nearest, ties to
+// even), checked on every 16-bit value and on floats around each boundary; real runs of `dsl run`: on
+// several processes as on one (within 16-bit rounding's reach), bitwise with recomputation, bfloat16 and
+// float16 following float32's loss curve over 50 steps, and the model's memory against the measured peak.
+#include "../backend/src/tensors/narrow.hpp"
+#include "train_runs.hpp"
+
+#include <dsl/backend/memory.hpp>
+#include <dsl/backend/tensor.hpp>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+using dsl::backend::from_16;
+using dsl::backend::to_16;
+using dsl::scheduler::Precision;
+
+namespace {
+
+// A schedule file of one process (or of `base`, a file of the repository) with `extra`'s lines after it, and
+// `globals` before it.
+std::string schedule_with(const std::string& base, const std::string& extra, const std::string& globals = "") {
+    static int made = 0;
+    const fs::path path = fs::temp_directory_path() /
+                          ("dsl_precision_" + std::to_string(::getpid()) + "_" + std::to_string(made++) + ".sched");
+    std::ofstream out(path);
+    out << globals << (base.empty() ? std::string("procs = 1\ndefault N=1\n") : read(fs::path(source_dir()) / base)) << "\n"
+        << extra << "\n";
+    return path.string();
+}
+
+// Every step's loss of `steps` steps of `net` under `sched` (from --log).
+std::vector<double> losses(const std::string& net, const std::string& sched, std::int64_t batch, int steps) {
+    const fs::path log = fs::temp_directory_path() / ("dsl_precision_" + std::to_string(::getpid()) + ".jsonl");
+    const Result r = run_dsl("run " + net + " " + sched + " --steps " + std::to_string(steps) + " --seed 3 --batch " +
+                             std::to_string(batch) + " --log '" + log.string() + "'");
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    std::vector<double> out;
+    std::ifstream in(log);
+    for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line)["loss"]);
+    fs::remove(log);
+    REQUIRE(out.size() == static_cast<std::size_t>(steps));
+    return out;
+}
+
+// The 16-bit neighbours of a finite float's rounding: the value itself must be nearer to `f` than the codes
+// on either side, and at a tie the even one.
+void check_nearest(float f, bool bfloat) {
+    const std::uint16_t h = to_16(f, bfloat);
+    const double v = from_16(h, bfloat), x = f;
+    CAPTURE(f, bfloat, h, v);
+    const std::uint16_t magnitude = h & 0x7fffu, sign = h & 0x8000u;
+    const std::uint16_t inf = bfloat ? 0x7f80u : 0x7c00u;
+    if (magnitude == inf) {  // beyond the largest finite value, by at least half its step
+        const double largest = from_16(static_cast<std::uint16_t>(inf - 1u), bfloat);
+        const double step = largest - from_16(static_cast<std::uint16_t>(inf - 2u), bfloat);
+        CHECK(std::fabs(x) >= largest + step / 2);
+        return;
+    }
+    for (int side : {-1, 1}) {
+        // Toward zero from +0 is -0's code: the neighbour below zero is the smallest negative one.
+        std::uint16_t n;
+        if (magnitude == 0 && side < 0)
+            n = static_cast<std::uint16_t>((sign ^ 0x8000u) | 1u);
+        else
+            n = static_cast<std::uint16_t>(sign | static_cast<std::uint16_t>(magnitude + side));
+        if ((n & 0x7fffu) >= inf) continue;
+        const double w = from_16(n, bfloat);
+        const double here = std::fabs(x - v), there = std::fabs(x - w);
+        CHECK(here <= there);
+        if (here == there) CHECK((h & 1u) == 0u);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("16-bit rounding: every code comes back as itself, and floats go to the nearest, ties to even",
+          "[precision]") {
+    for (const bool bfloat : {true, false}) {
+        CAPTURE(bfloat);
+        const std::uint32_t exponent = bfloat ? 0x7f80u : 0x7c00u;
+        for (std::uint32_t code = 0; code <= 0xffffu; ++code) {
+            const auto h = static_cast<std::uint16_t>(code);
+            const float f = from_16(h, bfloat);
+            if ((code & exponent) == exponent && (code & (bfloat ? 0x7fu : 0x3ffu)) != 0) {
+                CHECK(std::isnan(f));
+                CHECK(std::isnan(from_16(to_16(f, bfloat), bfloat)));
+                continue;
+            }
+            if (to_16(f, bfloat) != h) FAIL_CHECK("code " << code << " widened to " << f << " narrows elsewhere");
+        }
+        // Floats between codes, at the midpoints and one float either side of them, and random ones of every
+        // magnitude (subnormal float16s, float16's overflow at 65520, bfloat16's near float32's largest).
+        std::mt19937 rng(11);
+        std::uniform_int_distribution<std::uint32_t> bits(0, 0xffffffffu);
+        std::vector<float> floats;
+        for (std::uint32_t code = 1; code < exponent; code += bfloat ? 37u : 7u) {
+            const double a = from_16(static_cast<std::uint16_t>(code - 1), bfloat);
+            const double b = from_16(static_cast<std::uint16_t>(code), bfloat);
+            const auto mid = static_cast<float>((a + b) / 2);
+            floats.insert(floats.end(), {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e30f), -mid});
+        }
+        for (int i = 0; i < 200000; ++i) {
+            const float f = dsl::backend::bits_float(bits(rng));
+            if (std::isfinite(f)) floats.push_back(f);
+        }
+        floats.insert(floats.end(), {0.0f, -0.0f, 65504.0f, 65519.99f, 65520.0f, 1e-8f, 2.9802322e-8f, 1e38f,
+                                     std::numeric_limits<float>::max(), std::numeric_limits<float>::denorm_min()});
+        for (float f : floats) check_nearest(f, bfloat);
+    }
+    // Known values: ties to even, overflow, the smallest float16, NaN and infinity.
+    CHECK(to_16(1.0f + 0x1.0p-8f, true) == 0x3f80u);      // tie: 1.0, the even one
+    CHECK(to_16(1.0f + 3 * 0x1.0p-8f, true) == 0x3f82u);  // tie: up to the even one
+    CHECK(to_16(65504.0f, false) == 0x7bffu);             // float16's largest
+    CHECK(to_16(65520.0f, false) == 0x7c00u);             // infinity
+    CHECK(to_16(0x1.0p-24f, false) == 0x0001u);           // the smallest subnormal
+    CHECK(to_16(0x1.0p-25f, false) == 0x0000u);           // its half: tie to zero
+    CHECK(to_16(-std::numeric_limits<float>::infinity(), true) == 0xff80u);
+    CHECK(std::isnan(from_16(to_16(std::nanf(""), false), false)));
+}
+
+TEST_CASE("the host's memory narrows a view in place and widens it back, margins untouched", "[precision]") {
+    dsl::backend::Tensor t(dsl::Dims{2, 3, {4, 5}}, dsl::backend::Margins::filled(2, {1, 1}));
+    std::mt19937 rng(5);
+    std::normal_distribution<float> normal(0.0f, 10.0f);
+    for (float* p = t.data(); p != t.data() + t.size(); ++p) *p = normal(rng);
+    const std::vector<float> before(t.data(), t.data() + t.size());
+    for (const Precision p : {Precision::bfloat16, Precision::float16}) {
+        std::vector<float> values = before;
+        dsl::backend::Tensor u = dsl::backend::Tensor::over(values.data(), t.dims(), t.margins());
+        std::vector<std::uint16_t> bits(static_cast<std::size_t>(u.dims().elements()));
+        dsl::backend::host_memory().narrow(u.interior(), p, bits.data());
+        const std::vector<float> rounded = values;
+        std::size_t changed = 0, k = 0;
+        for (std::size_t i = 0; i < values.size(); ++i) changed += values[i] != before[i];
+        CHECK(changed > 0);
+        // Every interior element is its nearest 16-bit value, in the view's order; margins kept.
+        dsl::backend::for_each_row(u.interior(), [&](std::int64_t, std::int64_t, const dsl::backend::Index&, float* row) {
+            for (std::int64_t x = 0; x < 5; ++x, ++k)
+                CHECK(row[x] == from_16(to_16(before[static_cast<std::size_t>(row + x - values.data())],
+                                              p == Precision::bfloat16),
+                                        p == Precision::bfloat16));
+        });
+        CHECK(k == bits.size());
+        CHECK(u.at(0, 0, dsl::backend::Index{-1, -1}) == before.front());
+        std::vector<float> widened(values.size(), 0.0f), rounded_copy = rounded;
+        dsl::backend::Tensor w = dsl::backend::Tensor::over(widened.data(), t.dims(), t.margins());
+        const dsl::backend::Tensor r = dsl::backend::Tensor::over(rounded_copy.data(), t.dims(), t.margins());
+        dsl::backend::host_memory().widen(bits.data(), p, w.interior());
+        for (std::int64_t n = 0; n < 2; ++n)
+            for (std::int64_t c = 0; c < 3; ++c)
+                for (std::int64_t i = 0; i < 4; ++i)
+                    for (std::int64_t j = 0; j < 5; ++j)
+                        CHECK(w.at(n, c, dsl::backend::Index{i, j}) == r.at(n, c, dsl::backend::Index{i, j}));
+        CHECK(w.at(1, 2, dsl::backend::Index{4, 5}) == 0.0f);  // a margin
+    }
+}
+
+TEST_CASE("precision takes float32, bfloat16, float16 or ?; data and losses keep float32", "[precision]") {
+    const Result bad = run_dsl("check samples/mesh_tiny.net " + schedule_with("", "default precision=half"));
+    CHECK(bad.exit_code != 0);
+    CHECK(bad.err.find("error: 'precision' must be 'float32', 'bfloat16', 'float16' or '?', not 'half'") !=
+          std::string::npos);
+    const Result plan = run_dsl("check samples/mesh_tiny.net " +
+                                schedule_with("", "default precision=bfloat16\nlayer block1.0.relu recompute=on") +
+                                " --dump-after plan");
+    INFO(plan.out << plan.err);
+    REQUIRE(plan.exit_code == 0);
+    const std::string dump = plan.out + plan.err;
+    CHECK(dump.find("kept in bfloat16: values in buffer") != std::string::npos);
+    CHECK(dump.find("before backward, widened: 'block1.0.conv'") != std::string::npos);
+    // A recomputed layer is made again from its (widened) input, not kept in 16 bits.
+    CHECK(dump.find("before backward, forward again: 'block1.0.relu'") != std::string::npos);
+    const Result explain =
+        run_dsl("explain samples/mesh_tiny.net " + schedule_with("", "default precision=bfloat16") + " --json");
+    REQUIRE(explain.exit_code == 0);
+    for (const auto& layer : nlohmann::json::parse(explain.out)["layers"]) {
+        const bool data = layer["kind"] == "input" || layer["kind"] == "pixel_cross_entropy";
+        CHECK(layer["precision"] == (data ? "float32" : "bfloat16"));
+    }
+}
+
+TEST_CASE("16-bit storage on several processes trains as on one", "[precision][mpi]") {
+    // A step's loss and the state after it (weights, and the gradients in the momenta) as one process's within
+    // 1e-6 and 1e-4: the same values rounded, halos and copies of rounded values. Later steps add the float32 sums of
+    // split tiles in another order; where one lands beside a boundary between 16-bit values it rounds to the
+    // other neighbour (a bfloat16 step is 2^-8 of the value, and batch norm divides it by the channel's
+    // spread), and training carries that on: three steps' losses stay within 2% of one process's.
+    struct Case {
+        const char* net;
+        const char* sched;
+        const char* precision;
+        std::int64_t batch;
+    };
+    const Case c = GENERATE(
+        Case{"samples/mesh_tiny.net", "samples/mesh_tiny_spatial_hw_4.sched", "default precision=bfloat16", 4},
+        Case{"samples/mesh_tiny.net", "samples/mesh_tiny_hybrid_4.sched", "default precision=bfloat16", 4},
+        Case{"samples/mesh_tiny.net", "samples/mesh_tiny_mixed_4.sched", "default precision=float16", 4},
+        Case{"tests/dist/unet.net", "tests/dist/unet_mixed_4.sched", "default precision=bfloat16", 4},
+        Case{"tests/dist/modern.net", "tests/dist/modern_hw4.sched", "default precision=bfloat16", 4},
+        Case{"tests/dist/vol.net", "tests/dist/vol_dhw8.sched", "default precision=bfloat16", 2});
+    CAPTURE(c.net, c.sched, c.precision);
+    const std::string one = schedule_with("", c.precision), many = schedule_with(c.sched, c.precision);
+    const Run a = train(c.net, one, c.batch, "", 1), b = train(c.net, many, c.batch, "", 1);
+    CHECK(b.losses.at(0) == Approx(a.losses.at(0)).epsilon(1e-6));
+    check_same_state(b.checkpoint, a.checkpoint, 1e-4);
+    const Run a3 = train(c.net, one, c.batch), b3 = train(c.net, many, c.batch);
+    for (std::size_t i = 0; i < a3.losses.size(); ++i) CHECK(b3.losses.at(i) == Approx(a3.losses[i]).epsilon(2e-2));
+}
+
+TEST_CASE("recomputation beside 16-bit storage gives the same run bitwise", "[precision]") {
+    // The recomputed layers read their inputs widened from the same 16 bits forward rounded them to.
+    for (const char* net : {"samples/mesh_tiny.net", "tests/dist/unet.net"}) {
+        CAPTURE(net);
+        const std::int64_t batch = std::string(net).find("unet") != std::string::npos ? 2 : 4;
+        check_same_run(train(net, schedule_with("", "default precision=bfloat16"), batch),
+                       train(net, schedule_with("", "default precision=bfloat16\nlayer *relu* recompute=on"), batch),
+                       0.0);
+    }
+}
+
+TEST_CASE("bfloat16 and float16 follow float32's loss curve over 50 steps", "[precision]") {
+    // The tolerance, documented in docs/language.md: the mean loss of every ten steps within 10% of float32's
+    // (or 0.02, where the loss is small), and of the last ten within 3% (or 0.005).
+    struct Case {
+        const char* net;
+        const char* precision;
+        std::int64_t batch;
+    };
+    const Case c = GENERATE(Case{"samples/mesh_tiny.net", "bfloat16", 4}, Case{"samples/mesh_tiny.net", "float16", 4},
+                            Case{"samples/regression_tiny.net", "bfloat16", 4},
+                            Case{"samples/volume_tiny.net", "bfloat16", 4}, Case{"tests/dist/unet.net", "bfloat16", 4},
+                            Case{"tests/dist/unet.net", "float16", 4});
+    CAPTURE(c.net, c.precision);
+    const auto wide = losses(c.net, schedule_with("", ""), c.batch, 50);
+    const auto narrow =
+        losses(c.net, schedule_with("", std::string("default precision=") + c.precision), c.batch, 50);
+    CHECK(wide.back() < 0.5 * wide.front());  // it learned
+    for (std::size_t from = 0; from < wide.size(); from += 10) {
+        double w = 0.0, n = 0.0;
+        for (std::size_t i = from; i < from + 10; ++i) w += wide[i] / 10, n += narrow[i] / 10;
+        CAPTURE(from, w, n);
+        CHECK(n == Approx(w).epsilon(from == 40 ? 0.03 : 0.10).margin(from == 40 ? 0.005 : 0.02));
+    }
+}
+
+TEST_CASE("the model's memory saved by 16-bit storage is the measured one", "[precision]") {
+    // bench/mesh_stack_256 at 4 samples, every layer's output kept in bfloat16: the peak memory a process
+    // measures falls by what `dsl explain` predicts, within 25%.
+    auto peak = [](const std::string& out) {
+        const auto at = out.find("peak memory ");
+        REQUIRE(at != std::string::npos);
+        return std::stod(out.substr(at + 12));
+    };
+    auto predicted = [](const std::string& sched) {
+        const Result r = run_dsl("explain bench/mesh_stack_256.net " + sched + " --json");
+        INFO(r.err);
+        REQUIRE(r.exit_code == 0);
+        return nlohmann::json::parse(r.out)["memory_bytes"]["total"].get<double>() / (1 << 20);
+    };
+    const std::string kept = schedule_with("", "", "batch = 4\n");
+    const std::string narrowed = schedule_with("", "default precision=bfloat16", "batch = 4\n");
+    const Result a = run_dsl("run bench/mesh_stack_256.net " + kept + " --steps 2");
+    const Result b = run_dsl("run bench/mesh_stack_256.net " + narrowed + " --steps 2");
+    INFO(a.out << a.err << b.out << b.err);
+    REQUIRE(a.exit_code == 0);
+    REQUIRE(b.exit_code == 0);
+    const double measured = peak(a.out) - peak(b.out), model = predicted(kept) - predicted(narrowed);
+    CAPTURE(measured, model);
+    CHECK(model > 0);
+    CHECK(measured == Approx(model).epsilon(0.25));
+}
+
+TEST_CASE("the auto-scheduler keeps outputs in bfloat16 where the schedule leaves the precision open", "[precision]") {
+    // mesh2k on 2048 Lassen GPUs at a mini-batch of 2048, recomputation ruled out: only 16 bits make it fit.
+    auto file = [](const std::string& text) {
+        const fs::path path = fs::temp_directory_path() / ("dsl_precision_auto_" + std::to_string(::getpid()) +
+                                                           std::to_string(text.size()) + ".sched");
+        std::ofstream(path) << text;
+        return path.string();
+    };
+    const std::string open = file("default recompute=off precision=?\n");
+    const Result r = run_dsl("schedule stdlib/mesh2k.net " + open + " --procs 2048 --batch 2048 --platform lassen");
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.out.find("precision=bfloat16") != std::string::npos);
+    CHECK(r.out.find("recompute=on") == std::string::npos);
+    // Left unset, the precision is float32's, and the same request does not fit.
+    const Result fixed = run_dsl("schedule stdlib/mesh2k.net " + file("default recompute=off\n") +
+                                 " --procs 2048 --batch 2048 --platform lassen");
+    INFO(fixed.out << fixed.err);
+    CHECK(fixed.exit_code != 0);
+    CHECK(fixed.out.find("precision=bfloat16") == std::string::npos);
+}
