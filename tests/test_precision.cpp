@@ -301,3 +301,25 @@ TEST_CASE("the auto-scheduler keeps outputs in bfloat16 where the schedule leave
     CHECK(fixed.exit_code != 0);
     CHECK(fixed.out.find("precision=bfloat16") == std::string::npos);
 }
+
+TEST_CASE("a narrowed layer's halos travel in 16 bits", "[precision][mpi]") {
+    // Its halos go out twice, in forward and again in backward after widening (where float32's stay in the
+    // margins), each in half the bytes: a step sends what float32's does, where float32 messages would send
+    // half as much again.
+    auto halo_bytes = [](const std::string& sched) {
+        const fs::path log = fs::temp_directory_path() / ("dsl_precision_halo_" + std::to_string(::getpid()));
+        const Result r = run_dsl("run samples/mesh_tiny.net " + sched + " --steps 1 --log '" + log.string() + "'");
+        INFO(r.out << r.err);
+        REQUIRE(r.exit_code == 0);
+        std::ifstream in(log);
+        std::string line;
+        std::getline(in, line);
+        fs::remove(log);
+        return nlohmann::json::parse(line)["halo_bytes"].get<double>();
+    };
+    const double wide = halo_bytes(schedule_with("samples/mesh_tiny_spatial_hw_4.sched", ""));
+    const double narrow =
+        halo_bytes(schedule_with("samples/mesh_tiny_spatial_hw_4.sched", "default precision=bfloat16"));
+    CHECK(wide > 0);
+    CHECK(narrow == wide);
+}

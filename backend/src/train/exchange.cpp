@@ -14,20 +14,26 @@ View Trainer::Impl::view_of(Tensor& tensor, const Tile& t, const Box& b) {
 
 // Posts an exchange, packing what it sends from `from` (of `from_tile`): a piece's source() in the layer's
 // own tile (forward: `at_source`), or its box in the tile it fills (backward). `kind` and `layer` name it on
-// a profile's timeline.
+// a profile's timeline. Values of a narrowed layer travel in its 16 bits (`narrow`: they are rounded already,
+// so nothing changes), two to a float of the message.
 void Trainer::Impl::start(const scheduler::Exchange& p, Messages& m, int tag, Tensor& from, const Tile& from_tile,
-                          bool at_source, Kind kind, int layer) {
+                          bool at_source, Kind kind, int layer, std::optional<scheduler::Precision> narrow) {
     std::vector<Message> sends, receives;
     std::int64_t bytes = 0;
+    auto size = [&](const Buffer& b) { return narrow ? (b.size() + 1) / 2 : b.size(); };
     for (std::size_t i = 0; i < p.sends.size(); ++i) {
         Buffer& buffer = m.sends[i];
-        mem.pack(view_of(from, from_tile, at_source ? p.sends[i].source() : p.sends[i].box), buffer.data());
-        sends.push_back(Message{p.sends[i].peer, buffer.data(), buffer.size()});
-        bytes += buffer.size() * static_cast<std::int64_t>(sizeof(float));
+        const View v = view_of(from, from_tile, at_source ? p.sends[i].source() : p.sends[i].box);
+        if (narrow)
+            mem.narrow(v, *narrow, reinterpret_cast<std::uint16_t*>(buffer.data()));
+        else
+            mem.pack(v, buffer.data());
+        sends.push_back(Message{p.sends[i].peer, buffer.data(), size(buffer)});
+        bytes += size(buffer) * static_cast<std::int64_t>(sizeof(float));
     }
     sent_bytes += bytes;
     for (std::size_t i = 0; i < p.receives.size(); ++i)
-        receives.push_back(Message{p.receives[i].peer, m.receives[i].data(), m.receives[i].size()});
+        receives.push_back(Message{p.receives[i].peer, m.receives[i].data(), size(m.receives[i])});
     if (profiling && (!sends.empty() || !receives.empty())) {
         posted = ProfileEvent{kind, segment.phase, layer, now(), 0.0, bytes};
         posted_open = true;
@@ -49,7 +55,7 @@ void Trainer::Impl::start_gather(Tile& t) {
     if (t.forward.empty()) return;
     Tile& owner = slots[static_cast<std::size_t>(t.spec.layer)].own();
     start(t.forward, t.forward_messages, 2 * t.id, owner.y, owner, true, t.copy ? Kind::shuffle : Kind::halo,
-          segment.layer);
+          segment.layer, narrowed_of(t.spec.layer));
     for (const scheduler::Piece& p : t.forward.local)
         k.eltwise->copy(view_of(owner.y, owner, p.source()), view_of(t.y, t, p.box));
 }
@@ -57,8 +63,15 @@ void Trainer::Impl::start_gather(Tile& t) {
 void Trainer::Impl::finish_gather(Tile& t) {
     if (t.forward.empty()) return;
     wait(t.copy ? Kind::wait_shuffle : Kind::wait_halo, [&] { comm.finish_exchange(); });
-    for (std::size_t i = 0; i < t.forward.receives.size(); ++i)
-        mem.unpack(t.forward_messages.receives[i].data(), view_of(t.y, t, t.forward.receives[i].box), false);
+    const auto narrow = narrowed_of(t.spec.layer);
+    for (std::size_t i = 0; i < t.forward.receives.size(); ++i) {
+        float* in = t.forward_messages.receives[i].data();
+        const View v = view_of(t.y, t, t.forward.receives[i].box);
+        if (narrow)
+            mem.widen(reinterpret_cast<const std::uint16_t*>(in), *narrow, v);
+        else
+            mem.unpack(in, v, false);
+    }
 }
 
 void Trainer::Impl::gather(Tile& t) {

@@ -217,7 +217,7 @@ struct Trainer::Impl {
     // exchange.cpp: halo exchange and redistribution, padding, and the inputs that the data source makes.
     static View view_of(Tensor& tensor, const Tile& t, const Box& b);
     void start(const scheduler::Exchange& p, Messages& m, int tag, Tensor& from, const Tile& from_tile, bool at_source,
-               Kind kind, int layer);
+               Kind kind, int layer, std::optional<scheduler::Precision> narrow = std::nullopt);
     int reader_of(const Tile& t) const;
     void start_gather(Tile& t);
     void finish_gather(Tile& t);
@@ -233,6 +233,10 @@ struct Trainer::Impl {
 
     // forward.cpp: the forward pass, layer by layer, and the overlap of halos with windowed layers.
     scheduler::Precision precision_of(int layer) const { return *plan_of(layer).dist.precision; }
+    // A narrowed layer's precision, in which its halos and copies travel; none for the others.
+    std::optional<scheduler::Precision> narrowed_of(int layer) const {
+        return plan_of(layer).narrowed ? std::optional(precision_of(layer)) : std::nullopt;
+    }
     ConstView windowed_input(const Layer& l, int index);
     double forward(DataSource& data, std::int64_t first, bool training);
     void forward_layer(DataSource& data, std::int64_t first, bool training, std::size_t i, double& loss);
