@@ -13,6 +13,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -135,6 +136,28 @@ TEST_CASE("gpu memory allocates zeroed, copies, fills, packs and unpacks", "[gpu
     device().unpack(packed.data(), dst_tile.on_device(dst.view()), true);
     reference().eltwise->accumulate(dense.interior(), dst_expected.view());
     require_close(dst_tile.download(), dst_expected.tensor, "unpack with add", 0.0);
+
+    // narrow and widen (16-bit storage): the host's rounding and bits, element by element.
+    for (const auto p : {dsl::scheduler::Precision::bfloat16, dsl::scheduler::Precision::float16}) {
+        Operand wide = make_operand(d, layout, true, rng);
+        const Tile wide_tile(wide.tensor);
+        const DeviceArray bits((d.elements() + 1) / 2);
+        device().narrow(wide_tile.on_device(wide.view()), p, reinterpret_cast<std::uint16_t*>(bits.data()));
+        Operand host = wide;
+        std::vector<std::uint16_t> host_bits(static_cast<std::size_t>(d.elements()));
+        dsl::backend::host_memory().narrow(host.view(), p, host_bits.data());
+        require_close(wide_tile.download(), host.tensor, "narrow", 0.0);
+        const std::vector<float> got = bits.download();
+        std::vector<std::uint16_t> got_bits(host_bits.size());
+        std::memcpy(got_bits.data(), got.data(), got_bits.size() * sizeof(std::uint16_t));
+        CHECK(got_bits == host_bits);
+        Operand back = make_operand(d, layout, false, rng);
+        const Tile back_tile(back.tensor);
+        device().widen(reinterpret_cast<const std::uint16_t*>(bits.data()), p, back_tile.on_device(back.view()));
+        Operand back_expected = back;
+        dsl::backend::host_memory().widen(host_bits.data(), p, back_expected.view());
+        require_close(back_tile.download(), back_expected.tensor, "widen", 0.0);
+    }
     device().synchronize();
 }
 
