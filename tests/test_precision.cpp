@@ -256,25 +256,8 @@ TEST_CASE("bfloat16 and float16 follow float32's loss curve over 50 steps", "[pr
 TEST_CASE("the model's memory saved by 16-bit storage is the measured one", "[precision]") {
     // bench/mesh_stack_256 at 4 samples, every layer's output kept in bfloat16: the peak memory a process
     // measures falls by what `dsl explain` predicts, within 25%.
-    auto peak = [](const std::string& out) {
-        const auto at = out.find("peak memory ");
-        REQUIRE(at != std::string::npos);
-        return std::stod(out.substr(at + 12));
-    };
-    auto predicted = [](const std::string& sched) {
-        const Result r = run_dsl("explain bench/mesh_stack_256.net " + sched + " --json");
-        INFO(r.err);
-        REQUIRE(r.exit_code == 0);
-        return nlohmann::json::parse(r.out)["memory_bytes"]["total"].get<double>() / (1 << 20);
-    };
-    const std::string kept = schedule_with("", "", "batch = 4\n");
-    const std::string narrowed = schedule_with("", "default precision=bfloat16", "batch = 4\n");
-    const Result a = run_dsl("run bench/mesh_stack_256.net " + kept + " --steps 2");
-    const Result b = run_dsl("run bench/mesh_stack_256.net " + narrowed + " --steps 2");
-    INFO(a.out << a.err << b.out << b.err);
-    REQUIRE(a.exit_code == 0);
-    REQUIRE(b.exit_code == 0);
-    const double measured = peak(a.out) - peak(b.out), model = predicted(kept) - predicted(narrowed);
+    const auto [measured, model] = memory_saved("bench/mesh_stack_256.net", schedule_with("", "", "batch = 4\n"),
+                                                schedule_with("", "default precision=bfloat16", "batch = 4\n"));
     CAPTURE(measured, model);
     CHECK(model > 0);
     CHECK(measured == Approx(model).epsilon(0.25));

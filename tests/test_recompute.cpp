@@ -153,25 +153,9 @@ TEST_CASE("the auto-scheduler meets a platform's memory first by recomputing lay
 TEST_CASE("the model's memory saved by recomputation is the measured one", "[recompute]") {
     // bench/mesh_stack_256 at 4 samples, its convolutions and batch norms recomputed: the peak memory a
     // process measures falls by what `dsl explain` predicts, within 25%.
-    auto peak = [](const std::string& out) {
-        const auto at = out.find("peak memory ");
-        REQUIRE(at != std::string::npos);
-        return std::stod(out.substr(at + 12));
-    };
-    auto predicted = [](const std::string& sched) {
-        const Result r = run_dsl("explain bench/mesh_stack_256.net " + sched + " --json");
-        INFO(r.err);
-        REQUIRE(r.exit_code == 0);
-        return nlohmann::json::parse(r.out)["memory_bytes"]["total"].get<double>() / (1 << 20);
-    };
-    const std::string kept = schedule_with("", "batch = 4");
-    const std::string recomputed = schedule_with("", "batch = 4\nlayer *.conv recompute=on\nlayer *.bn recompute=on");
-    const Result a = run_dsl("run bench/mesh_stack_256.net " + kept + " --steps 2");
-    const Result b = run_dsl("run bench/mesh_stack_256.net " + recomputed + " --steps 2");
-    INFO(a.out << a.err << b.out << b.err);
-    REQUIRE(a.exit_code == 0);
-    REQUIRE(b.exit_code == 0);
-    const double measured = peak(a.out) - peak(b.out), model = predicted(kept) - predicted(recomputed);
+    const auto [measured, model] =
+        memory_saved("bench/mesh_stack_256.net", schedule_with("", "batch = 4"),
+                     schedule_with("", "batch = 4\nlayer *.conv recompute=on\nlayer *.bn recompute=on"));
     CAPTURE(measured, model);
     CHECK(model > 0);
     CHECK(measured == Approx(model).epsilon(0.25));

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -84,6 +85,27 @@ inline void check_same_run(const Run& a, const Run& b, double rel) {
     }
     CHECK(a.losses.back() != a.losses.front());  // it trained
     check_same_state(b.checkpoint, a.checkpoint, rel);
+}
+
+// What the second schedule saves of `net`'s peak memory per process against the first, measured (in two runs
+// of two steps) and as `dsl explain` predicts it, in MiB: {measured, predicted}.
+inline std::pair<double, double> memory_saved(const std::string& net, const std::string& first,
+                                              const std::string& second) {
+    auto peak = [&](const std::string& sched) {
+        const Result r = run_dsl("run " + net + " " + sched + " --steps 2");
+        INFO(r.out << r.err);
+        REQUIRE(r.exit_code == 0);
+        const auto at = r.out.find("peak memory ");
+        REQUIRE(at != std::string::npos);
+        return std::stod(r.out.substr(at + 12));
+    };
+    auto predicted = [&](const std::string& sched) {
+        const Result r = run_dsl("explain " + net + " " + sched + " --json");
+        INFO(r.err);
+        REQUIRE(r.exit_code == 0);
+        return nlohmann::json::parse(r.out)["memory_bytes"]["total"].get<double>() / (1 << 20);
+    };
+    return {peak(first) - peak(second), predicted(first) - predicted(second)};
 }
 
 }  // namespace
