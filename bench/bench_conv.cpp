@@ -4,7 +4,7 @@
 // volumes (3x3x3 convolution, leaky ReLU, 2x2x2 average pooling), each kernel in milliseconds. Runs once with
 // oneDNN's default threads and, in a child process, with OMP_NUM_THREADS=1 to compare against the
 // single-core peak. BENCH_CONV_SETS picks the parts (default "mesh,resnet,volumes"), BENCH_VOLUME_BATCH the
-// batch of the volumes (default 1).
+// batch of the volumes (default 1), BENCH_CONV_LAYERS keeps the networks' layers whose names contain it.
 #include "common.hpp"
 
 #include <dsl/backend/tensor.hpp>
@@ -149,7 +149,9 @@ void bench_net(const std::string& path, std::int64_t batch, int per_block, doubl
     backend::ConvKernels& conv = *backend::cpu_kernels().conv;
     double total_flops = 0, total_s = 0;
     const double budget = static_cast<double>(env_int("BENCH_CONV_BUDGET_MS", 300)) / 1e3;
+    const char* only = std::getenv("BENCH_CONV_LAYERS");
     for (const Problem& p : probs) {
+        if (only && p.name.find(only) == std::string::npos) continue;
         backend::Window w;
         w.kernel = {p.k, p.k};
         w.stride = {p.stride, p.stride};

@@ -138,6 +138,29 @@ const std::vector<VolumeConvProblem>& volume_conv_problems() {
     return problems;
 }
 
+// Windows of one tap and a stride above 1 along some dimension, which the kernels run as a stride-1
+// convolution of the places read (ResNet's downsampling 1x1 convolutions): channels in 16-channel blocks and
+// not, odd extents, strides of 2 and 3, and one tap along one dimension only.
+const std::vector<ConvProblem>& strided_1x1_problems() {
+    static const std::vector<ConvProblem> problems = {
+        {2, 64, 128, 7, 7, window(1, 1, 2, 2), false},      // layer4.0.downsample.0's shape, fewer channels
+        {1, 17, 19, 5, 6, window(1, 1, 2, 2), true},        // odd channel counts and extents
+        {2, 16, 24, 4, 5, window(1, 1, 3, 2), true},        // strides 3 and 2
+        {1, 8, 8, 3, 4, window(1, 3, 2, 1), false},         // one tap along rows only
+        {2, 32, 16, 3, 3, window(1, 1, 2, 2, 2, 3), true},  // dilation, which one tap never uses
+    };
+    return problems;
+}
+
+const std::vector<VolumeConvProblem>& strided_1x1_volume_problems() {
+    static const std::vector<VolumeConvProblem> problems = {
+        {2, 32, 48, {3, 4, 5}, volume_window({1, 1, 1}, {2, 2, 2}), true},
+        {1, 16, 16, {3, 3, 3}, volume_window({1, 1, 1}, {2, 1, 2}), false},  // stride 1 along one dimension
+        {1, 5, 7, {3, 3, 4}, volume_window({1, 3, 1}, {2, 1, 3}), true},     // three taps along one
+    };
+    return problems;
+}
+
 // y {n, k} = x times w {k, features}: x is an image {n, c, {h, w}} or a vector {n, c} (fc after fc).
 struct FcProblem {
     Dims x;
@@ -196,6 +219,13 @@ TEST_CASE("oneDNN convolution of volumes matches the reference on views of tiles
     for (const VolumeConvProblem& p : volume_conv_problems()) check_conv(p, layout, rng);
 }
 
+TEST_CASE("oneDNN strided convolution of one tap matches the reference on views of tiles", "[onednn]") {
+    const Layout layout = GENERATE(Layout::dense, Layout::interior, Layout::padded, Layout::inside, Layout::channels);
+    std::mt19937 rng(37 + static_cast<unsigned>(layout));
+    for (const ConvProblem& p : strided_1x1_problems()) check_conv(p, layout, rng);
+    for (const VolumeConvProblem& p : strided_1x1_volume_problems()) check_conv(p, layout, rng);
+}
+
 TEST_CASE("oneDNN convolution follows new data on cached problems", "[onednn]") {
     // The same problems again and again, interleaved, as a training step repeats them: each call must use
     // its own buffers, not the ones the cached primitive first ran on.
@@ -206,6 +236,7 @@ TEST_CASE("oneDNN convolution follows new data on cached problems", "[onednn]") 
         check_conv(conv_problems()[0], Layout::dense, rng);
         check_conv(volume_conv_problems()[0], Layout::inside, rng);
         check_conv(volume_conv_problems()[6], Layout::dense, rng);
+        check_conv(strided_1x1_problems()[0], Layout::inside, rng);  // zeroes dx on each call
     }
 }
 

@@ -65,6 +65,53 @@ void append(Key& key, const Window& w) {
         key.insert(key.end(), values->begin(), values->end());
 }
 
+// A window's dimensions of one tap and a stride s > 1 read every s-th place of x's view and nothing between,
+// so the convolution is one of stride 1 over those places: x's view with y's extents and its strides times
+// s. oneDNN 2.6 runs a strided 1x1 convolution with its 1x1 kernel only when x's extent is a multiple of the
+// stride (its own "reduce to unit stride" copy), and a view spans (out - 1) * s + 1 places, so ResNet's
+// downsampling convolutions took its general direct kernel ("jit:avx512_core"), whose backward-data took 3.8x
+// its forward (layer4.0.downsample.0, 14 by 14 to 7 by 7). The places are gathered into a dense buffer
+// (oneDNN refuses a memory descriptor whose strides it thinks overlap, which these do at an odd extent), and
+// the stride-1 convolution of it runs the 1x1 kernel; the transpose, backward-data, writes the buffer,
+// scattered back into dx with zeros between.
+template <typename T>
+struct Subsampled {
+    BasicView<T> x;  // the places read: its innermost stride may exceed 1
+    Window window;
+    bool subsampled = false;
+};
+
+template <typename T>
+Subsampled<T> subsample(BasicView<T> x, const Dims& y, const Window& window) {
+    Subsampled<T> s{spatial_form(x), window, false};
+    const Dims sy = spatial_form(y);
+    for (int d = 0; d < window.kernel.rank(); ++d) {
+        if (window.kernel[d] != 1 || window.stride[d] == 1) continue;
+        s.x.dims.space[d] = sy.space[d];
+        s.x.stride[d] *= window.stride[d];
+        s.window.stride[d] = s.window.dilation[d] = 1;
+        s.subsampled = true;
+    }
+    return s;
+}
+
+// Copies `from` into `to`, views of the same dims in their spatial form whose innermost strides may exceed 1,
+// a plane per thread of OpenMP's team (the one oneDNN's primitives use).
+void copy_places(const ConstView& from, const View& to) {
+    const int last = from.dims.rank() - 1;
+    const std::int64_t width = from.dims.space[last], a = from.stride[last], b = to.stride[last];
+    const std::int64_t planes = from.dims.n * from.dims.c;
+#pragma omp parallel for schedule(static)
+    for (std::int64_t p = 0; p < planes; ++p) {
+        const std::int64_t n = p / from.dims.c, c = p % from.dims.c;
+        for_each_row_start(from.dims.space, [&](const Index& i) {
+            const float* src = &from.at(n, c, i);
+            float* dst = &to.at(n, c, i);
+            for (std::int64_t j = 0; j < width; ++j) dst[j * b] = src[j * a];
+        });
+    }
+}
+
 void zero(View v) {
     const std::int64_t w = row_length(v.dims);
     for_each_row(v, [&](std::int64_t, std::int64_t, const Index&, float* row) { std::fill_n(row, w, 0.0f); });
@@ -106,6 +153,7 @@ struct Context {
     dnnl::engine engine{dnnl::engine::kind::cpu, 0};
     dnnl::stream stream{engine};
     std::array<Arena, 3> arenas;  // one per tensor argument of a primitive (see Slot)
+    Arena places;                 // the places a subsampled window reads (Subsampled), dense
 };
 
 Context& context() {
@@ -216,19 +264,21 @@ public:
         std::lock_guard lock(ctx_.mutex);
         Key key{conv_forward, bias != nullptr};
         append(key, x), append(key, w), append(key, y), append(key, window);
+        const Subsampled<const float> s = subsample(x, y.dims, window);
+        const ConstView xs = s.subsampled ? gather(s.x) : x;
         Planned& p = cache_.get(key, [&] {
             dnnl::convolution_forward::primitive_desc pd;
-            if (x.dims.rank() < 3) pd = forward_nhwc_pd(x.dims, w.dims, y.dims, window, bias != nullptr);
-            if (!pd) pd = forward_pd(x.dims, w.dims, y.dims, window, bias != nullptr);
+            if (x.dims.rank() < 3) pd = forward_nhwc_pd(xs.dims, w.dims, y.dims, s.window, bias != nullptr);
+            if (!pd) pd = forward_pd(xs.dims, w.dims, y.dims, s.window, bias != nullptr);
             Planned q;
             q.primitive = dnnl::convolution_forward(pd);
-            add_slot(q, ctx_, DNNL_ARG_SRC, true, view_desc(x), pd.src_desc());
+            add_slot(q, ctx_, DNNL_ARG_SRC, true, view_desc(xs), pd.src_desc());
             add_slot(q, ctx_, DNNL_ARG_WEIGHTS, true, view_desc(w), pd.weights_desc());
             add_slot(q, ctx_, DNNL_ARG_DST, false, view_desc(y), pd.dst_desc());
             if (bias) q.bias_arg = DNNL_ARG_BIAS, q.bias = vector_desc(w.dims.n);
             return q;
         });
-        run(ctx_, p, {x.base, w.base, y.base}, bias);
+        run(ctx_, p, {xs.base, w.base, y.base}, bias);
     }
 
     void backward_data(ConstView dy, ConstView w, View dx, const Window& window) override {
@@ -237,20 +287,27 @@ public:
         std::lock_guard lock(ctx_.mutex);
         Key key{conv_backward_data};
         append(key, dy), append(key, w), append(key, dx), append(key, window);
+        const Subsampled<float> s = subsample(dx, dy.dims, window);
+        const View dxs = s.subsampled ? places(s.x.dims) : dx;
         Planned& p = cache_.get(key, [&] {
-            auto hint = forward_pd(dx.dims, w.dims, dy.dims, window, false);
-            dnnl::convolution_backward_data::desc d(
-                dnnl::algorithm::convolution_direct, any_desc(dims_of(dx.dims)), any_desc(dims_of(w.dims)),
-                any_desc(dims_of(dy.dims)), strides(window), dilates(window), no_padding(window), no_padding(window));
+            auto hint = forward_pd(dxs.dims, w.dims, dy.dims, s.window, false);
+            dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, any_desc(dims_of(dxs.dims)),
+                                                    any_desc(dims_of(w.dims)), any_desc(dims_of(dy.dims)),
+                                                    strides(s.window), dilates(s.window), no_padding(s.window),
+                                                    no_padding(s.window));
             dnnl::convolution_backward_data::primitive_desc pd(d, ctx_.engine, hint);
             Planned q;
             q.primitive = dnnl::convolution_backward_data(pd);
             add_slot(q, ctx_, DNNL_ARG_DIFF_DST, true, view_desc(dy), pd.diff_dst_desc());
             add_slot(q, ctx_, DNNL_ARG_WEIGHTS, true, view_desc(w), pd.weights_desc());
-            add_slot(q, ctx_, DNNL_ARG_DIFF_SRC, false, view_desc(dx), pd.diff_src_desc());
+            add_slot(q, ctx_, DNNL_ARG_DIFF_SRC, false, view_desc(dxs), pd.diff_src_desc());
             return q;
         });
-        run(ctx_, p, {dy.base, w.base, dx.base}, nullptr);
+        run(ctx_, p, {dy.base, w.base, dxs.base}, nullptr);
+        if (s.subsampled) {
+            zero(dx);
+            copy_places(dxs, s.x);
+        }
     }
 
     void backward_weights(ConstView x, ConstView dy, View dw, float* db, const Window& window) override {
@@ -263,6 +320,8 @@ public:
         std::lock_guard lock(ctx_.mutex);
         Key key{conv_backward_weights, db != nullptr};
         append(key, x), append(key, dy), append(key, dw), append(key, window);
+        const Subsampled<const float> s = subsample(x, dy.dims, window);
+        const ConstView xs = s.subsampled ? gather(s.x) : x;
         Planned& p = cache_.get(key, [&] {
             const bool bias = db != nullptr;
             // Volumes of fewer channels than a 16-channel block: with NDHWC activations oneDNN 2.6 runs its
@@ -271,30 +330,43 @@ public:
             // faster from 1 to 8 channels.
             const bool last = x.dims.rank() == 3 && x.dims.c < 16;
             const auto activations = [&](const Dims& d) { return last ? channels_last(d) : any_desc(dims_of(d)); };
-            const auto src = activations(x.dims), weights = any_desc(dims_of(dw.dims)), dst = activations(dy.dims);
-            auto hint = forward_pd(src, weights, dst, window, bias);
+            const auto src = activations(xs.dims), weights = any_desc(dims_of(dw.dims)), dst = activations(dy.dims);
+            const Window& win = s.window;
+            auto hint = forward_pd(src, weights, dst, win, bias);
             const auto d = bias ? dnnl::convolution_backward_weights::desc(
                                       dnnl::algorithm::convolution_direct, src, weights, vector_desc(dw.dims.n), dst,
-                                      strides(window), dilates(window), no_padding(window), no_padding(window))
-                                : dnnl::convolution_backward_weights::desc(
-                                      dnnl::algorithm::convolution_direct, src, weights, dst, strides(window),
-                                      dilates(window), no_padding(window), no_padding(window));
+                                      strides(win), dilates(win), no_padding(win), no_padding(win))
+                                : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src,
+                                                                           weights, dst, strides(win), dilates(win),
+                                                                           no_padding(win), no_padding(win));
             dnnl::convolution_backward_weights::primitive_desc pd(d, ctx_.engine, hint);
             Planned q;
             q.primitive = dnnl::convolution_backward_weights(pd);
-            add_slot(q, ctx_, DNNL_ARG_SRC, true, view_desc(x), pd.src_desc());
+            add_slot(q, ctx_, DNNL_ARG_SRC, true, view_desc(xs), pd.src_desc());
             add_slot(q, ctx_, DNNL_ARG_DIFF_DST, true, view_desc(dy), pd.diff_dst_desc());
             add_slot(q, ctx_, DNNL_ARG_DIFF_WEIGHTS, false, view_desc(dw), pd.diff_weights_desc());
             if (bias) q.bias_arg = DNNL_ARG_DIFF_BIAS, q.bias = vector_desc(dw.dims.n);
             return q;
         });
-        run(ctx_, p, {x.base, dy.base, dw.base}, db);
+        run(ctx_, p, {xs.base, dy.base, dw.base}, db);
     }
 
 private:
     // The kernels' contract: x spans exactly the places that y's outputs read.
     static void check(const ConstView& x, const ConstView& w, const ConstView& y, const Window& window) {
         check_conv(x.dims, w.dims, y.dims, window);
+    }
+
+    // A dense buffer for the places of a subsampled window, of `dims`; valid until the next call.
+    View places(const Dims& dims) {
+        const auto size = static_cast<std::size_t>(dims.elements()) * sizeof(float);
+        return dense_view(static_cast<float*>(ctx_.places.get(size)), dims);
+    }
+
+    ConstView gather(const ConstView& x) {
+        const View to = places(x.dims);
+        copy_places(x, to);
+        return to;
     }
 
     static memory::dims strides(const Window& w) { return memory::dims(w.stride.begin(), w.stride.end()); }
@@ -326,8 +398,17 @@ private:
     // it to 32 channels), and was no slower on mesh_stack_256 and mesh_tiny. oneDNN 2.6's NHWC backward
     // kernels are slower than the blocked ones, so only the forward pass uses it. Empty otherwise. (Volumes
     // take oneDNN's own choice: on CosmoFlow's convolutions NDHWC brgemm was as fast within 5%, either way.)
+    // Not for a window of one tap with weights of 64 x 64 or more: their reorder from OIHW into brgemm's 1x1
+    // layout (Acdb48a and the like) runs at a twenty-fifth of a copy's speed (9.5 ms for ResNet's 2048 x 1024,
+    // where the blocked kernel's takes 0.4), and brgemm's kernel was no faster: with the reorders, the blocked
+    // 1x1 kernel took 0.4 to 1.05 of brgemm's time (median 0.68) on the 1x1 shapes of ResNet-50 (64 x 64 to
+    // 2048 x 1024, batch 4, one thread).
+    // Smaller ones (a last layer to a few classes) keep brgemm, as before.
     dnnl::convolution_forward::primitive_desc forward_nhwc_pd(const Dims& x, const Dims& w, const Dims& y,
                                                               const Window& window, bool bias) {
+        const bool one_tap =
+            std::all_of(window.kernel.begin(), window.kernel.end(), [](std::int64_t k) { return k == 1; });
+        if (one_tap && w.n * w.c >= 64 * 64) return {};
         auto pd = forward_pd(channels_last(x), any_desc(dims_of(w)), channels_last(y), window, bias);
         if (std::string(pd.impl_info_str()).rfind("brg", 0) != 0) return {};
         return pd;
