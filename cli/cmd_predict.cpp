@@ -86,6 +86,8 @@ int predict_on(const PredictOptions& p, const Checked& checked, const scheduler:
     if (!agree(comm, out != nullptr, fmt::format("error: cannot write '{}': {}\n", path->str(), error)))
         return user_error;
     const auto t0 = std::chrono::steady_clock::now();
+    // The time spent writing (and, for HDF5, waiting in the collective writes for the other processes).
+    std::chrono::steady_clock::duration writing{};
     // Whole mini-batches; the last, where the samples end within it, reads past the end (the data wraps
     // around) and writes only the samples that are there.
     bool written = true;
@@ -95,20 +97,26 @@ int predict_on(const PredictOptions& p, const Checked& checked, const scheduler:
         const std::int64_t keep = t.leader ? std::clamp<std::int64_t>(data->count - first - t.n0, 0, t.dims.n) : 0;
         backend::Dims d = t.dims;
         d.n = keep;
+        const auto w0 = std::chrono::steady_clock::now();
         written = out->write(first + t.n0, t.at, d, t.values.data(), error) && written;
+        writing += std::chrono::steady_clock::now() - w0;
     }
     // Not in place: the reason comes from the first process that has one (a part it could not write, or the
     // move into place), and what was under the name before is as it was.
+    const auto w0 = std::chrono::steady_clock::now();
     written = out->close(written, error);
+    writing += std::chrono::steady_clock::now() - w0;
     if (!agree(comm, written || error.empty(), fmt::format("error: writing '{}' failed: {}\n", path->str(), error)) ||
         !written)
         return user_error;
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double write_seconds = comm.max(std::chrono::duration<double>(writing).count());
     std::string dims;
     for (std::size_t i = 0; i < shape.size(); ++i) dims += (i ? ", " : "") + std::to_string(shape[i]);
-    io.out() << fmt::format("wrote {} [{}] of layer '{}' for {} sample{} ({} process{}, batch {}) in {:.2f} s\n",
-                            path->str(), dims, l.name, data->count, data->count == 1 ? "" : "s", comm.size(),
-                            comm.size() == 1 ? "" : "es", batch, seconds);
+    io.out() << fmt::format(
+        "wrote {} [{}] of layer '{}' for {} sample{} ({} process{}, batch {}) in {:.2f} s (writing {:.2f} s)\n",
+        path->str(), dims, l.name, data->count, data->count == 1 ? "" : "s", comm.size(), comm.size() == 1 ? "" : "es",
+        batch, seconds, write_seconds);
     return ok;
 }
 

@@ -159,6 +159,8 @@ public:
         return out;
     }
 
+    std::optional<int> mpi_handle() const override { return static_cast<int>(MPI_Comm_c2f(comm_)); }
+
 private:
     MPI_Comm comm_;
     bool owned_;

@@ -1,5 +1,6 @@
 // `dsl predict`'s outputs: a .npy file that the first process sizes and every process fills with pwrite,
-// or an HDF5 dataset that the first process creates and the processes fill in turn, each with hyperslabs.
+// or an HDF5 dataset that the first process creates and every process fills with hyperslabs, all of them
+// together in collective writes over MPI-IO (one per mini-batch, however many processes there are).
 // Both are written under a temporary name (a file beside the destination, or a link beside the dataset in
 // an existing HDF5 file) and moved into place once every process has written its part.
 #include <dsl/backend/prediction.hpp>
@@ -10,12 +11,14 @@
 
 #include <fmt/format.h>
 #include <hdf5.h>
+#include <mpi.h>
 
 #include <fcntl.h>
 #include <unistd.h>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 
 namespace dsl::backend {
 
@@ -209,61 +212,91 @@ private:
     std::vector<std::int64_t> shape_;
 };
 
+// Every process of `comm` opens the file together and writes its blocks with collective writes (MPI-IO over
+// the run's communicator), so that one mini-batch's write costs one collective operation, whatever the
+// number of processes; a single process without MPI writes it alone through HDF5's default driver.
 class Hdf5Output : public PlacedOutput {
 public:
     Hdf5Output(Placement place, std::vector<std::int64_t> shape, Comm& comm)
-        : PlacedOutput(place, comm), path_(place.written), shape_(std::move(shape)), comm_(comm) {}
-
-    // The processes take turns, each opening the file, writing its block and closing it, so that no two
-    // write the file's metadata at once (the file is opened without MPI-IO).
-    bool write(std::int64_t n0, const Index& at, const Dims& d, const float* values, std::string& error) override {
-        bool ok = true;
-        for (int turn = 0; turn < comm_.size(); ++turn) {
-            if (turn == comm_.rank() && d.elements() > 0) ok = write_now(n0, at, d, values, error);
-            comm_.all(true);
-        }
-        return ok;
-    }
-
-private:
-    bool finish(std::string& error) override {
-        (void)error;  // every write closed the file
-        return true;
-    }
-
-    bool write_now(std::int64_t n0, const Index& at, const Dims& d, const float* values, std::string& error) {
+        : PlacedOutput(place, comm), shape_(std::move(shape)), comm_(comm) {
         quiet_hdf5();
-        const hid_t file = H5Fopen(path_.file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
-        if (file < 0) {
-            error = "cannot open it to write";
-            return false;
+        const std::optional<int> mpi = comm.mpi_handle();
+        const hid_t access = H5Pcreate(H5P_FILE_ACCESS);
+        transfer_ = H5Pcreate(H5P_DATASET_XFER);
+        if (mpi) {
+            H5Pset_fapl_mpio(access, MPI_Comm_f2c(*mpi), MPI_INFO_NULL);
+            // Collective calls, each process writing its own block beneath them: a block is whole rows of
+            // a tile, runs of the file of a row or more, which gain nothing from MPI-IO's two-phase
+            // aggregation (gathering them on a few processes first made the writes 3 times as long on one
+            // node: bench/predict_hdf5.sh).
+            H5Pset_dxpl_mpio(transfer_, H5FD_MPIO_COLLECTIVE);
+            H5Pset_dxpl_mpio_collective_opt(transfer_, H5FD_MPIO_INDIVIDUAL_IO);
         }
-        const hid_t set = H5Dopen2(file, path_.dataset.c_str(), H5P_DEFAULT);
-        const hid_t space = set < 0 ? -1 : H5Dget_space(set);
-        bool ok = space >= 0;
+        file_ = H5Fopen(place.written.file.c_str(), H5F_ACC_RDWR, access);
+        H5Pclose(access);
+        set_ = file_ < 0 ? -1 : H5Dopen2(file_, place.written.dataset.c_str(), H5P_DEFAULT);
+        space_ = set_ < 0 ? -1 : H5Dget_space(set_);
+    }
+    ~Hdf5Output() override {
+        close_file();
+        H5Pclose(transfer_);
+    }
+
+    // Whether this process opened the file and the data set (collective: the caller agrees on it).
+    bool opened() const { return space_ >= 0; }
+
+    // Every process calls it alike, with its block or none (a write of nothing, which the collective needs
+    // from every process), and all of them learn whether every process's block was written.
+    bool write(std::int64_t n0, const Index& at, const Dims& d, const float* values, std::string& error) override {
+        if (failed_) return false;  // said where it failed; every process stopped there
         // The block in the file's [S, ...] order: the array's dimensions past the samples are the tile's
         // channels (where it has them) and spatial dimensions.
         std::vector<hsize_t> start{static_cast<hsize_t>(n0)}, count{static_cast<hsize_t>(d.n)};
         if (has_channels(shape_, d)) start.push_back(0), count.push_back(static_cast<hsize_t>(d.c));
         for (int k = 0; k < d.rank(); ++k)
             start.push_back(static_cast<hsize_t>(at[k])), count.push_back(static_cast<hsize_t>(d.space[k]));
-        hid_t memory = -1;
-        if (ok) {
-            ok = H5Sselect_hyperslab(space, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr) >= 0;
-            memory = H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr);
-            ok = ok && memory >= 0 && H5Dwrite(set, H5T_NATIVE_FLOAT, memory, space, H5P_DEFAULT, values) >= 0;
-        }
+        const bool empty = d.elements() == 0;
+        const std::vector<hsize_t> one(count.size(), 1);
+        const hid_t memory =
+            H5Screate_simple(static_cast<int>(count.size()), empty ? one.data() : count.data(), nullptr);
+        bool ok = memory >= 0;
+        if (ok && empty)
+            ok = H5Sselect_none(memory) >= 0 && H5Sselect_none(space_) >= 0;
+        else if (ok)
+            ok = H5Sselect_hyperslab(space_, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr) >= 0;
+        // A process whose selection failed takes part all the same (the collective needs every process),
+        // writing nothing: the memory's selection is then the file's (H5S_ALL), none.
+        if (!ok) H5Sselect_none(space_);
+        const float none = 0;
+        ok = H5Dwrite(set_, H5T_NATIVE_FLOAT, ok ? memory : H5S_ALL, space_, transfer_, empty ? &none : values) >= 0 &&
+             ok;
         if (memory >= 0) H5Sclose(memory);
-        if (space >= 0) H5Sclose(space);
-        if (set >= 0) H5Dclose(set);
-        ok = H5Fclose(file) >= 0 && ok;
         if (!ok) error = "an HDF5 write failed";
+        failed_ = !comm_.all(ok);
+        return !failed_;
+    }
+
+private:
+    // Every process alike: the file closed (collectively), so that the first can move the data set into place.
+    bool finish(std::string& error) override {
+        const bool ok = close_file();
+        if (!ok) error = "cannot close it";
         return ok;
     }
 
-    OutputPath path_;
+    bool close_file() {
+        if (file_ < 0) return true;
+        if (space_ >= 0) H5Sclose(space_);
+        if (set_ >= 0) H5Dclose(set_);
+        const bool ok = H5Fclose(file_) >= 0;
+        file_ = set_ = space_ = -1;
+        return ok;
+    }
+
     std::vector<std::int64_t> shape_;
     Comm& comm_;
+    hid_t file_ = -1, set_ = -1, space_ = -1, transfer_ = -1;
+    bool failed_ = false;
 };
 
 // The first process's part of create_output for HDF5: the file (opened, or made under its temporary name),
@@ -410,7 +443,13 @@ std::unique_ptr<OutputArray> create_output(const OutputPath& path, const std::ve
         if (comm.rank() != 0) error = "the first process could not make it";
         return nullptr;
     }
-    if (path.hdf5()) return std::make_unique<Hdf5Output>(place, shape, comm);
+    if (path.hdf5()) {
+        auto out = std::make_unique<Hdf5Output>(place, shape, comm);
+        const bool opened = out->opened();
+        if (!opened) error = "cannot open it to write";
+        if (!comm.all(opened)) return nullptr;  // the first process removes the data set
+        return out;
+    }
     const auto data_offset = static_cast<std::int64_t>(npy_header(shape, "<f4").size());
     const int fd = ::open(place.written.file.c_str(), O_WRONLY | O_CLOEXEC);
     const bool opened = fd >= 0;

@@ -73,6 +73,7 @@ public:
     std::vector<std::vector<double>> gather(const std::vector<double>& values) override {
         return host_->gather(values);
     }
+    std::optional<int> mpi_handle() const override { return host_->mpi_handle(); }
 
 protected:
     std::unique_ptr<Comm> host_;

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 namespace dsl::backend {
@@ -49,6 +50,11 @@ public:
     // Every process's `values` (each may give a different count), in rank order, on process 0; empty
     // elsewhere (collective). The traces of a run go to the process that writes them this way.
     virtual std::vector<std::vector<double>> gather(const std::vector<double>& values);
+
+    // The MPI communicator of these processes, for the libraries that take one (HDF5 opens a file over MPI-IO
+    // with it), as its Fortran handle, which MPI_Comm_f2c turns back: this header leaves MPI's out. None where
+    // the processes do not run over MPI (one process started without mpirun).
+    virtual std::optional<int> mpi_handle() const { return std::nullopt; }
 };
 
 // The communicator of a run on one process: every operation is the identity.

@@ -30,7 +30,7 @@ std::optional<OutputPath> parse_output_path(const std::string& spec, std::string
 bool can_write_output(const OutputPath& path, bool force, std::string& error);
 
 // An array being written by every process of `comm`. Made and closed by all of them alike; `write` is
-// called by all of them alike too (HDF5's writes take turns), each with its own block (or none: n = 0).
+// called by all of them alike too (HDF5's writes are collective), each with its own block (or none: n = 0).
 class OutputArray {
 public:
     virtual ~OutputArray() = default;
