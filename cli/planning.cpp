@@ -241,11 +241,8 @@ std::string explain_table(const frontend::Network& net, const scheduler::Predict
     const bool recomputes =
         std::any_of(p.layers.begin(), p.layers.end(), [](const auto& lp) { return lp.dist.recompute.value_or(false); });
     // And the precision column only where some layer keeps its output in 16 bits.
-    auto narrowed = [](const scheduler::LayerPrediction& lp) {
-        return !lp.dist.recompute.value_or(false) &&
-               lp.dist.precision.value_or(scheduler::Precision::float32) != scheduler::Precision::float32;
-    };
-    const bool narrows = std::any_of(p.layers.begin(), p.layers.end(), narrowed);
+    const bool narrows =
+        std::any_of(p.layers.begin(), p.layers.end(), [](const auto& lp) { return lp.dist.narrowed(); });
     auto row = [&](auto&&... cols) {
         std::string line = fmt::format(
             "{:<{}}  {:<19}  {:<{}}  {:<3}  {:<{}}  {:>10}  {:>8}  {:>8}  {:>8}  {:>8}  {:>8}  "
@@ -272,7 +269,7 @@ std::string explain_table(const frontend::Network& net, const scheduler::Predict
             ms(c.forward_sync + c.backward_sync), ms(lp.shuffle.seconds), ms(c.allreduce), human_bytes(lp.memory()),
             recompute_col(lp.dist.recompute.value_or(false) ? (c.recompute > 0 ? milliseconds(c.recompute) : "on")
                                                             : "-"),
-            precision_col(narrowed(lp) ? scheduler::precision_name(*lp.dist.precision) : "-"));
+            precision_col(lp.dist.narrowed() ? scheduler::precision_name(*lp.dist.precision) : "-"));
     }
     out += fmt::format(
         "(ms per step on the busiest process; halo: bytes it sends in halo exchanges and shuffles, both ways; "

@@ -25,33 +25,6 @@ using dsl::scheduler::Precision;
 
 namespace {
 
-// A schedule file of one process (or of `base`, a file of the repository) with `extra`'s lines after it, and
-// `globals` before it.
-std::string schedule_with(const std::string& base, const std::string& extra, const std::string& globals = "") {
-    static int made = 0;
-    const fs::path path = fs::temp_directory_path() /
-                          ("dsl_precision_" + std::to_string(::getpid()) + "_" + std::to_string(made++) + ".sched");
-    std::ofstream out(path);
-    out << globals << (base.empty() ? std::string("procs = 1\ndefault N=1\n") : read(fs::path(source_dir()) / base)) << "\n"
-        << extra << "\n";
-    return path.string();
-}
-
-// Every step's loss of `steps` steps of `net` under `sched` (from --log).
-std::vector<double> losses(const std::string& net, const std::string& sched, std::int64_t batch, int steps) {
-    const fs::path log = fs::temp_directory_path() / ("dsl_precision_" + std::to_string(::getpid()) + ".jsonl");
-    const Result r = run_dsl("run " + net + " " + sched + " --steps " + std::to_string(steps) + " --seed 3 --batch " +
-                             std::to_string(batch) + " --log '" + log.string() + "'");
-    INFO(r.out << r.err);
-    REQUIRE(r.exit_code == 0);
-    std::vector<double> out;
-    std::ifstream in(log);
-    for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line)["loss"]);
-    fs::remove(log);
-    REQUIRE(out.size() == static_cast<std::size_t>(steps));
-    return out;
-}
-
 // The 16-bit neighbours of a finite float's rounding: the value itself must be nearer to `f` than the codes
 // on either side, and at a tie the even one.
 void check_nearest(float f, bool bfloat) {
@@ -241,9 +214,9 @@ TEST_CASE("bfloat16 and float16 follow float32's loss curve over 50 steps", "[pr
                             Case{"samples/volume_tiny.net", "bfloat16", 4}, Case{"tests/dist/unet.net", "bfloat16", 4},
                             Case{"tests/dist/unet.net", "float16", 4});
     CAPTURE(c.net, c.precision);
-    const auto wide = losses(c.net, schedule_with("", ""), c.batch, 50);
+    const auto wide = train(c.net, schedule_with("", ""), c.batch, "", 50).losses;
     const auto narrow =
-        losses(c.net, schedule_with("", std::string("default precision=") + c.precision), c.batch, 50);
+        train(c.net, schedule_with("", std::string("default precision=") + c.precision), c.batch, "", 50).losses;
     CHECK(wide.back() < 0.5 * wide.front());  // it learned
     for (std::size_t from = 0; from < wide.size(); from += 10) {
         double w = 0.0, n = 0.0;
@@ -256,8 +229,8 @@ TEST_CASE("bfloat16 and float16 follow float32's loss curve over 50 steps", "[pr
 TEST_CASE("the model's memory saved by 16-bit storage is the measured one", "[precision]") {
     // bench/mesh_stack_256 at 4 samples, every layer's output kept in bfloat16: the peak memory a process
     // measures falls by what `dsl explain` predicts, within 25%.
-    const auto [measured, model] = memory_saved("bench/mesh_stack_256.net", schedule_with("", "", "batch = 4\n"),
-                                                schedule_with("", "default precision=bfloat16", "batch = 4\n"));
+    const auto [measured, model] = memory_saved("bench/mesh_stack_256.net", schedule_with("", "batch = 4"),
+                                                schedule_with("", "batch = 4\ndefault precision=bfloat16"));
     CAPTURE(measured, model);
     CHECK(model > 0);
     CHECK(measured == Approx(model).epsilon(0.25));

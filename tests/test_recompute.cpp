@@ -10,35 +10,6 @@
 #include <fstream>
 #include <string>
 
-namespace {
-
-// A schedule file: `base`'s text (a file of the repository; none: one process) followed by `extra`.
-std::string schedule_with(const std::string& base, const std::string& extra) {
-    static int made = 0;
-    const fs::path path = fs::temp_directory_path() /
-                          ("dsl_recompute_" + std::to_string(::getpid()) + "_" + std::to_string(made++) + ".sched");
-    std::ofstream out(path);
-    // Top-level settings in `extra` go first (before any entry), the rest after `base`.
-    std::string globals, entries;
-    for (std::size_t start = 0; start < extra.size();) {
-        const std::size_t end = std::min(extra.find('\n', start), extra.size());
-        const std::string line = extra.substr(start, end - start);
-        (line.rfind("batch", 0) == 0 || line.rfind("platform", 0) == 0 || line.rfind("procs", 0) == 0 ? globals
-                                                                                                      : entries) +=
-            line + "\n";
-        start = end + 1;
-    }
-    const bool procs = globals.find("procs") != std::string::npos;
-    out << globals
-        << (base.empty() ? std::string(procs ? "default N=1\n" : "procs = 1\ndefault N=1\n")
-                         : read(fs::path(source_dir()) / base))
-        << "\n"
-        << entries;
-    return path.string();
-}
-
-}  // namespace
-
 TEST_CASE("recomputation gives one process's losses and weights bitwise", "[recompute]") {
     struct Case {
         const char* net;

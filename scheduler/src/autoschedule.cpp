@@ -422,59 +422,51 @@ namespace {
 double recompute_seconds(const Network& net, const Schedule& schedule, const CostModel& model) {
     double total = 0.0;
     for (std::size_t i = 0; i < net.layers.size(); ++i)
-        if (schedule.layers[i].recompute.value_or(false) ||
-            schedule.layers[i].precision.value_or(Precision::float32) != Precision::float32)
+        if (schedule.layers[i].recompute.value_or(false) || schedule.layers[i].narrowed())
             total += model.layer(static_cast<int>(i), schedule.layers[i]).recompute;
     return total;
 }
 
 // `schedule` with recomputation turned on, where `partial` leaves it open, for the layers that free the most
 // memory per second of forward run again, one at a time until the model says it fits `limit` (a greedy
-// choice: its cost is within the cheapest set's plus that of the last layer added). `memory` is its memory.
+// choice: its cost is within the cheapest set's plus that of the last layer added); then, where that is not
+// enough, outputs kept in bfloat16 where `partial` leaves the precision open ('?': 16 bits change results),
+// on the layers that still keep theirs, by memory freed per second of rounding and widening. `memory` is its
+// memory.
 Schedule recompute_to_fit(const Network& net, const Schedule& partial, Schedule schedule, const CostModel& model,
                           double limit, double& memory) {
     memory = model.memory(schedule);
     if (limit <= 0 || memory <= limit) return schedule;
-    struct Option {
-        int layer;
-        double per_second;
+    // One answer, greedily: `open` says where the schedule leaves it to choose, `apply` sets it on a layer.
+    auto fit_by = [&](auto open, auto apply) {
+        struct Option {
+            int layer;
+            double per_second;
+        };
+        std::vector<Option> options;
+        for (std::size_t i = 0; i < net.layers.size(); ++i) {
+            Distribution& d = schedule.layers[i];
+            if (!open(i) || !recomputable(net.layers[i]) || d.recompute.value_or(false)) continue;
+            Distribution changed = d;
+            apply(changed);
+            if (changed.precision == d.precision && changed.recompute == d.recompute) continue;
+            const LayerCost c = model.layer(static_cast<int>(i), changed);
+            options.push_back({static_cast<int>(i), c.output / std::max(c.recompute, 1e-12)});
+        }
+        std::stable_sort(options.begin(), options.end(),
+                         [](const Option& a, const Option& b) { return a.per_second > b.per_second; });
+        for (const Option& o : options) {
+            apply(schedule.layers[static_cast<std::size_t>(o.layer)]);
+            memory = model.memory(schedule);
+            if (memory <= limit) return true;
+        }
+        return false;
     };
-    std::vector<Option> options;
-    for (std::size_t i = 0; i < net.layers.size(); ++i) {
-        const bool open = i >= partial.layers.size() || !partial.layers[i].recompute;
-        Distribution& d = schedule.layers[i];
-        if (!open || !recomputable(net.layers[i]) || d.recompute.value_or(false)) continue;
-        Distribution on = d;
-        on.recompute = true;
-        const LayerCost c = model.layer(static_cast<int>(i), on);
-        options.push_back({static_cast<int>(i), c.output / std::max(c.recompute, 1e-12)});
-    }
-    std::stable_sort(options.begin(), options.end(),
-                     [](const Option& a, const Option& b) { return a.per_second > b.per_second; });
-    for (const Option& o : options) {
-        schedule.layers[static_cast<std::size_t>(o.layer)].recompute = true;
-        memory = model.memory(schedule);
-        if (memory <= limit) return schedule;
-    }
-    // Then 16 bits (bfloat16: float32's range) where the schedule leaves the precision open ('?'), since it
-    // changes results, on layers that still keep their output, by bytes freed per second of conversion.
-    options.clear();
-    for (std::size_t i = 0; i < net.layers.size(); ++i) {
-        const bool open = i < partial.layers.size() && !partial.layers[i].precision;
-        Distribution& d = schedule.layers[i];
-        if (!open || !recomputable(net.layers[i]) || d.recompute.value_or(false)) continue;
-        Distribution narrow = d;
-        narrow.precision = Precision::bfloat16;
-        const LayerCost c = model.layer(static_cast<int>(i), narrow);
-        options.push_back({static_cast<int>(i), c.output / std::max(c.recompute, 1e-12)});
-    }
-    std::stable_sort(options.begin(), options.end(),
-                     [](const Option& a, const Option& b) { return a.per_second > b.per_second; });
-    for (const Option& o : options) {
-        schedule.layers[static_cast<std::size_t>(o.layer)].precision = Precision::bfloat16;
-        memory = model.memory(schedule);
-        if (memory <= limit) break;
-    }
+    if (fit_by([&](std::size_t i) { return i >= partial.layers.size() || !partial.layers[i].recompute; },
+               [](Distribution& d) { d.recompute = true; }))
+        return schedule;
+    fit_by([&](std::size_t i) { return i < partial.layers.size() && !partial.layers[i].precision; },
+           [](Distribution& d) { d.precision = Precision::bfloat16; });
     return schedule;
 }
 

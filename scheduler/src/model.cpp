@@ -322,7 +322,8 @@ LayerCost Model::layer(int index, const Distribution& d) const {
     if (!recomputable(net_.layers[static_cast<std::size_t>(index)])) return c;
     if (d.recompute.value_or(false)) {
         c.recompute = c.forward_time();
-    } else if (const Precision p = d.precision.value_or(Precision::float32); p != Precision::float32) {
+    } else if (d.narrowed()) {
+        const Precision p = *d.precision;
         // Narrowed after forward (read in float32, the 16-bit copy written, the rounded values written back)
         // and widened again before backward (read in 16 bits, written in float32): passes over memory.
         const double elements = c.output / word, narrow = precision_bytes(p);
@@ -696,7 +697,7 @@ void Model::recompute_memory(Prediction& out) const {
     std::vector<bool> asked(net_.layers.size(), false), narrow(net_.layers.size(), false);
     for (std::size_t i = 0; i < net_.layers.size(); ++i) {
         asked[i] = out.layers[i].dist.recompute.value_or(false);
-        narrow[i] = out.layers[i].dist.precision.value_or(Precision::float32) != Precision::float32;
+        narrow[i] = out.layers[i].dist.narrowed();
     }
     const RecomputeTimeline timeline = recompute_timeline(net_, asked, narrow);
     if (!timeline.any()) return;

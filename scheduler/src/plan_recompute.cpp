@@ -80,7 +80,7 @@ void plan_recompute(const frontend::Network& net, Plan& plan) {
     std::vector<bool> asked(net.layers.size(), false), narrow(net.layers.size(), false);
     for (std::size_t i = 0; i < net.layers.size(); ++i) {
         asked[i] = plan.layers[i].dist.recompute.value_or(false);
-        narrow[i] = plan.layers[i].dist.precision.value_or(Precision::float32) != Precision::float32;
+        narrow[i] = plan.layers[i].dist.narrowed();
     }
     const RecomputeTimeline timeline = recompute_timeline(net, asked, narrow);
     if (!timeline.any()) return;

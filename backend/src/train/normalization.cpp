@@ -61,6 +61,21 @@ void Trainer::Impl::group_sum(Slot& s, bool speaks) {
     std::copy(both.begin() + static_cast<std::ptrdiff_t>(sums_a.size()), both.end(), sums_b.begin());
 }
 
+// This tile's part of a normalization's d(gamma) and d(beta), per channel, into the scale's and shift's
+// gradients; the allreduce over every process adds the rest.
+void Trainer::Impl::scale_shift_gradients(Slot& s, const std::vector<double>& d_gamma,
+                                          const std::vector<double>& d_beta, bool speaks) {
+    const std::size_t channels = d_beta.size();
+    scratch_values.resize(2 * channels);
+    for (std::size_t c = 0; c < channels; ++c) {
+        scratch_values[c] = static_cast<float>(d_beta[c]);
+        scratch_values[channels + c] = static_cast<float>(d_gamma[c]);
+    }
+    mem.upload(scratch_values.data(), s.db.data(), s.db.size());
+    mem.upload(scratch_values.data() + channels, s.dw.data(), s.dw.size());
+    allreduce_gradients(s, speaks);
+}
+
 void Trainer::Impl::batchnorm_backward(Slot& s, bool speaks) {
     Tile& in = *s.operands[0];
     const ConstView x = in.y.interior();
@@ -69,15 +84,7 @@ void Trainer::Impl::batchnorm_backward(Slot& s, bool speaks) {
     sums_b.assign(channels, 0.0);
     k.batchnorm->backward_statistics(x, s.own().dy.interior(), s.mean.data(), s.inv_std.data(), sums_a.data(),
                                      sums_b.data());
-    // This tile's part of d(beta) and d(gamma); the allreduce over every process adds the rest.
-    scratch_values.resize(2 * channels);
-    for (std::size_t c = 0; c < channels; ++c) {
-        scratch_values[c] = static_cast<float>(sums_a[c]);
-        scratch_values[channels + c] = static_cast<float>(sums_b[c]);
-    }
-    mem.upload(scratch_values.data(), s.db.data(), s.db.size());
-    mem.upload(scratch_values.data() + channels, s.dw.data(), s.dw.size());
-    allreduce_gradients(s, speaks);
+    scale_shift_gradients(s, sums_b, sums_a, speaks);
     if (is_input(&in)) return;
     group_sum(s, speaks);
     const double count = group_count(s);
@@ -124,15 +131,7 @@ void Trainer::Impl::groupnorm_backward(Slot& s, bool speaks) {
     sums_b.assign(stats, 0.0);
     k.groupnorm->backward_statistics(x, s.own().dy.interior(), l.groups, s.mean.data(), s.inv_std.data(), s.w.data(),
                                      d_beta.data(), d_gamma.data(), sums_a.data(), sums_b.data());
-    // This tile's part of d(beta) and d(gamma); the allreduce over every process adds the rest.
-    scratch_values.resize(2 * channels);
-    for (std::size_t c = 0; c < channels; ++c) {
-        scratch_values[c] = static_cast<float>(d_beta[c]);
-        scratch_values[channels + c] = static_cast<float>(d_gamma[c]);
-    }
-    mem.upload(scratch_values.data(), s.db.data(), s.db.size());
-    mem.upload(scratch_values.data() + channels, s.dw.data(), s.dw.size());
-    allreduce_gradients(s, speaks);
+    scale_shift_gradients(s, d_gamma, d_beta, speaks);
     if (is_input(&in)) return;
     group_sum(s, speaks);
     const double count = groupnorm_count(s);

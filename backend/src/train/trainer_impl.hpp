@@ -254,6 +254,8 @@ struct Trainer::Impl {
     double group_count(const Slot& s) const;
     void batchnorm_forward(Slot& s, bool training);
     void group_sum(Slot& s, bool speaks);
+    void scale_shift_gradients(Slot& s, const std::vector<double>& d_gamma, const std::vector<double>& d_beta,
+                               bool speaks);
     void batchnorm_backward(Slot& s, bool speaks);
     double groupnorm_count(const Slot& s) const;
     void groupnorm_forward(Slot& s);

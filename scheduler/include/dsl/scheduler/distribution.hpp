@@ -53,6 +53,10 @@ struct Distribution {
     // Unset is float32; open ('?') lets the auto-scheduler choose where memory is short, since it changes
     // results (a run takes an open one as float32).
     std::optional<Precision> precision = Precision::float32;
+    // Its output is kept in 16 bits: a precision other than float32, unless it is recomputed (which wins).
+    bool narrowed() const {
+        return !recompute.value_or(false) && precision.value_or(Precision::float32) != Precision::float32;
+    }
     bool complete() const { return split && overlap && bn; }
 };
 
