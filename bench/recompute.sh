@@ -11,6 +11,7 @@
 #   BATCH=8 STEPS=6 bench/recompute.sh bench/mesh_stack_512.net
 #   RECOMPUTE='layer *.conv recompute=on' bench/recompute.sh samples/mesh_tiny.net
 #   RECOMPUTE='default precision=bfloat16' LABEL=bf16 bench/recompute.sh
+#   DEVICE=gpu PLATFORM=dgx_h100 bench/recompute.sh    # on a GPU: its memory in use, and the model of that platform
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DSL=${DSL:-build/cli/dsl}
@@ -19,6 +20,9 @@ WARMUP=${WARMUP:-2}
 BATCH=${BATCH:-4}
 RECOMPUTE=${RECOMPUTE:-$'default recompute=on\nlayer *.relu recompute=off'}
 LABEL=${LABEL:-recomp}
+DEVICE=${DEVICE:-cpu}
+platform=()
+[[ -n ${PLATFORM:-} ]] && platform=(--platform "$PLATFORM")
 nets=("$@")
 ((${#nets[@]})) || nets=(bench/mesh_stack_512.net bench/unet_512.net)
 tmp=$(mktemp -d)
@@ -30,7 +34,7 @@ die() { echo "bench/recompute.sh: $*" >&2; exit 1; }
 
 # predicted NET SCHED FIELD: a figure of `dsl explain --json` (the step's seconds, or memory's bytes).
 predicted() {
-    "$DSL" explain "$1" "$2" --json | /usr/bin/python3 -c '
+    "$DSL" explain "$1" "$2" "${platform[@]}" --json | python3 -c '
 import json, sys
 j = json.load(sys.stdin)
 f = sys.argv[1]
@@ -43,10 +47,15 @@ for net in "${nets[@]}"; do
     printf 'procs = 1\nbatch = %s\ndefault N=1\n' "$BATCH" >"$tmp/kept.sched"
     { cat "$tmp/kept.sched"; echo "$RECOMPUTE"; } >"$tmp/recomputed.sched"
     for s in kept recomputed; do
-        "$DSL" run "$net" "$tmp/$s.sched" --steps $((WARMUP + STEPS)) --log "$tmp/$s.jsonl" >"$tmp/$s.out"
+        "$DSL" run "$net" "$tmp/$s.sched" --device "$DEVICE" --steps $((WARMUP + STEPS)) --log "$tmp/$s.jsonl" >"$tmp/$s.out"
     done
     ms() { calc "$(sed -n 's/.*"seconds":\([-0-9.e+]*\).*/\1/p' "$1" | tail -n +$((WARMUP + 1)) | median) * 1000"; }
-    kept_mib=$(peak "$tmp/kept.out") re_mib=$(peak "$tmp/recomputed.out")
+    if [[ $DEVICE == gpu ]]; then
+        mib() { sed -n 's/.* \([0-9.]*\) MiB in use on the GPU.*/\1/p' "$1"; }
+    else
+        mib() { peak "$1"; }
+    fi
+    kept_mib=$(mib "$tmp/kept.out") re_mib=$(mib "$tmp/recomputed.out")
     kept_ms=$(ms "$tmp/kept.jsonl") re_ms=$(ms "$tmp/recomputed.jsonl")
     printf '  %-26s %5s %10s %10s %7.3f %10.1f %10.1f %7.3f %8.0f %8.0f %8.0f %8.0f %10.0f %10.0f\n' "$net" "$BATCH" "$kept_mib" \
         "$re_mib" "$(calc "$re_mib / $kept_mib")" "$kept_ms" "$re_ms" "$(calc "$re_ms / $kept_ms")" \

@@ -284,7 +284,9 @@ inline void check_upsample(const Dims& xd, const Dims& yd, const Upsample& u, st
     const Tile y_dev(y.tensor);
     reference().upsample->forward(u, x.view(), y_ref.view());
     gpu().upsample->forward(u, x_dev.on_device(x.view()), y_dev.on_device(y.view()));
-    require_close(y_dev.download(), y_ref.tensor, "upsample forward", 1e-6);
+    // Linear weights mix inputs of either sign, so an output near zero is a difference of larger terms, and
+    // the GPU fuses each product into an add (one rounding, not two): within 1e-6 of the largest output.
+    require_close(y_dev.download(), y_ref.tensor, "upsample forward", 1e-6, -1.0);
 
     Operand dx = make_operand(xd, Layout::channels, false, rng), dx_ref = dx;
     const Tile dx_dev(dx.tensor);

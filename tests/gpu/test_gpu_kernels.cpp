@@ -667,6 +667,35 @@ TEST_CASE("gpu synthetic inputs are the host's", "[gpu]") {
     require_close(on_device.download(), expected.tensor, "synthetic inputs", 1e-6, -1.0);
 }
 
+TEST_CASE("gpu synthetic targets are the host's", "[gpu]") {
+    // A regression's float targets: a label [3, 24, 20] under inputs of 96x80 (a tile of them away from the
+    // origin, and a whole one), and a label [4] per sample.
+    SyntheticData data;
+    data.seed = 17;
+    data.channels = 3;
+    data.height = 96;
+    data.width = 80;
+    const bool per_pixel = GENERATE(true, false);
+    if (per_pixel)
+        data.target_c = 3, data.target_h = 24, data.target_w = 20;
+    else
+        data.target_c = 4;
+    const std::int64_t sample0 = GENERATE(0, 7), y0 = per_pixel ? GENERATE(0, 9) : 0,
+                       x0 = per_pixel ? GENERATE(0, 5) : 0;
+    INFO((per_pixel ? "per pixel" : "per sample") << ", sample " << sample0 << ", row " << y0 << ", column " << x0);
+    std::mt19937 rng(83);
+    const Dims d = per_pixel ? Dims{2, 3, {data.target_h - y0, data.target_w - x0}} : Dims{2, 4, {}};
+    Operand tile = make_operand(d, Layout::interior, false, rng), expected = tile;
+    const Tile on_device(tile.tensor);
+    const Index at = per_pixel ? Index{y0, x0} : Index{};
+    gpu().synthetic->targets(data, sample0, at, on_device.on_device(tile.view()));
+    data.fill_targets(sample0, at, expected.view());
+    // Sigmoids of the same sums of inputs, whose sines (and the sigmoid's exponential) may differ in a double's
+    // last bits.
+    require_close(on_device.download(), expected.tensor, "synthetic targets", 1e-6, -1.0);
+    CHECK(expected.tensor.data()[0] != 0.0f);
+}
+
 TEST_CASE("gpu upsample matches the reference, on tiles anywhere in the tensor", "[gpu]") {
     struct Case {
         std::int64_t scale;

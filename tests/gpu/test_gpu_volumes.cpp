@@ -113,6 +113,26 @@ TEST_CASE("gpu synthetic inputs of a volume are the host's", "[gpu]") {
     require_close(on_device.download(), expected.tensor, "synthetic inputs", 1e-6, -1.0);
 }
 
+TEST_CASE("gpu synthetic targets of a volume are the host's", "[gpu]") {
+    SyntheticData data;
+    data.seed = 19;
+    data.channels = 2;
+    data.depth = 24;
+    data.height = 20;
+    data.width = 28;
+    data.target_c = 2, data.target_d = 12, data.target_h = 10, data.target_w = 14;
+    const std::int64_t sample0 = GENERATE(0, 7), z0 = GENERATE(0, 5), y0 = GENERATE(0, 3), x0 = GENERATE(0, 4);
+    INFO("sample " << sample0 << ", place " << z0 << ", " << y0 << ", " << x0);
+    std::mt19937 rng(85);
+    Operand tile = make_operand(Dims{2, 2, {data.target_d - z0, data.target_h - y0, data.target_w - x0}},
+                                Layout::interior, false, rng),
+            expected = tile;
+    const Tile on_device(tile.tensor);
+    gpu().synthetic->targets(data, sample0, {z0, y0, x0}, on_device.on_device(tile.view()));
+    data.fill_targets(sample0, {z0, y0, x0}, expected.view());
+    require_close(on_device.download(), expected.tensor, "synthetic targets", 1e-6, -1.0);
+}
+
 TEST_CASE("gpu upsample of volumes matches the reference, on tiles anywhere in the tensor", "[gpu]") {
     struct Case {
         std::int64_t scale;

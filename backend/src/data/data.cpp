@@ -197,11 +197,6 @@ void fill_input_plane(const SyntheticData& data, std::int64_t sample0, std::int6
     }
 }
 
-// The input place under the centre of target place t of `targets` places along a dimension of `inputs`.
-std::int64_t under(std::int64_t t, std::int64_t inputs, std::int64_t targets) {
-    return (2 * t + 1) * inputs / (2 * targets);
-}
-
 }  // namespace
 
 void SyntheticData::fill_inputs(std::int64_t sample0, std::int64_t c0, const Index& at, View view) const {
@@ -214,27 +209,25 @@ void SyntheticData::fill_inputs(std::int64_t sample0, std::int64_t c0, const Ind
 float SyntheticData::target(std::int64_t sample, std::int64_t c, std::int64_t y, std::int64_t x) const {
     const std::int64_t iy = under(y, height, target_h), ix = under(x, width, target_w);
     double z = 0.0;
-    for (std::int64_t i = 0; i < channels; ++i)
-        z += static_cast<double>(symmetric(hash(seed, tag_target, c, i))) * input(sample, i, iy, ix);
-    return static_cast<float>(1.0 / (1.0 + std::exp(-z)));
+    for (std::int64_t i = 0; i < channels; ++i) z = add(z, mul(mix(*this, c, i), input(sample, i, iy, ix)));
+    return target_value(z);
 }
 
 float SyntheticData::target(std::int64_t sample, std::int64_t c, std::int64_t z, std::int64_t y, std::int64_t x) const {
     const std::int64_t iz = under(z, depth, target_d), iy = under(y, height, target_h), ix = under(x, width, target_w);
     double sum = 0.0;
-    for (std::int64_t i = 0; i < channels; ++i)
-        sum += static_cast<double>(symmetric(hash(seed, tag_target, c, i))) * input(sample, i, iz, iy, ix);
-    return static_cast<float>(1.0 / (1.0 + std::exp(-sum)));
+    for (std::int64_t i = 0; i < channels; ++i) sum = add(sum, mul(mix(*this, c, i), input(sample, i, iz, iy, ix)));
+    return target_value(sum);
 }
 
 void SyntheticData::fill_targets(std::int64_t sample0, const Index& at, View view) const {
     if (view.dims.elements() == 0) return;
     // The same values as target(), made faster: the mixing weights once, and the input pixels under each
     // target row at once by fill_inputs (the same values as input()).
-    std::vector<double> mix(static_cast<std::size_t>(view.dims.c * channels));
+    std::vector<double> weights(static_cast<std::size_t>(view.dims.c * channels));
     for (std::int64_t c = 0; c < view.dims.c; ++c)
         for (std::int64_t i = 0; i < channels; ++i)
-            mix[static_cast<std::size_t>(c * channels + i)] = symmetric(hash(seed, tag_target, c, i));
+            weights[static_cast<std::size_t>(c * channels + i)] = mix(*this, c, i);
     each_plane(
         view, at, [&](std::optional<std::int64_t> tz, const PlaneView<float>& tile, std::int64_t y0, std::int64_t x0) {
             const PlaneDims d = tile.dims;
@@ -252,9 +245,9 @@ void SyntheticData::fill_targets(std::int64_t sample0, const Index& at, View vie
                         for (std::int64_t x = 0; x < d.w; ++x) {
                             double z = 0.0;
                             for (std::int64_t i = 0; i < channels; ++i)
-                                z += mix[static_cast<std::size_t>(c * channels + i)] *
-                                     row[static_cast<std::size_t>(i * span + column(x) - first)];
-                            tile.at(n, c, y, x) = static_cast<float>(1.0 / (1.0 + std::exp(-z)));
+                                z = add(z, mul(weights[static_cast<std::size_t>(c * channels + i)],
+                                               row[static_cast<std::size_t>(i * span + column(x) - first)]));
+                            tile.at(n, c, y, x) = target_value(z);
                         }
                 }
         });

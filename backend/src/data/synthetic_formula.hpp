@@ -151,4 +151,17 @@ DSL_HOST_DEVICE inline float input(const SyntheticData& d, std::int64_t sample, 
                        mark(d, c, input_class(d, sample, z, y, x)));
 }
 
+// The input place under the centre of target place t of `targets` places along a dimension of `inputs`.
+DSL_HOST_DEVICE inline std::int64_t under(std::int64_t t, std::int64_t inputs, std::int64_t targets) {
+    return (2 * t + 1) * inputs / (2 * targets);
+}
+
+// The weight of input channel i in target channel c.
+DSL_HOST_DEVICE inline double mix(const SyntheticData& d, std::int64_t c, std::int64_t i) {
+    return static_cast<double>(symmetric(hash(d.seed, tag_target, c, i)));
+}
+
+// A target from the sum of its weighted inputs: their sigmoid.
+DSL_HOST_DEVICE inline float target_value(double z) { return static_cast<float>(1.0 / add(1.0, ::exp(-z))); }
+
 }  // namespace dsl::backend::synthetic

@@ -1,4 +1,4 @@
-// The synthetic data set's inputs, made on the GPU.
+// The synthetic data set's inputs and float targets, made on the GPU.
 #include "gpu_common.cuh"
 #include "gpu_map.cuh"
 
@@ -48,6 +48,32 @@ struct SyntheticInputs {
     }
 };
 
+// Its float targets (a regression loss's): each the sigmoid of the weighted inputs under the target place's
+// centre, as the host's target(d, s, c, y, x) and target(d, s, c, z, y, x).
+struct SyntheticTargets {
+    SyntheticData data;
+    std::int64_t sample0, z0, y0, x0;
+    bool volume;
+    struct Row {
+        std::int64_t sample, c, iz, iy;
+    };
+    __device__ Row row(std::int64_t n, std::int64_t c, std::int64_t z, std::int64_t y) const {
+        using namespace synthetic;
+        return {sample0 + n, c, volume ? under(z0 + z, data.depth, data.target_d) : 0,
+                under(y0 + y, data.height, data.target_h)};
+    }
+    template <int S>
+    __device__ float operator()(const Row& r, const float (&)[S], std::int64_t x) const {
+        using namespace synthetic;
+        const std::int64_t ix = under(x0 + x, data.width, data.target_w);
+        double z = 0.0;
+        for (std::int64_t i = 0; i < data.channels; ++i)
+            z = add(z, mul(mix(data, r.c, i), volume ? synthetic::input(data, r.sample, i, r.iz, r.iy, ix)
+                                                     : synthetic::input(data, r.sample, i, r.iy, ix)));
+        return target_value(z);
+    }
+};
+
 class GpuSynthetic final : public SyntheticKernels {
 public:
     void inputs(const SyntheticData& data, std::int64_t sample0, const Index& at, View tile) override {
@@ -61,6 +87,19 @@ public:
         const VolumePlace first = volume_place(at);
         map("synthetic inputs", v.dims, Merge::none, operand(v), no_inputs(),
             SyntheticInputs{data, sample0, first.z, first.y, first.x, volume});
+    }
+
+    void targets(const SyntheticData& data, std::int64_t sample0, const Index& at, View tile) override {
+        const Volumes v = volumes(tile);
+        const bool volume = is_volume(tile.dims);
+        DSL_INTERNAL_CHECK(v.dims.c == data.target_c, "synthetic targets: a tile of " + dims_text(tile.dims) + " for " +
+                                                          std::to_string(data.target_c) + " channels");
+        DSL_INTERNAL_CHECK(!volume || data.volume(),
+                           "synthetic targets: a volume's tile " + dims_text(tile.dims) + " of an image's data set");
+        check_place(at, tile.dims, "synthetic targets");
+        const VolumePlace first = volume_place(at);
+        map("synthetic targets", v.dims, Merge::none, operand(v), no_inputs(),
+            SyntheticTargets{data, sample0, first.z, first.y, first.x, volume});
     }
 };
 

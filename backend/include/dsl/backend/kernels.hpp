@@ -253,13 +253,14 @@ public:
 
 struct SyntheticData;  // synthetic.hpp
 
-// The synthetic data set's inputs made where a kernel set's tensors are (a GPU's), rather than on the host and
-// copied: the tile of `tile`'s dims whose first element is global sample `sample0`, channel 0, place `at`, the
-// same values as SyntheticData::fill_inputs.
+// The synthetic data set's inputs and float targets made where a kernel set's tensors are (a GPU's), rather
+// than on the host and copied: the tile of `tile`'s dims whose first element is global sample `sample0`,
+// channel 0, place `at`, the same values as SyntheticData::fill_inputs and fill_targets.
 class SyntheticKernels {
 public:
     virtual ~SyntheticKernels() = default;
     virtual void inputs(const SyntheticData& data, std::int64_t sample0, const Index& at, View tile) = 0;
+    virtual void targets(const SyntheticData& data, std::int64_t sample0, const Index& at, View tile) = 0;
 };
 
 // One implementation of every kind; tests may mix them (of one memory).

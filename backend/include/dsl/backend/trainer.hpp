@@ -48,10 +48,11 @@ public:
     // A float label's targets (a regression loss's), {n, C, spatial extents} (a label [N, K] is {n, K}), in host
     // memory. A source without float labels has none to give: asking is an internal error.
     virtual void targets(const frontend::Layer& label, std::int64_t first, const Index& at, View tile);
-    // Where an input's values are the synthetic data set's, its definition, so that a kernel set whose
-    // tensors are elsewhere (a GPU's) can make them there instead of copying them over; else null.
-    virtual const SyntheticData* synthetic(const frontend::Layer& input) const {
-        (void)input;
+    // Where an input's (or a float label's) values are the synthetic data set's, its definition, so that a
+    // kernel set whose tensors are elsewhere (a GPU's) can make them there instead of copying them over; else
+    // null.
+    virtual const SyntheticData* synthetic(const frontend::Layer& layer) const {
+        (void)layer;
         return nullptr;
     }
     // The samples in the data set, S (a sample index i reads sample i mod S, in the order of the epoch
