@@ -50,6 +50,7 @@ struct CalibrateOptions {
     // A measuring process of its own (hidden): "kernels" or "comm", the keys to time and where results go.
     std::string worker, keys, results;
     bool exchanges = false, in_situ = true;
+    bool bfloat16 = false;  // the convolutions' kernels with bfloat16 products too (precision=bfloat16)
     std::string device = "cpu";
     std::int64_t gpu_workspace = 0;  // a worker's: the convolutions' scratch limit (the platform's workspace)
 
@@ -84,6 +85,8 @@ std::map<int, std::set<std::string>> keys_by_threads(const frontend::Network& ne
                                                      const CalibrateOptions& o,
                                                      std::map<std::string, double>* seconds = nullptr) {
     std::map<int, std::set<std::string>> out;
+    // Where there are kernels with bfloat16 products to time: the CPU's, with AVX-512 BF16 (not the GPU's).
+    const bool bfloat16 = o.bfloat16 && !o.gpu() && backend::cpu_kernels().conv_bfloat16;
     for (std::int64_t procs : o.procs)
         for (std::int64_t batch : o.batches) {
             scheduler::Model model(net, base, procs, batch);
@@ -94,8 +97,13 @@ std::map<int, std::set<std::string>> keys_by_threads(const frontend::Network& ne
                 // An input takes its reader's split: any that fits its tiles.
                 const scheduler::Distribution open{std::nullopt, std::nullopt, scheduler::BatchNormStats::batch,
                                                    std::nullopt};
-                for (const auto& d : scheduler::candidates(net, static_cast<int>(i), open, procs, batch)) {
+                for (auto d : scheduler::candidates(net, static_cast<int>(i), open, procs, batch)) {
                     std::vector<std::string> layer_keys = model.kernel_keys(static_cast<int>(i), d);
+                    if (bfloat16 && l.op == frontend::OpKind::conv) {
+                        d.precision = scheduler::Precision::bfloat16;
+                        for (std::string& k : model.kernel_keys(static_cast<int>(i), d))
+                            layer_keys.push_back(std::move(k));
+                    }
                     if (seconds && !layer_keys.empty()) {
                         const scheduler::LayerCost c = model.layer(static_cast<int>(i), d);
                         const double each =
@@ -734,6 +742,9 @@ void setup_calibrate(CLI::App& app, Action& action) {
     sub->add_flag_callback(
         "--kernels-only", [o] { o->in_situ = false; },
         "Time kernels alone only, not each layer in training steps under every split as well");
+    sub->add_flag("--bfloat16", o->bfloat16,
+                  "Also time the convolutions with bfloat16 products (precision=bfloat16), where the kernels have "
+                  "them");
     sub->add_option("--device", o->device,
                     "cpu or gpu: whose kernels and communication are measured (default cpu); on a GPU, the file "
                     "says device = gpu and its processors are the GPUs")
@@ -777,8 +788,17 @@ const frontend::Layer* unfit_layer(const frontend::Network& net, double memory, 
 
 }  // namespace
 
+bool multiplies_in_bfloat16(const frontend::Network& net, const std::optional<scheduler::Schedule>& s) {
+    if (!s) return false;
+    for (std::size_t i = 0; i < net.layers.size() && i < s->layers.size(); ++i)
+        if (net.layers[i].op == frontend::OpKind::conv &&
+            s->layers[i].precision.value_or(scheduler::Precision::bfloat16) == scheduler::Precision::bfloat16)
+            return true;
+    return false;
+}
+
 bool measure_local(PlatformChoice& p, const std::string& net_path, const frontend::Network& net,
-                   std::vector<std::int64_t> procs, std::int64_t batch, std::string& why) {
+                   std::vector<std::int64_t> procs, std::int64_t batch, std::string& why, bool bfloat16) {
     if (p.cache.empty()) return true;
     // Refused before anything is measured, at the layer, rather than a measurement that never ends.
     if (std::string reason; const frontend::Layer* l = unfit_layer(net, current_machine().memory, reason)) {
@@ -809,6 +829,7 @@ bool measure_local(PlatformChoice& p, const std::string& net_path, const fronten
     }
     o.procs = procs;
     o.batches = {batch};
+    o.bfloat16 = bfloat16;
     // Messages up to the largest a step sends: a gradient, or a whole activation in a shuffle.
     double largest = 8.0;
     for (const auto& l : net.layers)

@@ -333,6 +333,18 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
             o.net, comm.size(), comm.size() == 1 ? "" : "es", kernels.mem().host() ? each : "", cfg.batch,
             frontend::optimizer_name(cfg.optimizer), cfg.lr, lr_schedule_text(cfg.schedule), cfg.beta1, cfg.beta2,
             cfg.eps, cfg.weight_decay, cfg.seed);
+    // precision=bfloat16's convolutions multiply in bfloat16 where the kernels can: say so where they cannot.
+    std::int64_t bfloat16_convs = 0;
+    for (std::size_t i = 0; i < net.layers.size(); ++i)
+        bfloat16_convs += net.layers[i].op == frontend::OpKind::conv &&
+                          schedule.layers[i].precision == scheduler::Precision::bfloat16;
+    if (bfloat16_convs > 0 && !kernels.conv_bfloat16)
+        io.out() << fmt::format(
+            "note: {} convolution{} of precision bfloat16 multipl{} in float32 here ({}); {} outputs are still kept "
+            "in 16 bits\n",
+            bfloat16_convs, bfloat16_convs == 1 ? "" : "s", bfloat16_convs == 1 ? "ies" : "y",
+            kernels.mem().host() ? "this CPU has no AVX-512 BF16 instructions" : "the GPU's kernels compute in float32",
+            bfloat16_convs == 1 ? "its" : "their");
     // --profile: per-layer seconds summed over the steps after the first (which creates kernels and touches
     // memory for the first time), then averaged over steps and processes.
     trainer->profile(o.profile || !o.trace.empty());

@@ -56,7 +56,7 @@ int run_schedule(const ScheduleOptions& o) {
         throw UserError(fmt::format(
             "-o '{}' exists and was not written by dsl schedule; it is left as it is (choose another name)", o.output));
 
-    if (!measure_local(platform, o.net, net, {procs}, batch, why)) {
+    if (!measure_local(platform, o.net, net, {procs}, batch, why, multiplies_in_bfloat16(net, s))) {
         throw UserError(why);
     }
     const auto t0 = std::chrono::steady_clock::now();

@@ -3,6 +3,7 @@
 #include "commands.hpp"
 #include "machine.hpp"
 
+#include <dsl/backend/kernels.hpp>
 #include <dsl/base/whole_file.hpp>
 
 #include <fmt/format.h>
@@ -205,7 +206,7 @@ std::optional<Planned> plan(const frontend::Network& net, const scheduler::Platf
 
 std::optional<Planned> measure_and_plan(PlatformChoice& p, const std::string& net_path, const frontend::Network& net,
                                         const scheduler::Schedule& s, std::int64_t batch, std::string& why) {
-    if (!measure_local(p, net_path, net, {*s.procs}, batch, why)) return std::nullopt;
+    if (!measure_local(p, net_path, net, {*s.procs}, batch, why, multiplies_in_bfloat16(net, s))) return std::nullopt;
     return plan(net, p.platform, s, batch, why);
 }
 
@@ -309,6 +310,18 @@ std::string explain_table(const frontend::Network& net, const scheduler::Predict
         out += fmt::format("                  {} per process without recomputation{} (activations {})\n",
                            human_bytes(p.memory - p.activations + p.kept), narrows ? " or 16 bits" : "",
                            human_bytes(p.kept));
+    // Convolutions of precision=bfloat16 also multiply in it, where the kernels can.
+    std::int64_t bfloat16_convs = 0;
+    for (std::size_t i = 0; i < net.layers.size(); ++i)
+        bfloat16_convs +=
+            net.layers[i].op == OpKind::conv && p.layers[i].dist.precision == scheduler::Precision::bfloat16;
+    if (bfloat16_convs > 0)
+        out += fmt::format(
+            "products          bfloat16 in {} convolution{} (precision=bfloat16), summed in float32, where the "
+            "kernels have them:\n                  oneDNN's on CPUs with AVX-512 BF16 (this one: {}); float32 "
+            "elsewhere (the model: bfloat16's times\n                  where the platform has them measured, else "
+            "float32's)\n",
+            bfloat16_convs, bfloat16_convs == 1 ? "" : "s", backend::cpu_kernels().conv_bfloat16 ? "yes" : "no");
     if (const std::string why = does_not_fit(p); !why.empty()) out += "note: " + why + "\n";
     return out;
 }

@@ -34,8 +34,11 @@ std::optional<PlatformChoice> machine_platform(SourceManager& sources, Diagnosti
 // from `net_path`) on each of `procs` processes with mini-batches of `batch` that the cache does not have yet:
 // the kernels of every candidate schedule, the communication, training steps under every split. Progress on
 // stderr; the times are added to the cache and to `p`. False with `why` when measuring failed.
+// `bfloat16`: the convolutions' kernels with bfloat16 products too (multiplies_in_bfloat16).
 bool measure_local(PlatformChoice& p, const std::string& net_path, const frontend::Network& net,
-                   std::vector<std::int64_t> procs, std::int64_t batch, std::string& why);
+                   std::vector<std::int64_t> procs, std::int64_t batch, std::string& why, bool bfloat16 = false);
+// Whether the schedule may have a convolution multiply in bfloat16: its precision bfloat16, or open ('?').
+bool multiplies_in_bfloat16(const frontend::Network& net, const std::optional<scheduler::Schedule>& s);
 
 // Where a platform's figures come from: "measured on this machine (...) ...", "the published figures of
 // the stdlib platform ...", or "the file ...".

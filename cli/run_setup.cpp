@@ -99,7 +99,7 @@ std::optional<scheduler::Schedule> auto_schedule(const Checked& c, const RunOpti
         return std::nullopt;
     }
     const std::int64_t batch = run_batch(c, o);
-    if (!measure_local(*platform, o.net, net, {procs}, batch, why)) return std::nullopt;
+    if (!measure_local(*platform, o.net, net, {procs}, batch, why, multiplies_in_bfloat16(net, s))) return std::nullopt;
     scheduler::Model model(net, platform->platform, procs, batch);
     const auto result = fill_schedule(net, s, model, procs, batch, why);
     if (!result) return std::nullopt;

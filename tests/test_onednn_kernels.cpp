@@ -46,16 +46,24 @@ void require_close(Operand& got, Operand& expected, const std::string& what) {
     require_close(got.tensor.data(), expected.tensor.data(), got.tensor.size(), what);
 }
 
+// The kernels a test compares: oneDNN's and the reference's, of float32 or of bfloat16 products.
+struct ConvPair {
+    ConvKernels& dnn;
+    ConvKernels& ref;
+};
+
+ConvPair float32_pair() { return {onednn_conv(), *reference_kernels().conv}; }
+
 // Forward, backward-data and backward-weights of one problem (y of `yd` from `c` channels through `win`) with
 // both kernel sets, on the same inputs.
 void check_conv(const Dims& yd, std::int64_t c, const Window& win, bool with_bias, Layout layout,
-                const std::string& what, std::mt19937& rng) {
+                const std::string& what, std::mt19937& rng, ConvPair kernels = float32_pair()) {
     INFO(what);
     Dims xd{yd.n, c, yd.space};
     for (int d = 0; d < yd.rank(); ++d) xd.space[d] = win.input_extent(d, yd.space[d]);
     const Dims wd{yd.c, c, win.kernel};
-    ConvKernels& ref = *reference_kernels().conv;
-    ConvKernels& dnn = onednn_conv();
+    ConvKernels& ref = kernels.ref;
+    ConvKernels& dnn = kernels.dnn;
 
     Operand x = make_operand(xd, layout, true, rng);
     Operand w = make_operand(wd, Layout::dense, true, rng);
@@ -84,8 +92,8 @@ void check_conv(const Dims& yd, std::int64_t c, const Window& win, bool with_bia
         CHECK(std::all_of(db.begin(), db.end(), [](float v) { return v == sentinel; }));
 }
 
-void check_conv(const ConvProblem& p, Layout layout, std::mt19937& rng) {
-    check_conv(Dims{p.n, p.f, {p.out_h, p.out_w}}, p.c, p.window, p.bias, layout, describe(p, layout), rng);
+void check_conv(const ConvProblem& p, Layout layout, std::mt19937& rng, ConvPair kernels = float32_pair()) {
+    check_conv(Dims{p.n, p.f, {p.out_h, p.out_w}}, p.c, p.window, p.bias, layout, describe(p, layout), rng, kernels);
 }
 
 // A convolution of volumes: n samples, c channels in, f out, the output's extents.
@@ -110,13 +118,13 @@ std::string text(const Index& i) {
     return s;
 }
 
-void check_conv(const VolumeConvProblem& p, Layout layout, std::mt19937& rng) {
+void check_conv(const VolumeConvProblem& p, Layout layout, std::mt19937& rng, ConvPair kernels = float32_pair()) {
     const Window& w = p.window;
     const std::string what = "conv n=" + std::to_string(p.n) + " c=" + std::to_string(p.c) +
                              " f=" + std::to_string(p.f) + " out=" + text(p.out) + " kernel=" + text(w.kernel) +
                              " stride=" + text(w.stride) + " dilation=" + text(w.dilation) +
                              (p.bias ? " bias" : " no-bias") + " layout=" + name(layout);
-    check_conv(Dims{p.n, p.f, p.out}, p.c, w, p.bias, layout, what, rng);
+    check_conv(Dims{p.n, p.f, p.out}, p.c, w, p.bias, layout, what, rng, kernels);
 }
 
 // Outputs of at least 3 along each dimension, so that the padded and inside layouts leave an interior.
@@ -224,6 +232,47 @@ TEST_CASE("oneDNN strided convolution of one tap matches the reference on views 
     std::mt19937 rng(37 + static_cast<unsigned>(layout));
     for (const ConvProblem& p : strided_1x1_problems()) check_conv(p, layout, rng);
     for (const VolumeConvProblem& p : strided_1x1_volume_problems()) check_conv(p, layout, rng);
+}
+
+TEST_CASE("oneDNN convolution with bfloat16 products matches the reference's of rounded inputs", "[onednn]") {
+    // precision=bfloat16's convolutions (AVX-512 BF16): each pass's inputs rounded to bfloat16, products exact
+    // and summed in float32, against the reference's double sums of the same rounded inputs.
+    ConvKernels* bf16 = onednn_conv_bfloat16();
+    if (!bf16) {
+        WARN("this CPU has no AVX-512 BF16 instructions: its bfloat16 layers convolve in float32");
+        return;
+    }
+    const ConvPair pair{*bf16, *reference_kernels().conv_bfloat16};
+    const Layout layout = GENERATE(Layout::dense, Layout::interior, Layout::padded, Layout::channels);
+    std::mt19937 rng(53 + static_cast<unsigned>(layout));
+    for (const ConvProblem& p : conv_problems()) check_conv(p, layout, rng, pair);
+    for (const VolumeConvProblem& p : volume_conv_problems()) check_conv(p, layout, rng, pair);
+    for (const ConvProblem& p : strided_1x1_problems()) check_conv(p, layout, rng, pair);
+}
+
+TEST_CASE("oneDNN convolution with bfloat16 products rounds its inputs", "[onednn]") {
+    // Against float32's: as far apart as bfloat16's rounding puts them (2^-9 of each input, relative), which
+    // float32's own sums are not.
+    ConvKernels* bf16 = onednn_conv_bfloat16();
+    if (!bf16) {
+        WARN("this CPU has no AVX-512 BF16 instructions: its bfloat16 layers convolve in float32");
+        return;
+    }
+    std::mt19937 rng(59);
+    const Dims xd{2, 16, {10, 12}}, wd{8, 16, {3, 3}}, yd{2, 8, {8, 10}};
+    Window win;
+    win.kernel = {3, 3}, win.stride = {1, 1}, win.dilation = {1, 1};
+    Operand x = make_operand(xd, Layout::dense, true, rng), w = make_operand(wd, Layout::dense, true, rng);
+    Operand y = make_operand(yd, Layout::dense, false, rng), y32 = y;
+    bf16->forward(x.view(), w.view(), nullptr, y.view(), win);
+    onednn_conv().forward(x.view(), w.view(), nullptr, y32.view(), win);
+    double scale = 0.0, apart = 0.0;
+    for (std::int64_t i = 0; i < y.tensor.size(); ++i) {
+        scale = std::max(scale, std::abs(double(y32.tensor.data()[i])));
+        apart = std::max(apart, std::abs(double(y.tensor.data()[i]) - double(y32.tensor.data()[i])));
+    }
+    CHECK(apart > 1e-4 * scale);
+    CHECK(apart < 2e-2 * scale);
 }
 
 TEST_CASE("oneDNN convolution follows new data on cached problems", "[onednn]") {

@@ -401,3 +401,40 @@ TEST_CASE("profiling times every layer of a step, and the times add up to at mos
     CHECK(sum <= step);
     CHECK(sum > 0.5 * step);
 }
+
+TEST_CASE("a convolution of precision bfloat16 runs the kernels with bfloat16 products", "[trainer][precision]") {
+    // The set's float32 and bfloat16 convolutions as counting wrappers over the reference's: c2 alone is of
+    // precision bfloat16, so its three passes go to the one and every other convolution's to the other.
+    struct Counting final : ConvKernels {
+        explicit Counting(ConvKernels& inner) : inner(inner) {}
+        void forward(ConstView x, ConstView w, const float* b, View y, const Window& win) override {
+            ++calls;
+            inner.forward(x, w, b, y, win);
+        }
+        void backward_data(ConstView dy, ConstView w, View dx, const Window& win) override {
+            ++calls;
+            inner.backward_data(dy, w, dx, win);
+        }
+        void backward_weights(ConstView x, ConstView dy, View dw, float* db, const Window& win) override {
+            ++calls;
+            inner.backward_weights(x, dy, dw, db, win);
+        }
+        ConvKernels& inner;
+        int calls = 0;
+    };
+    Loaded l(small_net);
+    Kernels k = reference_kernels();
+    Counting float32(*k.conv), bfloat16(*k.conv_bfloat16);
+    k.conv = &float32;
+    k.conv_bfloat16 = &bfloat16;
+    TrainConfig cfg;
+    cfg.batch = 3;
+    scheduler::Plan plan = test::one_process(l.net, cfg.batch);
+    for (std::size_t i = 0; i < l.net.layers.size(); ++i)
+        if (l.net.layers[i].name == "c2") plan.layers[i].dist.precision = scheduler::Precision::bfloat16;
+    Trainer t(l.net, k, cfg, plan);
+    HashData data(5);
+    t.step(data, 0);
+    CHECK(bfloat16.calls == 3);  // c2's forward, backward-data and backward-weights
+    CHECK(float32.calls == 5);   // c1's forward and backward-weights (it reads the data), and c3's three
+}

@@ -147,10 +147,16 @@ double Model::fixed_memory() const {
 
 double Model::kernel(const std::string& name, std::vector<TimeField> fields, double flops, double bytes,
                      double outputs) const {
+    if (const double t = measured_kernel(name, fields, flops, bytes, outputs); t > 0) return t;
+    return analytic_kernel(flops, bytes, outputs) * share_;
+}
+
+double Model::measured_kernel(const std::string& name, std::vector<TimeField> fields, double flops, double bytes,
+                              double outputs) const {
     fields.emplace_back("threads", std::vector<std::int64_t>{threads_});
     if (auto it = platform_.times.find(time_key(name, fields)); it != platform_.times.end()) return it->second * share_;
     if (const double t = interpolate_kernel(name, fields, flops, bytes, outputs); t > 0) return t * share_;
-    return analytic_kernel(flops, bytes, outputs) * share_;
+    return 0.0;
 }
 
 double Model::analytic_kernel(double flops, double bytes, double outputs) const {
@@ -378,9 +384,22 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
     if (l.op == OpKind::label) return c;
     const Geometry g = geometry(index, split);
     const double ny = elements(g.y), nx = elements(g.x);
+    // A convolution of precision=bfloat16 runs the kernels with bfloat16 products where there are any: their
+    // time where the platform has it (a CPU with AVX-512 BF16, calibrated: key field bf16), else float32's.
+    const bool bfloat16 = l.op == OpKind::conv && dist.precision == Precision::bfloat16;
     // A kernel's time, and its key for calibration.
     auto run = [&](const std::string& name, std::vector<TimeField> fields, double flops, double bytes,
                    double outputs = 0.0) {
+        if (bfloat16) {
+            auto f = fields;
+            f.emplace_back("bf16", std::vector<std::int64_t>{1});
+            if (keys) {
+                auto keyed = f;
+                keyed.emplace_back("threads", std::vector<std::int64_t>{threads_});
+                keys->push_back(time_key(name, std::move(keyed)));
+            }
+            if (const double t = measured_kernel(name, std::move(f), flops, bytes, outputs); t > 0) return t;
+        }
         if (keys) {
             auto f = fields;
             f.emplace_back("threads", std::vector<std::int64_t>{threads_});

@@ -117,16 +117,22 @@ std::optional<double> time_kernel(const std::string& key, Kernels k, DataSource&
         if (phase == Phase::backward)
             run = [&, f] { k.activation->backward(f, a.interior(), b.interior(), 0.0f, c.interior()); };
     } else if (op == OpKind::conv && x.n && y.n) {
+        // A layer of precision=bfloat16 ("bf16=1"): the kernels with bfloat16 products, where there are any.
+        ConvKernels* conv = field("bf16").empty() ? k.conv : k.conv_bfloat16;
+        if (!conv) {
+            why = "no convolutions with bfloat16 products here (they run in float32)";
+            return std::nullopt;
+        }
         a = filled(x);
         b = filled(y);
         wt = filled(Dims{y.c, x.c, w.kernel});
         c = zeros(Dims{y.c, x.c, w.kernel});
         if (phase == Phase::forward)
-            run = [&] { k.conv->forward(a.interior(), wt.interior(), nullptr, b.interior(), w); };
+            run = [&, conv] { conv->forward(a.interior(), wt.interior(), nullptr, b.interior(), w); };
         if (phase == Phase::backward_data)
-            run = [&] { k.conv->backward_data(b.interior(), wt.interior(), a.interior(), w); };
+            run = [&, conv] { conv->backward_data(b.interior(), wt.interior(), a.interior(), w); };
         if (phase == Phase::backward_weights)
-            run = [&] { k.conv->backward_weights(a.interior(), b.interior(), c.interior(), nullptr, w); };
+            run = [&, conv] { conv->backward_weights(a.interior(), b.interior(), c.interior(), nullptr, w); };
     } else if (op == OpKind::fc && x.n && y.n) {
         a = filled(x);
         b = filled(y);

@@ -21,6 +21,7 @@ Kernels cpu_kernels() {
     k.deconv = &cpu_deconv();
     k.groupnorm = &cpu_groupnorm();
     k.dropout = &cpu_dropout();
+    k.conv_bfloat16 = onednn_conv_bfloat16();
     return k;
 }
 

@@ -9,6 +9,9 @@ namespace dsl::backend {
 // (shapes, strides, window, bias or not), because a training step repeats the same problems and creating a
 // primitive costs far more than running a small one. Calls are serialised; oneDNN threads each one.
 ConvKernels& onednn_conv();
+// Convolutions with bfloat16 products and float32 sums (Kernels::conv_bfloat16), where the CPU has AVX-512
+// BF16 instructions; null where it has not.
+ConvKernels* onednn_conv_bfloat16();
 FcKernels& onednn_fc();
 
 }  // namespace dsl::backend

@@ -11,6 +11,7 @@
 #include "kernel_checks.hpp"
 #include "regression_formula.hpp"
 #include "resample_kernels.hpp"
+#include "rounded_conv.hpp"
 
 #include <dsl/backend/kernels.hpp>
 #include <dsl/base/error.hpp>
@@ -18,6 +19,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -721,6 +723,8 @@ Kernels reference_kernels() {
     k.deconv = &reference_deconv();
     k.groupnorm = &groupnorm_instance;
     k.dropout = &dropout_instance;
+    static const std::unique_ptr<ConvKernels> rounded = rounded_to_bfloat16(conv_instance);
+    k.conv_bfloat16 = rounded.get();
     return k;
 }
 

@@ -74,17 +74,18 @@ void Trainer::Impl::backward_layer(int index) {
         case OpKind::bce_with_logits: break;  // the loss wrote its gradient in forward
         case OpKind::conv: {
             const Window w = window_of(l);
+            ConvKernels& conv = conv_of(index);
             Tile& in = *s.operands[0];
             if (!is_input(&in))
                 input_gradient(in, plan_of(index).read,
-                               [&](View dx) { k.conv->backward_data(s.own().dy.interior(), s.w.interior(), dx, w); });
+                               [&](View dx) { conv.backward_data(s.own().dy.interior(), s.w.interior(), dx, w); });
             mark(Phase::backward, Kind::backward_weights, index);
             // With overlap, when this layer is the only reader of its input, the input's gradient is
             // complete here: its halo goes back to the neighbours while the weight gradient is computed.
             const bool send_now = overlap_of(index) && !is_input(&in) && !in.copy && in.readers == 1;
             if (send_now) start_scatter(in);
-            k.conv->backward_weights(windowed_input(l, index), s.own().dy.interior(), s.dw.interior(),
-                                     l.bias ? s.db.data() : nullptr, w);
+            conv.backward_weights(windowed_input(l, index), s.own().dy.interior(), s.dw.interior(),
+                                  l.bias ? s.db.data() : nullptr, w);
             if (send_now) finish_scatter(in);
             allreduce_gradients(s, speaks);
             break;

@@ -233,6 +233,10 @@ struct Trainer::Impl {
 
     // forward.cpp: the forward pass, layer by layer, and the overlap of halos with windowed layers.
     scheduler::Precision precision_of(int layer) const { return *plan_of(layer).dist.precision; }
+    // A convolution's kernels: bfloat16 products where its precision is bfloat16 and the kernels have them.
+    ConvKernels& conv_of(int layer) const {
+        return precision_of(layer) == scheduler::Precision::bfloat16 && k.conv_bfloat16 ? *k.conv_bfloat16 : *k.conv;
+    }
     // A narrowed layer's precision, in which its halos and copies travel; none for the others.
     std::optional<scheduler::Precision> narrowed_of(int layer) const {
         return plan_of(layer).narrowed ? std::optional(precision_of(layer)) : std::nullopt;

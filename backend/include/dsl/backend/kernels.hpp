@@ -274,6 +274,10 @@ struct Kernels {
     LossKernels* loss = nullptr;
     Memory* memory = nullptr;               // null: the host's
     SyntheticKernels* synthetic = nullptr;  // null: the data source makes inputs on the host
+    // Convolutions of layers whose precision is bfloat16: each pass's two inputs rounded to bfloat16, their
+    // products summed in float32, the results float32. Null where the kernels have none (they compute in
+    // float32 then, the layers' outputs still kept in 16 bits).
+    ConvKernels* conv_bfloat16 = nullptr;
     UpsampleKernels* upsample = nullptr;
     DeconvKernels* deconv = nullptr;
     GroupNormKernels* groupnorm = nullptr;

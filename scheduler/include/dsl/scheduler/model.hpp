@@ -131,6 +131,9 @@ public:
     // convolution's thread blocks share out (0: not a convolution, no waves).
     double kernel(const std::string& name, std::vector<TimeField> fields, double flops, double bytes,
                   double outputs = 0.0) const;
+    // The platform's time of the kernel, measured or interpolated between measured sizes; 0 where it has none.
+    double measured_kernel(const std::string& name, std::vector<TimeField> fields, double flops, double bytes,
+                           double outputs) const;
     // The analytic time of one call from the published figures: the per-call latency, then the larger of the
     // arithmetic (in waves of output tiles over the compute units, where the platform gives them) and the
     // memory traffic (the roofline).
