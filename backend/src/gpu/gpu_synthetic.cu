@@ -77,29 +77,27 @@ struct SyntheticTargets {
 class GpuSynthetic final : public SyntheticKernels {
 public:
     void inputs(const SyntheticData& data, std::int64_t sample0, const Index& at, View tile) override {
-        const Volumes v = volumes(tile);
-        const bool volume = is_volume(tile.dims);
-        DSL_INTERNAL_CHECK(v.dims.c == data.channels, "synthetic inputs: a tile of " + dims_text(tile.dims) + " for " +
-                                                          std::to_string(data.channels) + " channels");
-        DSL_INTERNAL_CHECK(!volume || data.volume(),
-                           "synthetic inputs: a volume's tile " + dims_text(tile.dims) + " of an image's data set");
-        check_place(at, tile.dims, "synthetic inputs");
-        const VolumePlace first = volume_place(at);
-        map("synthetic inputs", v.dims, Merge::none, operand(v), no_inputs(),
-            SyntheticInputs{data, sample0, first.z, first.y, first.x, volume});
+        make<SyntheticInputs>("synthetic inputs", data, data.channels, sample0, at, tile);
+    }
+    void targets(const SyntheticData& data, std::int64_t sample0, const Index& at, View tile) override {
+        make<SyntheticTargets>("synthetic targets", data, data.target_c, sample0, at, tile);
     }
 
-    void targets(const SyntheticData& data, std::int64_t sample0, const Index& at, View tile) override {
+private:
+    // A tile of `channels` channels of the data set's values from global sample `sample0` and place `at`.
+    template <typename Values>
+    static void make(const char* what, const SyntheticData& data, std::int64_t channels, std::int64_t sample0,
+                     const Index& at, View tile) {
         const Volumes v = volumes(tile);
         const bool volume = is_volume(tile.dims);
-        DSL_INTERNAL_CHECK(v.dims.c == data.target_c, "synthetic targets: a tile of " + dims_text(tile.dims) + " for " +
-                                                          std::to_string(data.target_c) + " channels");
+        DSL_INTERNAL_CHECK(v.dims.c == channels, std::string(what) + ": a tile of " + dims_text(tile.dims) + " for " +
+                                                     std::to_string(channels) + " channels");
         DSL_INTERNAL_CHECK(!volume || data.volume(),
-                           "synthetic targets: a volume's tile " + dims_text(tile.dims) + " of an image's data set");
-        check_place(at, tile.dims, "synthetic targets");
+                           std::string(what) + ": a volume's tile " + dims_text(tile.dims) + " of an image's data set");
+        check_place(at, tile.dims, what);
         const VolumePlace first = volume_place(at);
-        map("synthetic targets", v.dims, Merge::none, operand(v), no_inputs(),
-            SyntheticTargets{data, sample0, first.z, first.y, first.x, volume});
+        map(what, v.dims, Merge::none, operand(v), no_inputs(),
+            Values{data, sample0, first.z, first.y, first.x, volume});
     }
 };
 
