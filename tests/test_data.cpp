@@ -401,6 +401,21 @@ loss = mse from p, t
                     if (n >= 1 && r >= 2 && r < 5 && q >= 3) CHECK(part.at(n - 1, c, {r - 2, q - 3}) == v);
                 }
     CHECK(hi - lo > 0.1);  // not a constant: something to learn
+    // Targets as fine as the inputs (read as they lie), and four times coarser (an input row for each target
+    // row alone), in a tile away from the origin: target() of each.
+    for (const std::int64_t scale : {1, 4}) {
+        CAPTURE(scale);
+        SyntheticData e = d;
+        e.height = 16, e.width = 12, e.target_h = 16 / scale, e.target_w = 12 / scale;
+        const Dims tile{2, 2, {e.target_h - 1, e.target_w - 1}};
+        Tensor got(tile);
+        e.fill_targets(3, Index{1, 1}, got.interior());
+        for (std::int64_t n = 0; n < tile.n; ++n)
+            for (std::int64_t c = 0; c < tile.c; ++c)
+                for (std::int64_t r = 0; r < tile.space[0]; ++r)
+                    for (std::int64_t q = 0; q < tile.space[1]; ++q)
+                        CHECK(got.at(n, c, {r, q}) == e.target(3 + n, c, r + 1, q + 1));
+    }
 }
 
 TEST_CASE("data: a network learns the synthetic data (the loss falls)", "[data][trainer]") {

@@ -222,8 +222,8 @@ float SyntheticData::target(std::int64_t sample, std::int64_t c, std::int64_t z,
 
 void SyntheticData::fill_targets(std::int64_t sample0, const Index& at, View view) const {
     if (view.dims.elements() == 0) return;
-    // The same values as target(), made faster: the mixing weights once, and the input pixels under each
-    // target row at once by fill_inputs (the same values as input()).
+    // The same values as target(), made faster: the mixing weights once, and the input pixels under the
+    // targets by fill_inputs (the same values as input()).
     std::vector<double> weights(static_cast<std::size_t>(view.dims.c * channels));
     for (std::int64_t c = 0; c < view.dims.c; ++c)
         for (std::int64_t i = 0; i < channels; ++i)
@@ -233,22 +233,56 @@ void SyntheticData::fill_targets(std::int64_t sample0, const Index& at, View vie
             const PlaneDims d = tile.dims;
             auto column = [&](std::int64_t x) { return under(x0 + x, width, target_w); };
             const std::int64_t first = column(0), span = column(d.w - 1) - first + 1;
+            const std::int64_t top = under(y0, height, target_h),
+                               rows = under(y0 + d.h - 1, height, target_h) - top + 1;
+            const std::optional<std::int64_t> iz =
+                tz ? std::optional(under(*tz, depth, target_d)) : std::optional<std::int64_t>();
+            auto place = [&](std::int64_t iy) { return iz ? Index{*iz, iy, first} : Index{iy, first}; };
+            auto extents = [&](std::int64_t r) { return iz ? Index{1, r, span} : Index{r, span}; };
+            std::vector<std::int64_t> columns(static_cast<std::size_t>(d.w));  // of the inputs under, from `first`
+            for (std::int64_t x = 0; x < d.w; ++x) columns[static_cast<std::size_t>(x)] = column(x) - first;
+            bool dense = true;  // the input under target x is the x-th: targets as fine as the inputs
+            for (std::int64_t x = 0; x < d.w; ++x) dense = dense && columns[static_cast<std::size_t>(x)] == x;
+            // Target row y of sample n from the inputs under it: channel i's at inputs[i * stride], by column.
+            // Each target's sum runs over the channels in order, as target()'s; the loop over the row innermost,
+            // where the compiler vectorizes it.
+            auto mix_row = [&](const float* inputs, std::int64_t stride, std::int64_t n, std::int64_t y) {
+                std::vector<double> z(static_cast<std::size_t>(d.w));
+                for (std::int64_t c = 0; c < d.c; ++c) {
+                    std::fill(z.begin(), z.end(), 0.0);
+                    for (std::int64_t i = 0; i < channels; ++i) {
+                        const double w = weights[static_cast<std::size_t>(c * channels + i)];
+                        const float* in = inputs + i * stride;
+                        if (dense)  // a column of inputs under each target: read as they lie
+                            for (std::size_t x = 0; x < z.size(); ++x) z[x] = add(z[x], mul(w, in[x]));
+                        else
+                            for (std::size_t x = 0; x < z.size(); ++x) z[x] = add(z[x], mul(w, in[columns[x]]));
+                    }
+                    for (std::int64_t x = 0; x < d.w; ++x)
+                        tile.at(n, c, y, x) = target_value(z[static_cast<std::size_t>(x)]);
+                }
+            };
+            if (rows <= 2 * d.h) {
+                // Targets as fine as the inputs, or nearly (a U-Net's): every input row under the tile's at
+                // once, so that each channel's sines of its columns are taken once, not once a row.
+                std::vector<float> block(static_cast<std::size_t>(channels * rows * span));
+                for (std::int64_t n = 0; n < d.n; ++n) {
+                    fill_inputs(sample0 + n, 0, place(top), dense_view(block.data(), Dims{1, channels, extents(rows)}));
+#pragma omp parallel for schedule(static)
+                    for (std::int64_t y = 0; y < d.h; ++y)
+                        mix_row(&block[static_cast<std::size_t>((under(y0 + y, height, target_h) - top) * span)],
+                                rows * span, n, y);
+                }
+                return;
+            }
+        // Coarser targets: the input row under each target row alone.
 #pragma omp parallel for collapse(2) schedule(static)
             for (std::int64_t n = 0; n < d.n; ++n)
                 for (std::int64_t y = 0; y < d.h; ++y) {
-                    const std::int64_t iy = under(y0 + y, height, target_h);
                     std::vector<float> row(static_cast<std::size_t>(channels * span));
-                    const Dims one_row{1, channels, tz ? Index{1, 1, span} : Index{1, span}};
-                    fill_inputs(sample0 + n, 0, tz ? Index{under(*tz, depth, target_d), iy, first} : Index{iy, first},
-                                dense_view(row.data(), one_row));
-                    for (std::int64_t c = 0; c < d.c; ++c)
-                        for (std::int64_t x = 0; x < d.w; ++x) {
-                            double z = 0.0;
-                            for (std::int64_t i = 0; i < channels; ++i)
-                                z = add(z, mul(weights[static_cast<std::size_t>(c * channels + i)],
-                                               row[static_cast<std::size_t>(i * span + column(x) - first)]));
-                            tile.at(n, c, y, x) = target_value(z);
-                        }
+                    fill_inputs(sample0 + n, 0, place(under(y0 + y, height, target_h)),
+                                dense_view(row.data(), Dims{1, channels, extents(1)}));
+                    mix_row(row.data(), span, n, y);
                 }
         });
 }
