@@ -97,13 +97,14 @@ std::map<int, std::set<std::string>> keys_by_threads(const frontend::Network& ne
                 // An input takes its reader's split: any that fits its tiles.
                 const scheduler::Distribution open{std::nullopt, std::nullopt, scheduler::BatchNormStats::batch,
                                                    std::nullopt};
-                for (auto d : scheduler::candidates(net, static_cast<int>(i), open, procs, batch)) {
+                for (const auto& d : scheduler::candidates(net, static_cast<int>(i), open, procs, batch)) {
                     std::vector<std::string> layer_keys = model.kernel_keys(static_cast<int>(i), d);
-                    if (bfloat16 && l.op == frontend::OpKind::conv) {
-                        d.precision = scheduler::Precision::bfloat16;
-                        for (std::string& k : model.kernel_keys(static_cast<int>(i), d))
+                    // And its convolution's with bfloat16 products (precision=bfloat16).
+                    scheduler::Distribution b = d;
+                    b.precision = scheduler::Precision::bfloat16;
+                    if (bfloat16 && b.bfloat16_products(l.op))
+                        for (std::string& k : model.kernel_keys(static_cast<int>(i), b))
                             layer_keys.push_back(std::move(k));
-                    }
                     if (seconds && !layer_keys.empty()) {
                         const scheduler::LayerCost c = model.layer(static_cast<int>(i), d);
                         const double each =
@@ -790,10 +791,11 @@ const frontend::Layer* unfit_layer(const frontend::Network& net, double memory, 
 
 bool multiplies_in_bfloat16(const frontend::Network& net, const std::optional<scheduler::Schedule>& s) {
     if (!s) return false;
-    for (std::size_t i = 0; i < net.layers.size() && i < s->layers.size(); ++i)
-        if (net.layers[i].op == frontend::OpKind::conv &&
-            s->layers[i].precision.value_or(scheduler::Precision::bfloat16) == scheduler::Precision::bfloat16)
-            return true;
+    for (std::size_t i = 0; i < net.layers.size() && i < s->layers.size(); ++i) {
+        scheduler::Distribution d = s->layers[i];
+        d.precision = d.precision.value_or(scheduler::Precision::bfloat16);  // open: it may be
+        if (d.bfloat16_products(net.layers[i].op)) return true;
+    }
     return false;
 }
 

@@ -88,6 +88,12 @@ int predict_on(const PredictOptions& p, const Checked& checked, const scheduler:
     const auto t0 = std::chrono::steady_clock::now();
     // The time spent writing (and, for HDF5, waiting in the collective writes for the other processes).
     std::chrono::steady_clock::duration writing{};
+    auto timed = [&](auto&& write) {
+        const auto w0 = std::chrono::steady_clock::now();
+        const bool done = write();
+        writing += std::chrono::steady_clock::now() - w0;
+        return done;
+    };
     // Whole mini-batches; the last, where the samples end within it, reads past the end (the data wraps
     // around) and writes only the samples that are there.
     bool written = true;
@@ -97,15 +103,11 @@ int predict_on(const PredictOptions& p, const Checked& checked, const scheduler:
         const std::int64_t keep = t.leader ? std::clamp<std::int64_t>(data->count - first - t.n0, 0, t.dims.n) : 0;
         backend::Dims d = t.dims;
         d.n = keep;
-        const auto w0 = std::chrono::steady_clock::now();
-        written = out->write(first + t.n0, t.at, d, t.values.data(), error) && written;
-        writing += std::chrono::steady_clock::now() - w0;
+        written = timed([&] { return out->write(first + t.n0, t.at, d, t.values.data(), error); }) && written;
     }
     // Not in place: the reason comes from the first process that has one (a part it could not write, or the
     // move into place), and what was under the name before is as it was.
-    const auto w0 = std::chrono::steady_clock::now();
-    written = out->close(written, error);
-    writing += std::chrono::steady_clock::now() - w0;
+    written = timed([&] { return out->close(written, error); });
     if (!agree(comm, written || error.empty(), fmt::format("error: writing '{}' failed: {}\n", path->str(), error)) ||
         !written)
         return user_error;

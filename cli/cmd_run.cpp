@@ -336,8 +336,7 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
     // precision=bfloat16's convolutions multiply in bfloat16 where the kernels can: say so where they cannot.
     std::int64_t bfloat16_convs = 0;
     for (std::size_t i = 0; i < net.layers.size(); ++i)
-        bfloat16_convs += net.layers[i].op == frontend::OpKind::conv &&
-                          schedule.layers[i].precision == scheduler::Precision::bfloat16;
+        bfloat16_convs += schedule.layers[i].bfloat16_products(net.layers[i].op);
     if (bfloat16_convs > 0 && !kernels.conv_bfloat16)
         io.out() << fmt::format(
             "note: {} convolution{} of precision bfloat16 multipl{} in float32 here ({}); {} outputs are still kept "

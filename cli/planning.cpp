@@ -313,8 +313,7 @@ std::string explain_table(const frontend::Network& net, const scheduler::Predict
     // Convolutions of precision=bfloat16 also multiply in it, where the kernels can.
     std::int64_t bfloat16_convs = 0;
     for (std::size_t i = 0; i < net.layers.size(); ++i)
-        bfloat16_convs +=
-            net.layers[i].op == OpKind::conv && p.layers[i].dist.precision == scheduler::Precision::bfloat16;
+        bfloat16_convs += p.layers[i].dist.bfloat16_products(net.layers[i].op);
     if (bfloat16_convs > 0)
         out += fmt::format(
             "products          bfloat16 in {} convolution{} (precision=bfloat16), summed in float32, where the "

@@ -386,25 +386,23 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
     const double ny = elements(g.y), nx = elements(g.x);
     // A convolution of precision=bfloat16 runs the kernels with bfloat16 products where there are any: their
     // time where the platform has it (a CPU with AVX-512 BF16, calibrated: key field bf16), else float32's.
-    const bool bfloat16 = l.op == OpKind::conv && dist.precision == Precision::bfloat16;
-    // A kernel's time, and its key for calibration.
+    const bool bfloat16 = dist.bfloat16_products(l.op);
+    // A kernel's key for calibration.
+    auto ask = [&](const std::string& name, std::vector<TimeField> fields) {
+        if (!keys) return;
+        fields.emplace_back("threads", std::vector<std::int64_t>{threads_});
+        keys->push_back(time_key(name, std::move(fields)));
+    };
+    // A kernel's time, and its keys.
     auto run = [&](const std::string& name, std::vector<TimeField> fields, double flops, double bytes,
                    double outputs = 0.0) {
         if (bfloat16) {
             auto f = fields;
             f.emplace_back("bf16", std::vector<std::int64_t>{1});
-            if (keys) {
-                auto keyed = f;
-                keyed.emplace_back("threads", std::vector<std::int64_t>{threads_});
-                keys->push_back(time_key(name, std::move(keyed)));
-            }
+            ask(name, f);
             if (const double t = measured_kernel(name, std::move(f), flops, bytes, outputs); t > 0) return t;
         }
-        if (keys) {
-            auto f = fields;
-            f.emplace_back("threads", std::vector<std::int64_t>{threads_});
-            keys->push_back(time_key(name, std::move(f)));
-        }
+        ask(name, fields);
         return kernel(name, std::move(fields), flops, bytes, outputs);
     };
     // A windowed layer's kernel over outputs `y` (the whole tile; with overlap, the interior and the strips):

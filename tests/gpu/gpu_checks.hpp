@@ -7,6 +7,7 @@
 
 #include <dsl/backend/gpu.hpp>
 #include <dsl/backend/kernels.hpp>
+#include <dsl/backend/synthetic.hpp>
 #include <dsl/backend/tensor.hpp>
 
 #include "../kernel_layouts.hpp"
@@ -277,6 +278,27 @@ inline void check_pool(const PoolCase& pc, PoolKind kind, int levels) {
 }
 
 // Forward and backward of the upsampling `u` of x (xd) into y (yd), of images or volumes, on both kernel sets.
+// The GPU's synthetic inputs (or, with `targets`, float targets) of a tile of `dims` inside a tile with
+// margins, from global sample `sample0` and place `at`, against the host's. The GPU's sines and cosines (and
+// the targets' exponential) may differ from the host's in a double's last bits: a float's last bit at most.
+inline void check_synthetic(const SyntheticData& data, bool targets, const Dims& dims, std::int64_t sample0,
+                            const Index& at, std::mt19937& rng) {
+    Operand tile = make_operand(dims, Layout::interior, false, rng), expected = tile;
+    const Tile on_device(tile.tensor);
+    if (targets) {
+        gpu().synthetic->targets(data, sample0, at, on_device.on_device(tile.view()));
+        data.fill_targets(sample0, at, expected.view());
+    } else {
+        gpu().synthetic->inputs(data, sample0, at, on_device.on_device(tile.view()));
+        data.fill_inputs(sample0, 0, at, expected.view());
+    }
+    require_close(on_device.download(), expected.tensor, targets ? "synthetic targets" : "synthetic inputs", 1e-6,
+                  -1.0);
+    // The host wrote every element of the tile, and only those (its margins keep the sentinel).
+    CHECK(std::count_if(expected.tensor.data(), expected.tensor.data() + expected.tensor.size(),
+                        [](float v) { return v != sentinel; }) == dims.elements());
+}
+
 inline void check_upsample(const Dims& xd, const Dims& yd, const Upsample& u, std::mt19937& rng) {
     Operand x = make_operand(xd, Layout::interior, true, rng), dy = make_operand(yd, Layout::channels, true, rng);
     const Tile x_dev(x.tensor), dy_dev(dy.tensor);

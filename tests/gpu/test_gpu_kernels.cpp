@@ -658,13 +658,7 @@ TEST_CASE("gpu synthetic inputs are the host's", "[gpu]") {
     const std::int64_t sample0 = GENERATE(0, 7), y0 = GENERATE(0, 33), x0 = GENERATE(0, 41);
     INFO((per_pixel ? "per pixel" : "per sample") << ", sample " << sample0 << ", row " << y0 << ", column " << x0);
     std::mt19937 rng(79);
-    Operand tile = make_operand(Dims{2, 3, {data.height - y0, data.width - x0}}, Layout::interior, false, rng),
-            expected = tile;
-    const Tile on_device(tile.tensor);
-    gpu().synthetic->inputs(data, sample0, {y0, x0}, on_device.on_device(tile.view()));
-    data.fill_inputs(sample0, 0, {y0, x0}, expected.view());
-    // The GPU's sines and cosines may differ from the host's in a double's last bits: a float's last bit at most.
-    require_close(on_device.download(), expected.tensor, "synthetic inputs", 1e-6, -1.0);
+    check_synthetic(data, false, Dims{2, 3, {data.height - y0, data.width - x0}}, sample0, {y0, x0}, rng);
 }
 
 TEST_CASE("gpu synthetic targets are the host's", "[gpu]") {
@@ -685,15 +679,7 @@ TEST_CASE("gpu synthetic targets are the host's", "[gpu]") {
     INFO((per_pixel ? "per pixel" : "per sample") << ", sample " << sample0 << ", row " << y0 << ", column " << x0);
     std::mt19937 rng(83);
     const Dims d = per_pixel ? Dims{2, 3, {data.target_h - y0, data.target_w - x0}} : Dims{2, 4, {}};
-    Operand tile = make_operand(d, Layout::interior, false, rng), expected = tile;
-    const Tile on_device(tile.tensor);
-    const Index at = per_pixel ? Index{y0, x0} : Index{};
-    gpu().synthetic->targets(data, sample0, at, on_device.on_device(tile.view()));
-    data.fill_targets(sample0, at, expected.view());
-    // Sigmoids of the same sums of inputs, whose sines (and the sigmoid's exponential) may differ in a double's
-    // last bits.
-    require_close(on_device.download(), expected.tensor, "synthetic targets", 1e-6, -1.0);
-    CHECK(expected.tensor.data()[0] != 0.0f);
+    check_synthetic(data, true, d, sample0, per_pixel ? Index{y0, x0} : Index{}, rng);
 }
 
 TEST_CASE("gpu upsample matches the reference, on tiles anywhere in the tensor", "[gpu]") {

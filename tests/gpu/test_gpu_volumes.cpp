@@ -103,14 +103,8 @@ TEST_CASE("gpu synthetic inputs of a volume are the host's", "[gpu]") {
     INFO((per_voxel ? "per voxel" : "per sample")
          << ", sample " << sample0 << ", place " << z0 << ", " << y0 << ", " << x0);
     std::mt19937 rng(81);
-    Operand tile = make_operand(Dims{2, 2, {data.depth - z0, data.height - y0, data.width - x0}}, Layout::interior,
-                                false, rng),
-            expected = tile;
-    const Tile on_device(tile.tensor);
-    gpu().synthetic->inputs(data, sample0, {z0, y0, x0}, on_device.on_device(tile.view()));
-    data.fill_inputs(sample0, 0, {z0, y0, x0}, expected.view());
-    // The GPU's sines and cosines may differ from the host's in a double's last bits: a float's last bit at most.
-    require_close(on_device.download(), expected.tensor, "synthetic inputs", 1e-6, -1.0);
+    check_synthetic(data, false, Dims{2, 2, {data.depth - z0, data.height - y0, data.width - x0}}, sample0,
+                    {z0, y0, x0}, rng);
 }
 
 TEST_CASE("gpu synthetic targets of a volume are the host's", "[gpu]") {
@@ -124,13 +118,8 @@ TEST_CASE("gpu synthetic targets of a volume are the host's", "[gpu]") {
     const std::int64_t sample0 = GENERATE(0, 7), z0 = GENERATE(0, 5), y0 = GENERATE(0, 3), x0 = GENERATE(0, 4);
     INFO("sample " << sample0 << ", place " << z0 << ", " << y0 << ", " << x0);
     std::mt19937 rng(85);
-    Operand tile = make_operand(Dims{2, 2, {data.target_d - z0, data.target_h - y0, data.target_w - x0}},
-                                Layout::interior, false, rng),
-            expected = tile;
-    const Tile on_device(tile.tensor);
-    gpu().synthetic->targets(data, sample0, {z0, y0, x0}, on_device.on_device(tile.view()));
-    data.fill_targets(sample0, {z0, y0, x0}, expected.view());
-    require_close(on_device.download(), expected.tensor, "synthetic targets", 1e-6, -1.0);
+    check_synthetic(data, true, Dims{2, 2, {data.target_d - z0, data.target_h - y0, data.target_w - x0}}, sample0,
+                    {z0, y0, x0}, rng);
 }
 
 TEST_CASE("gpu upsample of volumes matches the reference, on tiles anywhere in the tensor", "[gpu]") {

@@ -235,7 +235,8 @@ struct Trainer::Impl {
     scheduler::Precision precision_of(int layer) const { return *plan_of(layer).dist.precision; }
     // A convolution's kernels: bfloat16 products where its precision is bfloat16 and the kernels have them.
     ConvKernels& conv_of(int layer) const {
-        return precision_of(layer) == scheduler::Precision::bfloat16 && k.conv_bfloat16 ? *k.conv_bfloat16 : *k.conv;
+        const bool bfloat16 = plan_of(layer).dist.bfloat16_products(net.layers[static_cast<std::size_t>(layer)].op);
+        return bfloat16 && k.conv_bfloat16 ? *k.conv_bfloat16 : *k.conv;
     }
     // A narrowed layer's precision, in which its halos and copies travel; none for the others.
     std::optional<scheduler::Precision> narrowed_of(int layer) const {

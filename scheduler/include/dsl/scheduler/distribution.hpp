@@ -3,6 +3,7 @@
 #pragma once
 
 #include <dsl/base/space.hpp>
+#include <dsl/frontend/layer_kinds.hpp>
 
 #include <array>
 #include <cstdint>
@@ -56,6 +57,10 @@ struct Distribution {
     // Its output is kept in 16 bits: a precision other than float32, unless it is recomputed (which wins).
     bool narrowed() const {
         return !recompute.value_or(false) && precision.value_or(Precision::float32) != Precision::float32;
+    }
+    // A layer of kind `op` multiplies in bfloat16, where the kernels can: a convolution of precision bfloat16.
+    bool bfloat16_products(frontend::OpKind op) const {
+        return op == frontend::OpKind::conv && precision == Precision::bfloat16;
     }
     bool complete() const { return split && overlap && bn; }
 };
