@@ -199,6 +199,13 @@ struct Eltwise final : EltwiseKernels {
     void adam(float* w, float* m, float* v, const float* g, std::int64_t n, const AdamStep& s) override {
         charge(*t, "eltwise.adam", Dims{1, n, {}}, [&] { in->adam(w, m, v, g, n, s); });
     }
+    bool unscale(const std::vector<GradientArray>& g, float factor) override {
+        std::int64_t n = 0;
+        for (const GradientArray& a : g) n += a.count;
+        bool finite = true;
+        charge(*t, "eltwise.unscale", Dims{1, n, {}}, [&] { finite = in->unscale(g, factor); });
+        return finite;
+    }
 };
 
 struct Loss final : LossKernels {

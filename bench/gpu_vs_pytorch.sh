@@ -6,6 +6,8 @@
 #
 #   bench/gpu_vs_pytorch.sh                              # mesh_stack_256, mesh_stack_512, mesh1k
 #   bench/gpu_vs_pytorch.sh --tf32                       # both with TF32 convolutions (default: strict FP32)
+#   bench/gpu_vs_pytorch.sh --bf16                       # dsl's precision=bfloat16 against PyTorch's autocast
+#   bench/gpu_vs_pytorch.sh --fp16                       # precision=float16 against autocast and GradScaler
 #   bench/gpu_vs_pytorch.sh --host-inputs stdlib/mesh1k.net   # PyTorch copies its batch from the host each step
 #   STEPS=30 WARMUP=5 BATCH=8 DSL=build-gpu/cli/dsl PYTHON=python3 LOGS=gpu-logs bench/gpu_vs_pytorch.sh
 #
@@ -24,10 +26,12 @@ read -r -a dsl_args <<<"${DSL_ARGS:-}"
 die() { echo "bench/gpu_vs_pytorch.sh: $*" >&2; exit 1; }
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 
-tf32=() host=() nets=()
+tf32=() host=() nets=() autocast=()
 for arg in "$@"; do
     case $arg in
         --tf32) tf32=(--tf32) ;;
+        --bf16) autocast=(--autocast bfloat16) ;;
+        --fp16) autocast=(--autocast float16) ;;
         --host-inputs) host=(--host-inputs) ;;
         -h | --help) usage; exit 0 ;;
         -*) echo "bench/gpu_vs_pytorch.sh: unknown option '$arg'" >&2; usage >&2; exit 2 ;;
@@ -77,6 +81,12 @@ calc() { awk "BEGIN { printf \"%.${2:-3}f\", $1 }"; }
 
 precision=FP32 copies=""
 ((${#tf32[@]})) && precision=TF32
+# 16 bits: every layer of dsl's of that precision (one process), PyTorch's forward under autocast.
+if ((${#autocast[@]})); then
+    precision="${autocast[1]} (dsl: default precision=${autocast[1]}; PyTorch: autocast)"
+    printf 'procs = 1\ndefault N=1 precision=%s\n' "${autocast[1]}" >"$tmp/sixteen.sched"
+    dsl_args+=("$tmp/sixteen.sched")
+fi
 ((${#host[@]})) && copies="; PyTorch copies its inputs from the host in every step"
 echo "bench/gpu_vs_pytorch.sh: $gpu"
 versions=$("$PYTHON" -c '
@@ -95,7 +105,7 @@ for net in "${nets[@]}"; do
     echo
     echo "== $net: PyTorch"
     if ! "$PYTHON" bench/pytorch_mesh.py "$net" "${size[@]}" --steps "$STEPS" --warmup "$WARMUP" \
-        ${tf32[@]+"${tf32[@]}"} ${host[@]+"${host[@]}"} --json >"$tmp/$name.pytorch.json"; then
+        ${tf32[@]+"${tf32[@]}"} ${host[@]+"${host[@]}"} ${autocast[@]+"${autocast[@]}"} --json >"$tmp/$name.pytorch.json"; then
         rows+=("$(printf '%-28s %6s  %s' "$net" "-" "PyTorch failed (above)")")
         failed=1
         continue
@@ -123,7 +133,8 @@ for net in "${nets[@]}"; do
             note="  (PyTorch fits $batch)"
             echo "== $net: PyTorch again, at dsl's batch $dsl_batch"
             "$PYTHON" bench/pytorch_mesh.py "$net" --batch "$dsl_batch" --steps "$STEPS" --warmup "$WARMUP" \
-                ${tf32[@]+"${tf32[@]}"} ${host[@]+"${host[@]}"} --json >"$tmp/$name.pytorch.json"
+                ${tf32[@]+"${tf32[@]}"} ${host[@]+"${host[@]}"} ${autocast[@]+"${autocast[@]}"} --json \
+                >"$tmp/$name.pytorch.json"
             read -r torch_ms torch_min peak <<<"$(json "$tmp/$name.pytorch.json" median_ms min_ms max_memory_allocated)"
         fi
         read -r dsl_ms dsl_min <<<"$(step_ms "$tmp/$name.dsl.jsonl")"

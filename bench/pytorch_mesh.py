@@ -18,7 +18,8 @@ layer's shape, parameters and MACs, to compare with `dsl check`.
 
 The timed step is what a PyTorch user writes: zero_grad, forward, the loss, backward, SGD (lr, momentum and
 weight decay from the net's `train` line, else dsl's defaults 0.01, 0.9, 0), in eager mode, NCHW (NCDHW) float32,
-cudnn.benchmark on, TF32 off unless --tf32. The batch is made once, on the GPU, before the first step
+cudnn.benchmark on, TF32 off unless --tf32 (--autocast bfloat16 or float16: forward under torch.autocast,
+float16 with a GradScaler, as dsl's precision=bfloat16 and float16 are compared). The batch is made once, on the GPU, before the first step
 (--host-inputs: copied from pinned host memory in every step). Each step is timed alone between two
 torch.cuda.synchronize() calls; the first --warmup steps (cuDNN's algorithm search) are not counted.
 
@@ -27,6 +28,7 @@ node, a colleague's laptop), so it carries its own reader of the .net language.
 """
 
 import argparse
+import contextlib
 import gc
 import heapq
 import json
@@ -1018,14 +1020,61 @@ class Network:
 # ---------------------------------------------------------------------------------------------------------
 # The network in PyTorch. torch is imported only here, so that --layers and the parser run without it.
 
-def torch_network(net, inplace_relu, dtype=None):
+def torch_network(net, inplace_relu, dtype=None, sixteen=None):
     """`net` as a torch.nn.Module whose forward takes {input or label name: tensor} and returns the loss that
     training minimizes (the losses' weighted sum); after each forward, `terms` holds each loss, unweighted, by
     its layer's name. Parameters are made in `dtype` (default: torch's, float32); `layer_module(name)` is the
-    module that holds a layer's parameters and buffers."""
+    module that holds a layer's parameters and buffers.
+
+    `sixteen` ({layer name: (type, products, kept)}, type "bfloat16" or "float16") emulates dsl's precision=
+    (the oracle's): where `kept`, the layer's output rounded to that type after forward (to the nearest, ties
+    to even), which its readers see, its gradient passing through unrounded; and where `products`, a
+    convolution's three passes each on its two inputs rounded (weights and the output's gradient included),
+    their products summed in `dtype`, as oneDNN's bf16 kernels compute."""
     import torch
     import torch.nn.functional as F
     from torch import nn
+
+    sixteen = sixteen or {}
+
+    def rounded(x, type_name):
+        return x.to(getattr(torch, type_name)).to(x.dtype)
+
+    class RoundedConv(torch.autograd.Function):
+        """A convolution whose passes multiply rounded inputs: y = conv(r(x), r(w)) + b, dx = conv_input(r(dy),
+        r(w)), dw = conv_weight(r(x), r(dy)), db = the sum of r(dy)."""
+
+        @staticmethod
+        def forward(ctx, x, w, b, m, type_name):
+            xr, wr = rounded(x, type_name), rounded(w, type_name)
+            ctx.save_for_backward(xr, wr)
+            ctx.m, ctx.type_name, ctx.has_bias = m, type_name, b is not None
+            f = F.conv3d if x.dim() == 5 else F.conv2d
+            return f(xr, wr, b, m.stride, m.padding, m.dilation)
+
+        @staticmethod
+        def backward(ctx, dy):
+            xr, wr = ctx.saved_tensors
+            m, dyr = ctx.m, rounded(dy, ctx.type_name)
+            grad = torch.nn.grad
+            conv_input, conv_weight = ((grad.conv3d_input, grad.conv3d_weight) if xr.dim() == 5
+                                       else (grad.conv2d_input, grad.conv2d_weight))
+            dx = conv_input(xr.shape, wr, dyr, m.stride, m.padding, m.dilation)
+            dw = conv_weight(xr, wr.shape, dyr, m.stride, m.padding, m.dilation)
+            db = dyr.sum(dim=[d for d in range(dyr.dim()) if d != 1]) if ctx.has_bias else None
+            return dx, dw, db, None, None
+
+    class RoundedOutput(torch.autograd.Function):
+        """x rounded in forward; the gradient passes through unchanged (dsl rounds a stored value, not a
+        function of it)."""
+
+        @staticmethod
+        def forward(ctx, x, type_name):
+            return rounded(x, type_name)
+
+        @staticmethod
+        def backward(ctx, dy):
+            return dy, None
 
     consumers = [0] * len(net.layers)
     last_use = list(range(len(net.layers)))
@@ -1153,7 +1202,14 @@ def torch_network(net, inplace_relu, dtype=None):
                     y = None
                 else:
                     xs = [outs[j] for j in layer.inputs]
-                    if op not in LOSSES:
+                    narrow = sixteen.get(layer.name)
+                    if narrow and narrow[1] and op == "conv":
+                        m = self.mods[str(i)]
+                        if not isinstance(m, (nn.Conv2d, nn.Conv3d)) or m.padding_mode != "zeros":
+                            raise NetError(f"{layer.where}: error: the emulation of 16-bit products needs a "
+                                           "zero-padded convolution")
+                        y = RoundedConv.apply(xs[0], m.weight, m.bias, m, narrow[0])
+                    elif op not in LOSSES:
                         y = self.apply(i, xs)
                     else:  # a loss: the mean over samples (and pixels, channels); the weighted sum is trained
                         if op == "mse":
@@ -1172,7 +1228,7 @@ def torch_network(net, inplace_relu, dtype=None):
                         y = None
                     del xs
                 if y is not None:
-                    outs[i] = y
+                    outs[i] = RoundedOutput.apply(y, narrow[0]) if narrow and narrow[2] else y
                 for j in self.frees[i]:
                     outs.pop(j, None)
             return loss
@@ -1306,6 +1362,16 @@ class Bench:
                                f"the network {self.net.params()}")
         opt = make_optimizer(torch, model.parameters(), self.net.train)
         tensors = self.data(batch)
+        # --autocast: PyTorch's mixed precision, float16's gradients with loss scaling.
+        autocast = contextlib.nullcontext
+        scaler = None
+        if args.autocast:
+            dtype = getattr(torch, args.autocast)
+            autocast = lambda: torch.autocast(device_type=self.device.type, dtype=dtype)  # noqa: E731
+            if args.autocast == "float16":
+                amp = getattr(torch, "amp", None)
+                scaler = (amp.GradScaler(self.device.type) if hasattr(amp, "GradScaler")
+                          else torch.cuda.amp.GradScaler())
         model.train()
         times, losses = [], []
         for step in range(warmup + steps):
@@ -1317,9 +1383,15 @@ class Bench:
             step_tensors = tensors
             if args.host_inputs:
                 step_tensors = {k: v.to(self.device, non_blocking=True) for k, v in tensors.items()}
-            loss = model(step_tensors)
-            loss.backward()
-            opt.step()
+            with autocast():
+                loss = model(step_tensors)
+            if scaler:
+                scaler.scale(loss).backward()
+                scaler.step(opt)
+                scaler.update()
+            else:
+                loss.backward()
+                opt.step()
             self.sync()
             times.append(time.perf_counter() - t0)
             losses.append(loss.item())
@@ -1387,6 +1459,8 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=20, help="timed steps (default 20)")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
     p.add_argument("--tf32", action="store_true", help="let convolutions and matrix products use TF32")
+    p.add_argument("--autocast", choices=["bfloat16", "float16"], default=None,
+                   help="forward under torch.autocast in this type (float16 with a GradScaler)")
     p.add_argument("--host-inputs", action="store_true",
                    help="keep the batch in pinned host memory and copy it to the GPU in every step")
     p.add_argument("--no-inplace-relu", action="store_true",
@@ -1447,7 +1521,7 @@ def main(argv=None):
         "max_memory_reserved": memory.get("max_memory_reserved"),
         "parameters": params, "first_loss": losses[0], "last_loss": losses[-1],
         "optimizer": bench.optimizer, "lr": bench.lr, "momentum": bench.momentum, "weight_decay": bench.weight_decay,
-        "tf32": args.tf32, "host_inputs": args.host_inputs, "inplace_relu": not args.no_inplace_relu,
+        "tf32": args.tf32, "autocast": args.autocast, "host_inputs": args.host_inputs, "inplace_relu": not args.no_inplace_relu,
         "device": device_text(torch, bench.device), "step_ms": [t * 1e3 for t in times],
     }
     peak = memory.get("max_memory_allocated")
@@ -1455,6 +1529,7 @@ def main(argv=None):
             f"after {args.warmup} warm-up); {batch / median:.1f} samples/s; "
             + (f"peak {peak / 2 ** 30:.2f} GiB allocated; " if peak is not None else "")
             + f"loss {losses[0]:.4f} -> {losses[-1]:.4f}; {'TF32' if args.tf32 else 'FP32'}"
+            + (f", autocast {args.autocast}" if args.autocast else "")
             + (", inputs from the host" if args.host_inputs else "") + f"; {result['device']}")
     if args.json:
         print(line, file=sys.stderr)

@@ -51,6 +51,7 @@ struct CalibrateOptions {
     std::string worker, keys, results;
     bool exchanges = false, in_situ = true;
     bool bfloat16 = false;  // the convolutions' kernels with bfloat16 products too (precision=bfloat16)
+    bool float16 = false;   // and with float16 products (precision=float16: the GPU's)
     std::string device = "cpu";
     std::int64_t gpu_workspace = 0;  // a worker's: the convolutions' scratch limit (the platform's workspace)
 
@@ -85,8 +86,12 @@ std::map<int, std::set<std::string>> keys_by_threads(const frontend::Network& ne
                                                      const CalibrateOptions& o,
                                                      std::map<std::string, double>* seconds = nullptr) {
     std::map<int, std::set<std::string>> out;
-    // Where there are kernels with bfloat16 products to time: the CPU's, with AVX-512 BF16 (not the GPU's).
-    const bool bfloat16 = o.bfloat16 && !o.gpu() && backend::cpu_kernels().conv_bfloat16;
+    // The 16-bit precisions whose products there are kernels for: the GPU's (bfloat16, float16), the CPU's
+    // with AVX-512 BF16 (bfloat16).
+    std::vector<scheduler::Precision> sixteen;
+    if (o.bfloat16 && (o.gpu() || backend::cpu_kernels().conv_bfloat16))
+        sixteen.push_back(scheduler::Precision::bfloat16);
+    if (o.float16 && o.gpu()) sixteen.push_back(scheduler::Precision::float16);
     for (std::int64_t procs : o.procs)
         for (std::int64_t batch : o.batches) {
             scheduler::Model model(net, base, procs, batch);
@@ -99,12 +104,14 @@ std::map<int, std::set<std::string>> keys_by_threads(const frontend::Network& ne
                                                    std::nullopt};
                 for (const auto& d : scheduler::candidates(net, static_cast<int>(i), open, procs, batch)) {
                     std::vector<std::string> layer_keys = model.kernel_keys(static_cast<int>(i), d);
-                    // And its convolution's with bfloat16 products (precision=bfloat16).
-                    scheduler::Distribution b = d;
-                    b.precision = scheduler::Precision::bfloat16;
-                    if (bfloat16 && b.bfloat16_products(l.op))
-                        for (std::string& k : model.kernel_keys(static_cast<int>(i), b))
-                            layer_keys.push_back(std::move(k));
+                    // And its convolution's with 16-bit products (precision=bfloat16, float16).
+                    for (const scheduler::Precision p : sixteen) {
+                        scheduler::Distribution b = d;
+                        b.precision = p;
+                        if (b.products16(l.op))
+                            for (std::string& k : model.kernel_keys(static_cast<int>(i), b))
+                                layer_keys.push_back(std::move(k));
+                    }
                     if (seconds && !layer_keys.empty()) {
                         const scheduler::LayerCost c = model.layer(static_cast<int>(i), d);
                         const double each =
@@ -522,6 +529,10 @@ int run_calibrate(CalibrateOptions o) {
     if (o.gpu() && backend::gpu_devices(&no_gpu) == 0) {
         throw UserError("cannot calibrate a GPU (--device gpu): " + no_gpu);
     }
+    if (o.float16 && !o.gpu())
+        throw UserError(
+            "--float16: only a GPU's convolutions multiply in float16 (--device gpu); a CPU's layers of "
+            "precision=float16 multiply in float32");
     if (const std::string why = unwritable(o.output); !why.empty()) {  // before anything is measured
         throw UserError("-o: " + why);
     }
@@ -745,7 +756,10 @@ void setup_calibrate(CLI::App& app, Action& action) {
         "Time kernels alone only, not each layer in training steps under every split as well");
     sub->add_flag("--bfloat16", o->bfloat16,
                   "Also time the convolutions with bfloat16 products (precision=bfloat16), where the kernels have "
-                  "them");
+                  "them (a CPU with AVX-512 BF16, a GPU)");
+    sub->add_flag("--float16", o->float16,
+                  "Also time the convolutions with float16 products (precision=float16), where the kernels have "
+                  "them (a GPU)");
     sub->add_option("--device", o->device,
                     "cpu or gpu: whose kernels and communication are measured (default cpu); on a GPU, the file "
                     "says device = gpu and its processors are the GPUs")

@@ -234,6 +234,12 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
     cfg.eps = net.train.eps.value_or(1e-8);
     cfg.schedule = net.train.schedule;
     cfg.seed = o.seed;
+    // float16's 5 bits of exponent: gradients that would underflow in it are scaled up first (PyTorch
+    // GradScaler's initial scale).
+    bool float16 = false;
+    for (const scheduler::Distribution& d : schedule.layers)
+        float16 = float16 || d.precision == scheduler::Precision::float16;
+    cfg.loss_scale = o.loss_scale.value_or(float16 ? 65536.0 : 0.0);
 
     // Every check before the first step runs on every process alike (the same files, the same answer), so
     // they all stop together; where one could differ (a file that one process cannot read), they agree first.
@@ -333,17 +339,26 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
             o.net, comm.size(), comm.size() == 1 ? "" : "es", kernels.mem().host() ? each : "", cfg.batch,
             frontend::optimizer_name(cfg.optimizer), cfg.lr, lr_schedule_text(cfg.schedule), cfg.beta1, cfg.beta2,
             cfg.eps, cfg.weight_decay, cfg.seed);
-    // precision=bfloat16's convolutions multiply in bfloat16 where the kernels can: say so where they cannot.
-    std::int64_t bfloat16_convs = 0;
-    for (std::size_t i = 0; i < net.layers.size(); ++i)
-        bfloat16_convs += schedule.layers[i].bfloat16_products(net.layers[i].op);
-    if (bfloat16_convs > 0 && !kernels.conv_bfloat16)
+    if (cfg.loss_scale > 0.0)
         io.out() << fmt::format(
-            "note: {} convolution{} of precision bfloat16 multipl{} in float32 here ({}); {} outputs are still kept "
-            "in 16 bits\n",
-            bfloat16_convs, bfloat16_convs == 1 ? "" : "s", bfloat16_convs == 1 ? "ies" : "y",
-            kernels.mem().host() ? "this CPU has no AVX-512 BF16 instructions" : "the GPU's kernels compute in float32",
-            bfloat16_convs == 1 ? "its" : "their");
+            "loss scaling from {:g}: a step whose gradients overflow is skipped and halves it; {} in a row that do "
+            "not double it\n",
+            trainer->loss_scale().scale, cfg.loss_scale_interval);
+    // precision=bfloat16's (float16's) convolutions multiply in 16 bits where the kernels can: say so where
+    // they cannot.
+    for (const scheduler::Precision p : {scheduler::Precision::bfloat16, scheduler::Precision::float16}) {
+        std::int64_t convs = 0;
+        for (std::size_t i = 0; i < net.layers.size(); ++i)
+            convs += schedule.layers[i].products16(net.layers[i].op) && schedule.layers[i].precision == p;
+        if (convs > 0 && !kernels.conv16(p))
+            io.out() << fmt::format(
+                "note: {} convolution{} of precision {} multipl{} in float32 here ({}); {} outputs are still kept "
+                "in 16 bits\n",
+                convs, convs == 1 ? "" : "s", scheduler::precision_name(p), convs == 1 ? "ies" : "y",
+                p == scheduler::Precision::float16 ? "only a GPU's kernels multiply in float16"
+                                                   : "this CPU has no AVX-512 BF16 instructions",
+                convs == 1 ? "its" : "their");
+    }
     // --profile: per-layer seconds summed over the steps after the first (which creates kernels and touches
     // memory for the first time), then averaged over steps and processes.
     trainer->profile(o.profile || !o.trace.empty());
@@ -368,6 +383,7 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
     const bool progress = o.steps > 50 && stderr_color() && io.on;
     for (std::int64_t step = first_step; step < first_step + o.steps; ++step) {
         const auto t0 = clock::now();
+        const double loss_scale = trainer->loss_scale().scale;
         last_loss = trainer->step(*data, step * cfg.batch);
         const double seconds = std::chrono::duration<double>(clock::now() - t0).count();
         if (on_gpu) gpu_peak = std::max(gpu_peak, static_cast<double>(backend::gpu_memory_in_use()));
@@ -396,6 +412,11 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
         }
         // The time left at the pace of the steps so far (every process has the same figure: the first's is
         // said). Long runs print every `every`-th step, and on a terminal a progress line between them.
+        const bool skipped = trainer->last_step_skipped();
+        if (skipped)
+            io.out() << fmt::format(
+                "step {:>5}  skipped: its gradients overflowed at loss scale {:g}, which is now {:g}\n", step + 1,
+                loss_scale, trainer->loss_scale().scale);
         const std::int64_t done = step + 1 - first_step;
         const double elapsed = std::chrono::duration<double>(clock::now() - start).count();
         const double left = elapsed / static_cast<double>(done) * static_cast<double>(o.steps - done);
@@ -406,15 +427,16 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
                      << std::flush;
         if (progress && done < o.steps)
             std::cerr << fmt::format("\r{:>5}/{} steps, {} left ", done, o.steps, duration_text(left)) << std::flush;
-        if (!logged({{"step", step + 1},
-                     {"loss", last_loss},
-                     {"losses", losses_json(trainer->last_losses())},
-                     {"lr", trainer->last_lr()},
-                     {"seconds", seconds},
-                     {"seconds_left", left},
-                     {"halo_bytes", static_cast<std::int64_t>(sent)},
-                     {"samples_per_second", static_cast<double>(cfg.batch) / seconds}}))
-            return user_error;
+        nlohmann::json line{{"step", step + 1},
+                            {"loss", last_loss},
+                            {"losses", losses_json(trainer->last_losses())},
+                            {"lr", trainer->last_lr()},
+                            {"seconds", seconds},
+                            {"seconds_left", left},
+                            {"halo_bytes", static_cast<std::int64_t>(sent)},
+                            {"samples_per_second", static_cast<double>(cfg.batch) / seconds}};
+        if (cfg.loss_scale > 0.0) line["loss_scale"] = loss_scale, line["skipped"] = skipped;
+        if (!logged(line)) return user_error;
         // --eval-every: the figures over the evaluation set, at every K-th step (counted as --save-every's).
         if (eval_set && (step + 1) % o.eval_every == 0) {
             const EvalFigures f = evaluate(*trainer, net, schedule, kernels, comm, *eval_set->source, eval_set->count);
@@ -463,6 +485,17 @@ void setup_run(CLI::App& app, Action& action) {
         ->check(CLI::IsMember({"sgd", "adam", "adamw"}));
     run->add_option("--momentum", o->momentum, "SGD momentum (default: the network's, else 0.9)");
     run->add_option("--weight-decay", o->weight_decay, "Weight decay (default: the network's, else 0)");
+    run->add_option("--loss-scale", o->loss_scale,
+                    "Dynamic loss scaling's initial scale, by PyTorch GradScaler's rules (a step whose gradients "
+                    "overflow is skipped and halves it; 2000 in a row that do not double it); 0: none (default: "
+                    "65536 where a layer is float16, else 0)")
+        ->check(CLI::Validator(
+            [](std::string& s) {
+                const double v = std::strtod(s.c_str(), nullptr);
+                return std::isfinite(v) && v >= 0.0 ? std::string()
+                                                    : "a loss scale is a finite number from 0, not " + s;
+            },
+            "SCALE"));
     run->add_option("--seed", o->seed, "Seed for initialization and synthetic data (default 0)")
         ->check(nonnegative_count());
     run->add_option("--log", o->log, "Write one JSON object per step to this file");

@@ -310,17 +310,24 @@ std::string explain_table(const frontend::Network& net, const scheduler::Predict
         out += fmt::format("                  {} per process without recomputation{} (activations {})\n",
                            human_bytes(p.memory - p.activations + p.kept), narrows ? " or 16 bits" : "",
                            human_bytes(p.kept));
-    // Convolutions of precision=bfloat16 also multiply in it, where the kernels can.
-    std::int64_t bfloat16_convs = 0;
+    // Convolutions of precision=bfloat16 (float16) also multiply in it, where the kernels can.
+    std::int64_t bfloat16_convs = 0, float16_convs = 0;
     for (std::size_t i = 0; i < net.layers.size(); ++i)
-        bfloat16_convs += p.layers[i].dist.bfloat16_products(net.layers[i].op);
+        if (p.layers[i].dist.products16(net.layers[i].op))
+            ++(p.layers[i].dist.bfloat16_products(net.layers[i].op) ? bfloat16_convs : float16_convs);
     if (bfloat16_convs > 0)
         out += fmt::format(
             "products          bfloat16 in {} convolution{} (precision=bfloat16), summed in float32, where the "
-            "kernels have them:\n                  oneDNN's on CPUs with AVX-512 BF16 (this one: {}); float32 "
-            "elsewhere (the model: bfloat16's times\n                  where the platform has them measured, else "
-            "float32's)\n",
+            "kernels have them:\n                  oneDNN's on CPUs with AVX-512 BF16 (this one: {}), cuDNN's "
+            "on GPUs; float32 elsewhere (the model:\n                  bfloat16's times where the platform has "
+            "them measured, else float32's)\n",
             bfloat16_convs, bfloat16_convs == 1 ? "" : "s", backend::cpu_kernels().conv_bfloat16 ? "yes" : "no");
+    if (float16_convs > 0)
+        out += fmt::format(
+            "products          float16 in {} convolution{} (precision=float16), summed in float32, on GPUs "
+            "(cuDNN's); float32\n                  on CPUs (the model: float16's times where the platform has "
+            "them measured, else float32's)\n",
+            float16_convs, float16_convs == 1 ? "" : "s");
     if (const std::string why = does_not_fit(p); !why.empty()) out += "note: " + why + "\n";
     return out;
 }

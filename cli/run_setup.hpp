@@ -25,6 +25,8 @@ struct RunOptions {
     std::int64_t steps = 10, save_every = 0;
     std::optional<std::int64_t> batch, procs;
     std::optional<double> lr, momentum, weight_decay;
+    // Dynamic loss scaling's initial scale; 0 turns it off. Default: 65536 where a layer is float16.
+    std::optional<double> loss_scale;
     std::optional<std::string> optimizer;
     std::uint64_t seed = 0;
     std::string log, save, load, kernels = "cpu", device, platform, gpu_comm = "auto", trace;

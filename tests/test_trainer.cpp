@@ -4,6 +4,7 @@
 #include <dsl/frontend/parse.hpp>
 #include <dsl/frontend/passes.hpp>
 
+#include "../backend/src/kernels/rounded_conv.hpp"
 #include "../backend/src/tensors/planes.hpp"
 #include "support.hpp"
 
@@ -424,17 +425,87 @@ TEST_CASE("a convolution of precision bfloat16 runs the kernels with bfloat16 pr
     };
     Loaded l(small_net);
     Kernels k = reference_kernels();
-    Counting float32(*k.conv), bfloat16(*k.conv_bfloat16);
+    const std::unique_ptr<ConvKernels> rounded16 = rounded_to(*k.conv, scheduler::Precision::float16);
+    Counting float32(*k.conv), bfloat16(*k.conv_bfloat16), float16(*rounded16);
     k.conv = &float32;
     k.conv_bfloat16 = &bfloat16;
+    k.conv_float16 = &float16;
     TrainConfig cfg;
     cfg.batch = 3;
     scheduler::Plan plan = test::one_process(l.net, cfg.batch);
-    for (std::size_t i = 0; i < l.net.layers.size(); ++i)
+    for (std::size_t i = 0; i < l.net.layers.size(); ++i) {
         if (l.net.layers[i].name == "c2") plan.layers[i].dist.precision = scheduler::Precision::bfloat16;
+        if (l.net.layers[i].name == "c3") plan.layers[i].dist.precision = scheduler::Precision::float16;
+    }
     Trainer t(l.net, k, cfg, plan);
     HashData data(5);
     t.step(data, 0);
     CHECK(bfloat16.calls == 3);  // c2's forward, backward-data and backward-weights
-    CHECK(float32.calls == 5);   // c1's forward and backward-weights (it reads the data), and c3's three
+    CHECK(float16.calls == 3);   // c3's
+    CHECK(float32.calls == 2);   // c1's forward and backward-weights (it reads the data)
+}
+
+namespace {
+
+// The weights, biases and optimizer state (not batch norm's running statistics, which forward moves).
+std::vector<std::vector<float>> trained_state(Trainer& t) {
+    std::vector<std::vector<float>> out;
+    for (const StateTensor& s : t.state())
+        if (s.name.find("running") == std::string::npos) out.emplace_back(s.data, s.data + s.size);
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("loss scaling by a power of two changes no value that stays finite", "[trainer][precision]") {
+    // As GradScaler's: the loss's gradient times the scale, the weight gradients times its inverse. Every
+    // gradient is a sum of products of the loss's, so a power of two moves only exponents. The scale doubles
+    // after every second step here, so it changes within the run too.
+    Loaded l(small_net);
+    TrainConfig plain;
+    plain.batch = 3;
+    TrainConfig scaled = plain;
+    scaled.loss_scale = 65536.0;
+    scaled.loss_scale_interval = 2;
+    const scheduler::Plan plan = test::one_process(l.net, plain.batch);
+    Trainer a(l.net, cpu_kernels(), plain, plan), b(l.net, cpu_kernels(), scaled, plan);
+    HashData data(9);
+    for (int step = 0; step < 5; ++step) {
+        CHECK(a.step(data, step * 3) == b.step(data, step * 3));
+        CHECK_FALSE(b.last_step_skipped());
+    }
+    CHECK(b.loss_scale().scale == 65536.0 * 4);
+    CHECK(b.loss_scale().good_steps == 1);
+    CHECK(trained_state(a) == trained_state(b));
+}
+
+TEST_CASE("a step whose gradients overflow at its loss scale is skipped and halves it", "[trainer][precision]") {
+    // From 2^140 the loss's gradient (the scale over 3 samples) is beyond float32's range, and so are the
+    // weight gradients: each such step leaves the weights and momenta as they were and halves the scale,
+    // until one fits, which updates them.
+    Loaded l(small_net);
+    const Kernels k = GENERATE(cpu_kernels(), reference_kernels());
+    TrainConfig cfg;
+    cfg.batch = 3;
+    cfg.loss_scale = std::ldexp(1.0, 140);
+    Trainer t(l.net, k, cfg, test::one_process(l.net, cfg.batch));
+    HashData data(11);
+    int skipped = 0;
+    for (int step = 0; step < 200; ++step) {
+        const auto before = trained_state(t);
+        const double scale = t.loss_scale().scale;
+        CHECK(std::isfinite(t.step(data, 0)));
+        CHECK(t.updates() == step + 1);  // a step of the schedule all the same
+        if (!t.last_step_skipped()) {
+            CHECK(t.loss_scale().scale == scale);
+            CHECK(t.loss_scale().good_steps == 1);
+            CHECK(trained_state(t) != before);
+            break;
+        }
+        ++skipped;
+        CHECK(t.loss_scale().scale == scale / 2);
+        CHECK(trained_state(t) == before);
+    }
+    CHECK(skipped >= 11);  // 2^140 to 2^130: over 3 samples, beyond float32
+    CHECK_FALSE(t.last_step_skipped());
 }

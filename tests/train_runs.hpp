@@ -25,7 +25,9 @@ using dsl::backend::load_checkpoint;
 struct Run {
     std::vector<double> losses;
     std::vector<std::map<std::string, double>> each;  // per step: every loss layer's, by name
+    std::vector<nlohmann::json> lines;                // the log's
     Checkpoint checkpoint;
+    std::string out;  // what dsl printed
 };
 
 // Trains `net` (under `sched` when not empty) for a few steps and returns its losses and final state.
@@ -45,7 +47,9 @@ inline Run train(const std::string& net, const std::string& sched, std::int64_t 
         const auto j = nlohmann::json::parse(line);
         out.losses.push_back(j["loss"]);
         out.each.push_back(j["losses"]);
+        out.lines.push_back(j);
     }
+    out.out = r.out;
     std::string error;
     auto ckpt = load_checkpoint((dir / "ckpt").string(), error);
     INFO(error);
@@ -53,6 +57,20 @@ inline Run train(const std::string& net, const std::string& sched, std::int64_t 
     out.checkpoint = std::move(*ckpt);
     fs::remove_all(dir);
     return out;
+}
+
+// A 16-bit run's 50 losses against float32's, as docs/language.md says: the mean loss of every ten steps within
+// 10% of float32's (or 0.02, where the loss is small), and of the last ten within 3% (or 0.005).
+inline void check_follows(const std::vector<double>& wide, const std::vector<double>& narrow) {
+    REQUIRE(wide.size() == 50);
+    REQUIRE(narrow.size() == 50);
+    CHECK(wide.back() < 0.5 * wide.front());  // it learned
+    for (std::size_t from = 0; from < wide.size(); from += 10) {
+        double w = 0.0, n = 0.0;
+        for (std::size_t i = from; i < from + 10; ++i) w += wide[i] / 10, n += narrow[i] / 10;
+        CAPTURE(from, w, n);
+        CHECK(n == Approx(w).epsilon(from == 40 ? 0.03 : 0.10).margin(from == 40 ? 0.005 : 0.02));
+    }
 }
 
 // Every tensor of `b` in `a`, element by element within `rel` of the tensor's largest magnitude (or of 0.01,

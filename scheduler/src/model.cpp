@@ -384,9 +384,10 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
     if (l.op == OpKind::label) return c;
     const Geometry g = geometry(index, split);
     const double ny = elements(g.y), nx = elements(g.x);
-    // A convolution of precision=bfloat16 runs the kernels with bfloat16 products where there are any: their
-    // time where the platform has it (a CPU with AVX-512 BF16, calibrated: key field bf16), else float32's.
-    const bool bfloat16 = dist.bfloat16_products(l.op);
+    // A convolution of precision=bfloat16 (or float16) runs the kernels with 16-bit products where there are
+    // any: their time where the platform has it (calibrated: key field bf16, or f16; a CPU with AVX-512 BF16
+    // or a GPU), else float32's.
+    const char* products16 = !dist.products16(l.op) ? nullptr : *dist.precision == Precision::bfloat16 ? "bf16" : "f16";
     // A kernel's key for calibration.
     auto ask = [&](const std::string& name, std::vector<TimeField> fields) {
         if (!keys) return;
@@ -396,9 +397,9 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
     // A kernel's time, and its keys.
     auto run = [&](const std::string& name, std::vector<TimeField> fields, double flops, double bytes,
                    double outputs = 0.0) {
-        if (bfloat16) {
+        if (products16) {
             auto f = fields;
-            f.emplace_back("bf16", std::vector<std::int64_t>{1});
+            f.emplace_back(products16, std::vector<std::int64_t>{1});
             ask(name, f);
             if (const double t = measured_kernel(name, std::move(f), flops, bytes, outputs); t > 0) return t;
         }

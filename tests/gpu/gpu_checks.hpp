@@ -10,6 +10,8 @@
 #include <dsl/backend/synthetic.hpp>
 #include <dsl/backend/tensor.hpp>
 
+#include "../../backend/src/kernels/rounded_conv.hpp"
+#include "../../backend/src/tensors/narrow.hpp"
 #include "../kernel_layouts.hpp"
 
 #include <catch2/catch.hpp>
@@ -152,12 +154,37 @@ inline Window volume_window(Index kernel, Index stride, Index dilation = {1, 1, 
 // Forward, backward-data and backward-weights of the convolution of x (xd) with w (wd) into y (yd), of images
 // or volumes, on both kernel sets, twice on the GPU: the first call times cuDNN's algorithms, the second runs
 // the plan it chose.
+// The elements of view `v` of `host` that are not 16-bit values of precision `p` in `got` (a copy of `host`).
+inline std::int64_t not_16_bit(const Tensor& got, const Tensor& host, ConstView v, dsl::scheduler::Precision p) {
+    const bool bfloat = p == dsl::scheduler::Precision::bfloat16;
+    const std::int64_t w = row_length(v.dims);
+    std::int64_t bad = 0;
+    for_each_row(v, [&](std::int64_t, std::int64_t, const Index&, const float* row) {
+        const float* g = got.data() + (row - host.data());
+        for (std::int64_t i = 0; i < w; ++i) bad += from_16(to_16(g[i], bfloat), bfloat) != g[i];
+    });
+    return bad;
+}
+
+// The GPU's convolutions against the reference's, in float32; or, of precision `p` bfloat16 or float16,
+// cuDNN's 16-bit kernels against the reference's of rounded inputs (exact products, double sums): each
+// result rounded to 16 bits (checked where no bias is added after), so a 16-bit step from the reference's
+// where the two sums fall either side of a rounding boundary.
 inline void check_conv(const Dims& xd, const Dims& wd, const Dims& yd, const Window& win, bool has_bias, Layout layout,
-                       bool strided_weights, std::mt19937& rng) {
+                       bool strided_weights, std::mt19937& rng,
+                       dsl::scheduler::Precision p = dsl::scheduler::Precision::float32) {
+    const bool sixteen = p != dsl::scheduler::Precision::float32;
+    ConvKernels& conv = sixteen ? *gpu().conv16(p) : *gpu().conv;
+    const std::unique_ptr<ConvKernels> rounded = rounded_to(*reference().conv, p);
+    ConvKernels& expected = sixteen ? *rounded : *reference().conv;
     // Weights as a channel range of a bigger filter bank: not dense, so they go through scratch.
     const Layout weights = strided_weights ? Layout::channels : Layout::dense;
-    // Convolution sums have terms that cancel: errors are measured against the largest output.
-    const double tolerance = 1e-4, scale = -1.0;
+    // Convolution sums have terms that cancel: errors are measured against the largest output. A 16-bit
+    // step is 2^-8 of a value in bfloat16, 2^-11 in float16.
+    const double tolerance = !sixteen                                   ? 1e-4
+                             : p == dsl::scheduler::Precision::bfloat16 ? 0x1p-7
+                                                                        : 0x1p-10,
+                 scale = -1.0;
 
     Operand x = make_operand(xd, layout, true, rng), w = make_operand(wd, weights, true, rng);
     const Tile x_dev(x.tensor), w_dev(w.tensor);
@@ -166,43 +193,49 @@ inline void check_conv(const Dims& xd, const Dims& wd, const Dims& yd, const Win
 
     Operand y = make_operand(yd, layout, false, rng), y_ref = y;
     const Tile y_dev(y.tensor);
-    reference().conv->forward(x.view(), w.view(), has_bias ? bias.data() : nullptr, y_ref.view(), win);
+    expected.forward(x.view(), w.view(), has_bias ? bias.data() : nullptr, y_ref.view(), win);
     for (int run = 0; run < 2; ++run) {
-        gpu().conv->forward(x_dev.on_device(x.view()), w_dev.on_device(w.view()), has_bias ? bias_dev.data() : nullptr,
-                            y_dev.on_device(y.view()), win);
-        require_close(y_dev.download(), y_ref.tensor, "forward " + std::to_string(run), tolerance, scale);
+        conv.forward(x_dev.on_device(x.view()), w_dev.on_device(w.view()), has_bias ? bias_dev.data() : nullptr,
+                     y_dev.on_device(y.view()), win);
+        const Tensor got = y_dev.download();
+        require_close(got, y_ref.tensor, "forward " + std::to_string(run), tolerance, scale);
+        if (sixteen && !has_bias) CHECK(not_16_bit(got, y.tensor, y.view(), p) == 0);
     }
 
     Operand dy = make_operand(yd, layout, true, rng), dx = make_operand(xd, layout, false, rng), dx_ref = dx;
     const Tile dy_dev(dy.tensor), dx_dev(dx.tensor);
-    reference().conv->backward_data(dy.view(), w.view(), dx_ref.view(), win);
+    expected.backward_data(dy.view(), w.view(), dx_ref.view(), win);
     for (int run = 0; run < 2; ++run) {
-        gpu().conv->backward_data(dy_dev.on_device(dy.view()), w_dev.on_device(w.view()), dx_dev.on_device(dx.view()),
-                                  win);
-        require_close(dx_dev.download(), dx_ref.tensor, "backward_data " + std::to_string(run), tolerance, scale);
+        conv.backward_data(dy_dev.on_device(dy.view()), w_dev.on_device(w.view()), dx_dev.on_device(dx.view()), win);
+        const Tensor got = dx_dev.download();
+        require_close(got, dx_ref.tensor, "backward_data " + std::to_string(run), tolerance, scale);
+        if (sixteen) CHECK(not_16_bit(got, dx.tensor, dx.view(), p) == 0);
     }
 
     Operand dw = make_operand(wd, weights, false, rng), dw_ref = dw;
     const Tile dw_dev(dw.tensor);
     std::vector<float> db_ref(static_cast<std::size_t>(yd.c), sentinel);
     const DeviceArray db_dev(db_ref);
-    reference().conv->backward_weights(x.view(), dy.view(), dw_ref.view(), has_bias ? db_ref.data() : nullptr, win);
+    expected.backward_weights(x.view(), dy.view(), dw_ref.view(), has_bias ? db_ref.data() : nullptr, win);
     for (int run = 0; run < 2; ++run) {
-        gpu().conv->backward_weights(x_dev.on_device(x.view()), dy_dev.on_device(dy.view()),
-                                     dw_dev.on_device(dw.view()), has_bias ? db_dev.data() : nullptr, win);
-        require_close(dw_dev.download(), dw_ref.tensor, "backward_weights dw " + std::to_string(run), tolerance, scale);
+        conv.backward_weights(x_dev.on_device(x.view()), dy_dev.on_device(dy.view()), dw_dev.on_device(dw.view()),
+                              has_bias ? db_dev.data() : nullptr, win);
+        const Tensor got = dw_dev.download();
+        require_close(got, dw_ref.tensor, "backward_weights dw " + std::to_string(run), tolerance, scale);
+        if (sixteen) CHECK(not_16_bit(got, dw.tensor, dw.view(), p) == 0);
         require_close(db_dev.download(), db_ref, "backward_weights db " + std::to_string(run), tolerance, scale);
     }
 }
 
-inline void check_conv(const ConvProblem& p, Layout layout, bool strided_weights, std::mt19937& rng) {
+inline void check_conv(const ConvProblem& p, Layout layout, bool strided_weights, std::mt19937& rng,
+                       dsl::scheduler::Precision precision = dsl::scheduler::Precision::float32) {
     const std::string what = describe(p, layout, strided_weights);
     INFO(what);
     const Window& win = p.window;
     const Dims xd{p.n, p.c, {win.input_extent(0, p.out_h), win.input_extent(1, p.out_w)}};
     const Dims yd{p.n, p.f, {p.out_h, p.out_w}};
     const Dims wd{p.f, p.c, {win.kernel[0], win.kernel[1]}};
-    check_conv(xd, wd, yd, win, p.bias, layout, strided_weights, rng);
+    check_conv(xd, wd, yd, win, p.bias, layout, strided_weights, rng, precision);
 }
 
 // A volume's convolution: n samples, c channels in, f out, the output's extents.
@@ -236,14 +269,15 @@ inline Dims volume_conv_input(const VolumeConvProblem& p) {
     return xd;
 }
 
-inline void check_conv(const VolumeConvProblem& p, Layout layout, bool strided_weights, std::mt19937& rng) {
+inline void check_conv(const VolumeConvProblem& p, Layout layout, bool strided_weights, std::mt19937& rng,
+                       dsl::scheduler::Precision precision = dsl::scheduler::Precision::float32) {
     const Window& w = p.window;
     INFO("volume conv n=" << p.n << " c=" << p.c << " f=" << p.f << " out=" << text(p.out)
                           << " kernel=" << text(w.kernel) << " stride=" << text(w.stride)
                           << " dilation=" << text(w.dilation) << (p.bias ? " bias" : " no-bias")
                           << " layout=" << name(layout) << (strided_weights ? " strided-weights" : ""));
     check_conv(volume_conv_input(p), Dims{p.f, p.c, w.kernel}, Dims{p.n, p.f, p.out}, w, p.bias, layout,
-               strided_weights, rng);
+               strided_weights, rng, precision);
 }
 
 struct PoolCase {

@@ -174,6 +174,19 @@ TEST_CASE("gpu convolutions match the reference on strided views", "[gpu]") {
     }
 }
 
+TEST_CASE("gpu convolutions in bfloat16 and float16 round their inputs and results, and sum in float32", "[gpu]") {
+    // cuDNN's 16-bit kernels (precision=bfloat16, float16: tensor cores) on images and volumes, in every
+    // layout (their operands go through dense 16-bit scratch), weights dense or not.
+    const dsl::scheduler::Precision p =
+        GENERATE(dsl::scheduler::Precision::bfloat16, dsl::scheduler::Precision::float16);
+    const Layout layout = GENERATE(Layout::dense, Layout::interior, Layout::channels);
+    CAPTURE(dsl::scheduler::precision_name(p));
+    REQUIRE(gpu().conv16(p));
+    std::mt19937 rng(47);
+    for (const ConvProblem& c : conv_problems()) check_conv(c, layout, layout == Layout::channels, rng, p);
+    for (const VolumeConvProblem& c : volume_conv_problems()) check_conv(c, layout, false, rng, p);
+}
+
 TEST_CASE("gpu convolutions take weights that are not dense", "[gpu]") {
     std::mt19937 rng(43);
     check_conv(conv_problems()[0], Layout::interior, true, rng);
@@ -579,6 +592,24 @@ TEST_CASE("gpu adam and adamw match the reference bit for bit", "[gpu]") {
     require_close(w_dev.download(), w, "adam weights", 1e-6, 1.0);
     require_close(m_dev.download(), m, "adam first moments", 1e-6, 1.0);
     require_close(v_dev.download(), v, "adam second moments", 1e-6, 1.0);
+}
+
+TEST_CASE("gpu unscaling matches the reference and finds gradients that are not finite", "[gpu]") {
+    // Loss scaling's: every array times the factor, and whether all were finite before (one infinity or NaN
+    // anywhere in any array says no).
+    const std::int64_t count = GENERATE(1, 100, 40009, 3000017);
+    const int bad = GENERATE(0, 1, 2);  // none, an infinity, a NaN
+    std::mt19937 rng(97);
+    std::vector<float> a = random_vector(count, rng), b = random_vector(7, rng);
+    if (bad) a[static_cast<std::size_t>(count / 2)] = bad == 1 ? -INFINITY : NAN;
+    const DeviceArray a_dev(a), b_dev(b);
+    const float factor = 1.0f / 65536.0f;
+    const bool expected = reference().eltwise->unscale({{a.data(), count}, {b.data(), 7}}, factor);
+    CHECK(expected == (bad == 0));
+    CHECK(gpu().eltwise->unscale({{a_dev.data(), count}, {b_dev.data(), 7}}, factor) == expected);
+    require_close(a_dev.download(), a, "unscaled", 0.0);
+    require_close(b_dev.download(), b, "unscaled", 0.0);
+    CHECK(gpu().eltwise->unscale({{b_dev.data(), 7}}, factor));  // the flag starts clear each time
 }
 
 TEST_CASE("gpu cross-entropy matches the reference", "[gpu]") {

@@ -20,6 +20,11 @@ the tensor's largest magnitude, and the optimizer's state (SGD's momentum, Adam'
 largest of its kind in the layer. dsl computes in float32: what it may differ by is its
 rounding, far below these bounds for these small networks.
 
+A schedule that keeps outputs in 16 bits (the sixteen_* cases, `--sixteen`) is emulated in PyTorch: each such
+output rounded as dsl rounds it, and a convolution that multiplies in 16 bits fed its inputs rounded in each
+pass (pytorch_mesh.torch_network's `sixteen`), so the same bounds hold; without the rounded products, dsl's
+bfloat16 convolutions differ from it by about 1e-3.
+
 A case whose network or train line `dsl check` rejects because it does not know a layer kind, an optimizer,
 a parameter, a schedule or float labels yet is skipped, and said so (`skipped: ...`): the oracle has its
 translation already and runs it once dsl accepts the network. Any other rejection is a failure.
@@ -52,9 +57,10 @@ LR_RTOL = 1e-9        # the log's learning rate
 class Case:
     """One run to compare: a network in tests/oracle/, an optional schedule there, steps, batch, kernels."""
 
-    def __init__(self, name, net, sched=None, steps=3, batch=4, kernels="reference", covers=""):
+    def __init__(self, name, net, sched=None, steps=3, batch=4, kernels="reference", covers="", sixteen=False):
         self.name, self.net, self.sched, self.steps, self.batch = name, net, sched, steps, batch
-        self.kernels, self.covers = kernels, covers
+        # `sixteen`: the schedule keeps outputs in 16 bits, which PyTorch then emulates (sixteen_bits).
+        self.kernels, self.covers, self.sixteen = kernels, covers, sixteen
 
 
 # Each network on one process with the reference kernels, and distributed with the CPU kernels (oneDNN,
@@ -123,6 +129,14 @@ CASES = [
                 "and avgpool (F.pad circular), beside a zero-padded conv"),
     Case("periodic2d_hw4", "periodic2d.net", "periodic2d_hw4.sched", batch=2, kernels="cpu",
          covers="4 processes: rows x columns (halos wrapping around the image's border, corners included)"),
+    # 16 bits: PyTorch in float64 rounds what dsl rounds (the emulation of pytorch_mesh.torch_network).
+    Case("sixteen_bf16", "sixteen.net", "sixteen_bf16.sched", kernels="cpu", sixteen=True,
+         covers="precision=bfloat16: every output kept in bfloat16, convolutions multiplying in it (oneDNN's "
+                "bf16 kernels where the CPU has AVX-512 BF16, else float32), one recomputed"),
+    Case("sixteen_bf16_reference", "sixteen.net", "sixteen_bf16.sched", sixteen=True,
+         covers="the same with the reference kernels (their bfloat16 convolution: rounded inputs, double sums)"),
+    Case("sixteen_f16_hw4", "sixteen.net", "sixteen_f16_hw4.sched", kernels="cpu", sixteen=True,
+         covers="precision=float16 on 4 processes (rows x columns: halos in 16 bits), loss scaling from 65536"),
 ]
 
 # What `dsl check` says of what it does not know yet (issue 14's kinds, losses, optimizers, schedules, loss
@@ -269,10 +283,26 @@ def close(np, a, b, rtol):
     return err, err <= rtol
 
 
-def train_torch(torch, np, net, ck0, data, case):
+def sixteen_bits(dsl, net_path, sched, case, run_output):
+    """What the PyTorch network emulates of dsl's 16 bits ({layer: (type, products, kept)},
+    pytorch_mesh.torch_network): each layer of precision bfloat16 or float16, as `dsl explain --json` plans it;
+    products where it is a convolution that multiplies in that type, unless dsl run said those multiply in
+    float32 here (a CPU without AVX-512 BF16; float16 on a CPU); kept in 16 bits unless it is recomputed."""
+    p = run_dsl(dsl, ["explain", net_path] + sched + ["--batch", str(case.batch), "--json"], "dsl explain --json")
+    out = {}
+    for layer in json.loads(p.stdout)["layers"]:
+        precision = layer["precision"]
+        if precision == "float32":
+            continue
+        float32 = f"of precision {precision} multipl" in run_output
+        out[layer["name"]] = (precision, layer["kind"] == "conv" and not float32, not layer["recompute"])
+    return out
+
+
+def train_torch(torch, np, net, ck0, data, case, sixteen=None):
     """The K steps in PyTorch float64 from CK0's weights: each step's (loss, {name: term}, lr), the model and
     the optimizer."""
-    model = pytorch_mesh.torch_network(net, False, torch.float64)
+    model = pytorch_mesh.torch_network(net, False, torch.float64, sixteen)
     state = torch_state(model, net)
     missing = sorted(set(state) - set(ck0))
     if missing:
@@ -400,11 +430,12 @@ def run_case(torch, np, dsl, case, work, seed):
     raw = os.path.join(folder, "ck0-raw")
     run_dsl(dsl, ["run"] + common + ["--steps", "1", "--lr", "0", "--save", raw], "dsl run --lr 0 (the initial weights)")
     initial_checkpoint(np, raw, ck0)
-    run_dsl(dsl, ["run"] + common + ["--steps", str(case.steps), "--load", ck0, "--save", ck1, "--log", log_path],
-            "dsl run (training)")
+    trained = run_dsl(dsl, ["run"] + common + ["--steps", str(case.steps), "--load", ck0, "--save", ck1, "--log",
+                                               log_path], "dsl run (training)")
     with open(log_path, encoding="utf-8") as f:
         log = [json.loads(line) for line in f if line.strip()]
-    model, opt, steps = train_torch(torch, np, net, read_checkpoint(np, ck0), data, case)
+    sixteen = sixteen_bits(dsl, net_path, sched, case, trained.stdout) if case.sixteen else None
+    model, opt, steps = train_torch(torch, np, net, read_checkpoint(np, ck0), data, case, sixteen)
     problems, worst = compare(torch, np, net, case, log, read_checkpoint(np, ck1), model, opt, steps)
     return ("fail" if problems else "pass", problems, worst, steps)
 
@@ -421,10 +452,11 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=3, help="... for this many steps (default 3) ...")
     p.add_argument("--batch", type=int, default=4, help="... of this batch (default 4) ...")
     p.add_argument("--kernels", default="reference", help="... with these kernels (default reference)")
+    p.add_argument("--sixteen", action="store_true", help="... emulating the schedule's 16-bit layers in PyTorch")
     args = p.parse_args(argv)
     if args.net:
         chosen = [Case("net", os.path.abspath(args.net), args.sched and os.path.abspath(args.sched), args.steps,
-                       args.batch, args.kernels)]
+                       args.batch, args.kernels, sixteen=args.sixteen)]
     else:
         chosen = [c for c in CASES if not args.cases or any(c.name == n or c.name.startswith(n) for n in args.cases)]
     if args.list:

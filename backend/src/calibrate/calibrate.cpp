@@ -117,10 +117,11 @@ std::optional<double> time_kernel(const std::string& key, Kernels k, DataSource&
         if (phase == Phase::backward)
             run = [&, f] { k.activation->backward(f, a.interior(), b.interior(), 0.0f, c.interior()); };
     } else if (op == OpKind::conv && x.n && y.n) {
-        // A layer of precision=bfloat16 ("bf16=1"): the kernels with bfloat16 products, where there are any.
-        ConvKernels* conv = field("bf16").empty() ? k.conv : k.conv_bfloat16;
+        // A layer of precision=bfloat16 ("bf16=1") or float16 ("f16=1"): the kernels with 16-bit products,
+        // where there are any.
+        ConvKernels* conv = !field("bf16").empty() ? k.conv_bfloat16 : !field("f16").empty() ? k.conv_float16 : k.conv;
         if (!conv) {
-            why = "no convolutions with bfloat16 products here (they run in float32)";
+            why = "no convolutions with 16-bit products here (they run in float32)";
             return std::nullopt;
         }
         a = filled(x);

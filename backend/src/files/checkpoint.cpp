@@ -492,10 +492,13 @@ bool save(Trainer& trainer, const std::string& dir, std::int64_t step, std::uint
     std::vector<CheckpointTensorRef> refs;
     for (const auto& s : trainer.state())
         refs.push_back({s.name, s.shape, std::span<const float>(s.data, static_cast<std::size_t>(s.size))});
-    const nlohmann::json meta{{"step", step},
-                              {"seed", seed},
-                              {"network", network},
-                              {"optimizer", frontend::optimizer_name(trainer.config().optimizer)}};
+    nlohmann::json meta{{"step", step},
+                        {"seed", seed},
+                        {"network", network},
+                        {"optimizer", frontend::optimizer_name(trainer.config().optimizer)}};
+    // Dynamic loss scaling's state, so that a resumed run scales as the uninterrupted one.
+    if (const Trainer::LossScale ls = trainer.loss_scale(); ls.scale > 0.0)
+        meta["loss_scale"] = {{"scale", ls.scale}, {"good_steps", ls.good_steps}};
     return save_checkpoint(dir, refs, meta, error, removed);
 }
 
@@ -546,6 +549,15 @@ bool restore(Trainer& trainer, const Checkpoint& ckpt, std::int64_t& step, std::
     }
     trainer.state_written();
     trainer.set_updates(*saved_step);
+    // A run with loss scaling takes the scale where the checkpoint has one (else it starts from its own).
+    if (trainer.loss_scale().scale > 0.0 && ckpt.meta.contains("loss_scale")) {
+        const nlohmann::json& ls = ckpt.meta["loss_scale"];
+        if (ls.is_object() && ls.contains("scale") && ls["scale"].is_number() && ls["scale"].get<double>() > 0.0) {
+            Trainer::LossScale restored{ls["scale"].get<double>(), 0};
+            if (ls.contains("good_steps")) restored.good_steps = count_of(ls["good_steps"]).value_or(0);
+            trainer.set_loss_scale(restored);
+        }
+    }
     step = *saved_step;
     return true;
 }

@@ -162,7 +162,8 @@ struct Context {
 Context& context();
 
 // The kernels of each layer kind and the device memory, one file each; gpu_kernels() puts them together.
-ConvKernels* conv_kernels();              // gpu_conv.cu
+// gpu_conv.cu: float32's, or (Kernels::conv_bfloat16, conv_float16) a 16-bit precision's.
+ConvKernels* conv_kernels(scheduler::Precision p = scheduler::Precision::float32);
 FcKernels* fc_kernels();                  // gpu_conv.cu
 BatchNormKernels* batchnorm_kernels();    // gpu_batchnorm.cu
 GroupNormKernels* groupnorm_kernels();    // gpu_batchnorm.cu

@@ -1,6 +1,9 @@
 // Convolutions through cuDNN, with the search for each problem's fastest algorithm and layout, and fc as a
 // convolution: an image's (and a vector's, of 1 x 1 planes) with cuDNN's 4-D tensors, a volume's with its
-// 5-D ones (NCDHW, in the views' strides).
+// 5-D ones (NCDHW, in the views' strides). And the convolutions of layers of precision bfloat16 and
+// float16 (Kernels::conv_bfloat16, conv_float16): cuDNN's 16-bit ones on tensor cores, their operands
+// rounded into dense 16-bit scratch.
+#include "../tensors/narrow.hpp"
 #include "gpu_common.cuh"
 #include "gpu_map.cuh"
 #include "gpu_reduce.cuh"
@@ -34,6 +37,31 @@ struct AddBias {
     template <int S>
     __device__ float operator()(float b, const float (&v)[S], std::int64_t) const {
         return __fadd_rn(v[0], b);
+    }
+};
+
+// A float rounded to 16 bits (to the nearest, ties to even: the host's rounding), as a 16-bit operand's
+// element.
+struct Narrow16 : PerElement {
+    bool bfloat;
+    template <int S>
+    __device__ std::uint16_t operator()(NoRow, const float (&v)[S], std::int64_t) const {
+        return to_16(v[0], bfloat);
+    }
+};
+
+// The elements of a dense 16-bit volume, widened into a strided float one (of the same extents, unfolded:
+// each row finds its own in the dense one).
+struct Widen16 {
+    const std::uint16_t* dense;
+    VolumeDims d;
+    bool bfloat;
+    __device__ const std::uint16_t* row(std::int64_t n, std::int64_t c, std::int64_t z, std::int64_t y) const {
+        return dense + (((n * d.c + c) * d.d + z) * d.h + y) * d.w;
+    }
+    template <int S>
+    __device__ float operator()(const std::uint16_t* row, const float (&)[S], std::int64_t x) const {
+        return from_16(row[x], bfloat);
     }
 };
 
@@ -102,7 +130,7 @@ Volumes writable(const ConstVolumes& v) {
 // scratch (w always is dense or copied: cuDNN's filters have no strides), and cuDNN's fastest algorithm
 // for it.
 struct Candidate {
-    std::array<bool, 3> scratch{};  // x, w, y go through dense scratch
+    std::array<bool, 3> scratch{};  // x, w, y go through dense scratch (all do, in 16 bits)
     TensorDescriptor x, y;
     FilterDescriptor w;
     ConvolutionDescriptor conv;
@@ -114,6 +142,10 @@ struct Candidate {
 
 class ConvEngine {
 public:
+    // Of float32 operands, or of 16-bit ones (CUDNN_DATA_BFLOAT16, CUDNN_DATA_HALF: products on tensor cores,
+    // summed in float32, each operand rounded on its way in and the result on its way out).
+    explicit ConvEngine(cudnnDataType_t type) : type_(type) {}
+
     // Runs `pass`; the first time a problem is seen, it is timed in both layouts as PyTorch's benchmark mode
     // times algorithms, and the choice is kept.
     void run(Pass pass, const ConvViews& v, const Window& window) {
@@ -143,8 +175,11 @@ private:
     static constexpr std::size_t max_plans = 1024;
 
     struct Bound {
-        float *x, *w, *y;
+        void *x, *w, *y;
     };
+
+    bool sixteen_bits() const { return type_ != CUDNN_DATA_FLOAT; }
+    std::size_t element_bytes() const { return sixteen_bits() ? sizeof(std::uint16_t) : sizeof(float); }
 
     cudnnHandle_t handle() {
         if (!handle_) {
@@ -163,34 +198,46 @@ private:
 
     static std::array<Volumes, 3> operands(const ConvViews& v) { return {v.x, v.w, v.y}; }
 
-    // Pointers for a pass: the views' own memory, or scratch filled with their elements where they are read.
+    // Pointers for a pass: the views' own memory, or scratch filled with their elements (rounded, in 16
+    // bits) where they are read.
     Bound bind(Pass pass, const ConvViews& v, const Candidate& c) {
         const auto views = operands(v);
-        std::array<float*, 3> p{};
+        std::array<void*, 3> p{};
         for (int k = 0; k < 3; ++k) {
             const Volumes& view = views[static_cast<std::size_t>(k)];
+            DeviceBuffer& slot = slots_[static_cast<std::size_t>(k)];
             if (!c.scratch[static_cast<std::size_t>(k)]) {
                 p[static_cast<std::size_t>(k)] = view.base;
-                continue;
+            } else if (sixteen_bits()) {
+                std::uint16_t* s = slot.as<std::uint16_t>(view.dims.elements());
+                if (input_of(pass, k))
+                    map("conv pack 16", view.dims, Merge::all, dense_operand(s, view.dims), inputs(ConstVolumes(view)),
+                        Narrow16{{}, type_ == CUDNN_DATA_BFLOAT16});
+                p[static_cast<std::size_t>(k)] = s;
+            } else {
+                float* s = slot.as<float>(view.dims.elements());
+                if (input_of(pass, k))
+                    map("conv pack", view.dims, Merge::all, dense_operand(s, view.dims), inputs(ConstVolumes(view)),
+                        Copy{});
+                p[static_cast<std::size_t>(k)] = s;
             }
-            float* s = slots_[static_cast<std::size_t>(k)].as<float>(view.dims.elements());
-            if (input_of(pass, k))
-                map("conv pack", view.dims, Merge::all, dense_operand(s, view.dims), inputs(ConstVolumes(view)),
-                    Copy{});
-            p[static_cast<std::size_t>(k)] = s;
         }
         return {p[0], p[1], p[2]};
     }
 
-    // Copies the output from scratch into its view.
+    // Copies the output from scratch into its view (widened from 16 bits).
     void finish(Pass pass, const ConvViews& v, const Candidate& c, const Bound& b) {
         const auto views = operands(v);
-        const std::array<float*, 3> p{b.x, b.w, b.y};
+        const std::array<void*, 3> p{b.x, b.w, b.y};
         for (std::size_t k = 0; k < 3; ++k)
             if (c.scratch[k] && !input_of(pass, static_cast<int>(k))) {
                 const Volumes& view = views[k];
-                map("conv unpack", view.dims, Merge::all, operand(view),
-                    inputs(dense_volumes<const float>(p[k], view.dims)), Copy{});
+                if (sixteen_bits())
+                    map("conv unpack 16", view.dims, Merge::none, operand(view), no_inputs(),
+                        Widen16{static_cast<const std::uint16_t*>(p[k]), view.dims, type_ == CUDNN_DATA_BFLOAT16});
+                else
+                    map("conv unpack", view.dims, Merge::all, operand(view),
+                        inputs(dense_volumes<const float>(static_cast<const float*>(p[k]), view.dims)), Copy{});
             }
     }
 
@@ -220,14 +267,14 @@ private:
 
     // A view as cuDNN's tensor, 4-D for an image and 5-D (NCDHW) for a volume: in its own strides, or dense
     // when it goes through scratch.
-    static void describe(const TensorDescriptor& d, const Volumes& v, bool dense, bool volume) {
+    void describe(const TensorDescriptor& d, const Volumes& v, bool dense, bool volume) const {
         const VolumeDims& s = v.dims;
         const Volumes layout = dense ? dense_volumes(v.base, s) : v;
         if (!volume) {
             check_cudnn(cudnnSetTensor4dDescriptorEx(
-                            d.get(), CUDNN_DATA_FLOAT, to_int(s.n, "batch"), to_int(s.c, "channels"),
-                            to_int(s.h, "height"), to_int(s.w, "width"), to_int(layout.stride_n, "stride"),
-                            to_int(layout.stride_c, "stride"), to_int(layout.stride_h, "stride"), 1),
+                            d.get(), type_, to_int(s.n, "batch"), to_int(s.c, "channels"), to_int(s.h, "height"),
+                            to_int(s.w, "width"), to_int(layout.stride_n, "stride"), to_int(layout.stride_c, "stride"),
+                            to_int(layout.stride_h, "stride"), 1),
                         "cudnnSetTensor4dDescriptorEx");
             return;
         }
@@ -235,16 +282,15 @@ private:
                              to_int(s.w, "width")};
         const int strides[5] = {to_int(layout.stride_n, "stride"), to_int(layout.stride_c, "stride"),
                                 to_int(layout.stride_d, "stride"), to_int(layout.stride_h, "stride"), 1};
-        check_cudnn(cudnnSetTensorNdDescriptor(d.get(), CUDNN_DATA_FLOAT, 5, dims, strides),
-                    "cudnnSetTensorNdDescriptor");
+        check_cudnn(cudnnSetTensorNdDescriptor(d.get(), type_, 5, dims, strides), "cudnnSetTensorNdDescriptor");
     }
 
     // The filters {F, C, kH, kW} (or {F, C, kD, kH, kW}), dense, and the convolution without padding (it is
-    // in the input's margins).
-    static void describe_convolution(Candidate& c, const VolumeDims& w, const Window& window, bool volume) {
+    // in the input's margins), summed in float32.
+    void describe_convolution(Candidate& c, const VolumeDims& w, const Window& window, bool volume) const {
         if (!volume) {
             check_cudnn(
-                cudnnSetFilter4dDescriptor(c.w.get(), CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, to_int(w.n, "filters"),
+                cudnnSetFilter4dDescriptor(c.w.get(), type_, CUDNN_TENSOR_NCHW, to_int(w.n, "filters"),
                                            to_int(w.c, "channels"), to_int(w.h, "kernel"), to_int(w.w, "kernel")),
                 "cudnnSetFilter4dDescriptor");
             check_cudnn(cudnnSetConvolution2dDescriptor(
@@ -256,7 +302,7 @@ private:
         }
         const int filters[5] = {to_int(w.n, "filters"), to_int(w.c, "channels"), to_int(w.d, "kernel"),
                                 to_int(w.h, "kernel"), to_int(w.w, "kernel")};
-        check_cudnn(cudnnSetFilterNdDescriptor(c.w.get(), CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, 5, filters),
+        check_cudnn(cudnnSetFilterNdDescriptor(c.w.get(), type_, CUDNN_TENSOR_NCHW, 5, filters),
                     "cudnnSetFilterNdDescriptor");
         const int pad[3] = {0, 0, 0};
         int stride[3], dilation[3];
@@ -271,19 +317,23 @@ private:
 
     std::unique_ptr<Candidate> candidate(const ConvViews& v, const Window& window, bool dense) const {
         auto c = std::make_unique<Candidate>();
-        c->scratch = {dense && !v.x.dense(), !v.w.dense(), dense && !v.y.dense()};
+        if (sixteen_bits())
+            c->scratch = {true, true, true};
+        else
+            c->scratch = {dense && !v.x.dense(), !v.w.dense(), dense && !v.y.dense()};
         describe(c->x, v.x, c->scratch[0], v.volume);
         describe(c->y, v.y, c->scratch[2], v.volume);
         describe_convolution(*c, v.w.dims, window, v.volume);
-        c->math = context().options.tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+        c->math = sixteen_bits() ? CUDNN_TENSOR_OP_MATH : context().options.tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
         check_cudnn(cudnnSetConvolutionMathType(c->conv.get(), c->math), "cudnnSetConvolutionMathType");
         return c;
     }
 
-    // The fastest successful algorithm within `capacity` bytes; without TF32, none that uses tensor cores.
+    // The fastest successful algorithm within `capacity` bytes; of float32 operands without TF32, none that
+    // uses tensor cores.
     template <typename Perf>
-    static bool choose(const std::vector<Perf>& perf, int returned, std::size_t capacity, Candidate& c) {
-        const bool tf32 = context().options.tf32;
+    bool choose(const std::vector<Perf>& perf, int returned, std::size_t capacity, Candidate& c) const {
+        const bool tf32 = context().options.tf32 || sixteen_bits();
         bool found = false;
         for (int i = 0; i < returned; ++i) {
             const Perf& p = perf[static_cast<std::size_t>(i)];
@@ -342,8 +392,8 @@ private:
                 break;
             }
         }
-        // With TF32 allowed, an algorithm may have been timed with tensor-op math: run it with the same.
-        if (found && context().options.tf32)
+        // With tensor cores allowed, an algorithm may have been timed with another math: run it with the same.
+        if (found && (context().options.tf32 || sixteen_bits()))
             check_cudnn(cudnnSetConvolutionMathType(c.conv.get(), c.math), "cudnnSetConvolutionMathType");
         return found;
     }
@@ -369,7 +419,7 @@ private:
                                     volume_text(v.x.dims) + ", w " + volume_text(v.w.dims) + ", y " +
                                     volume_text(v.y.dims);
         std::unique_ptr<Candidate> strided;
-        if (!v.x.dense() || !v.y.dense()) {
+        if (!sixteen_bits() && (!v.x.dense() || !v.y.dense())) {
             try {
                 strided = candidate(v, window, false);
                 if (!find(pass, *strided, bind(pass, v, *strided))) strided.reset();
@@ -410,7 +460,7 @@ private:
         for (std::size_t k = 0; k < 3; ++k) {
             if (chosen->scratch[k])
                 slot_needs_[k] =
-                    std::max(slot_needs_[k], static_cast<std::size_t>(views[k].dims.elements()) * sizeof(float));
+                    std::max(slot_needs_[k], static_cast<std::size_t>(views[k].dims.elements()) * element_bytes());
             slots_[k].shrink_to(slot_needs_[k]);
         }
         workspace_needs_ = std::max(workspace_needs_, chosen->workspace);
@@ -444,6 +494,7 @@ private:
         cudaEvent_t start_ = nullptr, stop_ = nullptr;
     };
 
+    cudnnDataType_t type_;
     cudnnHandle_t handle_ = nullptr;
     DeviceBuffer workspace_;
     std::array<DeviceBuffer, 3> slots_;  // dense scratch for x, w, y
@@ -452,9 +503,13 @@ private:
     std::map<Key, std::unique_ptr<Candidate>> plans_;
 };
 
-ConvEngine& conv_engine() {
-    static ConvEngine* engine = new ConvEngine();  // never destroyed, as the context
-    return *engine;
+// The engine of float32 operands, or of 16-bit ones where `p` is bfloat16 or float16: each has its own plans
+// and scratch.
+ConvEngine& conv_engine(scheduler::Precision p = scheduler::Precision::float32) {
+    // Never destroyed, as the context.
+    static ConvEngine* engines[3] = {new ConvEngine(CUDNN_DATA_FLOAT), new ConvEngine(CUDNN_DATA_BFLOAT16),
+                                     new ConvEngine(CUDNN_DATA_HALF)};
+    return *engines[static_cast<int>(p)];
 }
 
 void add_bias(const float* bias, const Volumes& y) {
@@ -467,48 +522,56 @@ void bias_gradient(const ConstVolumes& dy, float* db) {
 }
 
 // The convolution's passes, which convolutions and fc (over filters that are views of its weights) run on
-// views whose shapes their callers checked: of images (or vectors) or, where `volume`, of volumes.
+// views whose shapes their callers checked: of images (or vectors) or, where `volume`, of volumes; in
+// float32, or in the 16 bits of precision `p`.
 void conv_forward(const ConstVolumes& x, const ConstVolumes& w, const float* bias, const Volumes& y,
-                  const Window& window, bool volume) {
+                  const Window& window, bool volume, scheduler::Precision p = scheduler::Precision::float32) {
     if (y.dims.elements() == 0) return;
     if (x.dims.elements() == 0 || w.dims.elements() == 0)
         zero(y);
     else
-        conv_engine().run(Pass::forward, {writable(x), writable(w), y, volume}, window);
+        conv_engine(p).run(Pass::forward, {writable(x), writable(w), y, volume}, window);
     if (bias) add_bias(bias, y);
 }
 
 void conv_backward_data(const ConstVolumes& dy, const ConstVolumes& w, const Volumes& dx, const Window& window,
-                        bool volume) {
+                        bool volume, scheduler::Precision p = scheduler::Precision::float32) {
     if (dx.dims.elements() == 0) return;
     if (dy.dims.elements() == 0 || w.dims.elements() == 0) return zero(dx);
-    conv_engine().run(Pass::backward_data, {dx, writable(w), writable(dy), volume}, window);
+    conv_engine(p).run(Pass::backward_data, {dx, writable(w), writable(dy), volume}, window);
 }
 
 void conv_backward_weights(const ConstVolumes& x, const ConstVolumes& dy, const Volumes& dw, float* db,
-                           const Window& window, bool volume) {
+                           const Window& window, bool volume, scheduler::Precision p = scheduler::Precision::float32) {
     if (db) bias_gradient(dy, db);
     if (dw.dims.elements() == 0) return;
     if (dy.dims.elements() == 0 || x.dims.elements() == 0) return zero(dw);
-    conv_engine().run(Pass::backward_weights, {writable(x), dw, writable(dy), volume}, window);
+    conv_engine(p).run(Pass::backward_weights, {writable(x), dw, writable(dy), volume}, window);
 }
 
+// Convolutions in float32, or in 16 bits: cuDNN's bfloat16 or float16 kernels, whose inputs and result are
+// each rounded to 16 bits (as under PyTorch's autocast), their products summed in float32.
 class GpuConv final : public ConvKernels {
 public:
+    explicit GpuConv(scheduler::Precision p) : p_(p) {}
+
     void forward(ConstView x, ConstView w, const float* bias, View y, const Window& window) override {
         check_conv(x.dims, w.dims, y.dims, window);
-        conv_forward(volumes(x), volumes(w), bias, volumes(y), window, is_volume(x.dims));
+        conv_forward(volumes(x), volumes(w), bias, volumes(y), window, is_volume(x.dims), p_);
     }
 
     void backward_data(ConstView dy, ConstView w, View dx, const Window& window) override {
         check_conv(dx.dims, w.dims, dy.dims, window);
-        conv_backward_data(volumes(dy), volumes(w), volumes(dx), window, is_volume(dx.dims));
+        conv_backward_data(volumes(dy), volumes(w), volumes(dx), window, is_volume(dx.dims), p_);
     }
 
     void backward_weights(ConstView x, ConstView dy, View dw, float* db, const Window& window) override {
         check_conv(x.dims, dw.dims, dy.dims, window);
-        conv_backward_weights(volumes(x), volumes(dy), volumes(dw), db, window, is_volume(x.dims));
+        conv_backward_weights(volumes(x), volumes(dy), volumes(dw), db, window, is_volume(x.dims), p_);
     }
+
+private:
+    scheduler::Precision p_;
 };
 
 // fc is the convolution of x {N, C, places} with K filters {C, places} that covers x exactly (output {N, K},
@@ -559,9 +622,10 @@ private:
 
 }  // namespace
 
-ConvKernels* conv_kernels() {
-    static GpuConv instance;
-    return &instance;
+ConvKernels* conv_kernels(scheduler::Precision p) {
+    static GpuConv instances[3] = {GpuConv(scheduler::Precision::float32), GpuConv(scheduler::Precision::bfloat16),
+                                   GpuConv(scheduler::Precision::float16)};
+    return &instances[static_cast<int>(p)];
 }
 
 FcKernels* fc_kernels() {

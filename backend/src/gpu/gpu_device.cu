@@ -97,6 +97,8 @@ Kernels gpu_kernels(const GpuOptions& options) {
         gpu::context().options = options;
         Kernels k;
         k.conv = gpu::conv_kernels();
+        k.conv_bfloat16 = gpu::conv_kernels(scheduler::Precision::bfloat16);
+        k.conv_float16 = gpu::conv_kernels(scheduler::Precision::float16);
         k.batchnorm = gpu::batchnorm_kernels();
         k.activation = gpu::activation_kernels();
         k.pool = gpu::pool_kernels();

@@ -131,6 +131,16 @@ __global__ void sgd_kernel(float* w, float* m, const float* g, std::int64_t coun
     }
 }
 
+// g *= factor; `found` set where an element was not finite (every writer writes the same).
+__global__ void unscale_kernel(float* g, std::int64_t count, float factor, double* found) {
+    for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+         i += std::int64_t(gridDim.x) * blockDim.x) {
+        const float v = g[i];
+        if (!isfinite(v)) *found = 1.0;
+        g[i] = __fmul_rn(v, factor);
+    }
+}
+
 __global__ void adam_kernel(float* w, float* m, float* v, const float* g, std::int64_t count, AdamStep s) {
     const float one_minus_beta1 = 1.0f - s.beta1, one_minus_beta2 = 1.0f - s.beta2;
     for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
@@ -259,6 +269,19 @@ public:
         const auto blocks = static_cast<unsigned>(std::min<std::int64_t>(ceil_div(count, 256), 65535));
         adam_kernel<<<blocks, 256, 0, gpu::stream()>>>(w, m, v, g, count, step);
         check_launch("adam");
+    }
+
+    // Every array's kernel sets one flag; one download reads it.
+    bool unscale(const std::vector<GradientArray>& gradients, float factor) override {
+        double* found = context().totals.as<double>(1);
+        check(cudaMemsetAsync(found, 0, sizeof(double), gpu::stream()), "cudaMemsetAsync (unscale)");
+        for (const GradientArray& a : gradients) {
+            if (a.count <= 0) continue;
+            const auto blocks = static_cast<unsigned>(std::min<std::int64_t>(ceil_div(a.count, 256), 65535));
+            unscale_kernel<<<blocks, 256, 0, gpu::stream()>>>(a.data, a.count, factor, found);
+            check_launch("unscale");
+        }
+        return *context().fetch(found, 1) == 0.0;
     }
 
 private:

@@ -438,6 +438,10 @@ public:
     void adam(float* w, float* m, float* v, const float* g, std::int64_t count, const AdamStep& step) override {
         adam_update(w, m, v, g, count, step);
     }
+
+    bool unscale(const std::vector<GradientArray>& gradients, float factor) override {
+        return unscale_arrays(gradients, factor);
+    }
 };
 
 // Over planes (planes.hpp), a volume's slice by slice (depth_slices.hpp): a loss per sample and place, a

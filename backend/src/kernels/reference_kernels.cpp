@@ -488,6 +488,10 @@ public:
     void adam(float* w, float* m, float* v, const float* g, std::int64_t count, const AdamStep& step) override {
         adam_update(w, m, v, g, count, step);
     }
+
+    bool unscale(const std::vector<GradientArray>& gradients, float factor) override {
+        return unscale_arrays(gradients, factor);
+    }
 };
 
 class ReferenceLoss final : public LossKernels {
@@ -698,6 +702,16 @@ AdamStep adam_step(bool decoupled, double lr, double beta1, double beta2, double
     return s;
 }
 
+bool unscale_arrays(const std::vector<GradientArray>& gradients, float factor) {
+    bool finite = true;
+    for (const GradientArray& a : gradients)
+        for (std::int64_t i = 0; i < a.count; ++i) {
+            finite = finite && std::isfinite(a.data[i]);
+            a.data[i] *= factor;
+        }
+    return finite;
+}
+
 // Each operation rounded to float in turn (the host build makes no fused multiply-adds: no -mfma); the CUDA
 // kernel spells out the same roundings (__fmul_rn, ...), so the two agree bit for bit.
 void adam_update(float* w, float* m, float* v, const float* g, std::int64_t count, const AdamStep& s) {
@@ -723,7 +737,7 @@ Kernels reference_kernels() {
     k.deconv = &reference_deconv();
     k.groupnorm = &groupnorm_instance;
     k.dropout = &dropout_instance;
-    static const std::unique_ptr<ConvKernels> rounded = rounded_to_bfloat16(conv_instance);
+    static const std::unique_ptr<ConvKernels> rounded = rounded_to(conv_instance, scheduler::Precision::bfloat16);
     k.conv_bfloat16 = rounded.get();
     return k;
 }

@@ -2,7 +2,21 @@
 // weight) is written in forward.
 #include "trainer_impl.hpp"
 
+#include <cmath>
+#include <limits>
+
 namespace dsl::backend {
+
+namespace {
+
+// The factor a loss's gradient is multiplied by, as a float: infinite beyond float's range (a loss scale too
+// large, whose step is then skipped).
+float gradient_factor(double v) {
+    return std::fabs(v) > std::numeric_limits<float>::max() ? std::copysign(std::numeric_limits<float>::infinity(), v)
+                                                            : static_cast<float>(v);
+}
+
+}  // namespace
 
 // A loss's mean over the mini-batch (before its weight); in training, writes its logits' gradient, scaled
 // by the weight.
@@ -27,7 +41,8 @@ double Trainer::Impl::loss_layer(Slot& s, DataSource& data, std::int64_t first, 
     // now, other layers in backward) add when there are any.
     double sum = 0.0;
     auto cross_entropy = [&](View grad) {
-        sum = k.loss->cross_entropy(logits.y.interior(), lv, static_cast<float>(l.weight / count), grad);
+        sum =
+            k.loss->cross_entropy(logits.y.interior(), lv, gradient_factor(l.weight / count * gradient_scale()), grad);
     };
     if (training && !is_input(&logits))
         interior_gradient(logits, cross_entropy);
@@ -67,7 +82,7 @@ double Trainer::Impl::regression_layer(Slot& s, DataSource& data, std::int64_t f
     const double count = static_cast<double>(global_dims(l.inputs[0]).elements());
     double sum = 0.0;
     auto compute = [&](View grad) {
-        sum = k.loss->regression(l.kind().regression, x, t, static_cast<float>(l.weight / count), grad);
+        sum = k.loss->regression(l.kind().regression, x, t, gradient_factor(l.weight / count * gradient_scale()), grad);
     };
     if (training && !is_input(&prediction))
         interior_gradient(prediction, compute);

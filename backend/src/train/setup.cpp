@@ -46,6 +46,7 @@ Trainer::Impl::Impl(const frontend::Network& n, Kernels kernels, TrainConfig c, 
             if (s.b.size() > 0) s.vb = Tensor(s.b.dims(), {}, mem);
         }
     last_lr = config.schedule.lr(config.lr, 0);
+    scaling.scale = config.loss_scale;
 }
 
 // The plan's tiles in the kernels' memory: values with their margins, gradients over the buffers the plan

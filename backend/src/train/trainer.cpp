@@ -78,6 +78,12 @@ void Trainer::set_updates(std::int64_t n) {
 
 double Trainer::last_lr() const { return impl_->last_lr; }
 
+Trainer::LossScale Trainer::loss_scale() const { return impl_->scaling; }
+
+void Trainer::set_loss_scale(const LossScale& s) { impl_->scaling = s; }
+
+bool Trainer::last_step_skipped() const { return impl_->skipped; }
+
 const TrainConfig& Trainer::config() const { return impl_->config; }
 
 // The parameters and momenta of a GPU run are copied to the host (host_state) for the caller, and back by

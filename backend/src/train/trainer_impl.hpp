@@ -111,6 +111,11 @@ struct Trainer::Impl {
     std::int64_t step_index = 0;
     std::int64_t updates = 0;  // the optimizer's steps (Adam's t before its next update)
     double last_lr = 0.0;
+    Trainer::LossScale scaling;  // dynamic loss scaling's state (scale 0: none)
+    bool skipped = false;        // the last update was skipped
+    // What a loss's gradient is multiplied by: the loss scale, or 1.
+    double gradient_scale() const { return scaling.scale > 0.0 ? scaling.scale : 1.0; }
+    bool unscale_gradients();
     std::int64_t step_first = 0;      // the last forward's first sample, which backward's dropout masks draw from
     bool step_training = false;       // and whether it was a training step's
     DataSource* step_data = nullptr;  // and its data, which backward's recomputations read again
@@ -233,10 +238,13 @@ struct Trainer::Impl {
 
     // forward.cpp: the forward pass, layer by layer, and the overlap of halos with windowed layers.
     scheduler::Precision precision_of(int layer) const { return *plan_of(layer).dist.precision; }
-    // A convolution's kernels: bfloat16 products where its precision is bfloat16 and the kernels have them.
+    // A convolution's kernels: 16-bit products where its precision is bfloat16 or float16 and the kernels
+    // have them.
     ConvKernels& conv_of(int layer) const {
-        const bool bfloat16 = plan_of(layer).dist.bfloat16_products(net.layers[static_cast<std::size_t>(layer)].op);
-        return bfloat16 && k.conv_bfloat16 ? *k.conv_bfloat16 : *k.conv;
+        const scheduler::Distribution& d = plan_of(layer).dist;
+        ConvKernels* sixteen =
+            d.products16(net.layers[static_cast<std::size_t>(layer)].op) ? k.conv16(*d.precision) : nullptr;
+        return sixteen ? *sixteen : *k.conv;
     }
     // A narrowed layer's precision, in which its halos and copies travel; none for the others.
     std::optional<scheduler::Precision> narrowed_of(int layer) const {

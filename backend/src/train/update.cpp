@@ -24,6 +24,27 @@ void Trainer::Impl::allreduce_gradients(Slot& s, bool speaks) {
     if (s.db.size() > 0) comm.start_allreduce(s.db.data(), s.db.size());
 }
 
+// Loss scaling (GradScaler's unscale_ and update): the summed weight gradients divided by the scale, which
+// halves where they were not all finite (the update is skipped: false) and doubles after
+// loss_scale_interval steps in a row that were not. Every process holds the same sums, so all decide alike.
+bool Trainer::Impl::unscale_gradients() {
+    if (scaling.scale <= 0.0) return true;
+    std::vector<GradientArray> gradients;
+    for (Slot& s : slots) {
+        if (s.dw.size() > 0) gradients.push_back({s.dw.data(), s.dw.size()});
+        if (s.db.size() > 0) gradients.push_back({s.db.data(), s.db.size()});
+    }
+    const bool finite = k.eltwise->unscale(gradients, static_cast<float>(1.0 / scaling.scale));
+    if (!finite) {
+        scaling.scale *= 0.5;
+        scaling.good_steps = 0;
+    } else if (++scaling.good_steps >= config.loss_scale_interval) {
+        scaling.scale *= 2.0;
+        scaling.good_steps = 0;
+    }
+    return finite;
+}
+
 void Trainer::Impl::update() {
     const auto t0 = Clock::now();
     waited = 0.0;
@@ -34,7 +55,11 @@ void Trainer::Impl::update() {
     // The same on every process: the schedule's rate at this step, and Adam's t.
     last_lr = config.schedule.lr(config.lr, updates);
     ++updates;
-    if (config.optimizer == frontend::Optimizer::sgd) {
+    // A step whose gradients overflowed at its loss scale changes nothing.
+    skipped = !unscale_gradients();
+    if (skipped) {
+        // Nothing to update.
+    } else if (config.optimizer == frontend::Optimizer::sgd) {
         const auto lr = static_cast<float>(last_lr), momentum = static_cast<float>(config.momentum),
                    decay = static_cast<float>(config.weight_decay);
         for (Slot& s : slots) {

@@ -221,6 +221,15 @@ AdamStep adam_step(bool decoupled, double lr, double beta1, double beta2, double
 // The reference's Adam update, element by element (the CPU kernels' too).
 void adam_update(float* w, float* m, float* v, const float* g, std::int64_t count, const AdamStep& s);
 
+// Gradients of `count` floats at `data`, in a kernel set's memory.
+struct GradientArray {
+    float* data;
+    std::int64_t count;
+};
+
+// The reference's unscaling, element by element (the CPU kernels' too).
+bool unscale_arrays(const std::vector<GradientArray>& gradients, float factor);
+
 class EltwiseKernels {
 public:
     virtual ~EltwiseKernels() = default;
@@ -234,6 +243,9 @@ public:
     // m = beta1 * m + (1 - beta1) * g'; v = beta2 * v + (1 - beta2) * g' * g';
     // w -= step_size * m / (sqrt(v) / bias2_sqrt + eps), rounded in that order (no fused multiply-adds).
     virtual void adam(float* w, float* m, float* v, const float* g, std::int64_t count, const AdamStep& step) = 0;
+    // Loss scaling's unscaling (PyTorch GradScaler's unscale_): every element of every array multiplied by
+    // `factor`; returns whether all of them were finite before.
+    virtual bool unscale(const std::vector<GradientArray>& gradients, float factor) = 0;
 };
 
 class LossKernels {
@@ -274,16 +286,24 @@ struct Kernels {
     LossKernels* loss = nullptr;
     Memory* memory = nullptr;               // null: the host's
     SyntheticKernels* synthetic = nullptr;  // null: the data source makes inputs on the host
-    // Convolutions of layers whose precision is bfloat16: each pass's two inputs rounded to bfloat16, their
-    // products summed in float32, the results float32. Null where the kernels have none (they compute in
-    // float32 then, the layers' outputs still kept in 16 bits).
+    // Convolutions of layers whose precision is bfloat16 (or float16): each pass's two inputs rounded to
+    // 16 bits, their products summed in float32; the results float32 (oneDNN's, on the CPU) or rounded to 16
+    // bits too (cuDNN's, on the GPU, as under PyTorch's autocast). Null where the kernels have none (they
+    // compute in float32 then, the layers' outputs still kept in 16 bits).
     ConvKernels* conv_bfloat16 = nullptr;
+    ConvKernels* conv_float16 = nullptr;
     UpsampleKernels* upsample = nullptr;
     DeconvKernels* deconv = nullptr;
     GroupNormKernels* groupnorm = nullptr;
     DropoutKernels* dropout = nullptr;
 
     Memory& mem() const { return memory ? *memory : host_memory(); }
+    // The convolutions with the products of 16-bit precision `p`; null for float32 or where there are none.
+    ConvKernels* conv16(scheduler::Precision p) const {
+        return p == scheduler::Precision::bfloat16  ? conv_bfloat16
+               : p == scheduler::Precision::float16 ? conv_float16
+                                                    : nullptr;
+    }
 };
 
 Kernels reference_kernels();  // plain loops: slow, obviously right

@@ -30,6 +30,13 @@ struct TrainConfig {
     double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // adam, adamw
     frontend::LrSchedule schedule;
     std::uint64_t seed = 0;  // initialization, and dropout's masks
+    // Dynamic loss scaling, by PyTorch GradScaler's rules: the initial scale (0: none). The loss's gradient is
+    // multiplied by the scale, the weight gradients by its inverse before the update; a step whose weight
+    // gradients are not all finite is skipped (no weight or optimizer state changes; it still counts as a
+    // step of the learning-rate schedule and of Adam's t) and halves the scale; `loss_scale_interval` steps
+    // in a row that are not double it. A power of two changes no value that stays finite.
+    double loss_scale = 0.0;
+    std::int64_t loss_scale_interval = 2000;
     // Whether dropout drops (PyTorch's model.train()); false for evaluation (model.eval()), where dropout is
     // the identity. Batch norm's statistics follow step() and evaluate(), not this.
     bool training = true;
@@ -166,6 +173,16 @@ public:
     // The learning rate of the last step's update (the schedule's at that step), or the next one's before a
     // step.
     double last_lr() const;
+    // Dynamic loss scaling (TrainConfig::loss_scale): the scale the next step uses, and the steps in a row
+    // since it last changed that were not skipped; a checkpoint keeps both.
+    struct LossScale {
+        double scale = 0.0;
+        std::int64_t good_steps = 0;
+    };
+    LossScale loss_scale() const;
+    void set_loss_scale(const LossScale& s);
+    // Whether the last step's update was skipped: its weight gradients were not all finite at its loss scale.
+    bool last_step_skipped() const;
     const TrainConfig& config() const;
 
     // The last step's (or evaluation's) loss of every loss layer, in the network's order.

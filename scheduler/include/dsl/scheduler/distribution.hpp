@@ -58,10 +58,13 @@ struct Distribution {
     bool narrowed() const {
         return !recompute.value_or(false) && precision.value_or(Precision::float32) != Precision::float32;
     }
-    // A layer of kind `op` multiplies in bfloat16, where the kernels can: a convolution of precision bfloat16.
-    bool bfloat16_products(frontend::OpKind op) const {
-        return op == frontend::OpKind::conv && precision == Precision::bfloat16;
+    // A layer of kind `op` multiplies in its 16-bit precision, where the kernels can: a convolution of
+    // precision bfloat16 or float16.
+    bool products16(frontend::OpKind op) const {
+        return op == frontend::OpKind::conv && precision && *precision != Precision::float32;
     }
+    // Those of precision bfloat16.
+    bool bfloat16_products(frontend::OpKind op) const { return products16(op) && precision == Precision::bfloat16; }
     bool complete() const { return split && overlap && bn; }
 };
 
