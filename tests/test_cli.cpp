@@ -384,6 +384,13 @@ TEST_CASE("calibrate measures kernels and communication into a platform the mode
     const Result refused = run_dsl("calibrate samples/mesh_tiny.net --procs 1 -o " + notes.string());
     CHECK(refused.exit_code == 1);
     CHECK(read(notes) == "my notes\n");
+    // float16 products are a GPU's: on the CPU, --float16 is refused before anything is measured.
+    const Result half =
+        run_dsl("calibrate samples/mesh_tiny.net --procs 1 --float16 -o " + (dir / "f16.platform").string());
+    CHECK(half.exit_code == 1);
+    CHECK(half.err.find("error: --float16: only a GPU's convolutions multiply in float16 (--device gpu)") !=
+          std::string::npos);
+    CHECK_FALSE(fs::exists(dir / "f16.platform"));
     fs::remove_all(dir);
 }
 

@@ -3,7 +3,6 @@
 // 5-D ones (NCDHW, in the views' strides). And the convolutions of layers of precision bfloat16 and
 // float16 (Kernels::conv_bfloat16, conv_float16): cuDNN's 16-bit ones on tensor cores, their operands
 // rounded into dense 16-bit scratch.
-#include "../tensors/narrow.hpp"
 #include "gpu_common.cuh"
 #include "gpu_map.cuh"
 #include "gpu_reduce.cuh"
@@ -47,21 +46,6 @@ struct Narrow16 : PerElement {
     template <int S>
     __device__ std::uint16_t operator()(NoRow, const float (&v)[S], std::int64_t) const {
         return to_16(v[0], bfloat);
-    }
-};
-
-// The elements of a dense 16-bit volume, widened into a strided float one (of the same extents, unfolded:
-// each row finds its own in the dense one).
-struct Widen16 {
-    const std::uint16_t* dense;
-    VolumeDims d;
-    bool bfloat;
-    __device__ const std::uint16_t* row(std::int64_t n, std::int64_t c, std::int64_t z, std::int64_t y) const {
-        return dense + (((n * d.c + c) * d.d + z) * d.h + y) * d.w;
-    }
-    template <int S>
-    __device__ float operator()(const std::uint16_t* row, const float (&)[S], std::int64_t x) const {
-        return from_16(row[x], bfloat);
     }
 };
 
@@ -234,7 +218,7 @@ private:
                 const Volumes& view = views[k];
                 if (sixteen_bits())
                     map("conv unpack 16", view.dims, Merge::none, operand(view), no_inputs(),
-                        Widen16{static_cast<const std::uint16_t*>(p[k]), view.dims, type_ == CUDNN_DATA_BFLOAT16});
+                        Widen16{{static_cast<const std::uint16_t*>(p[k]), view.dims, type_ == CUDNN_DATA_BFLOAT16}});
                 else
                     map("conv unpack", view.dims, Merge::all, operand(view),
                         inputs(dense_volumes<const float>(static_cast<const float*>(p[k]), view.dims)), Copy{});

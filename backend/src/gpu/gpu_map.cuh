@@ -3,6 +3,7 @@
 // once; an image is a volume of depth 1); the operations every kernel file uses are here too.
 #pragma once
 
+#include "../tensors/narrow.hpp"
 #include "gpu_common.cuh"
 
 #include <algorithm>
@@ -184,5 +185,37 @@ struct Add2 : PerElement {
 };
 
 inline void zero(const Volumes& v) { map("fill", v.dims, Merge::all, operand(v), no_inputs(), Fill{{}, 0.0f}); }
+
+// 16 bits beside a strided float view of extents `d`, densely: element (n, c, z, y, x) at
+// (((n * d.c + c) * d.d + z) * d.h + y) * d.w + x. Their operations find each row there by its coordinates,
+// so they run unfolded (Merge::none).
+template <typename T>
+struct Dense16 {
+    T* dense;
+    VolumeDims d;
+    bool bfloat;
+    __device__ T* row(std::int64_t n, std::int64_t c, std::int64_t z, std::int64_t y) const {
+        return dense + (((n * d.c + c) * d.d + z) * d.h + y) * d.w;
+    }
+};
+
+// The view's elements from the dense 16 bits, widened.
+struct Widen16 : Dense16<const std::uint16_t> {
+    template <int S>
+    __device__ float operator()(const std::uint16_t* row, const float (&)[S], std::int64_t x) const {
+        return from_16(row[x], bfloat);
+    }
+};
+
+// The view's elements rounded to 16 bits (to the nearest, ties to even: the host's rounding), their bits
+// written densely and the rounded values back into the view: one pass over both.
+struct Narrow16InPlace : Dense16<std::uint16_t> {
+    template <int S>
+    __device__ float operator()(std::uint16_t* row, const float (&v)[S], std::int64_t x) const {
+        const std::uint16_t h = to_16(v[0], bfloat);
+        row[x] = h;
+        return from_16(h, bfloat);
+    }
+};
 
 }  // namespace dsl::backend::gpu

@@ -41,19 +41,6 @@ Context& context() {
 
 namespace {
 
-// 16-bit storage of a dense run of values: rounded in place, their bits written to `out`.
-__global__ void narrow_values(float* values, std::uint16_t* out, std::int64_t count, bool bfloat) {
-    const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (i >= count) return;
-    out[i] = to_16(values[i], bfloat);
-    values[i] = from_16(out[i], bfloat);
-}
-
-__global__ void widen_values(const std::uint16_t* in, float* values, std::int64_t count, bool bfloat) {
-    const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (i < count) values[i] = from_16(in[i], bfloat);
-}
-
 class GpuMemory final : public Memory {
 public:
     bool host() const override { return false; }
@@ -121,40 +108,18 @@ public:
 
     void synchronize() override { check(cudaStreamSynchronize(gpu::stream()), "cudaStreamSynchronize"); }
 
-    // Through a dense float32 copy of the view (pack and unpack walk views of any rank).
+    // One pass over the view and its dense 16 bits (a dense float32 copy of it was three).
     void narrow(View v, scheduler::Precision p, std::uint16_t* out) override {
-        const std::int64_t n = v.dims.elements();
-        if (n == 0) return;
-        float* dense = scratch(n);
-        pack(v, dense);
-        narrow_values<<<blocks(n), threads, 0, gpu::stream()>>>(dense, out, n, p == scheduler::Precision::bfloat16);
-        check(cudaGetLastError(), "narrow (kernel launch)");
-        unpack(dense, v, false);
+        const Volumes view = volumes(v);
+        map("narrow", view.dims, Merge::none, operand(view), inputs(ConstVolumes(view)),
+            Narrow16InPlace{{out, view.dims, p == scheduler::Precision::bfloat16}});
     }
 
     void widen(const std::uint16_t* in, scheduler::Precision p, View v) override {
-        const std::int64_t n = v.dims.elements();
-        if (n == 0) return;
-        float* dense = scratch(n);
-        widen_values<<<blocks(n), threads, 0, gpu::stream()>>>(in, dense, n, p == scheduler::Precision::bfloat16);
-        check(cudaGetLastError(), "widen (kernel launch)");
-        unpack(dense, v, false);
+        const Volumes view = volumes(v);
+        map("widen", view.dims, Merge::none, operand(view), no_inputs(),
+            Widen16{{in, view.dims, p == scheduler::Precision::bfloat16}});
     }
-
-private:
-    static constexpr int threads = 256;
-    static unsigned blocks(std::int64_t n) { return static_cast<unsigned>((n + threads - 1) / threads); }
-    float* scratch(std::int64_t n) {
-        if (n > scratch_size_) {
-            device_free(scratch_);
-            scratch_ = nullptr;
-            scratch_ = static_cast<float*>(device_malloc(static_cast<std::size_t>(n) * sizeof(float)));
-            scratch_size_ = n;
-        }
-        return scratch_;
-    }
-    float* scratch_ = nullptr;  // never freed: the memory lives as long as the process
-    std::int64_t scratch_size_ = 0;
 };
 
 }  // namespace
