@@ -85,6 +85,25 @@ TEST_CASE("recompute takes on, off or ?, and data and losses ignore it", "[recom
     CHECK(dump.find("recomputed values' buffers:") != std::string::npos);
 }
 
+TEST_CASE("a layer that only a relu reads is not made again: the relu's backward reads its own output", "[recompute]") {
+    // Convolutions and batch norms recomputed, the ReLUs kept: a batch norm's backward reads its input (the
+    // convolution's output, made again), and its output only its ReLU read, whose sign the ReLU's keeps.
+    const std::string sched = schedule_with("", "default recompute=on\nlayer *.relu recompute=off");
+    const Result plan = run_dsl("check samples/mesh_tiny.net " + sched + " --dump-after plan");
+    INFO(plan.out << plan.err);
+    REQUIRE(plan.exit_code == 0);
+    const std::string dump = plan.out + plan.err;
+    CHECK(dump.find("before backward, forward again: 'block1.0.conv'\n") != std::string::npos);
+    CHECK(dump.find("forward again: 'block1.0.conv' 'block1.0.bn'") == std::string::npos);
+    // explain costs no recomputation for them, and the run is the one without recomputation, bitwise.
+    const Result explain = run_dsl("explain samples/mesh_tiny.net " + sched + " --json");
+    REQUIRE(explain.exit_code == 0);
+    for (const auto& layer : nlohmann::json::parse(explain.out)["layers"])
+        if (layer["kind"] == "batchnorm") CHECK(layer["seconds"]["recompute"] == 0.0);
+    check_same_run(train("samples/mesh_tiny.net", schedule_with("", ""), 4), train("samples/mesh_tiny.net", sched, 4),
+                   0.0);
+}
+
 TEST_CASE("explain and run say plainly when a schedule does not fit, and by how much", "[recompute]") {
     // mesh2k at a mini-batch of 64 on one process needs about 1 TiB.
     const std::string sched = schedule_with("", "batch = 64\nplatform = lassen");

@@ -12,6 +12,11 @@ using frontend::Layer;
 
 bool recomputable(const Layer& layer) { return !layer.is_data() && !layer.is_loss(); }
 
+bool backward_reads_output(const Layer& layer) {
+    return (layer.op == frontend::OpKind::relu || layer.op == frontend::OpKind::leaky_relu) &&
+           layer.activation_slope() >= 0.0;
+}
+
 bool RecomputeTimeline::any() const {
     return std::find(recomputed.begin(), recomputed.end(), true) != recomputed.end() ||
            std::find(narrowed.begin(), narrowed.end(), true) != narrowed.end();
@@ -29,11 +34,14 @@ struct Timeline {
     // The inputs of layer `i` are in memory at backward step `at`: made again if they are recomputed ones,
     // with what their forward reads, before `reader`'s backward.
     void read_at(int i, int at, int reader) {
-        for (int q : layer(i).inputs) {
-            if (!out.dropped(static_cast<std::size_t>(q))) continue;
-            make(q, at, reader);
-            out.again[static_cast<std::size_t>(q)].last = at;
-        }
+        for (int q : layer(i).inputs) use(q, at, reader);
+    }
+
+    // Layer q's values are in memory at backward step `at`.
+    void use(int q, int at, int reader) {
+        if (!out.dropped(static_cast<std::size_t>(q))) return;
+        make(q, at, reader);
+        out.again[static_cast<std::size_t>(q)].last = at;
     }
 
     void make(int q, int at, int reader) {
@@ -70,9 +78,15 @@ RecomputeTimeline recompute_timeline(const frontend::Network& net, const std::ve
         f = out.dropped(i) ? StepSpan{static_cast<int>(i), f.last < 0 ? t.steps() - 1 : f.last} : StepSpan{};
     }
     // Backward: every layer but data and losses reads its inputs' values (a loss wrote its gradient in
-    // forward).
-    for (int b = t.steps() - 1; b >= 0; --b)
-        if (recomputable(t.layer(b))) t.read_at(b, t.steps() + (t.steps() - 1 - b), b);
+    // forward), or, a relu's, its own.
+    for (int b = t.steps() - 1; b >= 0; --b) {
+        if (!recomputable(t.layer(b))) continue;
+        const int at = t.steps() + (t.steps() - 1 - b);
+        if (backward_reads_output(t.layer(b)))
+            t.use(b, at, b);
+        else
+            t.read_at(b, at, b);
+    }
     return out;
 }
 

@@ -3,6 +3,8 @@
 // at once).
 #include "trainer_impl.hpp"
 
+#include <dsl/scheduler/recompute.hpp>
+
 namespace dsl::backend {
 
 // The compute a layer's backward begins with: its input's gradient where it has weights too (an fc
@@ -178,8 +180,10 @@ void Trainer::Impl::backward_layer(int index) {
         default: {  // an element-wise kind: its function (layer_kinds.hpp)
             Tile& in = *s.operands[0];
             if (is_input(&in)) break;
+            // A relu's output is positive where its input is: it reads that, which it keeps anyway.
+            const ConstView x = scheduler::backward_reads_output(l) ? s.own().y.interior() : in.y.interior();
             interior_gradient(in, [&](View dx) {
-                k.activation->backward(elementwise(l), in.y.interior(), s.own().dy.interior(), activation_slope(l), dx);
+                k.activation->backward(elementwise(l), x, s.own().dy.interior(), activation_slope(l), dx);
             });
             break;
         }

@@ -16,6 +16,11 @@ namespace dsl::scheduler {
 // loss (whose value backward does not read).
 bool recomputable(const frontend::Layer& layer);
 
+// Whether a layer's backward reads its own output rather than its input: relu, and leaky_relu of a slope of
+// 0 or more, whose output is positive exactly where their input is. Their input need not be kept (or made
+// again) for them, as PyTorch's ReLU keeps only its result.
+bool backward_reads_output(const frontend::Layer& layer);
+
 // Steps of a training step's timeline: forward of layer i is step i; the backward of layer L - 1 - j is step
 // L + j, and the layers recomputed before it run at that step too.
 struct StepSpan {
