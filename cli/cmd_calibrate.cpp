@@ -808,7 +808,7 @@ bool multiplies_in_bfloat16(const frontend::Network& net, const std::optional<sc
     for (std::size_t i = 0; i < net.layers.size() && i < s->layers.size(); ++i) {
         scheduler::Distribution d = s->layers[i];
         d.precision = d.precision.value_or(scheduler::Precision::bfloat16);  // open: it may be
-        if (d.bfloat16_products(net.layers[i].op)) return true;
+        if (d.products16(net.layers[i].op) == scheduler::Precision::bfloat16) return true;
     }
     return false;
 }

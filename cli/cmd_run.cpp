@@ -349,7 +349,7 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
     for (const scheduler::Precision p : {scheduler::Precision::bfloat16, scheduler::Precision::float16}) {
         std::int64_t convs = 0;
         for (std::size_t i = 0; i < net.layers.size(); ++i)
-            convs += schedule.layers[i].products16(net.layers[i].op) && schedule.layers[i].precision == p;
+            convs += schedule.layers[i].products16(net.layers[i].op) == p;
         if (convs > 0 && !kernels.conv16(p))
             io.out() << fmt::format(
                 "note: {} convolution{} of precision {} multipl{} in float32 here ({}); {} outputs are still kept "

@@ -313,8 +313,8 @@ std::string explain_table(const frontend::Network& net, const scheduler::Predict
     // Convolutions of precision=bfloat16 (float16) also multiply in it, where the kernels can.
     std::int64_t bfloat16_convs = 0, float16_convs = 0;
     for (std::size_t i = 0; i < net.layers.size(); ++i)
-        if (p.layers[i].dist.products16(net.layers[i].op))
-            ++(p.layers[i].dist.bfloat16_products(net.layers[i].op) ? bfloat16_convs : float16_convs);
+        if (const auto q = p.layers[i].dist.products16(net.layers[i].op))
+            ++(*q == scheduler::Precision::bfloat16 ? bfloat16_convs : float16_convs);
     if (bfloat16_convs > 0)
         out += fmt::format(
             "products          bfloat16 in {} convolution{} (precision=bfloat16), summed in float32, where the "

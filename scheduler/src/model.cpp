@@ -387,7 +387,8 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
     // A convolution of precision=bfloat16 (or float16) runs the kernels with 16-bit products where there are
     // any: their time where the platform has it (calibrated: key field bf16, or f16; a CPU with AVX-512 BF16
     // or a GPU), else float32's.
-    const char* products16 = !dist.products16(l.op) ? nullptr : *dist.precision == Precision::bfloat16 ? "bf16" : "f16";
+    const auto sixteen = dist.products16(l.op);
+    const char* products16 = !sixteen ? nullptr : *sixteen == Precision::bfloat16 ? "bf16" : "f16";
     // A kernel's key for calibration.
     auto ask = [&](const std::string& name, std::vector<TimeField> fields) {
         if (!keys) return;

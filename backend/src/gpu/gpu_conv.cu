@@ -39,16 +39,6 @@ struct AddBias {
     }
 };
 
-// A float rounded to 16 bits (to the nearest, ties to even: the host's rounding), as a 16-bit operand's
-// element.
-struct Narrow16 : PerElement {
-    bool bfloat;
-    template <int S>
-    __device__ std::uint16_t operator()(NoRow, const float (&v)[S], std::int64_t) const {
-        return to_16(v[0], bfloat);
-    }
-};
-
 // ---------------------------------------------------------------------------------------------------------
 // Convolutions through cuDNN's legacy API.
 
@@ -163,6 +153,8 @@ private:
     };
 
     bool sixteen_bits() const { return type_ != CUDNN_DATA_FLOAT; }
+    // Whether algorithms may use tensor cores: always in 16 bits, in float32 only with TF32 asked for.
+    bool tensor_cores() const { return sixteen_bits() || context().options.tf32; }
     std::size_t element_bytes() const { return sixteen_bits() ? sizeof(std::uint16_t) : sizeof(float); }
 
     cudnnHandle_t handle() {
@@ -308,21 +300,22 @@ private:
         describe(c->x, v.x, c->scratch[0], v.volume);
         describe(c->y, v.y, c->scratch[2], v.volume);
         describe_convolution(*c, v.w.dims, window, v.volume);
-        c->math = sixteen_bits() ? CUDNN_TENSOR_OP_MATH : context().options.tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+        c->math = sixteen_bits() ? CUDNN_TENSOR_OP_MATH : tensor_cores() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
         check_cudnn(cudnnSetConvolutionMathType(c->conv.get(), c->math), "cudnnSetConvolutionMathType");
         return c;
     }
 
-    // The fastest successful algorithm within `capacity` bytes; of float32 operands without TF32, none that
-    // uses tensor cores.
+    // The fastest successful algorithm within `capacity` bytes; none that uses tensor cores where they are
+    // not allowed.
     template <typename Perf>
     bool choose(const std::vector<Perf>& perf, int returned, std::size_t capacity, Candidate& c) const {
-        const bool tf32 = context().options.tf32 || sixteen_bits();
+        const bool tensor_ops = tensor_cores();
         bool found = false;
         for (int i = 0; i < returned; ++i) {
             const Perf& p = perf[static_cast<std::size_t>(i)];
             if (p.status != CUDNN_STATUS_SUCCESS || p.memory > capacity) continue;
-            if (!tf32 && (p.mathType == CUDNN_TENSOR_OP_MATH || p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
+            if (!tensor_ops &&
+                (p.mathType == CUDNN_TENSOR_OP_MATH || p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
                 continue;
             if (found && p.time >= c.milliseconds) continue;
             c.algo = static_cast<int>(p.algo);
@@ -377,7 +370,7 @@ private:
             }
         }
         // With tensor cores allowed, an algorithm may have been timed with another math: run it with the same.
-        if (found && (context().options.tf32 || sixteen_bits()))
+        if (found && tensor_cores())
             check_cudnn(cudnnSetConvolutionMathType(c.conv.get(), c.math), "cudnnSetConvolutionMathType");
         return found;
     }

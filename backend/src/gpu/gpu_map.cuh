@@ -186,6 +186,16 @@ struct Add2 : PerElement {
 
 inline void zero(const Volumes& v) { map("fill", v.dims, Merge::all, operand(v), no_inputs(), Fill{{}, 0.0f}); }
 
+// A float rounded to 16 bits (to the nearest, ties to even: the host's rounding), as an element of a 16-bit
+// output (a dense copy that a map writes whole, folded).
+struct Narrow16 : PerElement {
+    bool bfloat;
+    template <int S>
+    __device__ std::uint16_t operator()(NoRow, const float (&v)[S], std::int64_t) const {
+        return to_16(v[0], bfloat);
+    }
+};
+
 // 16 bits beside a strided float view of extents `d`, densely: element (n, c, z, y, x) at
 // (((n * d.c + c) * d.d + z) * d.h + y) * d.w + x. Their operations find each row there by its coordinates,
 // so they run unfolded (Merge::none).

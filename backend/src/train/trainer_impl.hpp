@@ -241,9 +241,8 @@ struct Trainer::Impl {
     // A convolution's kernels: 16-bit products where its precision is bfloat16 or float16 and the kernels
     // have them.
     ConvKernels& conv_of(int layer) const {
-        const scheduler::Distribution& d = plan_of(layer).dist;
-        ConvKernels* sixteen =
-            d.products16(net.layers[static_cast<std::size_t>(layer)].op) ? k.conv16(*d.precision) : nullptr;
+        const auto p = plan_of(layer).dist.products16(net.layers[static_cast<std::size_t>(layer)].op);
+        ConvKernels* sixteen = p ? k.conv16(*p) : nullptr;
         return sixteen ? *sixteen : *k.conv;
     }
     // A narrowed layer's precision, in which its halos and copies travel; none for the others.
@@ -283,6 +282,7 @@ struct Trainer::Impl {
     // update.cpp: the gradients' allreduce and the optimizer's update.
     void allreduce_gradients(Slot& s, bool speaks);
     void update();
+    void optimize();
 
     // timeline.cpp: the profile's timeline, made as the step runs.
     double now();

@@ -45,6 +45,27 @@ bool Trainer::Impl::unscale_gradients() {
     return finite;
 }
 
+// The optimizer's step over every weight and bias, at last_lr and Adam's t = updates.
+void Trainer::Impl::optimize() {
+    if (config.optimizer == frontend::Optimizer::sgd) {
+        const auto lr = static_cast<float>(last_lr), momentum = static_cast<float>(config.momentum),
+                   decay = static_cast<float>(config.weight_decay);
+        for (Slot& s : slots) {
+            if (s.w.size() == 0) continue;
+            k.eltwise->sgd(s.w.data(), s.mw.data(), s.dw.data(), s.w.size(), lr, momentum, decay);
+            if (s.b.size() > 0) k.eltwise->sgd(s.b.data(), s.mb.data(), s.db.data(), s.b.size(), lr, momentum, decay);
+        }
+        return;
+    }
+    const AdamStep a = adam_step(config.optimizer == frontend::Optimizer::adamw, last_lr, config.beta1, config.beta2,
+                                 config.eps, config.weight_decay, updates);
+    for (Slot& s : slots) {
+        if (s.w.size() == 0) continue;
+        k.eltwise->adam(s.w.data(), s.mw.data(), s.vw.data(), s.dw.data(), s.w.size(), a);
+        if (s.b.size() > 0) k.eltwise->adam(s.b.data(), s.mb.data(), s.vb.data(), s.db.data(), s.b.size(), a);
+    }
+}
+
 void Trainer::Impl::update() {
     const auto t0 = Clock::now();
     waited = 0.0;
@@ -57,25 +78,7 @@ void Trainer::Impl::update() {
     ++updates;
     // A step whose gradients overflowed at its loss scale changes nothing.
     skipped = !unscale_gradients();
-    if (skipped) {
-        // Nothing to update.
-    } else if (config.optimizer == frontend::Optimizer::sgd) {
-        const auto lr = static_cast<float>(last_lr), momentum = static_cast<float>(config.momentum),
-                   decay = static_cast<float>(config.weight_decay);
-        for (Slot& s : slots) {
-            if (s.w.size() == 0) continue;
-            k.eltwise->sgd(s.w.data(), s.mw.data(), s.dw.data(), s.w.size(), lr, momentum, decay);
-            if (s.b.size() > 0) k.eltwise->sgd(s.b.data(), s.mb.data(), s.db.data(), s.b.size(), lr, momentum, decay);
-        }
-    } else {
-        const AdamStep a = adam_step(config.optimizer == frontend::Optimizer::adamw, last_lr, config.beta1,
-                                     config.beta2, config.eps, config.weight_decay, updates);
-        for (Slot& s : slots) {
-            if (s.w.size() == 0) continue;
-            k.eltwise->adam(s.w.data(), s.mw.data(), s.vw.data(), s.dw.data(), s.w.size(), a);
-            if (s.b.size() > 0) k.eltwise->adam(s.b.data(), s.mb.data(), s.vb.data(), s.db.data(), s.b.size(), a);
-        }
-    }
+    if (!skipped) optimize();
     if (profiling) {
         profile.update = layer_time(t0), profile.update_wait = waited;
         profile.end = now();

@@ -58,13 +58,12 @@ struct Distribution {
     bool narrowed() const {
         return !recompute.value_or(false) && precision.value_or(Precision::float32) != Precision::float32;
     }
-    // A layer of kind `op` multiplies in its 16-bit precision, where the kernels can: a convolution of
-    // precision bfloat16 or float16.
-    bool products16(frontend::OpKind op) const {
-        return op == frontend::OpKind::conv && precision && *precision != Precision::float32;
+    // The 16-bit precision a layer of kind `op` multiplies in, where the kernels can: a convolution's of
+    // precision bfloat16 or float16; none for the others.
+    std::optional<Precision> products16(frontend::OpKind op) const {
+        if (op != frontend::OpKind::conv || precision.value_or(Precision::float32) == Precision::float32) return {};
+        return precision;
     }
-    // Those of precision bfloat16.
-    bool bfloat16_products(frontend::OpKind op) const { return products16(op) && precision == Precision::bfloat16; }
     bool complete() const { return split && overlap && bn; }
 };
 
