@@ -303,9 +303,10 @@ std::string explain_table(const frontend::Network& net, const scheduler::Predict
                        human_bytes(static_cast<double>(p.halo_bytes)));
     out += fmt::format(
         "memory            {} per process of {} (activations {}, gradients {}, parameters and optimizer {}, "
-        "halo buffers {}, workspace {})\n",
+        "halo buffers {}, {}workspace {})\n",
         human_bytes(p.memory), human_bytes(p.memory_limit), human_bytes(p.activations), human_bytes(p.gradients),
-        human_bytes(p.parameters), human_bytes(p.buffers), human_bytes(p.workspace));
+        human_bytes(p.parameters), human_bytes(p.buffers),
+        p.scratch > 0 ? fmt::format("kernels' buffers {}, ", human_bytes(p.scratch)) : "", human_bytes(p.workspace));
     if (recomputes || narrows)
         out += fmt::format("                  {} per process without recomputation{} (activations {})\n",
                            human_bytes(p.memory - p.activations + p.kept), narrows ? " or 16 bits" : "",
@@ -387,6 +388,7 @@ nlohmann::json explain_json(const frontend::Network& net, const scheduler::Predi
               {"gradients", p.gradients},
               {"parameters", p.parameters},
               {"buffers", p.buffers},
+              {"scratch", p.scratch},
               {"workspace", p.workspace},
               {"activations_without_recomputation", p.kept}}},
             {"fits", does_not_fit(p).empty()}};

@@ -5,6 +5,7 @@
 
 #include <dsl/backend/kernels.hpp>
 #include <dsl/base/error.hpp>
+#include <dsl/scheduler/layout_groups.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -232,6 +233,22 @@ TEST_CASE("oneDNN strided convolution of one tap matches the reference on views 
     std::mt19937 rng(37 + static_cast<unsigned>(layout));
     for (const ConvProblem& p : strided_1x1_problems()) check_conv(p, layout, rng);
     for (const VolumeConvProblem& p : strided_1x1_volume_problems()) check_conv(p, layout, rng);
+}
+
+TEST_CASE("oneDNN convolution of tiles of large samples runs over groups of them and matches the reference",
+          "[onednn]") {
+    // A sample of 16 MiB or more in oneDNN's layouts is a call of its own, smaller ones share calls in groups
+    // (layout_groups.hpp), the last group short: the calls' outputs, and the weight gradients added over the
+    // groups, match the reference's of the whole tile.
+    using dsl::scheduler::layout_group;
+    REQUIRE(layout_group(Dims{3, 16, {512, 512}}, Dims{3, 16, {512, 512}}) == 1);
+    REQUIRE(layout_group(Dims{2, 16, {514, 514}}, Dims{2, 4, {512, 512}}) == 1);
+    REQUIRE(layout_group(Dims{5, 16, {256, 256}}, Dims{5, 16, {256, 256}}) == 4);
+    REQUIRE(layout_group(Dims{4, 16, {64, 64}}, Dims{4, 16, {64, 64}}) == 4);  // small samples: one call
+    std::mt19937 rng(91);
+    check_conv(Dims{3, 16, {512, 512}}, 16, window(1, 1, 1, 1), true, Layout::padded, "1x1, a call per sample", rng);
+    check_conv(Dims{2, 4, {512, 512}}, 16, window(3, 3, 1, 1), true, Layout::interior, "3x3, a call per sample", rng);
+    check_conv(Dims{5, 16, {256, 256}}, 16, window(1, 1, 1, 1), false, Layout::dense, "1x1, groups of 4 and 1", rng);
 }
 
 TEST_CASE("oneDNN convolution with bfloat16 products matches the reference's of rounded inputs", "[onednn]") {

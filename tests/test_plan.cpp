@@ -7,6 +7,7 @@
 #include <dsl/frontend/parse.hpp>
 #include <dsl/frontend/passes.hpp>
 #include <dsl/scheduler/plan.hpp>
+#include <dsl/scheduler/recompute.hpp>
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
@@ -109,7 +110,7 @@ TEST_CASE("every process's plan sends what its peers' plans receive", "[plan]") 
                     const scheduler::TilePlan& own = plans[static_cast<std::size_t>(piece.peer)].layers[i].tiles[0];
                     CHECK(piece.box.meet(own.box) == piece.box);
                 }
-                if (tile.grad_buffer >= 0) CHECK(tile.grad_buffer < static_cast<int>(p.grad_buffers.size()));
+                if (tile.grad_buffer >= 0) CHECK(tile.grad_buffer < static_cast<int>(p.buffers.size()));
             }
         }
     }
@@ -205,6 +206,51 @@ TEST_CASE("upsample and deconv tiles hold exactly the input rows and columns the
     }
     CHECK(checked > 0);
     CHECK(with_halo > 0);
+}
+
+TEST_CASE("gradients and recomputed values that share a buffer are never in memory at one step", "[plan]") {
+    // Every layer recomputed, or every one but the ReLUs (whose outputs backward starts from): each process's
+    // tiles, their gradients and their recomputed values in forward and again in backward take buffers of
+    // one pool, and two tensors in one buffer are never alive at the same step of recompute.hpp's timeline.
+    const auto [net_file, sched_file] =
+        GENERATE(table<std::string, std::string>({{"samples/mesh_tiny.net", "samples/mesh_tiny_hybrid_4.sched"},
+                                                  {"samples/mesh_tiny.net", "samples/mesh_tiny_mixed_4.sched"},
+                                                  {"samples/resnet_tiny.net", "samples/resnet_tiny_hybrid_4.sched"},
+                                                  {"tests/dist/heads.net", "tests/dist/heads_hybrid_4.sched"},
+                                                  {"tests/dist/deconv.net", "tests/dist/deconv_hw4.sched"}}));
+    const bool relus_kept = GENERATE(false, true);
+    INFO(sched_file << (relus_kept ? ", ReLUs kept" : ""));
+    auto l = load(net_file, sched_file);
+    const auto& net = l->net->net;
+    scheduler::Schedule s = *l->schedule;
+    std::vector<bool> asked(net.layers.size());
+    for (std::size_t i = 0; i < net.layers.size(); ++i) {
+        asked[i] = !(relus_kept && net.layers[i].op == frontend::OpKind::relu);
+        s.layers[i].recompute = asked[i];
+    }
+    const scheduler::RecomputeTimeline timeline = scheduler::recompute_timeline(net, asked);
+    const int layers = static_cast<int>(net.layers.size()), procs = static_cast<int>(*s.procs);
+    for (int r = 0; r < procs; ++r) {
+        const scheduler::Plan p = scheduler::make_plan(net, s, s.batch.value_or(procs), r, procs);
+        std::vector<std::vector<scheduler::StepSpan>> spans(p.buffers.size());
+        std::vector<int> kinds(p.buffers.size(), 0);  // bits: 1 a gradient, 2 a value
+        auto use = [&](int buffer, const scheduler::StepSpan& span, int kind) {
+            if (buffer < 0) return;
+            REQUIRE(buffer < static_cast<int>(p.buffers.size()));
+            for (const scheduler::StepSpan& other : spans[static_cast<std::size_t>(buffer)])
+                CHECK_FALSE(other.meets(span));
+            spans[static_cast<std::size_t>(buffer)].push_back(span);
+            kinds[static_cast<std::size_t>(buffer)] |= kind;
+        };
+        for (std::size_t i = 0; i < net.layers.size(); ++i)
+            for (const scheduler::TilePlan& t : p.layers[i].tiles) {
+                use(t.grad_buffer, scheduler::gradient_steps(t.grad_first, t.grad_last, layers), 1);
+                use(t.forward_buffer, timeline.forward[i], 2);
+                use(t.backward_buffer, timeline.again[i], 2);
+            }
+        // Some buffer holds a value in forward and a gradient in backward: the pool is shared.
+        CHECK(std::count(kinds.begin(), kinds.end(), 3) > 0);
+    }
 }
 
 TEST_CASE("the one-process plan moves nothing and places one tile per tensor", "[plan]") {

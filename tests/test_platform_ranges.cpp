@@ -23,21 +23,38 @@ struct Setting {
 };
 
 const std::vector<Setting> settings{
-    {"procs_per_node", ""},   {"nodes", ""},          {"memory", "GiB"},
-    {"flops", "GFLOP/s"},     {"efficiency", ""},     {"memory_bandwidth", "GB/s"},
-    {"kernel_latency", "us"}, {"workspace", "MiB"},   {"latency", "ns"},
-    {"bandwidth", "GB/s"},    {"node_latency", "ns"}, {"node_bandwidth", "GB/s"},
+    {"procs_per_node", ""},
+    {"nodes", ""},
+    {"memory", "GiB"},
+    {"flops", "GFLOP/s"},
+    {"bfloat16_flops", "GFLOP/s"},
+    {"float16_flops", "GFLOP/s"},
+    {"efficiency", ""},
+    {"memory_bandwidth", "GB/s"},
+    {"kernel_latency", "us"},
+    {"workspace", "MiB"},
+    {"latency", "ns"},
+    {"bandwidth", "GB/s"},
+    {"node_latency", "ns"},
+    {"node_bandwidth", "GB/s"},
 };
 
 std::string platform(const std::string& key, const std::string& value) {
     std::string out = "device = cpu\n";
-    const std::vector<std::pair<std::string, std::string>> base{
-        {"procs_per_node", "2"},      {"nodes", "1"},
-        {"memory", "11 GiB"},         {"flops", "79.6 GFLOP/s"},
-        {"efficiency", "0.6"},        {"memory_bandwidth", "8 GB/s"},
-        {"kernel_latency", "5 us"},   {"workspace", "29 MiB"},
-        {"latency", "941.5 ns"},      {"bandwidth", "3.6 GB/s"},
-        {"node_latency", "941.5 ns"}, {"node_bandwidth", "3.6 GB/s"}};
+    const std::vector<std::pair<std::string, std::string>> base{{"procs_per_node", "2"},
+                                                                {"nodes", "1"},
+                                                                {"memory", "11 GiB"},
+                                                                {"flops", "79.6 GFLOP/s"},
+                                                                {"bfloat16_flops", "159 GFLOP/s"},
+                                                                {"float16_flops", "159 GFLOP/s"},
+                                                                {"efficiency", "0.6"},
+                                                                {"memory_bandwidth", "8 GB/s"},
+                                                                {"kernel_latency", "5 us"},
+                                                                {"workspace", "29 MiB"},
+                                                                {"latency", "941.5 ns"},
+                                                                {"bandwidth", "3.6 GB/s"},
+                                                                {"node_latency", "941.5 ns"},
+                                                                {"node_bandwidth", "3.6 GB/s"}};
     for (const auto& [k, v] : base) out += k + " = " + (k == key ? value : v) + "\n";
     return out;
 }

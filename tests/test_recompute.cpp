@@ -82,7 +82,7 @@ TEST_CASE("recompute takes on, off or ?, and data and losses ignore it", "[recom
     REQUIRE(plan.exit_code == 0);
     const std::string dump = plan.out + plan.err;
     CHECK(dump.find("before backward, forward again: 'block1.0.relu'") != std::string::npos);
-    CHECK(dump.find("recomputed values' buffers:") != std::string::npos);
+    CHECK(dump.find("buffers of gradients and recomputed values:") != std::string::npos);
 }
 
 TEST_CASE("a layer that only a relu reads is not made again: the relu's backward reads its own output", "[recompute]") {

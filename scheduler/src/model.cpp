@@ -1,14 +1,13 @@
 // The performance model: per-layer compute from measured or analytic kernel times, halo exchanges and
 // shuffles from the tiles' geometry and the communication model (model_comm.cpp: messages, and allreduces
 // after Thakur et al.), the backward allreduce overlap as a greedy timeline (one allreduce at a time), and
-// memory per process.
+// memory per process (what tensors share over the step: model_memory.cpp).
 #include <dsl/scheduler/model.hpp>
 #include <dsl/scheduler/recompute.hpp>
 
-#include "shared_buffers.hpp"
-
 #include <dsl/base/error.hpp>
 #include <dsl/scheduler/kernel_names.hpp>
+#include <dsl/scheduler/layout_groups.hpp>
 #include <dsl/scheduler/plan.hpp>
 #include <dsl/scheduler/tiles.hpp>
 
@@ -61,6 +60,19 @@ std::string size_group(const std::string& kernel, const std::vector<TimeField>& 
     }
     size = y > 0 ? y : x > 0 ? x : params;
     return time_key(kernel, std::move(kept));
+}
+
+Dims dims_of(const Sizes& s) {
+    Dims d{s[0], s[1], Space<std::int64_t>::filled(static_cast<int>(s.size()) - 2, 0)};
+    for (int i = 0; i < d.rank(); ++i) d.space[i] = s[static_cast<std::size_t>(i) + 2];
+    return d;
+}
+
+// A tensor's bytes in oneDNN's blocked layouts, its channels (the second size) in blocks of 16, at `bytes` an
+// element.
+double blocked(Sizes d, double bytes) {
+    d[1] = (d[1] + 15) / 16 * 16;
+    return elements(d) * bytes;
 }
 
 }  // namespace
@@ -159,7 +171,7 @@ double Model::measured_kernel(const std::string& name, std::vector<TimeField> fi
     return 0.0;
 }
 
-double Model::analytic_kernel(double flops, double bytes, double outputs) const {
+double Model::analytic_kernel(double flops, double bytes, double outputs, double peak) const {
     // On `threads` cores, each as fast as one, a little less together.
     const double cores = threads_ == 1 ? 1.0 : 0.9 * threads_;
     // A GPU convolution (cuDNN's implicit GEMM) gives each thread block a tile of outputs, and the blocks run
@@ -172,7 +184,8 @@ double Model::analytic_kernel(double flops, double bytes, double outputs) const 
         const double blocks = std::ceil(outputs / tile), slots = static_cast<double>(platform_.compute_units);
         fill = blocks / (std::ceil(blocks / slots) * slots);
     }
-    const double compute = platform_.flops > 0 ? flops / (platform_.flops * platform_.efficiency * cores * fill) : 0.0;
+    if (peak <= 0.0) peak = platform_.flops;
+    const double compute = peak > 0 ? flops / (peak * platform_.efficiency * cores * fill) : 0.0;
     // The roofline: a kernel with few FLOPs per byte runs at the memory's bandwidth instead.
     const double memory = platform_.memory_bandwidth > 0 ? bytes / (platform_.memory_bandwidth * cores) : 0.0;
     return platform_.kernel_latency + std::max(compute, memory);
@@ -386,9 +399,12 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
     const double ny = elements(g.y), nx = elements(g.x);
     // A convolution of precision=bfloat16 (or float16) runs the kernels with 16-bit products where there are
     // any: their time where the platform has it (calibrated: key field bf16, or f16; a CPU with AVX-512 BF16
-    // or a GPU), else float32's.
+    // or a GPU), else from the platform's peak for them (a GPU's tensor cores), else float32's.
     const auto sixteen = dist.products16(l.op);
     const char* products16 = !sixteen ? nullptr : *sixteen == Precision::bfloat16 ? "bf16" : "f16";
+    const double peak16 = !sixteen                          ? 0.0
+                          : *sixteen == Precision::bfloat16 ? platform_.bfloat16_flops
+                                                            : platform_.float16_flops;
     // A kernel's key for calibration.
     auto ask = [&](const std::string& name, std::vector<TimeField> fields) {
         if (!keys) return;
@@ -403,6 +419,10 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
             f.emplace_back(products16, std::vector<std::int64_t>{1});
             ask(name, f);
             if (const double t = measured_kernel(name, std::move(f), flops, bytes, outputs); t > 0) return t;
+            if (peak16 > 0) {
+                ask(name, fields);
+                return analytic_kernel(flops, bytes, outputs, peak16) * share_;
+            }
         }
         ask(name, fields);
         return kernel(name, std::move(fields), flops, bytes, outputs);
@@ -423,6 +443,14 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
                    l.op == OpKind::conv ? elements(y) : 0.0);
     };
     const bool data_in = !l.inputs.empty() && (net_.layers[static_cast<std::size_t>(l.inputs[0])]).is_data();
+    // The arguments of a CPU kernel's passes in oneDNN's layouts (LayerCost::scratch): its inputs in the type it
+    // multiplies in (bfloat16 where it has the instructions' kernels), outputs in float32.
+    const double in_bytes = sixteen == Precision::bfloat16 ? 2.0 : word;
+    auto layouts = [&](double a, double b, double out) {
+        if (platform_.device != Device::cpu) return;
+        for (auto [i, v] : {std::pair{0, a}, std::pair{1, b}, std::pair{2, out}})
+            c.scratch[static_cast<std::size_t>(i)] = std::max(c.scratch[static_cast<std::size_t>(i)], v);
+    };
     const std::int64_t sample_group = split.spatial_procs();
     const bool group_spans = multi_node_ && procs_ > platform_.procs_per_node;
 
@@ -441,6 +469,19 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
             if (!data_in)
                 c.backward_data = run(kernel_name(l.op, Phase::backward_data), window_fields(g.y), flops, bytes, nx);
             c.backward_weights = run(kernel_name(l.op, Phase::backward_weights), window_fields(g.y), flops, bytes, ny);
+            // Forward on images of float32 takes channels-last activations, unpadded; the rest blocked ones. A
+            // call holds a group of the tile's samples (layout_groups.hpp).
+            const Sizes xw = window_dims(l, g.y, g.x[1]);
+            const double weights = static_cast<double>(g.y[1] * g.x[1] * taps);
+            const double group =
+                static_cast<double>(layout_group(dims_of(xw), dims_of(g.y))) / static_cast<double>(g.y[0]);
+            const double x_in = blocked(xw, in_bytes) * group, y_in = blocked(g.y, in_bytes) * group;
+            if (g.y.size() == 4 && in_bytes == word)
+                layouts(elements(xw) * word * group, weights * word, ny * word * group);
+            else
+                layouts(x_in, weights * in_bytes, blocked(g.y, word) * group);
+            if (!data_in) layouts(y_in, weights * in_bytes, blocked(xw, word) * group);
+            layouts(x_in, y_in, weights * word);
             break;
         }
         case OpKind::maxpool:
@@ -499,6 +540,10 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
             if (!data_in)
                 c.backward_data = run(kernel_name(l.op, Phase::backward_data), {{"x", x}, {"y", y}}, flops, bytes);
             c.backward_weights = run(kernel_name(l.op, Phase::backward_weights), {{"x", x}, {"y", y}}, flops, bytes);
+            const double w = static_cast<double>(l.params) * word, in = blocked(g.x, word), out = elements(y) * word;
+            layouts(in, w, out);
+            if (!data_in) layouts(out, w, in);
+            layouts(in, out, w);
             break;
         }
         case OpKind::add: {
@@ -541,6 +586,20 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
             c.forward = run(kernel_name(l.op, Phase::forward), f, flops, bytes, ny);
             if (!data_in) c.backward_data = run(kernel_name(l.op, Phase::backward_data), f, flops, bytes, nx);
             c.backward_weights = run(kernel_name(l.op, Phase::backward_weights), f, flops, bytes, ny);
+            // A convolution's passes with input and output exchanged (deconv_over_conv), blocked, over groups of
+            // samples.
+            const double weights = static_cast<double>(l.filters * g.x[1] * taps) * in_bytes;
+            const double group =
+                static_cast<double>(layout_group(dims_of(g.y), dims_of(g.x))) / static_cast<double>(g.y[0]);
+            const double x_in = blocked(g.x, in_bytes) * group, y_in = blocked(g.y, in_bytes) * group;
+            layouts(x_in, weights, blocked(g.y, word) * group);
+            if (!data_in) layouts(y_in, weights, blocked(g.x, word) * group);
+            layouts(y_in, x_in, weights);
+            // The span the input spreads over, whole windows from its first place to its last.
+            Sizes span{g.x[0], g.y[1]};
+            for (std::size_t d = 2; d < g.x.size(); ++d)
+                span.push_back((g.x[d] - 1) * l.stride[static_cast<int>(d) - 2] + l.kernel[static_cast<int>(d) - 2]);
+            c.scratch[3] = elements(span) * word;
             break;
         }
         case OpKind::mse:
@@ -548,6 +607,7 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
         case OpKind::bce_with_logits:  // reads prediction and target, writes the gradient
             c.forward = run(kernel_name(l.op, Phase::forward), {{"x", g.x}}, l.kind().flops * nx, 3 * nx * word);
             c.forward_sync = allreduce(procs_, 8.0, group_spans);
+            c.memory += nx * word;  // the targets of its prediction's tile
             break;
         case OpKind::label: break;
         default:  // the element-wise kinds: their FLOPs per element (layer_kinds.hpp), a read and a write
@@ -709,44 +769,9 @@ std::vector<ShuffleCost> CostModel::shuffles(int reader, int input, const std::v
 
 // ---- The whole step.
 
-// Recomputed layers' output tiles are not kept: they share memory while alive (recompute.hpp's timeline, in
-// buffers as the plan places them), and layers never read again in backward cost no recomputation.
-void Model::recompute_memory(Prediction& out) const {
-    out.kept = out.activations;
-    std::vector<bool> asked(net_.layers.size(), false), narrow(net_.layers.size(), false);
-    for (std::size_t i = 0; i < net_.layers.size(); ++i) {
-        asked[i] = out.layers[i].dist.recompute.value_or(false);
-        narrow[i] = out.layers[i].dist.narrowed();
-    }
-    const RecomputeTimeline timeline = recompute_timeline(net_, asked, narrow);
-    if (!timeline.any()) return;
-    std::vector<std::pair<double, StepSpan>> uses;
-    for (std::size_t i = 0; i < net_.layers.size(); ++i) {
-        LayerPrediction& lp = out.layers[i];
-        if (!timeline.dropped(i)) continue;
-        out.activations -= lp.cost.output;
-        // A narrowed layer's 16-bit copy is kept the whole step.
-        if (timeline.narrowed[i]) out.activations += lp.cost.output * precision_bytes(*lp.dist.precision) / word;
-        uses.emplace_back(lp.cost.output, timeline.forward[i]);
-        if (timeline.again[i].empty()) {
-            lp.cost.recompute = 0.0;  // nobody reads it in backward
-        } else {
-            uses.emplace_back(lp.cost.output, timeline.again[i]);
-        }
-        out.recompute += lp.cost.recompute;
-    }
-    std::stable_sort(uses.begin(), uses.end(),
-                     [](const auto& a, const auto& b) { return a.second.first < b.second.first; });
-    SharedBuffers shared;
-    for (const auto& [bytes, span] : uses)
-        shared.place({static_cast<std::int64_t>(std::ceil(bytes)), span.first, span.last});
-    for (std::int64_t b : shared.sizes()) out.activations += static_cast<double>(b);
-}
-
 Prediction Model::predict(const Schedule& schedule) const {
     Prediction out;
     out.layers.resize(net_.layers.size());
-    double largest_tile = 0.0;
     bool halo_in = false, halo_out = false, shuffle_in = false, shuffle_out = false;
     for (std::size_t i = 0; i < net_.layers.size(); ++i) {
         const Layer& l = net_.layers[i];
@@ -774,9 +799,8 @@ Prediction Model::predict(const Schedule& schedule) const {
         out.halo_bytes += lp.cost.halo_bytes + lp.shuffle.bytes;
         out.activations += lp.cost.memory + lp.shuffle.memory;
         out.buffers += lp.cost.buffers;
-        if (!l.is_loss() && l.op != OpKind::input) largest_tile = std::max(largest_tile, elements(g.y) * word);
     }
-    recompute_memory(out);
+    shared_memory(out);
     // Backward in reverse order; each layer's allreduce starts when its backward ends and the previous
     // allreduce is done (one at a time, as the paper's model has it).
     double t = 0.0, comm = 0.0;
@@ -804,16 +828,18 @@ Prediction Model::predict(const Schedule& schedule) const {
     }
     out.step = out.forward + out.backward + out.allreduce_exposed + out.update;
 
-    // Gradients share buffers: in a chain two or three are live at a time.
-    out.gradients = 3.0 * largest_tile;
+    std::array<double, 4> scratch{};
+    for (const LayerPrediction& lp : out.layers)
+        for (std::size_t i = 0; i < scratch.size(); ++i) scratch[i] = std::max(scratch[i], lp.cost.scratch[i]);
+    out.scratch = std::accumulate(scratch.begin(), scratch.end(), 0.0);
     out.workspace = platform_.workspace;
     out.parameters = fixed_memory() - platform_.workspace;
-    out.memory = out.activations + out.gradients + out.parameters + out.buffers + out.workspace;
+    out.memory = out.activations + out.gradients + out.parameters + out.buffers + out.scratch + out.workspace;
     out.memory_limit = memory_limit();
     // Times and sizes, from figures bounded where the platform is read: one that is negative, NaN or infinite
     // is a bug of the model, never a prediction to print.
     for (const double v :
-         {out.forward, out.backward, out.allreduce, out.update, out.step, out.memory, out.memory_limit})
+         {out.forward, out.backward, out.allreduce, out.update, out.step, out.scratch, out.memory, out.memory_limit})
         DSL_INTERNAL_CHECK(std::isfinite(v) && v >= 0.0, "a predicted time or memory is a finite number, not negative");
 
     const std::int64_t ppn = std::max<std::int64_t>(1, platform_.procs_per_node);

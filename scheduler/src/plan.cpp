@@ -176,7 +176,7 @@ struct Planner {
         SharedBuffers shared;
         for (TilePlan* t : tiles)  // the tile with its margins
             t->grad_buffer = shared.place({t->box.grown(t->need).dims().elements(), t->grad_first, t->grad_last});
-        plan.grad_buffers = shared.sizes();
+        plan.buffers = shared.sizes();
     }
 
     // This process's part in moving `b` from process `from` to process `to`.
@@ -423,14 +423,12 @@ std::string plan_text(const frontend::Network& net, const Plan& plan) {
                 break;
         }
     }
-    out += "gradient buffers:";
-    for (std::int64_t b : plan.grad_buffers) out += fmt::format(" {}", b);
+    bool values = false;
+    for (const LayerPlan& s : plan.layers)
+        for (const TilePlan& t : s.tiles) values = values || t.forward_buffer >= 0;
+    out += values ? "buffers of gradients and recomputed values:" : "gradient buffers:";
+    for (std::int64_t b : plan.buffers) out += fmt::format(" {}", b);
     out += " elements\n";
-    if (!plan.value_buffers.empty()) {
-        out += "recomputed values' buffers:";
-        for (std::int64_t b : plan.value_buffers) out += fmt::format(" {}", b);
-        out += " elements\n";
-    }
     return out;
 }
 

@@ -1,4 +1,5 @@
-// Recomputation: its timeline (recompute.hpp), and in the plan the memory recomputed layers' values share.
+// Recomputation: its timeline (recompute.hpp), and in the plan the memory recomputed layers' values share
+// with the gradients.
 #include <dsl/scheduler/plan.hpp>
 #include <dsl/scheduler/recompute.hpp>
 
@@ -105,6 +106,12 @@ void plan_recompute(const frontend::Network& net, Plan& plan) {
         StepSpan span;
     };
     std::vector<Use> uses;
+    const int layers = static_cast<int>(net.layers.size());
+    for (LayerPlan& s : plan.layers)
+        for (TilePlan& t : s.tiles)
+            if (t.grad_buffer >= 0)
+                uses.push_back({&t.grad_buffer, t.box.grown(t.need).dims().elements(),
+                                gradient_steps(t.grad_first, t.grad_last, layers)});
     for (std::size_t i = 0; i < net.layers.size(); ++i) {
         if (!timeline.dropped(i)) continue;
         plan.layers[i].narrowed = timeline.narrowed[i];
@@ -118,7 +125,7 @@ void plan_recompute(const frontend::Network& net, Plan& plan) {
     std::stable_sort(uses.begin(), uses.end(), [](const Use& a, const Use& b) { return a.span.first < b.span.first; });
     SharedBuffers shared;
     for (const Use& u : uses) *u.buffer = shared.place({u.size, u.span.first, u.span.last});
-    plan.value_buffers = shared.sizes();
+    plan.buffers = shared.sizes();
 }
 
 }  // namespace dsl::scheduler

@@ -101,6 +101,8 @@ constexpr SettingSpec setting_specs[] = {
     {"nodes", Kind::count},
     {"memory", Kind::bytes},
     {"flops", Kind::flop_rate},
+    {"bfloat16_flops", Kind::flop_rate},
+    {"float16_flops", Kind::flop_rate},
     {"efficiency", Kind::fraction},
     {"memory_bandwidth", Kind::byte_rate},
     {"kernel_latency", Kind::time},
@@ -272,6 +274,8 @@ bool apply_setting(const PlatformSetting& s, const SettingSpec& spec, Platform& 
     if (k == "memory") out.memory = *si;
     if (k == "workspace") out.workspace = *si;
     if (k == "flops") out.flops = *si;
+    if (k == "bfloat16_flops") out.bfloat16_flops = *si;
+    if (k == "float16_flops") out.float16_flops = *si;
     if (k == "memory_bandwidth") out.memory_bandwidth = *si;
     if (k == "kernel_latency") out.kernel_latency = *si;
     if (k == "latency") out.node.latency = *si;
@@ -502,6 +506,8 @@ std::string print_platform(const Platform& p, const std::string& comment) {
     if (p.nodes != 0) out += fmt::format("nodes = {}\n", p.nodes);
     out += fmt::format("memory = {}\n", bytes_text(p.memory));
     out += fmt::format("flops = {}\n", flops_text(p.flops));
+    if (p.bfloat16_flops > 0) out += fmt::format("bfloat16_flops = {}\n", flops_text(p.bfloat16_flops));
+    if (p.float16_flops > 0) out += fmt::format("float16_flops = {}\n", flops_text(p.float16_flops));
     out += fmt::format("efficiency = {:.6g}\n", p.efficiency);
     out += fmt::format("memory_bandwidth = {}\n", byte_rate_text(p.memory_bandwidth));
     out += fmt::format("kernel_latency = {}\n", time_text(p.kernel_latency));

@@ -5,6 +5,7 @@
 #include "kernel_checks.hpp"
 
 #include <dsl/base/error.hpp>
+#include <dsl/scheduler/layout_groups.hpp>
 
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -270,6 +271,13 @@ public:
     void forward(ConstView x, ConstView w, const float* bias, View y, const Window& window) override {
         check(x, w, y, window);
         if (y.dims.elements() == 0) return;
+        if (const std::int64_t g = scheduler::layout_group(x.dims, y.dims); g < y.dims.n) {
+            for (std::int64_t n0 = 0; n0 < y.dims.n; n0 += g) {
+                const std::int64_t k = std::min(g, y.dims.n - n0);
+                forward(x.samples(n0, k), w, bias, y.samples(n0, k), window);
+            }
+            return;
+        }
         std::lock_guard lock(ctx_.mutex);
         Key key{conv_forward, bias != nullptr};
         append(key, x), append(key, w), append(key, y), append(key, window);
@@ -294,6 +302,13 @@ public:
     void backward_data(ConstView dy, ConstView w, View dx, const Window& window) override {
         check(dx, w, dy, window);
         if (dy.dims.elements() == 0 || w.dims.elements() == 0) return zero(dx);
+        if (const std::int64_t g = scheduler::layout_group(dx.dims, dy.dims); g < dy.dims.n) {
+            for (std::int64_t n0 = 0; n0 < dy.dims.n; n0 += g) {
+                const std::int64_t k = std::min(g, dy.dims.n - n0);
+                backward_data(dy.samples(n0, k), w, dx.samples(n0, k), window);
+            }
+            return;
+        }
         std::lock_guard lock(ctx_.mutex);
         Key key{conv_backward_data};
         append(key, dy), append(key, w), append(key, dx), append(key, window);
@@ -325,6 +340,24 @@ public:
         if (dy.dims.elements() == 0) {
             zero(dw);
             if (db) std::fill_n(db, dw.dims.n, 0.0f);
+            return;
+        }
+        if (const std::int64_t g = scheduler::layout_group(x.dims, dy.dims); g < dy.dims.n) {
+            // The first group's gradients, then each other group's added to them, in order.
+            backward_weights(x.samples(0, g), dy.samples(0, g), dw, db, window);
+            std::vector<float> part_dw(static_cast<std::size_t>(dw.dims.elements())),
+                part_db(static_cast<std::size_t>(dw.dims.n));
+            const View part = dense_view(part_dw.data(), dw.dims);
+            for (std::int64_t n0 = g; n0 < dy.dims.n; n0 += g) {
+                const std::int64_t k = std::min(g, dy.dims.n - n0);
+                backward_weights(x.samples(n0, k), dy.samples(n0, k), part, db ? part_db.data() : nullptr, window);
+                for_each_row(dw, [&](std::int64_t n, std::int64_t c, const Index& i, float* row) {
+                    const float* from = &part.at(n, c, i);
+                    for (std::int64_t j = 0; j < row_length(dw.dims); ++j) row[j] += from[j];
+                });
+                if (db)
+                    for (std::int64_t f = 0; f < dw.dims.n; ++f) db[f] += part_db[static_cast<std::size_t>(f)];
+            }
             return;
         }
         std::lock_guard lock(ctx_.mutex);

@@ -69,9 +69,9 @@ void Trainer::Impl::allocate() {
                       : slots[static_cast<std::size_t>(l.inputs[j])].tiles[static_cast<std::size_t>(t)].get());
         }
     }
-    value_buffers.clear();
-    value_buffers.reserve(plan.value_buffers.size());
-    for (std::int64_t size : plan.value_buffers) value_buffers.emplace_back(mem).resize(size);
+    shared_buffers.clear();
+    shared_buffers.reserve(plan.buffers.size());
+    for (std::int64_t size : plan.buffers) shared_buffers.emplace_back(mem).resize(size);
     for (std::size_t i = 0; i < slots.size(); ++i) {
         if (slots[i].layer->op == OpKind::label) continue;
         for (auto& t : slots[i].tiles)
@@ -83,14 +83,11 @@ void Trainer::Impl::allocate() {
         if (plan.layers[i].narrowed)
             slots[i].own().stored.emplace(mem).resize((slots[i].own().box.dims().elements() + 1) / 2);
     }
-    grad_buffers.clear();
-    grad_buffers.reserve(plan.grad_buffers.size());
-    for (std::int64_t size : plan.grad_buffers) grad_buffers.emplace_back(mem).resize(size);
     for (Slot& s : slots)
         for (auto& t : s.tiles)
             if (t->grad_buffer >= 0)
                 t->dy =
-                    Tensor::over(grad_buffers[static_cast<std::size_t>(t->grad_buffer)].data(), t->y.dims(), t->need);
+                    Tensor::over(shared_buffers[static_cast<std::size_t>(t->grad_buffer)].data(), t->y.dims(), t->need);
     for (Slot& s : slots)
         for (auto& t : s.tiles)
             for (auto [exchange, messages] :
@@ -104,7 +101,7 @@ void Trainer::Impl::allocate() {
 // A recomputed layer's tile over value buffer `buffer`, whose memory others used since: its margins are
 // zeroed as a new tile's are, and it holds no halo.
 void Trainer::Impl::bind(Tile& t, int buffer) {
-    t.y = Tensor::over(value_buffers[static_cast<std::size_t>(buffer)].data(), t.box.dims(), t.need);
+    t.y = Tensor::over(shared_buffers[static_cast<std::size_t>(buffer)].data(), t.box.dims(), t.need);
     t.y.fill_margins(0.0f, mem);
     t.padding = 0.0f;
     t.gathered = -1;

@@ -156,7 +156,7 @@ std::int64_t Trainer::memory_bytes() const {
     std::int64_t floats = 0;
     for (const auto& s : impl_->slots) {
         for (const auto& t : s.tiles) {
-            if (t->forward_buffer < 0) floats += t->y.size();  // recomputed values are in value_buffers
+            if (t->forward_buffer < 0) floats += t->y.size();  // recomputed values are in shared_buffers
             for (const auto* m : {&t->forward_messages, &t->backward_messages})
                 for (const auto* buffers : {&m->sends, &m->receives})
                     for (const auto& buffer : *buffers) floats += buffer.size();
@@ -166,8 +166,7 @@ std::int64_t Trainer::memory_bytes() const {
         floats += static_cast<std::int64_t>(s.mean.size() * 4) + static_cast<std::int64_t>(s.labels.size());
     }
     floats += impl_->targets.size() + static_cast<std::int64_t>(impl_->host_targets.size());
-    for (const auto& b : impl_->grad_buffers) floats += b.size();
-    for (const auto& b : impl_->value_buffers) floats += b.size();
+    for (const auto& b : impl_->shared_buffers) floats += b.size();
     for (const auto& s : impl_->slots)
         if (!s.tiles.empty() && s.tiles.front()->stored) floats += s.tiles.front()->stored->size();
     return 4 * floats;

@@ -92,8 +92,7 @@ struct Trainer::Impl {
     Comm& comm;
     std::vector<std::unique_ptr<Comm>> groups;
     std::vector<Slot> slots;
-    std::vector<Buffer> grad_buffers;    // the memory under every tile's dy
-    std::vector<Buffer> value_buffers;   // and under recomputed layers' values (plan_recompute)
+    std::vector<Buffer> shared_buffers;  // the memory under every tile's dy and recomputed values (Plan::buffers)
     std::vector<double> sums_a, sums_b;  // per-channel reductions
     std::vector<float> scratch_values;   // on the host: global pooling's values, batch-norm gradients
     Buffer scratch;                      // gradients of tensors with several readers, before they are added

@@ -45,6 +45,13 @@ struct BasicView {
         v.dims.c = count;
         return v;
     }
+    // Samples [n0, n0 + count) of this view.
+    BasicView samples(std::int64_t n0, std::int64_t count) const {
+        BasicView v = *this;
+        v.base += n0 * stride_n;
+        v.dims.n = count;
+        return v;
+    }
     // Whether its elements lie one after another, without gaps (a whole buffer, not a window of one).
     bool dense() const {
         std::int64_t expect = 1;

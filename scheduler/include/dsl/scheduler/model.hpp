@@ -38,6 +38,11 @@ struct LayerCost {
     double memory = 0.0;            // bytes: the output tile, and the margins of the input it reads
     double output = 0.0;            // bytes of the output tile (with its margins), which recomputation drops
     double buffers = 0.0;           // bytes of halo message buffers
+    // Bytes of the kernels' own buffers, each shared by every call and as large as the largest it held: per
+    // argument position of a pass (0 to 2), those a CPU's convolution and fully connected kernels reorder
+    // their arguments into, in oneDNN's layouts (channels in blocks of 16; onednn_kernels.cpp's arenas; none
+    // on GPUs); and (3) the dense span a transposed convolution spreads its input over (deconv_over_conv).
+    std::array<double, 4> scratch{};
 
     double forward_time() const { return forward + forward_halo + forward_sync; }
     double backward_time() const {
@@ -94,7 +99,9 @@ struct Prediction {
     double step = 0.0;                    // forward + backward + exposed allreduce + update
     std::int64_t halo_bytes = 0;          // the busiest process's, summed over layers and shuffles
     // Bytes per process. `kept` is what activations would be with nothing recomputed.
-    double activations = 0.0, gradients = 0.0, parameters = 0.0, buffers = 0.0, workspace = 0.0, memory = 0.0;
+    // `scratch`: the kernels' own buffers (LayerCost::scratch), each one's largest over the layers.
+    double activations = 0.0, gradients = 0.0, parameters = 0.0, buffers = 0.0, scratch = 0.0, workspace = 0.0,
+           memory = 0.0;
     double kept = 0.0;
     double recompute = 0.0;     // seconds of forward run again in backward
     double memory_limit = 0.0;  // what the platform gives a process
@@ -137,7 +144,8 @@ public:
     // The analytic time of one call from the published figures: the per-call latency, then the larger of the
     // arithmetic (in waves of output tiles over the compute units, where the platform gives them) and the
     // memory traffic (the roofline).
-    double analytic_kernel(double flops, double bytes, double outputs) const;
+    // `peak`: the FLOP/s of the arithmetic it runs in, where not float32's (`flops`).
+    double analytic_kernel(double flops, double bytes, double outputs, double peak = 0.0) const;
     double sendrecv(double bytes, bool between_nodes) const;
     // The allreduce of `bytes` over `procs` processes; `between_nodes`: they span nodes, and it runs
     // hierarchically (reduce-scatter within each node, allreduce across nodes, allgather within).
@@ -166,8 +174,9 @@ public:
     std::string update_key() const;
 
 private:
-    // predict's activations with recomputed layers' tiles sharing memory, and their recomputation's time.
-    void recompute_memory(Prediction& out) const;
+    // predict's gradients, sharing buffers, and its activations with recomputed layers' tiles sharing them
+    // too; the recomputation's time.
+    void shared_memory(Prediction& out) const;
     struct Geometry;
     Geometry geometry(int index, const Split& split) const;
     std::vector<std::int64_t> key_dims(const Dims& d) const;

@@ -68,10 +68,10 @@ struct TilePlan {
     // When its gradient is needed, in backward's order (slot L-1 is 0): from when the first reader writes it
     // (-1: a loss, in forward) to when its layer has used it. Tiles whose spans do not meet share memory.
     int grad_first = 0, grad_last = 0;
-    int grad_buffer = -1;    // index into Plan::grad_buffers; -1: no gradient (data)
+    int grad_buffer = -1;    // index into Plan::buffers; -1: no gradient (data)
     bool zero_grad = false;  // the gradient is accumulated, or some of it is never written
     Exchange forward, backward;
-    // A recomputed layer's tile lies in memory shared with others (Plan::value_buffers): in forward, from
+    // A recomputed layer's tile lies in memory shared with others (Plan::buffers): in forward, from
     // its layer's step to its last reader's; in backward, from when it is recomputed to its last use. -1:
     // the tile has memory of its own and is kept.
     int forward_buffer = -1, backward_buffer = -1;
@@ -114,8 +114,9 @@ struct Plan {
     int rank = 0, procs = 1;
     std::int64_t batch = 1;
     std::vector<LayerPlan> layers;           // indexed like Network::layers
-    std::vector<std::int64_t> grad_buffers;  // elements of each buffer that gradients share
-    std::vector<std::int64_t> value_buffers;  // and that recomputed and narrowed layers' values share
+    // Elements of each buffer that gradients share, and with them recomputed and narrowed layers' values
+    // (plan_recompute.cpp): tiles whose spans on a step's timeline (recompute.hpp) do not meet.
+    std::vector<std::int64_t> buffers;
 };
 
 // The plan of process `rank` of `procs` running `net` under `schedule` (filled: every field of every layer
@@ -125,7 +126,7 @@ Plan make_plan(const frontend::Network& net, const Schedule& schedule, std::int6
 
 // Plans recomputation and 16-bit storage (make_plan calls it last): the layers each layer's backward
 // recomputes or widens first, and the buffers their tiles share while they are alive (recompute.hpp's
-// timeline).
+// timeline), with the gradients: values in forward and gradients in backward take the same memory.
 void plan_recompute(const frontend::Network& net, Plan& plan);
 
 // A readable text form of a plan, one block per layer (what `dsl check --dump-after plan` prints).

@@ -31,6 +31,9 @@ struct Platform {
     std::int64_t nodes = 0;               // nodes there are; 0: as many as a run needs
     double memory = 0.0;                  // bytes per processor
     double flops = 0.0;                   // peak FLOP/s of one processor (one core on a CPU platform)
+    // Peak FLOP/s of products in bfloat16 and in float16, summed in float32 (a GPU's tensor cores), for the
+    // convolutions that multiply in them where no time is measured; 0: none given (float32's figures).
+    double bfloat16_flops = 0.0, float16_flops = 0.0;
     double efficiency = 0.5;              // the fraction of `flops` convolutions reach where no time is measured
     double memory_bandwidth = 0.0;        // bytes per second one processor reads and writes
     double kernel_latency = 0.0;          // seconds every kernel call costs beyond its work

@@ -26,7 +26,15 @@ bool backward_reads_output(const frontend::Layer& layer);
 struct StepSpan {
     int first = 0, last = -1;  // both included; empty when last < first
     bool empty() const { return last < first; }
+    bool meets(const StepSpan& o) const { return !empty() && !o.empty() && first <= o.last && o.first <= last; }
 };
+
+// The steps over which a gradient is in memory, from its span in backward's order (TilePlan::grad_first and
+// grad_last: 0 is backward's first step) in a network of `layers` layers. A loss writes its input's gradient
+// in forward (a first of -1), zeroed where it is accumulated when forward starts: from step 0.
+inline StepSpan gradient_steps(int first, int last, int layers) {
+    return {first < 0 ? 0 : layers + first, layers + last};
+}
 
 struct RecomputeTimeline {
     std::vector<bool> recomputed;          // per layer, as asked (only recomputable layers)
