@@ -306,7 +306,7 @@ std::string explain_table(const frontend::Network& net, const scheduler::Predict
         "halo buffers {}, {}workspace {})\n",
         human_bytes(p.memory), human_bytes(p.memory_limit), human_bytes(p.activations), human_bytes(p.gradients),
         human_bytes(p.parameters), human_bytes(p.buffers),
-        p.scratch > 0 ? fmt::format("kernels' buffers {}, ", human_bytes(p.scratch)) : "", human_bytes(p.workspace));
+        p.scratch > 0 ? fmt::format("scratch {}, ", human_bytes(p.scratch)) : "", human_bytes(p.workspace));
     if (recomputes || narrows)
         out += fmt::format("                  {} per process without recomputation{} (activations {})\n",
                            human_bytes(p.memory - p.activations + p.kept), narrows ? " or 16 bits" : "",

@@ -146,10 +146,12 @@ Model::Model(const frontend::Network& net, const Platform& platform, std::int64_
 double Model::memory_limit() const { return platform_.memory * static_cast<double>(threads_) / share_; }
 
 double Model::fixed_memory() const {
-    // Weights, their gradients and momenta, on every process alike; batch norm adds running statistics.
+    // Weights, their gradients and momenta (and Adam's second moments), on every process alike; batch norm
+    // adds running statistics.
+    const double copies = net_.train.optimizer == frontend::Optimizer::sgd ? 3.0 : 4.0;
     double params = 0.0;
     for (const Layer& l : net_.layers) {
-        params += 3.0 * static_cast<double>(l.params);
+        params += copies * static_cast<double>(l.params);
         if (l.op == OpKind::batchnorm) params += 4.0 * static_cast<double>(l.shape.dims.at(0));
     }
     return params * word + platform_.workspace;
@@ -443,9 +445,10 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
                    l.op == OpKind::conv ? elements(y) : 0.0);
     };
     const bool data_in = !l.inputs.empty() && (net_.layers[static_cast<std::size_t>(l.inputs[0])]).is_data();
-    // The arguments of a CPU kernel's passes in oneDNN's layouts (LayerCost::scratch): its inputs in the type it
-    // multiplies in (bfloat16 where it has the instructions' kernels), outputs in float32.
-    const double in_bytes = sixteen == Precision::bfloat16 ? 2.0 : word;
+    // The arguments of a CPU kernel's passes in oneDNN's layouts (LayerCost::scratch), counted in float32 even
+    // where the kernel multiplies in bfloat16 and its inputs are half the size: its own scratchpads (float32
+    // sums, transposed copies) take that back and more (mesh_stack_256 at 4 samples measured 17.6 MiB beyond
+    // the model in bfloat16, where float32's arguments would count 8.1 of them).
     auto layouts = [&](double a, double b, double out) {
         if (platform_.device != Device::cpu) return;
         for (auto [i, v] : {std::pair{0, a}, std::pair{1, b}, std::pair{2, out}})
@@ -472,16 +475,16 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
             // Forward on images of float32 takes channels-last activations, unpadded; the rest blocked ones. A
             // call holds a group of the tile's samples (layout_groups.hpp).
             const Sizes xw = window_dims(l, g.y, g.x[1]);
-            const double weights = static_cast<double>(g.y[1] * g.x[1] * taps);
+            const double weights = static_cast<double>(g.y[1] * g.x[1] * taps) * word;
             const double group =
                 static_cast<double>(layout_group(dims_of(xw), dims_of(g.y))) / static_cast<double>(g.y[0]);
-            const double x_in = blocked(xw, in_bytes) * group, y_in = blocked(g.y, in_bytes) * group;
-            if (g.y.size() == 4 && in_bytes == word)
-                layouts(elements(xw) * word * group, weights * word, ny * word * group);
+            const double x_in = blocked(xw, word) * group, y_in = blocked(g.y, word) * group;
+            if (g.y.size() == 4 && sixteen != Precision::bfloat16)
+                layouts(elements(xw) * word * group, weights, ny * word * group);
             else
-                layouts(x_in, weights * in_bytes, blocked(g.y, word) * group);
-            if (!data_in) layouts(y_in, weights * in_bytes, blocked(xw, word) * group);
-            layouts(x_in, y_in, weights * word);
+                layouts(x_in, weights, y_in);
+            if (!data_in) layouts(y_in, weights, x_in);
+            layouts(x_in, y_in, weights);
             break;
         }
         case OpKind::maxpool:
@@ -588,12 +591,12 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
             c.backward_weights = run(kernel_name(l.op, Phase::backward_weights), f, flops, bytes, ny);
             // A convolution's passes with input and output exchanged (deconv_over_conv), blocked, over groups of
             // samples.
-            const double weights = static_cast<double>(l.filters * g.x[1] * taps) * in_bytes;
+            const double weights = static_cast<double>(l.filters * g.x[1] * taps) * word;
             const double group =
                 static_cast<double>(layout_group(dims_of(g.y), dims_of(g.x))) / static_cast<double>(g.y[0]);
-            const double x_in = blocked(g.x, in_bytes) * group, y_in = blocked(g.y, in_bytes) * group;
-            layouts(x_in, weights, blocked(g.y, word) * group);
-            if (!data_in) layouts(y_in, weights, blocked(g.x, word) * group);
+            const double x_in = blocked(g.x, word) * group, y_in = blocked(g.y, word) * group;
+            layouts(x_in, weights, y_in);
+            if (!data_in) layouts(y_in, weights, x_in);
             layouts(y_in, x_in, weights);
             // The span the input spreads over, whole windows from its first place to its last.
             Sizes span{g.x[0], g.y[1]};
@@ -671,6 +674,11 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
     }
     // The output tile, and the margins this layer's window needs around its input's tile.
     if (!l.is_loss()) c.memory += ny * word, c.output = ny * word;
+    // Several readers' gradients of it are each computed apart, then added.
+    std::size_t reads = 0;
+    for (const Layer& r : net_.layers)
+        reads += static_cast<std::size_t>(std::count(r.inputs.begin(), r.inputs.end(), index));
+    if (reads > 1 && !l.is_data()) c.scratch[4] = ny * word;
     if (l.windowed()) {
         const Layer& in = net_.layers[static_cast<std::size_t>(l.inputs[0])];
         const Sizes tile = key_dims(tile_box(in, TileSpec{l.inputs[0], split, false}, batch_, 0).dims());
@@ -828,7 +836,7 @@ Prediction Model::predict(const Schedule& schedule) const {
     }
     out.step = out.forward + out.backward + out.allreduce_exposed + out.update;
 
-    std::array<double, 4> scratch{};
+    std::array<double, 5> scratch{};
     for (const LayerPrediction& lp : out.layers)
         for (std::size_t i = 0; i < scratch.size(); ++i) scratch[i] = std::max(scratch[i], lp.cost.scratch[i]);
     out.scratch = std::accumulate(scratch.begin(), scratch.end(), 0.0);

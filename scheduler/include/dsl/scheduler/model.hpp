@@ -38,11 +38,12 @@ struct LayerCost {
     double memory = 0.0;            // bytes: the output tile, and the margins of the input it reads
     double output = 0.0;            // bytes of the output tile (with its margins), which recomputation drops
     double buffers = 0.0;           // bytes of halo message buffers
-    // Bytes of the kernels' own buffers, each shared by every call and as large as the largest it held: per
-    // argument position of a pass (0 to 2), those a CPU's convolution and fully connected kernels reorder
-    // their arguments into, in oneDNN's layouts (channels in blocks of 16; onednn_kernels.cpp's arenas; none
-    // on GPUs); and (3) the dense span a transposed convolution spreads its input over (deconv_over_conv).
-    std::array<double, 4> scratch{};
+    // Bytes of scratch buffers, each shared by every layer and as large as the largest it held: per argument
+    // position of a pass (0 to 2), those a CPU's convolution and fully connected kernels reorder their
+    // arguments into, in oneDNN's layouts (channels in blocks of 16; onednn_kernels.cpp's arenas; none on
+    // GPUs); (3) the dense span a transposed convolution spreads its input over (deconv_over_conv); and (4)
+    // the trainer's, where the gradient of an output that several layers read is computed before it is added.
+    std::array<double, 5> scratch{};
 
     double forward_time() const { return forward + forward_halo + forward_sync; }
     double backward_time() const {
@@ -99,7 +100,8 @@ struct Prediction {
     double step = 0.0;                    // forward + backward + exposed allreduce + update
     std::int64_t halo_bytes = 0;          // the busiest process's, summed over layers and shuffles
     // Bytes per process. `kept` is what activations would be with nothing recomputed.
-    // `scratch`: the kernels' own buffers (LayerCost::scratch), each one's largest over the layers.
+    // `scratch`: the kernels' and the trainer's scratch buffers (LayerCost::scratch), each one's largest over
+    // the layers.
     double activations = 0.0, gradients = 0.0, parameters = 0.0, buffers = 0.0, scratch = 0.0, workspace = 0.0,
            memory = 0.0;
     double kept = 0.0;
