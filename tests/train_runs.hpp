@@ -132,19 +132,26 @@ inline std::string schedule_with(const std::string& base, const std::string& ext
 }
 
 // What the second schedule saves of `net`'s peak memory per process against the first, measured (in two runs
-// of two steps) and as `dsl explain` predicts it, in MiB: {measured, predicted}.
+// of two steps) and as `dsl explain` predicts it, in MiB: {measured, predicted}. With `gpu`, on the GPU: the
+// device memory in use after the steps, against the model of a GPU platform (dgx_h100).
 inline std::pair<double, double> memory_saved(const std::string& net, const std::string& first,
-                                              const std::string& second) {
+                                              const std::string& second, bool gpu = false) {
     auto peak = [&](const std::string& sched) {
-        const Result r = run_dsl("run " + net + " " + sched + " --steps 2");
+        const Result r = run_dsl("run " + net + " " + sched + " --steps 2" + (gpu ? " --device gpu" : ""));
         INFO(r.out << r.err);
         REQUIRE(r.exit_code == 0);
+        if (gpu) {
+            const auto at = r.out.find(" MiB in use on the GPU");
+            REQUIRE(at != std::string::npos);
+            const auto from = r.out.rfind(' ', at - 1);
+            return std::stod(r.out.substr(from + 1, at - from - 1));
+        }
         const auto at = r.out.find("peak memory ");
         REQUIRE(at != std::string::npos);
         return std::stod(r.out.substr(at + 12));
     };
     auto predicted = [&](const std::string& sched) {
-        const Result r = run_dsl("explain " + net + " " + sched + " --json");
+        const Result r = run_dsl("explain " + net + " " + sched + " --json" + (gpu ? " --platform dgx_h100" : ""));
         INFO(r.err);
         REQUIRE(r.exit_code == 0);
         return nlohmann::json::parse(r.out)["memory_bytes"]["total"].get<double>() / (1 << 20);

@@ -485,6 +485,8 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
                 layouts(x_in, weights, y_in);
             if (!data_in) layouts(y_in, weights, x_in);
             layouts(x_in, y_in, weights);
+            // A GPU's 16-bit convolutions read and write dense 16-bit copies of x, w and y (gpu_conv.cu).
+            if (platform_.device == Device::gpu && sixteen) c.scratch = {elements(xw) * 2.0, weights / 2.0, ny * 2.0};
             break;
         }
         case OpKind::maxpool:

@@ -40,9 +40,10 @@ struct LayerCost {
     double buffers = 0.0;           // bytes of halo message buffers
     // Bytes of scratch buffers, each shared by every layer and as large as the largest it held: per argument
     // position of a pass (0 to 2), those a CPU's convolution and fully connected kernels reorder their
-    // arguments into, in oneDNN's layouts (channels in blocks of 16; onednn_kernels.cpp's arenas; none on
-    // GPUs); (3) the dense span a transposed convolution spreads its input over (deconv_over_conv); and (4)
-    // the trainer's, where the gradient of an output that several layers read is computed before it is added.
+    // arguments into, in oneDNN's layouts (channels in blocks of 16; onednn_kernels.cpp's arenas), or on a
+    // GPU the dense 16-bit copies of x, w and y that its 16-bit convolutions use; (3) the dense span a transposed
+    // convolution spreads its input over (deconv_over_conv); and (4) the trainer's, where the gradient of an output
+    // that several layers read is computed before it is added.
     std::array<double, 5> scratch{};
 
     double forward_time() const { return forward + forward_halo + forward_sync; }
