@@ -2,6 +2,7 @@
 // `dsl run` with and without it, on one process bitwise (every step's loss and every tensor of the final
 // checkpoint), and on 2 to 8 processes within 1e-6, under splits of rows and columns, hybrid, mixed per layer
 // with redistributions, with overlap on and off, and on every layer kind.
+#include "temp_files.hpp"
 #include "train_runs.hpp"
 
 #include <catch2/catch.hpp>
@@ -83,6 +84,31 @@ TEST_CASE("recompute takes on, off or ?, and data and losses ignore it", "[recom
     const std::string dump = plan.out + plan.err;
     CHECK(dump.find("before backward, forward again: 'block1.0.relu'") != std::string::npos);
     CHECK(dump.find("buffers of gradients and recomputed values:") != std::string::npos);
+}
+
+TEST_CASE("eval and predict under recomputation read a loss's input, kept to the end of forward", "[recompute]") {
+    // Forward alone frees a recomputed layer's memory after its last reader, but a loss's input stays until
+    // forward ends, where eval and predict read it: a schedule that recomputes every layer evaluates and
+    // predicts bitwise as one that keeps them. A layer whose memory later layers took is a clear error.
+    dsl::test::TempDir dir;
+    const std::string ck = dir / "ck", common = " --load " + ck + " --samples 8";
+    REQUIRE(run_dsl("run samples/mesh_tiny.net --steps 2 --batch 4 --save " + ck).exit_code == 0);
+    const std::string kept = schedule_with("", "batch = 4"),
+                      recomputed = schedule_with("", "batch = 4\ndefault recompute=on");
+    const Result a = run_dsl("eval samples/mesh_tiny.net " + kept + common + " --json"),
+                 b = run_dsl("eval samples/mesh_tiny.net " + recomputed + common + " --json");
+    INFO(a.out << a.err << b.out << b.err);
+    REQUIRE(a.exit_code == 0);
+    REQUIRE(b.exit_code == 0);
+    CHECK(nlohmann::json::parse(a.out)["losses"] == nlohmann::json::parse(b.out)["losses"]);
+    const std::string fa = dir / "a.npy", fb = dir / "b.npy";
+    REQUIRE(run_dsl("predict samples/mesh_tiny.net " + kept + common + " --output " + fa).exit_code == 0);
+    REQUIRE(run_dsl("predict samples/mesh_tiny.net " + recomputed + common + " --output " + fb).exit_code == 0);
+    CHECK(dsl::test::read_bytes(fa) == dsl::test::read_bytes(fb));
+    const Result middle = run_dsl("predict samples/mesh_tiny.net " + recomputed + common +
+                                  " --layer block1.0.conv --output " + (dir / "c.npy"));
+    CHECK(middle.exit_code == 1);
+    CHECK(middle.err.find("layer 'block1.0.conv' is recomputed under this schedule") != std::string::npos);
 }
 
 TEST_CASE("a layer that only a relu reads is not made again: the relu's backward reads its own output", "[recompute]") {

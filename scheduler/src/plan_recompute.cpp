@@ -71,9 +71,13 @@ RecomputeTimeline recompute_timeline(const frontend::Network& net, const std::ve
     for (std::size_t i = 0; i < count && i < narrow.size(); ++i)
         out.narrowed[i] = narrow[i] && !out.recomputed[i] && recomputable(net.layers[i]);
     if (!out.any()) return out;
-    // Forward: from the layer's step to its last reader's, or to the end of forward when nobody reads it.
+    // Forward: from the layer's step to its last reader's, or to the end of forward when nobody reads it or a
+    // loss does (eval and predict read a loss's inputs when forward is done).
     for (std::size_t r = 0; r < count; ++r)
-        for (int q : net.layers[r].inputs) out.forward[static_cast<std::size_t>(q)].last = static_cast<int>(r);
+        for (int q : net.layers[r].inputs)
+            out.forward[static_cast<std::size_t>(q)].last =
+                net.layers[r].is_loss() ? static_cast<int>(count) - 1
+                                        : std::max(out.forward[static_cast<std::size_t>(q)].last, static_cast<int>(r));
     for (std::size_t i = 0; i < count; ++i) {
         StepSpan& f = out.forward[i];
         f = out.dropped(i) ? StepSpan{static_cast<int>(i), f.last < 0 ? t.steps() - 1 : f.last} : StepSpan{};
@@ -115,6 +119,7 @@ void plan_recompute(const frontend::Network& net, Plan& plan) {
     for (std::size_t i = 0; i < net.layers.size(); ++i) {
         if (!timeline.dropped(i)) continue;
         plan.layers[i].narrowed = timeline.narrowed[i];
+        plan.layers[i].after_forward = timeline.narrowed[i] || timeline.forward[i].last == layers - 1;
         for (TilePlan& t : plan.layers[i].tiles) {
             const std::int64_t size = t.box.grown(t.need).dims().elements();
             uses.push_back({&t.forward_buffer, size, timeline.forward[i]});

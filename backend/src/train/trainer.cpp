@@ -49,7 +49,7 @@ OutputTile Trainer::output_tile(int layer) {
     Impl::Slot& s = m.slots[static_cast<std::size_t>(layer)];
     DSL_INTERNAL_CHECK(s.layer->op != OpKind::label && !s.layer->is_loss(), "output_tile: a layer without values");
     Impl::Tile& t = s.own();
-    if (t.forward_buffer >= 0 && !t.stored && t.readers > 0)
+    if (!m.plan_of(layer).after_forward)
         throw UserError("layer '" + s.layer->name +
                         "' is recomputed under this schedule (recompute=on): its values are not kept after forward; "
                         "read it under a schedule that keeps it");
