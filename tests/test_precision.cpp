@@ -299,6 +299,38 @@ TEST_CASE("the model's memory saved by 16-bit storage is the measured one", "[pr
     CHECK(measured == Approx(model).epsilon(0.25));
 }
 
+TEST_CASE("a narrowed layer that no backward reads keeps no 16-bit copy", "[precision]") {
+    // A batch norm that only a ReLU reads: the ReLU's backward reads its own output, so the batch norm's is
+    // only rounded, and its memory saved whole, where a convolution's (which the batch norm's backward reads)
+    // keeps a 16-bit copy and saves half. eval still reads the prediction, which a loss reads at the end of
+    // forward; a layer whose float32 memory later layers took is a clear error.
+    auto saved = [](const std::string& settings) {
+        const Result r = run_dsl("explain samples/mesh_tiny.net " + schedule_with("", settings) + " --json");
+        INFO(r.out << r.err);
+        REQUIRE(r.exit_code == 0);
+        const auto m = nlohmann::json::parse(r.out)["memory_bytes"];
+        return m["activations_without_recomputation"].get<double>() - m["activations"].get<double>();
+    };
+    const double bn = saved("layer *.bn precision=bfloat16"), conv = saved("layer *.conv precision=bfloat16");
+    CAPTURE(bn, conv);
+    CHECK(conv > 0);
+    CHECK(bn > 1.5 * conv);
+    const fs::path dir = fs::temp_directory_path() / ("dsl_precision_copy_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    const std::string ck = (dir / "ck").string(), common = " --load " + ck + " --samples 8";
+    REQUIRE(run_dsl("run samples/mesh_tiny.net --steps 2 --batch 4 --save " + ck).exit_code == 0);
+    const std::string narrow = schedule_with("", "batch = 4\ndefault precision=bfloat16");
+    const Result eval = run_dsl("eval samples/mesh_tiny.net " + narrow + common);
+    INFO(eval.out << eval.err);
+    CHECK(eval.exit_code == 0);
+    const Result middle = run_dsl("predict samples/mesh_tiny.net " + narrow + common +
+                                  " --layer block1.0.bn --output " + (dir / "bn.npy").string());
+    CHECK(middle.exit_code == 1);
+    CHECK(middle.err.find("layer 'block1.0.bn' is kept in 16 bits under this schedule and no backward reads it") !=
+          std::string::npos);
+    fs::remove_all(dir);
+}
+
 TEST_CASE("the auto-scheduler keeps outputs in bfloat16 where the schedule leaves the precision open", "[precision]") {
     // mesh2k on 2048 Lassen GPUs at a mini-batch of 2048, recomputation ruled out: only 16 bits make it fit.
     auto file = [](const std::string& text) {

@@ -56,8 +56,12 @@ void Model::shared_memory(Prediction& out) const {
         LayerPrediction& lp = out.layers[i];
         if (!timeline.dropped(i)) continue;
         out.activations -= lp.cost.output;
-        // A narrowed layer's 16-bit copy is kept the whole step.
-        if (timeline.narrowed[i]) out.activations += lp.cost.output * precision_bytes(*lp.dist.precision) / 4.0;
+        // A narrowed layer's 16-bit copy is kept the whole step, where a backward reads it; elsewhere its 16 bits
+        // go to the trainer's scratch.
+        if (timeline.narrowed[i] && timeline.again[i].empty())
+            lp.cost.scratch[4] = std::max(lp.cost.scratch[4], lp.cost.output / 2.0);
+        if (timeline.narrowed[i] && !timeline.again[i].empty())
+            out.activations += lp.cost.output * precision_bytes(*lp.dist.precision) / 4.0;
         uses.emplace_back(lp.cost.output, timeline.forward[i]);
         if (timeline.again[i].empty()) {
             lp.cost.recompute = 0.0;  // nobody reads it in backward

@@ -119,7 +119,8 @@ void plan_recompute(const frontend::Network& net, Plan& plan) {
     for (std::size_t i = 0; i < net.layers.size(); ++i) {
         if (!timeline.dropped(i)) continue;
         plan.layers[i].narrowed = timeline.narrowed[i];
-        plan.layers[i].after_forward = timeline.narrowed[i] || timeline.forward[i].last == layers - 1;
+        plan.layers[i].stored = timeline.narrowed[i] && !timeline.again[i].empty();
+        plan.layers[i].after_forward = plan.layers[i].stored || timeline.forward[i].last == layers - 1;
         for (TilePlan& t : plan.layers[i].tiles) {
             const std::int64_t size = t.box.grown(t.need).dims().elements();
             uses.push_back({&t.forward_buffer, size, timeline.forward[i]});

@@ -121,8 +121,13 @@ void Trainer::Impl::forward_layer(DataSource& data, std::int64_t first, bool tra
             k.activation->forward(elementwise(l), in(), activation_slope(l), y);
             break;
     }
-    // Rounded to its precision before anyone reads it, and kept so until backward widens it again.
-    if (plan_of(index).narrowed) mem.narrow(y, precision_of(index), s.own().stored_bits());
+    // Rounded to its precision before anyone reads it, and kept so until backward widens it again (where no
+    // backward reads it, the 16 bits go to scratch and only the rounding stays).
+    if (plan_of(index).narrowed)
+        mem.narrow(y, precision_of(index),
+                   plan_of(index).stored
+                       ? s.own().stored_bits()
+                       : reinterpret_cast<std::uint16_t*>(scratch.reserve((y.dims.elements() + 1) / 2)));
 }
 
 // The output of a windowed layer over `out` (global coordinates within its tile), from what its window

@@ -80,7 +80,7 @@ void Trainer::Impl::allocate() {
             else
                 t->y = Tensor(t->box.dims(), t->need, mem);
         // Two 16-bit values to a float of the buffer.
-        if (plan.layers[i].narrowed)
+        if (plan.layers[i].stored)
             slots[i].own().stored.emplace(mem).resize((slots[i].own().box.dims().elements() + 1) / 2);
     }
     for (Slot& s : slots)

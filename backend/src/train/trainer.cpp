@@ -49,6 +49,10 @@ OutputTile Trainer::output_tile(int layer) {
     Impl::Slot& s = m.slots[static_cast<std::size_t>(layer)];
     DSL_INTERNAL_CHECK(s.layer->op != OpKind::label && !s.layer->is_loss(), "output_tile: a layer without values");
     Impl::Tile& t = s.own();
+    if (!m.plan_of(layer).after_forward && m.plan_of(layer).narrowed)
+        throw UserError("layer '" + s.layer->name +
+                        "' is kept in 16 bits under this schedule and no backward reads it: its values are not kept "
+                        "after forward; read it under a schedule that keeps it");
     if (!m.plan_of(layer).after_forward)
         throw UserError("layer '" + s.layer->name +
                         "' is recomputed under this schedule (recompute=on): its values are not kept after forward; "

@@ -95,7 +95,7 @@ struct Trainer::Impl {
     std::vector<Buffer> shared_buffers;  // the memory under every tile's dy and recomputed values (Plan::buffers)
     std::vector<double> sums_a, sums_b;  // per-channel reductions
     std::vector<float> scratch_values;   // on the host: global pooling's values, batch-norm gradients
-    Buffer scratch;                      // gradients of tensors with several readers, before they are added
+    Buffer scratch;  // gradients of tensors with several readers, before they are added; 16 bits nobody keeps
     Buffer staging;                      // an input tile from the data source, on its way to the kernels' memory
     Buffer targets;                      // a regression loss's targets, in the kernels' memory
     std::vector<float> host_targets;     // and on the host, as the data source gives them

@@ -108,6 +108,9 @@ struct LayerPlan {
     // Its output is kept in 16 bits between forward and backward (dist.precision), in recompute_before's
     // buffers while float32 (plan_recompute.cpp); its own tile is the one stored.
     bool narrowed = false;
+    // Narrowed, and its 16-bit copy kept for backward; a narrowed layer that no backward reads (a batch norm
+    // that only a ReLU reads) is rounded and keeps no copy.
+    bool stored = false;
     // Its values are still in memory when forward ends (what eval and predict read): false for a recomputed
     // layer whose memory later layers' forward took.
     bool after_forward = true;
