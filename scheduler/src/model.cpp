@@ -133,6 +133,9 @@ Model::Model(const frontend::Network& net, const Platform& platform, std::int64_
     }
     for (auto& [group, points] : kernel_sizes_) std::sort(points.begin(), points.end());
     measured_sendrecv_ = measured_.count(sendrecv_kernel) > 0;
+    readers_.resize(net_.layers.size());
+    for (std::size_t r = 0; r < net_.layers.size(); ++r)
+        for (int q : net_.layers[r].inputs) readers_[static_cast<std::size_t>(q)].push_back(static_cast<int>(r));
     if (procs_ > 1) {
         if (auto it = platform_.times.find(time_key(drift_kernel, {{"compute", {1000}}, {"procs", {procs_}}}));
             it != platform_.times.end())
@@ -677,10 +680,7 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
     // The output tile, and the margins this layer's window needs around its input's tile.
     if (!l.is_loss()) c.memory += ny * word, c.output = ny * word;
     // Several readers' gradients of it are each computed apart, then added.
-    std::size_t reads = 0;
-    for (const Layer& r : net_.layers)
-        reads += static_cast<std::size_t>(std::count(r.inputs.begin(), r.inputs.end(), index));
-    if (reads > 1 && !l.is_data()) c.scratch[4] = ny * word;
+    if (readers_[static_cast<std::size_t>(index)].size() > 1 && !l.is_data()) c.scratch[4] = ny * word;
     if (l.windowed()) {
         const Layer& in = net_.layers[static_cast<std::size_t>(l.inputs[0])];
         const Sizes tile = key_dims(tile_box(in, TileSpec{l.inputs[0], split, false}, batch_, 0).dims());

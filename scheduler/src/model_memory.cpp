@@ -36,21 +36,14 @@ void Model::shared_memory(Prediction& out) const {
         if (net_.layers[static_cast<std::size_t>(i)].is_data()) continue;
         const int last = count - 1 - i;
         int first = last;
-        for (int r = i + 1; r < count; ++r) {
-            const Layer& reader = net_.layers[static_cast<std::size_t>(r)];
-            if (std::find(reader.inputs.begin(), reader.inputs.end(), i) != reader.inputs.end())
-                first = std::min(first, reader.is_loss() ? -1 : count - 1 - r);
-        }
+        for (int r : readers_[static_cast<std::size_t>(i)])
+            first = std::min(first, net_.layers[static_cast<std::size_t>(r)].is_loss() ? -1 : count - 1 - r);
         uses.emplace_back(out.layers[static_cast<std::size_t>(i)].cost.output, gradient_steps(first, last, count));
     }
     out.gradients = pool(uses);
     out.kept = out.activations;
-    std::vector<bool> asked(net_.layers.size(), false), narrow(net_.layers.size(), false);
-    for (std::size_t i = 0; i < net_.layers.size(); ++i) {
-        asked[i] = out.layers[i].dist.recompute.value_or(false);
-        narrow[i] = out.layers[i].dist.narrowed();
-    }
-    const RecomputeTimeline timeline = recompute_timeline(net_, asked, narrow);
+    const RecomputeTimeline timeline =
+        timeline_of(net_, [&](std::size_t i) -> const Distribution& { return out.layers[i].dist; });
     if (!timeline.any()) return;
     for (std::size_t i = 0; i < net_.layers.size(); ++i) {
         LayerPrediction& lp = out.layers[i];

@@ -96,12 +96,8 @@ RecomputeTimeline recompute_timeline(const frontend::Network& net, const std::ve
 }
 
 void plan_recompute(const frontend::Network& net, Plan& plan) {
-    std::vector<bool> asked(net.layers.size(), false), narrow(net.layers.size(), false);
-    for (std::size_t i = 0; i < net.layers.size(); ++i) {
-        asked[i] = plan.layers[i].dist.recompute.value_or(false);
-        narrow[i] = plan.layers[i].dist.narrowed();
-    }
-    const RecomputeTimeline timeline = recompute_timeline(net, asked, narrow);
+    const RecomputeTimeline timeline =
+        timeline_of(net, [&](std::size_t i) -> const Distribution& { return plan.layers[i].dist; });
     if (!timeline.any()) return;
     // Every tile of a recomputed layer, in forward and again in backward, in order of their first step.
     struct Use {

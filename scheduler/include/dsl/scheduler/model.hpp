@@ -208,6 +208,8 @@ private:
     // (size, seconds) sorted by size: the outputs' elements, or the input's where the key has no output.
     std::map<std::string, std::vector<std::pair<double, double>>> kernel_sizes_;
     double drift_ = 0.0;  // measured waits per second of compute
+    // Per layer, the layers that read it, once per input they read it as, in order.
+    std::vector<std::vector<int>> readers_;
     bool raw_ = false;
     double shuffle_extra_ = 0.0;  // measured cost of a shuffle beyond its transfer
     // Shuffles' tile arithmetic per element of a channel. It depends on the producer's extents, the reader's

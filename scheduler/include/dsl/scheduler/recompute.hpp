@@ -7,6 +7,9 @@
 #pragma once
 
 #include <dsl/frontend/network.hpp>
+#include <dsl/scheduler/distribution.hpp>
+
+#include <cstddef>
 
 #include <vector>
 
@@ -54,5 +57,16 @@ struct RecomputeTimeline {
 // reads them).
 RecomputeTimeline recompute_timeline(const frontend::Network& net, const std::vector<bool>& recompute,
                                      const std::vector<bool>& narrow = {});
+
+// The same for the layers' distributions (recompute=on, and a precision that narrows): `dist(i)` is layer i's.
+template <typename DistOf>
+RecomputeTimeline timeline_of(const frontend::Network& net, DistOf&& dist) {
+    std::vector<bool> recompute(net.layers.size()), narrow(net.layers.size());
+    for (std::size_t i = 0; i < net.layers.size(); ++i) {
+        recompute[i] = dist(i).recompute.value_or(false);
+        narrow[i] = dist(i).narrowed();
+    }
+    return recompute_timeline(net, recompute, narrow);
+}
 
 }  // namespace dsl::scheduler
