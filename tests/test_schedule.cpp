@@ -178,6 +178,37 @@ TEST_CASE("a split larger than the image, or than the mini-batch, is an error", 
           std::string::npos);
 }
 
+TEST_CASE("channel and filter splits: every block holds a channel, and no group norm group straddles two",
+          "[schedule]") {
+    Fixture f;
+    REQUIRE(f.apply("procs = 4\ndefault F=2 C=2\nlayer pred N=4\nlayer loss N=4\n"));
+    CHECK(f.apply("procs = 2\ndefault C=2\n"));  // the stem reads 3 channels: blocks of 2 and 1
+
+    Fixture g;
+    CHECK(!g.apply("procs = 4\ndefault F=4\n"));
+    CHECK(g.errors().find("t.sched:2:1: error: split N=1 F=4 H=1 W=1 does not fit layer 'pred': it has only 2 "
+                          "filters") != std::string::npos);
+
+    Fixture h;
+    CHECK(!h.apply("procs = 8\ndefault C=4\nlayer b.* F=8\nlayer pred N=8\nlayer loss N=8\n"));
+    CHECK(h.errors().find("split N=1 C=4 H=1 W=1 does not fit layer 'stem': its input has only 3 channels") !=
+          std::string::npos);
+
+    Fixture n(R"(
+input x [N, 3, 16, 16]
+label y [N, 16, 16]
+c = conv(6, kernel = 3, pad = 1)
+g = groupnorm(3)
+pred = conv(2, kernel = 1)
+loss = pixel_cross_entropy from pred, y
+)");
+    CHECK(n.apply("procs = 3\ndefault F=3\nlayer pred N=3\nlayer loss N=3\n"));  // a group each
+    CHECK(!n.apply("procs = 4\ndefault F=4\nlayer pred N=4\nlayer loss N=4\n"));
+    // 6 channels in 4 blocks: [0, 2), [2, 4), [4, 5), [5, 6); the third cuts the last group in two.
+    CHECK(n.errors().find("does not fit layer 'g': a process's block of channels [4, 5) would straddle its groups "
+                          "of 2") != std::string::npos);
+}
+
 TEST_CASE("volumes: D splits the depth, and a depth tile thinner than the halo or than one plane is an error",
           "[schedule]") {
     const char* volume = R"(
@@ -225,7 +256,6 @@ TEST_CASE("bad settings are reported, all of them", "[schedule]") {
     CHECK(e.find("'procs' must be a positive integer or '?', not '0'") != std::string::npos);
     CHECK(e.find("unknown setting 'procz'") != std::string::npos);
     CHECK(e.find("did you mean 'procs'?") != std::string::npos);
-    CHECK(e.find("channel splits ('C') are not supported yet") != std::string::npos);
     CHECK(e.find("'overlap' must be 'on', 'off' or '?', not 'maybe'") != std::string::npos);
     CHECK(e.find("'bn' must be 'batch', 'spatial', 'local' or '?', not 'global'") != std::string::npos);
     CHECK(e.find("'H' is set twice in this entry") != std::string::npos);

@@ -91,6 +91,28 @@ inline void check_same_state(const Checkpoint& a, const Checkpoint& b, double re
     }
 }
 
+// `net` trained under `sched` gives one process's losses (every step's, and every loss layer's) and final
+// checkpoint within 1e-4 relative, and it trained; `extra`: more of the command line, for both runs.
+inline void check_same_training(const std::string& net, const std::string& sched, std::int64_t batch,
+                                const std::string& extra = "") {
+    const Run one = train(net, "", batch, extra);
+    const Run many = train(net, sched, batch, extra);
+    REQUIRE(one.losses.size() == 3);
+    REQUIRE(many.losses.size() == one.losses.size());
+    for (std::size_t i = 0; i < one.losses.size(); ++i) {
+        CHECK(many.losses[i] == Approx(one.losses[i]).epsilon(1e-4));
+        // Every loss layer's own, by name (several in heads.net).
+        REQUIRE(many.each[i].size() == one.each[i].size());
+        for (const auto& [name, value] : one.each[i]) {
+            INFO(name);
+            REQUIRE(many.each[i].count(name) == 1);
+            CHECK(many.each[i].at(name) == Approx(value).epsilon(1e-4));
+        }
+    }
+    CHECK(one.losses.back() != one.losses.front());  // it trained
+    check_same_state(many.checkpoint, one.checkpoint, 1e-4);
+}
+
 // `b` trained as `a` did: every step's loss (of three), and every tensor of the final checkpoint, within
 // `rel` (0: bitwise); and `a` trained.
 inline void check_same_run(const Run& a, const Run& b, double rel) {

@@ -2,6 +2,7 @@
 #include <dsl/scheduler/schedule.hpp>
 
 #include <dsl/frontend/passes.hpp>
+#include <dsl/scheduler/plan.hpp>
 #include <dsl/scheduler/platform.hpp>
 #include <dsl/scheduler/recompute.hpp>
 #include <dsl/scheduler/tiles.hpp>
@@ -117,8 +118,6 @@ std::string value_text(const SchedValue& v) {
     return "";
 }
 
-const char* dimension_name(const std::string& key) { return key == "C" ? "channel" : "filter"; }
-
 EntryFields check_entry(const SchedEntry& e, Diagnostics& diags) {
     EntryFields f;
     Split split;
@@ -144,12 +143,9 @@ EntryFields check_entry(const SchedEntry& e, Diagnostics& diags) {
                 continue;
             }
             const std::int64_t n = v.integer;
-            if ((s.key == "C" || s.key == "F") && n != 1) {
-                diags.error(s.loc, fmt::format("{} splits ('{}') are not supported yet", dimension_name(s.key), s.key));
-                open = true;  // no split from this entry, so no second error about its product
-                continue;
-            }
             if (s.key == "N") split.n = n;
+            if (s.key == "C") split.c = n;
+            if (s.key == "F") split.f = n;
             for (int a = 0; a < max_space; ++a)
                 if (s.key == axis_letters[a]) split.space[static_cast<std::size_t>(a)] = n;
         } else if (s.key == "overlap") {
@@ -386,13 +382,47 @@ void check_products(const SchedFile& file, const std::vector<EntryFields>& field
     }
 }
 
+// Why a split's F and C parts cannot cut `layer`'s channels (its input `in`'s, for a layer with filters), or
+// empty: every process needs a block of at least one channel, and group norm's groups may not straddle two.
+std::string channel_problem(const Layer& layer, const Layer* in, const Split& split) {
+    if (!splits_channels(layer, split)) return {};
+    const std::int64_t channels = extent_of(layer, 1).c;
+    const auto count = [](std::int64_t n, const char* what) {
+        return fmt::format("{} {}{}", n, what, n == 1 ? "" : "s");
+    };
+    if (own_channels(layer) == Channels::filters) {
+        if (split.f > channels) return "it has only " + count(channels, "filter");
+        const std::int64_t inputs = in ? extent_of(*in, 1).c : 1;
+        if (split.c > inputs) return "its input has only " + count(inputs, "channel");
+        return {};
+    }
+    if (split.f > channels || min_block(channels, split.f) < split.c)
+        return fmt::format("{} cannot be cut into {} x {} blocks", count(channels, "channel"), split.f, split.c);
+    if (layer.op == frontend::OpKind::groupnorm) {
+        const std::int64_t per_group = channels / layer.groups;
+        for (std::int64_t f = 0; f < split.f; ++f)
+            for (std::int64_t c = 0; c < split.c; ++c) {
+                Coords k;
+                k.f = f, k.c = c;
+                const Range r = channel_block(channels, split, k, Channels::nested);
+                if (r.lo % per_group != 0 || r.hi % per_group != 0)
+                    return fmt::format(
+                        "a process's block of channels [{}, {}) would straddle its groups of {} (group "
+                        "norm sums each group on the processes that hold it)",
+                        r.lo, r.hi, per_group);
+            }
+    }
+    return {};
+}
+
 }  // namespace
 
 std::string split_problem(const Network& net, const Layer& layer, const Split& split,
                           std::optional<std::int64_t> batch) {
     if (batch && split.n > *batch) return fmt::format("the mini-batch has only {} samples", *batch);
-    if (!split.spatial()) return {};
     const Layer* in = layer.inputs.empty() ? nullptr : &net.layers[static_cast<std::size_t>(layer.inputs[0])];
+    if (std::string why = channel_problem(layer, in, split); !why.empty()) return why;
+    if (!split.spatial()) return {};
     const frontend::Spatial halo = layer.halo();
     // A layer whose tensors have no spatial dimensions (a fully connected head, a loss over classes) is
     // computed whole by every process of a sample group: any spatial split fits it.
@@ -549,7 +579,7 @@ void place_data(const Network& net, Schedule& schedule) {
 frontend::Shape tile_shape(const Layer& layer, const Split& split, std::int64_t batch, std::int64_t* tile_batch) {
     // The first process's block, which is the largest, placed as the trainer places it: the spatial
     // dimensions are split wherever the tensor has them (a per-pixel label [N, H, W] too), never in a vector.
-    const Box box = tile_box(extent_of(layer, batch), split, 0, layer.spatial());
+    const Box box = tile_box(extent_of(layer, batch), split, 0, layer.spatial(), own_channels(layer));
     if (tile_batch) *tile_batch = box.n.size();
     frontend::Shape tile = layer.shape;
     const std::size_t first = tile.dims.size() - static_cast<std::size_t>(box.space.rank());

@@ -17,22 +17,49 @@ using frontend::OpKind;
 
 bool reads_whole_samples(const Layer& reader) { return reader.op == OpKind::fc; }
 
+namespace {
+
+bool has_filters(const Layer& l) { return l.op == OpKind::conv || l.op == OpKind::deconv || l.op == OpKind::fc; }
+
+}  // namespace
+
+Channels own_channels(const Layer& layer) {
+    if (layer.is_data() || layer.is_loss()) return Channels::all;
+    return has_filters(layer) ? Channels::filters : Channels::nested;
+}
+
+Channels operand_channels(const Layer& reader) {
+    if (reader.is_loss()) return Channels::all;
+    if (reader.op == OpKind::concat) return Channels::all_parts;
+    return has_filters(reader) ? Channels::inputs : Channels::nested;
+}
+
+bool splits_channels(const Layer& layer, const Split& split) {
+    return split.c * split.f > 1 && own_channels(layer) != Channels::all;
+}
+
 bool whole_samples(const Layer& producer, const TileSpec& s) {
     return s.whole && producer.spatial() && s.split.spatial();
 }
 
 bool replicated(const Layer& producer, const TileSpec& s) {
-    return (!producer.spatial() || whole_samples(producer, s)) && s.split.spatial();
+    return ((!producer.spatial() || whole_samples(producer, s)) && s.split.spatial()) ||
+           (s.channels == Channels::all && s.split.c * s.split.f > 1);
 }
 
 bool leader(const Layer& producer, const TileSpec& s, std::int64_t rank) {
     const Coords c = coords(s.split, rank);
-    return !replicated(producer, s) ||
-           std::all_of(c.space.begin(), c.space.end(), [](std::int64_t i) { return i == 0; });
+    const bool spatial_replica = (!producer.spatial() || whole_samples(producer, s)) && s.split.spatial();
+    if (spatial_replica && std::any_of(c.space.begin(), c.space.end(), [](std::int64_t i) { return i != 0; }))
+        return false;
+    return s.channels != Channels::all || (c.c == 0 && c.f == 0);
 }
 
+bool partial(const TileSpec& s) { return s.channels == Channels::filters && s.split.c > 1; }
+
 Box tile_box(const Layer& producer, const TileSpec& s, std::int64_t batch, std::int64_t rank) {
-    return tile_box(extent_of(producer, batch), s.split, rank, producer.spatial() && !whole_samples(producer, s));
+    return tile_box(extent_of(producer, batch), s.split, rank, producer.spatial() && !whole_samples(producer, s),
+                    s.channels);
 }
 
 namespace {
@@ -62,18 +89,18 @@ struct Planner {
     bool leader_at(const TileSpec& s, int rank) const { return leader(layer(s.layer), s, rank); }
 
     bool same_tiles(const TileSpec& a, const TileSpec& b) const {
-        if (a.layer != b.layer) return false;
+        if (a.layer != b.layer || partial(a) != partial(b)) return false;
         for (int r = 0; r < plan.procs; ++r)
             if (!(box_at(a, r) == box_at(b, r)) || leader_at(a, r) != leader_at(b, r)) return false;
         return true;
     }
 
-    TileSpec own_spec(int i) const { return TileSpec{i, split_of(i), false}; }
+    TileSpec own_spec(int i) const { return TileSpec{i, split_of(i), false, own_channels(layer(i))}; }
 
     // What layer `reader` reads of its input `j`.
     TileSpec operand_spec(int reader, std::size_t j) const {
         const Layer& l = layer(reader);
-        return TileSpec{l.inputs[j], split_of(reader), reads_whole_samples(l)};
+        return TileSpec{l.inputs[j], split_of(reader), reads_whole_samples(l), operand_channels(l)};
     }
 
     // The index of the tile of `s` in its layer's tiles, placed when it is new.
@@ -87,6 +114,7 @@ struct Planner {
         t.copy = !owner.tiles.empty();
         t.replicated = replicated(layer(s.layer), s);
         t.leader = leader_at(s, plan.rank);
+        t.partial = partial(s);
         t.box = box_at(s, plan.rank);
         owner.tiles.push_back(std::move(t));
         return static_cast<int>(owner.tiles.size()) - 1;
@@ -121,7 +149,7 @@ struct Planner {
         const Box box = box_at(t.spec, rank);
         Margins m = Margins::filled(box.space.rank(), Reach{});
         for (int reader : t.windowed_readers) {
-            const Margins r = box.reach(window_input(layer(reader), box_at(own_spec(reader), rank), box.c.size()));
+            const Margins r = box.reach(window_input(layer(reader), box_at(own_spec(reader), rank), box.c));
             for (int d = 0; d < m.rank(); ++d)
                 m[d] = {std::max(m[d].before, r[d].before), std::max(m[d].after, r[d].after)};
         }
@@ -150,7 +178,7 @@ struct Planner {
             if (!l.windowed()) continue;
             TilePlan& t = slot(l.inputs[0]).tiles[static_cast<std::size_t>(slot(i).operands[0])];
             // The part of the input's padded tile that the window reads: zeroed unless it covers the interior.
-            const Box& read = slot(i).read = window_input(l, slot(i).tiles.front().box, t.box.c.size());
+            const Box& read = slot(i).read = window_input(l, slot(i).tiles.front().box, t.box.c);
             for (int d = 0; d < read.space.rank(); ++d)
                 if (read.space[d].lo > t.box.space[d].lo || read.space[d].hi < t.box.space[d].hi) t.zero_grad = true;
         }
@@ -195,7 +223,8 @@ struct Planner {
     // gradient of those parts back to them. A copy in a reader's split is gathered whole: for every process r
     // and every group of processes holding the same block of the tensor (one, or the replicas of a spatial
     // group), the part of r's padded box within the block comes from r itself where r holds it, else from the
-    // group's first process; in backward, its gradient goes back the other way, to every process of the group,
+    // group's first process (partial sums: from each of the group's processes that speak, and are added); in
+    // backward, its gradient goes back the other way, to every process of the group,
     // from the one process that speaks for r's replicas. Every process works out the same routes for every r,
     // in the same order (by r, then by peer), so that sends and receives match.
     void plan_exchanges() {
@@ -215,6 +244,8 @@ struct Planner {
                     if (t.windowed_readers.empty()) continue;  // no margins: nothing to exchange
                     for (int r = 0; r < procs; ++r) {
                         std::vector<Piece> halo = halo_pieces(s.whole, t.spec.split, r, need_at(t, r), t.periodic);
+                        const Range channels = box_at(t.spec, r).c;  // the neighbours' are the same
+                        for (Piece& p : halo) p.box.c = channels;
                         std::stable_sort(halo.begin(), halo.end(),
                                          [](const Piece& a, const Piece& b) { return a.peer < b.peer; });
                         for (const Piece& p : halo) {
@@ -241,7 +272,12 @@ struct Planner {
                         const Box b = want.meet(g.box);
                         if (b.empty()) continue;
                         const bool holds = std::find(g.ranks.begin(), g.ranks.end(), r) != g.ranks.end();
-                        route(t.forward, holds ? r : g.ranks.front(), r, Piece{0, b, {}});
+                        if (s.tiles.front().partial) {  // the sum of the C processes' parts
+                            for (int q : g.ranks)
+                                if (leader_at(owner, q)) route(t.forward, q, r, Piece{0, b, {}});
+                        } else {
+                            route(t.forward, holds ? r : g.ranks.front(), r, Piece{0, b, {}});
+                        }
                         if (!speaks) continue;
                         for (int q : g.ranks) route(t.backward, r, q, Piece{0, b, {}});
                     }
@@ -254,17 +290,25 @@ struct Planner {
     // (the processes with the same block of samples), or none. Group norm's statistics are per sample: its
     // sample group, as global pooling's.
     void plan_groups() {
-        auto sample_group = [&](const Split& split) {
-            return GroupPlan{GroupPlan::Kind::samples, split.str(), static_cast<int>(coords(split, plan.rank).n)};
-        };
         for (int i = 0; i < layer_count(); ++i) {
             const Layer& l = layer(i);
             LayerPlan& s = slot(i);
-            if (l.op == OpKind::global_avgpool || l.op == OpKind::groupnorm) s.group = sample_group(split_of(i));
+            const Split& split = split_of(i);
+            const Coords k = coords(split, plan.rank);
+            const bool by_channels = splits_channels(l, split);
+            const int block = static_cast<int>(k.f * split.c + k.c);
+            const GroupPlan sample_group =
+                by_channels ? GroupPlan{GroupPlan::Kind::samples, split.str() + " by channels",
+                                        static_cast<int>(k.n * split.f * split.c) + block}
+                            : GroupPlan{GroupPlan::Kind::samples, split.str(), static_cast<int>(k.n)};
+            if (l.op == OpKind::global_avgpool || l.op == OpKind::groupnorm) s.group = sample_group;
             if (l.op != OpKind::batchnorm) continue;
             switch (*s.dist.bn) {
-                case BatchNormStats::batch: s.group = GroupPlan{GroupPlan::Kind::every, "", 0}; break;
-                case BatchNormStats::spatial: s.group = sample_group(split_of(i)); break;
+                case BatchNormStats::batch:
+                    s.group = by_channels ? GroupPlan{GroupPlan::Kind::channels, "channels of " + split.str(), block}
+                                          : GroupPlan{GroupPlan::Kind::every, "", 0};
+                    break;
+                case BatchNormStats::spatial: s.group = sample_group; break;
                 case BatchNormStats::local: s.group = GroupPlan{}; break;
             }
         }
@@ -326,8 +370,10 @@ namespace {
 // y and x.
 char dimension_letter(int d, int rank) { return "zyx"[max_space - rank + d]; }
 
-std::string box_text(const Box& b) {
+// A box; its channels where they are not all `channels` of the tensor.
+std::string box_text(const Box& b, std::int64_t channels) {
     std::string out = fmt::format("n[{},{})", b.n.lo, b.n.hi);
+    if (b.c.lo != 0 || b.c.hi != channels) out += fmt::format(" c[{},{})", b.c.lo, b.c.hi);
     for (int d = 0; d < b.space.rank(); ++d)
         out += fmt::format(" {}[{},{})", dimension_letter(d, b.space.rank()), b.space[d].lo, b.space[d].hi);
     return out;
@@ -342,25 +388,26 @@ std::string margins_text(const Margins& m) {
 }
 
 // A piece: its box, and where a periodic halo's elements lie in their tile.
-std::string piece_text(const Piece& p) {
-    std::string out = box_text(p.box);
+std::string piece_text(const Piece& p, std::int64_t channels) {
+    std::string out = box_text(p.box, channels);
     if (std::any_of(p.shift.begin(), p.shift.end(), [](std::int64_t v) { return v != 0; }))
-        out += ", across the border from " + box_text(p.source());
+        out += ", across the border from " + box_text(p.source(), channels);
     return out;
 }
 
-std::string pieces_text(const char* what, const std::vector<Piece>& pieces, const char* way) {
+std::string pieces_text(const char* what, const std::vector<Piece>& pieces, const char* way, std::int64_t channels) {
     std::string out;
-    for (const Piece& p : pieces) out += fmt::format("      {} {} rank {}: {}\n", what, way, p.peer, piece_text(p));
+    for (const Piece& p : pieces)
+        out += fmt::format("      {} {} rank {}: {}\n", what, way, p.peer, piece_text(p, channels));
     return out;
 }
 
-std::string exchange_text(const char* name, const Exchange& e) {
+std::string exchange_text(const char* name, const Exchange& e, std::int64_t channels) {
     if (e.empty()) return "";
     std::string out = fmt::format("    {}:\n", name);
-    out += pieces_text("send", e.sends, "to");
-    out += pieces_text("receive", e.receives, "from");
-    for (const Piece& p : e.local) out += fmt::format("      local {}\n", piece_text(p));
+    out += pieces_text("send", e.sends, "to", channels);
+    out += pieces_text("receive", e.receives, "from", channels);
+    for (const Piece& p : e.local) out += fmt::format("      local {}\n", piece_text(p, channels));
     return out;
 }
 
@@ -385,8 +432,9 @@ std::string plan_text(const frontend::Network& net, const Plan& plan) {
                                t.copy ? fmt::format(" (copy in split {}{})", t.spec.split.str(),
                                                     whole_samples(l, t.spec) ? ", whole samples" : "")
                                       : "",
-                               box_text(t.box), margins_text(t.need));
+                               box_text(t.box, s.whole.c), margins_text(t.need));
             if (t.replicated) out += t.leader ? ", replicated (leader)" : ", replicated";
+            if (t.partial) out += ", partial sums";
             out += fmt::format(", {} reader{}", t.readers, t.readers == 1 ? "" : "s");
             if (t.grad_buffer >= 0)
                 out += fmt::format(", gradient in buffer {} over steps {}..{}{}", t.grad_buffer, t.grad_first,
@@ -398,13 +446,13 @@ std::string plan_text(const frontend::Network& net, const Plan& plan) {
                                    t.forward_buffer);
             if (t.backward_buffer >= 0) out += fmt::format(", in backward {}", t.backward_buffer);
             out += "\n";
-            out += exchange_text("forward", t.forward);
-            out += exchange_text("backward", t.backward);
+            out += exchange_text("forward", t.forward, s.whole.c);
+            out += exchange_text("backward", t.backward, s.whole.c);
         }
         if (s.overlapped) {
-            out += fmt::format("  overlap: inner {}, then", box_text(s.overlap.inner));
+            out += fmt::format("  overlap: inner {}, then", box_text(s.overlap.inner, s.whole.c));
             for (std::size_t k = 0; k < s.overlap.strips.size(); ++k)
-                out += fmt::format("{} {}", k ? "," : "", box_text(s.overlap.strips[k]));
+                out += fmt::format("{} {}", k ? "," : "", box_text(s.overlap.strips[k], s.whole.c));
             out += "\n";
         }
         for (const bool widened : {false, true}) {
@@ -420,6 +468,10 @@ std::string plan_text(const frontend::Network& net, const Plan& plan) {
             case GroupPlan::Kind::every: out += "  group: every process\n"; break;
             case GroupPlan::Kind::samples:
                 out += fmt::format("  group: sample group {} of split {}\n", s.group.colour, s.group.key);
+                break;
+            case GroupPlan::Kind::channels:
+                out += fmt::format("  group: the processes of channel block {} of split {}\n", s.group.colour,
+                                   s.group.key.substr(std::string("channels of ").size()));
                 break;
         }
     }

@@ -44,9 +44,9 @@ bool positional(const Layer& layer) { return layer.op == OpKind::upsample || lay
 
 }  // namespace
 
-Box window_input(const Layer& layer, const Box& out, std::int64_t channels) {
+Box window_input(const Layer& layer, const Box& out, Range channels) {
     Box in = out;
-    if (layer.kind().weights) in.c = {0, channels};
+    if (layer.kind().weights) in.c = channels;
     if (positional(layer)) {
         if (out.empty()) return in;
         for (int d = 0; d < out.space.rank(); ++d) {

@@ -100,16 +100,16 @@ struct GeluBackward : PerElement {
 };
 
 // Dropout: x * scale where the mask (splitmix.hpp's, of the element's global coordinates) keeps it, else 0.
-// The view's first element is global (n0, 0, z0, y0, x0). A row hashes its coordinates once, an image's
+// The view's first element is global (n0, c0, z0, y0, x0). A row hashes its coordinates once, an image's
 // (n, c, y) and a volume's (n, c, z, y), and each element its column: dropout_keep's hash, split at the row.
 struct DropoutOp {
     std::uint64_t key;
-    std::int64_t step, n0, z0, y0, x0;
+    std::int64_t step, n0, c0, z0, y0, x0;
     bool volume;
     std::uint32_t threshold;
     float scale;
     __device__ std::uint64_t row(std::int64_t n, std::int64_t c, std::int64_t z, std::int64_t y) const {
-        std::uint64_t h = dropout_stream(key, step, n0 + n, c);
+        std::uint64_t h = dropout_stream(key, step, n0 + n, c0 + c);
         if (volume) h = dropout_along(h, z0 + z);
         return dropout_along(h, y0 + y);
     }
@@ -173,7 +173,7 @@ private:
         const Volumes yv = volumes(y);
         const VolumePlace at = volume_place(m.at);
         map(kernel, yv.dims, Merge::none, operand(yv), inputs(xv),
-            DropoutOp{m.key, m.step, m.n0, at.z, at.y, at.x, is_volume(y.dims), dropout_threshold(m.p),
+            DropoutOp{m.key, m.step, m.n0, m.c0, at.z, at.y, at.x, is_volume(y.dims), dropout_threshold(m.p),
                       1.0f / (1.0f - m.p)});
     }
 };

@@ -194,7 +194,7 @@ private:
         const std::uint32_t threshold = dropout_threshold(m.p);
         const float scale = 1.0f / (1.0f - m.p);
         each_plane(d, [&](std::int64_t n, std::int64_t c) {
-            const std::uint64_t plane = dropout_stream(m.key, m.step, m.n0 + n, c);
+            const std::uint64_t plane = dropout_stream(m.key, m.step, m.n0 + n, m.c0 + c);
             for (std::size_t k = 0; k < xs.size(); ++k) {
                 const std::uint64_t depth = volume ? dropout_along(plane, m.at[0] + std::int64_t(k)) : plane;
                 for (std::int64_t i = 0; i < d.h; ++i) {

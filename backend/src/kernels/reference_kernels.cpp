@@ -667,9 +667,9 @@ private:
             float* out = &y.at(n, c, i);
             for (std::int64_t j = 0; j < width; ++j) {
                 const bool keep =
-                    i.rank() == 3
-                        ? dropout_keep(m.key, m.step, m.n0 + n, c, at[0] + i[0], at[1] + i[1], at[2] + j, threshold)
-                        : dropout_keep(m.key, m.step, m.n0 + n, c, at[0] + i[0], at[1] + j, threshold);
+                    i.rank() == 3 ? dropout_keep(m.key, m.step, m.n0 + n, m.c0 + c, at[0] + i[0], at[1] + i[1],
+                                                 at[2] + j, threshold)
+                                  : dropout_keep(m.key, m.step, m.n0 + n, m.c0 + c, at[0] + i[0], at[1] + j, threshold);
                 out[j] = keep ? in[j] * scale : 0.0f;
             }
         });

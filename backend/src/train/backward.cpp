@@ -80,14 +80,15 @@ void Trainer::Impl::backward_layer(int index) {
             Tile& in = *s.operands[0];
             if (!is_input(&in))
                 input_gradient(in, plan_of(index).read,
-                               [&](View dx) { conv.backward_data(s.own().dy.interior(), s.w.interior(), dx, w); });
+                               [&](View dx) { conv.backward_data(s.own().dy.interior(), weights_of(s), dx, w); });
             mark(Phase::backward, Kind::backward_weights, index);
             // With overlap, when this layer is the only reader of its input, the input's gradient is
             // complete here: its halo goes back to the neighbours while the weight gradient is computed.
             const bool send_now = overlap_of(index) && !is_input(&in) && !in.copy && in.readers == 1;
             if (send_now) start_scatter(in);
-            conv.backward_weights(windowed_input(l, index), s.own().dy.interior(), s.dw.interior(),
-                                  l.bias ? s.db.data() : nullptr, w);
+            weight_gradients(s, [&](View dw, float* db) {
+                conv.backward_weights(windowed_input(l, index), s.own().dy.interior(), dw, db, w);
+            });
             if (send_now) finish_scatter(in);
             allreduce_gradients(s, speaks);
             break;
@@ -107,12 +108,13 @@ void Trainer::Impl::backward_layer(int index) {
             const Deconv d = deconv_of(l, read, s.own().box);
             if (!is_input(&in))
                 input_gradient(in, read,
-                               [&](View dx) { k.deconv->backward_data(s.own().dy.interior(), s.w.interior(), dx, d); });
+                               [&](View dx) { k.deconv->backward_data(s.own().dy.interior(), weights_of(s), dx, d); });
             mark(Phase::backward, Kind::backward_weights, index);
             const bool send_now = overlap_of(index) && !is_input(&in) && !in.copy && in.readers == 1;
             if (send_now) start_scatter(in);
-            k.deconv->backward_weights(view_of(in.y, in, read), s.own().dy.interior(), s.dw.interior(),
-                                       l.bias ? s.db.data() : nullptr, d);
+            weight_gradients(s, [&](View dw, float* db) {
+                k.deconv->backward_weights(view_of(in.y, in, read), s.own().dy.interior(), dw, db, d);
+            });
             if (send_now) finish_scatter(in);
             allreduce_gradients(s, speaks);
             break;
@@ -152,12 +154,12 @@ void Trainer::Impl::backward_layer(int index) {
         }
         case OpKind::fc: {
             Tile& in = *s.operands[0];
-            k.fc->backward_weights(in.y.interior(), s.own().dy.interior(), s.dw.interior(),
-                                   l.bias ? s.db.data() : nullptr);
+            weight_gradients(
+                s, [&](View dw, float* db) { k.fc->backward_weights(in.y.interior(), s.own().dy.interior(), dw, db); });
             allreduce_gradients(s, speaks);
             if (is_input(&in)) break;
             mark(Phase::backward, Kind::backward_data, index);
-            interior_gradient(in, [&](View dx) { k.fc->backward_data(s.own().dy.interior(), s.w.interior(), dx); });
+            interior_gradient(in, [&](View dx) { k.fc->backward_data(s.own().dy.interior(), weights_of(s), dx); });
             break;
         }
         case OpKind::add:
@@ -167,13 +169,20 @@ void Trainer::Impl::backward_layer(int index) {
             }
             break;
         case OpKind::concat: {
+            // Each input's channels that fall in this tile's; a copy's others stay zero.
+            const Range own = s.own().box.c;
             std::int64_t c0 = 0;
             for (Tile* in : s.operands) {
-                const Dims d = in->y.dims();
-                if (!is_input(in))
-                    interior_gradient(*in,
-                                      [&](View dx) { k.eltwise->copy(s.own().dy.interior().channels(c0, d.c), dx); });
-                c0 += d.c;
+                const std::int64_t channels = in->box.c.size();
+                const std::int64_t lo = std::max(own.lo, c0), hi = std::min(own.hi, c0 + channels);
+                if (!is_input(in) && lo < hi) {
+                    Box part = in->box;
+                    part.c = {lo - c0, hi - c0};
+                    input_gradient(*in, part, [&](View dx) {
+                        k.eltwise->copy(s.own().dy.interior().channels(lo - own.lo, hi - lo), dx);
+                    });
+                }
+                c0 += channels;
             }
             break;
         }

@@ -56,21 +56,35 @@ void Trainer::Impl::start_gather(Tile& t) {
     Tile& owner = slots[static_cast<std::size_t>(t.spec.layer)].own();
     start(t.forward, t.forward_messages, 2 * t.id, owner.y, owner, true, t.copy ? Kind::shuffle : Kind::halo,
           segment.layer, narrowed_of(t.spec.layer));
+    // A copy of partial sums is their sum: it starts from zero (its margins outside the tensor too).
+    if (owner.partial) {
+        mem.fill(t.y.padded(), 0.0f);
+        t.padding = 0.0f;
+    }
     for (const scheduler::Piece& p : t.forward.local)
-        k.eltwise->copy(view_of(owner.y, owner, p.source()), view_of(t.y, t, p.box));
+        if (owner.partial)
+            k.eltwise->accumulate(view_of(owner.y, owner, p.source()), view_of(t.y, t, p.box));
+        else
+            k.eltwise->copy(view_of(owner.y, owner, p.source()), view_of(t.y, t, p.box));
 }
 
 void Trainer::Impl::finish_gather(Tile& t) {
     if (t.forward.empty()) return;
     wait(t.copy ? Kind::wait_shuffle : Kind::wait_halo, [&] { comm.finish_exchange(); });
     const auto narrow = narrowed_of(t.spec.layer);
+    const bool sum = slots[static_cast<std::size_t>(t.spec.layer)].own().partial;
     for (std::size_t i = 0; i < t.forward.receives.size(); ++i) {
         float* in = t.forward_messages.receives[i].data();
         const View v = view_of(t.y, t, t.forward.receives[i].box);
-        if (narrow)
+        if (narrow && sum) {  // widened into scratch, then added
+            const View wide = dense_view(scratch.reserve(v.dims.elements()), v.dims);
+            mem.widen(reinterpret_cast<const std::uint16_t*>(in), *narrow, wide);
+            k.eltwise->accumulate(wide, v);
+        } else if (narrow) {
             mem.widen(reinterpret_cast<const std::uint16_t*>(in), *narrow, v);
-        else
-            mem.unpack(in, v, false);
+        } else {
+            mem.unpack(in, v, sum);
+        }
     }
 }
 
@@ -141,6 +155,20 @@ void Trainer::Impl::make_input_part(DataSource& data, Tile& t, std::int64_t firs
     const Index at = part.source().origin();
     const Layer& input = net.layers[static_cast<std::size_t>(t.spec.layer)];
     if (b.empty()) return;
+    const std::int64_t channels = global_dims(t.spec.layer).c;
+    if (b.c.lo != 0 || b.c.hi != channels) {
+        // A block of the channels (what a layer under C parts reads): a source makes every channel of a tile.
+        Box all = b;
+        all.c = {0, channels};
+        host_channels.resize(static_cast<std::size_t>(all.dims().elements()));
+        const View made = dense_view(host_channels.data(), all.dims());
+        data.inputs(input, sample0, at, made);
+        host_tile.resize(static_cast<std::size_t>(b.dims().elements()));
+        host_memory().pack(made.channels(b.c.lo, b.c.size()), host_tile.data());
+        if (mem.host()) return mem.unpack(host_tile.data(), view_of(t.y, t, b), false);
+        mem.upload(host_tile.data(), staging.reserve(b.dims().elements()), b.dims().elements());
+        return mem.unpack(staging.data(), view_of(t.y, t, b), false);
+    }
     if (mem.host()) return data.inputs(input, sample0, at, view_of(t.y, t, b));
     if (const SyntheticData* synthetic = data.synthetic(input); synthetic && k.synthetic)
         return k.synthetic->inputs(*synthetic, sample0, at, view_of(t.y, t, b));

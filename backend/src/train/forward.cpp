@@ -93,7 +93,7 @@ void Trainer::Impl::forward_layer(DataSource& data, std::int64_t first, bool tra
             k.pool->broadcast(scratch_values.data(), 1.0f, y);  // y is {n, c, 1, 1}
             break;
         }
-        case OpKind::fc: k.fc->forward(in(), s.w.interior(), l.bias ? s.b.data() : nullptr, y); break;
+        case OpKind::fc: k.fc->forward(in(), weights_of(s), bias_of(s), y); break;
         case OpKind::add: {
             std::vector<ConstView> xs;
             for (std::size_t j = 0; j < l.inputs.size(); ++j) xs.push_back(in(j));
@@ -101,10 +101,13 @@ void Trainer::Impl::forward_layer(DataSource& data, std::int64_t first, bool tra
             break;
         }
         case OpKind::concat: {
+            // Each input's channels that fall in this tile's (all of them, or a block under F and C parts).
+            const Range own = s.own().box.c;
             std::int64_t c0 = 0;
             for (std::size_t j = 0; j < l.inputs.size(); ++j) {
                 const ConstView x = in(j);
-                k.eltwise->copy(x, y.channels(c0, x.dims.c));
+                const std::int64_t lo = std::max(own.lo, c0), hi = std::min(own.hi, c0 + x.dims.c);
+                if (lo < hi) k.eltwise->copy(x.channels(lo - c0, hi - lo), y.channels(lo - own.lo, hi - lo));
                 c0 += x.dims.c;
             }
             break;
@@ -136,7 +139,7 @@ void Trainer::Impl::windowed_forward(Slot& s, const Box& out) {
     const Layer& l = *s.layer;
     Tile& in = *s.operands[0];
     Tile& own = s.own();
-    const Box read = scheduler::window_input(l, out, in.box.c.size());
+    const Box read = scheduler::window_input(l, out, in.box.c);
     const ConstView x = view_of(in.y, in, read);
     const View y = view_of(own.y, own, out);
     switch (l.op) {
@@ -145,10 +148,10 @@ void Trainer::Impl::windowed_forward(Slot& s, const Box& out) {
             return k.upsample->forward(upsample_of(l, read, out), x, y);
         case OpKind::deconv:
             DSL_INTERNAL_CHECK(k.deconv, "the kernel set has no kernels for transposed convolutions");
-            return k.deconv->forward(x, s.w.interior(), l.bias ? s.b.data() : nullptr, y, deconv_of(l, read, out));
+            return k.deconv->forward(x, weights_of(s), bias_of(s), y, deconv_of(l, read, out));
         case OpKind::conv:
             set_padding(in, 0.0f);
-            return conv_of(own.spec.layer).forward(x, s.w.interior(), l.bias ? s.b.data() : nullptr, y, window_of(l));
+            return conv_of(own.spec.layer).forward(x, weights_of(s), bias_of(s), y, window_of(l));
         default:
             set_padding(in, l.op == OpKind::maxpool ? -std::numeric_limits<float>::infinity() : 0.0f);
             return k.pool->forward(l.op == OpKind::maxpool ? PoolKind::max : PoolKind::average, x, y, window_of(l));
@@ -187,6 +190,7 @@ DropoutMask Trainer::Impl::dropout_mask(const Slot& s, std::int64_t first) const
     m.key = splitmix64(config.seed ^ 0x64726f706f7574ull) ^ name_hash(s.layer->name);  // "dropout"
     m.step = first / config.batch;
     m.n0 = first + t.box.n.lo;
+    m.c0 = t.box.c.lo;
     m.at = t.box.origin();
     m.p = static_cast<float>(s.layer->p);
     return m;

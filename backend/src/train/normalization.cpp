@@ -13,14 +13,37 @@ double Trainer::Impl::group_count(const Slot& s) const {
     const Box& b = s.operands[0]->box;
     const Dims& whole = global_dims(s.layer->inputs[0]);
     if (!s.group) return static_cast<double>(b.points());
-    if (s.group == &comm) return static_cast<double>(whole.n * whole.points());
+    const auto kind = plan_of(static_cast<int>(&s - slots.data())).group.kind;
+    if (kind != scheduler::GroupPlan::Kind::samples) return static_cast<double>(whole.n * whole.points());
     return static_cast<double>(b.n.size() * whole.points());  // a sample group
+}
+
+// Under F and C parts each process moves the running statistics of its block of channels: the processes
+// that speak for a block (its first sample group's first process) share theirs, so that every process
+// holds them all, as a checkpoint takes them.
+void Trainer::Impl::share_running_statistics(Slot& s) {
+    const auto& split = *plan_of(static_cast<int>(&s - slots.data())).dist.split;
+    const scheduler::Coords k = scheduler::coords(split, plan.rank);
+    const bool speaks = k.n == 0 && std::all_of(k.space.begin(), k.space.end(), [](std::int64_t i) { return i == 0; });
+    const std::size_t channels = s.running_mean.size();
+    std::vector<double> both(2 * channels, 0.0);
+    if (speaks)
+        for (auto c = static_cast<std::size_t>(s.filters.lo); c < static_cast<std::size_t>(s.filters.hi); ++c)
+            both[c] = s.running_mean[c], both[channels + c] = s.running_var[c];
+    wait(
+        Kind::wait_sum, [&] { comm.allreduce(both.data(), static_cast<std::int64_t>(both.size())); },
+        static_cast<std::int64_t>(both.size() * sizeof(double)));
+    for (std::size_t c = 0; c < channels; ++c)
+        s.running_mean[c] = static_cast<float>(both[c]), s.running_var[c] = static_cast<float>(both[channels + c]);
 }
 
 void Trainer::Impl::batchnorm_forward(Slot& s, bool training) {
     const Layer& l = *s.layer;
     const ConstView x = s.operands[0]->y.interior();
     const auto channels = static_cast<std::size_t>(x.dims.c);
+    const std::size_t c0 = s.channel_offset();
+    float *mean_of = s.mean.data() + c0, *inv_std = s.inv_std.data() + c0;
+    float *running_mean = s.running_mean.data() + c0, *running_var = s.running_var.data() + c0;
     if (recomputing) {
         // The step's statistics, kept from its forward: the same values, and running ones not moved twice.
     } else if (training) {
@@ -32,20 +55,21 @@ void Trainer::Impl::batchnorm_forward(Slot& s, bool training) {
         for (std::size_t c = 0; c < channels; ++c) {
             const double mean = sums_a[c] / count;
             const double var = std::max(0.0, sums_b[c] / count - mean * mean);
-            s.mean[c] = static_cast<float>(mean);
-            s.inv_std[c] = static_cast<float>(1.0 / std::sqrt(var + l.eps));
+            mean_of[c] = static_cast<float>(mean);
+            inv_std[c] = static_cast<float>(1.0 / std::sqrt(var + l.eps));
             // PyTorch's running variance is unbiased.
             const double unbiased = count > 1 ? var * count / (count - 1) : var;
-            s.running_mean[c] = static_cast<float>((1 - l.momentum) * s.running_mean[c] + l.momentum * mean);
-            s.running_var[c] = static_cast<float>((1 - l.momentum) * s.running_var[c] + l.momentum * unbiased);
+            running_mean[c] = static_cast<float>((1 - l.momentum) * running_mean[c] + l.momentum * mean);
+            running_var[c] = static_cast<float>((1 - l.momentum) * running_var[c] + l.momentum * unbiased);
         }
+        if (s.channel_split) share_running_statistics(s);
     } else {
         for (std::size_t c = 0; c < channels; ++c) {
-            s.mean[c] = s.running_mean[c];
-            s.inv_std[c] = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.running_var[c]) + l.eps));
+            mean_of[c] = running_mean[c];
+            inv_std[c] = static_cast<float>(1.0 / std::sqrt(static_cast<double>(running_var[c]) + l.eps));
         }
     }
-    k.batchnorm->forward(x, s.mean.data(), s.inv_std.data(), s.w.data(), s.b.data(), s.own().y.interior());
+    k.batchnorm->forward(x, mean_of, inv_std, s.w.data() + c0, s.b.data() + c0, s.own().y.interior());
 }
 
 // Sums sums_a and sums_b over the slot's group; a replica that does not speak adds nothing.
@@ -65,14 +89,16 @@ void Trainer::Impl::group_sum(Slot& s, bool speaks) {
 // gradients; the allreduce over every process adds the rest.
 void Trainer::Impl::scale_shift_gradients(Slot& s, const std::vector<double>& d_gamma,
                                           const std::vector<double>& d_beta, bool speaks) {
-    const std::size_t channels = d_beta.size();
+    const std::size_t channels = d_beta.size(), c0 = s.channel_offset();
     scratch_values.resize(2 * channels);
     for (std::size_t c = 0; c < channels; ++c) {
         scratch_values[c] = static_cast<float>(d_beta[c]);
         scratch_values[channels + c] = static_cast<float>(d_gamma[c]);
     }
-    mem.upload(scratch_values.data(), s.db.data(), s.db.size());
-    mem.upload(scratch_values.data() + channels, s.dw.data(), s.dw.size());
+    if (s.channel_split) mem.fill(s.db.padded(), 0.0f), mem.fill(s.dw.padded(), 0.0f);
+    const auto count = static_cast<std::int64_t>(channels);
+    mem.upload(scratch_values.data(), s.db.data() + c0, count);
+    mem.upload(scratch_values.data() + channels, s.dw.data() + c0, count);
     allreduce_gradients(s, speaks);
 }
 
@@ -80,17 +106,18 @@ void Trainer::Impl::batchnorm_backward(Slot& s, bool speaks) {
     Tile& in = *s.operands[0];
     const ConstView x = in.y.interior();
     const auto channels = static_cast<std::size_t>(x.dims.c);
+    const std::size_t c0 = s.channel_offset();
     sums_a.assign(channels, 0.0);
     sums_b.assign(channels, 0.0);
-    k.batchnorm->backward_statistics(x, s.own().dy.interior(), s.mean.data(), s.inv_std.data(), sums_a.data(),
+    k.batchnorm->backward_statistics(x, s.own().dy.interior(), s.mean.data() + c0, s.inv_std.data() + c0, sums_a.data(),
                                      sums_b.data());
     scale_shift_gradients(s, sums_b, sums_a, speaks);
     if (is_input(&in)) return;
     group_sum(s, speaks);
     const double count = group_count(s);
     interior_gradient(in, [&](View dx) {
-        k.batchnorm->backward(x, s.own().dy.interior(), s.mean.data(), s.inv_std.data(), s.w.data(), sums_a.data(),
-                              sums_b.data(), count, dx);
+        k.batchnorm->backward(x, s.own().dy.interior(), s.mean.data() + c0, s.inv_std.data() + c0, s.w.data() + c0,
+                              sums_a.data(), sums_b.data(), count, dx);
     });
 }
 
@@ -100,13 +127,20 @@ double Trainer::Impl::groupnorm_count(const Slot& s) const {
     return static_cast<double>(whole.c / s.layer->groups * whole.points());
 }
 
+// The groups of a group norm's tile: all of them, or those of its block of channels (which never straddles
+// one: the checker sees to it).
+std::int64_t Trainer::Impl::groups_of(const Slot& s) const {
+    return s.layer->groups * s.filters.size() / global_dims(s.layer->inputs[0]).c;
+}
+
 void Trainer::Impl::groupnorm_forward(Slot& s) {
-    const Layer& l = *s.layer;
     const ConstView x = s.operands[0]->y.interior();
-    const auto stats = static_cast<std::size_t>(x.dims.n * l.groups);
+    const std::int64_t groups = groups_of(s);
+    const std::size_t c0 = s.channel_offset();
+    const auto stats = static_cast<std::size_t>(x.dims.n * groups);
     sums_a.assign(stats, 0.0);
     sums_b.assign(stats, 0.0);
-    k.groupnorm->statistics(x, l.groups, sums_a.data(), sums_b.data());
+    k.groupnorm->statistics(x, groups, sums_a.data(), sums_b.data());
     group_sum(s, s.operands[0]->leader);
     const double count = groupnorm_count(s);
     s.mean.resize(stats);
@@ -115,28 +149,30 @@ void Trainer::Impl::groupnorm_forward(Slot& s) {
         const double mean = sums_a[g] / count;
         const double var = std::max(0.0, sums_b[g] / count - mean * mean);  // biased, as PyTorch's
         s.mean[g] = static_cast<float>(mean);
-        s.inv_std[g] = static_cast<float>(1.0 / std::sqrt(var + l.eps));
+        s.inv_std[g] = static_cast<float>(1.0 / std::sqrt(var + s.layer->eps));
     }
-    k.groupnorm->forward(x, l.groups, s.mean.data(), s.inv_std.data(), s.w.data(), s.b.data(), s.own().y.interior());
+    k.groupnorm->forward(x, groups, s.mean.data(), s.inv_std.data(), s.w.data() + c0, s.b.data() + c0,
+                         s.own().y.interior());
 }
 
 void Trainer::Impl::groupnorm_backward(Slot& s, bool speaks) {
-    const Layer& l = *s.layer;
     Tile& in = *s.operands[0];
     const ConstView x = in.y.interior();
     const auto channels = static_cast<std::size_t>(x.dims.c);
-    const auto stats = static_cast<std::size_t>(x.dims.n * l.groups);
+    const std::int64_t groups = groups_of(s);
+    const std::size_t c0 = s.channel_offset();
+    const auto stats = static_cast<std::size_t>(x.dims.n * groups);
     std::vector<double> d_beta(channels, 0.0), d_gamma(channels, 0.0);
     sums_a.assign(stats, 0.0);
     sums_b.assign(stats, 0.0);
-    k.groupnorm->backward_statistics(x, s.own().dy.interior(), l.groups, s.mean.data(), s.inv_std.data(), s.w.data(),
+    k.groupnorm->backward_statistics(x, s.own().dy.interior(), groups, s.mean.data(), s.inv_std.data(), s.w.data() + c0,
                                      d_beta.data(), d_gamma.data(), sums_a.data(), sums_b.data());
     scale_shift_gradients(s, d_gamma, d_beta, speaks);
     if (is_input(&in)) return;
     group_sum(s, speaks);
     const double count = groupnorm_count(s);
     interior_gradient(in, [&](View dx) {
-        k.groupnorm->backward(x, s.own().dy.interior(), l.groups, s.mean.data(), s.inv_std.data(), s.w.data(),
+        k.groupnorm->backward(x, s.own().dy.interior(), groups, s.mean.data(), s.inv_std.data(), s.w.data() + c0,
                               sums_a.data(), sums_b.data(), count, dx);
     });
 }

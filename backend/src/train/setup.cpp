@@ -40,6 +40,7 @@ Trainer::Impl::Impl(const frontend::Network& n, Kernels kernels, TrainConfig c, 
     allocate();
     make_groups();
     initialize();
+    place_blocks();
     if (config.optimizer != frontend::Optimizer::sgd)
         for (Slot& s : slots) {
             if (s.w.size() > 0) s.vw = Tensor(s.w.dims(), {}, mem);
@@ -129,7 +130,8 @@ void Trainer::Impl::make_groups() {
         switch (g.kind) {
             case scheduler::GroupPlan::Kind::none: slots[i].group = nullptr; break;
             case scheduler::GroupPlan::Kind::every: slots[i].group = &comm; break;
-            case scheduler::GroupPlan::Kind::samples: {
+            case scheduler::GroupPlan::Kind::samples:
+            case scheduler::GroupPlan::Kind::channels: {
                 auto it = std::find_if(made.begin(), made.end(), [&](const auto& m) { return m.first == g.key; });
                 if (it == made.end()) {
                     groups.push_back(comm.split(g.colour));

@@ -48,7 +48,19 @@ OutputTile Trainer::output_tile(int layer) {
     DSL_INTERNAL_CHECK(layer >= 0 && static_cast<std::size_t>(layer) < m.slots.size(), "output_tile: no such layer");
     Impl::Slot& s = m.slots[static_cast<std::size_t>(layer)];
     DSL_INTERNAL_CHECK(s.layer->op != OpKind::label && !s.layer->is_loss(), "output_tile: a layer without values");
-    Impl::Tile& t = s.own();
+    Impl::Tile* every_channel = &s.own();
+    if (s.own().partial || s.own().box.c.size() != m.global_dims(layer).c) {
+        // Split over its channels: a copy with every channel, as a loss reads it, where forward made one.
+        every_channel = nullptr;
+        for (auto& c : s.tiles)
+            if (!c->partial && c->box.c.size() == m.global_dims(layer).c && c->gathered == m.step_index)
+                every_channel = c.get();
+        if (!every_channel)
+            throw UserError("layer '" + s.layer->name +
+                            "' is split over its channels under this schedule (F or C parts), and no layer reads "
+                            "all of them: read it under a schedule that keeps its channels whole (F=1 C=1)");
+    }
+    Impl::Tile& t = *every_channel;
     if (!m.plan_of(layer).after_forward && m.plan_of(layer).narrowed)
         throw UserError("layer '" + s.layer->name +
                         "' is kept in 16 bits under this schedule and no backward reads it: its values are not kept "
@@ -68,7 +80,7 @@ OutputTile Trainer::output_tile(int layer) {
         m.mem.widen(t.stored_bits(), m.precision_of(layer), wide);
         m.to_host(wide, out.values);
     } else {
-        m.to_host(s.own().y.interior(), out.values);
+        m.to_host(t.y.interior(), out.values);
     }
     return out;
 }

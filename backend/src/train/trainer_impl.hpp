@@ -76,6 +76,18 @@ struct Trainer::Impl {
         Tensor w, dw, mw, b, db, mb;
         // Adam's second moments (its first are mw and mb); empty under sgd.
         Tensor vw, vb;
+        // Under F or C parts (a split that cuts the layer's channels): the parameters stay whole on every process,
+        // and a layer with filters computes with its block of them (its filters' block by its input channels'),
+        // copied densely into `block` once a step; its weight gradient is made in `dblock` and placed in the
+        // whole one, zero elsewhere, so that the allreduce over every process sums each block over its holders.
+        // Only the first of the C processes adds the bias (the others' partial sums have none).
+        bool channel_split = false;
+        Range filters, inputs;  // this process's blocks (a normalization's channels are `filters`)
+        bool adds_bias = true;
+        Tensor block, dblock;
+        std::int64_t block_step = -1;
+        // Where a normalization's channels start in its whole parameters.
+        std::size_t channel_offset() const { return channel_split ? static_cast<std::size_t>(filters.lo) : 0; }
         // Batch norm, on the host: the step's statistics (per channel; group norm's per sample and group), and
         // batch norm's running ones.
         std::vector<float> mean, inv_std, running_mean, running_var;
@@ -100,6 +112,7 @@ struct Trainer::Impl {
     Buffer targets;                      // a regression loss's targets, in the kernels' memory
     std::vector<float> host_targets;     // and on the host, as the data source gives them
     std::vector<float> host_tile;
+    std::vector<float> host_channels;  // every channel of an input tile of which a block is read
     // state()'s copies of the parameters in a GPU's memory, each with where it came from.
     struct StateCopy {
         float* kernel;
@@ -217,6 +230,23 @@ struct Trainer::Impl {
     Tensor parameter(Dims d, const std::vector<float>& values);
     void set_weights(Slot& s, Dims wd, const std::vector<float>& values, double bound, std::uint64_t stream);
     void initialize();
+    void place_blocks();
+
+    // blocks.cpp: a layer's block of its weights under F and C parts, and its weight gradients placed whole.
+    View weight_block(Slot& s, Tensor& w) const;
+    ConstView weights_of(Slot& s);
+    const float* bias_of(Slot& s) const;
+    // Writes a layer's weight gradients through `compute(dw, db)`: into the whole ones, or its block's (then
+    // placed in the whole ones, zero elsewhere; the bias's only on the process that adds it).
+    template <typename Compute>
+    void weight_gradients(Slot& s, Compute&& compute) {
+        float* db = s.layer->bias ? s.db.data() : nullptr;
+        if (!s.channel_split) return compute(s.dw.interior(), db);
+        mem.fill(s.dw.padded(), 0.0f);
+        if (db) mem.fill(s.db.padded(), 0.0f);
+        compute(s.dblock.interior(), db && s.adds_bias ? db + s.filters.lo : nullptr);
+        k.eltwise->copy(s.dblock.interior(), weight_block(s, s.dw));
+    }
 
     // exchange.cpp: halo exchange and redistribution, padding, and the inputs that the data source makes.
     static View view_of(Tensor& tensor, const Tile& t, const Box& b);
@@ -269,6 +299,8 @@ struct Trainer::Impl {
                                bool speaks);
     void batchnorm_backward(Slot& s, bool speaks);
     double groupnorm_count(const Slot& s) const;
+    std::int64_t groups_of(const Slot& s) const;
+    void share_running_statistics(Slot& s);
     void groupnorm_forward(Slot& s);
     void groupnorm_backward(Slot& s, bool speaks);
 

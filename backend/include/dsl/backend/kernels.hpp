@@ -152,7 +152,7 @@ public:
 struct DropoutMask {
     std::uint64_t key = 0;  // the seed and the layer
     std::int64_t step = 0;
-    std::int64_t n0 = 0;
+    std::int64_t n0 = 0, c0 = 0;  // the view's first sample and channel in the whole tensor
     Index at;
     float p = 0.0f;
 };

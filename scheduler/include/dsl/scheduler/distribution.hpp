@@ -17,8 +17,9 @@ constexpr std::int64_t max_procs = 2147483647;
 
 // Splits of each dimension into blocks. `space` holds the parts of each spatial axis (D, H, W: a schedule's
 // D=, H= and W=): a tensor of spatial rank r is cut along its dimension d by space[axis_of(d, r)], so that an
-// image's rows and columns are H and W and a volume's depth, rows and columns D, H and W. Channel (C) and filter (F)
-// splits are reserved in the language and rejected by the checker until the backend supports them.
+// image's rows and columns are H and W and a volume's depth, rows and columns D, H and W. `c` and `f` split a
+// layer's input channels and its filters (output channels): which channels each tile holds is tiles.hpp's
+// Channels.
 struct Split {
     std::int64_t n = 1, c = 1, f = 1;
     std::array<std::int64_t, max_space> space{1, 1, 1};

@@ -22,20 +22,35 @@ namespace dsl::scheduler {
 // A fully connected layer reads its samples whole: the tile it reads of its input has every spatial index.
 bool reads_whole_samples(const frontend::Layer& reader);
 
-// How a layer reads one of its inputs: that tensor's tile in the reader's split, optionally whole samples.
+// Which channels a layer's own output tile holds, and which of its inputs' it reads, under its split's F and
+// C parts (tiles.hpp's Channels): convolutions, transposed convolutions and fully connected layers make their
+// block of the filters from their block of the input channels; data and losses hold every channel (a loss
+// reads every class of a sample); concat reads every channel of its inputs and uses its own part; every other
+// layer reads and makes the same nested block, channel by channel.
+Channels own_channels(const frontend::Layer& layer);
+Channels operand_channels(const frontend::Layer& reader);
+// Whether a layer's split cuts its channels: F or C parts, on a layer whose tensors are not data or a loss's.
+bool splits_channels(const frontend::Layer& layer, const Split& split);
+
+// How a layer reads one of its inputs: that tensor's tile in the reader's split, optionally whole samples,
+// and which of its channels.
 struct TileSpec {
     int layer = 0;  // the tensor: this layer's output
     Split split;
     bool whole = false;
+    Channels channels = Channels::all;
 };
 
 // Whether the tile of `producer` (the layer `spec` names) is whole samples though the split cuts their
 // spatial dimensions; whether it is the same on every process of a spatial group (a vector, or whole
-// samples); and whether `rank` is the one of those replicas that speaks for them (loss, weight gradients,
-// statistics).
+// samples) or of an F x C group (every channel, Channels::all); and whether `rank` is the one of those
+// replicas that speaks for them (loss, weight gradients, statistics).
 bool whole_samples(const frontend::Layer& producer, const TileSpec& spec);
 bool replicated(const frontend::Layer& producer, const TileSpec& spec);
 bool leader(const frontend::Layer& producer, const TileSpec& spec, std::int64_t rank);
+// Whether the tile holds partial sums: a layer's own output under C parts, each of the C processes' over its
+// block of the input channels; what readers read is their sum (a copy).
+bool partial(const TileSpec& spec);
 
 // The block of `producer`'s output that `rank` holds in the tile `spec`, for a mini-batch of `batch`.
 Box tile_box(const frontend::Layer& producer, const TileSpec& spec, std::int64_t batch, std::int64_t rank);
@@ -43,16 +58,16 @@ Box tile_box(const frontend::Layer& producer, const TileSpec& spec, std::int64_t
 // ---- The plan.
 
 // One direction of a tile's exchange, in this process's part: the pieces it sends and receives, and those it
-// copies (forward) or adds (backward) within itself. Forward moves a piece from its source() in the layer's
-// own tile to its box in the tile being filled; backward moves the gradient the other way.
+// copies (forward; adds, from partial sums) or adds (backward) within itself. Forward moves a piece from its source()
+// in the layer's own tile to its box in the tile being filled; backward moves the gradient the other way.
 struct Exchange {
     std::vector<Piece> sends, receives, local;
     bool empty() const { return sends.empty() && receives.empty() && local.empty(); }
 };
 
 // One process's tile of a tensor in one split: the layer's own output tile, or a copy in a reader's split
-// (redistributed). Its margins hold what windowed readers need beyond the interior: halos from the
-// neighbours' tiles, or padding outside the tensor.
+// (redistributed; a copy of partial sums is their sum). Its margins hold what windowed readers need beyond the
+// interior: halos from the neighbours' tiles, or padding outside the tensor.
 struct TilePlan {
     TileSpec spec;
     int id = 0;               // in order of placement over every layer; message tags derive from it
@@ -60,6 +75,7 @@ struct TilePlan {
     bool periodic = false;    // its windowed readers read across the tensor's border (padding = periodic)
     bool replicated = false;  // the same tile on every process of a spatial group
     bool leader = true;       // the one of those that speaks for them (loss, weight gradients)
+    bool partial = false;     // partial sums, which copies add up (scheduler::partial)
     Box box;
     Margins need;
     std::vector<int> windowed_readers;
@@ -78,10 +94,12 @@ struct TilePlan {
 };
 
 // Who sums a layer's statistics (batch norm, global pooling): nobody else, every process, or the processes
-// of the layer's split that hold the same block of samples. A sample group is made once per split (`key`);
-// this process joins it with `colour`.
+// of the layer's split that hold the same block of samples. Where the split cuts the layer's channels, only
+// the processes that hold the same block of channels sum them: `every` becomes `channels` (every sample), and
+// a sample group holds one block of channels. A group is made once per `key`; this process joins it with
+// `colour`.
 struct GroupPlan {
-    enum class Kind { none, every, samples };
+    enum class Kind { none, every, samples, channels };
     Kind kind = Kind::none;
     std::string key;  // the split, for a sample group
     int colour = 0;

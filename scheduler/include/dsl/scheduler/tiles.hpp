@@ -107,11 +107,12 @@ inline std::int64_t block_of(std::int64_t extent, std::int64_t parts, std::int64
     return i < r * (q + 1) ? i / (q + 1) : r + (i - r * (q + 1)) / q;
 }
 
-// A process's place in a split's grid: its block of samples, and of each spatial axis (by the split's letters,
-// D, H, W). Ranks run over W fastest, then H, then D, then N.
+// A process's place in a split's grid: its block of samples, of the filters (F) and of the channels (C), and
+// of each spatial axis (by the split's letters, D, H, W). Ranks run over W fastest, then H, D, C, F, then N.
 struct Coords {
     std::int64_t n = 0;
     std::array<std::int64_t, max_space> space{};
+    std::int64_t f = 0, c = 0;
 };
 inline Coords coords(const Split& s, std::int64_t rank) {
     Coords c;
@@ -120,26 +121,60 @@ inline Coords coords(const Split& s, std::int64_t rank) {
         c.space[a] = rank % s.space[a];
         rank /= s.space[a];
     }
+    if (s.c > 1) c.c = rank % s.c, rank /= s.c;
+    if (s.f > 1) c.f = rank % s.f, rank /= s.f;
     c.n = rank;
     return c;
 }
 inline std::int64_t rank_of(const Split& s, const Coords& c) {
-    std::int64_t rank = c.n;
+    std::int64_t rank = (c.n * s.f + c.f) * s.c + c.c;
     for (int a = 0; a < max_space; ++a) rank = rank * s.space[a] + c.space[a];
     return rank;
+}
+
+// Which channels of a tensor a process's tile holds under a split's F and C parts (all of them when both are 1):
+// - all: every channel, the same on every process of the F x C group (data, and a loss's tensors: replicas,
+//   of which one speaks for the others);
+// - all_parts: every channel, each process using and sending back its own part of them (concat's inputs:
+//   replicas that all speak);
+// - filters: its block of F blocks (the output of a convolution, transposed convolution or fully connected
+//   layer; under C parts each of the C processes holds partial sums of it, over its block of the input
+//   channels);
+// - inputs: its block of C blocks (what those layers read; each of the F processes sends back its part of
+//   the gradient's sum);
+// - nested: its block of F blocks, cut again into C blocks (every other layer's tensors).
+enum class Channels { all, all_parts, filters, inputs, nested };
+
+inline Range channel_block(std::int64_t extent, const Split& s, const Coords& k, Channels mode) {
+    auto block = [](Range whole, std::int64_t parts, std::int64_t index) {
+        const std::int64_t lo = whole.lo + block_start(whole.size(), parts, index);
+        return Range{lo, lo + block_size(whole.size(), parts, index)};
+    };
+    const Range whole{0, extent};
+    switch (mode) {
+        case Channels::all:
+        case Channels::all_parts: return whole;
+        case Channels::filters: return block(whole, s.f, k.f);
+        case Channels::inputs: return block(whole, s.c, k.c);
+        case Channels::nested: return block(block(whole, s.f, k.f), s.c, k.c);
+    }
+    return whole;
 }
 
 // A layer's output tensor: samples, channels and spatial extents. An image [N, C, H, W] is {N, C, {H, W}}, a
 // volume's {N, C, {D, H, W}}, class labels [N, H, W] {N, 1, {H, W}}, a vector [N, K] {N, K}, labels [N] {N, 1}.
 Dims extent_of(const frontend::Layer& layer, std::int64_t batch);
 
-// The block of a tensor of `whole` extent that `rank` holds under `split`: its samples' block, and the blocks
-// of its spatial dimensions when `spatial` (else all of each: a vector, or whole planes); every channel.
-inline Box tile_box(const Dims& whole, const Split& split, std::int64_t rank, bool spatial) {
+// The block of a tensor of `whole` extent that `rank` holds under `split`: its samples' block, the blocks
+// of its spatial dimensions when `spatial` (else all of each: a vector, or whole planes), and the channels
+// `channels` says.
+inline Box tile_box(const Dims& whole, const Split& split, std::int64_t rank, bool spatial,
+                    Channels channels = Channels::all) {
     const Coords k = coords(split, rank);
     Box b = whole_box(whole);
     b.n.lo = block_start(whole.n, split.n, k.n);
     b.n.hi = b.n.lo + block_size(whole.n, split.n, k.n);
+    b.c = channel_block(whole.c, split, k, channels);
     if (!spatial) return b;
     for (int d = 0; d < whole.rank(); ++d) {
         const int axis = axis_of(d, whole.rank());
@@ -157,7 +192,12 @@ inline Box tile_box(const Dims& whole, const Split& split, std::int64_t rank, bo
 // far as the last output's window reaches; for upsampling and transposed convolution, the inputs the outputs
 // read (window.hpp), never beyond the tensor (they read no padding). Convolutions read every channel, the
 // others the output's own.
-Box window_input(const frontend::Layer& layer, const Box& out, std::int64_t channels);
+// A layer with weights reads the input channels `channels` (its input tile's: all of them, or a block under C
+// parts).
+Box window_input(const frontend::Layer& layer, const Box& out, Range channels);
+inline Box window_input(const frontend::Layer& layer, const Box& out, std::int64_t channels) {
+    return window_input(layer, out, Range{0, channels});
+}
 
 // Upsampling and transposed convolution: the input's extent along spatial dimension d, and the input
 // indices that outputs [a, b) along it read.
