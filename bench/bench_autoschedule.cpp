@@ -40,6 +40,7 @@ Outcome schedule(const frontend::Network& net, const scheduler::Platform& platfo
     options.batch = batch;
     options.memory_limit = model.memory_limit();
     options.method = method;
+    options.channel_parts = platform.procs_per_node;  // as the command line searches
     std::string why;
     const auto result = scheduler::autoschedule(net, open, model, options, why);
     Outcome o;

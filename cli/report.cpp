@@ -269,6 +269,8 @@ std::string check_table(const Checked& c, std::int64_t batch) {
 
 nlohmann::json split_json(const scheduler::Split& split, int rank) {
     nlohmann::json j{{"N", split.n}};
+    if (split.c != 1) j["C"] = split.c;  // channel and filter parts where there are any
+    if (split.f != 1) j["F"] = split.f;
     for (int a = max_space - rank; a < max_space; ++a) j[axis_letters[a]] = split.space[static_cast<std::size_t>(a)];
     return j;
 }

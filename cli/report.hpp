@@ -54,8 +54,9 @@ std::string human_bytes(double bytes);  // "12.5 MiB"
 // A time to wait, as a person reads it: "4.2 s", "37 s", "3 min 05 s", "2 h 07 min".
 std::string duration_text(double seconds);
 
-// A split as JSON: {"N": n, and the parts of each spatial axis of a network of spatial rank `rank` by its
-// letter}: an image network's {"N", "H", "W"}, a volume network's {"N", "D", "H", "W"}.
+// A split as JSON: {"N": n, "C" and "F" where they are not 1, and the parts of each spatial axis of a network
+// of spatial rank `rank` by its letter}: an image network's {"N", "H", "W"}, a volume network's {"N", "D",
+// "H", "W"}.
 nlohmann::json split_json(const scheduler::Split& split, int rank);
 // A layer's halo along each spatial dimension of a network of spatial rank `rank` (0 where it reads no
 // neighbourhood).

@@ -296,6 +296,7 @@ TEST_CASE("auto-scheduler: the written schedule applies back to the same distrib
         RandomModel model(net, seed);
         AutoOptions options;
         options.batch = 8;
+        options.channel_parts = seed % 2 ? 4 : 1;  // and with channel and filter splits
         std::string why;
         const auto result = autoschedule(net, open_schedule(net, 4), model, options, why);
         REQUIRE(result);
@@ -319,4 +320,39 @@ TEST_CASE("auto-scheduler: the written schedule applies back to the same distrib
                 CHECK(applied->layers[i].overlap == result->schedule.layers[i].overlap);
         }
     }
+}
+
+TEST_CASE("auto-scheduler: channel and filter splits where samples and planes run out", "[autoschedule]") {
+    // ResNet-50 on 128 of Lassen's GPUs, 32 samples (the paper's 4 GPUs per group of 32): the deep layers'
+    // 7x7 and 14x14 planes leave little to split spatially. With F and C parts up to a node's 4 GPUs, the
+    // search finds a faster schedule under the model, and it uses them; without, none.
+    SourceManager sources;
+    Diagnostics diags;
+    auto loaded = frontend::load_network(std::string(DSL_SOURCE_DIR) + "/stdlib/resnet50.net", sources, diags);
+    REQUIRE(loaded);
+    const auto& net = loaded->net;
+    const auto platform = load_platform(platform_path("lassen"), sources, diags);
+    REQUIRE(platform);
+    const Model model(net, *platform, 128, 32);
+    auto search = [&](std::int64_t channel_parts) {
+        AutoOptions options;
+        options.batch = 32;
+        options.channel_parts = channel_parts;
+        std::string why;
+        auto result = autoschedule(net, open_schedule(net, 128), model, options, why);
+        INFO(why);
+        REQUIRE(result);
+        return *result;
+    };
+    auto channel_layers = [&](const AutoResult& r) {
+        int count = 0;
+        for (std::size_t i = 0; i < net.layers.size(); ++i)
+            if (splits_channels(net.layers[i], *r.schedule.layers[i].split)) ++count;
+        return count;
+    };
+    const AutoResult without = search(1), with = search(4);
+    CHECK(channel_layers(without) == 0);
+    CHECK(channel_layers(with) > 0);
+    CHECK(with.cost < without.cost);
+    CHECK(model.predict(with.schedule).step < model.predict(without.schedule).step);
 }

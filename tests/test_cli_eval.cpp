@@ -212,6 +212,33 @@ TEST_CASE("eval and predict give one process's figures and file under every spli
     CHECK(fig["loss"].get<double>() == Approx(expect.loss).epsilon(1e-5));
 }
 
+TEST_CASE("eval and predict under channel and filter splits", "[cli][eval][mpi]") {
+    TempDir dir;
+    const std::string x = dir / "x.npy", y = dir / "y.npy", ck = dir / "ck";
+    write_inputs(x, {9, 5, 30, 26});
+    write_labels(y, {9}, 3);
+    const std::string data = " --data x=" + x + " --data y=" + y;
+    dsl_ok("run tests/dist/odd.net --steps 2 --batch 5 --save " + ck + data);
+    const std::string common = " --load " + ck + data;
+    // Every layer under C=2: the logits' fully connected layer holds partial sums, which the loss reads whole.
+    same_figures(eval_json("tests/dist/odd.net tests/dist/odd_c2.sched" + common),
+                 eval_json("tests/dist/odd.net --batch 5" + common));
+    dsl_ok("predict tests/dist/odd.net --batch 5 --output " + (dir / "f1.npy") + common);
+    dsl_ok("predict tests/dist/odd.net tests/dist/odd_c2.sched --output " + (dir / "f2.npy") + common);
+    std::vector<std::int64_t> one_shape, two_shape;
+    const std::vector<float> one = npy_floats(dir / "f1.npy", &one_shape), two = npy_floats(dir / "f2.npy", &two_shape);
+    CHECK(two_shape == one_shape);
+    REQUIRE(two.size() == one.size());
+    for (std::size_t i = 0; i < one.size(); ++i) CHECK(two[i] == Approx(one[i]).epsilon(1e-5).margin(1e-6));
+    // c4 holds partial sums that only global pooling reads, a block of channels each: there is no whole copy
+    // to write, and predict says so.
+    const Result partial =
+        run_dsl("predict tests/dist/odd.net tests/dist/odd_c2.sched --layer c4 --output " + (dir / "c4.npy") + common);
+    CHECK(partial.exit_code == 1);
+    CHECK(partial.err.find("layer 'c4' is split over its channels under this schedule") != std::string::npos);
+    CHECK(!fs::exists(dir / "c4.npy"));
+}
+
 TEST_CASE("eval counts per pixel and predict writes per pixel alike under every split", "[cli][eval][mpi]") {
     TempDir dir;
     const std::string x = dir / "x.npy", y = dir / "y.npy", ck = dir / "ck";

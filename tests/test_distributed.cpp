@@ -69,7 +69,7 @@ TEST_CASE("channel and filter splits train as on one process", "[distributed][mp
     // the input channels, added where a reader reads them), both, with samples and rows (halos of a block of
     // channels, overlapped), and per layer (redistribution between spatial, filter and channel blocks), on the
     // sample network, ResNet's (adds, batch norm per block of channels, global pooling, fc), a U-Net's
-    // (transposed convolutions, concat skips), uneven channel counts (odd.net: 5 input channels, concat of 6
+    // (transposed convolutions, concat skips), upsampling, uneven channel counts (odd.net: 5 input channels, concat of 6
     // and 2), group norm, dropout and fc on vectors (modern.net), a regression loss and several losses. The
     // U-Net under C=2 trains with SGD: its partial sums round differently from one process's whole sums (within
     // 2e-6 after three steps), which Adam's first steps magnify where a gradient is nearly zero (to 2e-4).
@@ -82,6 +82,7 @@ TEST_CASE("channel and filter splits train as on one process", "[distributed][mp
                             Case{"samples/resnet_tiny.net", "tests/dist/resnet_tiny_cf4.sched", 8},
                             Case{"tests/dist/unet.net", "tests/dist/unet_c2.sched", 2, "--optimizer sgd"},
                             Case{"tests/dist/unet.net", "tests/dist/unet_h2f2.sched", 2},
+                            Case{"tests/dist/upsample.net", "tests/dist/upsample_c2h2.sched", 4},
                             Case{"tests/dist/odd.net", "tests/dist/odd_c2.sched", 5},
                             Case{"tests/dist/modern.net", "tests/dist/modern_cf4.sched", 4},
                             Case{"tests/dist/regress.net", "tests/dist/regress_f2.sched", 4},
@@ -225,6 +226,25 @@ TEST_CASE("a checkpoint saved under one schedule resumes under another", "[distr
                              "samples/volume_tiny_depth_3.sched", d);
     CHECK(v.rest[0] == Approx(v.one[3]).epsilon(1e-4));
     CHECK(v.rest[1] == Approx(v.one[4]).epsilon(1e-4));
+    fs::remove_all(dir);
+}
+
+TEST_CASE("a checkpoint saved under channel and filter splits resumes under another", "[distributed][mpi]") {
+    const fs::path dir = fs::temp_directory_path() / ("dsl_resume_channels_" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    // 3 steps under filters, channels and rows per layer on 4 processes, then 2 under C=2 on 2; and dropout's
+    // masks of global channels, from C=2 F=2 to rows.
+    const Resumed l = resume("run samples/mesh_tiny.net --seed 3 --batch 4 ", "tests/dist/mesh_channels_mixed_4.sched",
+                             "tests/dist/mesh_c2.sched", dir.string());
+    CHECK(l.rest[0] == Approx(l.one[3]).epsilon(1e-4));
+    CHECK(l.rest[1] == Approx(l.one[4]).epsilon(1e-4));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    const Resumed m = resume("run tests/dist/modern.net --seed 3 --batch 4 ", "tests/dist/modern_cf4.sched",
+                             "tests/dist/modern_h2.sched", dir.string());
+    CHECK(m.rest[0] == Approx(m.one[3]).epsilon(1e-4));
+    CHECK(m.rest[1] == Approx(m.one[4]).epsilon(1e-4));
     fs::remove_all(dir);
 }
 

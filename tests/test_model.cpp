@@ -105,6 +105,31 @@ TEST_CASE("model: compute shrinks with the tile; allreduces and shuffles as they
     CHECK(s.seconds > 0.0);
 }
 
+TEST_CASE("model: channel and filter splits cut the compute; their collectives are shuffles", "[model]") {
+    test::NetworkFromText l(net_text);
+    const int c2 = l.net.find("c2"), b = l.net.find("b"), r = l.net.find("r");
+    Model one(l.net, platform(), 1, 4), four(l.net, platform(), 4, 4);
+    const Split f4{1, 1, 4, {1, 1, 1}}, c4{1, 4, 1, {1, 1, 1}};
+    auto under = [](const Split& s) { return Distribution{s, false, BatchNormStats::batch, std::nullopt}; };
+    const double whole = one.layer(c2, dist(1, 1, 1)).forward;
+    CHECK(four.layer(c2, under(f4)).forward < whole / 2);
+    CHECK(four.layer(c2, under(c4)).forward < whole / 2);
+    // A batch norm on a quarter of the channels sums its statistics over the processes that hold them: none
+    // other here.
+    CHECK(four.layer(b, under(f4)).forward_sync == 0.0);
+    CHECK(four.layer(b, dist(4, 1, 1)).forward_sync > 0.0);
+    // Filters in 4: c2's block is the one b reads, and b's the one r reads; nothing moves.
+    CHECK(four.shuffle(b, 0, f4, f4).bytes == 0);
+    CHECK(four.shuffle(r, 0, f4, f4).bytes == 0);
+    // c2 reads every channel of c1 (16 at 32x32, 4 samples), whose filters are in 4 blocks: each process
+    // gathers the other three quarters, and sends the gradient's back.
+    CHECK(four.shuffle(c2, 0, f4, f4).bytes == 2 * 4 * 12 * 32 * 32 * 4);
+    // Channels in 4: c2 holds partial sums of all 16 of its channels (16x16); b reads its block of 4, whose
+    // sum comes from the four processes, its own part included.
+    CHECK(four.shuffle(b, 0, c4, c4).bytes == 2 * 3 * 4 * 4 * 16 * 16 * 4);
+    CHECK(four.shuffle(b, 0, c4, c4).seconds > 0.0);
+}
+
 TEST_CASE("model: measured times replace the analytic ones", "[model]") {
     test::NetworkFromText l(net_text);
     const int c2 = l.net.find("c2");

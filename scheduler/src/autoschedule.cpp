@@ -2,6 +2,7 @@
 // longest-path heuristic, the memory limit (a Lagrangian weight on memory, searched by bisection), and the
 // schedule written back as readable `.sched` text.
 #include <dsl/scheduler/autoschedule.hpp>
+#include <dsl/scheduler/plan.hpp>
 
 #include <dsl/frontend/parse.hpp>
 #include <dsl/frontend/print.hpp>
@@ -62,7 +63,8 @@ struct Problem {
     }
 };
 
-bool build(Problem& p, const Schedule& partial, std::int64_t procs, std::int64_t batch, std::string& why) {
+bool build(Problem& p, const Schedule& partial, std::int64_t procs, std::int64_t batch, std::int64_t channel_parts,
+           std::string& why) {
     const Network& net = p.net;
     const std::size_t n = net.layers.size();
     p.cands.assign(n, {});
@@ -77,7 +79,7 @@ bool build(Problem& p, const Schedule& partial, std::int64_t procs, std::int64_t
         p.last_use[i] = static_cast<int>(i);
         const Distribution fixed = i < partial.layers.size() ? partial.layers[i] : Distribution{};
         std::map<std::string, std::size_t> by_split;
-        for (const Distribution& d : candidates(net, static_cast<int>(i), fixed, procs, batch)) {
+        for (const Distribution& d : candidates(net, static_cast<int>(i), fixed, procs, batch, channel_parts)) {
             const LayerCost c = p.model.layer(static_cast<int>(i), d);
             const std::string key = d.split->str();
             auto it = by_split.find(key);
@@ -351,7 +353,7 @@ double choice_cost(const Problem& p, const Choice& choice, double lambda) {
 
 }  // namespace
 
-std::vector<Split> splits_of(std::int64_t procs, std::int64_t batch, int rank) {
+std::vector<Split> splits_of(std::int64_t procs, std::int64_t batch, int rank, std::int64_t channel_parts) {
     std::vector<Split> splits;
     // The spatial parts of a sample group of `group` processes over the last `rank` axes, outermost first.
     auto spread = [&](auto& self, Split split, int axis, std::int64_t group) -> void {
@@ -373,17 +375,26 @@ std::vector<Split> splits_of(std::int64_t procs, std::int64_t batch, int rank) {
         return std::make_tuple(a.spatial_procs(), a.space[2], a.space[1]) <
                std::make_tuple(b.spatial_procs(), b.space[2], b.space[1]);
     });
+    for (std::int64_t k : divisors(procs)) {
+        if (k < 2 || k > channel_parts || procs / k > batch) continue;
+        Split s{procs / k, 1, k, {1, 1, 1}};
+        splits.push_back(s);
+        s.f = 1, s.c = k;
+        splits.push_back(s);
+    }
     return splits;
 }
 
 std::vector<Distribution> candidates(const Network& net, int layer, const Distribution& partial, std::int64_t procs,
-                                     std::int64_t batch) {
+                                     std::int64_t batch, std::int64_t channel_parts) {
     const Layer& l = net.layers[static_cast<std::size_t>(layer)];
     const std::vector<Split> splits =
-        partial.split ? std::vector<Split>{*partial.split} : splits_of(procs, batch, net.spatial_rank());
+        partial.split ? std::vector<Split>{*partial.split} : splits_of(procs, batch, net.spatial_rank(), channel_parts);
     std::vector<Distribution> out;
     for (const Split& s : splits) {
         if (s.procs() != procs || !split_problem(net, l, s, batch).empty()) continue;
+        // Channel parts where they cut no channels (data, losses) only replicate.
+        if (!partial.split && s.c * s.f > 1 && !splits_channels(l, s)) continue;
         std::vector<bool> overlaps;
         if (partial.overlap)
             overlaps.push_back(*partial.overlap);
@@ -476,7 +487,7 @@ std::optional<AutoResult> autoschedule(const Network& net, const Schedule& parti
                                        const AutoOptions& options, std::string& why) {
     const std::int64_t procs = partial.procs.value_or(1);
     Problem p(net, model);
-    if (!build(p, partial, procs, options.batch, why)) return std::nullopt;
+    if (!build(p, partial, procs, options.batch, options.channel_parts, why)) return std::nullopt;
     AutoResult result;
     for (int l : p.order) result.candidates += static_cast<std::int64_t>(p.cands[static_cast<std::size_t>(l)].size());
 

@@ -1,6 +1,6 @@
 // The performance model: per-layer compute from measured or analytic kernel times, halo exchanges and
-// shuffles from the tiles' geometry and the communication model (model_comm.cpp: messages, and allreduces
-// after Thakur et al.), the backward allreduce overlap as a greedy timeline (one allreduce at a time), and
+// shuffles (model_shuffles.cpp) from the tiles' geometry and the communication model (model_comm.cpp: messages, and
+// allreduces after Thakur et al.), the backward allreduce overlap as a greedy timeline (one allreduce at a time), and
 // memory per process (what tensors share over the step: model_memory.cpp).
 #include <dsl/scheduler/model.hpp>
 #include <dsl/scheduler/recompute.hpp>
@@ -227,7 +227,7 @@ Model::Geometry Model::geometry(int index, const Split& split) const {
     const Layer& l = net_.layers[static_cast<std::size_t>(index)];
     Geometry g;
     g.whole = extent_of(l, batch_);
-    g.out = tile_box(l, TileSpec{index, split, false}, batch_, 0);
+    g.out = tile_box(l, TileSpec{index, split, false, own_channels(l)}, batch_, 0);
     g.y = key_dims(g.out.dims());
     if (l.inputs.empty()) {
         g.x = g.y;
@@ -238,10 +238,13 @@ Model::Geometry Model::geometry(int index, const Split& split) const {
     if (!l.windowed()) {
         // The tile it reads, as the plan places it: its samples whole (fc), else its input's tile in its split
         // (global pooling sums its tile).
-        g.x = key_dims(tile_box(in, TileSpec{l.inputs[0], split, reads_whole_samples(l)}, batch_, 0).dims());
+        g.x = key_dims(
+            tile_box(in, TileSpec{l.inputs[0], split, reads_whole_samples(l), operand_channels(l)}, batch_, 0).dims());
         return g;
     }
-    g.x = key_dims(window_input(l, g.out, in_whole.c).dims());
+    // The input channels it reads: all of them, or its block under F and C parts.
+    const Range in_channels = channel_block(in_whole.c, split, coords(split, 0), operand_channels(l));
+    g.x = key_dims(window_input(l, g.out, in_channels).dims());
     if (!split.spatial() || in.is_data()) return g;  // one tile holds what it reads; data comes with its halo
 
     // The halo of a process: what its window reads beyond its input tile (halo_pieces keeps it within the
@@ -254,7 +257,7 @@ Model::Geometry Model::geometry(int index, const Split& split) const {
     auto messages_at = [&](std::int64_t q) {
         std::vector<double> m;
         for (const Piece& p : halo_pieces(in_whole, split, q, need(q), l.periodic()))
-            if (p.peer != q) m.push_back(static_cast<double>(p.box.points()) * static_cast<double>(in_whole.c));
+            if (p.peer != q) m.push_back(static_cast<double>(p.box.points()) * static_cast<double>(in_channels.size()));
         return m;
     };
     auto cost = [&](const std::vector<double>& m) {
@@ -301,8 +304,8 @@ Model::Geometry Model::geometry(int index, const Split& split) const {
             middle.space[static_cast<std::size_t>(a)] = split.space[static_cast<std::size_t>(a)] / 2;
         const std::int64_t q = rank_of(split, middle);
         const Box own = tile_box(in_whole, split, q, true);
-        const OverlapParts parts =
-            overlap_parts(l, tile_box(g.whole, split, q, true), held_box(own, in_whole, need(q), l.periodic()));
+        const OverlapParts parts = overlap_parts(l, tile_box(g.whole, split, q, true, own_channels(l)),
+                                                 held_box(own, in_whole, need(q), l.periodic()));
         if (!parts.inner.empty()) {
             g.inner = key_dims(parts.inner.dims());
             for (const Box& strip : parts.strips) g.strips.push_back(key_dims(strip.dims()));
@@ -503,7 +506,9 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
             c.backward_data = run(kernel_name(l.op, Phase::backward), {{"x", g.y}}, 6 * ny, 5 * ny * word);
             const double stats = 16.0 * static_cast<double>(g.y[1]);  // sums and sums of squares, doubles
             const BatchNormStats mode = dist.bn.value_or(BatchNormStats::batch);
-            const std::int64_t group = mode == BatchNormStats::batch     ? procs_
+            // Under F and C parts, only the processes that hold the same channels sum them.
+            const std::int64_t channel_groups = splits_channels(l, split) ? split.c * split.f : 1;
+            const std::int64_t group = mode == BatchNormStats::batch     ? procs_ / channel_groups
                                        : mode == BatchNormStats::spatial ? sample_group
                                                                          : 1;
             const bool spans =
@@ -683,98 +688,11 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
     if (readers_[static_cast<std::size_t>(index)].size() > 1 && !l.is_data()) c.scratch[4] = ny * word;
     if (l.windowed()) {
         const Layer& in = net_.layers[static_cast<std::size_t>(l.inputs[0])];
-        const Sizes tile = key_dims(tile_box(in, TileSpec{l.inputs[0], split, false}, batch_, 0).dims());
+        const Sizes tile =
+            key_dims(tile_box(in, TileSpec{l.inputs[0], split, false, operand_channels(l)}, batch_, 0).dims());
         c.memory += std::max(0.0, nx - elements(tile)) * word;
     }
     return c;
-}
-
-// ---- Shuffles.
-
-int Model::shuffle_class(int reader, int input) const {
-    if (shuffle_class_.empty()) shuffle_class_.resize(net_.layers.size());
-    const Layer& r = net_.layers[static_cast<std::size_t>(reader)];
-    auto& classes = shuffle_class_[static_cast<std::size_t>(reader)];
-    if (classes.empty()) classes.assign(r.inputs.size(), -2);
-    int& shape_class = classes[static_cast<std::size_t>(input)];
-    if (shape_class != -2) return shape_class;
-    const Layer& p = net_.layers[static_cast<std::size_t>(r.inputs[static_cast<std::size_t>(input)])];
-    if (p.is_data()) return shape_class = -1;  // made where it is read
-    // The tiles' arithmetic depends on the extents, the splits and the reader's window only: many layers
-    // share it, so it is computed once per such class and pair of splits, per channel. The reader's tile is
-    // whole samples for a fully connected layer, else its own tile (with the margins its window reads).
-    const Dims whole = extent_of(p, batch_);
-    const bool from_spatial = p.spatial(), to_spatial = p.spatial() && !reads_whole_samples(r);
-    const bool window = r.windowed() && to_spatial;
-    std::vector<std::int64_t> shape{whole.n, from_spatial, to_spatial};
-    shape.insert(shape.end(), whole.space.begin(), whole.space.end());
-    if (window) {
-        for (const frontend::Spatial* v : {&r.kernel, &r.stride, &r.pad, &r.output_pad})
-            shape.insert(shape.end(), v->begin(), v->end());
-        for (int d = 0; d < r.kernel.rank(); ++d) shape.push_back(window_dilation(r, d));
-        shape.insert(shape.end(), {static_cast<std::int64_t>(r.op), r.scale, r.mode});
-    }
-    if (!shuffles_) shuffles_ = std::make_shared<ShuffleArithmetic>(procs_);
-    auto [it, added] = classes_.try_emplace(shape, -1);
-    if (added) it->second = shuffles_->add_class({whole, from_spatial, to_spatial, window ? &r : nullptr});
-    return shape_class = it->second;
-}
-
-ShuffleCost Model::shuffle_cost(const ShufflePoints& s, std::int64_t channels, bool producer_spatial, const Split& from,
-                                const Split& to) const {
-    ShuffleCost out;
-    if (s.same) return out;  // the same tiles: what the reader needs beyond them is a halo, not a shuffle
-    // Senders: one process per block of the producer's split (replicas, of a tensor without spatial
-    // dimensions under a spatial split, do not all send).
-    const bool replicas = !producer_spatial && from.spatial();
-    const double senders = static_cast<double>(replicas ? from.n : from.n * from.spatial_procs());
-    const double most_sent = s.total_received * static_cast<double>(procs_) / static_cast<double>(s.sampled) / senders;
-    const double bytes = std::max(s.most_received, most_sent) * static_cast<double>(channels) * word;
-    const Link& link = shuffle_between_nodes(from, to) ? platform_.network : platform_.node;
-    const double copies = platform_.memory_bandwidth > 0 ? 2.0 * bytes / platform_.memory_bandwidth : 0.0;
-    const double one_way = s.most_messages * link.latency + bytes / link.bandwidth + copies;
-    out.seconds = 2.0 * one_way * share_;
-    // What calibration found a shuffle costs beyond that here: the copy tile's first touch, the all-to-all's
-    // wait for every partner.
-    out.seconds += shuffle_extra_;
-    out.bytes = static_cast<std::int64_t>(2.0 * bytes);
-    out.memory = s.copy * static_cast<double>(channels) * word;
-    return out;
-}
-
-ShuffleCost Model::shuffle(int reader, int input, const Split& from, const Split& to) const {
-    const int cls = shuffle_class(reader, input);
-    if (cls < 0) return {};
-    const Layer& r = net_.layers[static_cast<std::size_t>(reader)];
-    const Layer& p = net_.layers[static_cast<std::size_t>(r.inputs[static_cast<std::size_t>(input)])];
-    if (from == to && !(p.spatial() && reads_whole_samples(r))) return {};
-    return shuffle_cost(shuffles_->points(cls, from, to), extent_of(p, batch_).c, p.spatial(), from, to);
-}
-
-std::vector<ShuffleCost> Model::shuffles(int reader, int input, const std::vector<Split>& from,
-                                         const std::vector<Split>& to) const {
-    std::vector<ShuffleCost> out(from.size() * to.size());
-    const int cls = shuffle_class(reader, input);
-    if (cls < 0) return out;
-    const Layer& r = net_.layers[static_cast<std::size_t>(reader)];
-    const Layer& p = net_.layers[static_cast<std::size_t>(r.inputs[static_cast<std::size_t>(input)])];
-    const bool whole = p.spatial() && reads_whole_samples(r);
-    const std::int64_t channels = extent_of(p, batch_).c;
-    const std::vector<ShufflePoints>& points = shuffles_->matrix(cls, from, to);
-    for (std::size_t a = 0; a < from.size(); ++a)
-        for (std::size_t b = 0; b < to.size(); ++b)
-            if (!(from[a] == to[b] && !whole))
-                out[a * to.size() + b] = shuffle_cost(points[a * to.size() + b], channels, p.spatial(), from[a], to[b]);
-    return out;
-}
-
-std::vector<ShuffleCost> CostModel::shuffles(int reader, int input, const std::vector<Split>& from,
-                                             const std::vector<Split>& to) const {
-    std::vector<ShuffleCost> out;
-    out.reserve(from.size() * to.size());
-    for (const Split& a : from)
-        for (const Split& b : to) out.push_back(shuffle(reader, input, a, b));
-    return out;
 }
 
 // ---- The whole step.

@@ -21,9 +21,10 @@ std::vector<std::int64_t> sample_ranks(std::int64_t procs) {
     return out;
 }
 
-// A box's ranges along samples, then each spatial dimension, appended to `out`.
-void append_ranges(const Box& b, std::vector<Range>& out) {
+// A box's ranges along samples, channels (where counted), then each spatial dimension, appended to `out`.
+void append_ranges(const Box& b, bool channels, std::vector<Range>& out) {
     out.push_back(b.n);
+    if (channels) out.push_back(b.c);
     for (const Range& r : b.space) out.push_back(r);
 }
 
@@ -47,7 +48,7 @@ std::size_t ShuffleArithmetic::SplitHash::operator()(const SplitKey& k) const {
 }
 
 int ShuffleArithmetic::split_id(const Split& split) {
-    const SplitKey key{split.n, split.space[0], split.space[1], split.space[2]};
+    const SplitKey key{split.n, split.c, split.f, split.space[0], split.space[1], split.space[2]};
     const auto [it, added] = split_ids_.try_emplace(key, static_cast<int>(splits_.size()));
     if (added) {
         DSL_INTERNAL_CHECK(splits_.size() < (std::size_t{1} << id_bits), "too many splits for the shuffle cache");
@@ -76,19 +77,21 @@ const ShuffleArithmetic::Side& ShuffleArithmetic::side(int cls, const Split& spl
     const ShuffleClass& c = classes_[static_cast<std::size_t>(cls)];
     const Box extent = whole_box(c.whole);
     for (std::int64_t q : ranks_) {
-        const Box tile = tile_box(c.whole, split, q, c.read_spatial);
-        const Box want = (c.window ? window_input(*c.window, tile, c.whole.c) : tile).meet(extent);
-        append_ranges(tile_box(c.whole, split, q, c.from_spatial), s->own);
-        append_ranges(tile, s->tile);
-        append_ranges(want, s->want);
-        s->want_points.push_back(want.points());
+        const Box tile = tile_box(c.whole, split, q, c.read_spatial, c.to_channels);
+        const Box want = (c.window ? window_input(*c.window, tile, tile.c) : tile).meet(extent);
+        const bool ch = c.counts_channels;
+        append_ranges(tile_box(c.whole, split, q, c.from_spatial, c.from_channels), ch, s->own);
+        append_ranges(tile, ch, s->tile);
+        append_ranges(want, ch, s->want);
+        s->want_points.push_back(want.points() * (ch ? want.c.size() : 1));
     }
     return *s;
 }
 
 template <int dims, int counted>
 void ShuffleArithmetic::pair(const Side& producer, const Side& reader, const Blocks& block, ShufflePoints& s) const {
-    s.same = true;
+    s.same = block.partial == 1;
+    const auto partial = static_cast<double>(block.partial);
     for (std::size_t i = 0; i < ranks_.size() && s.same; ++i)
         for (int k = 0; k < dims; ++k)
             if (!(reader.tile[i * dims + k] == producer.own[i * dims + k])) s.same = false;
@@ -105,11 +108,12 @@ void ShuffleArithmetic::pair(const Side& producer, const Side& reader, const Blo
         // dimensions its tiles cut.
         std::int64_t blocks_met = 1;
         for (int k = 0; k < counted; ++k)
-            blocks_met *= want[k].empty() ? 0 : block[k][want[k].hi - 1] - block[k][want[k].lo] + 1;
+            blocks_met *= want[k].empty() ? 0 : block.of[k][want[k].hi - 1] - block.of[k][want[k].lo] + 1;
         const double points = static_cast<double>(reader.want_points[i]);
-        const double received = points - static_cast<double>(held);
+        // Partial sums come from each of the processes that hold them.
+        const double received = points * partial - static_cast<double>(held);
         // Those blocks, less its own.
-        const double messages = static_cast<double>(blocks_met) - (held == 0 ? 0.0 : 1.0);
+        const double messages = static_cast<double>(blocks_met) * partial - (held == 0 ? 0.0 : 1.0);
         s.most_received = std::max(s.most_received, received);
         s.total_received += received;
         s.most_messages = std::max(s.most_messages, messages);
@@ -120,36 +124,60 @@ void ShuffleArithmetic::pair(const Side& producer, const Side& reader, const Blo
 void ShuffleArithmetic::pair(int dims, const Side& producer, const Side& reader, const Blocks& block,
                              ShufflePoints& s) const {
     s.sampled = static_cast<int>(ranks_.size());
-    const bool all = block[static_cast<std::size_t>(dims) - 1] != nullptr;  // the producer's tiles cut space
+    // Samples (and channels, where counted) always; the spatial dimensions where the producer's tiles cut them.
+    const bool all = block.of[static_cast<std::size_t>(dims) - 1] != nullptr;
+    const bool ch = block.of[1] != nullptr && block.counts_channels;
     switch (dims) {  // the loops over dimensions unrolled: this runs for millions of pairs
         case 1: pair<1, 1>(producer, reader, block, s); break;
-        case 2: all ? pair<2, 2>(producer, reader, block, s) : pair<2, 1>(producer, reader, block, s); break;
-        case 3: all ? pair<3, 3>(producer, reader, block, s) : pair<3, 1>(producer, reader, block, s); break;
-        case 4: all ? pair<4, 4>(producer, reader, block, s) : pair<4, 1>(producer, reader, block, s); break;
+        case 2: all || ch ? pair<2, 2>(producer, reader, block, s) : pair<2, 1>(producer, reader, block, s); break;
+        case 3:
+            all  ? pair<3, 3>(producer, reader, block, s)
+            : ch ? pair<3, 2>(producer, reader, block, s)
+                 : pair<3, 1>(producer, reader, block, s);
+            break;
+        case 4:
+            all  ? pair<4, 4>(producer, reader, block, s)
+            : ch ? pair<4, 2>(producer, reader, block, s)
+                 : pair<4, 1>(producer, reader, block, s);
+            break;
+        case 5: all ? pair<5, 5>(producer, reader, block, s) : pair<5, 2>(producer, reader, block, s); break;
         default: DSL_INTERNAL_CHECK(false, "a shuffle over " + std::to_string(dims) + " dimensions");
     }
 }
 
 ShuffleArithmetic::Blocks ShuffleArithmetic::producer_blocks(int cls, const Split& from) {
-    // Per dimension (samples, then spatial): the producer's blocks along it (none counted where its tiles
-    // hold the dimension whole).
+    // Per dimension (samples, channels, then spatial): the producer's blocks along it (none counted where its
+    // tiles hold a spatial dimension whole). Channel blocks are counted as even blocks of F x C (filters: of F),
+    // which nested blocks are within one channel.
     const ShuffleClass& c = classes_[static_cast<std::size_t>(cls)];
     const int rank = c.whole.rank();
-    Blocks block{};
-    block[0] = blocks(c.whole.n, from.n).data();
+    Blocks block;
+    block.counts_channels = c.counts_channels;
+    block.of[0] = blocks(c.whole.n, from.n).data();
+    const std::size_t first_space = c.counts_channels ? 2 : 1;
+    if (c.counts_channels) {
+        const std::int64_t channel_parts = c.from_channels == Channels::all       ? 1
+                                           : c.from_channels == Channels::filters ? from.f
+                                                                                  : from.f * from.c;
+        block.of[1] = blocks(c.whole.c, std::min(channel_parts, c.whole.c)).data();
+        if (c.from_channels == Channels::filters) block.partial = from.c;
+    }
     for (int d = 0; d < rank; ++d)
         if (c.from_spatial)
-            block[static_cast<std::size_t>(d) + 1] = blocks(c.whole.space[d], from.parts(d, rank)).data();
+            block.of[first_space + static_cast<std::size_t>(d)] = blocks(c.whole.space[d], from.parts(d, rank)).data();
     return block;
+}
+
+int ShuffleArithmetic::dims_of(int cls) const {
+    const ShuffleClass& c = classes_[static_cast<std::size_t>(cls)];
+    return (c.counts_channels ? 2 : 1) + c.whole.rank();
 }
 
 const ShufflePoints& ShuffleArithmetic::points(int cls, const Split& from, const Split& to) {
     const auto key = (static_cast<std::uint64_t>(cls) << (2 * id_bits)) |
                      (static_cast<std::uint64_t>(split_id(from)) << id_bits) | static_cast<std::uint64_t>(split_id(to));
     auto [it, added] = points_.try_emplace(key);
-    if (added)
-        pair(1 + classes_[static_cast<std::size_t>(cls)].whole.rank(), side(cls, from), side(cls, to),
-             producer_blocks(cls, from), it->second);
+    if (added) pair(dims_of(cls), side(cls, from), side(cls, to), producer_blocks(cls, from), it->second);
     return it->second;
 }
 
@@ -167,7 +195,7 @@ const std::vector<ShufflePoints>& ShuffleArithmetic::matrix(int cls, const std::
     std::vector<Blocks> blocks_of;
     for (const Split& s : from) producers.push_back(&side(cls, s)), blocks_of.push_back(producer_blocks(cls, s));
     for (const Split& s : to) readers.push_back(&side(cls, s));
-    const int dims = 1 + classes_[static_cast<std::size_t>(cls)].whole.rank();
+    const int dims = dims_of(cls);
     auto rows = [&](std::size_t first, std::size_t step) {
         for (std::size_t a = first; a < from.size(); a += step)
             for (std::size_t b = 0; b < to.size(); ++b)

@@ -1,11 +1,12 @@
 // The tile arithmetic of a redistribution (a shuffle) for the performance model: between a producer's split
 // and a reader's, what the busiest process receives, in how many messages, and the copy it keeps, counted per
-// element of one channel over an even sample of the processes.
+// element of one channel over an even sample of the processes; or, in a class that counts channels (for
+// splits with F or C parts), in elements.
 //
 // The auto-scheduler asks for it for every pair of candidate splits of every pair of adjacent layers: millions
 // of pairs at 2048 processes of a volume network. So the tiles that a split gives the sampled processes are
-// worked out once per split (their ranges along samples and each spatial dimension), and a pair only meets
-// ranges and multiplies lengths, dimension by dimension.
+// worked out once per split (their ranges along samples, channels where counted, and each spatial dimension),
+// and a pair only meets ranges and multiplies lengths, dimension by dimension.
 #pragma once
 
 #include <dsl/frontend/network.hpp>
@@ -24,11 +25,16 @@ namespace dsl::scheduler {
 
 // A class of shuffles: the producer's extent, whether its tiles are cut spatially (`from_spatial`) and
 // whether the reader's are (`read_spatial`: not when it reads whole samples), and the reader's window, if it
-// reads through one (nullptr: it reads its own tile). Layers with the same class share the arithmetic.
+// reads through one (nullptr: it reads its own tile). Layers with the same class share the arithmetic. A
+// class that `counts_channels` also has the channels each holds under a split's F and C parts (plan.hpp:
+// own_channels, operand_channels; its extent is part of it); a producer's tiles of partial sums
+// (Channels::filters under C parts) each send what a reader wants of them.
 struct ShuffleClass {
     Dims whole;
     bool from_spatial = false, read_spatial = false;
     const frontend::Layer* window = nullptr;
+    bool counts_channels = false;
+    Channels from_channels = Channels::all, to_channels = Channels::all;
 };
 
 struct ShufflePoints {
@@ -50,17 +56,24 @@ public:
     const std::vector<ShufflePoints>& matrix(int cls, const std::vector<Split>& from, const std::vector<Split>& to);
 
 private:
-    // The sampled processes' ranges under one split, per process the samples' range, then each spatial
-    // dimension's: the tile it holds as producer (`own`), the tile it reads as reader (`tile`), and what the
-    // reader wants of the producer's tensor (`want`: the tile, or what its window reads, within the tensor),
-    // with the points of `want`.
+    // The sampled processes' ranges under one split, per process the samples' range, the channels' (where
+    // counted), then each spatial dimension's: the tile it holds as producer (`own`), the tile it reads as reader
+    // (`tile`), and what the reader wants of the producer's tensor (`want`: the tile, or what its window reads, within
+    // the tensor), with the elements of `want`.
     struct Side {
         std::vector<Range> own, tile, want;
         std::vector<std::int64_t> want_points;
     };
     const Side& side(int cls, const Split& split);
-    // Per dimension (samples, then spatial), the producer's block_of table, or null where it is not counted.
-    using Blocks = std::array<const std::int32_t*, 1 + max_space>;
+    // Per dimension (samples, channels where counted, then spatial), the producer's block_of table, or null
+    // where it is not counted; and how many of the producer's processes hold partial sums of each block (1:
+    // none).
+    struct Blocks {
+        std::array<const std::int32_t*, 2 + max_space> of{};
+        bool counts_channels = false;
+        std::int64_t partial = 1;
+    };
+    int dims_of(int cls) const;  // the dimensions of its ranges: samples, channels where counted, spatial
     Blocks producer_blocks(int cls, const Split& from);
     template <int dims, int counted>
     void pair(const Side& producer, const Side& reader, const Blocks& block, ShufflePoints& s) const;
@@ -71,7 +84,7 @@ private:
 
     std::vector<std::int64_t> ranks_;  // the sampled processes
     std::vector<ShuffleClass> classes_;
-    using SplitKey = std::array<std::int64_t, 1 + max_space>;
+    using SplitKey = std::array<std::int64_t, 3 + max_space>;
     struct SplitHash {
         std::size_t operator()(const SplitKey& k) const;
     };

@@ -17,7 +17,9 @@ TEST_CASE("training on the GPU gives the losses and weights of the CPU", "[gpu]"
     };
     // One process; samples, rows, columns, both, hybrid and per-layer redistribution on 2 and 4 processes,
     // overlap on and off, through host memory and (where there are GPUs enough) NCCL; stride 2, pooling,
-    // residual adds, a fully connected head, uneven tiles, several losses whose logits other layers read.
+    // residual adds, a fully connected head, uneven tiles, several losses whose logits other layers read; and
+    // channel and filter splits (blocks of the weights, partial sums added, batch and group norm per block of
+    // channels, dropout's masks of global channels, transposed convolutions and concat).
     const Case c = GENERATE(Case{"samples/mesh_tiny.net", "", 4, ""}, Case{"samples/resnet_tiny.net", "", 8, ""},
                             Case{"tests/dist/odd.net", "", 5, ""},
                             Case{"samples/mesh_tiny.net", "samples/mesh_tiny_sample_2.sched", 4, ""},
@@ -30,6 +32,9 @@ TEST_CASE("training on the GPU gives the losses and weights of the CPU", "[gpu]"
                             Case{"tests/dist/odd.net", "tests/dist/odd_hybrid_4.sched", 5, ""},
                             Case{"tests/dist/heads.net", "", 4, ""},
                             Case{"tests/dist/heads.net", "tests/dist/heads_hybrid_4.sched", 4, ""},
+                            Case{"samples/mesh_tiny.net", "tests/dist/mesh_channels_mixed_4.sched", 4, ""},
+                            Case{"tests/dist/modern.net", "tests/dist/modern_cf4.sched", 4, ""},
+                            Case{"tests/dist/unet.net", "tests/dist/unet_h2f2.sched", 2, ""},
                             Case{"samples/mesh_tiny.net", "samples/mesh_tiny_spatial_h_2.sched", 4, "--gpu-comm nccl"},
                             Case{"samples/mesh_tiny.net", "samples/mesh_tiny_hybrid_4.sched", 4, "--gpu-comm nccl"});
     CAPTURE(c.net, c.sched, c.extra);

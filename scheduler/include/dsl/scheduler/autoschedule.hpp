@@ -27,6 +27,9 @@ struct AutoOptions {
     double memory_limit = 0.0;  // bytes per process; 0: no limit
     SearchMethod method = SearchMethod::frontier;
     std::int64_t max_states = 1 << 22;  // frontier states beyond which the paper's heuristic runs
+    // The most parts of a channel or filter split in a candidate (splits_of); 1: none. The command line gives
+    // the processes of a node: their channels' collectives run every layer, over the node's fast links.
+    std::int64_t channel_parts = 1;
 };
 
 struct AutoResult {
@@ -41,15 +44,19 @@ struct AutoResult {
 
 // Every split of `procs` processes into N and the spatial axes of a network of spatial rank `rank` (N x H x W
 // for images, N x D x H x W for volumes) with N at most `batch`: sample splits first (so that among equal
-// costs the cheaper partitioning wins), then the outer spatial dimensions before the inner.
-std::vector<Split> splits_of(std::int64_t procs, std::int64_t batch, int rank);
+// costs the cheaper partitioning wins), then the outer spatial dimensions before the inner. With
+// `channel_parts` above 1, then N=procs/k with F=k, and with C=k, for each k from 2 to `channel_parts` that
+// divides `procs` (not with spatial parts, nor both: each such product would multiply the candidates, and the
+// search's time with their square, past a second at 2048 processes).
+std::vector<Split> splits_of(std::int64_t procs, std::int64_t batch, int rank, std::int64_t channel_parts = 1);
 
 // The candidate distributions of a layer under `partial`'s fixed fields: every split of `procs` into
-// N x H x W that the layer can run (split_problem), with overlap on and off where the layer has a halo and
+// N x H x W (and channel or filter parts up to `channel_parts`, for a layer whose channels they cut) that the
+// layer can run (split_problem), with overlap on and off where the layer has a halo and
 // the schedule leaves it open, batch-norm statistics as fixed (an open one is `batch`, which gives one
 // process's results). Sample splits come first, so that among equal costs the cheaper partitioning wins.
 std::vector<Distribution> candidates(const frontend::Network& net, int layer, const Distribution& partial,
-                                     std::int64_t procs, std::int64_t batch);
+                                     std::int64_t procs, std::int64_t batch, std::int64_t channel_parts = 1);
 
 // The objective of a complete schedule under `model` (what the search minimizes).
 double schedule_cost(const frontend::Network& net, const Schedule& schedule, const CostModel& model);

@@ -117,6 +117,7 @@ class Model final : public CostModel {
 public:
     // A run of `procs` processes with mini-batches of `batch` samples.
     Model(const frontend::Network& net, const Platform& platform, std::int64_t procs, std::int64_t batch);
+    const Platform& platform() const { return platform_; }
 
     LayerCost layer(int index, const Distribution& d) const override;
     ShuffleCost shuffle(int reader, int input, const Split& from, const Split& to) const override;
@@ -190,10 +191,12 @@ private:
     bool shuffle_between_nodes(const Split& from, const Split& to) const;
     LayerCost compute_layer(int index, const Distribution& d, std::vector<std::string>* keys) const;
     // The shuffle class of input `input` of `reader` (see shuffles_), or -1 when there is no shuffle (data is
-    // made where it is read); and the cost of a shuffle of a tensor of `channels` from its class's arithmetic.
-    int shuffle_class(int reader, int input) const;
-    ShuffleCost shuffle_cost(const ShufflePoints& s, std::int64_t channels, bool producer_spatial, const Split& from,
-                             const Split& to) const;
+    // made where it is read), the class that counts channels when `channels` (splits with F or C parts); and the
+    // cost of a shuffle of `producer`'s output from its class's arithmetic, each point `per_point` elements (its
+    // channels, or 1 where the class counts them).
+    int shuffle_class(int reader, int input, bool channels) const;
+    ShuffleCost shuffle_cost(const ShufflePoints& s, const frontend::Layer& producer, const Split& from,
+                             const Split& to, double per_point) const;
 
     const frontend::Network& net_;
     Platform platform_;
