@@ -33,30 +33,18 @@ Outcome schedule(const frontend::Network& net, const scheduler::Platform& platfo
     const std::clock_t c0 = std::clock();
     // The model is built inside the timing: it is part of what `dsl schedule` does.
     scheduler::Model model(net, platform, procs, batch);
-    scheduler::Schedule open;
-    open.procs = procs;
-    open.layers.assign(net.layers.size(), {std::nullopt, std::nullopt, scheduler::BatchNormStats::batch, std::nullopt});
-    scheduler::AutoOptions options;
-    options.batch = batch;
-    options.memory_limit = model.memory_limit();
-    options.method = method;
-    options.channel_parts = platform.procs_per_node;  // as the command line searches
-    std::string why;
-    const auto result = scheduler::autoschedule(net, open, model, options, why);
+    // Channel and filter parts up to a node's processes, as the command line searches.
+    const scheduler::AutoResult result = search_open(net, model, procs, batch, method, platform.procs_per_node);
     Outcome o;
     o.seconds = seconds_since(t0);
     // The processor time too: on a shared machine the wall clock counts other processes' turns.
     o.cpu = static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC;
-    if (!result) {
-        std::cerr << "bench_autoschedule: " << why << "\n";
-        std::exit(1);
-    }
-    const scheduler::Prediction p = model.predict(result->schedule);
+    const scheduler::Prediction p = model.predict(result.schedule);
     o.step = p.step;
-    o.cost = result->cost;
+    o.cost = result.cost;
     o.memory = p.memory;
-    o.optimal = result->optimal();
-    o.candidates = result->candidates;
+    o.optimal = result.optimal();
+    o.candidates = result.candidates;
     return o;
 }
 

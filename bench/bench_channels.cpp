@@ -29,23 +29,12 @@ struct Outcome {
 Outcome schedule(const frontend::Network& net, const scheduler::Platform& platform, std::int64_t procs,
                  std::int64_t batch, std::int64_t channel_parts) {
     const scheduler::Model model(net, platform, procs, batch);
-    scheduler::Schedule open;
-    open.procs = procs;
-    open.layers.assign(net.layers.size(), {std::nullopt, std::nullopt, scheduler::BatchNormStats::batch, std::nullopt});
-    scheduler::AutoOptions options;
-    options.batch = batch;
-    options.memory_limit = model.memory_limit();
-    options.channel_parts = channel_parts;
-    std::string why;
-    const auto result = scheduler::autoschedule(net, open, model, options, why);
-    if (!result) {
-        std::cerr << "bench_channels: " << why << "\n";
-        std::exit(1);
-    }
+    const scheduler::AutoResult result =
+        search_open(net, model, procs, batch, scheduler::SearchMethod::frontier, channel_parts);
     Outcome o;
-    o.step = model.predict(result->schedule).step;
+    o.step = model.predict(result.schedule).step;
     for (std::size_t i = 0; i < net.layers.size(); ++i) {
-        const scheduler::Split& s = *result->schedule.layers[i].split;
+        const scheduler::Split& s = *result.schedule.layers[i].split;
         if (net.layers[i].is_data() || net.layers[i].is_loss()) continue;
         ++o.splits[s.str()];
         if (scheduler::splits_channels(net.layers[i], s)) ++o.channel_layers;

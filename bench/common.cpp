@@ -56,6 +56,25 @@ std::string load_average() {
 
 int omp_threads() { return omp_get_max_threads(); }
 
+scheduler::AutoResult search_open(const frontend::Network& net, const scheduler::Model& model, std::int64_t procs,
+                                  std::int64_t batch, scheduler::SearchMethod method, std::int64_t channel_parts) {
+    scheduler::Schedule open;
+    open.procs = procs;
+    open.layers.assign(net.layers.size(), {std::nullopt, std::nullopt, scheduler::BatchNormStats::batch, std::nullopt});
+    scheduler::AutoOptions options;
+    options.batch = batch;
+    options.memory_limit = model.memory_limit();
+    options.method = method;
+    options.channel_parts = channel_parts;
+    std::string why;
+    auto result = scheduler::autoschedule(net, open, model, options, why);
+    if (!result) {
+        std::cerr << "bench: " << why << "\n";
+        std::exit(1);
+    }
+    return *result;
+}
+
 std::int64_t env_int(const char* name, std::int64_t fallback) {
     const char* v = std::getenv(name);
     return v && *v ? std::atoll(v) : fallback;

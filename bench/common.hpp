@@ -4,6 +4,7 @@
 
 #include <dsl/backend/kernels.hpp>
 #include <dsl/frontend/network.hpp>
+#include <dsl/scheduler/autoschedule.hpp>
 
 #include <chrono>
 #include <cstdint>
@@ -29,6 +30,12 @@ double median(std::vector<double> v);
 std::string cpu_model();     // lscpu's "Model name"
 std::string load_average();  // the first three fields of /proc/loadavg
 int omp_threads();           // the threads oneDNN's OpenMP runtime will use
+
+// The auto-scheduler's search of every field of `net` on `procs` processes under `model`, as `dsl schedule`
+// runs it: within the model's memory limit, channel and filter parts up to `channel_parts`. Exits with the
+// reason on stderr where no schedule fits.
+scheduler::AutoResult search_open(const frontend::Network& net, const scheduler::Model& model, std::int64_t procs,
+                                  std::int64_t batch, scheduler::SearchMethod method, std::int64_t channel_parts);
 
 // An environment variable as an integer, or `fallback` when unset.
 std::int64_t env_int(const char* name, std::int64_t fallback);
