@@ -204,6 +204,16 @@ loss = pixel_cross_entropy from pred, y
 )");
     CHECK(n.apply("procs = 3\ndefault F=3\nlayer pred N=3\nlayer loss N=3\n"));  // a group each
     CHECK(!n.apply("procs = 4\ndefault F=4\nlayer pred N=4\nlayer loss N=4\n"));
+    // Under C parts outputs stay float32 (a convolution's partial sums are not rounded before they are added).
+    Fixture p;
+    const auto c2 = p.apply("procs = 2\ndefault C=2 precision=bfloat16\n");
+    REQUIRE(c2);
+    CHECK(!p.of(*c2, "a.conv").narrowed());
+    CHECK(!p.of(*c2, "a.relu").narrowed());
+    const auto n2 = p.apply("procs = 2\nbatch = 2\ndefault N=2 precision=bfloat16\n");
+    REQUIRE(n2);
+    CHECK(p.of(*n2, "a.conv").narrowed());
+
     // 6 channels in 4 blocks: [0, 2), [2, 4), [4, 5), [5, 6); the third cuts the last group in two.
     CHECK(n.errors().find("does not fit layer 'g': a process's block of channels [4, 5) would straddle its groups "
                           "of 2") != std::string::npos);

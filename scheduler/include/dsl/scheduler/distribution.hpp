@@ -55,9 +55,12 @@ struct Distribution {
     // Unset is float32; open ('?') lets the auto-scheduler choose where memory is short, since it changes
     // results (a run takes an open one as float32).
     std::optional<Precision> precision = Precision::float32;
-    // Its output is kept in 16 bits: a precision other than float32, unless it is recomputed (which wins).
+    // Its output is kept in 16 bits: a precision other than float32, unless it is recomputed (which wins) or
+    // its split has C parts (a convolution's partial sums would be rounded before they are added, which one
+    // process never does; the other layers of such a split keep float32 alike).
     bool narrowed() const {
-        return !recompute.value_or(false) && precision.value_or(Precision::float32) != Precision::float32;
+        return !recompute.value_or(false) && precision.value_or(Precision::float32) != Precision::float32 &&
+               !(split && split->c > 1);
     }
     // The 16-bit precision a layer of kind `op` multiplies in, where the kernels can: a convolution's of
     // precision bfloat16 or float16; none for the others.
