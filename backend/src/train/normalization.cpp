@@ -23,8 +23,9 @@ double Trainer::Impl::group_count(const Slot& s) const {
 // holds them all, as a checkpoint takes them.
 void Trainer::Impl::share_running_statistics(Slot& s) {
     const auto& split = *plan_of(static_cast<int>(&s - slots.data())).dist.split;
-    const scheduler::Coords k = scheduler::coords(split, plan.rank);
-    const bool speaks = k.n == 0 && std::all_of(k.space.begin(), k.space.end(), [](std::int64_t i) { return i == 0; });
+    const scheduler::Coords at = scheduler::coords(split, plan.rank);
+    const bool speaks =
+        at.n == 0 && std::all_of(at.space.begin(), at.space.end(), [](std::int64_t i) { return i == 0; });
     const std::size_t channels = s.running_mean.size();
     std::vector<double> both(2 * channels, 0.0);
     if (speaks)
@@ -135,12 +136,12 @@ std::int64_t Trainer::Impl::groups_of(const Slot& s) const {
 
 void Trainer::Impl::groupnorm_forward(Slot& s) {
     const ConstView x = s.operands[0]->y.interior();
-    const std::int64_t groups = groups_of(s);
+    const std::int64_t tile_groups = groups_of(s);
     const std::size_t c0 = s.channel_offset();
-    const auto stats = static_cast<std::size_t>(x.dims.n * groups);
+    const auto stats = static_cast<std::size_t>(x.dims.n * tile_groups);
     sums_a.assign(stats, 0.0);
     sums_b.assign(stats, 0.0);
-    k.groupnorm->statistics(x, groups, sums_a.data(), sums_b.data());
+    k.groupnorm->statistics(x, tile_groups, sums_a.data(), sums_b.data());
     group_sum(s, s.operands[0]->leader);
     const double count = groupnorm_count(s);
     s.mean.resize(stats);
@@ -151,7 +152,7 @@ void Trainer::Impl::groupnorm_forward(Slot& s) {
         s.mean[g] = static_cast<float>(mean);
         s.inv_std[g] = static_cast<float>(1.0 / std::sqrt(var + s.layer->eps));
     }
-    k.groupnorm->forward(x, groups, s.mean.data(), s.inv_std.data(), s.w.data() + c0, s.b.data() + c0,
+    k.groupnorm->forward(x, tile_groups, s.mean.data(), s.inv_std.data(), s.w.data() + c0, s.b.data() + c0,
                          s.own().y.interior());
 }
 
@@ -159,20 +160,20 @@ void Trainer::Impl::groupnorm_backward(Slot& s, bool speaks) {
     Tile& in = *s.operands[0];
     const ConstView x = in.y.interior();
     const auto channels = static_cast<std::size_t>(x.dims.c);
-    const std::int64_t groups = groups_of(s);
+    const std::int64_t tile_groups = groups_of(s);
     const std::size_t c0 = s.channel_offset();
-    const auto stats = static_cast<std::size_t>(x.dims.n * groups);
+    const auto stats = static_cast<std::size_t>(x.dims.n * tile_groups);
     std::vector<double> d_beta(channels, 0.0), d_gamma(channels, 0.0);
     sums_a.assign(stats, 0.0);
     sums_b.assign(stats, 0.0);
-    k.groupnorm->backward_statistics(x, s.own().dy.interior(), groups, s.mean.data(), s.inv_std.data(), s.w.data() + c0,
-                                     d_beta.data(), d_gamma.data(), sums_a.data(), sums_b.data());
+    k.groupnorm->backward_statistics(x, s.own().dy.interior(), tile_groups, s.mean.data(), s.inv_std.data(),
+                                     s.w.data() + c0, d_beta.data(), d_gamma.data(), sums_a.data(), sums_b.data());
     scale_shift_gradients(s, d_gamma, d_beta, speaks);
     if (is_input(&in)) return;
     group_sum(s, speaks);
     const double count = groupnorm_count(s);
     interior_gradient(in, [&](View dx) {
-        k.groupnorm->backward(x, s.own().dy.interior(), groups, s.mean.data(), s.inv_std.data(), s.w.data() + c0,
+        k.groupnorm->backward(x, s.own().dy.interior(), tile_groups, s.mean.data(), s.inv_std.data(), s.w.data() + c0,
                               sums_a.data(), sums_b.data(), count, dx);
     });
 }
