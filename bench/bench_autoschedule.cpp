@@ -33,8 +33,9 @@ Outcome schedule(const frontend::Network& net, const scheduler::Platform& platfo
     const std::clock_t c0 = std::clock();
     // The model is built inside the timing: it is part of what `dsl schedule` does.
     scheduler::Model model(net, platform, procs, batch);
-    // Channel and filter parts up to a node's processes, as the command line searches.
-    const scheduler::AutoResult result = search_open(net, model, procs, batch, method, platform.procs_per_node);
+    // Channel and filter parts as the command line searches them.
+    const scheduler::AutoResult result =
+        search_open(net, model, procs, batch, method, scheduler::channel_parts_on(platform));
     Outcome o;
     o.seconds = seconds_since(t0);
     // The processor time too: on a shared machine the wall clock counts other processes' turns.

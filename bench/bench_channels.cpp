@@ -70,8 +70,7 @@ int main() {
     double one = 0.0;
     for (const std::int64_t procs : {1, 2, 4, 8, 16}) {
         const Outcome spatial = schedule(net, *platform, procs, batch, 1);
-        const Outcome channels =
-            schedule(net, *platform, procs, batch, std::min<std::int64_t>(procs, platform->procs_per_node));
+        const Outcome channels = schedule(net, *platform, procs, batch, scheduler::channel_parts_on(*platform));
         if (procs == 1) one = spatial.step;
         std::cout << fmt::format("{:>5}  {:>12.3f} {:>7.2f}x  {:>12.3f} {:>7.2f}x {:>9}  {}\n", procs,
                                  spatial.step * 1e3, one / spatial.step, channels.step * 1e3, one / channels.step,

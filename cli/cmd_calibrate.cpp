@@ -100,11 +100,11 @@ std::map<int, std::set<std::string>> keys_by_threads(const frontend::Network& ne
                 const auto& l = net.layers[i];
                 if (l.op == frontend::OpKind::label) continue;
                 // An input takes its reader's split: any that fits its tiles. The channel and filter splits the
-                // auto-scheduler tries too (up to a node's processes).
+                // auto-scheduler tries too.
                 const scheduler::Distribution open{std::nullopt, std::nullopt, scheduler::BatchNormStats::batch,
                                                    std::nullopt};
-                for (const auto& d :
-                     scheduler::candidates(net, static_cast<int>(i), open, procs, batch, base.procs_per_node)) {
+                for (const auto& d : scheduler::candidates(net, static_cast<int>(i), open, procs, batch,
+                                                           scheduler::channel_parts_on(base))) {
                     std::vector<std::string> layer_keys = model.kernel_keys(static_cast<int>(i), d);
                     // And its convolution's with 16-bit products (precision=bfloat16, float16).
                     for (const scheduler::Precision p : sixteen) {

@@ -184,7 +184,7 @@ std::optional<scheduler::AutoResult> fill_schedule(const frontend::Network& net,
     options.batch = batch;
     options.memory_limit = model.memory_limit();
     options.method = method;
-    options.channel_parts = model.platform().procs_per_node;
+    options.channel_parts = scheduler::channel_parts_on(model.platform());
     return scheduler::autoschedule(net, s, model, options, why);
 }
 

@@ -1,4 +1,5 @@
-// What several test files share: parsing either language from text, and the print/parse round trip.
+// What several test files share: parsing either language from text, networks from text and from the source
+// tree, and the print/parse round trip.
 #pragma once
 
 #include "languages.hpp"
@@ -76,6 +77,20 @@ struct NetworkFromText {
         REQUIRE(n);
         REQUIRE(frontend::infer_shapes(*n, diags));
         net = std::move(*n);
+    }
+};
+
+// A network of the source tree (`path` from its root: samples/, stdlib/), loaded and checked as `dsl` does.
+struct NetworkFromFile {
+    SourceManager sources;
+    Diagnostics diags;
+    frontend::Network net;
+
+    explicit NetworkFromFile(const std::string& path) {
+        auto loaded = frontend::load_network(std::string(DSL_SOURCE_DIR) + "/" + path, sources, diags);
+        INFO(diags.text());
+        REQUIRE(loaded);
+        net = std::move(loaded->net);
     }
 };
 

@@ -287,11 +287,9 @@ TEST_CASE("auto-scheduler: memory limits are respected, and an impossible one is
 }
 
 TEST_CASE("auto-scheduler: the written schedule applies back to the same distributions", "[autoschedule]") {
-    SourceManager sources;
-    Diagnostics diags;
-    auto loaded = frontend::load_network(std::string(DSL_SOURCE_DIR) + "/samples/resnet_tiny.net", sources, diags);
-    REQUIRE(loaded);
-    const auto& net = loaded->net;
+    test::NetworkFromFile loaded("samples/resnet_tiny.net");
+    SourceManager& sources = loaded.sources;
+    const auto& net = loaded.net;
     for (std::uint64_t seed = 1; seed <= 5; ++seed) {
         RandomModel model(net, seed);
         AutoOptions options;
@@ -326,12 +324,9 @@ TEST_CASE("auto-scheduler: channel and filter splits where samples and planes ru
     // ResNet-50 on 128 of Lassen's GPUs, 32 samples (the paper's 4 GPUs per group of 32): the deep layers'
     // 7x7 and 14x14 planes leave little to split spatially. With F and C parts up to a node's 4 GPUs, the
     // search finds a faster schedule under the model, and it uses them; without, none.
-    SourceManager sources;
-    Diagnostics diags;
-    auto loaded = frontend::load_network(std::string(DSL_SOURCE_DIR) + "/stdlib/resnet50.net", sources, diags);
-    REQUIRE(loaded);
-    const auto& net = loaded->net;
-    const auto platform = load_platform(platform_path("lassen"), sources, diags);
+    test::NetworkFromFile loaded("stdlib/resnet50.net");
+    const auto& net = loaded.net;
+    const auto platform = load_platform(platform_path("lassen"), loaded.sources, loaded.diags);
     REQUIRE(platform);
     const Model model(net, *platform, 128, 32);
     auto search = [&](std::int64_t channel_parts) {

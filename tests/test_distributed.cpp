@@ -1,6 +1,7 @@
 // Distributed training equals one process: real runs of `dsl run` on 2, 3 and 4 processes under mpirun
 // (started by dsl itself), compared with the same network trained on one process: the loss of every step
 // (from --log) and every tensor of the final checkpoint (from --save), within 1e-4 relative.
+#include "temp_files.hpp"
 #include "train_runs.hpp"
 
 #include <catch2/catch.hpp>
@@ -176,87 +177,75 @@ TEST_CASE("the step's loss is the weighted sum of the losses, which are logged u
 
 namespace {
 
-// The losses of 5 steps of `common` on one process (saved in d/one), and of steps 4 and 5 run under
-// `rest_sched` from a checkpoint of 3 steps under `first_sched` (saved in d/rest).
+// The losses of 5 steps of `common` on one process, and of steps 4 and 5 run under `rest_sched` from a
+// checkpoint of 3 steps under `first_sched`; and the final checkpoint of each.
 struct Resumed {
     std::vector<double> one, rest;
+    Checkpoint one_state, rest_state;
 };
-Resumed resume(const std::string& common, const std::string& first_sched, const std::string& rest_sched,
-               const std::string& d) {
-    Result r = run_dsl(common + "--steps 5 --log " + d + "/one.jsonl --save " + d + "/one");
+Resumed resume(const std::string& common, const std::string& first_sched, const std::string& rest_sched) {
+    const dsl::test::TempDir dir;
+    Result r = run_dsl(common + "--steps 5 --log " + (dir / "one.jsonl") + " --save " + (dir / "one"));
     REQUIRE(r.exit_code == 0);
-    r = run_dsl(common + first_sched + " --steps 3 --save " + d + "/first");
+    r = run_dsl(common + first_sched + " --steps 3 --save " + (dir / "first"));
     INFO(r.err);
     REQUIRE(r.exit_code == 0);
-    r = run_dsl(common + rest_sched + " --steps 2 --load " + d + "/first --log " + d + "/rest.jsonl --save " + d +
-                "/rest");
+    r = run_dsl(common + rest_sched + " --steps 2 --load " + (dir / "first") + " --log " + (dir / "rest.jsonl") +
+                " --save " + (dir / "rest"));
     INFO(r.err);
     REQUIRE(r.exit_code == 0);
     Resumed out;
-    std::ifstream a(d + "/one.jsonl"), b(d + "/rest.jsonl");
+    std::ifstream a(dir / "one.jsonl"), b(dir / "rest.jsonl");
     for (std::string line; std::getline(a, line);) out.one.push_back(nlohmann::json::parse(line)["loss"]);
     for (std::string line; std::getline(b, line);) out.rest.push_back(nlohmann::json::parse(line)["loss"]);
     REQUIRE(out.one.size() == 5);
     REQUIRE(out.rest.size() == 2);
+    std::string error;
+    auto one = load_checkpoint(dir / "one", error), rest = load_checkpoint(dir / "rest", error);
+    INFO(error);
+    REQUIRE(one);
+    REQUIRE(rest);
+    out.one_state = std::move(*one);
+    out.rest_state = std::move(*rest);
     return out;
 }
 
 }  // namespace
 
 TEST_CASE("a checkpoint saved under one schedule resumes under another", "[distributed][mpi]") {
-    const fs::path dir = fs::temp_directory_path() / ("dsl_resume_" + std::to_string(::getpid()));
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-    const std::string d = dir.string();
     // 5 steps on one process; 3 on 4 processes (hybrid), then 2 more on 2 (columns).
     const Resumed l = resume("run samples/mesh_tiny.net --seed 3 --batch 4 ", "samples/mesh_tiny_hybrid_4.sched",
-                             "samples/mesh_tiny_spatial_w_2.sched", d);
+                             "samples/mesh_tiny_spatial_w_2.sched");
     CHECK(l.rest[0] == Approx(l.one[3]).epsilon(1e-4));
     CHECK(l.rest[1] == Approx(l.one[4]).epsilon(1e-4));
-    std::string error;
-    const auto expected = load_checkpoint(d + "/one", error), got = load_checkpoint(d + "/rest", error);
-    REQUIRE(expected);
-    REQUIRE(got);
-    CHECK(got->meta["step"] == 5);
-    check_same_state(*got, *expected, 1e-4);
+    CHECK(l.rest_state.meta["step"] == 5);
+    check_same_state(l.rest_state, l.one_state, 1e-4);
     // A volume network: 3 steps in a 2x2x2 grid, then 2 in three slabs of depth.
-    fs::remove_all(dir);
-    fs::create_directories(dir);
     const Resumed v = resume("run samples/volume_tiny.net --seed 3 --batch 2 ", "samples/volume_tiny_dhw_8.sched",
-                             "samples/volume_tiny_depth_3.sched", d);
+                             "samples/volume_tiny_depth_3.sched");
     CHECK(v.rest[0] == Approx(v.one[3]).epsilon(1e-4));
     CHECK(v.rest[1] == Approx(v.one[4]).epsilon(1e-4));
-    fs::remove_all(dir);
 }
 
 TEST_CASE("a checkpoint saved under channel and filter splits resumes under another", "[distributed][mpi]") {
-    const fs::path dir = fs::temp_directory_path() / ("dsl_resume_channels_" + std::to_string(::getpid()));
-    fs::remove_all(dir);
-    fs::create_directories(dir);
     // 3 steps under filters, channels and rows per layer on 4 processes, then 2 under C=2 on 2; and dropout's
     // masks of global channels, from C=2 F=2 to rows.
     const Resumed l = resume("run samples/mesh_tiny.net --seed 3 --batch 4 ", "tests/dist/mesh_channels_mixed_4.sched",
-                             "tests/dist/mesh_c2.sched", dir.string());
+                             "tests/dist/mesh_c2.sched");
     CHECK(l.rest[0] == Approx(l.one[3]).epsilon(1e-4));
     CHECK(l.rest[1] == Approx(l.one[4]).epsilon(1e-4));
-    fs::remove_all(dir);
-    fs::create_directories(dir);
     const Resumed m = resume("run tests/dist/modern.net --seed 3 --batch 4 ", "tests/dist/modern_cf4.sched",
-                             "tests/dist/modern_h2.sched", dir.string());
+                             "tests/dist/modern_h2.sched");
     CHECK(m.rest[0] == Approx(m.one[3]).epsilon(1e-4));
     CHECK(m.rest[1] == Approx(m.one[4]).epsilon(1e-4));
-    fs::remove_all(dir);
 }
 
-TEST_CASE("dropout's masks resume where they left off: a resumed run under another schedule draws what one "
-          "uninterrupted process draws",
-          "[distributed][mpi]") {
-    const fs::path dir = fs::temp_directory_path() / ("dsl_resume_dropout_" + std::to_string(::getpid()));
-    fs::remove_all(dir);
-    fs::create_directories(dir);
+TEST_CASE(
+    "dropout's masks resume where they left off: a resumed run under another schedule draws what one "
+    "uninterrupted process draws",
+    "[distributed][mpi]") {
     const Resumed l = resume("run tests/dist/modern.net --seed 3 --batch 4 ", "tests/dist/modern_hybrid_4.sched",
-                             "tests/dist/modern_h2.sched", dir.string());
+                             "tests/dist/modern_h2.sched");
     CHECK(l.rest[0] == Approx(l.one[3]).epsilon(1e-6));
     CHECK(l.rest[1] == Approx(l.one[4]).epsilon(1e-6));
-    fs::remove_all(dir);
 }

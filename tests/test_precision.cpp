@@ -4,6 +4,7 @@
 // several processes as on one (within 16-bit rounding's reach), bitwise with recomputation, bfloat16 and
 // float16 following float32's loss curve over 50 steps, and the model's memory against the measured peak.
 #include "../backend/src/tensors/narrow.hpp"
+#include "temp_files.hpp"
 #include "train_runs.hpp"
 
 #include <dsl/backend/memory.hpp>
@@ -315,20 +316,18 @@ TEST_CASE("a narrowed layer that no backward reads keeps no 16-bit copy", "[prec
     CAPTURE(bn, conv);
     CHECK(conv > 0);
     CHECK(bn > 1.5 * conv);
-    const fs::path dir = fs::temp_directory_path() / ("dsl_precision_copy_" + std::to_string(::getpid()));
-    fs::create_directories(dir);
-    const std::string ck = (dir / "ck").string(), common = " --load " + ck + " --samples 8";
+    const dsl::test::TempDir dir;
+    const std::string ck = dir / "ck", common = " --load " + ck + " --samples 8";
     REQUIRE(run_dsl("run samples/mesh_tiny.net --steps 2 --batch 4 --save " + ck).exit_code == 0);
     const std::string narrow = schedule_with("", "batch = 4\ndefault precision=bfloat16");
     const Result eval = run_dsl("eval samples/mesh_tiny.net " + narrow + common);
     INFO(eval.out << eval.err);
     CHECK(eval.exit_code == 0);
     const Result middle = run_dsl("predict samples/mesh_tiny.net " + narrow + common +
-                                  " --layer block1.0.bn --output " + (dir / "bn.npy").string());
+                                  " --layer block1.0.bn --output " + (dir / "bn.npy"));
     CHECK(middle.exit_code == 1);
     CHECK(middle.err.find("layer 'block1.0.bn' is kept in 16 bits under this schedule and no backward reads it") !=
           std::string::npos);
-    fs::remove_all(dir);
 }
 
 TEST_CASE("the auto-scheduler keeps outputs in bfloat16 where the schedule leaves the precision open", "[precision]") {

@@ -53,7 +53,7 @@ void Model::shared_memory(Prediction& out) const {
         // go to the trainer's scratch.
         if (timeline.narrowed[i] && timeline.again[i].empty())
             lp.cost.scratch[4] = std::max(lp.cost.scratch[4], lp.cost.output / 2.0);
-        if (timeline.narrowed[i] && !timeline.again[i].empty())
+        else if (timeline.narrowed[i])
             out.activations += lp.cost.output * precision_bytes(*lp.dist.precision) / 4.0;
         uses.emplace_back(lp.cost.output, timeline.forward[i]);
         if (timeline.again[i].empty()) {

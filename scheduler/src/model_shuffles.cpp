@@ -57,6 +57,10 @@ namespace {
 
 bool channel_parts(const Split& s) { return s.c * s.f > 1; }
 
+// Whether nothing moves between a producer under `from` and a reader under `to`: the same split reads the
+// tiles it holds (not whole samples of a spatial tensor, nor another block of channels).
+bool unmoved(const Split& from, const Split& to, bool whole) { return from == to && !whole && !channel_parts(from); }
+
 }  // namespace
 
 ShuffleCost Model::shuffle_cost(const ShufflePoints& s, const Layer& producer, const Split& from, const Split& to,
@@ -89,7 +93,7 @@ ShuffleCost Model::shuffle(int reader, int input, const Split& from, const Split
     if (cls < 0) return {};
     const Layer& r = net_.layers[static_cast<std::size_t>(reader)];
     const Layer& p = net_.layers[static_cast<std::size_t>(r.inputs[static_cast<std::size_t>(input)])];
-    if (from == to && !(p.spatial() && reads_whole_samples(r)) && !channels) return {};
+    if (unmoved(from, to, p.spatial() && reads_whole_samples(r))) return {};
     return shuffle_cost(shuffles_->points(cls, from, to), p, from, to,
                         channels ? 1.0 : static_cast<double>(extent_of(p, batch_).c));
 }
@@ -97,40 +101,37 @@ ShuffleCost Model::shuffle(int reader, int input, const Split& from, const Split
 std::vector<ShuffleCost> Model::shuffles(int reader, int input, const std::vector<Split>& from,
                                          const std::vector<Split>& to) const {
     std::vector<ShuffleCost> out(from.size() * to.size());
-    const int cls = shuffle_class(reader, input, false);
-    if (cls < 0) return out;
+    const int plain = shuffle_class(reader, input, false);
+    if (plain < 0) return out;
     const Layer& r = net_.layers[static_cast<std::size_t>(reader)];
     const Layer& p = net_.layers[static_cast<std::size_t>(r.inputs[static_cast<std::size_t>(input)])];
     const bool whole = p.spatial() && reads_whole_samples(r);
-    const auto channels = static_cast<double>(extent_of(p, batch_).c);
-    // Pairs without F or C parts, from the per-channel arithmetic; the few others from the class that counts
-    // channels, over the splits that have them on either side.
-    std::vector<Split> plain_from, plain_to, channel_from, channel_to;
-    std::vector<std::size_t> plain_a, plain_b, channel_a, channel_b;
-    for (std::size_t a = 0; a < from.size(); ++a)
-        (channel_parts(from[a]) ? channel_from : plain_from).push_back(from[a]),
-            (channel_parts(from[a]) ? channel_a : plain_a).push_back(a);
-    for (std::size_t b = 0; b < to.size(); ++b)
-        (channel_parts(to[b]) ? channel_to : plain_to).push_back(to[b]),
-            (channel_parts(to[b]) ? channel_b : plain_b).push_back(b);
-    const std::vector<ShufflePoints>& points = shuffles_->matrix(cls, plain_from, plain_to);
-    for (std::size_t a = 0; a < plain_from.size(); ++a)
-        for (std::size_t b = 0; b < plain_to.size(); ++b)
-            if (!(plain_from[a] == plain_to[b] && !whole))
-                out[plain_a[a] * to.size() + plain_b[b]] =
-                    shuffle_cost(points[a * plain_to.size() + b], p, plain_from[a], plain_to[b], channels);
+    // The pairs of rows `a` of `from` and columns `b` of `to` from class `cls`'s arithmetic, each point
+    // `per_point` elements.
+    auto fill = [&](int cls, const std::vector<std::size_t>& a, const std::vector<std::size_t>& b, double per_point) {
+        std::vector<Split> rows, cols;
+        for (std::size_t i : a) rows.push_back(from[i]);
+        for (std::size_t j : b) cols.push_back(to[j]);
+        const std::vector<ShufflePoints>& points = shuffles_->matrix(cls, rows, cols);
+        for (std::size_t i = 0; i < a.size(); ++i)
+            for (std::size_t j = 0; j < b.size(); ++j)
+                if (!unmoved(rows[i], cols[j], whole))
+                    out[a[i] * to.size() + b[j]] =
+                        shuffle_cost(points[i * b.size() + j], p, rows[i], cols[j], per_point);
+    };
+    // Pairs without F or C parts from the per-channel arithmetic; the few others from the class that counts
+    // channels: every producer split into the readers' with them, and the producers' with them into the rest.
+    std::vector<std::size_t> every_from, plain_from, channel_from, plain_to, channel_to;
+    for (std::size_t a = 0; a < from.size(); ++a) {
+        every_from.push_back(a);
+        (channel_parts(from[a]) ? channel_from : plain_from).push_back(a);
+    }
+    for (std::size_t b = 0; b < to.size(); ++b) (channel_parts(to[b]) ? channel_to : plain_to).push_back(b);
+    fill(plain, plain_from, plain_to, static_cast<double>(extent_of(p, batch_).c));
     if (channel_from.empty() && channel_to.empty()) return out;
     const int counted = shuffle_class(reader, input, true);
-    const std::vector<ShufflePoints>& into = shuffles_->matrix(counted, from, channel_to);
-    for (std::size_t a = 0; a < from.size(); ++a)
-        for (std::size_t b = 0; b < channel_to.size(); ++b)
-            out[a * to.size() + channel_b[b]] =
-                shuffle_cost(into[a * channel_to.size() + b], p, from[a], channel_to[b], 1.0);
-    const std::vector<ShufflePoints>& out_of = shuffles_->matrix(counted, channel_from, plain_to);
-    for (std::size_t a = 0; a < channel_from.size(); ++a)
-        for (std::size_t b = 0; b < plain_to.size(); ++b)
-            out[channel_a[a] * to.size() + plain_b[b]] =
-                shuffle_cost(out_of[a * plain_to.size() + b], p, channel_from[a], plain_to[b], 1.0);
+    fill(counted, every_from, channel_to, 1.0);
+    fill(counted, channel_from, plain_to, 1.0);
     return out;
 }
 

@@ -42,17 +42,23 @@ bool whole_samples(const Layer& producer, const TileSpec& s) {
     return s.whole && producer.spatial() && s.split.spatial();
 }
 
-bool replicated(const Layer& producer, const TileSpec& s) {
-    return ((!producer.spatial() || whole_samples(producer, s)) && s.split.spatial()) ||
-           (s.channels == Channels::all && s.split.c * s.split.f > 1);
+namespace {
+
+// The same tile on every process of a spatial group (a vector, or whole samples), and on every process of an
+// F x C group (every channel, Channels::all).
+bool spatial_replica(const Layer& producer, const TileSpec& s) {
+    return (!producer.spatial() || whole_samples(producer, s)) && s.split.spatial();
 }
+bool channel_replica(const TileSpec& s) { return s.channels == Channels::all && s.split.c * s.split.f > 1; }
+
+}  // namespace
+
+bool replicated(const Layer& producer, const TileSpec& s) { return spatial_replica(producer, s) || channel_replica(s); }
 
 bool leader(const Layer& producer, const TileSpec& s, std::int64_t rank) {
     const Coords c = coords(s.split, rank);
-    const bool spatial_replica = (!producer.spatial() || whole_samples(producer, s)) && s.split.spatial();
-    if (spatial_replica && std::any_of(c.space.begin(), c.space.end(), [](std::int64_t i) { return i != 0; }))
-        return false;
-    return s.channels != Channels::all || (c.c == 0 && c.f == 0);
+    const bool first_in_space = std::all_of(c.space.begin(), c.space.end(), [](std::int64_t i) { return i == 0; });
+    return (!spatial_replica(producer, s) || first_in_space) && (!channel_replica(s) || (c.c == 0 && c.f == 0));
 }
 
 bool partial(const TileSpec& s) { return s.channels == Channels::filters && s.split.c > 1; }

@@ -126,7 +126,7 @@ void ShuffleArithmetic::pair(int dims, const Side& producer, const Side& reader,
     s.sampled = static_cast<int>(ranks_.size());
     // Samples (and channels, where counted) always; the spatial dimensions where the producer's tiles cut them.
     const bool all = block.of[static_cast<std::size_t>(dims) - 1] != nullptr;
-    const bool ch = block.of[1] != nullptr && block.counts_channels;
+    const bool ch = block.counts_channels;
     switch (dims) {  // the loops over dimensions unrolled: this runs for millions of pairs
         case 1: pair<1, 1>(producer, reader, block, s); break;
         case 2: all || ch ? pair<2, 2>(producer, reader, block, s) : pair<2, 1>(producer, reader, block, s); break;

@@ -72,19 +72,15 @@ void Trainer::Impl::finish_gather(Tile& t) {
     if (t.forward.empty()) return;
     wait(t.copy ? Kind::wait_shuffle : Kind::wait_halo, [&] { comm.finish_exchange(); });
     const auto narrow = narrowed_of(t.spec.layer);
+    // Partial sums are added; they are never narrowed (Distribution::narrowed: not under C parts).
     const bool sum = slots[static_cast<std::size_t>(t.spec.layer)].own().partial;
     for (std::size_t i = 0; i < t.forward.receives.size(); ++i) {
         float* in = t.forward_messages.receives[i].data();
         const View v = view_of(t.y, t, t.forward.receives[i].box);
-        if (narrow && sum) {  // widened into scratch, then added
-            const View wide = dense_view(scratch.reserve(v.dims.elements()), v.dims);
-            mem.widen(reinterpret_cast<const std::uint16_t*>(in), *narrow, wide);
-            k.eltwise->accumulate(wide, v);
-        } else if (narrow) {
+        if (narrow)
             mem.widen(reinterpret_cast<const std::uint16_t*>(in), *narrow, v);
-        } else {
+        else
             mem.unpack(in, v, sum);
-        }
     }
 }
 

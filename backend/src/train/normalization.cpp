@@ -13,7 +13,7 @@ double Trainer::Impl::group_count(const Slot& s) const {
     const Box& b = s.operands[0]->box;
     const Dims& whole = global_dims(s.layer->inputs[0]);
     if (!s.group) return static_cast<double>(b.points());
-    const auto kind = plan_of(static_cast<int>(&s - slots.data())).group.kind;
+    const auto kind = plan_of(s.own().spec.layer).group.kind;
     if (kind != scheduler::GroupPlan::Kind::samples) return static_cast<double>(whole.n * whole.points());
     return static_cast<double>(b.n.size() * whole.points());  // a sample group
 }
@@ -22,7 +22,7 @@ double Trainer::Impl::group_count(const Slot& s) const {
 // that speak for a block (its first sample group's first process) share theirs, so that every process
 // holds them all, as a checkpoint takes them.
 void Trainer::Impl::share_running_statistics(Slot& s) {
-    const auto& split = *plan_of(static_cast<int>(&s - slots.data())).dist.split;
+    const auto& split = *plan_of(s.own().spec.layer).dist.split;
     const scheduler::Coords at = scheduler::coords(split, plan.rank);
     const bool speaks =
         at.n == 0 && std::all_of(at.space.begin(), at.space.end(), [](std::int64_t i) { return i == 0; });

@@ -93,6 +93,7 @@ struct Trainer::Impl {
         std::vector<float> mean, inv_std, running_mean, running_var;
 
         Tile& own() { return *tiles.front(); }
+        const Tile& own() const { return *tiles.front(); }
     };
 
     const frontend::Network& net;

@@ -27,10 +27,14 @@ struct AutoOptions {
     double memory_limit = 0.0;  // bytes per process; 0: no limit
     SearchMethod method = SearchMethod::frontier;
     std::int64_t max_states = 1 << 22;  // frontier states beyond which the paper's heuristic runs
-    // The most parts of a channel or filter split in a candidate (splits_of); 1: none. The command line gives
-    // the processes of a node: their channels' collectives run every layer, over the node's fast links.
+    // The most parts of a channel or filter split in a candidate (splits_of); 1: none. The commands give
+    // channel_parts_on(platform).
     std::int64_t channel_parts = 1;
 };
+
+// The most parts of a channel or filter split the commands search on `platform`: the processes of a node,
+// since the redistributions between channel blocks run every layer, over the node's fast links.
+inline std::int64_t channel_parts_on(const Platform& platform) { return platform.procs_per_node; }
 
 struct AutoResult {
     Schedule schedule;                             // complete
