@@ -307,12 +307,13 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
         if (log) std::cerr << "error: " << log->error() << "\n";
         return false;
     };
-    // Parameters are the same on every process: the first writes them.
+    // Every process takes part in gathering the parameters (F and C parts split them); the first writes them.
     auto save = [&](std::int64_t steps_done) {
         bool saved = true;
+        const auto state = trainer->state();
         if (comm.rank() == 0) {
             std::vector<std::string> removed;
-            saved = backend::save(*trainer, o.save, steps_done, o.seed, o.net, error, &removed);
+            saved = backend::save(*trainer, state, o.save, steps_done, o.seed, o.net, error, &removed);
             if (!saved) std::cerr << fmt::format("error: cannot save to '{}': {}\n", o.save, error);
             for (const std::string& folder : removed)
                 std::cerr << fmt::format("note: removed '{}', left by a save that was killed\n", folder);

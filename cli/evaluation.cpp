@@ -120,7 +120,7 @@ std::unique_ptr<backend::Trainer> remainder_trainer(backend::Trainer& trainer, c
         return nullptr;  // the same answer on every process: the schedule is the same
     }
     const auto from = trainer.state();
-    auto to = small->state();
+    auto to = small->writable_state();
     DSL_INTERNAL_CHECK(from.size() == to.size(), "a trainer of another network");
     for (std::size_t i = 0; i < from.size(); ++i) {
         DSL_INTERNAL_CHECK(from[i].name == to[i].name && from[i].size == to[i].size, "a trainer of another network");

@@ -128,6 +128,28 @@ TEST_CASE("model: channel and filter splits cut the compute; their collectives a
     // sum comes from the four processes, its own part included.
     CHECK(four.shuffle(b, 0, c4, c4).bytes == 2 * 3 * 4 * 4 * 16 * 16 * 4);
     CHECK(four.shuffle(b, 0, c4, c4).seconds > 0.0);
+    // Each process holds a quarter of the weights, which nobody else holds: nothing to allreduce. Two samples
+    // by two filter blocks: each block's two holders sum half of the gradient.
+    CHECK(four.layer(c2, under(f4)).allreduce == 0.0);
+    CHECK(four.layer(c2, under(c4)).allreduce == 0.0);
+    const Split n2f2{2, 1, 2, {1, 1, 1}};
+    const double half = four.layer(c2, under(n2f2)).allreduce;
+    CHECK(half > 0.0);
+    CHECK(half < four.layer(c2, dist(4, 1, 1)).allreduce);
+    CHECK(half == Approx(four.allreduce(2, (16.0 * 16 * 9 / 2 + 16.0 / 2) * 4, false)));
+    // The parameters, their gradients and momenta: a quarter of them on each process.
+    auto every = [&](const Split& s) {
+        Schedule sched;
+        sched.procs = 4;
+        sched.batch = 4;
+        for (std::size_t i = 0; i < l.net.layers.size(); ++i) sched.layers.push_back(under(s));
+        return four.predict(sched);
+    };
+    const Prediction samples = every(Split{4, 1, 1, {1, 1, 1}}), filters = every(f4);
+    CHECK(samples.parameters == Approx(3.0 * 4.0 * static_cast<double>(l.net.total_params()) +
+                                       4.0 * 4.0 * 16));  // and batch norm's statistics, whole
+    CHECK(filters.parameters == Approx(samples.parameters / 4 + 3.0 * 4.0 * 16));
+    CHECK(filters.update == Approx(samples.update / 4));
 }
 
 TEST_CASE("model: measured times replace the analytic ones", "[model]") {

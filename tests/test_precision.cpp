@@ -241,13 +241,14 @@ TEST_CASE("16-bit storage on several processes trains as on one", "[precision][m
         const char* precision;
         std::int64_t batch;
     };
-    const Case c = GENERATE(
-        Case{"samples/mesh_tiny.net", "samples/mesh_tiny_spatial_hw_4.sched", "default precision=bfloat16", 4},
-        Case{"samples/mesh_tiny.net", "samples/mesh_tiny_hybrid_4.sched", "default precision=bfloat16", 4},
-        Case{"samples/mesh_tiny.net", "samples/mesh_tiny_mixed_4.sched", "default precision=float16", 4},
-        Case{"tests/dist/unet.net", "tests/dist/unet_mixed_4.sched", "default precision=bfloat16", 4},
-        Case{"tests/dist/modern.net", "tests/dist/modern_hw4.sched", "default precision=bfloat16", 4},
-        Case{"tests/dist/vol.net", "tests/dist/vol_dhw8.sched", "default precision=bfloat16", 2});
+    const Case c =
+        GENERATE(Case{"samples/mesh_tiny.net", "samples/mesh_tiny_spatial_hw_4.sched", "default precision=bfloat16", 4},
+                 Case{"samples/mesh_tiny.net", "samples/mesh_tiny_hybrid_4.sched", "default precision=bfloat16", 4},
+                 Case{"samples/mesh_tiny.net", "samples/mesh_tiny_mixed_4.sched", "default precision=float16", 4},
+                 Case{"samples/mesh_tiny.net", "tests/dist/mesh_f2.sched", "default precision=float16", 4},
+                 Case{"tests/dist/unet.net", "tests/dist/unet_mixed_4.sched", "default precision=bfloat16", 4},
+                 Case{"tests/dist/modern.net", "tests/dist/modern_hw4.sched", "default precision=bfloat16", 4},
+                 Case{"tests/dist/vol.net", "tests/dist/vol_dhw8.sched", "default precision=bfloat16", 2});
     CAPTURE(c.net, c.sched, c.precision);
     const std::string one = schedule_with("", c.precision), many = schedule_with(c.sched, c.precision);
     const Run a = train(c.net, one, c.batch, "", 1), b = train(c.net, many, c.batch, "", 1);

@@ -210,6 +210,39 @@ TEST_CASE("run --trace: a track per process with every layer, halo, sum and allr
     CHECK(closest < 0.5);
 }
 
+TEST_CASE("run --trace under F parts: each block's allreduce among its holders alone", "[cli][trace][mpi]") {
+    // N=2 F=2 on 4 processes: each block of a layer's weights has two holders (the two sample groups), which
+    // allreduce its gradient every step: half of the bytes that N=2 allreduces. F=2 on 2 processes: no other
+    // process holds a block, and nothing is allreduced.
+    const int steps = 2;
+    auto traced = [&](const std::string& sched) {
+        dsl::test::TempDir dir;
+        const std::string file = dir / "trace.json";
+        const Result r = run_dsl("run samples/mesh_tiny.net " + sched + " --steps " + std::to_string(steps) +
+                                 " --trace '" + file + "'");
+        INFO(sched << "\n" << r.out << r.err);
+        REQUIRE(r.exit_code == 0);
+        return spans(read_trace(file));
+    };
+    // Bytes allreduced per layer on rank 0 in the last step.
+    auto allreduced = [&](const std::vector<json>& events) {
+        std::map<std::string, double> bytes;
+        for (const json& e : events)
+            if (e["cat"] == "allreduce" && e["pid"] == 0 && e["args"]["step"] == steps)
+                bytes[e["name"].get<std::string>()] += e["args"]["bytes"].get<double>();
+        return bytes;
+    };
+    const auto blocks = allreduced(traced("tests/dist/mesh_n2f2.sched"));
+    const auto whole = allreduced(traced("samples/mesh_tiny_sample_2.sched"));
+    for (const std::string& layer : parameterized) {
+        INFO(layer);
+        REQUIRE(blocks.count(layer + " allreduce") == 1);
+        REQUIRE(whole.count(layer + " allreduce") == 1);
+        CHECK(blocks.at(layer + " allreduce") == Approx(whole.at(layer + " allreduce") / 2));
+    }
+    CHECK(allreduced(traced("tests/dist/mesh_f2.sched")).empty());
+}
+
 TEST_CASE("run --trace on one process, --trace-steps keeps the last steps", "[cli][trace]") {
     dsl::test::TempDir dir;
     const std::string file = dir / "trace.json";

@@ -148,16 +148,31 @@ Model::Model(const frontend::Network& net, const Platform& platform, std::int64_
 
 double Model::memory_limit() const { return platform_.memory * static_cast<double>(threads_) / share_; }
 
-double Model::fixed_memory() const {
-    // Weights, their gradients and momenta (and Adam's second moments), on every process alike; batch norm
-    // adds running statistics.
+// The parameters of layer `l` that one process holds under `split`: F and C parts split a layer's weights in
+// blocks, its filters' by its input channels' (a bias, and a normalization's scale and shift, by the blocks
+// of its channels: every F part, and its C parts where they cut a normalization's channels).
+namespace {
+double held_params(const Layer& l, const Split& split) {
+    const auto params = static_cast<double>(l.params);
+    if (!splits_channels(l, split)) return params;
+    const auto parts = static_cast<double>(split.c * split.f);
+    if (l.op == OpKind::batchnorm || l.op == OpKind::groupnorm) return params / parts;
+    const double bias = l.bias ? static_cast<double>(l.filters) : 0.0;
+    return (params - bias) / parts + bias / static_cast<double>(split.f);
+}
+}  // namespace
+
+double Model::parameter_memory(const Schedule& schedule) const {
+    // Weights, their gradients and momenta (and Adam's second moments), each process its blocks of them;
+    // batch norm adds its statistics, whole on every process.
     const double copies = net_.train.optimizer == frontend::Optimizer::sgd ? 3.0 : 4.0;
     double params = 0.0;
-    for (const Layer& l : net_.layers) {
-        params += copies * static_cast<double>(l.params);
+    for (std::size_t i = 0; i < net_.layers.size(); ++i) {
+        const Layer& l = net_.layers[i];
+        params += copies * held_params(l, schedule.layers[i].split.value_or(Split{}));
         if (l.op == OpKind::batchnorm) params += 4.0 * static_cast<double>(l.shape.dims.at(0));
     }
-    return params * word + platform_.workspace;
+    return params * word;
 }
 
 // ---- Compute.
@@ -462,6 +477,11 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
     };
     const std::int64_t sample_group = split.spatial_procs();
     const bool group_spans = multi_node_ && procs_ > platform_.procs_per_node;
+    // Who sums a weight gradient: every process, or under F and C parts those that hold the same block (the
+    // same F and C part: within a sample group's ranks where N is 1).
+    const std::int64_t holders = splits_channels(l, split) ? procs_ / (split.c * split.f) : procs_;
+    const bool holders_span =
+        holders == procs_ || split.n > 1 ? group_spans : multi_node_ && sample_group > platform_.procs_per_node;
 
     switch (l.op) {
         case OpKind::input:
@@ -515,7 +535,7 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
                 mode == BatchNormStats::batch ? group_spans : multi_node_ && group > platform_.procs_per_node;
             c.forward_sync = allreduce(group, stats, spans);
             if (!data_in) c.backward_sync = allreduce(group, stats, spans);
-            c.allreduce = 2.0 * allreduce(procs_, static_cast<double>(g.y[1]) * word, group_spans);
+            c.allreduce = 2.0 * allreduce(holders, static_cast<double>(g.y[1]) * word, holders_span);
             break;
         }
         case OpKind::groupnorm: {
@@ -548,12 +568,12 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
             const Sizes x{g.x[0], std::accumulate(g.x.begin() + 1, g.x.end(), std::int64_t{1}, std::multiplies<>())},
                 y{g.y[0], g.y[1]};
             const double flops = 2.0 * elements(x) * static_cast<double>(y[1]);
-            const double bytes = (elements(x) + elements(y) + static_cast<double>(l.params)) * word;
+            const double bytes = (elements(x) + elements(y) + held_params(l, split)) * word;
             c.forward = run(kernel_name(l.op, Phase::forward), {{"x", x}, {"y", y}}, flops, bytes);
             if (!data_in)
                 c.backward_data = run(kernel_name(l.op, Phase::backward_data), {{"x", x}, {"y", y}}, flops, bytes);
             c.backward_weights = run(kernel_name(l.op, Phase::backward_weights), {{"x", x}, {"y", y}}, flops, bytes);
-            const double w = static_cast<double>(l.params) * word, in = blocked(g.x, word), out = elements(y) * word;
+            const double w = held_params(l, split) * word, in = blocked(g.x, word), out = elements(y) * word;
             layouts(in, w, out);
             if (!data_in) layouts(out, w, in);
             layouts(in, out, w);
@@ -601,7 +621,7 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
             c.backward_weights = run(kernel_name(l.op, Phase::backward_weights), f, flops, bytes, ny);
             // A convolution's passes with input and output exchanged (deconv_over_conv), blocked, over groups of
             // samples.
-            const double weights = static_cast<double>(l.filters * g.x[1] * taps) * word;
+            const double weights = static_cast<double>(g.y[1] * g.x[1] * taps) * word;
             const double group =
                 static_cast<double>(layout_group(dims_of(g.y), dims_of(g.x))) / static_cast<double>(g.y[0]);
             const double x_in = blocked(g.x, word) * group, y_in = blocked(g.y, word) * group;
@@ -632,7 +652,7 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
             break;
     }
     if (l.params > 0 && l.op != OpKind::batchnorm)
-        c.allreduce = allreduce(procs_, static_cast<double>(l.params) * word, group_spans);
+        c.allreduce = allreduce(holders, held_params(l, split) * word, holders_span);
 
     // Halo exchange (windowed layers whose input tile is split the same way), with or without overlap.
     double halo = 0.0, interior = c.forward;
@@ -746,7 +766,7 @@ Prediction Model::predict(const Schedule& schedule) const {
     out.allreduce_exposed = std::max(0.0, comm - t);
     const auto params = static_cast<double>(net_.total_params());
     // SGD reads w, m, g and writes w, m; Adam reads w, m, v, g and writes w, m, v, with a square root and two
-    // divisions per weight.
+    // divisions per weight. Under F and C parts a process updates its blocks alone: that share of the time.
     out.update = net_.train.optimizer == frontend::Optimizer::sgd
                      ? kernel(sgd_kernel, {{"params", {net_.total_params()}}}, 4.0 * params, 16.0 * params)
                      : kernel(adam_kernel, {{"params", {net_.total_params()}}}, 14.0 * params, 28.0 * params);
@@ -754,6 +774,10 @@ Prediction Model::predict(const Schedule& schedule) const {
         out.update = it->second;
         out.allreduce_exposed = 0.0;  // measured with the update
     }
+    double held = 0.0;
+    for (std::size_t i = 0; i < net_.layers.size(); ++i)
+        held += held_params(net_.layers[i], schedule.layers[i].split.value_or(Split{}));
+    if (params > 0.0) out.update *= held / params;
     out.step = out.forward + out.backward + out.allreduce_exposed + out.update;
 
     std::array<double, 5> scratch{};
@@ -761,7 +785,7 @@ Prediction Model::predict(const Schedule& schedule) const {
         for (std::size_t i = 0; i < scratch.size(); ++i) scratch[i] = std::max(scratch[i], lp.cost.scratch[i]);
     out.scratch = std::accumulate(scratch.begin(), scratch.end(), 0.0);
     out.workspace = platform_.workspace;
-    out.parameters = fixed_memory() - platform_.workspace;
+    out.parameters = parameter_memory(schedule);
     out.memory = out.activations + out.gradients + out.parameters + out.buffers + out.scratch + out.workspace;
     out.memory_limit = memory_limit();
     // Times and sizes, from figures bounded where the platform is read: one that is negative, NaN or infinite

@@ -489,8 +489,13 @@ std::optional<Checkpoint> load_checkpoint(const std::string& dir, std::string& e
 
 bool save(Trainer& trainer, const std::string& dir, std::int64_t step, std::uint64_t seed, const std::string& network,
           std::string& error, std::vector<std::string>* removed) {
+    return save(trainer, trainer.state(), dir, step, seed, network, error, removed);
+}
+
+bool save(const Trainer& trainer, const std::vector<StateTensor>& state, const std::string& dir, std::int64_t step,
+          std::uint64_t seed, const std::string& network, std::string& error, std::vector<std::string>* removed) {
     std::vector<CheckpointTensorRef> refs;
-    for (const auto& s : trainer.state())
+    for (const auto& s : state)
         refs.push_back({s.name, s.shape, std::span<const float>(s.data, static_cast<std::size_t>(s.size))});
     nlohmann::json meta{{"step", step},
                         {"seed", seed},
@@ -522,7 +527,7 @@ bool restore(Trainer& trainer, const Checkpoint& ckpt, std::int64_t& step, std::
             saved_optimizer, optimizer, saved_optimizer);
         return false;
     }
-    const auto state = trainer.state();
+    const auto state = trainer.writable_state();
     std::set<std::string> wanted;
     // Everything is checked before anything is copied, so a failed restore leaves the trainer as it was.
     for (const auto& s : state) {

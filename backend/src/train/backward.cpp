@@ -64,6 +64,7 @@ void Trainer::Impl::backward_layer(int index) {
     if (!l.is_data())
         for (auto& t : s.tiles) scatter(*t);
     comm.progress();  // the weight-gradient allreduces started so far
+    for (Comm* holders : holder_groups) holders->progress();
     observe_allreduces(false);
     const bool speaks = l.op == OpKind::label ? true : s.own().leader;
     switch (l.op) {
@@ -80,7 +81,7 @@ void Trainer::Impl::backward_layer(int index) {
             Tile& in = *s.operands[0];
             if (!is_input(&in))
                 input_gradient(in, plan_of(index).read,
-                               [&](View dx) { conv.backward_data(s.own().dy.interior(), weights_of(s), dx, w); });
+                               [&](View dx) { conv.backward_data(s.own().dy.interior(), s.w.interior(), dx, w); });
             mark(Phase::backward, Kind::backward_weights, index);
             // With overlap, when this layer is the only reader of its input, the input's gradient is
             // complete here: its halo goes back to the neighbours while the weight gradient is computed.
@@ -108,7 +109,7 @@ void Trainer::Impl::backward_layer(int index) {
             const Deconv d = deconv_of(l, read, s.own().box);
             if (!is_input(&in))
                 input_gradient(in, read,
-                               [&](View dx) { k.deconv->backward_data(s.own().dy.interior(), weights_of(s), dx, d); });
+                               [&](View dx) { k.deconv->backward_data(s.own().dy.interior(), s.w.interior(), dx, d); });
             mark(Phase::backward, Kind::backward_weights, index);
             const bool send_now = overlap_of(index) && !is_input(&in) && !in.copy && in.readers == 1;
             if (send_now) start_scatter(in);
@@ -159,7 +160,7 @@ void Trainer::Impl::backward_layer(int index) {
             allreduce_gradients(s, speaks);
             if (is_input(&in)) break;
             mark(Phase::backward, Kind::backward_data, index);
-            interior_gradient(in, [&](View dx) { k.fc->backward_data(s.own().dy.interior(), weights_of(s), dx); });
+            interior_gradient(in, [&](View dx) { k.fc->backward_data(s.own().dy.interior(), s.w.interior(), dx); });
             break;
         }
         case OpKind::add:

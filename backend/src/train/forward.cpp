@@ -26,7 +26,7 @@ double Trainer::Impl::forward(DataSource& data, std::int64_t first, bool trainin
         profile.layers.assign(slots.size(), LayerTime{});
         profile.events.clear();
         open_allreduces.clear();
-        allreduce_requests = 0;
+        allreduce_requests.clear();
         posted_open = segment_open = false;
         mark(Phase::forward, Kind::forward, 0);
         profile.start = segment.start;
@@ -93,7 +93,7 @@ void Trainer::Impl::forward_layer(DataSource& data, std::int64_t first, bool tra
             k.pool->broadcast(scratch_values.data(), 1.0f, y);  // y is {n, c, 1, 1}
             break;
         }
-        case OpKind::fc: k.fc->forward(in(), weights_of(s), bias_of(s), y); break;
+        case OpKind::fc: k.fc->forward(in(), s.w.interior(), bias_of(s), y); break;
         case OpKind::add: {
             std::vector<ConstView> xs;
             for (std::size_t j = 0; j < l.inputs.size(); ++j) xs.push_back(in(j));
@@ -148,10 +148,10 @@ void Trainer::Impl::windowed_forward(Slot& s, const Box& out) {
             return k.upsample->forward(upsample_of(l, read, out), x, y);
         case OpKind::deconv:
             DSL_INTERNAL_CHECK(k.deconv, "the kernel set has no kernels for transposed convolutions");
-            return k.deconv->forward(x, weights_of(s), bias_of(s), y, deconv_of(l, read, out));
+            return k.deconv->forward(x, s.w.interior(), bias_of(s), y, deconv_of(l, read, out));
         case OpKind::conv:
             set_padding(in, 0.0f);
-            return conv_of(own.spec.layer).forward(x, weights_of(s), bias_of(s), y, window_of(l));
+            return conv_of(own.spec.layer).forward(x, s.w.interior(), bias_of(s), y, window_of(l));
         default:
             set_padding(in, l.op == OpKind::maxpool ? -std::numeric_limits<float>::infinity() : 0.0f);
             return k.pool->forward(l.op == OpKind::maxpool ? PoolKind::max : PoolKind::average, x, y, window_of(l));

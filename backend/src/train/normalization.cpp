@@ -18,26 +18,6 @@ double Trainer::Impl::group_count(const Slot& s) const {
     return static_cast<double>(b.n.size() * whole.points());  // a sample group
 }
 
-// Under F and C parts each process moves the running statistics of its block of channels: the processes
-// that speak for a block (its first sample group's first process) share theirs, so that every process
-// holds them all, as a checkpoint takes them.
-void Trainer::Impl::share_running_statistics(Slot& s) {
-    const auto& split = *plan_of(s.own().spec.layer).dist.split;
-    const scheduler::Coords at = scheduler::coords(split, plan.rank);
-    const bool speaks =
-        at.n == 0 && std::all_of(at.space.begin(), at.space.end(), [](std::int64_t i) { return i == 0; });
-    const std::size_t channels = s.running_mean.size();
-    std::vector<double> both(2 * channels, 0.0);
-    if (speaks)
-        for (auto c = static_cast<std::size_t>(s.filters.lo); c < static_cast<std::size_t>(s.filters.hi); ++c)
-            both[c] = s.running_mean[c], both[channels + c] = s.running_var[c];
-    wait(
-        Kind::wait_sum, [&] { comm.allreduce(both.data(), static_cast<std::int64_t>(both.size())); },
-        static_cast<std::int64_t>(both.size() * sizeof(double)));
-    for (std::size_t c = 0; c < channels; ++c)
-        s.running_mean[c] = static_cast<float>(both[c]), s.running_var[c] = static_cast<float>(both[channels + c]);
-}
-
 void Trainer::Impl::batchnorm_forward(Slot& s, bool training) {
     const Layer& l = *s.layer;
     const ConstView x = s.operands[0]->y.interior();
@@ -63,14 +43,13 @@ void Trainer::Impl::batchnorm_forward(Slot& s, bool training) {
             running_mean[c] = static_cast<float>((1 - l.momentum) * running_mean[c] + l.momentum * mean);
             running_var[c] = static_cast<float>((1 - l.momentum) * running_var[c] + l.momentum * unbiased);
         }
-        if (s.channel_split) share_running_statistics(s);
     } else {
         for (std::size_t c = 0; c < channels; ++c) {
             mean_of[c] = running_mean[c];
             inv_std[c] = static_cast<float>(1.0 / std::sqrt(static_cast<double>(running_var[c]) + l.eps));
         }
     }
-    k.batchnorm->forward(x, mean_of, inv_std, s.w.data() + c0, s.b.data() + c0, s.own().y.interior());
+    k.batchnorm->forward(x, mean_of, inv_std, s.w.data(), s.b.data(), s.own().y.interior());
 }
 
 // Sums sums_a and sums_b over the slot's group; a replica that does not speak adds nothing.
@@ -86,20 +65,19 @@ void Trainer::Impl::group_sum(Slot& s, bool speaks) {
     std::copy(both.begin() + static_cast<std::ptrdiff_t>(sums_a.size()), both.end(), sums_b.begin());
 }
 
-// This tile's part of a normalization's d(gamma) and d(beta), per channel, into the scale's and shift's
-// gradients; the allreduce over every process adds the rest.
+// This tile's part of a normalization's d(gamma) and d(beta), per channel of its block, into the scale's and
+// shift's gradients; the allreduce over the block's holders adds the rest.
 void Trainer::Impl::scale_shift_gradients(Slot& s, const std::vector<double>& d_gamma,
                                           const std::vector<double>& d_beta, bool speaks) {
-    const std::size_t channels = d_beta.size(), c0 = s.channel_offset();
+    const std::size_t channels = d_beta.size();
     scratch_values.resize(2 * channels);
     for (std::size_t c = 0; c < channels; ++c) {
         scratch_values[c] = static_cast<float>(d_beta[c]);
         scratch_values[channels + c] = static_cast<float>(d_gamma[c]);
     }
-    if (s.channel_split) mem.fill(s.db.padded(), 0.0f), mem.fill(s.dw.padded(), 0.0f);
     const auto count = static_cast<std::int64_t>(channels);
-    mem.upload(scratch_values.data(), s.db.data() + c0, count);
-    mem.upload(scratch_values.data() + channels, s.dw.data() + c0, count);
+    mem.upload(scratch_values.data(), s.db.data(), count);
+    mem.upload(scratch_values.data() + channels, s.dw.data(), count);
     allreduce_gradients(s, speaks);
 }
 
@@ -117,7 +95,7 @@ void Trainer::Impl::batchnorm_backward(Slot& s, bool speaks) {
     group_sum(s, speaks);
     const double count = group_count(s);
     interior_gradient(in, [&](View dx) {
-        k.batchnorm->backward(x, s.own().dy.interior(), s.mean.data() + c0, s.inv_std.data() + c0, s.w.data() + c0,
+        k.batchnorm->backward(x, s.own().dy.interior(), s.mean.data() + c0, s.inv_std.data() + c0, s.w.data(),
                               sums_a.data(), sums_b.data(), count, dx);
     });
 }
@@ -137,7 +115,6 @@ std::int64_t Trainer::Impl::groups_of(const Slot& s) const {
 void Trainer::Impl::groupnorm_forward(Slot& s) {
     const ConstView x = s.operands[0]->y.interior();
     const std::int64_t tile_groups = groups_of(s);
-    const std::size_t c0 = s.channel_offset();
     const auto stats = static_cast<std::size_t>(x.dims.n * tile_groups);
     sums_a.assign(stats, 0.0);
     sums_b.assign(stats, 0.0);
@@ -152,8 +129,7 @@ void Trainer::Impl::groupnorm_forward(Slot& s) {
         s.mean[g] = static_cast<float>(mean);
         s.inv_std[g] = static_cast<float>(1.0 / std::sqrt(var + s.layer->eps));
     }
-    k.groupnorm->forward(x, tile_groups, s.mean.data(), s.inv_std.data(), s.w.data() + c0, s.b.data() + c0,
-                         s.own().y.interior());
+    k.groupnorm->forward(x, tile_groups, s.mean.data(), s.inv_std.data(), s.w.data(), s.b.data(), s.own().y.interior());
 }
 
 void Trainer::Impl::groupnorm_backward(Slot& s, bool speaks) {
@@ -161,19 +137,18 @@ void Trainer::Impl::groupnorm_backward(Slot& s, bool speaks) {
     const ConstView x = in.y.interior();
     const auto channels = static_cast<std::size_t>(x.dims.c);
     const std::int64_t tile_groups = groups_of(s);
-    const std::size_t c0 = s.channel_offset();
     const auto stats = static_cast<std::size_t>(x.dims.n * tile_groups);
     std::vector<double> d_beta(channels, 0.0), d_gamma(channels, 0.0);
     sums_a.assign(stats, 0.0);
     sums_b.assign(stats, 0.0);
-    k.groupnorm->backward_statistics(x, s.own().dy.interior(), tile_groups, s.mean.data(), s.inv_std.data(),
-                                     s.w.data() + c0, d_beta.data(), d_gamma.data(), sums_a.data(), sums_b.data());
+    k.groupnorm->backward_statistics(x, s.own().dy.interior(), tile_groups, s.mean.data(), s.inv_std.data(), s.w.data(),
+                                     d_beta.data(), d_gamma.data(), sums_a.data(), sums_b.data());
     scale_shift_gradients(s, d_gamma, d_beta, speaks);
     if (is_input(&in)) return;
     group_sum(s, speaks);
     const double count = groupnorm_count(s);
     interior_gradient(in, [&](View dx) {
-        k.groupnorm->backward(x, s.own().dy.interior(), tile_groups, s.mean.data(), s.inv_std.data(), s.w.data() + c0,
+        k.groupnorm->backward(x, s.own().dy.interior(), tile_groups, s.mean.data(), s.inv_std.data(), s.w.data(),
                               sums_a.data(), sums_b.data(), count, dx);
     });
 }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 namespace dsl::backend {
 
@@ -39,8 +40,8 @@ Trainer::Impl::Impl(const frontend::Network& n, Kernels kernels, TrainConfig c, 
     for (std::size_t i = 0; i < net.layers.size(); ++i) slots[i].layer = &net.layers[i];
     allocate();
     make_groups();
-    initialize();
     place_blocks();
+    initialize();
     if (config.optimizer != frontend::Optimizer::sgd)
         for (Slot& s : slots) {
             if (s.w.size() > 0) s.vw = Tensor(s.w.dims(), {}, mem);
@@ -144,27 +145,41 @@ void Trainer::Impl::make_groups() {
     }
 }
 
-// A parameter in the kernels' memory, made from its values on the host.
-Tensor Trainer::Impl::parameter(Dims d, const std::vector<float>& values) {
-    Tensor t(d, {}, mem);
-    mem.upload(values.data(), t.data(), t.size());
+// A parameter in the kernels' memory: the process's block of the whole one, made on the host from `value`
+// of each element's index in the whole one (so that no process makes the whole one). Its dims are the block's
+// rows and columns with the whole one's kernel (`whole`'s points).
+Tensor Trainer::Impl::parameter(const Block& block, const Dims& whole, const Values& value) {
+    Tensor t(Dims{block.rows.size(), block.cols.size(), whole.space}, {}, mem);
+    std::vector<float> held;
+    held.reserve(static_cast<std::size_t>(block.elements()));
+    block.each([&](std::int64_t i) { held.push_back(value(i)); });
+    mem.upload(held.data(), t.data(), t.size());
     return t;
 }
 
-// A layer's weights from their values, with gradient and momentum buffers, and its bias (when it has one)
-// uniform in +-bound, PyTorch's default for every bias, drawn from the complement of its weights' stream.
-void Trainer::Impl::set_weights(Slot& s, Dims wd, const std::vector<float>& values, double bound,
-                                std::uint64_t stream) {
-    s.w = parameter(wd, values);
-    s.dw = Tensor(wd, {}, mem);
-    s.mw = Tensor(wd, {}, mem);
-    if (!s.layer->bias) return;
-    const Dims bd{1, s.layer->filters, {}};
-    std::vector<float> b(static_cast<std::size_t>(s.layer->filters));
-    for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(bound * (2.0 * uniform(~stream, i) - 1.0));
-    s.b = parameter(bd, b);
-    s.db = Tensor(bd, {}, mem);
-    s.mb = Tensor(bd, {}, mem);
+// A layer's parameters with their gradient and momentum buffers: its weights (or scale) of whole dims `wd`,
+// and its bias (or shift) where `bias` is given.
+void Trainer::Impl::set_parameters(Slot& s, Dims wd, const Values& weight, const Values& bias) {
+    s.whole = wd;
+    s.w = parameter(weight_block(s), wd, weight);
+    s.dw = Tensor(s.w.dims(), {}, mem);
+    s.mw = Tensor(s.w.dims(), {}, mem);
+    if (!bias) return;
+    const Block b = bias_block(s);
+    s.b = parameter(b, Dims{1, b.total, {}}, bias);
+    s.db = Tensor(s.b.dims(), {}, mem);
+    s.mb = Tensor(s.b.dims(), {}, mem);
+}
+
+// A layer's weights, and its bias (when it has one) uniform in +-bound, PyTorch's default for every bias,
+// drawn from the complement of its weights' stream.
+void Trainer::Impl::set_weights(Slot& s, Dims wd, const Values& weight, double bound, std::uint64_t stream) {
+    Values bias;
+    if (s.layer->bias)
+        bias = [=](std::int64_t i) {
+            return static_cast<float>(bound * (2.0 * uniform(~stream, static_cast<std::uint64_t>(i)) - 1.0));
+        };
+    set_parameters(s, wd, weight, bias);
 }
 
 void Trainer::Impl::initialize() {
@@ -181,39 +196,34 @@ void Trainer::Impl::initialize() {
             // (uniform, +-1/sqrt(fan in)) for fully connected layers and every bias.
             const double std_out = std::sqrt(2.0 / static_cast<double>(wd.n * wd.points()));
             const double bound = 1.0 / std::sqrt(fan_in);
-            std::vector<float> values(static_cast<std::size_t>(wd.elements()));
-            for (std::size_t i = 0; i < values.size(); ++i)
-                values[i] = static_cast<float>(l.op == OpKind::conv ? std_out * normal(stream, i)
-                                                                    : bound * (2.0 * uniform(stream, i) - 1.0));
-            set_weights(s, wd, values, bound, stream);
+            const bool conv = l.op == OpKind::conv;
+            set_weights(
+                s, wd,
+                [=](std::int64_t i) {
+                    const auto at = static_cast<std::uint64_t>(i);
+                    return static_cast<float>(conv ? std_out * normal(stream, at)
+                                                   : bound * (2.0 * uniform(stream, at) - 1.0));
+                },
+                bound, stream);
         } else if (l.op == OpKind::deconv) {
             // PyTorch's ConvTranspose2d default: weights {C_in, C_out, kernel} and bias uniform in
             // +-1/sqrt(fan in), its fan in C_out times the kernel's taps (the weights' second dimension on).
             const Dims in = scheduler::extent_of(net.layers[static_cast<std::size_t>(l.inputs[0])], 1);
             const Dims wd{in.c, l.filters, l.kernel};
             const double bound = 1.0 / std::sqrt(static_cast<double>(wd.c * wd.points()));
-            std::vector<float> values(static_cast<std::size_t>(wd.elements()));
-            for (std::size_t i = 0; i < values.size(); ++i)
-                values[i] = static_cast<float>(bound * (2.0 * uniform(stream, i) - 1.0));
-            set_weights(s, wd, values, bound, stream);
-        } else if (l.op == OpKind::groupnorm) {
-            // PyTorch's affine group norm: scale 1, shift 0; the statistics are per sample, made in forward.
-            const Dims d{1, l.shape.dims[0], {}};
-            s.w = parameter(d, std::vector<float>(static_cast<std::size_t>(d.c), 1.0f));
-            s.dw = Tensor(d, {}, mem);
-            s.mw = Tensor(d, {}, mem);
-            s.b = Tensor(d, {}, mem);
-            s.db = Tensor(d, {}, mem);
-            s.mb = Tensor(d, {}, mem);
-        } else if (l.op == OpKind::batchnorm) {
+            set_weights(
+                s, wd,
+                [=](std::int64_t i) {
+                    return static_cast<float>(bound * (2.0 * uniform(stream, static_cast<std::uint64_t>(i)) - 1.0));
+                },
+                bound, stream);
+        } else if (l.op == OpKind::groupnorm || l.op == OpKind::batchnorm) {
+            // PyTorch's affine batch and group norm: scale 1, shift 0. Group norm's statistics are per sample,
+            // made in forward; batch norm's per channel, with running ones.
             const auto c = static_cast<std::size_t>(l.shape.dims[0]);
-            const Dims d{1, l.shape.dims[0], {}};
-            s.w = parameter(d, std::vector<float>(c, 1.0f));
-            s.dw = Tensor(d, {}, mem);
-            s.mw = Tensor(d, {}, mem);
-            s.b = Tensor(d, {}, mem);
-            s.db = Tensor(d, {}, mem);
-            s.mb = Tensor(d, {}, mem);
+            set_parameters(
+                s, Dims{1, l.shape.dims[0], {}}, [](std::int64_t) { return 1.0f; }, [](std::int64_t) { return 0.0f; });
+            if (l.op == OpKind::groupnorm) continue;
             s.mean.assign(c, 0.0f);
             s.inv_std.assign(c, 1.0f);
             s.running_mean.assign(c, 0.0f);

@@ -33,13 +33,23 @@ void Trainer::Impl::mark(Phase phase, Kind kind, int layer) {
 // The allreduces seen complete now (`all`: every one, after finish_allreduces) end here.
 void Trainer::Impl::observe_allreduces(bool all) {
     if (!profiling || open_allreduces.empty()) return;
-    const std::vector<bool> done = all ? std::vector<bool>{} : comm.test_allreduces();
-    if (!all && done.size() < allreduce_requests) return;  // a communicator that cannot tell
+    // What each communicator says of its requests, asked once (empty where it cannot tell).
+    std::vector<std::pair<Comm*, std::vector<bool>>> tested;
+    const auto done_on = [&](Comm* over) -> const std::vector<bool>& {
+        auto it = std::find_if(tested.begin(), tested.end(), [&](const auto& d) { return d.first == over; });
+        if (it == tested.end()) it = tested.emplace(tested.end(), over, over->test_allreduces());
+        return it->second;
+    };
     const double t = now();
     std::erase_if(open_allreduces, [&](const OpenAllreduce& a) {
-        const bool complete =
-            all || std::all_of(done.begin() + static_cast<std::ptrdiff_t>(a.first),
-                               done.begin() + static_cast<std::ptrdiff_t>(a.first + a.count), [](bool b) { return b; });
+        bool complete = all;
+        if (!all) {
+            const std::vector<bool>& done = done_on(a.over);
+            complete =
+                done.size() >= a.first + a.count &&
+                std::all_of(done.begin() + static_cast<std::ptrdiff_t>(a.first),
+                            done.begin() + static_cast<std::ptrdiff_t>(a.first + a.count), [](bool b) { return b; });
+        }
         if (complete) profile.events[a.event].end = t;
         return complete;
     });

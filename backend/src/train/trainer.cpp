@@ -102,65 +102,11 @@ bool Trainer::last_step_skipped() const { return impl_->skipped; }
 
 const TrainConfig& Trainer::config() const { return impl_->config; }
 
-// The parameters and momenta of a GPU run are copied to the host (host_state) for the caller, and back by
-// state_written; batch-norm running statistics are on the host already.
-std::vector<StateTensor> Trainer::state() {
-    std::vector<StateTensor> out;
-    std::vector<bool> in_kernel_memory;
-    auto add = [&](const std::string& name, std::vector<std::int64_t> shape, float* data, std::int64_t size,
-                   bool kernel_memory = true) {
-        out.push_back(StateTensor{name, std::move(shape), data, size});
-        in_kernel_memory.push_back(kernel_memory);
-    };
-    for (auto& s : impl_->slots) {
-        const Layer& l = *s.layer;
-        if (s.w.size() == 0) continue;
-        const Dims d = s.w.dims();
-        std::vector<std::int64_t> wshape;
-        if (l.op == OpKind::conv || l.op == OpKind::deconv) {
-            wshape = {d.n, d.c};
-            wshape.insert(wshape.end(), d.space.begin(), d.space.end());
-        }
-        if (l.op == OpKind::fc) wshape = {d.n, d.c};
-        if (l.op == OpKind::batchnorm || l.op == OpKind::groupnorm) wshape = {d.c};
-        const std::int64_t bsize = s.b.size();
-        const std::vector<std::int64_t> bshape{bsize};
-        add(l.name + ".weight", wshape, s.w.data(), s.w.size());
-        if (bsize > 0) add(l.name + ".bias", bshape, s.b.data(), bsize);
-        if (l.op == OpKind::batchnorm) {
-            add(l.name + ".running_mean", bshape, s.running_mean.data(), bsize, false);
-            add(l.name + ".running_var", bshape, s.running_var.data(), bsize, false);
-        }
-        if (impl_->config.optimizer == frontend::Optimizer::sgd) {
-            add(l.name + ".weight.momentum", wshape, s.mw.data(), s.mw.size());
-            if (bsize > 0) add(l.name + ".bias.momentum", bshape, s.mb.data(), bsize);
-        } else {
-            add(l.name + ".weight.exp_avg", wshape, s.mw.data(), s.mw.size());
-            add(l.name + ".weight.exp_avg_sq", wshape, s.vw.data(), s.vw.size());
-            if (bsize > 0) {
-                add(l.name + ".bias.exp_avg", bshape, s.mb.data(), bsize);
-                add(l.name + ".bias.exp_avg_sq", bshape, s.vb.data(), bsize);
-            }
-        }
-    }
-    Memory& mem = impl_->mem;
-    if (mem.host()) return out;
-    auto& copies = impl_->host_state;
-    copies.clear();
-    copies.reserve(out.size());  // the host pointers handed out stay where they are
-    for (std::size_t i = 0; i < out.size(); ++i) {
-        if (!in_kernel_memory[i]) continue;
-        auto& copy = copies.emplace_back(Impl::StateCopy{out[i].data, std::vector<float>(out[i].size)});
-        mem.download(copy.kernel, copy.host.data(), out[i].size);
-        out[i].data = copy.host.data();
-    }
-    return out;
-}
+std::vector<StateTensor> Trainer::state() { return impl_->state(true); }
 
-void Trainer::state_written() {
-    for (auto& s : impl_->host_state)
-        impl_->mem.upload(s.host.data(), s.kernel, static_cast<std::int64_t>(s.host.size()));
-}
+std::vector<StateTensor> Trainer::writable_state() { return impl_->state(false); }
+
+void Trainer::state_written() { impl_->state_written(); }
 
 void Trainer::profile(bool on) { impl_->profiling = on; }
 

@@ -9,8 +9,10 @@
 
 #include <dsl/base/error.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -44,6 +46,34 @@ inline frontend::Activation elementwise(const Layer& l) {
 
 inline float activation_slope(const Layer& l) { return static_cast<float>(l.activation_slope()); }
 
+// Where a process's block of a parameter lies in the whole one. The whole one's `total` elements run as rows
+// of `columns` runs of `run` elements; the block is the runs at rows `rows` and columns `cols`, densely in that
+// order. A whole tensor is one row of `total` runs of one element.
+struct Block {
+    Range rows, cols;
+    std::int64_t columns = 1, run = 1, total = 0;
+    static Block whole(std::int64_t n) { return Block{{0, 1}, {0, n}, n, 1, n}; }
+    std::int64_t elements() const { return rows.size() * cols.size() * run; }
+    bool is_whole() const { return elements() == total; }
+    // Calls f with the index in the whole one of each of the block's elements, in the block's order.
+    template <typename F>
+    void each(F&& f) const {
+        for (std::int64_t r = rows.lo; r < rows.hi; ++r)
+            for (std::int64_t i = (r * columns + cols.lo) * run, end = i + cols.size() * run; i < end; ++i) f(i);
+    }
+    // Copies the block out of the whole one (`take`), or into it (`place`); the block is dense.
+    template <typename From, typename To>
+    void take(const From* whole, To* block) const {
+        for (std::int64_t r = rows.lo; r < rows.hi; ++r)
+            block = std::copy_n(whole + (r * columns + cols.lo) * run, cols.size() * run, block);
+    }
+    template <typename From, typename To>
+    void place(const From* block, To* whole) const {
+        for (std::int64_t r = rows.lo; r < rows.hi; ++r, block += cols.size() * run)
+            std::copy_n(block, cols.size() * run, whole + (r * columns + cols.lo) * run);
+    }
+};
+
 struct Trainer::Impl {
     // The message buffers of one direction of a tile's exchange, one per piece of the plan, in its order.
     struct Messages {
@@ -76,20 +106,21 @@ struct Trainer::Impl {
         Tensor w, dw, mw, b, db, mb;
         // Adam's second moments (its first are mw and mb); empty under sgd.
         Tensor vw, vb;
-        // Under F or C parts (a split that cuts the layer's channels): the parameters stay whole on every process,
-        // and a layer with filters computes with its block of them (its filters' block by its input channels'),
-        // copied densely into `block` once a step; its weight gradient is made in `dblock` and placed in the
-        // whole one, zero elsewhere, so that the allreduce over every process sums each block over its holders.
-        // Only the first of the C processes adds the bias (the others' partial sums have none).
+        // Under F or C parts (a split that cuts the layer's channels) a process holds its block of the parameters
+        // and of their optimizer state alone: a layer with filters its filters' block by its input channels', a
+        // normalization its channels'. The processes that hold the same block (`holders`: the same F and C parts)
+        // sum its gradient. Only the first of the C processes adds the bias (the others' partial sums have none),
+        // and only it makes a bias gradient.
         bool channel_split = false;
         Range filters, inputs;  // this process's blocks (a normalization's channels are `filters`)
         bool adds_bias = true;
-        Tensor block, dblock;
-        std::int64_t block_step = -1;
-        // Where a normalization's channels start in its whole parameters.
+        Comm* holders = nullptr;  // who sums the gradients: every process where null
+        Dims whole;               // the whole weights' (or scale's) dims
+        // Where a normalization's channels start in its whole statistics (kept on the host).
         std::size_t channel_offset() const { return channel_split ? static_cast<std::size_t>(filters.lo) : 0; }
         // Batch norm, on the host: the step's statistics (per channel; group norm's per sample and group), and
-        // batch norm's running ones.
+        // batch norm's running ones (under F and C parts this process's block of them is kept up to date, and
+        // state() gathers the rest).
         std::vector<float> mean, inv_std, running_mean, running_var;
 
         Tile& own() { return *tiles.front(); }
@@ -104,6 +135,7 @@ struct Trainer::Impl {
     std::unique_ptr<Comm> self;  // a run on one process
     Comm& comm;
     std::vector<std::unique_ptr<Comm>> groups;
+    std::vector<Comm*> holder_groups;  // the slots' holders, each once: update() waits for their allreduces
     std::vector<Slot> slots;
     std::vector<Buffer> shared_buffers;  // the memory under every tile's dy and recomputed values (Plan::buffers)
     std::vector<double> sums_a, sums_b;  // per-channel reductions
@@ -114,9 +146,11 @@ struct Trainer::Impl {
     std::vector<float> host_targets;     // and on the host, as the data source gives them
     std::vector<float> host_tile;
     std::vector<float> host_channels;  // every channel of an input tile of which a block is read
-    // state()'s copies of the parameters in a GPU's memory, each with where it came from.
+    // state()'s whole copies of the parameters in a GPU's memory or split in blocks, each with where it came
+    // from: the kernels' memory at `kernel`, which holds the copy's `block`.
     struct StateCopy {
         float* kernel;
+        Block block;
         std::vector<float> host;
     };
     std::vector<StateCopy> host_state;
@@ -146,16 +180,19 @@ struct Trainer::Impl {
     // While profiling, the step's timeline (StepProfile::events) is made as it runs: `segment` is the compute
     // event open now (it ends where the next begins), `posted` the halo exchange or shuffle posted and not yet
     // waited for, `open_allreduces` the weight-gradient allreduces started and not yet seen complete (each
-    // with its requests among those started since the last finish).
+    // with its communicator and its requests among those started on it since the last finish, which
+    // `allreduce_requests` counts per communicator).
     using Kind = ProfileEvent::Kind;
     using Phase = ProfileEvent::Phase;
     ProfileEvent segment, posted;
     bool segment_open = false, posted_open = false;
     struct OpenAllreduce {
-        std::size_t event, first, count;
+        std::size_t event;
+        Comm* over;
+        std::size_t first, count;
     };
     std::vector<OpenAllreduce> open_allreduces;
-    std::size_t allreduce_requests = 0;
+    std::vector<std::pair<Comm*, std::size_t>> allreduce_requests;
 
     static bool exchange_wait(Kind k) {
         return k == Kind::wait_halo || k == Kind::wait_shuffle || k == Kind::wait_halo_back ||
@@ -228,26 +265,28 @@ struct Trainer::Impl {
     void bind(Tile& t, int buffer);
     void clear_gradients(int position);
     void make_groups();
-    Tensor parameter(Dims d, const std::vector<float>& values);
-    void set_weights(Slot& s, Dims wd, const std::vector<float>& values, double bound, std::uint64_t stream);
+    using Values = std::function<float(std::int64_t)>;  // a parameter's element at an index of the whole one
+    Tensor parameter(const Block& block, const Dims& whole, const Values& value);
+    void set_parameters(Slot& s, Dims wd, const Values& weight, const Values& bias);
+    void set_weights(Slot& s, Dims wd, const Values& weight, double bound, std::uint64_t stream);
     void initialize();
-    void place_blocks();
 
-    // blocks.cpp: a layer's block of its weights under F and C parts, and its weight gradients placed whole.
-    View weight_block(Slot& s, Tensor& w) const;
-    ConstView weights_of(Slot& s);
-    const float* bias_of(Slot& s) const;
-    // Writes a layer's weight gradients through `compute(dw, db)`: into the whole ones, or its block's (then
-    // placed in the whole ones, zero elsewhere; the bias's only on the process that adds it).
+    // blocks.cpp: each process's block of the parameters under F and C parts, and who holds the same one.
+    void place_blocks();
+    Block weight_block(const Slot& s) const;
+    Block bias_block(const Slot& s) const;
+    bool splits_weights() const;
+    const float* bias_of(const Slot& s) const { return s.layer->bias && s.adds_bias ? s.b.data() : nullptr; }
+    // Writes a layer's weight gradients through `compute(dw, db)`: the bias's only on the process that adds it.
     template <typename Compute>
     void weight_gradients(Slot& s, Compute&& compute) {
-        float* db = s.layer->bias ? s.db.data() : nullptr;
-        if (!s.channel_split) return compute(s.dw.interior(), db);
-        mem.fill(s.dw.padded(), 0.0f);
-        if (db) mem.fill(s.db.padded(), 0.0f);
-        compute(s.dblock.interior(), db && s.adds_bias ? db + s.filters.lo : nullptr);
-        k.eltwise->copy(s.dblock.interior(), weight_block(s, s.dw));
+        compute(s.dw.interior(), s.layer->bias && s.adds_bias ? s.db.data() : nullptr);
     }
+
+    // state.cpp: the parameters as whole tensors on the host, gathered from their blocks where `read`.
+    std::vector<StateTensor> state(bool read);
+    void gather_running_statistics(Slot& s, bool keeps);
+    void state_written();
 
     // exchange.cpp: halo exchange and redistribution, padding, and the inputs that the data source makes.
     static View view_of(Tensor& tensor, const Tile& t, const Box& b);
@@ -301,7 +340,6 @@ struct Trainer::Impl {
     void batchnorm_backward(Slot& s, bool speaks);
     double groupnorm_count(const Slot& s) const;
     std::int64_t groups_of(const Slot& s) const;
-    void share_running_statistics(Slot& s);
     void groupnorm_forward(Slot& s);
     void groupnorm_backward(Slot& s, bool speaks);
 

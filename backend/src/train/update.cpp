@@ -2,31 +2,40 @@
 // (SGD with momentum, Adam, AdamW) once they are in.
 #include "trainer_impl.hpp"
 
+#include <algorithm>
+
 namespace dsl::backend {
 
-// Starts the sum of a layer's weight gradients over every process; a replica that does not speak for
-// its group adds zeros.
+// Starts the sum of a layer's weight gradients over the processes that hold its weights (every process,
+// unless F or C parts split them in blocks); a replica that does not speak for its group adds zeros. Of the
+// C processes that hold partial sums, only the first has a bias gradient, so only its holders sum one.
 void Trainer::Impl::allreduce_gradients(Slot& s, bool speaks) {
-    if (comm.size() == 1) return;
+    Comm& over = s.holders ? *s.holders : comm;
+    if (over.size() == 1) return;
+    const bool bias = s.db.size() > 0 && s.adds_bias;
     if (!speaks) {
         mem.fill(s.dw.padded(), 0.0f);
-        if (s.db.size() > 0) mem.fill(s.db.padded(), 0.0f);
+        if (bias) mem.fill(s.db.padded(), 0.0f);
     }
     if (profiling) {
-        const std::size_t requests = (s.dw.size() > 0 ? 1 : 0) + (s.db.size() > 0 ? 1 : 0);
-        open_allreduces.push_back(OpenAllreduce{profile.events.size(), allreduce_requests, requests});
-        allreduce_requests += requests;
-        const auto bytes = static_cast<std::int64_t>(sizeof(float)) * (s.dw.size() + s.db.size());
+        const std::size_t requests = (s.dw.size() > 0 ? 1 : 0) + (bias ? 1 : 0);
+        auto it = std::find_if(allreduce_requests.begin(), allreduce_requests.end(),
+                               [&](const auto& r) { return r.first == &over; });
+        if (it == allreduce_requests.end()) it = allreduce_requests.emplace(allreduce_requests.end(), &over, 0);
+        open_allreduces.push_back(OpenAllreduce{profile.events.size(), &over, it->second, requests});
+        it->second += requests;
+        const auto bytes = static_cast<std::int64_t>(sizeof(float)) * (s.dw.size() + (bias ? s.db.size() : 0));
         const double t = now();
         profile.events.push_back(ProfileEvent{Kind::allreduce, Phase::backward, segment.layer, t, t, bytes});
     }
-    comm.start_allreduce(s.dw.data(), s.dw.size());
-    if (s.db.size() > 0) comm.start_allreduce(s.db.data(), s.db.size());
+    over.start_allreduce(s.dw.data(), s.dw.size());
+    if (bias) over.start_allreduce(s.db.data(), s.db.size());
 }
 
 // Loss scaling (GradScaler's unscale_ and update): the summed weight gradients divided by the scale, which
 // halves where they were not all finite (the update is skipped: false) and doubles after
-// loss_scale_interval steps in a row that were not. Every process holds the same sums, so all decide alike.
+// loss_scale_interval steps in a row that were not. Every process decides alike: they hold the same sums, or
+// under F and C parts those of their blocks, and then ask each other.
 bool Trainer::Impl::unscale_gradients() {
     if (scaling.scale <= 0.0) return true;
     std::vector<GradientArray> gradients;
@@ -34,7 +43,8 @@ bool Trainer::Impl::unscale_gradients() {
         if (s.dw.size() > 0) gradients.push_back({s.dw.data(), s.dw.size()});
         if (s.db.size() > 0) gradients.push_back({s.db.data(), s.db.size()});
     }
-    const bool finite = k.eltwise->unscale(gradients, static_cast<float>(1.0 / scaling.scale));
+    bool finite = k.eltwise->unscale(gradients, static_cast<float>(1.0 / scaling.scale));
+    if (splits_weights()) finite = comm.all(finite);
     if (!finite) {
         scaling.scale *= 0.5;
         scaling.good_steps = 0;
@@ -70,9 +80,12 @@ void Trainer::Impl::update() {
     const auto t0 = Clock::now();
     waited = 0.0;
     mark(Phase::update, Kind::update, -1);
-    wait(Kind::wait_allreduces, [&] { comm.finish_allreduces(); });
+    wait(Kind::wait_allreduces, [&] {
+        comm.finish_allreduces();
+        for (Comm* holders : holder_groups) holders->finish_allreduces();
+    });
     observe_allreduces(true);
-    allreduce_requests = 0;
+    allreduce_requests.clear();
     // The same on every process: the schedule's rate at this step, and Adam's t.
     last_lr = config.schedule.lr(config.lr, updates);
     ++updates;

@@ -14,6 +14,7 @@
 namespace dsl::backend {
 
 class Trainer;
+struct StateTensor;
 
 // A tensor to save: its name ("layer1.0.conv1.weight", "bn1.running_mean", "conv1.weight.momentum"), which
 // is also its file name with ".npy" added, its shape, and its elements in C order.
@@ -61,9 +62,13 @@ std::optional<Checkpoint> load_checkpoint(const std::string& dir, std::string& e
 // Whether `dir` holds a dsl checkpoint's manifest.
 bool is_checkpoint(const std::string& dir);
 
-// The trainer's state (Trainer::state()) with meta {"step", "seed", "network"}.
+// The trainer's state (Trainer::state(), which every process calls where F or C parts split the
+// parameters) with meta {"step", "seed", "network"}: from the trainer, or as state() gave it.
 bool save(Trainer& trainer, const std::string& dir, std::int64_t step, std::uint64_t seed, const std::string& network,
           std::string& error, std::vector<std::string>* removed = nullptr);
+bool save(const Trainer& trainer, const std::vector<StateTensor>& state, const std::string& dir, std::int64_t step,
+          std::uint64_t seed, const std::string& network, std::string& error,
+          std::vector<std::string>* removed = nullptr);
 
 // One writer per checkpoint folder: an exclusive lock (flock) on ".DIR.lock" beside `dir`, which names its
 // holder (process and host) and which the kernel releases when the holder dies, however it dies. Held for

@@ -188,11 +188,16 @@ public:
     // The last step's (or evaluation's) loss of every loss layer, in the network's order.
     const std::vector<LossValue>& last_losses() const;
 
-    // Every tensor a checkpoint holds, in layer order, in host memory. Parameters and optimizer state are
-    // whole and the same on every process; batch-norm running statistics are this process's (the same
-    // everywhere with the default statistics over the mini-batch). On a GPU they are copies, valid until the
-    // next call: after writing into them, `state_written` puts them back where the kernels read them.
+    // Every tensor a checkpoint holds, in layer order, whole, in host memory. Parameters and optimizer state
+    // are the same on every process; batch-norm running statistics are this process's (the same everywhere
+    // with the default statistics over the mini-batch). On a GPU, and where F or C parts split the parameters
+    // in blocks, they are copies, valid until the next call: the blocks are gathered whole, so that every
+    // process must call `state` then (it is collective). After writing into them, `state_written` puts them
+    // back where the kernels read them, each process taking its blocks.
     std::vector<StateTensor> state();
+    // The same tensors to be written whole, with values that are not read (not collective): `state_written`
+    // puts them in after every one is written.
+    std::vector<StateTensor> writable_state();
     void state_written();
 
     // Times every layer of the steps that follow (a clock read around each layer and each wait), and records

@@ -1,0 +1,99 @@
+// The trainer's state as a checkpoint holds it: every parameter, optimizer moment and running statistic as a
+// whole tensor in host memory. Where the kernels' memory is the host's and a tensor is whole on every process,
+// it is handed out as it is; a GPU's are copied, and the blocks of F and C parts gathered whole (`read`) and
+// taken back by state_written.
+#include "trainer_impl.hpp"
+
+namespace dsl::backend {
+
+std::vector<StateTensor> Trainer::Impl::state(bool read) {
+    std::vector<StateTensor> out;
+    host_state.clear();
+    // A tensor of the kernels' memory, of which this process holds `block` at `t` (`keeps`: the first of the
+    // block's holders, which gives it to the others).
+    auto add = [&](const std::string& name, std::vector<std::int64_t> shape, Tensor& t, const Block& block,
+                   bool keeps) {
+        if (mem.host() && block.is_whole()) {
+            out.push_back(StateTensor{name, std::move(shape), t.data(), t.size()});
+            return;
+        }
+        StateCopy& copy = host_state.emplace_back(
+            StateCopy{t.data(), block, std::vector<float>(static_cast<std::size_t>(block.total))});
+        if (read && block.is_whole()) {
+            mem.download(t.data(), copy.host.data(), t.size());
+        } else if (read) {
+            std::vector<float> held(static_cast<std::size_t>(t.size()));
+            mem.download(t.data(), held.data(), t.size());
+            std::vector<double> whole(copy.host.size(), 0.0);  // a float and zeros add up exactly
+            if (keeps) block.place(held.data(), whole.data());
+            comm.allreduce(whole.data(), block.total);
+            std::copy(whole.begin(), whole.end(), copy.host.begin());
+        }
+        out.push_back(StateTensor{name, std::move(shape), copy.host.data(), block.total});
+    };
+    for (Slot& s : slots) {
+        const Layer& l = *s.layer;
+        if (s.w.size() == 0) continue;
+        const Dims& d = s.whole;
+        std::vector<std::int64_t> wshape;
+        if (l.op == OpKind::conv || l.op == OpKind::deconv) {
+            wshape = {d.n, d.c};
+            wshape.insert(wshape.end(), d.space.begin(), d.space.end());
+        }
+        if (l.op == OpKind::fc) wshape = {d.n, d.c};
+        if (l.op == OpKind::batchnorm || l.op == OpKind::groupnorm) wshape = {d.c};
+        const Block wb = weight_block(s), bb = bias_block(s);
+        const std::vector<std::int64_t> bshape{bb.total};
+        const bool keeps = !s.holders || s.holders->rank() == 0, bias = s.b.size() > 0;
+        // Only the first of the C processes makes the bias's gradient, and keeps it.
+        const bool keeps_bias = keeps && s.adds_bias;
+        add(l.name + ".weight", wshape, s.w, wb, keeps);
+        if (bias) add(l.name + ".bias", bshape, s.b, bb, keeps_bias);
+        if (l.op == OpKind::batchnorm) {
+            if (read && s.holders) gather_running_statistics(s, keeps);
+            out.push_back(StateTensor{l.name + ".running_mean", bshape, s.running_mean.data(), bb.total});
+            out.push_back(StateTensor{l.name + ".running_var", bshape, s.running_var.data(), bb.total});
+        }
+        if (config.optimizer == frontend::Optimizer::sgd) {
+            add(l.name + ".weight.momentum", wshape, s.mw, wb, keeps);
+            if (bias) add(l.name + ".bias.momentum", bshape, s.mb, bb, keeps_bias);
+        } else {
+            add(l.name + ".weight.exp_avg", wshape, s.mw, wb, keeps);
+            add(l.name + ".weight.exp_avg_sq", wshape, s.vw, wb, keeps);
+            if (bias) {
+                add(l.name + ".bias.exp_avg", bshape, s.mb, bb, keeps_bias);
+                add(l.name + ".bias.exp_avg_sq", bshape, s.vb, bb, keeps_bias);
+            }
+        }
+    }
+    return out;
+}
+
+// Under F and C parts a process moves the running statistics of its block of channels alone: the first of
+// each block's holders gives its block to the others, so that every process holds them all.
+void Trainer::Impl::gather_running_statistics(Slot& s, bool keeps) {
+    const std::size_t channels = s.running_mean.size();
+    std::vector<double> both(2 * channels, 0.0);
+    if (keeps)
+        for (auto c = static_cast<std::size_t>(s.filters.lo); c < static_cast<std::size_t>(s.filters.hi); ++c)
+            both[c] = s.running_mean[c], both[channels + c] = s.running_var[c];
+    comm.allreduce(both.data(), static_cast<std::int64_t>(both.size()));
+    for (std::size_t c = 0; c < channels; ++c)
+        s.running_mean[c] = static_cast<float>(both[c]), s.running_var[c] = static_cast<float>(both[channels + c]);
+}
+
+// Puts the copies that state() handed out back where the kernels read them: each process its block.
+void Trainer::Impl::state_written() {
+    std::vector<float> held;
+    for (StateCopy& copy : host_state) {
+        if (copy.block.is_whole()) {
+            mem.upload(copy.host.data(), copy.kernel, copy.block.total);
+            continue;
+        }
+        held.resize(static_cast<std::size_t>(copy.block.elements()));
+        copy.block.take(copy.host.data(), held.data());
+        mem.upload(held.data(), copy.kernel, copy.block.elements());
+    }
+}
+
+}  // namespace dsl::backend
