@@ -63,8 +63,32 @@ struct Problem {
     }
 };
 
-bool build(Problem& p, const Schedule& partial, std::int64_t procs, std::int64_t batch, std::int64_t channel_parts,
-           std::string& why) {
+// A layer's candidates among `splits` (candidates(), below).
+std::vector<Distribution> candidates_among(const Network& net, int layer, const Distribution& partial,
+                                           std::int64_t procs, std::int64_t batch, const std::vector<Split>& splits) {
+    const Layer& l = net.layers[static_cast<std::size_t>(layer)];
+    std::vector<Distribution> out;
+    for (const Split& s : partial.split ? std::vector<Split>{*partial.split} : splits) {
+        if (s.procs() != procs || !split_problem(net, l, s, batch).empty()) continue;
+        // Channel parts where they cut no channels (data, losses) only replicate.
+        if (!partial.split && s.c * s.f > 1 && !splits_channels(l, s)) continue;
+        std::vector<bool> overlaps;
+        if (partial.overlap)
+            overlaps.push_back(*partial.overlap);
+        else if (overlap_matters(net, l, s))
+            overlaps = {false, true};
+        else
+            overlaps.push_back(false);
+        for (bool o : overlaps)
+            out.push_back(
+                Distribution{s, o, partial.bn.value_or(BatchNormStats::batch), partial.recompute, partial.precision});
+    }
+    return out;
+}
+
+// The search's problem over each layer's candidates among `splits_for(layer)`.
+bool build(Problem& p, const Schedule& partial, std::int64_t procs, std::int64_t batch,
+           const std::function<std::vector<Split>(std::size_t)>& splits_for, std::string& why) {
     const Network& net = p.net;
     const std::size_t n = net.layers.size();
     p.cands.assign(n, {});
@@ -79,7 +103,7 @@ bool build(Problem& p, const Schedule& partial, std::int64_t procs, std::int64_t
         p.last_use[i] = static_cast<int>(i);
         const Distribution fixed = i < partial.layers.size() ? partial.layers[i] : Distribution{};
         std::map<std::string, std::size_t> by_split;
-        for (const Distribution& d : candidates(net, static_cast<int>(i), fixed, procs, batch, channel_parts)) {
+        for (const Distribution& d : candidates_among(net, static_cast<int>(i), fixed, procs, batch, splits_for(i))) {
             const LayerCost c = p.model.layer(static_cast<int>(i), d);
             const std::string key = d.split->str();
             auto it = by_split.find(key);
@@ -387,24 +411,28 @@ std::vector<Split> splits_of(std::int64_t procs, std::int64_t batch, int rank, s
 
 std::vector<Distribution> candidates(const Network& net, int layer, const Distribution& partial, std::int64_t procs,
                                      std::int64_t batch, std::int64_t channel_parts) {
-    const Layer& l = net.layers[static_cast<std::size_t>(layer)];
-    const std::vector<Split> splits =
-        partial.split ? std::vector<Split>{*partial.split} : splits_of(procs, batch, net.spatial_rank(), channel_parts);
-    std::vector<Distribution> out;
-    for (const Split& s : splits) {
-        if (s.procs() != procs || !split_problem(net, l, s, batch).empty()) continue;
-        // Channel parts where they cut no channels (data, losses) only replicate.
-        if (!partial.split && s.c * s.f > 1 && !splits_channels(l, s)) continue;
-        std::vector<bool> overlaps;
-        if (partial.overlap)
-            overlaps.push_back(*partial.overlap);
-        else if (overlap_matters(net, l, s))
-            overlaps = {false, true};
-        else
-            overlaps.push_back(false);
-        for (bool o : overlaps)
-            out.push_back(
-                Distribution{s, o, partial.bn.value_or(BatchNormStats::batch), partial.recompute, partial.precision});
+    return candidates_among(
+        net, layer, partial, procs, batch,
+        partial.split ? std::vector<Split>{} : splits_of(procs, batch, net.spatial_rank(), channel_parts));
+}
+
+std::vector<Split> channel_refinements(const Split& s, std::int64_t channel_parts) {
+    std::vector<Split> out;
+    // A factor k of the samples' parts or of one spatial axis's, with k at most `channel_parts` over the C and
+    // F parts `s` has already; each factoring of the C and F parts that gives.
+    const std::int64_t had = s.c * s.f;
+    for (int axis = -1; axis < max_space; ++axis) {
+        const std::int64_t parts = axis < 0 ? s.n : s.space[static_cast<std::size_t>(axis)];
+        for (std::int64_t k : divisors(parts)) {
+            if (k < 2) continue;
+            if (had * k > channel_parts) break;
+            Split t = s;
+            (axis < 0 ? t.n : t.space[static_cast<std::size_t>(axis)]) = parts / k;
+            for (std::int64_t c : divisors(had * k)) {
+                t.c = c, t.f = had * k / c;
+                out.push_back(t);
+            }
+        }
     }
     return out;
 }
@@ -483,11 +511,14 @@ Schedule recompute_to_fit(const Network& net, const Schedule& partial, Schedule 
 
 }  // namespace
 
-std::optional<AutoResult> autoschedule(const Network& net, const Schedule& partial, const CostModel& model,
-                                       const AutoOptions& options, std::string& why) {
-    const std::int64_t procs = partial.procs.value_or(1);
-    Problem p(net, model);
-    if (!build(p, partial, procs, options.batch, options.channel_parts, why)) return std::nullopt;
+namespace {
+
+// The search over a built problem: the fastest choice, fitted to the memory limit. Where none fits, the one
+// that needs the least memory goes to `smallest_out`.
+std::optional<AutoResult> search(const Problem& p, const Schedule& partial, const AutoOptions& options,
+                                 std::int64_t procs, std::string& why, Schedule& smallest_out) {
+    const Network& net = p.net;
+    const CostModel& model = p.model;
     AutoResult result;
     for (int l : p.order) result.candidates += static_cast<std::int64_t>(p.cands[static_cast<std::size_t>(l)].size());
 
@@ -520,6 +551,7 @@ std::optional<AutoResult> autoschedule(const Network& net, const Schedule& parti
                 "no schedule of {} processes fits in {:.1f} MiB per process: the smallest needs {:.1f} MiB "
                 "(more processes, a smaller mini-batch, or a platform with more memory)",
                 procs, options.memory_limit / (1 << 20), least_memory / (1 << 20));
+            smallest_out = smallest;
             return std::nullopt;
         }
         // The fastest that fits: bisect the weight on memory (seconds per byte) between 0 and `heavy`.
@@ -550,6 +582,49 @@ std::optional<AutoResult> autoschedule(const Network& net, const Schedule& parti
     result.schedule = std::move(schedule);
     result.memory = memory;
     return result;
+}
+
+}  // namespace
+
+std::optional<AutoResult> autoschedule(const Network& net, const Schedule& partial, const CostModel& model,
+                                       const AutoOptions& options, std::string& why) {
+    const std::int64_t procs = partial.procs.value_or(1);
+    Problem p(net, model);
+    const std::vector<Split> every = splits_of(procs, options.batch, net.spatial_rank(), options.channel_parts);
+    if (!build(
+            p, partial, procs, options.batch, [&](std::size_t) { return every; }, why))
+        return std::nullopt;
+    Schedule smallest;
+    std::optional<AutoResult> result = search(p, partial, options, procs, why, smallest);
+    if (options.channel_parts < 2) return result;
+    // Channel and filter parts with the others: around each layer's split (the first search's choice, or where
+    // nothing fitted its smallest), every refinement of it that moves a factor of its samples' or spatial parts
+    // into C and F parts (both, where the factor allows), searched again, jointly. (Every such product in the
+    // first search would multiply its candidates, and its time by their square.)
+    const Schedule first = result ? result->schedule : smallest;
+    if (first.layers.empty()) return result;
+    Problem refined(net, model);
+    const auto around = [&](std::size_t i) {
+        std::vector<Split> splits{*first.layers[i].split};
+        for (const Split& r : channel_refinements(*first.layers[i].split, options.channel_parts))
+            if (r.n <= options.batch) splits.push_back(r);
+        return splits;
+    };
+    std::string why_refined;
+    if (!build(refined, partial, procs, options.batch, around, why_refined)) return result;
+    std::optional<AutoResult> second = search(refined, partial, options, procs, why_refined, smallest);
+    if (!result) {
+        // Its smallest needs no more than the first's: the nearer answer.
+        why = why_refined;
+        return second;
+    }
+    if (!second) return result;
+    second->candidates += result->candidates;
+    if (second->cost >= result->cost) {
+        result->candidates = second->candidates;
+        return result;
+    }
+    return second;
 }
 
 // ---- Writing a schedule.

@@ -51,8 +51,13 @@ struct AutoResult {
 // costs the cheaper partitioning wins), then the outer spatial dimensions before the inner. With
 // `channel_parts` above 1, then N=procs/k with F=k, and with C=k, for each k from 2 to `channel_parts` that
 // divides `procs` (not with spatial parts, nor both: each such product would multiply the candidates, and the
-// search's time with their square, past a second at 2048 processes).
+// search's time with their square, past a second at 2048 processes; autoschedule tries them in a second
+// search, around the first one's choice).
 std::vector<Split> splits_of(std::int64_t procs, std::int64_t batch, int rank, std::int64_t channel_parts = 1);
+
+// The splits of the same processes as `s` that move a factor of its samples' parts, or of one spatial axis's,
+// into C and F parts (each factoring of them into C and F), with C times F at most `channel_parts`.
+std::vector<Split> channel_refinements(const Split& s, std::int64_t channel_parts);
 
 // The candidate distributions of a layer under `partial`'s fixed fields: every split of `procs` into
 // N x H x W (and channel or filter parts up to `channel_parts`, for a layer whose channels they cut) that the
