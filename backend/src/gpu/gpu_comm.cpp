@@ -189,6 +189,15 @@ public:
         return std::make_unique<NcclComm>(std::move(host), collectives, exchanges);
     }
 
+    // A group of its own, over NCCL: a weight gradient's holders allreduce it on the GPUs.
+    std::unique_ptr<Comm> split_buffers(int color) override {
+        std::unique_ptr<Comm> host = host_->split(color);
+        ncclComm_t collectives = nullptr, exchanges = nullptr;
+        check_nccl(ncclCommSplit(collectives_, color, host->rank(), &collectives, nullptr), "ncclCommSplit");
+        check_nccl(ncclCommSplit(collectives, 0, host->rank(), &exchanges, nullptr), "ncclCommSplit");
+        return std::make_unique<NcclComm>(std::move(host), collectives, exchanges);
+    }
+
     void start_allreduce(float* data, std::int64_t count) override {
         after_compute(allreduce_ready_, allreduce_stream_);
         check_nccl(ncclAllReduce(data, data, static_cast<std::size_t>(count), ncclFloat, ncclSum, collectives_,

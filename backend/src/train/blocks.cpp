@@ -27,7 +27,7 @@ void Trainer::Impl::place_blocks() {
         const std::pair key{split, at.f * split.c + at.c};
         auto it = std::find_if(made.begin(), made.end(), [&](const auto& m) { return m.first == key; });
         if (it == made.end()) {
-            groups.push_back(comm.split(static_cast<int>(key.second)));
+            groups.push_back(comm.split_buffers(static_cast<int>(key.second)));
             holder_groups.push_back(groups.back().get());
             it = made.emplace(made.end(), key, groups.back().get());
         }

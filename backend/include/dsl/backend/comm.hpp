@@ -25,6 +25,9 @@ public:
 
     // The processes with the same `color`, ranked as here (collective).
     virtual std::unique_ptr<Comm> split(int color) = 0;
+    // The same, for allreduces of the kernels' buffers (the weight gradients of a block's holders): over the
+    // fastest path this communicator has for them (NCCL's on GPUs), where `split` may take the host's.
+    virtual std::unique_ptr<Comm> split_buffers(int color) { return split(color); }
 
     // Sums over every process, in place.
     virtual void allreduce(double* data, std::int64_t count) = 0;
