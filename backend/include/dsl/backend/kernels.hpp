@@ -50,7 +50,8 @@ public:
     // it. Overwrites dx.
     virtual void backward_data(ConstView dy, ConstView w, View dx, const Window& window) = 0;
     // dw(f,c,a) = sum_{n,o} dy(n,f,o) * x(n, c, o*s + a*d); db(f) = sum dy(n,f,o) when db is not null.
-    // Overwrites both.
+    // Overwrites both. Called right after backward_data on the same dy (no other kernel of this library
+    // between them), it may read that call's copy of dy: a caller changes dy only after both.
     virtual void backward_weights(ConstView x, ConstView dy, View dw, float* db, const Window& window) = 0;
 };
 
