@@ -3,6 +3,7 @@
 #include <dsl/backend/data.hpp>
 #include <dsl/backend/npy.hpp>
 #include <dsl/backend/trainer.hpp>
+#include <dsl/base/whole_file.hpp>
 
 #include "support.hpp"
 #include "temp_files.hpp"
@@ -10,10 +11,14 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 using namespace dsl;
@@ -185,6 +190,36 @@ TEST_CASE("checkpoint: temporary folders of a killed run do not break a later sa
     REQUIRE(loaded);
     CHECK(loaded->tensors.size() == 4);
     CHECK(siblings(dir.path / "ckpt").size() == 5);  // no mark left in the checkpoint
+}
+
+TEST_CASE("a write of a process that has ended, not yet reaped by its parent, is debris", "[checkpoint]") {
+    // A child that exits and is not waited for stays a zombie: kill(pid, 0) still finds it (as a rank that
+    // mpirun ended may be a moment after the command), but it has ended, and its temporary file is removed.
+    TempDir dir;
+    const pid_t child = ::fork();
+    if (child == 0) std::_Exit(0);
+    REQUIRE(child > 0);
+    for (int i = 0; i < 500 && !dsl::process_ended(child); ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    CHECK(::kill(child, 0) == 0);
+    CHECK(dsl::process_ended(child));
+    write_bytes(dsl::temporary_beside(dir / "out.npy", child), "a part");
+    CHECK(dsl::remove_debris(dir / "out.npy").size() == 1);
+    CHECK(siblings(dir.path).empty());
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    CHECK(dsl::process_ended(child));
+    // A running process, and this one, have not ended.
+    const pid_t sleeper = ::fork();
+    if (sleeper == 0) {
+        ::pause();
+        std::_Exit(0);
+    }
+    REQUIRE(sleeper > 0);
+    CHECK_FALSE(dsl::process_ended(sleeper));
+    CHECK_FALSE(dsl::process_ended(::getpid()));
+    ::kill(sleeper, SIGKILL);
+    ::waitpid(sleeper, &status, 0);
 }
 
 TEST_CASE("checkpoint: a save killed while it replaced the old checkpoint leaves nothing for good", "[checkpoint]") {

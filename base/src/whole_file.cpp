@@ -7,6 +7,7 @@
 #include <csignal>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -39,8 +40,24 @@ std::string temporary_beside(const std::string& path, long pid) {
 
 std::string temporary_beside(const std::string& path) { return temporary_beside(path, static_cast<long>(::getpid())); }
 
+namespace {
+
+// Whether process `pid` has ended but is not yet reaped by its parent (state Z in /proc/PID/stat, after the
+// parenthesized name): a rank that mpirun ended may stay so a moment after the command is over.
+bool zombie(long pid) {
+    std::ifstream stat(fmt::format("/proc/{}/stat", pid));
+    std::string line;
+    if (!std::getline(stat, line)) return false;
+    const std::size_t name_end = line.rfind(')');
+    return name_end != std::string::npos && name_end + 2 < line.size() && line[name_end + 2] == 'Z';
+}
+
+}  // namespace
+
 bool process_ended(long pid) {
-    return pid != static_cast<long>(::getpid()) && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+    if (pid == static_cast<long>(::getpid())) return false;
+    if (::kill(static_cast<pid_t>(pid), 0) != 0) return errno == ESRCH;
+    return zombie(pid);
 }
 
 std::vector<std::string> remove_debris(const std::string& path) {

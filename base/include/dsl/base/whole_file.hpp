@@ -13,7 +13,8 @@ namespace dsl {
 std::string temporary_beside(const std::string& path, long pid);
 std::string temporary_beside(const std::string& path);  // this process's
 
-// Whether process `pid` no longer runs on this machine (its temporary files are debris).
+// Whether process `pid` no longer runs on this machine (its temporary files are debris): gone, or ended and
+// not yet reaped.
 bool process_ended(long pid);
 
 // Removes the temporary files beside `path` (".NAME.tmp-PID", regular files) that writes of processes no
