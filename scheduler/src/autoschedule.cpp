@@ -71,7 +71,7 @@ std::vector<Distribution> candidates_among(const Network& net, int layer, const 
     for (const Split& s : partial.split ? std::vector<Split>{*partial.split} : splits) {
         if (s.procs() != procs || !split_problem(net, l, s, batch).empty()) continue;
         // Channel parts where they cut no channels (data, losses) only replicate.
-        if (!partial.split && s.c * s.f > 1 && !splits_channels(l, s)) continue;
+        if (!partial.split && s.channel_parts() && !splits_channels(l, s)) continue;
         std::vector<bool> overlaps;
         if (partial.overlap)
             overlaps.push_back(*partial.overlap);
@@ -605,9 +605,8 @@ std::optional<AutoResult> autoschedule(const Network& net, const Schedule& parti
     if (first.layers.empty()) return result;
     Problem refined(net, model);
     const auto around = [&](std::size_t i) {
-        std::vector<Split> splits{*first.layers[i].split};
-        for (const Split& r : channel_refinements(*first.layers[i].split, options.channel_parts))
-            if (r.n <= options.batch) splits.push_back(r);
+        std::vector<Split> splits = channel_refinements(*first.layers[i].split, options.channel_parts);
+        splits.insert(splits.begin(), *first.layers[i].split);
         return splits;
     };
     std::string why_refined;
@@ -619,12 +618,10 @@ std::optional<AutoResult> autoschedule(const Network& net, const Schedule& parti
         return second;
     }
     if (!second) return result;
-    second->candidates += result->candidates;
-    if (second->cost >= result->cost) {
-        result->candidates = second->candidates;
-        return result;
-    }
-    return second;
+    const std::int64_t candidates = result->candidates + second->candidates;
+    AutoResult& best = second->cost < result->cost ? *second : *result;
+    best.candidates = candidates;
+    return best;
 }
 
 // ---- Writing a schedule.

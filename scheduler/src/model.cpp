@@ -162,19 +162,6 @@ double held_params(const Layer& l, const Split& split) {
 }
 }  // namespace
 
-double Model::parameter_memory(const Schedule& schedule) const {
-    // Weights, their gradients and momenta (and Adam's second moments), each process its blocks of them;
-    // batch norm adds its statistics, whole on every process.
-    const double copies = net_.train.optimizer == frontend::Optimizer::sgd ? 3.0 : 4.0;
-    double params = 0.0;
-    for (std::size_t i = 0; i < net_.layers.size(); ++i) {
-        const Layer& l = net_.layers[i];
-        params += copies * held_params(l, schedule.layers[i].split.value_or(Split{}));
-        if (l.op == OpKind::batchnorm) params += 4.0 * static_cast<double>(l.shape.dims.at(0));
-    }
-    return params * word;
-}
-
 // ---- Compute.
 
 double Model::kernel(const std::string& name, std::vector<TimeField> fields, double flops, double bytes,
@@ -774,10 +761,16 @@ Prediction Model::predict(const Schedule& schedule) const {
         out.update = it->second;
         out.allreduce_exposed = 0.0;  // measured with the update
     }
-    double held = 0.0;
-    for (std::size_t i = 0; i < net_.layers.size(); ++i)
-        held += held_params(net_.layers[i], schedule.layers[i].split.value_or(Split{}));
+    // The parameters a process holds (its blocks of them), with their gradients and momenta (and Adam's second
+    // moments); batch norm's statistics, whole on every process.
+    double held = 0.0, statistics = 0.0;
+    for (std::size_t i = 0; i < net_.layers.size(); ++i) {
+        const Layer& l = net_.layers[i];
+        held += held_params(l, schedule.layers[i].split.value_or(Split{}));
+        if (l.op == OpKind::batchnorm) statistics += 4.0 * static_cast<double>(l.shape.dims.at(0));
+    }
     if (params > 0.0) out.update *= held / params;
+    const double copies = net_.train.optimizer == frontend::Optimizer::sgd ? 3.0 : 4.0;
     out.step = out.forward + out.backward + out.allreduce_exposed + out.update;
 
     std::array<double, 5> scratch{};
@@ -785,7 +778,7 @@ Prediction Model::predict(const Schedule& schedule) const {
         for (std::size_t i = 0; i < scratch.size(); ++i) scratch[i] = std::max(scratch[i], lp.cost.scratch[i]);
     out.scratch = std::accumulate(scratch.begin(), scratch.end(), 0.0);
     out.workspace = platform_.workspace;
-    out.parameters = parameter_memory(schedule);
+    out.parameters = (copies * held + statistics) * word;
     out.memory = out.activations + out.gradients + out.parameters + out.buffers + out.scratch + out.workspace;
     out.memory_limit = memory_limit();
     // Times and sizes, from figures bounded where the platform is read: one that is negative, NaN or infinite

@@ -55,11 +55,9 @@ int Model::shuffle_class(int reader, int input, bool channels) const {
 
 namespace {
 
-bool channel_parts(const Split& s) { return s.c * s.f > 1; }
-
 // Whether nothing moves between a producer under `from` and a reader under `to`: the same split reads the
 // tiles it holds (not whole samples of a spatial tensor, nor another block of channels).
-bool unmoved(const Split& from, const Split& to, bool whole) { return from == to && !whole && !channel_parts(from); }
+bool unmoved(const Split& from, const Split& to, bool whole) { return from == to && !whole && !from.channel_parts(); }
 
 }  // namespace
 
@@ -88,7 +86,7 @@ ShuffleCost Model::shuffle_cost(const ShufflePoints& s, const Layer& producer, c
 }
 
 ShuffleCost Model::shuffle(int reader, int input, const Split& from, const Split& to) const {
-    const bool channels = channel_parts(from) || channel_parts(to);
+    const bool channels = from.channel_parts() || to.channel_parts();
     const int cls = shuffle_class(reader, input, channels);
     if (cls < 0) return {};
     const Layer& r = net_.layers[static_cast<std::size_t>(reader)];
@@ -124,9 +122,9 @@ std::vector<ShuffleCost> Model::shuffles(int reader, int input, const std::vecto
     std::vector<std::size_t> every_from, plain_from, channel_from, plain_to, channel_to;
     for (std::size_t a = 0; a < from.size(); ++a) {
         every_from.push_back(a);
-        (channel_parts(from[a]) ? channel_from : plain_from).push_back(a);
+        (from[a].channel_parts() ? channel_from : plain_from).push_back(a);
     }
-    for (std::size_t b = 0; b < to.size(); ++b) (channel_parts(to[b]) ? channel_to : plain_to).push_back(b);
+    for (std::size_t b = 0; b < to.size(); ++b) (to[b].channel_parts() ? channel_to : plain_to).push_back(b);
     fill(plain, plain_from, plain_to, static_cast<double>(extent_of(p, batch_).c));
     if (channel_from.empty() && channel_to.empty()) return out;
     const int counted = shuffle_class(reader, input, true);

@@ -35,7 +35,7 @@ Channels operand_channels(const Layer& reader) {
 }
 
 bool splits_channels(const Layer& layer, const Split& split) {
-    return split.c * split.f > 1 && own_channels(layer) != Channels::all;
+    return split.channel_parts() && own_channels(layer) != Channels::all;
 }
 
 bool whole_samples(const Layer& producer, const TileSpec& s) {
@@ -49,7 +49,7 @@ namespace {
 bool spatial_replica(const Layer& producer, const TileSpec& s) {
     return (!producer.spatial() || whole_samples(producer, s)) && s.split.spatial();
 }
-bool channel_replica(const TileSpec& s) { return s.channels == Channels::all && s.split.c * s.split.f > 1; }
+bool channel_replica(const TileSpec& s) { return s.channels == Channels::all && s.split.channel_parts(); }
 
 }  // namespace
 

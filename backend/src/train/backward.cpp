@@ -87,9 +87,8 @@ void Trainer::Impl::backward_layer(int index) {
             // complete here: its halo goes back to the neighbours while the weight gradient is computed.
             const bool send_now = overlap_of(index) && !is_input(&in) && !in.copy && in.readers == 1;
             if (send_now) start_scatter(in);
-            weight_gradients(s, [&](View dw, float* db) {
-                conv.backward_weights(windowed_input(l, index), s.own().dy.interior(), dw, db, w);
-            });
+            conv.backward_weights(windowed_input(l, index), s.own().dy.interior(), s.dw.interior(), bias_gradient_of(s),
+                                  w);
             if (send_now) finish_scatter(in);
             allreduce_gradients(s, speaks);
             break;
@@ -113,9 +112,8 @@ void Trainer::Impl::backward_layer(int index) {
             mark(Phase::backward, Kind::backward_weights, index);
             const bool send_now = overlap_of(index) && !is_input(&in) && !in.copy && in.readers == 1;
             if (send_now) start_scatter(in);
-            weight_gradients(s, [&](View dw, float* db) {
-                k.deconv->backward_weights(view_of(in.y, in, read), s.own().dy.interior(), dw, db, d);
-            });
+            k.deconv->backward_weights(view_of(in.y, in, read), s.own().dy.interior(), s.dw.interior(),
+                                       bias_gradient_of(s), d);
             if (send_now) finish_scatter(in);
             allreduce_gradients(s, speaks);
             break;
@@ -155,8 +153,7 @@ void Trainer::Impl::backward_layer(int index) {
         }
         case OpKind::fc: {
             Tile& in = *s.operands[0];
-            weight_gradients(
-                s, [&](View dw, float* db) { k.fc->backward_weights(in.y.interior(), s.own().dy.interior(), dw, db); });
+            k.fc->backward_weights(in.y.interior(), s.own().dy.interior(), s.dw.interior(), bias_gradient_of(s));
             allreduce_gradients(s, speaks);
             if (is_input(&in)) break;
             mark(Phase::backward, Kind::backward_data, index);

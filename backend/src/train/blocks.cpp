@@ -18,12 +18,11 @@ void Trainer::Impl::place_blocks() {
         if (l.op == OpKind::label || l.is_loss() || l.is_data()) continue;
         const scheduler::Split& split = *plan.layers[i].dist.split;
         const scheduler::Coords at = scheduler::coords(split, plan.rank);
-        s.channel_split = scheduler::splits_channels(l, split);
         s.filters = s.own().box.c;
         s.inputs = s.operands.empty() || !s.operands[0] ? s.filters : s.operands[0]->box.c;
         // Of the C processes that hold partial sums of a tile, the first adds the bias.
         s.adds_bias = !s.own().partial || at.c == 0;
-        if (!s.channel_split || l.params == 0) continue;
+        if (!scheduler::splits_channels(l, split) || l.params == 0) continue;
         const std::pair key{split, at.f * split.c + at.c};
         auto it = std::find_if(made.begin(), made.end(), [&](const auto& m) { return m.first == key; });
         if (it == made.end()) {
@@ -58,7 +57,7 @@ Block Trainer::Impl::weight_block(const Slot& s) const {
         case OpKind::groupnorm: return Block{{0, 1}, part(s.filters, d.c), d.c, 1, d.elements()};
         default: DSL_INTERNAL_CHECK(false, "weight blocks of a layer without parameters");
     }
-    return Block::whole(d.elements());
+    return {};
 }
 
 // A layer's block of its bias {1, F} (or a normalization's shift {1, C}): its filters' (or channels').

@@ -22,7 +22,7 @@ void Trainer::Impl::batchnorm_forward(Slot& s, bool training) {
     const Layer& l = *s.layer;
     const ConstView x = s.operands[0]->y.interior();
     const auto channels = static_cast<std::size_t>(x.dims.c);
-    const std::size_t c0 = s.channel_offset();
+    const auto c0 = static_cast<std::size_t>(s.filters.lo);
     float *mean_of = s.mean.data() + c0, *inv_std = s.inv_std.data() + c0;
     float *running_mean = s.running_mean.data() + c0, *running_var = s.running_var.data() + c0;
     if (recomputing) {
@@ -85,7 +85,7 @@ void Trainer::Impl::batchnorm_backward(Slot& s, bool speaks) {
     Tile& in = *s.operands[0];
     const ConstView x = in.y.interior();
     const auto channels = static_cast<std::size_t>(x.dims.c);
-    const std::size_t c0 = s.channel_offset();
+    const auto c0 = static_cast<std::size_t>(s.filters.lo);
     sums_a.assign(channels, 0.0);
     sums_b.assign(channels, 0.0);
     k.batchnorm->backward_statistics(x, s.own().dy.interior(), s.mean.data() + c0, s.inv_std.data() + c0, sums_a.data(),

@@ -24,10 +24,7 @@ std::vector<StateTensor> Trainer::Impl::state(bool read) {
         } else if (read) {
             std::vector<float> held(static_cast<std::size_t>(t.size()));
             mem.download(t.data(), held.data(), t.size());
-            std::vector<double> whole(copy.host.size(), 0.0);  // a float and zeros add up exactly
-            if (keeps) block.place(held.data(), whole.data());
-            comm.allreduce(whole.data(), block.total);
-            std::copy(whole.begin(), whole.end(), copy.host.begin());
+            copy.host = gathered(block, held.data(), keeps);
         }
         out.push_back(StateTensor{name, std::move(shape), copy.host.data(), block.total});
     };
@@ -50,7 +47,11 @@ std::vector<StateTensor> Trainer::Impl::state(bool read) {
         add(l.name + ".weight", wshape, s.w, wb, keeps);
         if (bias) add(l.name + ".bias", bshape, s.b, bb, keeps_bias);
         if (l.op == OpKind::batchnorm) {
-            if (read && s.holders) gather_running_statistics(s, keeps);
+            // Each process moves its block of them: the first holder of each block gives it to the others.
+            if (read && s.holders) {
+                s.running_mean = gathered(bb, s.running_mean.data() + s.filters.lo, keeps);
+                s.running_var = gathered(bb, s.running_var.data() + s.filters.lo, keeps);
+            }
             out.push_back(StateTensor{l.name + ".running_mean", bshape, s.running_mean.data(), bb.total});
             out.push_back(StateTensor{l.name + ".running_var", bshape, s.running_var.data(), bb.total});
         }
@@ -69,17 +70,13 @@ std::vector<StateTensor> Trainer::Impl::state(bool read) {
     return out;
 }
 
-// Under F and C parts a process moves the running statistics of its block of channels alone: the first of
-// each block's holders gives its block to the others, so that every process holds them all.
-void Trainer::Impl::gather_running_statistics(Slot& s, bool keeps) {
-    const std::size_t channels = s.running_mean.size();
-    std::vector<double> both(2 * channels, 0.0);
-    if (keeps)
-        for (auto c = static_cast<std::size_t>(s.filters.lo); c < static_cast<std::size_t>(s.filters.hi); ++c)
-            both[c] = s.running_mean[c], both[channels + c] = s.running_var[c];
-    comm.allreduce(both.data(), static_cast<std::int64_t>(both.size()));
-    for (std::size_t c = 0; c < channels; ++c)
-        s.running_mean[c] = static_cast<float>(both[c]), s.running_var[c] = static_cast<float>(both[channels + c]);
+// A tensor held in blocks, whole: the first of each block's holders (`keeps`) gives its block (`held`,
+// dense), the others zeros, summed over every process (a float and zeros add up exactly).
+std::vector<float> Trainer::Impl::gathered(const Block& block, const float* held, bool keeps) {
+    std::vector<double> whole(static_cast<std::size_t>(block.total), 0.0);
+    if (keeps) block.place(held, whole.data());
+    comm.allreduce(whole.data(), block.total);
+    return std::vector<float>(whole.begin(), whole.end());
 }
 
 // Puts the copies that state() handed out back where the kernels read them: each process its block.

@@ -52,7 +52,6 @@ inline float activation_slope(const Layer& l) { return static_cast<float>(l.acti
 struct Block {
     Range rows, cols;
     std::int64_t columns = 1, run = 1, total = 0;
-    static Block whole(std::int64_t n) { return Block{{0, 1}, {0, n}, n, 1, n}; }
     std::int64_t elements() const { return rows.size() * cols.size() * run; }
     bool is_whole() const { return elements() == total; }
     // Calls f with the index in the whole one of each of the block's elements, in the block's order.
@@ -111,13 +110,12 @@ struct Trainer::Impl {
         // normalization its channels'. The processes that hold the same block (`holders`: the same F and C parts)
         // sum its gradient. Only the first of the C processes adds the bias (the others' partial sums have none),
         // and only it makes a bias gradient.
-        bool channel_split = false;
-        Range filters, inputs;  // this process's blocks (a normalization's channels are `filters`)
+        // Its blocks (a normalization's channels are `filters`; the whole ranges where the split cuts no channels,
+        // so that `filters.lo` is where its channels start in the whole statistics).
+        Range filters, inputs;
         bool adds_bias = true;
         Comm* holders = nullptr;  // who sums the gradients: every process where null
         Dims whole;               // the whole weights' (or scale's) dims
-        // Where a normalization's channels start in its whole statistics (kept on the host).
-        std::size_t channel_offset() const { return channel_split ? static_cast<std::size_t>(filters.lo) : 0; }
         // Batch norm, on the host: the step's statistics (per channel; group norm's per sample and group), and
         // batch norm's running ones (under F and C parts this process's block of them is kept up to date, and
         // state() gathers the rest).
@@ -276,16 +274,13 @@ struct Trainer::Impl {
     Block weight_block(const Slot& s) const;
     Block bias_block(const Slot& s) const;
     bool splits_weights() const;
+    // The bias a layer adds, and its gradient: none where it has none, or on the C processes after the first.
     const float* bias_of(const Slot& s) const { return s.layer->bias && s.adds_bias ? s.b.data() : nullptr; }
-    // Writes a layer's weight gradients through `compute(dw, db)`: the bias's only on the process that adds it.
-    template <typename Compute>
-    void weight_gradients(Slot& s, Compute&& compute) {
-        compute(s.dw.interior(), s.layer->bias && s.adds_bias ? s.db.data() : nullptr);
-    }
+    float* bias_gradient_of(Slot& s) const { return s.layer->bias && s.adds_bias ? s.db.data() : nullptr; }
 
     // state.cpp: the parameters as whole tensors on the host, gathered from their blocks where `read`.
     std::vector<StateTensor> state(bool read);
-    void gather_running_statistics(Slot& s, bool keeps);
+    std::vector<float> gathered(const Block& block, const float* held, bool keeps);
     void state_written();
 
     // exchange.cpp: halo exchange and redistribution, padding, and the inputs that the data source makes.

@@ -29,6 +29,7 @@ struct Split {
     std::int64_t spatial_procs() const { return space[0] * space[1] * space[2]; }  // a sample group's
     std::int64_t procs() const { return n * c * f * spatial_procs(); }
     bool spatial() const { return spatial_procs() > 1; }
+    bool channel_parts() const { return c * f > 1; }  // it has C or F parts
     std::string str() const;  // "N=2 H=2 W=1" (C, F, D only when not 1)
     bool operator==(const Split& o) const { return n == o.n && c == o.c && f == o.f && space == o.space; }
 };

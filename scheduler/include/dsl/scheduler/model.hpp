@@ -131,8 +131,6 @@ public:
     // The memory a process may use: a processor's memory, times the cores it has as threads, divided among
     // the processes that share a processor.
     double memory_limit() const;
-    // Bytes per process of the parameters, their gradients and momenta, and batch norm's statistics.
-    double parameter_memory(const Schedule& schedule) const;
     int threads() const { return threads_; }
     double sharing() const { return share_; }  // processes per processor (1 unless oversubscribed)
 
