@@ -185,6 +185,7 @@ std::string Baseline::build() {
             }
             case OpKind::label: {
                 const auto& d = l.shape.dims;
+                if (d.size() != 2) return "a label that is not a map of pixels: " + l.name;
                 labels_.resize(static_cast<std::size_t>(batch_ * d[0] * d[1]));
                 data.fill_labels(0, backend::Index{0, 0},
                                  backend::dense_view(labels_.data(), Dims{batch_, 1, {d[0], d[1]}}));
