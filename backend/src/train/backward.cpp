@@ -61,8 +61,10 @@ void Trainer::Impl::backward_layer(int index) {
     clear_gradients(static_cast<int>(slots.size()) - 1 - index);
     // Every reader has written its part of this layer's gradient: gather it from the margins and copies
     // where the readers left it.
-    if (!l.is_data())
+    if (!l.is_data()) {
+        written(s.own());  // no reader wrote it: zero
         for (auto& t : s.tiles) scatter(*t);
+    }
     comm.progress();  // the weight-gradient allreduces started so far
     for (Comm* holders : holder_groups) holders->progress();
     observe_allreduces(false);
@@ -134,12 +136,12 @@ void Trainer::Impl::backward_layer(int index) {
         case OpKind::dropout: {
             Tile& in = *s.operands[0];
             if (is_input(&in)) break;
-            interior_gradient(in, [&](View dx) {
-                if (dropping(step_training))
-                    k.dropout->backward(s.own().dy.interior(), dropout_mask(s, step_first), dx);
-                else
-                    k.eltwise->copy(s.own().dy.interior(), dx);
-            });
+            if (!dropping(step_training)) {
+                add_gradient(in, s.own().dy.interior());
+                break;
+            }
+            interior_gradient(
+                in, [&](View dx) { k.dropout->backward(s.own().dy.interior(), dropout_mask(s, step_first), dx); });
             break;
         }
         case OpKind::global_avgpool: {
@@ -161,10 +163,8 @@ void Trainer::Impl::backward_layer(int index) {
             break;
         }
         case OpKind::add:
-            for (Tile* in : s.operands) {
-                if (is_input(in)) continue;
-                interior_gradient(*in, [&](View dx) { k.eltwise->copy(s.own().dy.interior(), dx); });
-            }
+            for (Tile* in : s.operands)
+                if (!is_input(in)) add_gradient(*in, s.own().dy.interior());
             break;
         case OpKind::concat: {
             // Each input's channels that fall in this tile's; a copy's others stay zero.

@@ -110,15 +110,18 @@ void Trainer::Impl::bind(Tile& t, int buffer) {
 }
 
 // Before the first write of a gradient: zero where it is accumulated (or partly written), and the margins
-// that go back to the neighbours.
+// that go back to the neighbours. A tile's gradient that several readers add up is zeroed only in its
+// margins: the first reader that writes all of its interior writes it (`writes_first`), which saves a pass
+// over it and one through scratch.
 void Trainer::Impl::clear_gradients(int position) {
     for (Slot& s : slots)
         for (auto& t : s.tiles) {
             if (t->dy.size() == 0 || t->grad_first != position) continue;
-            if (t->zero_grad)
-                mem.fill(t->dy.padded(), 0.0f);
-            else if (!t->backward.empty())
+            t->unwritten = t->zero_grad && !t->copy && t->readers > 1;
+            if (t->unwritten || (!t->zero_grad && !t->backward.empty()))
                 t->dy.fill_margins(0.0f, mem);
+            else if (t->zero_grad)
+                mem.fill(t->dy.padded(), 0.0f);
         }
 }
 

@@ -87,6 +87,9 @@ struct Trainer::Impl {
         Messages forward_messages, backward_messages;
         std::int64_t gathered = -1;   // the step whose halos (or copy) it holds
         std::int64_t scattered = -1;  // the step whose gradient it has sent back
+        // An accumulated gradient that no reader has written yet this step: its margins are zero, its interior
+        // is not (the first reader to write all of it writes rather than adds: see `input_gradient`).
+        bool unwritten = false;
         // A narrowed layer's own tile (precision=bfloat16, float16): its interior in 16 bits, from forward to
         // the backward that widens it again.
         std::optional<Buffer> stored;
@@ -233,11 +236,11 @@ struct Trainer::Impl {
     bool overlaps(int index) const { return plan_of(index).overlapped; }
 
     // Writes an input's gradient through `compute(target)`: straight into the tile's gradient when this layer
-    // is its only reader, else into scratch that is then added to it.
+    // is its only reader or the first to write all of its interior, else into scratch that is then added to it.
     template <typename Compute>
     void input_gradient(Tile& in, const Box& part, Compute&& compute) {
         const View target = view_of(in.dy, in, part);
-        if (in.readers == 1) {
+        if (in.readers == 1 || writes_first(in, part)) {
             compute(target);
             return;
         }
@@ -249,6 +252,29 @@ struct Trainer::Impl {
     template <typename Compute>
     void interior_gradient(Tile& in, Compute&& compute) {
         input_gradient(in, in.box, std::forward<Compute>(compute));
+    }
+
+    // Adds `dy` into an input's interior gradient (a copy where this layer is the first or only writer).
+    void add_gradient(Tile& in, ConstView dy) {
+        const View target = in.dy.interior();
+        if (in.readers == 1 || writes_first(in, in.box))
+            k.eltwise->copy(dy, target);
+        else
+            k.eltwise->accumulate(dy, target);
+    }
+
+    // Whether a write of `part` is the first to an unwritten gradient and covers its interior, so that it
+    // writes rather than adds; an unwritten one that another part goes to first is zeroed for it.
+    bool writes_first(Tile& in, const Box& part) {
+        if (!in.unwritten) return false;
+        in.unwritten = false;
+        if (part == in.box) return true;
+        mem.fill(in.dy.interior(), 0.0f);
+        return false;
+    }
+    // Before anything is added to a tile's gradient outside `input_gradient` (a halo or a copy's gradient).
+    void written(Tile& t) {
+        if (t.unwritten) writes_first(t, Box{});
     }
 
     bool is_input(const Tile* t) const {
