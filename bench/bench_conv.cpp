@@ -162,6 +162,7 @@ void bench_net(const std::string& path, std::int64_t batch, int per_block, doubl
             window.space[d] = w.input_extent(d, p.y.space[d]);
             margins[d] = {p.pad, std::max<std::int64_t>(0, window.space[d] - p.pad - p.x.space[d])};
         }
+        w.zeros = margins;  // all of them padding, as on one process
         backend::Tensor x(p.x, margins);
         backend::Tensor dx(p.x, x.margins()), y(p.y), dy(p.y), wt({p.y.c, p.x.c, {p.k, p.k}}), dw(wt.dims());
         x.fill(0.5f), dy.fill(0.25f), wt.fill(0.01f);

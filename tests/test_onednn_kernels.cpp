@@ -1,6 +1,7 @@
 // The oneDNN convolution and fully connected kernels against the reference, on views of tiles with margins, of
 // images and volumes.
 #include "../backend/src/kernels/onednn_kernels.hpp"
+#include "../backend/src/tensors/planes.hpp"
 #include "kernel_layouts.hpp"
 
 #include <dsl/backend/kernels.hpp>
@@ -214,7 +215,88 @@ void check_fc(const FcProblem& p, Layout layout, std::mt19937& rng) {
         CHECK(std::all_of(db.begin(), db.end(), [](float v) { return v == sentinel; }));
 }
 
+// As check_conv, with the places of x at its ends that `zeros` names (each cut to what the window reaches)
+// zero and told to oneDNN as padding (Window::zeros), which it may add in their place; the reference reads
+// the zeros. In dx those places hold zero, and the rest the reference's gradient.
+void check_padded_conv(const Dims& yd, std::int64_t c, Window win, std::int64_t zeros, bool with_bias,
+                       const std::string& what, std::mt19937& rng) {
+    INFO(what << " zeros=" << zeros);
+    Dims xd{yd.n, c, yd.space};
+    for (int d = 0; d < yd.rank(); ++d) xd.space[d] = win.input_extent(d, yd.space[d]);
+    win.zeros = Margins::filled(yd.rank(), {});
+    for (int d = 0; d < yd.rank(); ++d) {
+        const std::int64_t reach = win.input_extent(d, 1), cut = std::min(zeros, reach - 1);
+        if (xd.space[d] - 2 * cut >= 1) win.zeros[d] = {cut, d % 2 == 0 ? cut : 0};  // one-sided along some
+    }
+    Window plain = win;
+    plain.zeros = {};
+    const Dims wd{yd.c, c, win.kernel};
+    ConvKernels& ref = *reference_kernels().conv;
+    ConvKernels& dnn = onednn_conv();
+    const auto padding = [&](const Index& i) {
+        for (int d = 0; d < i.rank(); ++d)
+            if (i[d] < win.zeros[d].before || i[d] >= xd.space[d] - win.zeros[d].after) return true;
+        return false;
+    };
+
+    Operand x = make_operand(xd, Layout::interior, true, rng);
+    const View xv = x.view();
+    for_each_place(xd.space, [&](const Index& i) {
+        if (!padding(i)) return;
+        for (std::int64_t n = 0; n < xd.n; ++n)
+            for (std::int64_t ch = 0; ch < c; ++ch) xv.at(n, ch, i) = 0.0f;
+    });
+    Operand w = make_operand(wd, Layout::dense, true, rng);
+    const std::vector<float> bias = random_vector(yd.c, rng);
+    const float* b = with_bias ? bias.data() : nullptr;
+
+    Operand y = make_operand(yd, Layout::interior, false, rng), y_ref = y;
+    dnn.forward(x.view(), w.view(), b, y.view(), win);
+    ref.forward(x.view(), w.view(), b, y_ref.view(), plain);
+    require_close(y, y_ref, "forward: " + what);
+
+    Operand dy = make_operand(yd, Layout::interior, true, rng);
+    Operand dx = make_operand(xd, Layout::interior, false, rng), dx_ref = dx;
+    dnn.backward_data(dy.view(), w.view(), dx.view(), win);
+    ref.backward_data(dy.view(), w.view(), dx_ref.view(), plain);
+    std::int64_t nonzero_padding = 0;
+    const View got = dx.view(), want = dx_ref.view();
+    for_each_place(xd.space, [&](const Index& i) {
+        if (!padding(i)) return;
+        for (std::int64_t n = 0; n < xd.n; ++n)
+            for (std::int64_t ch = 0; ch < c; ++ch) {
+                nonzero_padding += got.at(n, ch, i) != 0.0f;
+                want.at(n, ch, i) = 0.0f;
+            }
+    });
+    CHECK(nonzero_padding == 0);
+    require_close(dx, dx_ref, "backward_data: " + what);
+
+    Operand dw = make_operand(wd, Layout::dense, false, rng), dw_ref = dw;
+    std::vector<float> db(static_cast<std::size_t>(yd.c), sentinel), db_ref = db;
+    dnn.backward_weights(x.view(), dy.view(), dw.view(), with_bias ? db.data() : nullptr, win);
+    ref.backward_weights(x.view(), dy.view(), dw_ref.view(), with_bias ? db_ref.data() : nullptr, plain);
+    require_close(dw, dw_ref, "backward_weights dw: " + what);
+    if (with_bias) require_close(db.data(), db_ref.data(), yd.c, "backward_weights db: " + what);
+}
+
 }  // namespace
+
+TEST_CASE("oneDNN convolution pads in place of the zeros that its window names, as the reference reads them",
+          "[onednn]") {
+    std::mt19937 rng(53);
+    const std::int64_t zeros = GENERATE(1, 2, 3);
+    for (const ConvProblem& p : conv_problems())
+        check_padded_conv(Dims{p.n, p.f, {p.out_h, p.out_w}}, p.c, p.window, zeros, p.bias,
+                          describe(p, Layout::interior), rng);
+    for (const ConvProblem& p : strided_1x1_problems())
+        check_padded_conv(Dims{p.n, p.f, {p.out_h, p.out_w}}, p.c, p.window, zeros, p.bias,
+                          describe(p, Layout::interior), rng);
+    for (const auto* problems : {&volume_conv_problems(), &strided_1x1_volume_problems()})
+        for (const VolumeConvProblem& p : *problems)
+            check_padded_conv(Dims{p.n, p.f, p.out}, p.c, p.window, zeros, p.bias,
+                              "volume kernel " + text(p.window.kernel) + " stride " + text(p.window.stride), rng);
+}
 
 TEST_CASE("oneDNN convolution matches the reference on views of tiles", "[onednn]") {
     const Layout layout = GENERATE(Layout::dense, Layout::interior, Layout::padded, Layout::inside, Layout::channels);

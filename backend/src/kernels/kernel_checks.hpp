@@ -48,7 +48,7 @@ void check_same_dims(const A& a, const B& b, const char* what) {
     check_same_dims(a.dims, b.dims, what);
 }
 
-// x must span exactly the input that y's outputs read (kernels never pad: padding is in x's margins).
+// x must span exactly the input that y's outputs read (padding is in x's margins, Window::zeros says where).
 inline void check_window_input(const PlaneDims& x, const PlaneDims& y, const Window& window, const char* what) {
     for (int d = 0; d < 2; ++d)
         DSL_INTERNAL_CHECK(window.kernel[d] >= 1 && window.stride[d] >= 1 && window.dilation[d] >= 1,

@@ -30,7 +30,7 @@ using Key = std::vector<std::int64_t>;
 
 // oneDNN's convolutions and inner products see images (and vectors) as their planes (planes.hpp), NCHW, and
 // volumes as they are, NCDHW: dims_of, strides_of, view_desc and append (the cache's keys) convert views, in
-// this one place (and OnednnConv's strides, dilates and no_padding windows).
+// this one place (and OnednnConv's strides, dilates and padding of windows).
 memory::dims dims_of(const Dims& d) {
     if (d.rank() == 3) return {d.n, d.c, d.space[0], d.space[1], d.space[2]};
     const PlaneDims p = planes(d);
@@ -65,6 +65,7 @@ void append(Key& key, const ConstView& v) {
 void append(Key& key, const Window& w) {
     for (const Index* values : {&w.kernel, &w.stride, &w.dilation})
         key.insert(key.end(), values->begin(), values->end());
+    for (const scheduler::Reach& r : w.zeros) key.insert(key.end(), {r.before, r.after});
 }
 
 // A window's dimensions of one tap and a stride s > 1 read every s-th place of x's view and nothing between,
@@ -95,6 +96,56 @@ Subsampled<T> subsample(BasicView<T> x, const Dims& y, const Window& window) {
         s.subsampled = true;
     }
     return s;
+}
+
+// x without the places at its ends that `window.zeros` says are padding, and the window that pads in their
+// place (its `zeros` what oneDNN pads: none where nothing is left out). Where some padding reaches as far as
+// the window does, or nothing would be left, x stays whole and oneDNN pads nothing.
+template <typename T>
+struct Unpadded {
+    BasicView<T> x;
+    Window window;
+    bool unpadded = false;
+};
+
+template <typename T>
+Unpadded<T> unpad(BasicView<T> x, const Window& window) {
+    Unpadded<T> u{x, window, false};
+    u.window.zeros = {};
+    const int rank = window.kernel.rank();
+    if (window.zeros.rank() != rank || x.dims.rank() != rank) return u;
+    Index at = Index::filled(rank, 0);
+    Dims inner = x.dims;
+    for (int d = 0; d < rank; ++d) {
+        const scheduler::Reach r = window.zeros[d];
+        const std::int64_t reach = (window.kernel[d] - 1) * window.dilation[d] + 1;
+        if (r.before < 0 || r.after < 0 || r.before >= reach || r.after >= reach ||
+            x.dims.space[d] - r.before - r.after < 1)
+            return u;
+        at[d] = r.before;
+        inner.space[d] -= r.before + r.after;
+        u.unpadded = u.unpadded || r.before > 0 || r.after > 0;
+    }
+    if (!u.unpadded) return u;
+    u.x = x.sub(0, 0, at, inner);
+    u.window.zeros = window.zeros;
+    return u;
+}
+
+void zero(View v);
+
+// Zeros the places of `v` within `m` of its ends along each spatial dimension (what `unpad` left out).
+void zero_margins(const View& v, const Margins& m) {
+    for (int d = 0; d < m.rank(); ++d)
+        for (const bool after : {false, true}) {
+            const std::int64_t width = after ? m[d].after : m[d].before;
+            if (width == 0) continue;
+            Index at = Index::filled(v.dims.rank(), 0);
+            Dims strip = v.dims;
+            if (after) at[d] = v.dims.space[d] - width;
+            strip.space[d] = width;
+            zero(v.sub(0, 0, at, strip));
+        }
 }
 
 // Copies `from` into `to`, views of the same dims in their spatial form whose innermost strides may exceed 1,
@@ -321,12 +372,13 @@ public:
         Key key{conv_forward, bias != nullptr};
         append(key, x), append(key, w), append(key, y), append(key, window);
         const Subsampled<const float> s = subsample(x, y.dims, window);
-        const ConstView xs = s.subsampled ? gather(s.x) : x;
+        const Unpadded<const float> u = unpad(s.subsampled ? gather(s.x) : x, s.window);
+        const ConstView xs = u.x;
         Planned& p = cache_.get(key, [&] {
             dnnl::convolution_forward::primitive_desc pd;
             if (x.dims.rank() < 3 && in_ == memory::data_type::f32)
-                pd = forward_nhwc_pd(xs.dims, w.dims, y.dims, s.window, bias != nullptr);
-            if (!pd) pd = forward_pd(xs.dims, w.dims, y.dims, s.window, bias != nullptr);
+                pd = forward_nhwc_pd(xs.dims, w.dims, y.dims, u.window, bias != nullptr);
+            if (!pd) pd = forward_pd(xs.dims, w.dims, y.dims, u.window, bias != nullptr);
             Planned q;
             q.primitive = dnnl::convolution_forward(pd);
             add_slot(q, ctx_, DNNL_ARG_SRC, true, view_desc(xs), pd.src_desc());
@@ -352,13 +404,15 @@ public:
         Key key{conv_backward_data};
         append(key, dy), append(key, w), append(key, dx), append(key, window);
         const Subsampled<float> s = subsample(dx, dy.dims, window);
-        const View dxs = s.subsampled ? places(s.x.dims) : dx;
+        const View whole = s.subsampled ? places(s.x.dims) : dx;
+        const Unpadded<float> u = unpad(whole, s.window);
+        const View dxs = u.x;
         Planned& p = cache_.get(key, [&] {
-            auto hint = forward_pd(dxs.dims, w.dims, dy.dims, s.window, false);
+            auto hint = forward_pd(dxs.dims, w.dims, dy.dims, u.window, false);
             dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, any_desc(dims_of(dxs.dims)),
                                                     any_desc(dims_of(w.dims), in_), any_desc(dims_of(dy.dims), in_),
-                                                    strides(s.window), dilates(s.window), no_padding(s.window),
-                                                    no_padding(s.window));
+                                                    strides(u.window), dilates(u.window), before(u.window),
+                                                    after(u.window));
             dnnl::convolution_backward_data::primitive_desc pd(d, ctx_.engine, hint);
             Planned q;
             q.primitive = dnnl::convolution_backward_data(pd);
@@ -370,9 +424,10 @@ public:
         run(ctx_, p, {dy.base, w.base, dxs.base}, nullptr);
         const Slot& first = p.slots.front();
         held_ = first.via_buffer ? Held{dy.base, first.user, first.chosen, ctx_.runs} : Held{};
+        if (u.unpadded) zero_margins(whole, u.window.zeros);
         if (s.subsampled) {
             zero(dx);
-            copy_places(dxs, s.x);
+            copy_places(whole, s.x);
         }
     }
 
@@ -405,7 +460,8 @@ public:
         Key key{conv_backward_weights, db != nullptr};
         append(key, x), append(key, dy), append(key, dw), append(key, window);
         const Subsampled<const float> s = subsample(x, dy.dims, window);
-        const ConstView xs = s.subsampled ? gather(s.x) : x;
+        const Unpadded<const float> u = unpad(s.subsampled ? gather(s.x) : x, s.window);
+        const ConstView xs = u.x;
         Planned& p = cache_.get(key, [&] {
             const bool bias = db != nullptr;
             // Volumes of fewer channels than a 16-channel block: with NDHWC activations oneDNN 2.6 runs its
@@ -417,16 +473,16 @@ public:
                 return last ? channels_last(d, in_) : any_desc(dims_of(d), in_);
             };
             const auto src = activations(xs.dims), weights = any_desc(dims_of(dw.dims)), dst = activations(dy.dims);
-            const Window& win = s.window;
+            const Window& win = u.window;
             // The forward pass it is the transpose of: of the same types, its output f32.
             auto hint = forward_pd(src, any_desc(dims_of(dw.dims), in_),
                                    last ? channels_last(dy.dims) : any_desc(dims_of(dy.dims)), win, bias);
-            const auto d = bias ? dnnl::convolution_backward_weights::desc(
-                                      dnnl::algorithm::convolution_direct, src, weights, vector_desc(dw.dims.n), dst,
-                                      strides(win), dilates(win), no_padding(win), no_padding(win))
-                                : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src,
-                                                                           weights, dst, strides(win), dilates(win),
-                                                                           no_padding(win), no_padding(win));
+            const auto d =
+                bias ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src, weights,
+                                                                vector_desc(dw.dims.n), dst, strides(win), dilates(win),
+                                                                before(win), after(win))
+                     : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src, weights, dst,
+                                                                strides(win), dilates(win), before(win), after(win));
             dnnl::convolution_backward_weights::primitive_desc pd(d, ctx_.engine, hint);
             Planned q;
             q.primitive = dnnl::convolution_backward_weights(pd);
@@ -469,9 +525,15 @@ private:
         for (auto& v : d) --v;
         return d;
     }
-    // Padding is always zero: it lives in the tile's margins, so the convolution is valid over the view.
-    static memory::dims no_padding(const Window& w) {
-        return memory::dims(static_cast<std::size_t>(w.kernel.rank()), 0);
+    // The padding oneDNN adds before and after x along each spatial dimension: what `unpad` left out of the
+    // view, else none (the tile's margins hold it, so the convolution is valid over the view).
+    static memory::dims before(const Window& w) { return padding(w, false); }
+    static memory::dims after(const Window& w) { return padding(w, true); }
+    static memory::dims padding(const Window& w, bool after) {
+        memory::dims p(static_cast<std::size_t>(w.kernel.rank()), 0);
+        for (int d = 0; d < w.zeros.rank(); ++d)
+            p[static_cast<std::size_t>(d)] = after ? w.zeros[d].after : w.zeros[d].before;
+        return p;
     }
 
     dnnl::convolution_forward::primitive_desc forward_pd(const Dims& x, const Dims& w, const Dims& y,
@@ -514,9 +576,9 @@ private:
         const auto alg = dnnl::algorithm::convolution_direct;
         const auto d =
             bias ? dnnl::convolution_forward::desc(prop, alg, src, weights, vector_desc(filters), dst, strides(window),
-                                                   dilates(window), no_padding(window), no_padding(window))
+                                                   dilates(window), before(window), after(window))
                  : dnnl::convolution_forward::desc(prop, alg, src, weights, dst, strides(window), dilates(window),
-                                                   no_padding(window), no_padding(window));
+                                                   before(window), after(window));
         return dnnl::convolution_forward::primitive_desc(d, ctx_.engine);
     }
 

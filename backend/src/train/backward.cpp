@@ -78,9 +78,9 @@ void Trainer::Impl::backward_layer(int index) {
         case OpKind::l1:
         case OpKind::bce_with_logits: break;  // the loss wrote its gradient in forward
         case OpKind::conv: {
-            const Window w = window_of(l);
             ConvKernels& conv = conv_of(index);
             Tile& in = *s.operands[0];
+            const Window w = conv_window(l, in, plan_of(index).read);
             if (!is_input(&in))
                 input_gradient(in, plan_of(index).read,
                                [&](View dx) { conv.backward_data(s.own().dy.interior(), s.w.interior(), dx, w); });

@@ -151,7 +151,7 @@ void Trainer::Impl::windowed_forward(Slot& s, const Box& out) {
             return k.deconv->forward(x, s.w.interior(), bias_of(s), y, deconv_of(l, read, out));
         case OpKind::conv:
             set_padding(in, 0.0f);
-            return conv_of(own.spec.layer).forward(x, s.w.interior(), bias_of(s), y, window_of(l));
+            return conv_of(own.spec.layer).forward(x, s.w.interior(), bias_of(s), y, conv_window(l, in, read));
         default:
             set_padding(in, l.op == OpKind::maxpool ? -std::numeric_limits<float>::infinity() : 0.0f);
             return k.pool->forward(l.op == OpKind::maxpool ? PoolKind::max : PoolKind::average, x, y, window_of(l));

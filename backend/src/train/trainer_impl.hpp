@@ -32,7 +32,7 @@ inline std::uint64_t name_hash(const std::string& s) {
 }
 
 inline Window window_of(const Layer& l) {
-    Window w{l.kernel, l.stride, l.kernel};
+    Window w{l.kernel, l.stride, l.kernel, {}};
     for (int d = 0; d < l.kernel.rank(); ++d) w.dilation[d] = scheduler::window_dilation(l, d);
     return w;
 }
@@ -234,6 +234,19 @@ struct Trainer::Impl {
 
     // Whether a windowed layer overlaps its input's halo exchange with the interior's compute, as the plan says.
     bool overlaps(int index) const { return plan_of(index).overlapped; }
+
+    // A convolution's window over `read` of its input tile, with the places of `read` outside the tensor
+    // (zero padding, unless the tile's padding is periodic) that the kernels may pad themselves.
+    Window conv_window(const Layer& l, const Tile& in, const Box& read) const {
+        Window w = window_of(l);
+        if (in.periodic) return w;
+        const Dims& whole = global_dims(in.spec.layer);
+        w.zeros = Margins::filled(read.space.rank(), scheduler::Reach{});
+        for (int d = 0; d < read.space.rank(); ++d)
+            w.zeros[d] = {std::max<std::int64_t>(0, -read.space[d].lo),
+                          std::max<std::int64_t>(0, read.space[d].hi - whole.space[d])};
+        return w;
+    }
 
     // Writes an input's gradient through `compute(target)`: straight into the tile's gradient when this layer
     // is its only reader or the first to write all of its interior, else into scratch that is then added to it.

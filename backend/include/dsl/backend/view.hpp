@@ -12,8 +12,8 @@ namespace dsl::backend {
 using dsl::Dims;
 
 // How far a tile reaches beyond its interior along each spatial dimension: the halo that neighbours send, or
-// zero padding at the tensor's border. Kernels never pad; the margins hold the padding, so the same kernel
-// runs on a whole tensor and on a tile of it.
+// zero padding at the tensor's border. The margins hold the padding, so the same kernel runs on a whole
+// tensor and on a tile of it (a convolution told which places are padding may add it itself: Window::zeros).
 using scheduler::Margins;
 using scheduler::Range;
 using Index = Space<std::int64_t>;  // a place along each spatial dimension
