@@ -388,6 +388,55 @@ TEST_CASE("oneDNN convolution follows new data on cached problems", "[onednn]") 
     }
 }
 
+TEST_CASE("oneDNN convolution uses the weights of its previous call again only when told, and only right after it",
+          "[onednn]") {
+    // Two parts of one layer's output, as an overlapped layer's interior and strip: different problems over
+    // the same weights, which oneDNN takes in a blocked layout (16 and 32 channels), so that there is a
+    // reorder of them to keep.
+    std::mt19937 rng(23);
+    Window win = window(3, 3, 1, 1);
+    const Dims ya{2, 32, {6, 5}}, yb{2, 32, {2, 5}};
+    auto input = [&](const Dims& y) {
+        Dims x{y.n, 16, y.space};
+        for (int d = 0; d < 2; ++d) x.space[d] = win.input_extent(d, y.space[d]);
+        return make_operand(x, Layout::interior, true, rng);
+    };
+    Operand xa = input(ya), xb = input(yb);
+    Operand w = make_operand(Dims{32, 16, win.kernel}, Layout::dense, true, rng);
+    const Operand first = w, second = make_operand(w.dims, Layout::dense, true, rng);
+    ConvKernels& dnn = onednn_conv();
+    ConvKernels& ref = *reference_kernels().conv;
+    // b's output from the weights in w's buffer now, and from `expected`'s, which must be the same.
+    auto part_b = [&](const Window& window, const Operand& expected) {
+        Operand y = make_operand(yb, Layout::interior, false, rng), y_ref = y, weights = expected;
+        dnn.forward(xb.view(), w.view(), nullptr, y.view(), window);
+        ref.forward(xb.view(), weights.view(), nullptr, y_ref.view(), win);
+        require_close(y, y_ref, "part b");
+    };
+    auto part_a = [&] {
+        Operand y = make_operand(ya, Layout::interior, false, rng);
+        dnn.forward(xa.view(), w.view(), nullptr, y.view(), win);
+    };
+    Window again = win;
+    again.same_weights = true;
+
+    part_a();    // with the first weights
+    w = second;  // the same buffer's values change (an update)
+    part_b(win, second);
+    part_a();
+    part_b(again, second);  // what part a made of the weights is what b reads
+    part_a();
+    w = first;  // told the weights are the same, wrongly: what shows that they are used again
+    part_b(again, second);
+    // Any other primitive between the two: the weights are reordered again, whatever the window says.
+    part_a();
+    Operand dy = make_operand(ya, Layout::interior, true, rng),
+            dx = make_operand(xa.dims, Layout::interior, false, rng);
+    dnn.backward_data(dy.view(), w.view(), dx.view(), win);
+    w = second;
+    part_b(again, second);
+}
+
 TEST_CASE("oneDNN convolution rejects an input that does not match its window", "[onednn]") {
     Tensor x(Dims{1, 2, {6, 6}}), w(Dims{3, 2, {3, 3}}), y(Dims{1, 3, {5, 4}});  // 6x6 input gives 4x4 outputs
     const Window win = window(3, 3, 1, 1, 1, 1);

@@ -286,10 +286,9 @@ void add_slot(Planned& p, const Context& ctx, int arg, bool input, const memory:
     p.slots.push_back(std::move(s));
 }
 
-// Runs `p` on the caller's buffers, one pointer per slot, in the slots' order. `first_held`: the first slot's
+// Runs `p` on the caller's buffers, one pointer per slot, in the slots' order. `held`: bit i set where slot i's
 // arena holds its input already, as the last run left it.
-void run(Context& ctx, Planned& p, const std::vector<const void*>& pointers, const float* bias,
-         bool first_held = false) {
+void run(Context& ctx, Planned& p, const std::vector<const void*>& pointers, const float* bias, unsigned held = 0) {
     ++ctx.runs;
     DSL_INTERNAL_CHECK(pointers.size() == p.slots.size(), "oneDNN kernel: wrong number of arguments");
     DSL_INTERNAL_CHECK(p.slots.size() <= ctx.arenas.size(), "oneDNN kernel: too many arguments");
@@ -301,7 +300,7 @@ void run(Context& ctx, Planned& p, const std::vector<const void*>& pointers, con
         // The arena may have grown (and moved) for another problem since this one last ran.
         void* buffer = ctx.arenas[i].get(s.chosen.get_size());
         if (s.buffer_memory.get_data_handle() != buffer) s.buffer_memory.set_data_handle(buffer);
-        if (s.input && !(i == 0 && first_held)) s.reorder.execute(ctx.stream, s.reorder_args);
+        if (s.input && !(held >> i & 1u)) s.reorder.execute(ctx.stream, s.reorder_args);
     }
     if (p.bias_arg != 0) {
         if (!p.bias_memory) p.args[p.bias_arg] = p.bias_memory = memory(p.bias, ctx.engine, DNNL_MEMORY_NONE);
@@ -362,9 +361,11 @@ public:
         check(x, w, y, window);
         if (y.dims.elements() == 0) return;
         if (const std::int64_t g = scheduler::layout_group(x.dims, y.dims); g < y.dims.n) {
+            Window again = window;
             for (std::int64_t n0 = 0; n0 < y.dims.n; n0 += g) {
                 const std::int64_t k = std::min(g, y.dims.n - n0);
-                forward(x.samples(n0, k), w, bias, y.samples(n0, k), window);
+                forward(x.samples(n0, k), w, bias, y.samples(n0, k), again);
+                again.same_weights = true;
             }
             return;
         }
@@ -387,7 +388,12 @@ public:
             if (bias) q.bias_arg = DNNL_ARG_BIAS, q.bias = vector_desc(w.dims.n);
             return q;
         });
-        run(ctx_, p, {xs.base, w.base, y.base}, bias);
+        const Slot& weights = p.slots[1];
+        const bool again = window.same_weights && weights.via_buffer && held_weights_.data == w.base &&
+                           held_weights_.run == ctx_.runs && held_weights_.user == weights.user &&
+                           held_weights_.chosen == weights.chosen;
+        run(ctx_, p, {xs.base, w.base, y.base}, bias, again ? 2u : 0u);
+        held_weights_ = weights.via_buffer ? Held{w.base, weights.user, weights.chosen, ctx_.runs} : Held{};
     }
 
     void backward_data(ConstView dy, ConstView w, View dx, const Window& window) override {
@@ -494,10 +500,10 @@ public:
             return q;
         });
         const Slot& first = p.slots.front();
-        const bool held = first.via_buffer && held_.dy == dy.base && held_.run == ctx_.runs &&
+        const bool held = first.via_buffer && held_.data == dy.base && held_.run == ctx_.runs &&
                           held_.user == first.user && held_.chosen == first.chosen;
         held_ = Held{};
-        run(ctx_, p, {dy.base, xs.base, dw.base}, db, held);
+        run(ctx_, p, {dy.base, xs.base, dw.base}, db, held ? 1u : 0u);
     }
 
 private:
@@ -585,14 +591,16 @@ private:
     memory::data_type in_;
     Context& ctx_ = context();
     Cache cache_;
-    // The layout backward_data reordered dy into, in the first arena: a layer's backward_weights, which runs
-    // next on the same dy, reads it there where no primitive ran between them (the same run count).
+    // What a run left in an arena: the layout backward_data reordered dy into, in the first (a layer's
+    // backward_weights, which runs next on the same dy, reads it there), and the weights forward reordered,
+    // in the second (the next forward reads them there when its window says they are the same). Only where no
+    // primitive ran between them (the same run count).
     struct Held {
-        const void* dy = nullptr;
+        const void* data = nullptr;
         memory::desc user, chosen;
         std::uint64_t run = 0;
     };
-    Held held_;
+    Held held_, held_weights_;
 };
 
 // x is {N, C, H, W} (or {N, C, D, H, W}) and flattens in c, h, w order, which is how oneDNN's inner product

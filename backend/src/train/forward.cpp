@@ -134,8 +134,8 @@ void Trainer::Impl::forward_layer(DataSource& data, std::int64_t first, bool tra
 }
 
 // The output of a windowed layer over `out` (global coordinates within its tile), from what its window
-// reads of the input tile.
-void Trainer::Impl::windowed_forward(Slot& s, const Box& out) {
+// reads of the input tile; `again`: the layer's kernel ran last, on another part (its weights unchanged).
+void Trainer::Impl::windowed_forward(Slot& s, const Box& out, bool again) {
     const Layer& l = *s.layer;
     Tile& in = *s.operands[0];
     Tile& own = s.own();
@@ -149,9 +149,12 @@ void Trainer::Impl::windowed_forward(Slot& s, const Box& out) {
         case OpKind::deconv:
             DSL_INTERNAL_CHECK(k.deconv, "the kernel set has no kernels for transposed convolutions");
             return k.deconv->forward(x, s.w.interior(), bias_of(s), y, deconv_of(l, read, out));
-        case OpKind::conv:
+        case OpKind::conv: {
             set_padding(in, 0.0f);
-            return conv_of(own.spec.layer).forward(x, s.w.interior(), bias_of(s), y, conv_window(l, in, read));
+            Window w = conv_window(l, in, read);
+            w.same_weights = again;
+            return conv_of(own.spec.layer).forward(x, s.w.interior(), bias_of(s), y, w);
+        }
         default:
             set_padding(in, l.op == OpKind::maxpool ? -std::numeric_limits<float>::infinity() : 0.0f);
             return k.pool->forward(l.op == OpKind::maxpool ? PoolKind::max : PoolKind::average, x, y, window_of(l));
@@ -176,9 +179,13 @@ void Trainer::Impl::overlapped_forward(Slot& s, int index) {
     Tile& in = *s.operands[0];
     set_padding(in, s.layer->op == OpKind::maxpool ? -std::numeric_limits<float>::infinity() : 0.0f);
     start_gather(in);
-    if (!parts.inner.empty()) windowed_forward(s, parts.inner);
+    bool again = !parts.inner.empty();
+    if (again) windowed_forward(s, parts.inner);
     finish_gather(in);
-    for (const Box& strip : parts.strips) windowed_forward(s, strip);
+    for (const Box& strip : parts.strips) {
+        windowed_forward(s, strip, again);
+        again = true;
+    }
 }
 
 // The mask of a dropout layer's own tile in the step whose first sample is `first`: its key is the seed's

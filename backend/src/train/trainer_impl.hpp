@@ -355,7 +355,7 @@ struct Trainer::Impl {
     ConstView windowed_input(const Layer& l, int index);
     double forward(DataSource& data, std::int64_t first, bool training);
     void forward_layer(DataSource& data, std::int64_t first, bool training, std::size_t i, double& loss);
-    void windowed_forward(Slot& s, const Box& out);
+    void windowed_forward(Slot& s, const Box& out, bool again = false);
     Upsample upsample_of(const Layer& l, const Box& x, const Box& y) const;
     static Deconv deconv_of(const Layer& l, const Box& x, const Box& y);
     void overlapped_forward(Slot& s, int index);

@@ -37,6 +37,9 @@ struct Window {
     // direct kernels run a 7x7 image a third faster than the 9x9 view with its margins); it still writes
     // them in dx. Rank 0: none known (a tile whose margins are halos, or periodic padding).
     Margins zeros;
+    // Of a convolution's forward: the weights are those of this kernel set's previous call, unchanged since
+    // (an overlapped layer's strips after its interior), so a kernel may use again what it made of them.
+    bool same_weights = false;
 
     // The input extent that `out` outputs read along dimension `d`.
     std::int64_t input_extent(int d, std::int64_t out) const {
