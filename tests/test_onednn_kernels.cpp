@@ -56,6 +56,22 @@ struct ConvPair {
 
 ConvPair float32_pair() { return {onednn_conv(), *reference_kernels().conv}; }
 
+// Backward-weights of both kernel sets on the same x and dy (each with its window), against each other: the
+// weights' gradient, and the bias's or none (left as it was).
+void check_weight_gradients(ConvKernels& dnn, ConvKernels& ref, Operand& x, Operand& dy, const Dims& wd, bool with_bias,
+                            const Window& dnn_window, const Window& ref_window, const std::string& what,
+                            std::mt19937& rng) {
+    Operand dw = make_operand(wd, Layout::dense, false, rng), dw_ref = dw;
+    std::vector<float> db(static_cast<std::size_t>(wd.n), sentinel), db_ref = db;
+    dnn.backward_weights(x.view(), dy.view(), dw.view(), with_bias ? db.data() : nullptr, dnn_window);
+    ref.backward_weights(x.view(), dy.view(), dw_ref.view(), with_bias ? db_ref.data() : nullptr, ref_window);
+    require_close(dw, dw_ref, "backward_weights dw: " + what);
+    if (with_bias)
+        require_close(db.data(), db_ref.data(), wd.n, "backward_weights db: " + what);
+    else
+        CHECK(std::all_of(db.begin(), db.end(), [](float v) { return v == sentinel; }));
+}
+
 // Forward, backward-data and backward-weights of one problem (y of `yd` from `c` channels through `win`) with
 // both kernel sets, on the same inputs.
 void check_conv(const Dims& yd, std::int64_t c, const Window& win, bool with_bias, Layout layout,
@@ -83,15 +99,7 @@ void check_conv(const Dims& yd, std::int64_t c, const Window& win, bool with_bia
     ref.backward_data(dy.view(), w.view(), dx_ref.view(), win);
     require_close(dx, dx_ref, "backward_data: " + what);
 
-    Operand dw = make_operand(wd, Layout::dense, false, rng), dw_ref = dw;
-    std::vector<float> db(static_cast<std::size_t>(yd.c), sentinel), db_ref = db;
-    dnn.backward_weights(x.view(), dy.view(), dw.view(), with_bias ? db.data() : nullptr, win);
-    ref.backward_weights(x.view(), dy.view(), dw_ref.view(), with_bias ? db_ref.data() : nullptr, win);
-    require_close(dw, dw_ref, "backward_weights dw: " + what);
-    if (with_bias)
-        require_close(db.data(), db_ref.data(), yd.c, "backward_weights db: " + what);
-    else
-        CHECK(std::all_of(db.begin(), db.end(), [](float v) { return v == sentinel; }));
+    check_weight_gradients(dnn, ref, x, dy, wd, with_bias, win, win, what, rng);
 }
 
 void check_conv(const ConvProblem& p, Layout layout, std::mt19937& rng, ConvPair kernels = float32_pair()) {
@@ -272,12 +280,7 @@ void check_padded_conv(const Dims& yd, std::int64_t c, Window win, std::int64_t 
     CHECK(nonzero_padding == 0);
     require_close(dx, dx_ref, "backward_data: " + what);
 
-    Operand dw = make_operand(wd, Layout::dense, false, rng), dw_ref = dw;
-    std::vector<float> db(static_cast<std::size_t>(yd.c), sentinel), db_ref = db;
-    dnn.backward_weights(x.view(), dy.view(), dw.view(), with_bias ? db.data() : nullptr, win);
-    ref.backward_weights(x.view(), dy.view(), dw_ref.view(), with_bias ? db_ref.data() : nullptr, plain);
-    require_close(dw, dw_ref, "backward_weights dw: " + what);
-    if (with_bias) require_close(db.data(), db_ref.data(), yd.c, "backward_weights db: " + what);
+    check_weight_gradients(dnn, ref, x, dy, wd, with_bias, win, plain, what, rng);
 }
 
 }  // namespace
