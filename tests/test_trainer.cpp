@@ -407,7 +407,7 @@ TEST_CASE("a convolution of precision bfloat16 runs the kernels with bfloat16 pr
     // The set's float32 and bfloat16 convolutions as counting wrappers over the reference's: c2 alone is of
     // precision bfloat16, so its three passes go to the one and every other convolution's to the other.
     struct Counting final : ConvKernels {
-        explicit Counting(ConvKernels& inner) : inner(inner) {}
+        explicit Counting(ConvKernels& wrapped) : inner(wrapped) {}
         void forward(ConstView x, ConstView w, const float* b, View y, const Window& win) override {
             ++calls;
             inner.forward(x, w, b, y, win);

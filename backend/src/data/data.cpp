@@ -265,12 +265,13 @@ void SyntheticData::fill_targets(std::int64_t sample0, const Index& at, View vie
             if (rows <= 2 * d.h) {
                 // Targets as fine as the inputs, or nearly (a U-Net's): every input row under the tile's at
                 // once, so that each channel's sines of its columns are taken once, not once a row.
-                std::vector<float> block(static_cast<std::size_t>(channels * rows * span));
+                std::vector<float> under_rows(static_cast<std::size_t>(channels * rows * span));
                 for (std::int64_t n = 0; n < d.n; ++n) {
-                    fill_inputs(sample0 + n, 0, place(top), dense_view(block.data(), Dims{1, channels, extents(rows)}));
+                    fill_inputs(sample0 + n, 0, place(top),
+                                dense_view(under_rows.data(), Dims{1, channels, extents(rows)}));
 #pragma omp parallel for schedule(static)
                     for (std::int64_t y = 0; y < d.h; ++y)
-                        mix_row(&block[static_cast<std::size_t>((under(y0 + y, height, target_h) - top) * span)],
+                        mix_row(&under_rows[static_cast<std::size_t>((under(y0 + y, height, target_h) - top) * span)],
                                 rows * span, n, y);
                 }
                 return;
