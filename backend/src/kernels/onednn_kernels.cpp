@@ -99,18 +99,17 @@ Subsampled<T> subsample(BasicView<T> x, const Dims& y, const Window& window) {
 }
 
 // x without the places at its ends that `window.zeros` says are padding, and the window that pads in their
-// place (its `zeros` what oneDNN pads: none where nothing is left out). Where some padding reaches as far as
+// place (its `zeros` what oneDNN pads, rank 0 where it pads nothing). Where some padding reaches as far as
 // the window does, or nothing would be left, x stays whole and oneDNN pads nothing.
 template <typename T>
 struct Unpadded {
     BasicView<T> x;
     Window window;
-    bool unpadded = false;
 };
 
 template <typename T>
 Unpadded<T> unpad(BasicView<T> x, const Window& window) {
-    Unpadded<T> u{x, window, false};
+    Unpadded<T> u{x, window};
     u.window.zeros = {};
     const int rank = window.kernel.rank();
     if (window.zeros.rank() != rank || x.dims.rank() != rank) return u;
@@ -124,28 +123,10 @@ Unpadded<T> unpad(BasicView<T> x, const Window& window) {
             return u;
         at[d] = r.before;
         inner.space[d] -= r.before + r.after;
-        u.unpadded = u.unpadded || r.before > 0 || r.after > 0;
     }
-    if (!u.unpadded) return u;
     u.x = x.sub(0, 0, at, inner);
     u.window.zeros = window.zeros;
     return u;
-}
-
-void zero(View v);
-
-// Zeros the places of `v` within `m` of its ends along each spatial dimension (what `unpad` left out).
-void zero_margins(const View& v, const Margins& m) {
-    for (int d = 0; d < m.rank(); ++d)
-        for (const bool after : {false, true}) {
-            const std::int64_t width = after ? m[d].after : m[d].before;
-            if (width == 0) continue;
-            Index at = Index::filled(v.dims.rank(), 0);
-            Dims strip = v.dims;
-            if (after) at[d] = v.dims.space[d] - width;
-            strip.space[d] = width;
-            zero(v.sub(0, 0, at, strip));
-        }
 }
 
 // Copies `from` into `to`, views of the same dims in their spatial form whose innermost strides may exceed 1,
@@ -168,6 +149,21 @@ void copy_places(const ConstView& from, const View& to) {
 void zero(View v) {
     const std::int64_t w = row_length(v.dims);
     for_each_row(v, [&](std::int64_t, std::int64_t, const Index&, float* row) { std::fill_n(row, w, 0.0f); });
+}
+
+// Zeros the places of `v` within `m` of its ends along each spatial dimension (what `unpad` left out; none
+// where `m` has rank 0).
+void zero_margins(const View& v, const Margins& m) {
+    for (int d = 0; d < m.rank(); ++d)
+        for (const bool after : {false, true}) {
+            const std::int64_t width = after ? m[d].after : m[d].before;
+            if (width == 0) continue;
+            Index at = Index::filled(v.dims.rank(), 0);
+            Dims strip = v.dims;
+            if (after) at[d] = v.dims.space[d] - width;
+            strip.space[d] = width;
+            zero(v.sub(0, 0, at, strip));
+        }
 }
 
 // Memory for arguments in a primitive's own layout. Calls are serialised, so all problems share one arena
@@ -389,11 +385,9 @@ public:
             return q;
         });
         const Slot& weights = p.slots[1];
-        const bool again = window.same_weights && weights.via_buffer && held_weights_.data == w.base &&
-                           held_weights_.run == ctx_.runs && held_weights_.user == weights.user &&
-                           held_weights_.chosen == weights.chosen;
+        const bool again = window.same_weights && held_weights_.holds(w.base, weights, ctx_.runs);
         run(ctx_, p, {xs.base, w.base, y.base}, bias, again ? 2u : 0u);
-        held_weights_ = weights.via_buffer ? Held{w.base, weights.user, weights.chosen, ctx_.runs} : Held{};
+        held_weights_ = Held::left(w.base, weights, ctx_.runs);
     }
 
     void backward_data(ConstView dy, ConstView w, View dx, const Window& window) override {
@@ -429,8 +423,8 @@ public:
         });
         run(ctx_, p, {dy.base, w.base, dxs.base}, nullptr);
         const Slot& first = p.slots.front();
-        held_ = first.via_buffer ? Held{dy.base, first.user, first.chosen, ctx_.runs} : Held{};
-        if (u.unpadded) zero_margins(whole, u.window.zeros);
+        held_ = Held::left(dy.base, first, ctx_.runs);
+        zero_margins(whole, u.window.zeros);
         if (s.subsampled) {
             zero(dx);
             copy_places(whole, s.x);
@@ -500,8 +494,7 @@ public:
             return q;
         });
         const Slot& first = p.slots.front();
-        const bool held = first.via_buffer && held_.data == dy.base && held_.run == ctx_.runs &&
-                          held_.user == first.user && held_.chosen == first.chosen;
+        const bool held = held_.holds(dy.base, first, ctx_.runs);
         held_ = Held{};
         run(ctx_, p, {dy.base, xs.base, dw.base}, db, held ? 1u : 0u);
     }
@@ -599,6 +592,14 @@ private:
         const void* data = nullptr;
         memory::desc user, chosen;
         std::uint64_t run = 0;
+        // What run `run` left of `data` in slot `s`'s arena (nothing where the primitive read it in place).
+        static Held left(const void* data, const Slot& s, std::uint64_t run) {
+            return s.via_buffer ? Held{data, s.user, s.chosen, run} : Held{};
+        }
+        // Whether the arena holds `data` as slot `s` reads it, no primitive having run since.
+        bool holds(const void* d, const Slot& s, std::uint64_t runs) const {
+            return s.via_buffer && data == d && run == runs && user == s.user && chosen == s.chosen;
+        }
     };
     Held held_, held_weights_;
 };

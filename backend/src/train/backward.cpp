@@ -62,7 +62,7 @@ void Trainer::Impl::backward_layer(int index) {
     // Every reader has written its part of this layer's gradient: gather it from the margins and copies
     // where the readers left it.
     if (!l.is_data()) {
-        written(s.own());  // no reader wrote it: zero
+        zero_unwritten(s.own());  // no reader wrote it; halos and copies' gradients add to it
         for (auto& t : s.tiles) scatter(*t);
     }
     comm.progress();  // the weight-gradient allreduces started so far

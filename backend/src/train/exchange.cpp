@@ -96,7 +96,6 @@ void Trainer::Impl::start_scatter(Tile& t) {
     t.scattered = step_index;
     if (t.backward.empty()) return;
     Tile& owner = slots[static_cast<std::size_t>(t.spec.layer)].own();
-    written(owner);
     start(t.backward, t.backward_messages, 2 * t.id + 1, t.dy, t, false, t.copy ? Kind::shuffle_back : Kind::halo_back,
           reader_of(t));
     for (const scheduler::Piece& p : t.backward.local)

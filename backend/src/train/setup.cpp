@@ -111,7 +111,7 @@ void Trainer::Impl::bind(Tile& t, int buffer) {
 
 // Before the first write of a gradient: zero where it is accumulated (or partly written), and the margins
 // that go back to the neighbours. A tile's gradient that several readers add up is zeroed only in its
-// margins: the first reader that writes all of its interior writes it (`writes_first`), which saves a pass
+// margins: the first reader that writes all of its interior writes it (`writes`), which saves a pass
 // over it and one through scratch.
 void Trainer::Impl::clear_gradients(int position) {
     for (Slot& s : slots)

@@ -253,7 +253,7 @@ struct Trainer::Impl {
     template <typename Compute>
     void input_gradient(Tile& in, const Box& part, Compute&& compute) {
         const View target = view_of(in.dy, in, part);
-        if (in.readers == 1 || writes_first(in, part)) {
+        if (writes(in, part)) {
             compute(target);
             return;
         }
@@ -270,24 +270,28 @@ struct Trainer::Impl {
     // Adds `dy` into an input's interior gradient (a copy where this layer is the first or only writer).
     void add_gradient(Tile& in, ConstView dy) {
         const View target = in.dy.interior();
-        if (in.readers == 1 || writes_first(in, in.box))
+        if (writes(in, in.box))
             k.eltwise->copy(dy, target);
         else
             k.eltwise->accumulate(dy, target);
     }
 
-    // Whether a write of `part` is the first to an unwritten gradient and covers its interior, so that it
-    // writes rather than adds; an unwritten one that another part goes to first is zeroed for it.
-    bool writes_first(Tile& in, const Box& part) {
-        if (!in.unwritten) return false;
-        in.unwritten = false;
-        if (part == in.box) return true;
-        mem.fill(in.dy.interior(), 0.0f);
+    // Whether a reader writes `part` of an input's gradient rather than adds to it: it is the only reader,
+    // or the first to write an unwritten gradient's whole interior. An unwritten gradient that a smaller part
+    // goes to first is zeroed for it.
+    bool writes(Tile& in, const Box& part) {
+        if (in.readers == 1) return true;
+        if (in.unwritten && part == in.box) {
+            in.unwritten = false;
+            return true;
+        }
+        zero_unwritten(in);
         return false;
     }
-    // Before anything is added to a tile's gradient outside `input_gradient` (a halo or a copy's gradient).
-    void written(Tile& t) {
-        if (t.unwritten) writes_first(t, Box{});
+    void zero_unwritten(Tile& t) {
+        if (!t.unwritten) return;
+        mem.fill(t.dy.interior(), 0.0f);
+        t.unwritten = false;
     }
 
     bool is_input(const Tile* t) const {
