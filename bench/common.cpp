@@ -144,6 +144,12 @@ struct BatchNorm final : BatchNormKernels {
     void forward(ConstView x, const float* m, const float* is, const float* g, const float* b, View y) override {
         charge(*t, "batchnorm.forward", x.dims, [&] { in->forward(x, m, is, g, b, y); });
     }
+    bool forward_relu(ConstView x, const float* m, const float* is, const float* g, const float* b, float slope,
+                      View y) override {
+        bool fused = false;
+        charge(*t, "batchnorm.forward_relu", x.dims, [&] { fused = in->forward_relu(x, m, is, g, b, slope, y); });
+        return fused;
+    }
     void backward_statistics(ConstView x, ConstView dy, const float* m, const float* is, double* a,
                              double* b) override {
         charge(*t, "batchnorm.backward_statistics", x.dims, [&] { in->backward_statistics(x, dy, m, is, a, b); });
@@ -205,6 +211,11 @@ struct Eltwise final : EltwiseKernels {
     Eltwise(EltwiseKernels* i, KernelTimes* tt) : in(i), t(tt) {}
     void add(const std::vector<ConstView>& xs, View y) override {
         charge(*t, "eltwise.add", y.dims, [&] { in->add(xs, y); });
+    }
+    bool add_relu(const std::vector<ConstView>& xs, float slope, View y) override {
+        bool fused = false;
+        charge(*t, "eltwise.add_relu", y.dims, [&] { fused = in->add_relu(xs, slope, y); });
+        return fused;
     }
     void copy(ConstView x, View y) override {
         charge(*t, "eltwise.copy", y.dims, [&] { in->copy(x, y); });

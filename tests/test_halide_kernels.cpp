@@ -162,6 +162,43 @@ TEST_CASE("halide batch norm matches the reference", "[halide]") {
     CHECK(same_margins(got, expected));
 }
 
+TEST_CASE("halide batch norm and add with their ReLU are the two kernels one after the other, bit for bit",
+          "[halide]") {
+    const Dims d = GENERATE(from_range(shapes));
+    const float slope = GENERATE(0.0f, 0.1f);
+    std::mt19937 rng(29);
+    const Tensor x = random_tensor(d, some_margins, rng), other = random_tensor(d, {{1, 0}, {0, 2}}, rng);
+    const auto c = static_cast<std::size_t>(d.c);
+    std::vector<float> mean(c), inv_std(c), gamma(c), beta(c);
+    for (std::size_t k = 0; k < c; ++k) {
+        mean[k] = 0.3f - 0.1f * float(k), inv_std[k] = 1.7f + 0.2f * float(k);
+        gamma[k] = 0.5f + 0.25f * float(k), beta[k] = 0.1f * float(k) - 0.2f;  // some channels mostly negative
+    }
+
+    Tensor expected = random_tensor(d, some_margins, rng), got = expected, untouched = expected;
+    halide_batchnorm().forward(x.interior(), mean.data(), inv_std.data(), gamma.data(), beta.data(),
+                               expected.interior());
+    halide_activation().forward(leaky, expected.interior(), slope, expected.interior());
+    CHECK(halide_batchnorm().forward_relu(x.interior(), mean.data(), inv_std.data(), gamma.data(), beta.data(), slope,
+                                          got.interior()));
+    CHECK(same_storage(got, expected));
+
+    const std::vector<ConstView> two{x.interior(), other.interior()};
+    halide_eltwise().add(two, expected.interior());
+    halide_activation().forward(leaky, expected.interior(), slope, expected.interior());
+    CHECK(halide_eltwise().add_relu(two, slope, got.interior()));
+    CHECK(same_storage(got, expected));
+
+    // Kernels that do not fuse say so and write nothing: three inputs here (their fold rounds between sums),
+    // and the reference's.
+    got = untouched;
+    CHECK_FALSE(halide_eltwise().add_relu({x.interior(), other.interior(), x.interior()}, slope, got.interior()));
+    CHECK_FALSE(reference_kernels().eltwise->add_relu(two, slope, got.interior()));
+    CHECK_FALSE(reference_kernels().batchnorm->forward_relu(x.interior(), mean.data(), inv_std.data(), gamma.data(),
+                                                            beta.data(), slope, got.interior()));
+    CHECK(same_storage(got, untouched));
+}
+
 TEST_CASE("halide tanh and gelu match the reference", "[halide]") {
     const Dims d = GENERATE(from_range(shapes));
     const auto f = GENERATE(dsl::frontend::Activation::tanh, dsl::frontend::Activation::gelu);

@@ -509,3 +509,108 @@ TEST_CASE("a step whose gradients overflow at its loss scale is skipped and halv
     CHECK(skipped >= 11);  // 2^140 to 2^130: over 3 samples, beyond float32
     CHECK_FALSE(t.last_step_skipped());
 }
+
+namespace {
+
+// Batch norms and adds that a ReLU reads: fused with it (b1 and r1, s and r2, b3 and the leaky r3), and not
+// (b4 has a second reader; t adds three inputs, which the CPU kernels do not fuse).
+const char* relu_net = R"(
+input x [N, 3, 8, 8]
+label y [N]
+c1 = conv(4, kernel = 3, pad = 1, bias = false)
+b1 = batchnorm
+r1 = relu
+c2 = conv(4, kernel = 3, pad = 1, bias = false)
+b2 = batchnorm
+s = add from b2, r1
+r2 = relu
+c3 = conv(4, kernel = 3, stride = 2, pad = 1)
+b3 = batchnorm
+r3 = leaky_relu(slope = 0.1)
+b4 = batchnorm from c3
+r4 = relu
+t = add from r4, b4, r3
+r5 = relu
+g = global_avgpool
+f = fc(3)
+loss = softmax_cross_entropy from f, y
+)";
+
+// The CPU kernels' batch norm and add, counting the calls that fuse a ReLU, or declining to fuse.
+struct FusingBatchNorm final : BatchNormKernels {
+    FusingBatchNorm(BatchNormKernels& wrapped, bool f) : inner(wrapped), fuse(f) {}
+    void statistics(ConstView x, double* sum, double* sum_sq) override { inner.statistics(x, sum, sum_sq); }
+    void forward(ConstView x, const float* m, const float* s, const float* g, const float* b, View y) override {
+        inner.forward(x, m, s, g, b, y);
+    }
+    bool forward_relu(ConstView x, const float* m, const float* s, const float* g, const float* b, float slope,
+                      View y) override {
+        if (!fuse) return false;
+        const bool fused = inner.forward_relu(x, m, s, g, b, slope, y);
+        calls += fused;
+        return fused;
+    }
+    void backward_statistics(ConstView x, ConstView dy, const float* m, const float* s, double* a, double* b) override {
+        inner.backward_statistics(x, dy, m, s, a, b);
+    }
+    void backward(ConstView x, ConstView dy, const float* m, const float* s, const float* g, const double* a,
+                  const double* b, double count, View dx) override {
+        inner.backward(x, dy, m, s, g, a, b, count, dx);
+    }
+    BatchNormKernels& inner;
+    bool fuse;
+    int calls = 0;
+};
+
+struct FusingEltwise final : EltwiseKernels {
+    FusingEltwise(EltwiseKernels& wrapped, bool f) : inner(wrapped), fuse(f) {}
+    void add(const std::vector<ConstView>& xs, View y) override { inner.add(xs, y); }
+    bool add_relu(const std::vector<ConstView>& xs, float slope, View y) override {
+        if (!fuse) return false;
+        const bool fused = inner.add_relu(xs, slope, y);
+        calls += fused;
+        return fused;
+    }
+    void copy(ConstView x, View y) override { inner.copy(x, y); }
+    void accumulate(ConstView x, View y) override { inner.accumulate(x, y); }
+    void sgd(float* w, float* m, const float* g, std::int64_t count, float lr, float mo, float d) override {
+        inner.sgd(w, m, g, count, lr, mo, d);
+    }
+    void adam(float* w, float* m, float* v, const float* g, std::int64_t count, const AdamStep& step) override {
+        inner.adam(w, m, v, g, count, step);
+    }
+    bool unscale(const std::vector<GradientArray>& g, float factor) override { return inner.unscale(g, factor); }
+    EltwiseKernels& inner;
+    bool fuse;
+    int calls = 0;
+};
+
+}  // namespace
+
+TEST_CASE("a ReLU fused into the batch norm or add it reads trains bit for bit as the two apart", "[trainer]") {
+    Loaded l(relu_net);
+    TrainConfig cfg;
+    cfg.batch = 3;
+    cfg.lr = 0.05;
+    const scheduler::Plan plan = test::one_process(l.net, cfg.batch);
+    FusingBatchNorm fused_bn(*cpu_kernels().batchnorm, true), apart_bn(*cpu_kernels().batchnorm, false);
+    FusingEltwise fused_add(*cpu_kernels().eltwise, true), apart_add(*cpu_kernels().eltwise, false);
+    Kernels fused = cpu_kernels(), apart = cpu_kernels();
+    fused.batchnorm = &fused_bn, fused.eltwise = &fused_add;
+    apart.batchnorm = &apart_bn, apart.eltwise = &apart_add;
+    Trainer a(l.net, fused, cfg, plan), b(l.net, apart, cfg, plan);
+    HashData data(3);
+    for (int step = 0; step < 4; ++step) CHECK(a.step(data, step * 3) == b.step(data, step * 3));
+    CHECK(trained_state(a) == trained_state(b));
+    CHECK(fused_bn.calls == 4 * 2);  // b1 and b3, every step
+    CHECK(fused_add.calls == 4);     // s
+    // Evaluation runs every layer apart, so that any layer's values can be read.
+    CHECK(a.evaluate(data, 12) == b.evaluate(data, 12));
+    CHECK(fused_bn.calls == 4 * 2);
+    for (const char* name : {"b1", "s", "r1", "r2", "r3"}) {
+        INFO(name);
+        const int layer = l.net.find(name);
+        REQUIRE(layer >= 0);
+        CHECK(a.output_tile(layer).values == b.output_tile(layer).values);
+    }
+}

@@ -61,6 +61,10 @@ void specialize_common_windows(Stage s, const Expr& kh, const Expr& kw, const Ex
     s.specialize(kh == 3 && kw == 3 && sh == 1 && sw == 1);
 }
 
+// Leaky ReLU of a float value: v > 0 ? v : slope * v (relu's slope is 0). The layers fused with the ReLU
+// that reads them (batch norm, add) apply it to their rounded value, as the ReLU reads it from memory.
+Expr leaky(const Expr& v, const Expr& slope) { return select(v > 0.0f, v, slope * v); }
+
 // Leaky ReLU forward: y = x > 0 ? x : slope * x.
 class LeakyReluForward : public Generator<LeakyReluForward> {
 public:
@@ -69,7 +73,7 @@ public:
     Output<Buffer<float>> y{"y", 4};
 
     void generate() {
-        y(i, j, c, n) = select(x(i, j, c, n) > 0.0f, x(i, j, c, n), slope * x(i, j, c, n));
+        y(i, j, c, n) = leaky(x(i, j, c, n), slope);
         schedule_pointwise(y, i, j, c, n, vector_width(get_target()));
     }
 
@@ -193,8 +197,10 @@ private:
     Var i{"i"}, j{"j"}, c{"c"}, n{"n"};
 };
 
-// y = a + b, summed in double and rounded once (as the reference sums any number of inputs). Also y += x in
-// place (b aliases y) and the fold of a sum of many inputs.
+// a + b, summed in double and rounded once (as the reference sums any number of inputs).
+Expr sum2(const Expr& a, const Expr& b) { return cast<float>(cast<double>(a) + cast<double>(b)); }
+
+// y = a + b. Also y += x in place (b aliases y) and the fold of a sum of many inputs.
 class Add2 : public Generator<Add2> {
 public:
     Input<Buffer<float>> a{"a", 4};
@@ -202,7 +208,24 @@ public:
     Output<Buffer<float>> y{"y", 4};
 
     void generate() {
-        y(i, j, c, n) = cast<float>(cast<double>(a(i, j, c, n)) + cast<double>(b(i, j, c, n)));
+        y(i, j, c, n) = sum2(a(i, j, c, n), b(i, j, c, n));
+        schedule_pointwise(y, i, j, c, n, vector_width(get_target()));
+    }
+
+private:
+    Var i{"i"}, j{"j"}, c{"c"}, n{"n"};
+};
+
+// y = leaky(a + b): an add and the ReLU that reads it, in one pass.
+class Add2Relu : public Generator<Add2Relu> {
+public:
+    Input<Buffer<float>> a{"a", 4};
+    Input<Buffer<float>> b{"b", 4};
+    Input<float> slope{"slope"};
+    Output<Buffer<float>> y{"y", 4};
+
+    void generate() {
+        y(i, j, c, n) = leaky(sum2(a(i, j, c, n), b(i, j, c, n)), slope);
         schedule_pointwise(y, i, j, c, n, vector_width(get_target()));
     }
 
@@ -304,7 +327,13 @@ private:
     Var c{"c"}, n{"n"};
 };
 
-// y = gamma[c] * (x - mean[c]) * inv_std[c] + beta[c], in double and rounded once, as the reference.
+// Batch norm's forward value: gamma[c] * (x - mean[c]) * inv_std[c] + beta[c], in double and rounded once, as
+// the reference.
+Expr normalized(const Expr& x, const Expr& mean, const Expr& inv_std, const Expr& gamma, const Expr& beta) {
+    return cast<float>(cast<double>(gamma) * (cast<double>(x) - mean) * inv_std + beta);
+}
+
+// y = normalized(x).
 class BatchNormForward : public Generator<BatchNormForward> {
 public:
     Input<Buffer<float>> x{"x", 4};
@@ -315,8 +344,27 @@ public:
     Output<Buffer<float>> y{"y", 4};
 
     void generate() {
-        Expr v = cast<double>(gamma(c)) * (cast<double>(x(i, j, c, n)) - mean(c)) * inv_std(c) + beta(c);
-        y(i, j, c, n) = cast<float>(v);
+        y(i, j, c, n) = normalized(x(i, j, c, n), mean(c), inv_std(c), gamma(c), beta(c));
+        schedule_pointwise(y, i, j, c, n, vector_width(get_target()));
+    }
+
+private:
+    Var i{"i"}, j{"j"}, c{"c"}, n{"n"};
+};
+
+// y = leaky(normalized(x)): a batch norm and the ReLU that reads it, in one pass.
+class BatchNormReluForward : public Generator<BatchNormReluForward> {
+public:
+    Input<Buffer<float>> x{"x", 4};
+    Input<Buffer<float>> mean{"mean", 1};
+    Input<Buffer<float>> inv_std{"inv_std", 1};
+    Input<Buffer<float>> gamma{"gamma", 1};
+    Input<Buffer<float>> beta{"beta", 1};
+    Input<float> slope{"slope"};
+    Output<Buffer<float>> y{"y", 4};
+
+    void generate() {
+        y(i, j, c, n) = leaky(normalized(x(i, j, c, n), mean(c), inv_std(c), gamma(c), beta(c)), slope);
         schedule_pointwise(y, i, j, c, n, vector_width(get_target()));
     }
 
@@ -641,12 +689,14 @@ HALIDE_REGISTER_GENERATOR(TanhBackward, tanh_backward)
 HALIDE_REGISTER_GENERATOR(GeluForward, gelu_forward)
 HALIDE_REGISTER_GENERATOR(GeluBackward, gelu_backward)
 HALIDE_REGISTER_GENERATOR(Add2, add2)
+HALIDE_REGISTER_GENERATOR(Add2Relu, add2_relu)
 HALIDE_REGISTER_GENERATOR(Copy, copy)
 HALIDE_REGISTER_GENERATOR(Broadcast, broadcast)
 HALIDE_REGISTER_GENERATOR(Sgd, sgd)
 HALIDE_REGISTER_GENERATOR(ChannelStatistics, channel_statistics)
 HALIDE_REGISTER_GENERATOR(PlaneSum, plane_sum)
 HALIDE_REGISTER_GENERATOR(BatchNormForward, batchnorm_forward)
+HALIDE_REGISTER_GENERATOR(BatchNormReluForward, batchnorm_relu_forward)
 HALIDE_REGISTER_GENERATOR(BatchNormBackwardStatistics, batchnorm_backward_statistics)
 HALIDE_REGISTER_GENERATOR(BatchNormBackward, batchnorm_backward)
 HALIDE_REGISTER_GENERATOR(PoolForward, pool_forward)

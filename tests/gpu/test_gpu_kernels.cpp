@@ -444,6 +444,37 @@ TEST_CASE("gpu activations match the reference", "[gpu]") {
     }
 }
 
+TEST_CASE("gpu batch norm and add with their ReLU are the two kernels one after the other, bit for bit", "[gpu]") {
+    const float slope = GENERATE(0.0f, 0.1f);
+    const dsl::frontend::Activation f = dsl::frontend::Activation::leaky_relu;
+    std::mt19937 rng(67);
+    for (const Dims& d : small_shapes()) {
+        INFO("fused relu " << text(d) << " slope " << slope);
+        Operand x = make_operand(d, Layout::interior, true, rng), other = make_operand(d, Layout::channels, true, rng);
+        const Tile x_dev(x.tensor), other_dev(other.tensor);
+        const std::vector<float> mean = random_vector(d.c, rng), inv_std = random_vector(d.c, rng, 0.5f, 1.5f);
+        const std::vector<float> gamma = random_vector(d.c, rng, 0.5f, 1.5f), beta = random_vector(d.c, rng);
+        const DeviceArray gamma_dev(gamma), beta_dev(beta);
+        Operand y = make_operand(d, Layout::interior, false, rng);
+        const Tile apart(y.tensor), fused(y.tensor);
+        const View a = apart.on_device(y.view()), b = fused.on_device(y.view());
+        const ConstView xd = x_dev.on_device(x.view());
+
+        gpu().batchnorm->forward(xd, mean.data(), inv_std.data(), gamma_dev.data(), beta_dev.data(), a);
+        gpu().activation->forward(f, a, slope, a);
+        CHECK(gpu().batchnorm->forward_relu(xd, mean.data(), inv_std.data(), gamma_dev.data(), beta_dev.data(), slope,
+                                            b));
+        require_close(fused.download(), apart.download(), "batchnorm relu", 0.0);
+
+        const std::vector<ConstView> two{xd, other_dev.on_device(other.view())};
+        gpu().eltwise->add(two, a);
+        gpu().activation->forward(f, a, slope, a);
+        CHECK(gpu().eltwise->add_relu(two, slope, b));
+        require_close(fused.download(), apart.download(), "add relu", 0.0);
+        CHECK_FALSE(gpu().eltwise->add_relu({xd, xd, xd}, slope, b));
+    }
+}
+
 TEST_CASE("gpu sigmoid matches the reference", "[gpu]") {
     const dsl::frontend::Activation f = dsl::frontend::Activation::sigmoid;
     std::mt19937 rng(61);

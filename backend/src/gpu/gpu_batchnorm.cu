@@ -19,10 +19,14 @@ namespace {
 
 // The batch-norm formulas in double, in the reference's order of operations; the _rn intrinsics keep the
 // compiler from contracting them into fused multiply-adds, which would round differently.
+// With `relu`, the leaky ReLU of `slope` (relu's is 0) of each value after: the ReLU that reads a batch norm,
+// fused into it, as the activation's kernel computes it.
 struct NormForward {
     const double* mean_inv_std;  // mean at [c], inv_std at [channels + c]
     std::int64_t channels;
     const float *gamma, *beta;
+    bool relu = false;
+    float slope = 0.0f;
     struct Row {
         double gamma, mean, inv_std, beta;
     };
@@ -32,7 +36,8 @@ struct NormForward {
     template <int S>
     __device__ float operator()(const Row& r, const float (&v)[S], std::int64_t) const {
         const double scaled = __dmul_rn(__dmul_rn(r.gamma, __dsub_rn(double(v[0]), r.mean)), r.inv_std);
-        return static_cast<float>(__dadd_rn(scaled, r.beta));
+        const auto y = static_cast<float>(__dadd_rn(scaled, r.beta));
+        return relu ? leaky(y, slope) : y;
     }
 };
 
@@ -105,13 +110,13 @@ public:
 
     void forward(ConstView x, const float* mean, const float* inv_std, const float* gamma, const float* beta,
                  View y) override {
-        const ConstVolumes xv = volumes(x);
-        const Volumes yv = volumes(y);
-        check_same_dims(x, y, "batchnorm forward");
-        if (yv.dims.elements() == 0) return;
-        const std::int64_t c = xv.dims.c;
-        const double* values = context().upload(c, {mean, inv_std});
-        map("batchnorm forward", yv.dims, Merge::rows, operand(yv), inputs(xv), NormForward{values, c, gamma, beta});
+        forward(x, NormForward{nullptr, 0, gamma, beta}, mean, inv_std, y);
+    }
+
+    bool forward_relu(ConstView x, const float* mean, const float* inv_std, const float* gamma, const float* beta,
+                      float slope, View y) override {
+        forward(x, NormForward{nullptr, 0, gamma, beta, true, slope}, mean, inv_std, y);
+        return true;
     }
 
     void backward_statistics(ConstView x, ConstView dy, const float* mean, const float* inv_std, double* sum_dy,
@@ -147,6 +152,18 @@ public:
         const double* values = context().upload(c, {mean, inv_std, mean_dy.data(), sum_dy_xhat});
         map("batchnorm backward", dxv.dims, Merge::rows, operand(dxv), inputs(xv, dyv),
             NormBackward{values, c, count, gamma});
+    }
+
+private:
+    // `f` with its statistics' values filled in.
+    static void forward(ConstView x, NormForward f, const float* mean, const float* inv_std, View y) {
+        const ConstVolumes xv = volumes(x);
+        const Volumes yv = volumes(y);
+        check_same_dims(x, y, "batchnorm forward");
+        if (yv.dims.elements() == 0) return;
+        f.channels = xv.dims.c;
+        f.mean_inv_std = context().upload(f.channels, {mean, inv_std});
+        map("batchnorm forward", yv.dims, Merge::rows, operand(yv), inputs(xv), f);
     }
 };
 

@@ -17,16 +17,20 @@ namespace dsl::backend::gpu {
 
 namespace {
 
-// The sum of `count` inputs in double, rounded once, as the reference adds.
+// The sum of `count` inputs in double, rounded once, as the reference adds; with `relu`, its leaky ReLU of
+// `slope` after (the ReLU that reads an add, fused into it).
 struct SumInputs : PerElement {
     int count;
+    bool relu = false;
+    float slope = 0.0f;
     template <int S>
     __device__ float operator()(NoRow, const float (&v)[S], std::int64_t) const {
         double acc = 0.0;
 #pragma unroll
         for (int k = 0; k < S; ++k)
             if (k < count) acc += v[k];
-        return static_cast<float>(acc);
+        const auto sum = static_cast<float>(acc);
+        return relu ? leaky(sum, slope) : sum;
     }
 };
 
@@ -34,7 +38,7 @@ struct LeakyForward : PerElement {
     float slope;
     template <int S>
     __device__ float operator()(NoRow, const float (&v)[S], std::int64_t) const {
-        return v[0] > 0.0f ? v[0] : slope * v[0];
+        return leaky(v[0], slope);
     }
 };
 
@@ -242,6 +246,19 @@ public:
         for (std::size_t k = per_kernel; k < xs.size(); k += per_kernel - 1)
             sum<per_kernel>(d, xs, k, std::min(xs.size(), k + per_kernel - 1), dense_operand(running, d), partial);
         map("copy", d, Merge::all, operand(yv), inputs(partial), Copy{});
+    }
+
+    // Two inputs, as the CPU's: one kernel sums them.
+    bool add_relu(const std::vector<ConstView>& xs, float slope, View y) override {
+        if (xs.size() != 2) return false;
+        const Volumes yv = volumes(y);
+        for (const ConstView& x : xs) check_same_dims(x, y, "add");
+        if (yv.dims.elements() == 0) return true;
+        Inputs<2> in;
+        in.count = 2;
+        in.op[0] = input(xs[0]), in.op[1] = input(xs[1]);
+        map("add relu", yv.dims, Merge::all, operand(yv), in, SumInputs{{}, 2, true, slope});
+        return true;
     }
 
     void copy(ConstView x, View y) override {

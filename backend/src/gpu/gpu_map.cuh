@@ -156,6 +156,10 @@ void map(const char* kernel, const VolumeDims& d, Merge merge, Operand<Out> out,
         launch_map<1>(kernel, g, out, in, op);
 }
 
+// The leaky ReLU of `slope` (relu's is 0), in float: the activation's, and that of the layers a ReLU is
+// fused into.
+__device__ inline float leaky(float v, float slope) { return v > 0.0f ? v : slope * v; }
+
 // Operations on rows that need nothing per row.
 struct PerElement {
     __device__ NoRow row(std::int64_t, std::int64_t, std::int64_t, std::int64_t) const { return {}; }

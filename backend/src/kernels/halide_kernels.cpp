@@ -12,11 +12,13 @@
 #include <HalideRuntime.h>
 
 #include <dsl_halide_add2.h>
+#include <dsl_halide_add2_relu.h>
 #include <dsl_halide_average_pool_backward.h>
 #include <dsl_halide_average_pool_forward.h>
 #include <dsl_halide_batchnorm_backward.h>
 #include <dsl_halide_batchnorm_backward_statistics.h>
 #include <dsl_halide_batchnorm_forward.h>
+#include <dsl_halide_batchnorm_relu_forward.h>
 #include <dsl_halide_broadcast.h>
 #include <dsl_halide_channel_statistics.h>
 #include <dsl_halide_copy.h>
@@ -41,6 +43,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -224,6 +227,19 @@ public:
 
     void forward(ConstView x, const float* mean, const float* inv_std, const float* gamma, const float* beta,
                  View y) override {
+        forward(x, mean, inv_std, gamma, beta, std::nullopt, y);
+    }
+
+    bool forward_relu(ConstView x, const float* mean, const float* inv_std, const float* gamma, const float* beta,
+                      float slope, View y) override {
+        forward(x, mean, inv_std, gamma, beta, slope, y);
+        return true;
+    }
+
+private:
+    // The ReLU's slope where it follows; none for batch norm alone.
+    static void forward(ConstView x, const float* mean, const float* inv_std, const float* gamma, const float* beta,
+                        std::optional<float> relu, View y) {
         check_same_dims(x.dims, y.dims, "batchnorm forward");
         if (empty(y.dims)) return;
         const std::int64_t c = x.dims.c;
@@ -231,11 +247,17 @@ public:
         const Slicing slices = slicing(true, x, y);
         for (std::int64_t k = 0; k < slices.count; ++k) {
             TileBuffer xb(slice(x, slices, k)), yb(slice(y, slices, k));
-            check_halide(dsl_halide_batchnorm_forward(xb.raw(), mb.raw(), ib.raw(), gb.raw(), bb.raw(), yb.raw()),
-                         "batchnorm_forward");
+            if (relu)
+                check_halide(dsl_halide_batchnorm_relu_forward(xb.raw(), mb.raw(), ib.raw(), gb.raw(), bb.raw(), *relu,
+                                                               yb.raw()),
+                             "batchnorm_relu_forward");
+            else
+                check_halide(dsl_halide_batchnorm_forward(xb.raw(), mb.raw(), ib.raw(), gb.raw(), bb.raw(), yb.raw()),
+                             "batchnorm_forward");
         }
     }
 
+public:
     void backward_statistics(ConstView x, ConstView dy, const float* mean, const float* inv_std, double* sum_dy,
                              double* sum_dy_xhat) override {
         check_same_dims(x.dims, dy.dims, "batchnorm backward_statistics");
@@ -384,8 +406,20 @@ public:
     // Two inputs sum in double and round once, as the reference does; more inputs fold pairwise, rounding to
     // float after each (within a few ulps of the reference). y may alias xs[0] or xs[1] but not a later input,
     // which the fold reads after y is written.
-    void add(const std::vector<ConstView>& xs, View y) override {
+    void add(const std::vector<ConstView>& xs, View y) override { add(xs, std::nullopt, y); }
+
+    // Two inputs only: the fold of more rounds between its sums, before the ReLU would read the last.
+    bool add_relu(const std::vector<ConstView>& xs, float slope, View y) override {
+        if (xs.size() != 2) return false;
+        add(xs, slope, y);
+        return true;
+    }
+
+private:
+    // `relu`: the slope of the ReLU that follows a sum of two inputs; none for add alone.
+    void add(const std::vector<ConstView>& xs, std::optional<float> relu, View y) {
         DSL_INTERNAL_CHECK(!xs.empty(), "add: no inputs");
+        DSL_INTERNAL_CHECK(!relu || xs.size() == 2, "add: a ReLU after other than two inputs");
         for (const ConstView& x : xs) check_same_dims(x.dims, y.dims, "add");
         if (empty(y.dims)) return;
         if (xs.size() == 1) return copy(xs[0], y);
@@ -396,7 +430,10 @@ public:
             TileBuffer yb(slice(y, slices, k));
             {
                 TileBuffer ab(slice(xs[0], slices, k)), bb(slice(xs[1], slices, k));
-                check_halide(dsl_halide_add2(ab.raw(), bb.raw(), yb.raw()), "add2");
+                if (relu)
+                    check_halide(dsl_halide_add2_relu(ab.raw(), bb.raw(), *relu, yb.raw()), "add2_relu");
+                else
+                    check_halide(dsl_halide_add2(ab.raw(), bb.raw(), yb.raw()), "add2");
             }
             for (std::size_t i = 2; i < xs.size(); ++i) {
                 TileBuffer ab(slice(y, slices, k)), bb(slice(xs[i], slices, k));
@@ -405,6 +442,7 @@ public:
         }
     }
 
+public:
     void copy(ConstView x, View y) override {
         check_same_dims(x.dims, y.dims, "copy");
         if (empty(y.dims)) return;

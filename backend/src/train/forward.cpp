@@ -97,7 +97,8 @@ void Trainer::Impl::forward_layer(DataSource& data, std::int64_t first, bool tra
         case OpKind::add: {
             std::vector<ConstView> xs;
             for (std::size_t j = 0; j < l.inputs.size(); ++j) xs.push_back(in(j));
-            k.eltwise->add(xs, y);
+            if (!write_relu(s, training, [&](View relu, float slope) { return k.eltwise->add_relu(xs, slope, relu); }))
+                k.eltwise->add(xs, y);
             break;
         }
         case OpKind::concat: {
@@ -121,6 +122,8 @@ void Trainer::Impl::forward_layer(DataSource& data, std::int64_t first, bool tra
             loss += l.weight * losses.back().value;
             break;
         default:  // an element-wise kind: its function (layer_kinds.hpp)
+            // Its input's forward wrote it already (fusion.cpp).
+            if (slots[static_cast<std::size_t>(l.inputs[0])].wrote_relu) break;
             k.activation->forward(elementwise(l), in(), activation_slope(l), y);
             break;
     }

@@ -42,6 +42,7 @@ Trainer::Impl::Impl(const frontend::Network& n, Kernels kernels, TrainConfig c, 
     make_groups();
     place_blocks();
     initialize();
+    fuse_relus();
     if (config.optimizer != frontend::Optimizer::sgd)
         for (Slot& s : slots) {
             if (s.w.size() > 0) s.vw = Tensor(s.w.dims(), {}, mem);

@@ -120,6 +120,14 @@ public:
     // y = gamma[c] * (x - mean[c]) * inv_std[c] + beta[c]
     virtual void forward(ConstView x, const float* mean, const float* inv_std, const float* gamma, const float* beta,
                          View y) = 0;
+    // forward, then the leaky ReLU of `slope` (relu's is 0) of each value, in one pass over memory: bit for bit
+    // forward followed by ActivationKernels::forward, without writing the first one's output. False where
+    // these kernels do not fuse the two (y untouched): the caller runs them one after the other.
+    virtual bool forward_relu(ConstView x, const float* mean, const float* inv_std, const float* gamma,
+                              const float* beta, float slope, View y) {
+        (void)x, (void)mean, (void)inv_std, (void)gamma, (void)beta, (void)slope, (void)y;
+        return false;
+    }
     // Adds the per-channel sums of dy and of dy * x_hat (x_hat = (x - mean) * inv_std) into sum_dy[c] and
     // sum_dy_xhat[c]: once summed over the group they are d(beta) and d(gamma).
     virtual void backward_statistics(ConstView x, ConstView dy, const float* mean, const float* inv_std, double* sum_dy,
@@ -243,6 +251,11 @@ class EltwiseKernels {
 public:
     virtual ~EltwiseKernels() = default;
     virtual void add(const std::vector<ConstView>& xs, View y) = 0;  // y = the sum of xs
+    // add, then the leaky ReLU of `slope` (relu's is 0), in one pass: as BatchNormKernels::forward_relu.
+    virtual bool add_relu(const std::vector<ConstView>& xs, float slope, View y) {
+        (void)xs, (void)slope, (void)y;
+        return false;
+    }
     virtual void copy(ConstView x, View y) = 0;                      // y = x (concat writes channel ranges)
     virtual void accumulate(ConstView x, View y) = 0;                // y += x (gradients of shared tensors)
     // SGD with momentum and weight decay, as PyTorch's: g' = g + decay * w; m = momentum * m + g'; w -= lr * m.
