@@ -126,6 +126,11 @@ struct Conv final : ConvKernels {
     void forward(ConstView x, ConstView w, const float* b, View y, const Window& win) override {
         charge(*t, "conv.forward", y.dims, [&] { in->forward(x, w, b, y, win); });
     }
+    bool forward_relu(ConstView x, ConstView w, const float* b, float slope, View y, const Window& win) override {
+        bool fused = false;
+        charge(*t, "conv.forward_relu", y.dims, [&] { fused = in->forward_relu(x, w, b, slope, y, win); });
+        return fused;
+    }
     void backward_data(ConstView dy, ConstView w, View dx, const Window& win) override {
         charge(*t, "conv.backward_data", dx.dims, [&] { in->backward_data(dy, w, dx, win); });
     }

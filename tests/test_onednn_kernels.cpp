@@ -1,5 +1,6 @@
 // The oneDNN convolution and fully connected kernels against the reference, on views of tiles with margins, of
 // images and volumes.
+#include "../backend/src/kernels/halide_kernels.hpp"
 #include "../backend/src/kernels/onednn_kernels.hpp"
 #include "../backend/src/tensors/planes.hpp"
 #include "kernel_layouts.hpp"
@@ -299,6 +300,57 @@ TEST_CASE("oneDNN convolution pads in place of the zeros that its window names, 
         for (const VolumeConvProblem& p : *problems)
             check_padded_conv(Dims{p.n, p.f, p.out}, p.c, p.window, zeros, p.bias,
                               "volume kernel " + text(p.window.kernel) + " stride " + text(p.window.stride), rng);
+}
+
+namespace {
+
+// The forward with its ReLU fused against the forward and the ReLU's kernel after it, on views of tiles: bit for
+// bit where the kernel fuses, nothing written where it declines. Returns whether it fused.
+bool check_conv_relu(const Dims& yd, std::int64_t c, const Window& win, bool with_bias, float slope,
+                     const std::string& what, std::mt19937& rng, ConvKernels& dnn = onednn_conv()) {
+    INFO(what << " slope " << slope);
+    Dims xd{yd.n, c, yd.space};
+    for (int d = 0; d < yd.rank(); ++d) xd.space[d] = win.input_extent(d, yd.space[d]);
+    Operand x = make_operand(xd, Layout::interior, true, rng);
+    Operand w = make_operand(Dims{yd.c, c, win.kernel}, Layout::dense, true, rng);
+    const std::vector<float> bias = random_vector(yd.c, rng);
+    const float* b = with_bias ? bias.data() : nullptr;
+    Operand apart = make_operand(yd, Layout::interior, false, rng), fused = apart, untouched = apart;
+    dnn.forward(x.view(), w.view(), b, apart.view(), win);
+    halide_activation().forward(dsl::frontend::Activation::leaky_relu, apart.view(), slope, apart.view());
+    const bool did = dnn.forward_relu(x.view(), w.view(), b, slope, fused.view(), win);
+    const Operand& expected = did ? apart : untouched;
+    CHECK(std::equal(fused.tensor.data(), fused.tensor.data() + fused.tensor.size(), expected.tensor.data()));
+    return did;
+}
+
+}  // namespace
+
+TEST_CASE("oneDNN convolution with its ReLU fused writes what the two write one after the other", "[onednn]") {
+    const float slope = GENERATE(0.0f, 0.1f);
+    std::mt19937 rng(43);
+    int fused = 0, problems = 0;
+    for (const auto* list : {&conv_problems(), &strided_1x1_problems()})
+        for (const ConvProblem& p : *list) {
+            ++problems;
+            fused += check_conv_relu(Dims{p.n, p.f, {p.out_h, p.out_w}}, p.c, p.window, p.bias, slope,
+                                     describe(p, Layout::interior), rng);
+        }
+    for (const auto* list : {&volume_conv_problems(), &strided_1x1_volume_problems()})
+        for (const VolumeConvProblem& p : *list) {
+            ++problems;
+            fused += check_conv_relu(Dims{p.n, p.f, p.out}, p.c, p.window, p.bias, slope,
+                                     "volume kernel " + text(p.window.kernel), rng);
+        }
+    // Tiles of large samples go to oneDNN in groups of samples: never fused, as a later group could decline.
+    CHECK_FALSE(check_conv_relu(Dims{2, 4, {512, 512}}, 16, window(3, 3, 1, 1), true, slope, "groups", rng));
+    // With bfloat16 products too, where the CPU has them.
+    if (ConvKernels* bf16 = onednn_conv_bfloat16())
+        for (const ConvProblem& p : conv_problems())
+            check_conv_relu(Dims{p.n, p.f, {p.out_h, p.out_w}}, p.c, p.window, p.bias, slope,
+                            "bfloat16 " + describe(p, Layout::interior), rng, *bf16);
+    INFO(fused << " of " << problems << " problems fused");
+    CHECK(fused * 2 > problems);
 }
 
 TEST_CASE("oneDNN convolution matches the reference on views of tiles", "[onednn]") {

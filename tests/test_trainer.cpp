@@ -512,8 +512,9 @@ TEST_CASE("a step whose gradients overflow at its loss scale is skipped and halv
 
 namespace {
 
-// Batch norms and adds that a ReLU reads: fused with it (b1 and r1, s and r2, b3 and the leaky r3), and not
-// (b4 has a second reader; t adds three inputs, which the CPU kernels do not fuse).
+// Convolutions, batch norms and adds that a ReLU reads: fused with it (b1 and r1, s and r2, b3 and the leaky r3,
+// c4 and r6), and not (b4 has a second reader); t adds three inputs, which the CPU kernels do not fuse (they
+// run apart into the ReLU's tile).
 const char* relu_net = R"(
 input x [N, 3, 8, 8]
 label y [N]
@@ -531,12 +532,36 @@ b4 = batchnorm from c3
 r4 = relu
 t = add from r4, b4, r3
 r5 = relu
+c4 = conv(4, kernel = 3, pad = 1)
+r6 = relu
 g = global_avgpool
 f = fc(3)
 loss = softmax_cross_entropy from f, y
 )";
 
-// The CPU kernels' batch norm and add, counting the calls that fuse a ReLU, or declining to fuse.
+// The CPU kernels' convolution, batch norm and add, counting the calls that fuse a ReLU, or declining to fuse.
+struct FusingConv final : ConvKernels {
+    FusingConv(ConvKernels& wrapped, bool f) : inner(wrapped), fuse(f) {}
+    void forward(ConstView x, ConstView w, const float* b, View y, const Window& win) override {
+        inner.forward(x, w, b, y, win);
+    }
+    bool forward_relu(ConstView x, ConstView w, const float* b, float slope, View y, const Window& win) override {
+        if (!fuse) return false;
+        const bool fused = inner.forward_relu(x, w, b, slope, y, win);
+        calls += fused;
+        return fused;
+    }
+    void backward_data(ConstView dy, ConstView w, View dx, const Window& win) override {
+        inner.backward_data(dy, w, dx, win);
+    }
+    void backward_weights(ConstView x, ConstView dy, View dw, float* db, const Window& win) override {
+        inner.backward_weights(x, dy, dw, db, win);
+    }
+    ConvKernels& inner;
+    bool fuse;
+    int calls = 0;
+};
+
 struct FusingBatchNorm final : BatchNormKernels {
     FusingBatchNorm(BatchNormKernels& wrapped, bool f) : inner(wrapped), fuse(f) {}
     void statistics(ConstView x, double* sum, double* sum_sq) override { inner.statistics(x, sum, sum_sq); }
@@ -587,7 +612,8 @@ struct FusingEltwise final : EltwiseKernels {
 
 }  // namespace
 
-TEST_CASE("a ReLU fused into the batch norm or add it reads trains bit for bit as the two apart", "[trainer]") {
+TEST_CASE("a ReLU fused into the convolution, batch norm or add it reads trains bit for bit as the two apart",
+          "[trainer]") {
     Loaded l(relu_net);
     TrainConfig cfg;
     cfg.batch = 3;
@@ -595,19 +621,21 @@ TEST_CASE("a ReLU fused into the batch norm or add it reads trains bit for bit a
     const scheduler::Plan plan = test::one_process(l.net, cfg.batch);
     FusingBatchNorm fused_bn(*cpu_kernels().batchnorm, true), apart_bn(*cpu_kernels().batchnorm, false);
     FusingEltwise fused_add(*cpu_kernels().eltwise, true), apart_add(*cpu_kernels().eltwise, false);
+    FusingConv fused_conv(*cpu_kernels().conv, true), apart_conv(*cpu_kernels().conv, false);
     Kernels fused = cpu_kernels(), apart = cpu_kernels();
-    fused.batchnorm = &fused_bn, fused.eltwise = &fused_add;
-    apart.batchnorm = &apart_bn, apart.eltwise = &apart_add;
+    fused.batchnorm = &fused_bn, fused.eltwise = &fused_add, fused.conv = &fused_conv;
+    apart.batchnorm = &apart_bn, apart.eltwise = &apart_add, apart.conv = &apart_conv;
     Trainer a(l.net, fused, cfg, plan), b(l.net, apart, cfg, plan);
     HashData data(3);
     for (int step = 0; step < 4; ++step) CHECK(a.step(data, step * 3) == b.step(data, step * 3));
     CHECK(trained_state(a) == trained_state(b));
     CHECK(fused_bn.calls == 4 * 2);  // b1 and b3, every step
     CHECK(fused_add.calls == 4);     // s
+    CHECK(fused_conv.calls == 4);    // c4 (oneDNN runs it with the implementation it runs alone)
     // Evaluation runs every layer apart, so that any layer's values can be read.
     CHECK(a.evaluate(data, 12) == b.evaluate(data, 12));
     CHECK(fused_bn.calls == 4 * 2);
-    for (const char* name : {"b1", "s", "r1", "r2", "r3"}) {
+    for (const char* name : {"b1", "s", "c4", "r1", "r2", "r3", "r5", "r6"}) {
         INFO(name);
         const int layer = l.net.find(name);
         REQUIRE(layer >= 0);

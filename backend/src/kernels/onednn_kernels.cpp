@@ -1,5 +1,5 @@
 // Convolution and fully connected kernels through oneDNN primitives (f32, CPU; convolutions also with
-// bfloat16 products), cached per problem.
+// bfloat16 products, and with the ReLU that reads them as a post-op), cached per problem.
 #include "onednn_kernels.hpp"
 #include "../tensors/planes.hpp"
 #include "kernel_checks.hpp"
@@ -13,11 +13,13 @@
 #include <array>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -239,6 +241,9 @@ struct Planned {
     memory::desc bias;
     memory bias_memory;
     std::unordered_map<int, memory> args;  // the primitive's arguments (the bias's added by `run`)
+    // A problem with a ReLU fused in that oneDNN would run with another implementation (or layouts) than the
+    // problem without: not run, since its sums would be in another order than the two apart.
+    bool declined = false;
 };
 
 // Convolution weights {O, I, H, W} of blocks of 16 outputs by 16 inputs (oneDNN's ABcd16b16a, the outputs
@@ -354,40 +359,11 @@ public:
     explicit OnednnConv(memory::data_type in) : in_(in) {}
 
     void forward(ConstView x, ConstView w, const float* bias, View y, const Window& window) override {
-        check(x, w, y, window);
-        if (y.dims.elements() == 0) return;
-        if (const std::int64_t g = scheduler::layout_group(x.dims, y.dims); g < y.dims.n) {
-            Window again = window;
-            for (std::int64_t n0 = 0; n0 < y.dims.n; n0 += g) {
-                const std::int64_t k = std::min(g, y.dims.n - n0);
-                forward(x.samples(n0, k), w, bias, y.samples(n0, k), again);
-                again.same_weights = true;
-            }
-            return;
-        }
-        std::lock_guard lock(ctx_.mutex);
-        Key key{conv_forward, bias != nullptr};
-        append(key, x), append(key, w), append(key, y), append(key, window);
-        const Subsampled<const float> s = subsample(x, y.dims, window);
-        const Unpadded<const float> u = unpad(s.subsampled ? gather(s.x) : x, s.window);
-        const ConstView xs = u.x;
-        Planned& p = cache_.get(key, [&] {
-            dnnl::convolution_forward::primitive_desc pd;
-            if (x.dims.rank() < 3 && in_ == memory::data_type::f32)
-                pd = forward_nhwc_pd(xs.dims, w.dims, y.dims, u.window, bias != nullptr);
-            if (!pd) pd = forward_pd(xs.dims, w.dims, y.dims, u.window, bias != nullptr);
-            Planned q;
-            q.primitive = dnnl::convolution_forward(pd);
-            add_slot(q, ctx_, DNNL_ARG_SRC, true, view_desc(xs), pd.src_desc());
-            add_slot(q, ctx_, DNNL_ARG_WEIGHTS, true, view_desc(w), pd.weights_desc());
-            add_slot(q, ctx_, DNNL_ARG_DST, false, view_desc(y), pd.dst_desc());
-            if (bias) q.bias_arg = DNNL_ARG_BIAS, q.bias = vector_desc(w.dims.n);
-            return q;
-        });
-        const Slot& weights = p.slots[1];
-        const bool again = window.same_weights && held_weights_.holds(w.base, weights, ctx_.runs);
-        run(ctx_, p, {xs.base, w.base, y.base}, bias, again ? 2u : 0u);
-        held_weights_ = Held::left(w.base, weights, ctx_.runs);
+        forward(x, w, bias, std::nullopt, y, window);
+    }
+
+    bool forward_relu(ConstView x, ConstView w, const float* bias, float slope, View y, const Window& window) override {
+        return forward(x, w, bias, slope, y, window);
     }
 
     void backward_data(ConstView dy, ConstView w, View dx, const Window& window) override {
@@ -500,6 +476,77 @@ public:
     }
 
 private:
+    // `relu`: the slope of a leaky ReLU that oneDNN applies to each output before writing it (an eltwise
+    // post-op), where the problem runs with the implementation and layouts it runs with alone; false, nothing
+    // written, where it would not (the fused outputs are to be the two apart's, bit for bit), or where the
+    // samples go in groups (a later group could decline after an earlier one wrote).
+    bool forward(ConstView x, ConstView w, const float* bias, std::optional<float> relu, View y, const Window& window) {
+        check(x, w, y, window);
+        if (y.dims.elements() == 0) return true;
+        if (const std::int64_t g = scheduler::layout_group(x.dims, y.dims); g < y.dims.n) {
+            if (relu) return false;
+            Window again = window;
+            for (std::int64_t n0 = 0; n0 < y.dims.n; n0 += g) {
+                const std::int64_t k = std::min(g, y.dims.n - n0);
+                forward(x.samples(n0, k), w, bias, std::nullopt, y.samples(n0, k), again);
+                again.same_weights = true;
+            }
+            return true;
+        }
+        std::lock_guard lock(ctx_.mutex);
+        Key key{conv_forward, bias != nullptr, relu.has_value(), relu ? float_bits(*relu) : 0};
+        append(key, x), append(key, w), append(key, y), append(key, window);
+        const Subsampled<const float> s = subsample(x, y.dims, window);
+        const Unpadded<const float> u = unpad(s.subsampled ? gather(s.x) : x, s.window);
+        const ConstView xs = u.x;
+        Planned& p = cache_.get(key, [&] {
+            const auto choose = [&](const dnnl::primitive_attr& attr) {
+                dnnl::convolution_forward::primitive_desc pd;
+                if (x.dims.rank() < 3 && in_ == memory::data_type::f32)
+                    pd = forward_nhwc_pd(xs.dims, w.dims, y.dims, u.window, bias != nullptr, attr);
+                if (!pd) pd = forward_pd(xs.dims, w.dims, y.dims, u.window, bias != nullptr, attr);
+                return pd;
+            };
+            const dnnl::convolution_forward::primitive_desc pd =
+                choose(relu ? relu_attr(*relu) : dnnl::primitive_attr());
+            Planned q;
+            if (relu) {
+                const dnnl::convolution_forward::primitive_desc alone = choose({});
+                q.declined = std::string(pd.impl_info_str()) != alone.impl_info_str() ||
+                             pd.src_desc() != alone.src_desc() || pd.weights_desc() != alone.weights_desc() ||
+                             pd.dst_desc() != alone.dst_desc();
+                if (q.declined) return q;
+            }
+            q.primitive = dnnl::convolution_forward(pd);
+            add_slot(q, ctx_, DNNL_ARG_SRC, true, view_desc(xs), pd.src_desc());
+            add_slot(q, ctx_, DNNL_ARG_WEIGHTS, true, view_desc(w), pd.weights_desc());
+            add_slot(q, ctx_, DNNL_ARG_DST, false, view_desc(y), pd.dst_desc());
+            if (bias) q.bias_arg = DNNL_ARG_BIAS, q.bias = vector_desc(w.dims.n);
+            return q;
+        });
+        if (p.declined) return false;
+        const Slot& weights = p.slots[1];
+        const bool again = window.same_weights && held_weights_.holds(w.base, weights, ctx_.runs);
+        run(ctx_, p, {xs.base, w.base, y.base}, bias, again ? 2u : 0u);
+        held_weights_ = Held::left(w.base, weights, ctx_.runs);
+        return true;
+    }
+
+    // oneDNN's eltwise post-op of a leaky ReLU: x > 0 ? x : slope * x, as ActivationKernels::forward.
+    static dnnl::primitive_attr relu_attr(float slope) {
+        dnnl::post_ops ops;
+        ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, slope, 0.0f);
+        dnnl::primitive_attr attr;
+        attr.set_post_ops(ops);
+        return attr;
+    }
+
+    static std::int64_t float_bits(float v) {
+        std::uint32_t b = 0;
+        std::memcpy(&b, &v, sizeof b);
+        return b;
+    }
+
     // The kernels' contract: x spans exactly the places that y's outputs read.
     static void check(const ConstView& x, const ConstView& w, const ConstView& y, const Window& window) {
         check_conv(x.dims, w.dims, y.dims, window);
@@ -536,8 +583,10 @@ private:
     }
 
     dnnl::convolution_forward::primitive_desc forward_pd(const Dims& x, const Dims& w, const Dims& y,
-                                                         const Window& window, bool bias) {
-        return forward_pd(any_desc(dims_of(x), in_), any_desc(dims_of(w), in_), any_desc(dims_of(y)), window, bias);
+                                                         const Window& window, bool bias,
+                                                         const dnnl::primitive_attr& attr = {}) {
+        return forward_pd(any_desc(dims_of(x), in_), any_desc(dims_of(w), in_), any_desc(dims_of(y)), window, bias,
+                          attr);
     }
 
     // Activations in channels-last order, NHWC or NDHWC.
@@ -559,17 +608,19 @@ private:
     // 2048 x 1024, batch 4, one thread).
     // Smaller ones (a last layer to a few classes) keep brgemm, as before.
     dnnl::convolution_forward::primitive_desc forward_nhwc_pd(const Dims& x, const Dims& w, const Dims& y,
-                                                              const Window& window, bool bias) {
+                                                              const Window& window, bool bias,
+                                                              const dnnl::primitive_attr& attr) {
         const bool one_tap =
             std::all_of(window.kernel.begin(), window.kernel.end(), [](std::int64_t k) { return k == 1; });
         if (one_tap && w.n * w.c >= 64 * 64) return {};
-        auto pd = forward_pd(channels_last(x), any_desc(dims_of(w)), channels_last(y), window, bias);
+        auto pd = forward_pd(channels_last(x), any_desc(dims_of(w)), channels_last(y), window, bias, attr);
         if (std::string(pd.impl_info_str()).rfind("brg", 0) != 0) return {};
         return pd;
     }
 
     dnnl::convolution_forward::primitive_desc forward_pd(const memory::desc& src, const memory::desc& weights,
-                                                         const memory::desc& dst, const Window& window, bool bias) {
+                                                         const memory::desc& dst, const Window& window, bool bias,
+                                                         const dnnl::primitive_attr& attr = {}) {
         const std::int64_t filters = weights.dims()[0];
         const auto prop = dnnl::prop_kind::forward_training;
         const auto alg = dnnl::algorithm::convolution_direct;
@@ -578,7 +629,7 @@ private:
                                                    dilates(window), before(window), after(window))
                  : dnnl::convolution_forward::desc(prop, alg, src, weights, dst, strides(window), dilates(window),
                                                    before(window), after(window));
-        return dnnl::convolution_forward::primitive_desc(d, ctx_.engine);
+        return dnnl::convolution_forward::primitive_desc(d, attr, ctx_.engine);
     }
 
     memory::data_type in_;

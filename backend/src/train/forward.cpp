@@ -97,8 +97,9 @@ void Trainer::Impl::forward_layer(DataSource& data, std::int64_t first, bool tra
         case OpKind::add: {
             std::vector<ConstView> xs;
             for (std::size_t j = 0; j < l.inputs.size(); ++j) xs.push_back(in(j));
-            if (!write_relu(s, training, [&](View relu, float slope) { return k.eltwise->add_relu(xs, slope, relu); }))
-                k.eltwise->add(xs, y);
+            forward_fused(
+                s, s.own().box, training, [&](View relu, float slope) { return k.eltwise->add_relu(xs, slope, relu); },
+                [&] { k.eltwise->add(xs, y); });
             break;
         }
         case OpKind::concat: {
@@ -156,7 +157,13 @@ void Trainer::Impl::windowed_forward(Slot& s, const Box& out, bool again) {
             set_padding(in, 0.0f);
             Window w = conv_window(l, in, read);
             w.same_weights = again;
-            return conv_of(own.spec.layer).forward(x, s.w.interior(), bias_of(s), y, w);
+            ConvKernels& conv = conv_of(own.spec.layer);
+            return forward_fused(
+                s, out, step_training,
+                [&](View relu, float slope) {
+                    return conv.forward_relu(x, s.w.interior(), bias_of(s), slope, relu, w);
+                },
+                [&] { conv.forward(x, s.w.interior(), bias_of(s), y, w); });
         }
         default:
             set_padding(in, l.op == OpKind::maxpool ? -std::numeric_limits<float>::infinity() : 0.0f);

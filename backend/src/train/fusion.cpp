@@ -1,17 +1,18 @@
-// A ReLU fused into the layer it reads: where a batch norm or a sum of two tensors is read by a ReLU alone,
-// training's forward writes the ReLU's output in the same pass over memory as its own values, which then go
-// unwritten. Nothing else would read them: the ReLU's backward reads its output (it is positive where its
-// input is), batch norm's backward reads its input, and add's reads none. The values are bit for bit the two
-// layers' one after the other. Evaluation and prediction run them apart, since they may read any layer.
+// A ReLU fused into the layer it reads: where a convolution, a batch norm or a sum of two tensors is read by a
+// ReLU alone, training's forward writes the ReLU's output in the same pass over memory as its own values (a
+// convolution before its outputs leave the kernel), which then go unwritten. Nothing else would read them: the
+// ReLU's backward reads its output (it is positive where its input is), a convolution's and batch norm's
+// backward read their input, and add's reads none. The values are bit for bit the two layers' one after the
+// other. Evaluation and prediction run them apart, since they may read any layer.
 #include "trainer_impl.hpp"
 
 #include <dsl/scheduler/recompute.hpp>
 
 namespace dsl::backend {
 
-// Slot::fused_relu of each batch norm and add that its ReLU reads alone: the ReLU comes next, reads their own
-// tile (no copy in another split) over the same box; neither is recomputed, in memory others share, or kept
-// in 16 bits (a recomputed ReLU would read what the fused forward never wrote, and 16 bits round in between).
+// Slot::fused_relu of each convolution, batch norm and add that its ReLU reads alone: the ReLU comes next, reads their
+// own tile (no copy in another split) over the same box; neither is recomputed, in memory others share, or kept in 16
+// bits (a recomputed ReLU would read what the fused forward never wrote, and 16 bits round in between).
 void Trainer::Impl::fuse_relus() {
     std::vector<bool> recomputed(slots.size(), false);
     for (std::size_t i = 0; i < slots.size(); ++i)
@@ -27,22 +28,30 @@ void Trainer::Impl::fuse_relus() {
         const Layer& l = *relu.layer;
         const OpKind op = before.layer->op;
         if (!scheduler::backward_reads_output(l) || l.inputs.size() != 1 || l.inputs[0] != r - 1) continue;
-        if (op != OpKind::batchnorm && !(op == OpKind::add && before.layer->inputs.size() == 2)) continue;
+        if (op != OpKind::conv && op != OpKind::batchnorm && !(op == OpKind::add && before.layer->inputs.size() == 2))
+            continue;
         if (before.tiles.size() != 1 || before.own().readers != 1 || relu.operands[0] != &before.own()) continue;
         if (!(before.own().box == relu.own().box) || !plain(r - 1) || !plain(r)) continue;
         before.fused_relu = r;
     }
 }
 
-// The forward of a layer that its ReLU reads alone, in training: `both` writes the ReLU's output, given its
-// slope, and says whether the kernels fused the two. False (the layer writes its own output, the ReLU runs
-// after it) where nothing is fused.
-bool Trainer::Impl::write_relu(Slot& s, bool training, const std::function<bool(View, float)>& both) {
+// Layer s's forward over `part` of its own tile: `alone` writes its output there. Where a ReLU reads it alone
+// and the step trains, `fused` writes the ReLU's output over that part instead, given its view and slope, and
+// says whether the kernels fused the two; where they did not (for this kernel set, or this problem), `alone`
+// and the ReLU's kernel run one after the other into it. The ReLU has nothing left to do (wrote_relu).
+void Trainer::Impl::forward_fused(Slot& s, const Box& part, bool training,
+                                  const std::function<bool(View, float)>& fused, const std::function<void()>& alone) {
     s.wrote_relu = false;
-    if (s.fused_relu < 0 || !training || recomputing) return false;
-    Slot& relu = slots[static_cast<std::size_t>(s.fused_relu)];
-    s.wrote_relu = both(relu.own().y.interior(), activation_slope(*relu.layer));
-    return s.wrote_relu;
+    if (s.fused_relu < 0 || !training || recomputing) return alone();
+    Slot& r = slots[static_cast<std::size_t>(s.fused_relu)];
+    const View relu = view_of(r.own().y, r.own(), part);
+    const float slope = activation_slope(*r.layer);
+    if (!fused(relu, slope)) {
+        alone();
+        k.activation->forward(elementwise(*r.layer), view_of(s.own().y, s.own(), part), slope, relu);
+    }
+    s.wrote_relu = true;
 }
 
 }  // namespace dsl::backend

@@ -49,10 +49,12 @@ void Trainer::Impl::batchnorm_forward(Slot& s, bool training) {
             inv_std[c] = static_cast<float>(1.0 / std::sqrt(static_cast<double>(running_var[c]) + l.eps));
         }
     }
-    const bool fused = write_relu(s, training, [&](View relu, float slope) {
-        return k.batchnorm->forward_relu(x, mean_of, inv_std, s.w.data(), s.b.data(), slope, relu);
-    });
-    if (!fused) k.batchnorm->forward(x, mean_of, inv_std, s.w.data(), s.b.data(), s.own().y.interior());
+    forward_fused(
+        s, s.own().box, training,
+        [&](View relu, float slope) {
+            return k.batchnorm->forward_relu(x, mean_of, inv_std, s.w.data(), s.b.data(), slope, relu);
+        },
+        [&] { k.batchnorm->forward(x, mean_of, inv_std, s.w.data(), s.b.data(), s.own().y.interior()); });
 }
 
 // Sums sums_a and sums_b over the slot's group; a replica that does not speak adds nothing.

@@ -123,10 +123,9 @@ struct Trainer::Impl {
         // batch norm's running ones (under F and C parts this process's block of them is kept up to date, and
         // state() gathers the rest).
         std::vector<float> mean, inv_std, running_mean, running_var;
-        // A batch norm or add whose one reader is a ReLU (or leaky ReLU of slope 0 or more) next in order, over
-        // the same box: training's forward writes the ReLU's output in the same pass rather than its own, which
-        // nothing else reads (the ReLU's backward reads its output; batch norm's backward its input, add's none).
-        // The ReLU's index; -1 where not fused (see fuse_relus).
+        // A convolution, batch norm or add whose one reader is a ReLU (or leaky ReLU of slope 0 or more) next in
+        // order, over the same box: training's forward writes the ReLU's output in the same pass rather than its
+        // own, which nothing else reads (fusion.cpp). The ReLU's index; -1 where not fused.
         int fused_relu = -1;
         bool wrote_relu = false;  // this step's forward did so: its own output holds nothing
 
@@ -379,7 +378,8 @@ struct Trainer::Impl {
     double group_count(const Slot& s) const;
     void batchnorm_forward(Slot& s, bool training);
     void fuse_relus();
-    bool write_relu(Slot& s, bool training, const std::function<bool(View, float)>& both);
+    void forward_fused(Slot& s, const Box& part, bool training, const std::function<bool(View, float)>& fused,
+                       const std::function<void()>& alone);
     void group_sum(Slot& s, bool speaks);
     void scale_shift_gradients(Slot& s, const std::vector<double>& d_gamma, const std::vector<double>& d_beta,
                                bool speaks);

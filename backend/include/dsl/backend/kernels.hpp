@@ -54,6 +54,13 @@ public:
     // dilation, a over the kernel's taps). w is {F, C, kernel}; bias may be null. x spans exactly
     // window.input_extent of y's extents.
     virtual void forward(ConstView x, ConstView w, const float* bias, View y, const Window& window) = 0;
+    // forward, then the leaky ReLU of `slope` (relu's is 0) of each output, before it is written: bit for bit
+    // forward followed by ActivationKernels::forward. False where these kernels do not fuse the two, or not
+    // for this problem (y untouched): the caller runs them one after the other.
+    virtual bool forward_relu(ConstView x, ConstView w, const float* bias, float slope, View y, const Window& window) {
+        (void)x, (void)w, (void)bias, (void)slope, (void)y, (void)window;
+        return false;
+    }
     // The transpose: dx (x's dims) receives, for each element, the sum of dy * w over the outputs that read
     // it. Overwrites dx.
     virtual void backward_data(ConstView dy, ConstView w, View dx, const Window& window) = 0;
