@@ -197,35 +197,20 @@ private:
     Var i{"i"}, j{"j"}, c{"c"}, n{"n"};
 };
 
-// a + b, summed in double and rounded once (as the reference sums any number of inputs).
-Expr sum2(const Expr& a, const Expr& b) { return cast<float>(cast<double>(a) + cast<double>(b)); }
-
-// y = a + b. Also y += x in place (b aliases y) and the fold of a sum of many inputs.
+// y = a + b, summed in double and rounded once (as the reference sums any number of inputs); with `relu`, the
+// leaky ReLU of `slope` of that sum (a ReLU fused into the add it reads; `slope` is read only then). Also
+// y += x in place (b aliases y) and the fold of a sum of many inputs.
 class Add2 : public Generator<Add2> {
 public:
-    Input<Buffer<float>> a{"a", 4};
-    Input<Buffer<float>> b{"b", 4};
-    Output<Buffer<float>> y{"y", 4};
-
-    void generate() {
-        y(i, j, c, n) = sum2(a(i, j, c, n), b(i, j, c, n));
-        schedule_pointwise(y, i, j, c, n, vector_width(get_target()));
-    }
-
-private:
-    Var i{"i"}, j{"j"}, c{"c"}, n{"n"};
-};
-
-// y = leaky(a + b): an add and the ReLU that reads it, in one pass.
-class Add2Relu : public Generator<Add2Relu> {
-public:
+    GeneratorParam<bool> relu{"relu", false};
     Input<Buffer<float>> a{"a", 4};
     Input<Buffer<float>> b{"b", 4};
     Input<float> slope{"slope"};
     Output<Buffer<float>> y{"y", 4};
 
     void generate() {
-        y(i, j, c, n) = leaky(sum2(a(i, j, c, n), b(i, j, c, n)), slope);
+        Expr sum = cast<float>(cast<double>(a(i, j, c, n)) + cast<double>(b(i, j, c, n)));
+        y(i, j, c, n) = relu ? leaky(sum, slope) : sum;
         schedule_pointwise(y, i, j, c, n, vector_width(get_target()));
     }
 
@@ -327,34 +312,12 @@ private:
     Var c{"c"}, n{"n"};
 };
 
-// Batch norm's forward value: gamma[c] * (x - mean[c]) * inv_std[c] + beta[c], in double and rounded once, as
-// the reference.
-Expr normalized(const Expr& x, const Expr& mean, const Expr& inv_std, const Expr& gamma, const Expr& beta) {
-    return cast<float>(cast<double>(gamma) * (cast<double>(x) - mean) * inv_std + beta);
-}
-
-// y = normalized(x).
+// y = gamma[c] * (x - mean[c]) * inv_std[c] + beta[c], in double and rounded once, as the reference; with
+// `relu`, the leaky ReLU of `slope` of that value (a ReLU fused into the batch norm it reads; `slope` is read
+// only then).
 class BatchNormForward : public Generator<BatchNormForward> {
 public:
-    Input<Buffer<float>> x{"x", 4};
-    Input<Buffer<float>> mean{"mean", 1};
-    Input<Buffer<float>> inv_std{"inv_std", 1};
-    Input<Buffer<float>> gamma{"gamma", 1};
-    Input<Buffer<float>> beta{"beta", 1};
-    Output<Buffer<float>> y{"y", 4};
-
-    void generate() {
-        y(i, j, c, n) = normalized(x(i, j, c, n), mean(c), inv_std(c), gamma(c), beta(c));
-        schedule_pointwise(y, i, j, c, n, vector_width(get_target()));
-    }
-
-private:
-    Var i{"i"}, j{"j"}, c{"c"}, n{"n"};
-};
-
-// y = leaky(normalized(x)): a batch norm and the ReLU that reads it, in one pass.
-class BatchNormReluForward : public Generator<BatchNormReluForward> {
-public:
+    GeneratorParam<bool> relu{"relu", false};
     Input<Buffer<float>> x{"x", 4};
     Input<Buffer<float>> mean{"mean", 1};
     Input<Buffer<float>> inv_std{"inv_std", 1};
@@ -364,7 +327,8 @@ public:
     Output<Buffer<float>> y{"y", 4};
 
     void generate() {
-        y(i, j, c, n) = leaky(normalized(x(i, j, c, n), mean(c), inv_std(c), gamma(c), beta(c)), slope);
+        Expr v = cast<double>(gamma(c)) * (cast<double>(x(i, j, c, n)) - mean(c)) * inv_std(c) + beta(c);
+        y(i, j, c, n) = relu ? leaky(cast<float>(v), slope) : cast<float>(v);
         schedule_pointwise(y, i, j, c, n, vector_width(get_target()));
     }
 
@@ -689,14 +653,12 @@ HALIDE_REGISTER_GENERATOR(TanhBackward, tanh_backward)
 HALIDE_REGISTER_GENERATOR(GeluForward, gelu_forward)
 HALIDE_REGISTER_GENERATOR(GeluBackward, gelu_backward)
 HALIDE_REGISTER_GENERATOR(Add2, add2)
-HALIDE_REGISTER_GENERATOR(Add2Relu, add2_relu)
 HALIDE_REGISTER_GENERATOR(Copy, copy)
 HALIDE_REGISTER_GENERATOR(Broadcast, broadcast)
 HALIDE_REGISTER_GENERATOR(Sgd, sgd)
 HALIDE_REGISTER_GENERATOR(ChannelStatistics, channel_statistics)
 HALIDE_REGISTER_GENERATOR(PlaneSum, plane_sum)
 HALIDE_REGISTER_GENERATOR(BatchNormForward, batchnorm_forward)
-HALIDE_REGISTER_GENERATOR(BatchNormReluForward, batchnorm_relu_forward)
 HALIDE_REGISTER_GENERATOR(BatchNormBackwardStatistics, batchnorm_backward_statistics)
 HALIDE_REGISTER_GENERATOR(BatchNormBackward, batchnorm_backward)
 HALIDE_REGISTER_GENERATOR(PoolForward, pool_forward)

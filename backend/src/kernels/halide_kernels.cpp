@@ -149,6 +149,9 @@ struct PlaneBuffer : HalideBuffer<2> {
 
 bool empty(const Dims& d) { return d.elements() == 0; }
 
+// The slope argument of the add and batch-norm pipelines without a ReLU fused in, which do not read it.
+constexpr float no_relu = 0.0f;
+
 class HalideActivation final : public ActivationKernels {
 public:
     void forward(frontend::Activation f, ConstView x, float slope, View y) override {
@@ -247,13 +250,9 @@ private:
         const Slicing slices = slicing(true, x, y);
         for (std::int64_t k = 0; k < slices.count; ++k) {
             TileBuffer xb(slice(x, slices, k)), yb(slice(y, slices, k));
-            if (relu)
-                check_halide(dsl_halide_batchnorm_relu_forward(xb.raw(), mb.raw(), ib.raw(), gb.raw(), bb.raw(), *relu,
-                                                               yb.raw()),
-                             "batchnorm_relu_forward");
-            else
-                check_halide(dsl_halide_batchnorm_forward(xb.raw(), mb.raw(), ib.raw(), gb.raw(), bb.raw(), yb.raw()),
-                             "batchnorm_forward");
+            const auto pipeline = relu ? dsl_halide_batchnorm_relu_forward : dsl_halide_batchnorm_forward;
+            check_halide(pipeline(xb.raw(), mb.raw(), ib.raw(), gb.raw(), bb.raw(), relu.value_or(no_relu), yb.raw()),
+                         "batchnorm_forward");
         }
     }
 
@@ -430,14 +429,12 @@ private:
             TileBuffer yb(slice(y, slices, k));
             {
                 TileBuffer ab(slice(xs[0], slices, k)), bb(slice(xs[1], slices, k));
-                if (relu)
-                    check_halide(dsl_halide_add2_relu(ab.raw(), bb.raw(), *relu, yb.raw()), "add2_relu");
-                else
-                    check_halide(dsl_halide_add2(ab.raw(), bb.raw(), yb.raw()), "add2");
+                const auto pipeline = relu ? dsl_halide_add2_relu : dsl_halide_add2;
+                check_halide(pipeline(ab.raw(), bb.raw(), relu.value_or(no_relu), yb.raw()), "add2");
             }
             for (std::size_t i = 2; i < xs.size(); ++i) {
                 TileBuffer ab(slice(y, slices, k)), bb(slice(xs[i], slices, k));
-                check_halide(dsl_halide_add2(ab.raw(), bb.raw(), yb.raw()), "add2");
+                check_halide(dsl_halide_add2(ab.raw(), bb.raw(), no_relu, yb.raw()), "add2");
             }
         }
     }
@@ -460,7 +457,7 @@ public:
         const Slicing slices = slicing(true, x, y);
         for (std::int64_t k = 0; k < slices.count; ++k) {
             TileBuffer yin(slice(ConstView(y), slices, k)), xb(slice(x, slices, k)), yb(slice(y, slices, k));
-            check_halide(dsl_halide_add2(yin.raw(), xb.raw(), yb.raw()), "add2");
+            check_halide(dsl_halide_add2(yin.raw(), xb.raw(), no_relu, yb.raw()), "add2");
         }
     }
 

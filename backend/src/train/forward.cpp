@@ -124,7 +124,7 @@ void Trainer::Impl::forward_layer(DataSource& data, std::int64_t first, bool tra
             break;
         default:  // an element-wise kind: its function (layer_kinds.hpp)
             // Its input's forward wrote it already (fusion.cpp).
-            if (slots[static_cast<std::size_t>(l.inputs[0])].wrote_relu) break;
+            if (writes_relu(slots[static_cast<std::size_t>(l.inputs[0])], training)) break;
             k.activation->forward(elementwise(l), in(), activation_slope(l), y);
             break;
     }

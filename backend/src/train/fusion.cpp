@@ -10,40 +10,36 @@
 
 namespace dsl::backend {
 
-// Slot::fused_relu of each convolution, batch norm and add that its ReLU reads alone: the ReLU comes next, reads their
-// own tile (no copy in another split) over the same box; neither is recomputed, in memory others share, or kept in 16
-// bits (a recomputed ReLU would read what the fused forward never wrote, and 16 bits round in between).
+// Slot::fused_relu of each convolution, batch norm and add that its ReLU reads alone: the ReLU comes next, reads
+// their own tile (no copy in another split, nor a sum of partial ones) over the same box, and neither layer's
+// values are dropped between forward and backward (recomputed or kept in 16 bits, their tiles in memory others
+// share): a recomputed ReLU would read what the fused forward never wrote, and 16 bits round in between.
 void Trainer::Impl::fuse_relus() {
-    std::vector<bool> recomputed(slots.size(), false);
-    for (std::size_t i = 0; i < slots.size(); ++i)
-        for (int q : plan_of(static_cast<int>(i)).recompute_before) recomputed[static_cast<std::size_t>(q)] = true;
-    const auto plain = [&](int i) {
-        const Tile& t = slots[static_cast<std::size_t>(i)].own();
-        return !recomputed[static_cast<std::size_t>(i)] && !plan_of(i).narrowed && t.forward_buffer < 0 &&
-               t.backward_buffer < 0 && !t.partial;
-    };
-    for (int r = 1; r < static_cast<int>(slots.size()); ++r) {
-        Slot& relu = slots[static_cast<std::size_t>(r)];
-        Slot& before = slots[static_cast<std::size_t>(r - 1)];
+    const auto kept = [&](const Slot& s) { return s.own().forward_buffer < 0; };
+    for (std::size_t r = 1; r < slots.size(); ++r) {
+        Slot& relu = slots[r];
+        Slot& before = slots[r - 1];
         const Layer& l = *relu.layer;
         const OpKind op = before.layer->op;
-        if (!scheduler::backward_reads_output(l) || l.inputs.size() != 1 || l.inputs[0] != r - 1) continue;
+        if (!scheduler::backward_reads_output(l)) continue;
         if (op != OpKind::conv && op != OpKind::batchnorm && !(op == OpKind::add && before.layer->inputs.size() == 2))
             continue;
         if (before.tiles.size() != 1 || before.own().readers != 1 || relu.operands[0] != &before.own()) continue;
-        if (!(before.own().box == relu.own().box) || !plain(r - 1) || !plain(r)) continue;
-        before.fused_relu = r;
+        if (!(before.own().box == relu.own().box) || !kept(before) || !kept(relu)) continue;
+        before.fused_relu = static_cast<int>(r);
     }
 }
+
+// Whether this forward writes slot s's ReLU in its place: a training step's, where s has one (fused_relu).
+bool Trainer::Impl::writes_relu(const Slot& s, bool training) const { return s.fused_relu >= 0 && training; }
 
 // Layer s's forward over `part` of its own tile: `alone` writes its output there. Where a ReLU reads it alone
 // and the step trains, `fused` writes the ReLU's output over that part instead, given its view and slope, and
 // says whether the kernels fused the two; where they did not (for this kernel set, or this problem), `alone`
-// and the ReLU's kernel run one after the other into it. The ReLU has nothing left to do (wrote_relu).
+// and the ReLU's kernel run one after the other into it. The ReLU has nothing left to do (writes_relu).
 void Trainer::Impl::forward_fused(Slot& s, const Box& part, bool training,
                                   const std::function<bool(View, float)>& fused, const std::function<void()>& alone) {
-    s.wrote_relu = false;
-    if (s.fused_relu < 0 || !training || recomputing) return alone();
+    if (!writes_relu(s, training)) return alone();
     Slot& r = slots[static_cast<std::size_t>(s.fused_relu)];
     const View relu = view_of(r.own().y, r.own(), part);
     const float slope = activation_slope(*r.layer);
@@ -51,7 +47,6 @@ void Trainer::Impl::forward_fused(Slot& s, const Box& part, bool training,
         alone();
         k.activation->forward(elementwise(*r.layer), view_of(s.own().y, s.own(), part), slope, relu);
     }
-    s.wrote_relu = true;
 }
 
 }  // namespace dsl::backend

@@ -48,7 +48,8 @@ OutputTile Trainer::output_tile(int layer) {
     DSL_INTERNAL_CHECK(layer >= 0 && static_cast<std::size_t>(layer) < m.slots.size(), "output_tile: no such layer");
     Impl::Slot& s = m.slots[static_cast<std::size_t>(layer)];
     DSL_INTERNAL_CHECK(s.layer->op != OpKind::label && !s.layer->is_loss(), "output_tile: a layer without values");
-    DSL_INTERNAL_CHECK(!s.wrote_relu, "output_tile: a layer whose ReLU training wrote in its place");
+    DSL_INTERNAL_CHECK(!m.writes_relu(s, m.step_training),
+                       "output_tile: a layer whose ReLU training wrote in its place");
     Impl::Tile* every_channel = &s.own();
     if (s.own().partial || s.own().box.c.size() != m.global_dims(layer).c) {
         // Split over its channels: a copy with every channel, as a loss reads it, where forward made one.

@@ -127,7 +127,6 @@ struct Trainer::Impl {
         // order, over the same box: training's forward writes the ReLU's output in the same pass rather than its
         // own, which nothing else reads (fusion.cpp). The ReLU's index; -1 where not fused.
         int fused_relu = -1;
-        bool wrote_relu = false;  // this step's forward did so: its own output holds nothing
 
         Tile& own() { return *tiles.front(); }
         const Tile& own() const { return *tiles.front(); }
@@ -378,6 +377,7 @@ struct Trainer::Impl {
     double group_count(const Slot& s) const;
     void batchnorm_forward(Slot& s, bool training);
     void fuse_relus();
+    bool writes_relu(const Slot& s, bool training) const;
     void forward_fused(Slot& s, const Box& part, bool training, const std::function<bool(View, float)>& fused,
                        const std::function<void()>& alone);
     void group_sum(Slot& s, bool speaks);
