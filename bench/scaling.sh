@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Distributed training on this machine: strong scaling of one 512x512 sample over 2 processes (one core
-# each) against one process on one core, overlap on against off, halo traffic per step, and peak memory per
-# process under a 4-way spatial split against one process; then a 2048x2048 sample that does not train on
-# one process under a per-process memory limit and does when split 4 ways.
+# each) against one process on one core, overlap on against off, halo traffic per step; the same 2
+# processes against one process of two threads; peak memory per process under a 4-way spatial split
+# against one process; then a 2048x2048 sample that does not train on one process under a per-process
+# memory limit and does when split 4 ways.
 #
 #   bench/scaling.sh                   # all (~3 min on 2 cores; the 1-process 2048x2048 run needs ~16 GiB)
-#   STEPS=8 bench/scaling.sh scaling   # only the timing part; `memory` and `limit` are the other parts
+#   STEPS=8 bench/scaling.sh scaling   # only the timing part; `threads`, `memory` and `limit` are the others
+#   ROUNDS=9 bench/scaling.sh threads  # 2 processes of 1 thread against 1 process of 2 threads, alternating
 #   DSL=build/cli/dsl LIMIT_GIB=5 bench/scaling.sh limit
 #
 # Step times are medians over the steps after the first two (warm-up: primitive creation, first touch).
@@ -13,6 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 DSL=${DSL:-build/cli/dsl}
 STEPS=${STEPS:-7}
+ROUNDS=${ROUNDS:-5}
 LIMIT_GIB=${LIMIT_GIB:-7}  # mesh2k: one sample needs ~16 GiB on one process, ~4.5 GiB (model) on each of four
 parts=${1:-all}
 tmp=$(mktemp -d)
@@ -46,6 +49,28 @@ if [[ $parts == all || $parts == scaling ]]; then
             "$(peak "$tmp/two.out")"
     done
     echo "  target: speedup >= 1.8 (2 is the limit)"
+fi
+
+if [[ $parts == all || $parts == threads ]]; then
+    # The other way to use two cores on one sample: one process of two threads. Runs alternate, so that
+    # the machine's drift reaches both alike; the ratio of each round and their median.
+    net=bench/mesh_stack_512.net
+    s=$(sched t2 2 "H=2" on)
+    echo
+    echo "== $net, one sample: 2 processes of 1 thread (H=2, overlap on) against 1 process of 2 threads," \
+        "$ROUNDS rounds of $STEPS steps"
+    printf '  %-8s %18s %18s %8s
+' "round" "1 x 2 threads ms" "2 x 1 thread ms" "ratio"
+    ratios=()
+    for round in $(seq "$ROUNDS"); do
+        OMP_NUM_THREADS=2 "$DSL" run "$net" --batch 1 --steps "$STEPS" --log "$tmp/t.jsonl" >/dev/null
+        "$DSL" run "$net" "$s" --steps "$STEPS" --log "$tmp/p.jsonl" >/dev/null
+        t=$(field "$tmp/t.jsonl" seconds | median)
+        p=$(field "$tmp/p.jsonl" seconds | median)
+        ratios+=("$(calc "$p / $t")")
+        printf '  %-8s %18.1f %18.1f %8.3f\n' "$round" "$(calc "$t * 1000")" "$(calc "$p * 1000")" "${ratios[-1]}"
+    done
+    echo "  median ratio $(printf '%s\n' "${ratios[@]}" | median); target: <= 1.0"
 fi
 
 if [[ $parts == all || $parts == memory ]]; then

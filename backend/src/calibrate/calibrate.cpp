@@ -344,13 +344,17 @@ std::vector<std::pair<std::string, double>> time_communication(Comm& comm, std::
             comm.allreduce(&barrier, 1);
             if (me == 0) out.emplace_back(scheduler::time_key(scheduler::sendrecv_kernel, {{"bytes", {b}}}), seconds);
         }
-    // Allreduces over every process, as the weight gradients' (non-blocking, then waited for).
-    if (comm.size() > 1)
+    // Allreduces over every process, as the weight gradients' (non-blocking, then waited for), in the memory
+    // the trainer places them in where the communicator has it (Comm::summing_space).
+    if (comm.size() > 1) {
+        const std::shared_ptr<float> summed =
+            mem.host() ? comm.summing_space(static_cast<std::int64_t>(send.size())) : nullptr;
+        float* data = summed ? summed.get() : send.data();
         for (std::int64_t b : sizes) {
             const std::int64_t count = std::max<std::int64_t>(1, b / 4);
             const double seconds = median_seconds(
                 [&] {
-                    comm.start_allreduce(send.data(), count);
+                    comm.start_allreduce(data, count);
                     comm.finish_allreduces();
                 },
                 counted, mem);
@@ -361,6 +365,7 @@ std::vector<std::pair<std::string, double>> time_communication(Comm& comm, std::
                     scheduler::time_key(scheduler::allreduce_kernel, {{"bytes", {b}}, {"procs", {comm.size()}}}),
                     seconds);
         }
+    }
     return out;
 }
 

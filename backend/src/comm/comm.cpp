@@ -1,6 +1,8 @@
 // The communicators: over MPI, and the trivial one of a single process.
 #include <dsl/backend/comm.hpp>
 
+#include "node_sum.hpp"
+
 #include <dsl/base/error.hpp>
 
 #include <mpi.h>
@@ -82,28 +84,57 @@ public:
         return out == 1;
     }
 
+    std::shared_ptr<float> summing_space(std::int64_t count) override {
+        if (size_ == 1) return nullptr;
+        auto sums = NodeSum::create(comm_, count);
+        if (!sums) return nullptr;
+        NodeSum* made = node_sums_.emplace_back(std::move(sums)).get();
+        return {made->space(),
+                [this, made](float*) { std::erase_if(node_sums_, [&](const auto& n) { return n.get() == made; }); }};
+    }
+
     void start_allreduce(float* data, std::int64_t count) override {
         if (size_ == 1 || count == 0) return;
+        for (const auto& sums : node_sums_)
+            if (sums->holds(data, count)) {
+                sums->start(data, count);
+                started_.push_back(sums.get());
+                return;
+            }
         MPI_Request r;
         check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data, checked_count(count), MPI_FLOAT, MPI_SUM, comm_, &r),
                   "MPI_Iallreduce");
         allreduces_.push_back(r);
         completed_.push_back(false);
+        started_.push_back(nullptr);
     }
 
     std::vector<bool> test_allreduces() override {
-        if (allreduces_.empty()) return {};
-        std::vector<int> indices(allreduces_.size());
-        int count = 0;
-        check_mpi(MPI_Testsome(static_cast<int>(allreduces_.size()), allreduces_.data(), &count, indices.data(),
-                               MPI_STATUSES_IGNORE),
-                  "MPI_Testsome");
-        for (int i = 0; count != MPI_UNDEFINED && i < count; ++i)
-            completed_[static_cast<std::size_t>(indices[i])] = true;
-        return completed_;
+        if (!allreduces_.empty()) {
+            std::vector<int> indices(allreduces_.size());
+            int count = 0;
+            check_mpi(MPI_Testsome(static_cast<int>(allreduces_.size()), allreduces_.data(), &count, indices.data(),
+                                   MPI_STATUSES_IGNORE),
+                      "MPI_Testsome");
+            for (int i = 0; count != MPI_UNDEFINED && i < count; ++i)
+                completed_[static_cast<std::size_t>(indices[i])] = true;
+        }
+        // In the order started, from each path's own order.
+        std::vector<std::pair<NodeSum*, std::vector<bool>>> node;
+        for (const auto& sums : node_sums_) node.emplace_back(sums.get(), sums->test());
+        std::vector<std::size_t> next(node.size() + 1, 0);
+        std::vector<bool> done;
+        for (NodeSum* by : started_) {
+            const auto at = static_cast<std::size_t>(
+                std::find_if(node.begin(), node.end(), [&](const auto& n) { return n.first == by; }) - node.begin());
+            done.push_back(by ? node[at].second[next[at]++] : completed_[next[node.size()]++]);
+        }
+        return done;
     }
 
     void finish_allreduces() override {
+        for (const auto& sums : node_sums_) sums->finish();
+        started_.clear();
         if (allreduces_.empty()) return;
         check_mpi(MPI_Waitall(static_cast<int>(allreduces_.size()), allreduces_.data(), MPI_STATUSES_IGNORE),
                   "MPI_Waitall");
@@ -112,6 +143,7 @@ public:
     }
 
     void progress() override {
+        for (const auto& sums : node_sums_) sums->progress();
         int done = 0;
         if (!allreduces_.empty())
             MPI_Testall(static_cast<int>(allreduces_.size()), allreduces_.data(), &done, MPI_STATUSES_IGNORE);
@@ -167,6 +199,8 @@ private:
     int rank_ = 0, size_ = 1;
     std::vector<MPI_Request> allreduces_, exchanges_;
     std::vector<bool> completed_;  // of allreduces_, as far as test_allreduces saw
+    std::vector<std::unique_ptr<NodeSum>> node_sums_;  // the summing spaces handed out
+    std::vector<NodeSum*> started_;                    // by each allreduce started: null over MPI
 };
 
 }  // namespace

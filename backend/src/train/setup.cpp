@@ -42,6 +42,7 @@ Trainer::Impl::Impl(const frontend::Network& n, Kernels kernels, TrainConfig c, 
     make_groups();
     place_blocks();
     initialize();
+    place_gradients();
     fuse_relus();
     if (config.optimizer != frontend::Optimizer::sgd)
         for (Slot& s : slots) {

@@ -141,6 +141,9 @@ struct Trainer::Impl {
     Comm& comm;
     std::vector<std::unique_ptr<Comm>> groups;
     std::vector<Comm*> holder_groups;  // the slots' holders, each once: update() waits for their allreduces
+    // Where the weight gradients lie when a group sums them in memory of its own (place_gradients); after
+    // the groups, so that they go first.
+    std::vector<std::shared_ptr<float>> summing_spaces;
     std::vector<Slot> slots;
     std::vector<Buffer> shared_buffers;  // the memory under every tile's dy and recomputed values (Plan::buffers)
     std::vector<double> sums_a, sums_b;  // per-channel reductions
@@ -396,6 +399,8 @@ struct Trainer::Impl {
     void backward_layer(int index);
 
     // update.cpp: the gradients' allreduce and the optimizer's update.
+    Comm& gradient_group(const Slot& s) { return s.holders ? *s.holders : comm; }
+    void place_gradients();
     void allreduce_gradients(Slot& s, bool speaks);
     void update();
     void optimize();

@@ -6,11 +6,38 @@
 
 namespace dsl::backend {
 
+// The weight gradients summed over each process group, in the memory where the group sums them fastest
+// (Comm::summing_space), where it has such memory: the world's, then each group of a block's holders, in
+// the order every process made them.
+void Trainer::Impl::place_gradients() {
+    if (!mem.host()) return;
+    std::vector<Comm*> groups_summing{&comm};
+    groups_summing.insert(groups_summing.end(), holder_groups.begin(), holder_groups.end());
+    for (Comm* group : groups_summing) {
+        if (group->size() == 1) continue;
+        std::int64_t count = 0;
+        for (Slot& s : slots)
+            if (&gradient_group(s) == group) count += s.dw.size() + s.db.size();
+        std::shared_ptr<float> held = group->summing_space(count);
+        if (!held) continue;
+        float* space = held.get();
+        summing_spaces.push_back(std::move(held));
+        for (Slot& s : slots) {
+            if (&gradient_group(s) != group) continue;
+            for (Tensor* t : {&s.dw, &s.db}) {
+                if (t->size() == 0) continue;
+                *t = Tensor::over(space, t->dims());
+                space += t->size();
+            }
+        }
+    }
+}
+
 // Starts the sum of a layer's weight gradients over the processes that hold its weights (every process,
 // unless F or C parts split them in blocks); a replica that does not speak for its group adds zeros. Of the
 // C processes that hold partial sums, only the first has a bias gradient, so only its holders sum one.
 void Trainer::Impl::allreduce_gradients(Slot& s, bool speaks) {
-    Comm& over = s.holders ? *s.holders : comm;
+    Comm& over = gradient_group(s);
     if (over.size() == 1) return;
     const bool bias = s.db.size() > 0 && s.adds_bias;
     if (!speaks) {

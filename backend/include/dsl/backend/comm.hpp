@@ -1,6 +1,6 @@
 // Communication between the processes of a run: the few operations the distributed trainer needs, over MPI
-// (mpi_comm.cpp) or, on one process, over nothing (self_comm). Every operation but `exchange` is collective
-// over the communicator's processes, which must call them in the same order.
+// (comm/comm.cpp, with comm/node_sum.cpp within a node) or, on one process, over nothing (self_comm). Every operation
+// but `exchange` is collective over the communicator's processes, which must call them in the same order.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +34,11 @@ public:
     virtual double max(double value) = 0;
     virtual bool all(bool value) = 0;  // true where every process says true
 
+    // Memory for buffers that `start_allreduce` will sum: `count` floats, zeroed, where this communicator
+    // sums them faster than elsewhere (over MPI, where every process is on one node: memory they all map,
+    // which they sum in place); null where it has none. Collective, with the same count on every process.
+    // It lasts until the last copy of the pointer goes, which must be before the communicator does.
+    virtual std::shared_ptr<float> summing_space(std::int64_t) { return nullptr; }
     // Starts a sum of `data` over every process, in place; `finish_allreduces` waits for every one started.
     // The buffers must stay untouched until then.
     virtual void start_allreduce(float* data, std::int64_t count) = 0;

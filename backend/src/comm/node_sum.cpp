@@ -1,0 +1,153 @@
+#include "node_sum.hpp"
+
+#include <dsl/base/error.hpp>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+namespace dsl::backend {
+
+namespace {
+
+constexpr std::size_t page = 4096;
+
+std::size_t pages(std::size_t bytes) { return (bytes + page - 1) / page * page; }
+
+}  // namespace
+
+std::unique_ptr<NodeSum> NodeSum::create(MPI_Comm comm, std::int64_t count) {
+    int rank = 0, size = 1;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    std::int64_t counts[2] = {count, -count};
+    MPI_Allreduce(MPI_IN_PLACE, counts, 2, MPI_INT64_T, MPI_MAX, comm);
+    MPI_Comm node;
+    MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+    int node_size = 0;
+    MPI_Comm_size(node, &node_size);
+    MPI_Comm_free(&node);
+    int ok = node_size == size && count > 0 && counts[0] == -counts[1] ? 1 : 0;
+    MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm);
+    if (!ok) return nullptr;
+
+    // Process 0 makes the file with its whole size allocated now (where the file system is short of space,
+    // this fails here rather than as a bus error at a later write), and removes its name once every process
+    // has mapped it: nothing is left behind, even when a process is killed.
+    const std::size_t segment = pages(sizeof(Counters)) + pages(static_cast<std::size_t>(count) * sizeof(float));
+    const std::size_t bytes = segment * static_cast<std::size_t>(size);
+    char name[64] = {};
+    if (rank == 0) {
+        static std::atomic<int> made{0};
+        std::snprintf(name, sizeof name, "/dsl-sums-%ld-%d", static_cast<long>(::getpid()), made++);
+        const int fd = ::shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+        ok = fd >= 0 && ::posix_fallocate(fd, 0, static_cast<off_t>(bytes)) == 0;
+        if (fd >= 0) ::close(fd);
+        if (fd >= 0 && !ok) ::shm_unlink(name);
+    }
+    MPI_Bcast(&ok, 1, MPI_INT, 0, comm);
+    if (!ok) return nullptr;
+    MPI_Bcast(name, sizeof name, MPI_CHAR, 0, comm);
+    void* mapped = MAP_FAILED;
+    if (const int fd = ::shm_open(name, O_RDWR, 0); fd >= 0) {
+        mapped = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        ::close(fd);
+    }
+    ok = mapped != MAP_FAILED ? 1 : 0;
+    MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm);
+    if (rank == 0) ::shm_unlink(name);
+    if (!ok) {
+        if (mapped != MAP_FAILED) ::munmap(mapped, bytes);
+        return nullptr;
+    }
+    return std::unique_ptr<NodeSum>(new NodeSum(rank, size, count, mapped, bytes));
+}
+
+NodeSum::NodeSum(int rank, int size, std::int64_t count, void* mapped, std::size_t bytes)
+    : rank_(rank),
+      size_(size),
+      count_(count),
+      mapped_(mapped),
+      bytes_(bytes),
+      segment_bytes_(bytes / static_cast<std::size_t>(size)) {}
+
+NodeSum::~NodeSum() { ::munmap(mapped_, bytes_); }
+
+NodeSum::Counters& NodeSum::counters(int process) const {
+    return *reinterpret_cast<Counters*>(static_cast<char*>(mapped_) +
+                                        static_cast<std::size_t>(process) * segment_bytes_);
+}
+
+float* NodeSum::buffer(int process) const {
+    return reinterpret_cast<float*>(reinterpret_cast<char*>(&counters(process)) + pages(sizeof(Counters)));
+}
+
+bool NodeSum::holds(const float* data, std::int64_t count) const {
+    const float* own = space();
+    return data >= own && count <= count_ && data - own <= count_ - count;
+}
+
+bool NodeSum::everyone(Counter Counters::*counter, std::uint64_t value) const {
+    for (int p = 0; p < size_; ++p)
+        if (std::atomic_ref<std::uint64_t>((counters(p).*counter).value).load(std::memory_order_acquire) < value)
+            return false;
+    return true;
+}
+
+void NodeSum::start(float* data, std::int64_t count) {
+    DSL_INTERNAL_CHECK(holds(data, count), "a sum of a buffer outside the shared memory");
+    sums_.emplace_back(data - space(), count);
+    std::atomic_ref<std::uint64_t>(counters(rank_).started.value).store(++started_, std::memory_order_release);
+    progress();
+}
+
+// This process's share of a sum: each element the sum of every process's, in rank order, written back into
+// every process's buffer.
+void NodeSum::sum_share(std::int64_t offset, std::int64_t count) {
+    const std::int64_t first = offset + count * rank_ / size_, end = offset + count * (rank_ + 1) / size_;
+    constexpr std::int64_t block = 1024;
+    float sums[block];
+    for (std::int64_t b = first; b < end; b += block) {
+        const auto n = static_cast<std::size_t>(std::min(block, end - b));
+        std::memcpy(sums, buffer(0) + b, n * sizeof(float));
+        for (int p = 1; p < size_; ++p) {
+            const float* from = buffer(p) + b;
+            for (std::size_t i = 0; i < n; ++i) sums[i] += from[i];
+        }
+        for (int p = 0; p < size_; ++p) std::memcpy(buffer(p) + b, sums, n * sizeof(float));
+    }
+}
+
+void NodeSum::progress() {
+    // Sums are summed in the order they were started, on every process.
+    while (summed_ < started_ && everyone(&Counters::started, summed_ + 1)) {
+        const auto& [offset, count] = sums_[static_cast<std::size_t>(summed_ - first_)];
+        sum_share(offset, count);
+        std::atomic_ref<std::uint64_t>(counters(rank_).summed.value).store(++summed_, std::memory_order_release);
+    }
+}
+
+std::vector<bool> NodeSum::test() {
+    progress();
+    std::vector<bool> done(sums_.size());
+    for (std::size_t i = 0; i < done.size(); ++i) done[i] = everyone(&Counters::summed, first_ + i + 1);
+    return done;
+}
+
+void NodeSum::finish() {
+    progress();
+    while (summed_ < started_ || !everyone(&Counters::summed, started_)) {
+        std::this_thread::yield();
+        progress();
+    }
+    first_ = started_;
+    sums_.clear();
+}
+
+}  // namespace dsl::backend

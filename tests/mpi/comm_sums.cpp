@@ -1,0 +1,104 @@
+// The weight gradients' sums over MPI (Comm::start_allreduce), run under mpirun by ctest on 2 and 3
+// processes: buffers in the summing space (summed through the node's shared memory) and a buffer outside it
+// (summed by MPI), started in turn, with progress and tests between, over three steps; then again in a
+// second space, the first given back. Each sum in the space
+// must be, bit for bit, the processes' values added in rank order (so every process holds the same bits); the
+// one outside, of whole numbers, the exact sum. Exits non-zero, saying what differed, where one does not.
+#include <dsl/backend/comm.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+namespace {
+
+using dsl::backend::Comm;
+
+// Process p's element i of buffer b at step t: magnitudes spread over 2^-12..2^12, so that the order of the
+// additions shows in the sums' last bits.
+float value(int p, int b, std::int64_t i, int t) {
+    const std::uint64_t h = (static_cast<std::uint64_t>(p) * 0x9E3779B97F4A7C15ull) ^
+                            (static_cast<std::uint64_t>(i) * 0xBF58476D1CE4E5B9ull) ^
+                            (static_cast<std::uint64_t>(b * 8 + t) * 0x94D049BB133111EBull);
+    const auto m = static_cast<float>((h >> 40) % 20001) - 10000.0f;
+    return std::ldexp(m, static_cast<int>((h >> 20) % 25) - 12);
+}
+
+int failures = 0;
+
+void fail(int rank, const char* what, int b, std::int64_t i, int t) {
+    if (++failures <= 5)
+        std::fprintf(stderr, "process %d: %s (buffer %d, element %lld, step %d)\n", rank, what, b,
+                     static_cast<long long>(i), t);
+}
+
+// Sums of buffers of `counts` elements in a summing space, and of one buffer outside it, over three steps.
+void check_sums(Comm& comm, const std::vector<std::int64_t>& counts) {
+    const int rank = comm.rank(), size = comm.size();
+    std::int64_t total = 0;
+    for (auto c : counts) total += c;
+    const std::shared_ptr<float> held = comm.summing_space(total);
+    float* space = held.get();
+    if (!space) {
+        fail(rank, "no summing space on one node", -1, -1, -1);
+        return;
+    }
+    for (std::int64_t i = 0; i < total; ++i)
+        if (space[i] != 0.0f) fail(rank, "the space is not zeroed", -1, i, -1);
+    std::vector<float> outside(777);
+    for (int t = 0; t < 3; ++t) {
+        std::vector<float*> buffers;
+        float* at = space;
+        for (std::size_t b = 0; b < counts.size(); ++b) {
+            for (std::int64_t i = 0; i < counts[b]; ++i) at[i] = value(rank, static_cast<int>(b), i, t);
+            buffers.push_back(at);
+            at += counts[b];
+        }
+        for (std::size_t i = 0; i < outside.size(); ++i) outside[i] = static_cast<float>(rank * 1000 + i + t);
+        std::vector<bool> seen;
+        for (std::size_t b = 0; b < counts.size(); ++b) {
+            comm.start_allreduce(buffers[b], counts[b]);
+            if (b == 1) comm.start_allreduce(outside.data(), static_cast<std::int64_t>(outside.size()));
+            comm.progress();
+            const std::vector<bool> done = comm.test_allreduces();
+            if (done.size() != b + 1 + (b >= 1 ? 1 : 0))
+                fail(rank, "test_allreduces: not one answer per sum started", static_cast<int>(b), -1, t);
+            for (std::size_t k = 0; k < seen.size() && k < done.size(); ++k)
+                if (seen[k] && !done[k]) fail(rank, "a sum complete, then not", static_cast<int>(k), -1, t);
+            seen = done;
+        }
+        comm.finish_allreduces();
+        for (std::size_t b = 0; b < counts.size(); ++b)
+            for (std::int64_t i = 0; i < counts[b]; ++i) {
+                float sum = value(0, static_cast<int>(b), i, t);
+                for (int p = 1; p < size; ++p) sum += value(p, static_cast<int>(b), i, t);
+                if (std::memcmp(&sum, &buffers[b][i], sizeof sum) != 0)
+                    fail(rank, "not the sum in rank order", static_cast<int>(b), i, t);
+            }
+        for (std::size_t i = 0; i < outside.size(); ++i) {
+            double sum = 0;
+            for (int p = 0; p < size; ++p) sum += p * 1000 + static_cast<double>(i) + t;
+            if (outside[i] != static_cast<float>(sum))
+                fail(rank, "the sum over MPI", -1, static_cast<std::int64_t>(i), t);
+        }
+    }
+}
+
+}  // namespace
+
+int main() {
+    auto world = dsl::backend::mpi_world();
+    // Fewer elements than processes, a block's edges (1024), and large ones; then, the first space given
+    // back, another.
+    check_sums(*world, {1, 2, 5, 1023, 1024, 1025, 65537, 300001});
+    check_sums(*world, {3, 100000});
+    const int rank = world->rank(), size = world->size();
+    const bool passed = world->all(failures == 0);
+    world.reset();
+    dsl::backend::mpi_finalize();
+    if (rank == 0 && passed) std::printf("sums on %d processes: as added in rank order\n", size);
+    return passed ? 0 : 1;
+}
