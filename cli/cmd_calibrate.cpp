@@ -278,7 +278,8 @@ int profile_worker(const CalibrateOptions& o) {
                 const int size =
                     scheduler::Model::size_class(model.tile_bytes(static_cast<int>(i), *s.layers[i].split));
                 const double kb = k.backward_data + k.backward_weights;
-                if (k.forward > 0 && times[i].forward > 0)
+                // A ReLU that ran in the pass of the layer before it has no forward of its own to compare.
+                if (k.forward > 0 && times[i].forward > 0 && !model.relu_fused(i, s))
                     sums[model.factor_key(op, true, size)].first += times[i].forward,
                         sums[model.factor_key(op, true, size)].second += k.forward;
                 if (kb > 0 && times[i].backward > 0)

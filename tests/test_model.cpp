@@ -451,3 +451,65 @@ TEST_CASE("model: the shuffles between every pair of splits equal the shuffles a
     CHECK(compared > 1000);
     CHECK(moved > compared / 4);
 }
+
+TEST_CASE("model: a ReLU that training runs in the pass of the layer before it costs no forward of its own",
+          "[model]") {
+    // As the trainer fuses them: after a convolution (on CPUs), a batch norm or a sum of two, which the ReLU
+    // alone reads, under the same split, neither kept in 16 bits nor recomputed.
+    test::NetworkFromText l(R"(
+input x [N, 8, 32, 32]
+label y [N, 16, 16]
+c1 = conv(16, kernel = 3, pad = 1)
+after_conv = relu
+b = batchnorm
+after_bn = relu
+c2 = conv(16, kernel = 3, pad = 1)
+two = add from c2, after_bn
+after_two = relu
+c3 = conv(16, kernel = 3, pad = 1)
+three = add from c3, after_two, c2
+after_three = relu
+c4 = conv(16, kernel = 3, pad = 1)
+read_twice = relu
+c5 = conv(16, kernel = 3, pad = 1) from c4
+both = add from read_twice, c5
+after_both = relu
+c6 = conv(16, kernel = 3, pad = 1)
+shuffled = relu
+pred = conv(2, kernel = 1, stride = 2)
+loss = pixel_cross_entropy from pred, y
+)");
+    Platform cpu = platform();
+    cpu.device = Device::cpu;
+    Schedule s;
+    s.procs = 2;
+    for (std::size_t i = 0; i < l.net.layers.size(); ++i) s.layers.push_back(dist(2, 1, 1));
+    s.layers[static_cast<std::size_t>(l.net.find("shuffled"))] = dist(1, 2, 1);
+    const auto index = [&](const char* name) { return static_cast<std::size_t>(l.net.find(name)); };
+    const Model on_cpu(l.net, cpu, 2, 4), on_gpu(l.net, platform(), 2, 4);
+    for (const char* fused : {"after_conv", "after_bn", "after_two", "after_both"}) {
+        CAPTURE(fused);
+        CHECK(on_cpu.relu_fused(index(fused), s));
+    }
+    for (const char* apart : {"after_three", "read_twice", "shuffled"}) {
+        CAPTURE(apart);
+        CHECK_FALSE(on_cpu.relu_fused(index(apart), s));
+    }
+    // A GPU's convolution runs its ReLU apart; its batch norm does not.
+    CHECK_FALSE(on_gpu.relu_fused(index("after_conv"), s));
+    CHECK(on_gpu.relu_fused(index("after_bn"), s));
+    // Kept in 16 bits, or recomputed, either layer: apart.
+    Schedule narrow = s;
+    narrow.layers[index("b")].precision = Precision::bfloat16;
+    CHECK_FALSE(on_cpu.relu_fused(index("after_bn"), narrow));
+    Schedule again = s;
+    again.layers[index("after_bn")].recompute = true;
+    CHECK_FALSE(on_cpu.relu_fused(index("after_bn"), again));
+    // The prediction: no forward for the fused, the kernel's for the others; the same backward.
+    const Prediction p = on_cpu.predict(s);
+    CHECK(p.layers[index("after_bn")].cost.forward == 0.0);
+    CHECK(p.layers[index("after_three")].cost.forward > 0.0);
+    CHECK(p.layers[index("after_bn")].cost.backward_data > 0.0);
+    CHECK(p.layers[index("after_bn")].cost.backward_data ==
+          Approx(on_cpu.layer(static_cast<int>(index("after_bn")), s.layers[index("after_bn")]).backward_data));
+}

@@ -704,6 +704,25 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
 
 // ---- The whole step.
 
+// Whether training runs layer `index`, a ReLU, in the forward pass of the layer before it (the trainer's
+// fuse_relus, backend/src/train/fusion.cpp): a convolution (oneDNN's post-op; not on GPUs), a batch norm or
+// a sum of two, whose output the ReLU alone reads, under the same split, neither recomputed nor kept in
+// 16 bits. The ReLU's forward then costs nothing of its own.
+bool Model::relu_fused(std::size_t index, const Schedule& schedule) const {
+    const Layer& l = net_.layers[index];
+    if (index == 0 || !backward_reads_output(l) || l.inputs.size() != 1 || l.inputs[0] != static_cast<int>(index) - 1)
+        return false;
+    const Layer& before = net_.layers[index - 1];
+    const bool fusing = (before.op == OpKind::conv && platform_.device == Device::cpu) ||
+                        before.op == OpKind::batchnorm || (before.op == OpKind::add && before.inputs.size() == 2);
+    if (!fusing) return false;
+    std::int64_t readers = 0;
+    for (const Layer& r : net_.layers) readers += std::count(r.inputs.begin(), r.inputs.end(), l.inputs[0]);
+    const Distribution &a = schedule.layers[index - 1], &b = schedule.layers[index];
+    const auto kept = [](const Distribution& d) { return !d.recompute.value_or(false) && !d.narrowed(); };
+    return readers == 1 && a.split.value_or(Split{}) == b.split.value_or(Split{}) && kept(a) && kept(b);
+}
+
 Prediction Model::predict(const Schedule& schedule) const {
     Prediction out;
     out.layers.resize(net_.layers.size());
@@ -719,6 +738,7 @@ Prediction Model::predict(const Schedule& schedule) const {
                                          : std::vector<std::int64_t>{g.y[0], g.y[1]};
         if (l.op == OpKind::label) continue;
         lp.cost = layer(static_cast<int>(i), lp.dist);
+        if (relu_fused(i, schedule)) lp.cost.forward = 0.0;
         if (g.halo) (g.between_nodes ? halo_out : halo_in) = true;
         for (std::size_t j = 0; j < l.inputs.size(); ++j) {
             const auto& from = schedule.layers[static_cast<std::size_t>(l.inputs[j])].split;

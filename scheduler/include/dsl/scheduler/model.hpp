@@ -175,6 +175,10 @@ public:
     // modelled update and exposed allreduce.
     std::string update_key() const;
 
+    // Whether training runs layer `index`, a ReLU, in the forward pass of the layer before it under
+    // `schedule` (as the trainer fuses them): its forward then costs nothing of its own.
+    bool relu_fused(std::size_t index, const Schedule& schedule) const;
+
 private:
     // predict's gradients, sharing buffers, and its activations with recomputed layers' tiles sharing them
     // too; the recomputation's time.
