@@ -709,18 +709,14 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
 // a sum of two, whose output the ReLU alone reads, under the same split, neither recomputed nor kept in
 // 16 bits. The ReLU's forward then costs nothing of its own.
 bool Model::relu_fused(std::size_t index, const Schedule& schedule) const {
-    const Layer& l = net_.layers[index];
-    if (index == 0 || !backward_reads_output(l) || l.inputs.size() != 1 || l.inputs[0] != static_cast<int>(index) - 1)
+    if (index == 0) return false;
+    const Layer &l = net_.layers[index], &before = net_.layers[index - 1];
+    if (!relu_fuses_into(before, l) || (before.op == OpKind::conv && platform_.device != Device::cpu) ||
+        readers_[index - 1] != std::vector<int>{static_cast<int>(index)})
         return false;
-    const Layer& before = net_.layers[index - 1];
-    const bool fusing = (before.op == OpKind::conv && platform_.device == Device::cpu) ||
-                        before.op == OpKind::batchnorm || (before.op == OpKind::add && before.inputs.size() == 2);
-    if (!fusing) return false;
-    std::int64_t readers = 0;
-    for (const Layer& r : net_.layers) readers += std::count(r.inputs.begin(), r.inputs.end(), l.inputs[0]);
     const Distribution &a = schedule.layers[index - 1], &b = schedule.layers[index];
     const auto kept = [](const Distribution& d) { return !d.recompute.value_or(false) && !d.narrowed(); };
-    return readers == 1 && a.split.value_or(Split{}) == b.split.value_or(Split{}) && kept(a) && kept(b);
+    return a.split.value_or(Split{}) == b.split.value_or(Split{}) && kept(a) && kept(b);
 }
 
 Prediction Model::predict(const Schedule& schedule) const {

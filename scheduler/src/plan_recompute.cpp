@@ -18,6 +18,12 @@ bool backward_reads_output(const Layer& layer) {
            layer.activation_slope() >= 0.0;
 }
 
+bool relu_fuses_into(const Layer& layer, const Layer& relu) {
+    using frontend::OpKind;
+    return backward_reads_output(relu) && (layer.op == OpKind::conv || layer.op == OpKind::batchnorm ||
+                                           (layer.op == OpKind::add && layer.inputs.size() == 2));
+}
+
 bool RecomputeTimeline::any() const {
     return std::find(recomputed.begin(), recomputed.end(), true) != recomputed.end() ||
            std::find(narrowed.begin(), narrowed.end(), true) != narrowed.end();

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <initializer_list>
 #include <limits>
+#include <map>
 #include <string>
 #include <thread>
 
@@ -119,15 +120,14 @@ public:
             for (int i = 0; count != MPI_UNDEFINED && i < count; ++i)
                 completed_[static_cast<std::size_t>(indices[i])] = true;
         }
-        // In the order started, from each path's own order.
-        std::vector<std::pair<NodeSum*, std::vector<bool>>> node;
-        for (const auto& sums : node_sums_) node.emplace_back(sums.get(), sums->test());
-        std::vector<std::size_t> next(node.size() + 1, 0);
+        // In the order started, each path's answers taken in its own order.
+        std::map<const NodeSum*, std::vector<bool>> node;
+        for (const auto& sums : node_sums_) node[sums.get()] = sums->test();
+        std::map<const NodeSum*, std::size_t> next;  // null: MPI's
         std::vector<bool> done;
-        for (NodeSum* by : started_) {
-            const auto at = static_cast<std::size_t>(
-                std::find_if(node.begin(), node.end(), [&](const auto& n) { return n.first == by; }) - node.begin());
-            done.push_back(by ? node[at].second[next[at]++] : completed_[next[node.size()]++]);
+        for (const NodeSum* by : started_) {
+            const std::size_t i = next[by]++;
+            done.push_back(by ? node[by][i] : completed_[i]);
         }
         return done;
     }

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace dsl::backend::gpu {
@@ -253,11 +254,7 @@ public:
         if (xs.size() != 2) return false;
         const Volumes yv = volumes(y);
         for (const ConstView& x : xs) check_same_dims(x, y, "add");
-        if (yv.dims.elements() == 0) return true;
-        Inputs<2> in;
-        in.count = 2;
-        in.op[0] = input(xs[0]), in.op[1] = input(xs[1]);
-        map("add relu", yv.dims, Merge::all, operand(yv), in, SumInputs{{}, 2, true, slope});
+        if (yv.dims.elements() > 0) sum<2>(yv.dims, xs, 0, 2, operand(yv), {}, slope);
         return true;
     }
 
@@ -304,15 +301,16 @@ public:
 private:
     static constexpr int per_kernel = 8;
 
-    // out = xs[begin, end) (plus `first` when it has a base) in one kernel of up to N inputs, over `d`.
+    // out = xs[begin, end) (plus `first` when it has a base) in one kernel of up to N inputs, over `d`; with
+    // `relu`, the leaky ReLU of that slope of each sum.
     template <int N>
     static void sum(const VolumeDims& d, const std::vector<ConstView>& xs, std::size_t begin, std::size_t end,
-                    Operand<float> out, const ConstVolumes& first) {
+                    Operand<float> out, const ConstVolumes& first, std::optional<float> relu = std::nullopt) {
         Inputs<N> in;
         in.count = 0;
         if (first.base) in.op[in.count++] = input(first);
         for (std::size_t k = begin; k < end; ++k) in.op[in.count++] = input(xs[k]);
-        map("add", d, Merge::all, out, in, SumInputs{{}, in.count});
+        map("add", d, Merge::all, out, in, SumInputs{{}, in.count, relu.has_value(), relu.value_or(0.0f)});
     }
 };
 

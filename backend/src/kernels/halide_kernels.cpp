@@ -239,24 +239,6 @@ public:
         return true;
     }
 
-private:
-    // The ReLU's slope where it follows; none for batch norm alone.
-    static void forward(ConstView x, const float* mean, const float* inv_std, const float* gamma, const float* beta,
-                        std::optional<float> relu, View y) {
-        check_same_dims(x.dims, y.dims, "batchnorm forward");
-        if (empty(y.dims)) return;
-        const std::int64_t c = x.dims.c;
-        ArrayBuffer mb(mean, float32, c), ib(inv_std, float32, c), gb(gamma, float32, c), bb(beta, float32, c);
-        const Slicing slices = slicing(true, x, y);
-        for (std::int64_t k = 0; k < slices.count; ++k) {
-            TileBuffer xb(slice(x, slices, k)), yb(slice(y, slices, k));
-            const auto pipeline = relu ? dsl_halide_batchnorm_relu_forward : dsl_halide_batchnorm_forward;
-            check_halide(pipeline(xb.raw(), mb.raw(), ib.raw(), gb.raw(), bb.raw(), relu.value_or(no_relu), yb.raw()),
-                         "batchnorm_forward");
-        }
-    }
-
-public:
     void backward_statistics(ConstView x, ConstView dy, const float* mean, const float* inv_std, double* sum_dy,
                              double* sum_dy_xhat) override {
         check_same_dims(x.dims, dy.dims, "batchnorm backward_statistics");
@@ -292,6 +274,23 @@ public:
             check_halide(dsl_halide_batchnorm_backward(xb.raw(), dyb.raw(), mb.raw(), ib.raw(), gb.raw(), sb.raw(),
                                                        s2b.raw(), count, dxb.raw()),
                          "batchnorm_backward");
+        }
+    }
+
+private:
+    // The ReLU's slope where it follows; none for batch norm alone.
+    static void forward(ConstView x, const float* mean, const float* inv_std, const float* gamma, const float* beta,
+                        std::optional<float> relu, View y) {
+        check_same_dims(x.dims, y.dims, "batchnorm forward");
+        if (empty(y.dims)) return;
+        const std::int64_t c = x.dims.c;
+        ArrayBuffer mb(mean, float32, c), ib(inv_std, float32, c), gb(gamma, float32, c), bb(beta, float32, c);
+        const Slicing slices = slicing(true, x, y);
+        for (std::int64_t k = 0; k < slices.count; ++k) {
+            TileBuffer xb(slice(x, slices, k)), yb(slice(y, slices, k));
+            const auto pipeline = relu ? dsl_halide_batchnorm_relu_forward : dsl_halide_batchnorm_forward;
+            check_halide(pipeline(xb.raw(), mb.raw(), ib.raw(), gb.raw(), bb.raw(), relu.value_or(no_relu), yb.raw()),
+                         "batchnorm_forward");
         }
     }
 };
@@ -414,32 +413,6 @@ public:
         return true;
     }
 
-private:
-    // `relu`: the slope of the ReLU that follows a sum of two inputs; none for add alone.
-    void add(const std::vector<ConstView>& xs, std::optional<float> relu, View y) {
-        DSL_INTERNAL_CHECK(!xs.empty(), "add: no inputs");
-        DSL_INTERNAL_CHECK(!relu || xs.size() == 2, "add: a ReLU after other than two inputs");
-        for (const ConstView& x : xs) check_same_dims(x.dims, y.dims, "add");
-        if (empty(y.dims)) return;
-        if (xs.size() == 1) return copy(xs[0], y);
-        Slicing slices = slicing(true, y);
-        for (const ConstView& x : xs)
-            if (!rows_follow(x)) slices = slicing(false, y);
-        for (std::int64_t k = 0; k < slices.count; ++k) {
-            TileBuffer yb(slice(y, slices, k));
-            {
-                TileBuffer ab(slice(xs[0], slices, k)), bb(slice(xs[1], slices, k));
-                const auto pipeline = relu ? dsl_halide_add2_relu : dsl_halide_add2;
-                check_halide(pipeline(ab.raw(), bb.raw(), relu.value_or(no_relu), yb.raw()), "add2");
-            }
-            for (std::size_t i = 2; i < xs.size(); ++i) {
-                TileBuffer ab(slice(y, slices, k)), bb(slice(xs[i], slices, k));
-                check_halide(dsl_halide_add2(ab.raw(), bb.raw(), no_relu, yb.raw()), "add2");
-            }
-        }
-    }
-
-public:
     void copy(ConstView x, View y) override {
         check_same_dims(x.dims, y.dims, "copy");
         if (empty(y.dims)) return;
@@ -476,6 +449,31 @@ public:
 
     bool unscale(const std::vector<GradientArray>& gradients, float factor) override {
         return unscale_arrays(gradients, factor);
+    }
+
+private:
+    // `relu`: the slope of the ReLU that follows a sum of two inputs; none for add alone.
+    void add(const std::vector<ConstView>& xs, std::optional<float> relu, View y) {
+        DSL_INTERNAL_CHECK(!xs.empty(), "add: no inputs");
+        DSL_INTERNAL_CHECK(!relu || xs.size() == 2, "add: a ReLU after other than two inputs");
+        for (const ConstView& x : xs) check_same_dims(x.dims, y.dims, "add");
+        if (empty(y.dims)) return;
+        if (xs.size() == 1) return copy(xs[0], y);
+        Slicing slices = slicing(true, y);
+        for (const ConstView& x : xs)
+            if (!rows_follow(x)) slices = slicing(false, y);
+        for (std::int64_t k = 0; k < slices.count; ++k) {
+            TileBuffer yb(slice(y, slices, k));
+            {
+                TileBuffer ab(slice(xs[0], slices, k)), bb(slice(xs[1], slices, k));
+                const auto pipeline = relu ? dsl_halide_add2_relu : dsl_halide_add2;
+                check_halide(pipeline(ab.raw(), bb.raw(), relu.value_or(no_relu), yb.raw()), "add2");
+            }
+            for (std::size_t i = 2; i < xs.size(); ++i) {
+                TileBuffer ab(slice(y, slices, k)), bb(slice(xs[i], slices, k));
+                check_halide(dsl_halide_add2(ab.raw(), bb.raw(), no_relu, yb.raw()), "add2");
+            }
+        }
     }
 };
 

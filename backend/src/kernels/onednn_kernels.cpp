@@ -1,6 +1,7 @@
 // Convolution and fully connected kernels through oneDNN primitives (f32, CPU; convolutions also with
 // bfloat16 products, and with the ReLU that reads them as a post-op), cached per problem.
 #include "onednn_kernels.hpp"
+#include "../tensors/narrow.hpp"
 #include "../tensors/planes.hpp"
 #include "kernel_checks.hpp"
 
@@ -13,7 +14,6 @@
 #include <array>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
@@ -539,12 +539,6 @@ private:
         dnnl::primitive_attr attr;
         attr.set_post_ops(ops);
         return attr;
-    }
-
-    static std::int64_t float_bits(float v) {
-        std::uint32_t b = 0;
-        std::memcpy(&b, &v, sizeof b);
-        return b;
     }
 
     // The kernels' contract: x spans exactly the places that y's outputs read.

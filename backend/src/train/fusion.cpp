@@ -19,11 +19,7 @@ void Trainer::Impl::fuse_relus() {
     for (std::size_t r = 1; r < slots.size(); ++r) {
         Slot& relu = slots[r];
         Slot& before = slots[r - 1];
-        const Layer& l = *relu.layer;
-        const OpKind op = before.layer->op;
-        if (!scheduler::backward_reads_output(l)) continue;
-        if (op != OpKind::conv && op != OpKind::batchnorm && !(op == OpKind::add && before.layer->inputs.size() == 2))
-            continue;
+        if (!scheduler::relu_fuses_into(*before.layer, *relu.layer)) continue;
         if (before.tiles.size() != 1 || before.own().readers != 1 || relu.operands[0] != &before.own()) continue;
         if (!(before.own().box == relu.own().box) || !kept(before) || !kept(relu)) continue;
         before.fused_relu = static_cast<int>(r);

@@ -24,6 +24,12 @@ bool recomputable(const frontend::Layer& layer);
 // again) for them, as PyTorch's ReLU keeps only its result.
 bool backward_reads_output(const frontend::Layer& layer);
 
+// Whether training may run `relu`, the reader of `layer`'s output, in `layer`'s forward pass, leaving
+// `layer`'s own output unwritten: a ReLU whose backward reads its output, after a convolution, a batch norm or
+// a sum of two (a sum of more rounds between its additions). The trainer (fuse_relus) and the model
+// (Model::relu_fused) add what their tiles and schedules require.
+bool relu_fuses_into(const frontend::Layer& layer, const frontend::Layer& relu);
+
 // Steps of a training step's timeline: forward of layer i is step i; the backward of layer L - 1 - j is step
 // L + j, and the layers recomputed before it run at that step too.
 struct StepSpan {
