@@ -381,7 +381,7 @@ void print_breakdown(const char* title, const KernelTimes& t, int steps, double 
                                  100.0 - 100.0 * t.total() / steps / (step_ms / 1e3));
 }
 
-void run_case(const Case& c, int warmup, int runs) {
+void run_case(const Case& c, int warmup, int runs, double seconds) {
     const frontend::Network net = load(c.net);
     std::cout << fmt::format("\n== {}  batch {}  ({:.2f} GFLOP forward per step, {:.2f} M params)\n", c.net, c.batch,
                              static_cast<double>(net.total_flops() * c.batch) / 1e9,
@@ -407,34 +407,43 @@ void run_case(const Case& c, int warmup, int runs) {
         plain_trainer.step(data, 0);
         if (unsupported.empty()) base.step(nullptr);
     }
-    // Alternated, so that a change in the machine's load hits both alike.
-    std::vector<double> dsl_ms, base_ms;
-    double dsl_loss = 0, base_loss = 0;
-    for (int i = 0; i < runs; ++i) {
+    // Alternated pairs (a dsl step, then a oneDNN step), so that a change in the machine's load hits both alike:
+    // at least `runs` of them, and as many as fill `seconds` of dsl's steps, so that a network whose steps take
+    // milliseconds is timed over as long as one whose steps take a tenth of a second. The overhead is the
+    // median of the pairs' ratios, which a drift in the machine's speed over the run moves less than the ratio
+    // of the two medians.
+    std::vector<double> dsl_ms, base_ms, ratios;
+    double dsl_loss = 0, base_loss = 0, spent_ms = 0;
+    constexpr int max_pairs = 1000;
+    for (int i = 0; i < runs || (spent_ms < 1e3 * seconds && i < max_pairs); ++i) {
         auto t0 = Clock::now();
         dsl_loss = plain_trainer.step(data, 0);
         dsl_ms.push_back(1e3 * seconds_since(t0));
+        spent_ms += dsl_ms.back();
         if (!unsupported.empty()) continue;
         t0 = Clock::now();
         base_loss = base.step(nullptr);
         base_ms.push_back(1e3 * seconds_since(t0));
+        ratios.push_back(dsl_ms.back() / base_ms.back());
     }
+    const auto pairs = dsl_ms.size();
     const double d = median(dsl_ms);
     std::cout << fmt::format(
         "  dsl Trainer (cpu_kernels)   {:>9.2f} ms/step  (median of {}; min {:.2f}, max {:.2f}); "
         "loss {:.4f}\n",
-        d, runs, *std::min_element(dsl_ms.begin(), dsl_ms.end()), *std::max_element(dsl_ms.begin(), dsl_ms.end()),
+        d, pairs, *std::min_element(dsl_ms.begin(), dsl_ms.end()), *std::max_element(dsl_ms.begin(), dsl_ms.end()),
         dsl_loss);
-    double b = 0;
     if (unsupported.empty()) {
-        b = median(base_ms);
         std::cout << fmt::format(
             "  plain oneDNN loop           {:>9.2f} ms/step  (median of {}; min {:.2f}, max {:.2f}); "
             "loss {:.4f}\n",
-            b, runs, *std::min_element(base_ms.begin(), base_ms.end()),
+            median(base_ms), pairs, *std::min_element(base_ms.begin(), base_ms.end()),
             *std::max_element(base_ms.begin(), base_ms.end()), base_loss);
-        std::cout << fmt::format("  interpreter overhead        {:>+9.1f} %  (dsl / oneDNN - 1; target <= 5%)\n",
-                                 100.0 * (d / b - 1.0));
+        std::cout << fmt::format(
+            "  interpreter overhead        {:>+9.1f} %  (dsl / oneDNN - 1, median of the {} pairs; quartiles {:+.1f} "
+            "and {:+.1f} %; target <= 5%)\n",
+            100.0 * (median(ratios) - 1.0), pairs, 100.0 * (quantile(ratios, 0.25) - 1.0),
+            100.0 * (quantile(ratios, 0.75) - 1.0));
     }
 
     // Profiled runs: every kernel call timed, after the timing ones so they do not disturb them.
@@ -475,14 +484,17 @@ int main(int argc, char** argv) {
     std::vector<Case> cases;
     for (int i = 1; i + 1 < argc; i += 2) cases.push_back({argv[i], std::atoll(argv[i + 1])});
     if (argc > 1 && argc % 2 == 0) {
-        std::cerr << "usage: bench_step [NET BATCH]...   (env BENCH_RUNS, BENCH_WARMUP)\n";
+        std::cerr << "usage: bench_step [NET BATCH]...   (env BENCH_RUNS, BENCH_SECONDS, BENCH_WARMUP, BENCH_DETAIL)\n";
         return 2;
     }
     if (cases.empty())
         cases = {{"samples/mesh_tiny.net", 8}, {"bench/mesh_stack_256.net", 2}, {"bench/mesh_stack_512.net", 1}};
     const int runs = static_cast<int>(env_int("BENCH_RUNS", 7)), warmup = static_cast<int>(env_int("BENCH_WARMUP", 2));
-    std::cout << fmt::format("bench_step: {}; {} OpenMP threads; load average {}; {} warm-up + {} timed steps each\n",
-                             cpu_model(), omp_threads(), load_average(), warmup, runs);
-    for (const Case& c : cases) run_case(c, warmup, runs);
+    const auto seconds = static_cast<double>(env_int("BENCH_SECONDS", 2));
+    std::cout << fmt::format(
+        "bench_step: {}; {} OpenMP threads; load average {}; {} warm-up steps, then at least {} timed pairs and {} s "
+        "of dsl's steps each\n",
+        cpu_model(), omp_threads(), load_average(), warmup, runs, seconds);
+    for (const Case& c : cases) run_case(c, warmup, runs, seconds);
     std::cout << fmt::format("\nload average at the end: {}\n", load_average());
 }

@@ -26,6 +26,7 @@ std::string source_path(const std::string& path);
 frontend::Network load(const std::string& path);
 
 double median(std::vector<double> v);
+double quantile(std::vector<double> v, double q);  // q in [0, 1], between the nearest two
 
 std::string cpu_model();     // lscpu's "Model name"
 std::string load_average();  // the first three fields of /proc/loadavg
