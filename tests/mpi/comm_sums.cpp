@@ -1,9 +1,10 @@
-// The weight gradients' sums over MPI (Comm::start_allreduce), run under mpirun by ctest on 2 and 3
-// processes: buffers in the summing space (summed through the node's shared memory) and a buffer outside it
-// (summed by MPI), started in turn, with progress and tests between, over three steps; then again in a
-// second space, the first given back. Each sum in the space
-// must be, bit for bit, the processes' values added in rank order (so every process holds the same bits); the
-// one outside, of whole numbers, the exact sum. Exits non-zero, saying what differed, where one does not.
+// The weight gradients' sums over MPI (Comm::start_allreduce), and memory common to the processes
+// (Comm::common_space), run under mpirun by ctest on 2 and 3 processes. Sums: buffers in the summing space
+// (summed through the node's shared memory) and a buffer outside it (summed by MPI), started in turn, with
+// progress and tests between, over three steps; then again in a second space, the first given back. Each sum
+// in the space must be, bit for bit, the processes' values added in rank order (so every process holds the
+// same bits); the one outside, of whole numbers, the exact sum. Common memory: zeroed, and what one process
+// writes there the others read. Exits non-zero, saying what differed, where one does not.
 #include <dsl/backend/comm.hpp>
 
 #include <cmath>
@@ -87,6 +88,26 @@ void check_sums(Comm& comm, const std::vector<std::int64_t>& counts) {
     }
 }
 
+// Memory common to the processes (Comm::common_space): zeroed, and what each process writes there, every
+// process reads, once they have all written.
+void check_common(Comm& comm, std::int64_t count) {
+    const int rank = comm.rank(), size = comm.size();
+    const std::shared_ptr<float> held = comm.common_space(count);
+    float* space = held.get();
+    if (!space) return fail(rank, "no common space on one node", -1, -1, -1);
+    for (std::int64_t i = 0; i < count; ++i)
+        if (space[i] != 0.0f) fail(rank, "the common space is not zeroed", -1, i, -1);
+    comm.all(true);
+    for (std::int64_t i = rank; i < count; i += size) space[i] = value(rank, 0, i, 0);
+    comm.all(true);
+    for (std::int64_t i = 0; i < count; ++i) {
+        const float expected = value(static_cast<int>(i % size), 0, i, 0);
+        if (std::memcmp(&expected, &space[i], sizeof expected) != 0)
+            fail(rank, "not what the process that wrote it wrote", -1, i, -1);
+    }
+    comm.all(true);
+}
+
 }  // namespace
 
 int main() {
@@ -95,10 +116,13 @@ int main() {
     // back, another.
     check_sums(*world, {1, 2, 5, 1023, 1024, 1025, 65537, 300001});
     check_sums(*world, {3, 100000});
+    check_common(*world, 1);
+    check_common(*world, 300001);
     const int rank = world->rank(), size = world->size();
     const bool passed = world->all(failures == 0);
     world.reset();
     dsl::backend::mpi_finalize();
-    if (rank == 0 && passed) std::printf("sums on %d processes: as added in rank order\n", size);
+    if (rank == 0 && passed)
+        std::printf("sums on %d processes: as added in rank order; common memory: one for all\n", size);
     return passed ? 0 : 1;
 }

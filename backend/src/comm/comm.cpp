@@ -1,6 +1,7 @@
 // The communicators: over MPI, and the trivial one of a single process.
 #include <dsl/backend/comm.hpp>
 
+#include "node_memory.hpp"
 #include "node_sum.hpp"
 
 #include <dsl/base/error.hpp>
@@ -92,6 +93,14 @@ public:
         NodeSum* made = node_sums_.emplace_back(std::move(sums)).get();
         return {made->space(),
                 [this, made](float*) { std::erase_if(node_sums_, [&](const auto& n) { return n.get() == made; }); }};
+    }
+
+    std::shared_ptr<float> common_space(std::int64_t count) override {
+        if (size_ == 1 || count <= 0) return nullptr;
+        std::shared_ptr<NodeMemory> memory =
+            NodeMemory::map(comm_, static_cast<std::size_t>(count) * sizeof(float), "common");
+        if (!memory) return nullptr;
+        return {static_cast<float*>(memory->data()), [memory](float*) {}};
     }
 
     void start_allreduce(float* data, std::int64_t count) override {

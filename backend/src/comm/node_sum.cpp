@@ -2,13 +2,8 @@
 
 #include <dsl/base/error.hpp>
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
-#include <cstdio>
 #include <cstring>
 #include <thread>
 
@@ -26,61 +21,24 @@ std::unique_ptr<NodeSum> NodeSum::create(MPI_Comm comm, std::int64_t count) {
     int rank = 0, size = 1;
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &size);
-    std::int64_t counts[2] = {count, -count};
-    MPI_Allreduce(MPI_IN_PLACE, counts, 2, MPI_INT64_T, MPI_MAX, comm);
-    MPI_Comm node;
-    MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
-    int node_size = 0;
-    MPI_Comm_size(node, &node_size);
-    MPI_Comm_free(&node);
-    int ok = node_size == size && count > 0 && counts[0] == -counts[1] ? 1 : 0;
-    MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm);
-    if (!ok) return nullptr;
-
-    // Process 0 makes the file with its whole size allocated now (where the file system is short of space,
-    // this fails here rather than as a bus error at a later write), and removes its name once every process
-    // has mapped it: nothing is left behind, even when a process is killed.
+    if (count <= 0) return nullptr;
     const std::size_t segment = pages(sizeof(Counters)) + pages(static_cast<std::size_t>(count) * sizeof(float));
-    const std::size_t bytes = segment * static_cast<std::size_t>(size);
-    char name[64] = {};
-    if (rank == 0) {
-        static std::atomic<int> made{0};
-        std::snprintf(name, sizeof name, "/dsl-sums-%ld-%d", static_cast<long>(::getpid()), made++);
-        const int fd = ::shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
-        ok = fd >= 0 && ::posix_fallocate(fd, 0, static_cast<off_t>(bytes)) == 0;
-        if (fd >= 0) ::close(fd);
-        if (fd >= 0 && !ok) ::shm_unlink(name);
-    }
-    MPI_Bcast(&ok, 1, MPI_INT, 0, comm);
-    if (!ok) return nullptr;
-    MPI_Bcast(name, sizeof name, MPI_CHAR, 0, comm);
-    void* mapped = MAP_FAILED;
-    if (const int fd = ::shm_open(name, O_RDWR, 0); fd >= 0) {
-        mapped = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        ::close(fd);
-    }
-    ok = mapped != MAP_FAILED ? 1 : 0;
-    MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm);
-    if (rank == 0) ::shm_unlink(name);
-    if (!ok) {
-        if (mapped != MAP_FAILED) ::munmap(mapped, bytes);
-        return nullptr;
-    }
-    return std::unique_ptr<NodeSum>(new NodeSum(rank, size, count, mapped, bytes));
+    auto memory = NodeMemory::map(comm, segment * static_cast<std::size_t>(size), "sums");
+    if (!memory) return nullptr;
+    return std::unique_ptr<NodeSum>(new NodeSum(rank, size, count, std::move(memory)));
 }
 
-NodeSum::NodeSum(int rank, int size, std::int64_t count, void* mapped, std::size_t bytes)
+NodeSum::NodeSum(int rank, int size, std::int64_t count, std::unique_ptr<NodeMemory> memory)
     : rank_(rank),
       size_(size),
       count_(count),
-      mapped_(mapped),
-      bytes_(bytes),
-      segment_bytes_(bytes / static_cast<std::size_t>(size)) {}
+      memory_(std::move(memory)),
+      segment_bytes_(memory_->bytes() / static_cast<std::size_t>(size)) {}
 
-NodeSum::~NodeSum() { ::munmap(mapped_, bytes_); }
+NodeSum::~NodeSum() = default;
 
 NodeSum::Counters& NodeSum::counters(int process) const {
-    return *reinterpret_cast<Counters*>(static_cast<char*>(mapped_) +
+    return *reinterpret_cast<Counters*>(static_cast<char*>(memory_->data()) +
                                         static_cast<std::size_t>(process) * segment_bytes_);
 }
 

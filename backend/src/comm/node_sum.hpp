@@ -16,6 +16,8 @@
 // waits, and every process reaches it after every collective call before it.
 #pragma once
 
+#include "node_memory.hpp"
+
 #include <mpi.h>
 
 #include <cstdint>
@@ -52,7 +54,7 @@ private:
         Counter started, summed;
     };
 
-    NodeSum(int rank, int size, std::int64_t count, void* mapped, std::size_t bytes);
+    NodeSum(int rank, int size, std::int64_t count, std::unique_ptr<NodeMemory> memory);
     Counters& counters(int process) const;
     float* buffer(int process) const;
     bool everyone(Counter Counters::*counter, std::uint64_t value) const;  // every process's counter >= value
@@ -60,8 +62,8 @@ private:
 
     int rank_, size_;
     std::int64_t count_;
-    void* mapped_;
-    std::size_t bytes_, segment_bytes_;
+    std::unique_ptr<NodeMemory> memory_;
+    std::size_t segment_bytes_;
     std::uint64_t started_ = 0, summed_ = 0;                   // this process's counters, as it last wrote them
     std::uint64_t first_ = 0;                                  // the number of the first sum since the last finish
     std::vector<std::pair<std::int64_t, std::int64_t>> sums_;  // since then: offset and count in the space

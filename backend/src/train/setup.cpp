@@ -42,13 +42,14 @@ Trainer::Impl::Impl(const frontend::Network& n, Kernels kernels, TrainConfig c, 
     make_groups();
     place_blocks();
     initialize();
-    place_gradients();
-    fuse_relus();
     if (config.optimizer != frontend::Optimizer::sgd)
         for (Slot& s : slots) {
             if (s.w.size() > 0) s.vw = Tensor(s.w.dims(), {}, mem);
             if (s.b.size() > 0) s.vb = Tensor(s.b.dims(), {}, mem);
         }
+    place_gradients();
+    place_parameters();
+    fuse_relus();
     last_lr = config.schedule.lr(config.lr, 0);
     scaling.scale = config.loss_scale;
 }

@@ -144,6 +144,9 @@ struct Trainer::Impl {
     // Where the weight gradients lie when a group sums them in memory of its own (place_gradients); after
     // the groups, so that they go first.
     std::vector<std::shared_ptr<float>> summing_spaces;
+    // Where the weights and the optimizer's moments of the layers every process holds whole lie when the
+    // processes share them (place_parameters): null where each process keeps its own.
+    std::shared_ptr<float> common_parameters;
     std::vector<Slot> slots;
     std::vector<Buffer> shared_buffers;  // the memory under every tile's dy and recomputed values (Plan::buffers)
     std::vector<double> sums_a, sums_b;  // per-channel reductions
@@ -401,6 +404,7 @@ struct Trainer::Impl {
     // update.cpp: the gradients' allreduce and the optimizer's update.
     Comm& gradient_group(const Slot& s) { return s.holders ? *s.holders : comm; }
     void place_gradients();
+    void place_parameters();
     void allreduce_gradients(Slot& s, bool speaks);
     void update();
     void optimize();

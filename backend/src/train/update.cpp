@@ -33,6 +33,32 @@ void Trainer::Impl::place_gradients() {
     }
 }
 
+// The weights and the optimizer's moments of the layers that every process holds whole (not split in F or C
+// blocks), in memory that every process reads and writes (Comm::common_space), where the run has such memory:
+// one copy on the node rather than one per process, of which each process updates its share (optimize).
+// Every process made the same weights; process 0 copies them in, and the others wait for it (the moments
+// start at zero, as the space does).
+void Trainer::Impl::place_parameters() {
+    if (!mem.host() || comm.size() == 1) return;
+    std::vector<std::pair<Tensor*, bool>> held;  // each tensor, and whether it holds values yet
+    for (Slot& s : slots)
+        if (!s.holders)
+            for (auto [t, values] :
+                 {std::pair{&s.w, true}, {&s.mw, false}, {&s.vw, false}, {&s.b, true}, {&s.mb, false}, {&s.vb, false}})
+                if (t->size() > 0) held.emplace_back(t, values);
+    std::int64_t count = 0;
+    for (const auto& [t, values] : held) count += t->size();
+    common_parameters = comm.common_space(count);
+    if (!common_parameters) return;
+    float* space = common_parameters.get();
+    for (auto& [t, values] : held) {
+        if (comm.rank() == 0 && values) std::copy_n(t->data(), t->size(), space);
+        *t = Tensor::over(space, t->dims());
+        space += t->size();
+    }
+    comm.all(true);
+}
+
 // Starts the sum of a layer's weight gradients over the processes that hold its weights (every process,
 // unless F or C parts split them in blocks); a replica that does not speak for its group adds zeros. Of the
 // C processes that hold partial sums, only the first has a bias gradient, so only its holders sum one.
@@ -82,25 +108,45 @@ bool Trainer::Impl::unscale_gradients() {
     return finite;
 }
 
-// The optimizer's step over every weight and bias, at last_lr and Adam's t = updates.
+// The optimizer's step over every weight and bias, at last_lr and Adam's t = updates. Where the processes share
+// the parameters (place_parameters), each updates its share of each tensor that lies there, the r-th of P
+// equal parts (the part of its gradient it summed, where the node sums them), once every process is past its
+// last read of them this step (a batch norm reads its scale after it starts its gradients' sum), and they
+// wait for one another before reading them again. Each element is updated once, by the same arithmetic as
+// where every process updates all of them, so the weights are bit for bit those.
 void Trainer::Impl::optimize() {
+    const bool shared = common_parameters != nullptr;
+    if (shared) comm.all(true);
+    // The part of slot s's tensor of `count` elements that this process updates: [first, first + size).
+    const auto part = [&](const Slot& s, std::int64_t count) {
+        if (!shared || s.holders) return std::pair<std::int64_t, std::int64_t>{0, count};
+        const std::int64_t first = count * comm.rank() / comm.size(), end = count * (comm.rank() + 1) / comm.size();
+        return std::pair<std::int64_t, std::int64_t>{first, end - first};
+    };
     if (config.optimizer == frontend::Optimizer::sgd) {
         const auto lr = static_cast<float>(last_lr), momentum = static_cast<float>(config.momentum),
                    decay = static_cast<float>(config.weight_decay);
         for (Slot& s : slots) {
             if (s.w.size() == 0) continue;
-            k.eltwise->sgd(s.w.data(), s.mw.data(), s.dw.data(), s.w.size(), lr, momentum, decay);
-            if (s.b.size() > 0) k.eltwise->sgd(s.b.data(), s.mb.data(), s.db.data(), s.b.size(), lr, momentum, decay);
+            const auto [wf, wn] = part(s, s.w.size());
+            k.eltwise->sgd(s.w.data() + wf, s.mw.data() + wf, s.dw.data() + wf, wn, lr, momentum, decay);
+            if (s.b.size() == 0) continue;
+            const auto [bf, bn] = part(s, s.b.size());
+            k.eltwise->sgd(s.b.data() + bf, s.mb.data() + bf, s.db.data() + bf, bn, lr, momentum, decay);
         }
-        return;
+    } else {
+        const AdamStep a = adam_step(config.optimizer == frontend::Optimizer::adamw, last_lr, config.beta1,
+                                     config.beta2, config.eps, config.weight_decay, updates);
+        for (Slot& s : slots) {
+            if (s.w.size() == 0) continue;
+            const auto [wf, wn] = part(s, s.w.size());
+            k.eltwise->adam(s.w.data() + wf, s.mw.data() + wf, s.vw.data() + wf, s.dw.data() + wf, wn, a);
+            if (s.b.size() == 0) continue;
+            const auto [bf, bn] = part(s, s.b.size());
+            k.eltwise->adam(s.b.data() + bf, s.mb.data() + bf, s.vb.data() + bf, s.db.data() + bf, bn, a);
+        }
     }
-    const AdamStep a = adam_step(config.optimizer == frontend::Optimizer::adamw, last_lr, config.beta1, config.beta2,
-                                 config.eps, config.weight_decay, updates);
-    for (Slot& s : slots) {
-        if (s.w.size() == 0) continue;
-        k.eltwise->adam(s.w.data(), s.mw.data(), s.vw.data(), s.dw.data(), s.w.size(), a);
-        if (s.b.size() > 0) k.eltwise->adam(s.b.data(), s.mb.data(), s.vb.data(), s.db.data(), s.b.size(), a);
-    }
+    if (shared) comm.all(true);
 }
 
 void Trainer::Impl::update() {

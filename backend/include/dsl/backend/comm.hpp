@@ -39,6 +39,12 @@ public:
     // which they sum in place); null where it has none. Collective, with the same count on every process.
     // It lasts until the last copy of the pointer goes, which must be before the communicator does.
     virtual std::shared_ptr<float> summing_space(std::int64_t) { return nullptr; }
+    // Memory that every process of this communicator reads and writes: `count` floats, zeroed, the same ones
+    // on every process (over MPI, where every process is on one node: memory they all map); null where it has
+    // none. Collective, with the same count on every process. It lasts until the last copy of the pointer
+    // goes. The trainer keeps the weights and the optimizer's moments there, one copy for the node, each
+    // process updating its share of them.
+    virtual std::shared_ptr<float> common_space(std::int64_t) { return nullptr; }
     // Starts a sum of `data` over every process, in place; `finish_allreduces` waits for every one started.
     // The buffers must stay untouched until then.
     virtual void start_allreduce(float* data, std::int64_t count) = 0;
