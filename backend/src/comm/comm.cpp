@@ -96,9 +96,9 @@ public:
     }
 
     std::shared_ptr<float> common_space(std::int64_t count) override {
-        if (size_ == 1 || count <= 0) return nullptr;
-        std::shared_ptr<NodeMemory> memory =
-            NodeMemory::map(comm_, static_cast<std::size_t>(count) * sizeof(float), "common");
+        if (size_ == 1) return nullptr;
+        std::shared_ptr<NodeMemory> memory = NodeMemory::map(
+            comm_, static_cast<std::size_t>(std::max<std::int64_t>(count, 0)) * sizeof(float), "common");
         if (!memory) return nullptr;
         return {static_cast<float*>(memory->data()), [memory](float*) {}};
     }

@@ -21,8 +21,9 @@ std::unique_ptr<NodeSum> NodeSum::create(MPI_Comm comm, std::int64_t count) {
     int rank = 0, size = 1;
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &size);
-    if (count <= 0) return nullptr;
-    const std::size_t segment = pages(sizeof(Counters)) + pages(static_cast<std::size_t>(count) * sizeof(float));
+    // No memory for no elements; NodeMemory::map answers null on every process alike, whatever each asks.
+    const std::size_t segment =
+        count > 0 ? pages(sizeof(Counters)) + pages(static_cast<std::size_t>(count) * sizeof(float)) : 0;
     auto memory = NodeMemory::map(comm, segment * static_cast<std::size_t>(size), "sums");
     if (!memory) return nullptr;
     return std::unique_ptr<NodeSum>(new NodeSum(rank, size, count, std::move(memory)));
