@@ -118,6 +118,9 @@ struct Trainer::Impl {
         Range filters, inputs;
         bool adds_bias = true;
         Comm* holders = nullptr;  // who sums the gradients: every process where null
+        // Whether w, b and their moments lie in memory the holders share, each updating its share of them
+        // (place_parameters, optimize).
+        bool shares_parameters = false;
         Dims whole;               // the whole weights' (or scale's) dims
         // Batch norm, on the host: the step's statistics (per channel; group norm's per sample and group), and
         // batch norm's running ones (under F and C parts this process's block of them is kept up to date, and
@@ -144,9 +147,9 @@ struct Trainer::Impl {
     // Where the weight gradients lie when a group sums them in memory of its own (place_gradients); after
     // the groups, so that they go first.
     std::vector<std::shared_ptr<float>> summing_spaces;
-    // Where the weights and the optimizer's moments of the layers every process holds whole lie when the
-    // processes share them (place_parameters): null where each process keeps its own.
-    std::shared_ptr<float> common_parameters;
+    // Where the weights and the optimizer's moments lie when the processes that hold them share them
+    // (place_parameters): the world's, then the holder groups'; none where each process keeps its own.
+    std::vector<std::shared_ptr<float>> common_parameters;
     std::vector<Slot> slots;
     std::vector<Buffer> shared_buffers;  // the memory under every tile's dy and recomputed values (Plan::buffers)
     std::vector<double> sums_a, sums_b;  // per-channel reductions

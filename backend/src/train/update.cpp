@@ -33,30 +33,43 @@ void Trainer::Impl::place_gradients() {
     }
 }
 
-// The weights and the optimizer's moments of the layers that every process holds whole (not split in F or C
-// blocks), in memory that every process reads and writes (Comm::common_space), where the run has such memory:
-// one copy on the node rather than one per process, of which each process updates its share (optimize).
-// Every process made the same weights; process 0 copies them in, and the others wait for it (the moments
-// start at zero, as the space does).
+// The weights and the optimizer's moments in memory that the processes holding them read and write
+// (Comm::common_space), where they have such memory: one copy on the node rather than one per process, of
+// which each process updates its share (optimize). The world's layers, then each group of a block's holders
+// (the processes with the same F and C parts), in the order every process made them, as place_gradients.
+// Every holder made the same weights; the first copies them in, and the others wait for it (the moments
+// start at zero, as the memory does).
 void Trainer::Impl::place_parameters() {
-    if (!mem.host() || comm.size() == 1) return;
-    std::vector<std::pair<Tensor*, bool>> held;  // each tensor, and whether it holds values yet
-    for (Slot& s : slots)
-        if (!s.holders)
-            for (auto [t, values] :
-                 {std::pair{&s.w, true}, {&s.mw, false}, {&s.vw, false}, {&s.b, true}, {&s.mb, false}, {&s.vb, false}})
-                if (t->size() > 0) held.emplace_back(t, values);
-    std::int64_t count = 0;
-    for (const auto& [t, values] : held) count += t->size();
-    common_parameters = comm.common_space(count);
-    if (!common_parameters) return;
-    float* space = common_parameters.get();
-    for (auto& [t, values] : held) {
-        if (comm.rank() == 0 && values) std::copy_n(t->data(), t->size(), space);
-        *t = Tensor::over(space, t->dims());
-        space += t->size();
+    if (!mem.host()) return;
+    std::vector<Comm*> groups_holding{&comm};
+    groups_holding.insert(groups_holding.end(), holder_groups.begin(), holder_groups.end());
+    for (Comm* group : groups_holding) {
+        if (group->size() == 1) continue;
+        std::vector<std::pair<Tensor*, bool>> held;  // each tensor, and whether it holds values yet
+        for (Slot& s : slots)
+            if (&gradient_group(s) == group)
+                for (auto [t, values] : {std::pair{&s.w, true},
+                                         {&s.mw, false},
+                                         {&s.vw, false},
+                                         {&s.b, true},
+                                         {&s.mb, false},
+                                         {&s.vb, false}})
+                    if (t->size() > 0) held.emplace_back(t, values);
+        std::int64_t count = 0;
+        for (const auto& [t, values] : held) count += t->size();
+        std::shared_ptr<float> common = group->common_space(count);
+        if (!common) continue;
+        float* space = common.get();
+        for (auto& [t, values] : held) {
+            if (group->rank() == 0 && values) std::copy_n(t->data(), t->size(), space);
+            *t = Tensor::over(space, t->dims());
+            space += t->size();
+        }
+        for (Slot& s : slots)
+            if (&gradient_group(s) == group) s.shares_parameters = true;
+        group->all(true);
+        common_parameters.push_back(std::move(common));
     }
-    comm.all(true);
 }
 
 // Starts the sum of a layer's weight gradients over the processes that hold its weights (every process,
@@ -108,19 +121,20 @@ bool Trainer::Impl::unscale_gradients() {
     return finite;
 }
 
-// The optimizer's step over every weight and bias, at last_lr and Adam's t = updates. Where the processes share
-// the parameters (place_parameters), each updates its share of each tensor that lies there, the r-th of P
-// equal parts (the part of its gradient it summed, where the node sums them), once every process is past its
-// last read of them this step (a batch norm reads its scale after it starts its gradients' sum), and they
-// wait for one another before reading them again. Each element is updated once, by the same arithmetic as
-// where every process updates all of them, so the weights are bit for bit those.
+// The optimizer's step over every weight and bias, at last_lr and Adam's t = updates. Where the holders of a
+// layer's parameters share them (place_parameters), each updates its share of each tensor, the r-th of the
+// group's P equal parts (the part of its gradient it summed, where the node sums them), once every process
+// is past its last read of them this step (a batch norm reads its scale after it starts its gradients' sum),
+// and they wait for one another before reading them again. Each element is updated once, by the same
+// arithmetic as where every process updates all of its own, so the weights are bit for bit those.
 void Trainer::Impl::optimize() {
-    const bool shared = common_parameters != nullptr;
+    const bool shared = !common_parameters.empty();
     if (shared) comm.all(true);
     // The part of slot s's tensor of `count` elements that this process updates: [first, first + size).
     const auto part = [&](const Slot& s, std::int64_t count) {
-        if (!shared || s.holders) return std::pair<std::int64_t, std::int64_t>{0, count};
-        const std::int64_t first = count * comm.rank() / comm.size(), end = count * (comm.rank() + 1) / comm.size();
+        if (!s.shares_parameters) return std::pair<std::int64_t, std::int64_t>{0, count};
+        const Comm& group = s.holders ? *s.holders : comm;
+        const std::int64_t first = count * group.rank() / group.size(), end = count * (group.rank() + 1) / group.size();
         return std::pair<std::int64_t, std::int64_t>{first, end - first};
     };
     if (config.optimizer == frontend::Optimizer::sgd) {
