@@ -406,6 +406,7 @@ struct Trainer::Impl {
 
     // update.cpp: the gradients' allreduce and the optimizer's update.
     Comm& gradient_group(const Slot& s) { return s.holders ? *s.holders : comm; }
+    std::vector<Comm*> parameter_groups();
     void place_gradients();
     void place_parameters();
     void allreduce_gradients(Slot& s, bool speaks);

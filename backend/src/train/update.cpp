@@ -6,14 +6,20 @@
 
 namespace dsl::backend {
 
+// The groups that hold parameters: the world, then each group of a block's holders, in the order every process
+// made them.
+std::vector<Comm*> Trainer::Impl::parameter_groups() {
+    std::vector<Comm*> out{&comm};
+    out.insert(out.end(), holder_groups.begin(), holder_groups.end());
+    return out;
+}
+
 // The weight gradients summed over each process group, in the memory where the group sums them fastest
 // (Comm::summing_space), where it has such memory: the world's, then each group of a block's holders, in
 // the order every process made them.
 void Trainer::Impl::place_gradients() {
     if (!mem.host()) return;
-    std::vector<Comm*> groups_summing{&comm};
-    groups_summing.insert(groups_summing.end(), holder_groups.begin(), holder_groups.end());
-    for (Comm* group : groups_summing) {
+    for (Comm* group : parameter_groups()) {
         if (group->size() == 1) continue;
         std::int64_t count = 0;
         for (Slot& s : slots)
@@ -41,20 +47,16 @@ void Trainer::Impl::place_gradients() {
 // start at zero, as the memory does).
 void Trainer::Impl::place_parameters() {
     if (!mem.host()) return;
-    std::vector<Comm*> groups_holding{&comm};
-    groups_holding.insert(groups_holding.end(), holder_groups.begin(), holder_groups.end());
-    for (Comm* group : groups_holding) {
+    for (Comm* group : parameter_groups()) {
         if (group->size() == 1) continue;
         std::vector<std::pair<Tensor*, bool>> held;  // each tensor, and whether it holds values yet
-        for (Slot& s : slots)
-            if (&gradient_group(s) == group)
-                for (auto [t, values] : {std::pair{&s.w, true},
-                                         {&s.mw, false},
-                                         {&s.vw, false},
-                                         {&s.b, true},
-                                         {&s.mb, false},
-                                         {&s.vb, false}})
-                    if (t->size() > 0) held.emplace_back(t, values);
+        for (Slot& s : slots) {
+            if (&gradient_group(s) != group) continue;
+            for (Tensor* t : {&s.w, &s.b})
+                if (t->size() > 0) held.emplace_back(t, true);
+            for (Tensor* t : {&s.mw, &s.vw, &s.mb, &s.vb})
+                if (t->size() > 0) held.emplace_back(t, false);
+        }
         std::int64_t count = 0;
         for (const auto& [t, values] : held) count += t->size();
         std::shared_ptr<float> common = group->common_space(count);
