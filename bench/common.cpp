@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <utility>
 
 namespace dsl::bench {
 
@@ -33,13 +34,6 @@ frontend::Network load(const std::string& path) {
     return std::move(loaded->net);
 }
 
-double median(std::vector<double> v) {
-    if (v.empty()) return 0.0;
-    std::sort(v.begin(), v.end());
-    const std::size_t m = v.size() / 2;
-    return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
-}
-
 double quantile(std::vector<double> v, double q) {
     if (v.empty()) return 0.0;
     std::sort(v.begin(), v.end());
@@ -48,6 +42,8 @@ double quantile(std::vector<double> v, double q) {
     const std::size_t hi = std::min(lo + 1, v.size() - 1);
     return v[lo] + (at - static_cast<double>(lo)) * (v[hi] - v[lo]);
 }
+
+double median(std::vector<double> v) { return quantile(std::move(v), 0.5); }
 
 std::string cpu_model() {
     std::ifstream in("/proc/cpuinfo");

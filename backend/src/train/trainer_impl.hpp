@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -405,8 +406,9 @@ struct Trainer::Impl {
     void backward_layer(int index);
 
     // update.cpp: the gradients' allreduce and the optimizer's update.
-    Comm& gradient_group(const Slot& s) { return s.holders ? *s.holders : comm; }
+    Comm& gradient_group(const Slot& s) const { return s.holders ? *s.holders : comm; }
     std::vector<Comm*> parameter_groups();
+    std::vector<Tensor*> group_tensors(const Comm* group, std::initializer_list<Tensor Slot::*> members);
     void place_gradients();
     void place_parameters();
     void allreduce_gradients(Slot& s, bool speaks);

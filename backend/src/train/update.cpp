@@ -6,11 +6,42 @@
 
 namespace dsl::backend {
 
+namespace {
+
+std::int64_t total(const std::vector<Tensor*>& tensors) {
+    std::int64_t n = 0;
+    for (const Tensor* t : tensors) n += t->size();
+    return n;
+}
+
+// Points each of `tensors` at its place in `space`, one after another, each keeping its dims (with `copy`, its
+// values copied there first); returns where the next would go.
+float* lay_out(const std::vector<Tensor*>& tensors, float* space, bool copy) {
+    for (Tensor* t : tensors) {
+        if (copy) std::copy_n(t->data(), t->size(), space);
+        *t = Tensor::over(space, t->dims());
+        space += t->size();
+    }
+    return space;
+}
+
+}  // namespace
+
 // The groups that hold parameters: the world, then each group of a block's holders, in the order every process
 // made them.
 std::vector<Comm*> Trainer::Impl::parameter_groups() {
     std::vector<Comm*> out{&comm};
     out.insert(out.end(), holder_groups.begin(), holder_groups.end());
+    return out;
+}
+
+// The non-empty tensors `members` of the slots whose parameters `group` holds, slot by slot.
+std::vector<Tensor*> Trainer::Impl::group_tensors(const Comm* group, std::initializer_list<Tensor Slot::*> members) {
+    std::vector<Tensor*> out;
+    for (Slot& s : slots)
+        if (&gradient_group(s) == group)
+            for (Tensor Slot::*m : members)
+                if ((s.*m).size() > 0) out.push_back(&(s.*m));
     return out;
 }
 
@@ -21,21 +52,11 @@ void Trainer::Impl::place_gradients() {
     if (!mem.host()) return;
     for (Comm* group : parameter_groups()) {
         if (group->size() == 1) continue;
-        std::int64_t count = 0;
-        for (Slot& s : slots)
-            if (&gradient_group(s) == group) count += s.dw.size() + s.db.size();
-        std::shared_ptr<float> held = group->summing_space(count);
+        const std::vector<Tensor*> gradients = group_tensors(group, {&Slot::dw, &Slot::db});
+        std::shared_ptr<float> held = group->summing_space(total(gradients));
         if (!held) continue;
-        float* space = held.get();
+        lay_out(gradients, held.get(), false);
         summing_spaces.push_back(std::move(held));
-        for (Slot& s : slots) {
-            if (&gradient_group(s) != group) continue;
-            for (Tensor* t : {&s.dw, &s.db}) {
-                if (t->size() == 0) continue;
-                *t = Tensor::over(space, t->dims());
-                space += t->size();
-            }
-        }
     }
 }
 
@@ -49,24 +70,11 @@ void Trainer::Impl::place_parameters() {
     if (!mem.host()) return;
     for (Comm* group : parameter_groups()) {
         if (group->size() == 1) continue;
-        std::vector<std::pair<Tensor*, bool>> held;  // each tensor, and whether it holds values yet
-        for (Slot& s : slots) {
-            if (&gradient_group(s) != group) continue;
-            for (Tensor* t : {&s.w, &s.b})
-                if (t->size() > 0) held.emplace_back(t, true);
-            for (Tensor* t : {&s.mw, &s.vw, &s.mb, &s.vb})
-                if (t->size() > 0) held.emplace_back(t, false);
-        }
-        std::int64_t count = 0;
-        for (const auto& [t, values] : held) count += t->size();
-        std::shared_ptr<float> common = group->common_space(count);
+        const std::vector<Tensor*> weights = group_tensors(group, {&Slot::w, &Slot::b}),
+                                   moments = group_tensors(group, {&Slot::mw, &Slot::vw, &Slot::mb, &Slot::vb});
+        std::shared_ptr<float> common = group->common_space(total(weights) + total(moments));
         if (!common) continue;
-        float* space = common.get();
-        for (auto& [t, values] : held) {
-            if (group->rank() == 0 && values) std::copy_n(t->data(), t->size(), space);
-            *t = Tensor::over(space, t->dims());
-            space += t->size();
-        }
+        lay_out(moments, lay_out(weights, common.get(), group->rank() == 0), false);
         for (Slot& s : slots)
             if (&gradient_group(s) == group) s.shares_parameters = true;
         group->all(true);
@@ -132,35 +140,29 @@ bool Trainer::Impl::unscale_gradients() {
 void Trainer::Impl::optimize() {
     const bool shared = !common_parameters.empty();
     if (shared) comm.all(true);
-    // The part of slot s's tensor of `count` elements that this process updates: [first, first + size).
-    const auto part = [&](const Slot& s, std::int64_t count) {
-        if (!s.shares_parameters) return std::pair<std::int64_t, std::int64_t>{0, count};
-        const Comm& group = s.holders ? *s.holders : comm;
-        const std::int64_t first = count * group.rank() / group.size(), end = count * (group.rank() + 1) / group.size();
-        return std::pair<std::int64_t, std::int64_t>{first, end - first};
-    };
-    if (config.optimizer == frontend::Optimizer::sgd) {
-        const auto lr = static_cast<float>(last_lr), momentum = static_cast<float>(config.momentum),
-                   decay = static_cast<float>(config.weight_decay);
-        for (Slot& s : slots) {
-            if (s.w.size() == 0) continue;
-            const auto [wf, wn] = part(s, s.w.size());
-            k.eltwise->sgd(s.w.data() + wf, s.mw.data() + wf, s.dw.data() + wf, wn, lr, momentum, decay);
-            if (s.b.size() == 0) continue;
-            const auto [bf, bn] = part(s, s.b.size());
-            k.eltwise->sgd(s.b.data() + bf, s.mb.data() + bf, s.db.data() + bf, bn, lr, momentum, decay);
-        }
-    } else {
-        const AdamStep a = adam_step(config.optimizer == frontend::Optimizer::adamw, last_lr, config.beta1,
-                                     config.beta2, config.eps, config.weight_decay, updates);
-        for (Slot& s : slots) {
-            if (s.w.size() == 0) continue;
-            const auto [wf, wn] = part(s, s.w.size());
-            k.eltwise->adam(s.w.data() + wf, s.mw.data() + wf, s.vw.data() + wf, s.dw.data() + wf, wn, a);
-            if (s.b.size() == 0) continue;
-            const auto [bf, bn] = part(s, s.b.size());
-            k.eltwise->adam(s.b.data() + bf, s.mb.data() + bf, s.vb.data() + bf, s.db.data() + bf, bn, a);
-        }
+    const bool sgd = config.optimizer == frontend::Optimizer::sgd;
+    const auto lr = static_cast<float>(last_lr), momentum = static_cast<float>(config.momentum),
+               decay = static_cast<float>(config.weight_decay);
+    const AdamStep adam = adam_step(config.optimizer == frontend::Optimizer::adamw, last_lr, config.beta1, config.beta2,
+                                    config.eps, config.weight_decay, updates);
+    for (Slot& s : slots) {
+        if (s.w.size() == 0) continue;
+        // Weights w with moments m (and Adam's v) and gradient g: this process's share where they are shared.
+        const auto step = [&](Tensor& w, Tensor& m, Tensor& v, const Tensor& g) {
+            if (w.size() == 0) return;
+            std::int64_t first = 0, count = w.size();
+            if (s.shares_parameters) {
+                const Comm& group = gradient_group(s);
+                first = w.size() * group.rank() / group.size();
+                count = w.size() * (group.rank() + 1) / group.size() - first;
+            }
+            if (sgd)
+                k.eltwise->sgd(w.data() + first, m.data() + first, g.data() + first, count, lr, momentum, decay);
+            else
+                k.eltwise->adam(w.data() + first, m.data() + first, v.data() + first, g.data() + first, count, adam);
+        };
+        step(s.w, s.mw, s.vw, s.dw);
+        step(s.b, s.mb, s.vb, s.db);
     }
     if (shared) comm.all(true);
 }
