@@ -440,11 +440,7 @@ public:
         const ConstView xs = u.x;
         Planned& p = cache_.get(key, [&] {
             const bool bias = db != nullptr;
-            // Volumes of fewer channels than a 16-channel block: with NDHWC activations oneDNN 2.6 runs its
-            // AVX-512 kernel where its own choice runs the AVX2 one (on the plain layout its forward takes for
-            // so few channels): 2.4x as fast on CosmoFlow's first layer (4 channels in, 128^3), and as fast or
-            // faster from 1 to 8 channels.
-            const bool last = x.dims.rank() == 3 && x.dims.c < 16;
+            const bool last = channels_last_backward_weights(x.dims);
             const auto activations = [&](const Dims& d) {
                 return last ? channels_last(d, in_) : any_desc(dims_of(d), in_);
             };
@@ -587,6 +583,24 @@ private:
     static memory::desc channels_last(const Dims& d, memory::data_type type = memory::data_type::f32) {
         const auto tag = d.rank() == 3 ? memory::format_tag::ndhwc : memory::format_tag::nhwc;
         return memory::desc(dims_of(d), type, tag);
+    }
+
+    // Whether backward-weights takes x and dy channels-last rather than in oneDNN's choice of layout.
+    // - Volumes of fewer channels than a 16-channel block: with NDHWC activations oneDNN 2.6 runs its AVX-512
+    //   kernel where its own choice runs the AVX2 one (on the plain layout its forward takes for so few
+    //   channels): 2.4x as fast on CosmoFlow's first layer (4 channels in, 128^3), and as fast or faster from
+    //   1 to 8 channels.
+    // - Images (f32) of 4 to 23 channels, not 16: its own choice pads x to 16 or 32 channels (nChw16c), the
+    //   reorder writing the zeros and the kernel reading them; NHWC pads nothing. With the reorders from and
+    //   to NCHW, on one and on two threads (x of 1 x C x 256^2 at strides 1 and 2, and 4 x C x 64^2, into 32
+    //   or 64 filters), NHWC took 0.25 to 0.85 of the blocked time at 4, 6, 12, 18 and 20 channels, and 0.59
+    //   to 1.05 at 8; mesh_stack_512's first layer (18 x 512^2, stride 2, 32 filters): 8.9 against 12.3 ms
+    //   on one thread, 7.5 against 10.8 on two. It lost at 1 and 3 channels (1.4 to 2x; oneDNN reads those
+    //   plain, unpadded), at 16 (2.3x on two threads), and at 48 (up to 2.8x); at 24 and 36 it won on two
+    //   threads and lost on one.
+    bool channels_last_backward_weights(const Dims& x) const {
+        if (x.rank() == 3) return x.c < 16;
+        return x.rank() < 3 && in_ == memory::data_type::f32 && x.c >= 4 && x.c < 24 && x.c != 16;
     }
 
     // The forward pass of images with NHWC activations, when oneDNN runs it with its brgemm kernel: with the
