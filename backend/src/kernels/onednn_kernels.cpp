@@ -154,18 +154,31 @@ void zero(View v) {
 }
 
 // Zeros the places of `v` within `m` of its ends along each spatial dimension (what `unpad` left out; none
-// where `m` has rank 0).
+// where `m` has rank 0), a plane per thread: a whole row where one of its outer places lies in a margin, else
+// the row's own ends. (Strips zeroed one after another took 0.25 ms of mesh_tiny's 5 ms step at batch 8, the
+// strip down a column as rows of one element.)
 void zero_margins(const View& v, const Margins& m) {
-    for (int d = 0; d < m.rank(); ++d)
-        for (const bool after : {false, true}) {
-            const std::int64_t width = after ? m[d].after : m[d].before;
-            if (width == 0) continue;
-            Index at = Index::filled(v.dims.rank(), 0);
-            Dims strip = v.dims;
-            if (after) at[d] = v.dims.space[d] - width;
-            strip.space[d] = width;
-            zero(v.sub(0, 0, at, strip));
-        }
+    const int rank = m.rank();
+    if (rank == 0 || v.dims.elements() == 0) return;
+    DSL_INTERNAL_CHECK(rank == v.dims.rank(), "zero_margins: margins of another rank than the view");
+    const int last = rank - 1;
+    const std::int64_t width = v.dims.space[last], before = m[last].before, after = m[last].after;
+    const std::int64_t planes = v.dims.n * v.dims.c;
+#pragma omp parallel for schedule(static)
+    for (std::int64_t p = 0; p < planes; ++p) {
+        const std::int64_t n = p / v.dims.c, c = p % v.dims.c;
+        for_each_row_start(v.dims.space, [&](const Index& i) {
+            float* row = &v.at(n, c, i);
+            bool whole = false;
+            for (int d = 0; d < last; ++d) whole |= i[d] < m[d].before || i[d] >= v.dims.space[d] - m[d].after;
+            if (whole) {
+                std::fill_n(row, width, 0.0f);
+            } else {
+                std::fill_n(row, before, 0.0f);
+                std::fill_n(row + width - after, after, 0.0f);
+            }
+        });
+    }
 }
 
 // Memory for arguments in a primitive's own layout. Calls are serialised, so all problems share one arena
