@@ -3,6 +3,7 @@
 #include "../backend/src/kernels/halide_kernels.hpp"
 #include "../backend/src/kernels/onednn_kernels.hpp"
 #include "../backend/src/tensors/planes.hpp"
+#include "../backend/src/tensors/weight_blocks.hpp"
 #include "kernel_layouts.hpp"
 
 #include <dsl/backend/kernels.hpp>
@@ -490,6 +491,78 @@ TEST_CASE("oneDNN convolution uses the weights of its previous call again only w
     dnn.backward_data(dy.view(), w.view(), dx.view(), win);
     w = second;
     part_b(again, second);
+}
+
+TEST_CASE("Weights in 16 x 16 blocks lie where their layout says, and come back plain", "[onednn]") {
+    const Dims w{32, 48, {3, 2}};
+    const std::int64_t taps = 6;
+    std::vector<float> plain(static_cast<std::size_t>(w.elements())), blocked(plain.size()), back(plain.size());
+    for (std::size_t i = 0; i < plain.size(); ++i) plain[i] = static_cast<float>(i);
+    block_weights(w, plain.data(), blocked.data());
+    for (std::int64_t f = 0; f < w.n; ++f)
+        for (std::int64_t c = 0; c < w.c; ++c)
+            for (std::int64_t t = 0; t < taps; ++t) {
+                const auto b =
+                    static_cast<std::size_t>((((f / 16 * 3 + c / 16) * taps + t) * 16 + c % 16) * 16 + f % 16);
+                REQUIRE(blocked[b] == plain[static_cast<std::size_t>((f * w.c + c) * taps + t)]);
+            }
+    unblock_weights(w, blocked.data(), back.data());
+    CHECK(back == plain);
+    CHECK(has_weight_blocks(Dims{16, 16, {1, 1}}));
+    CHECK_FALSE(has_weight_blocks(Dims{32, 18, {3, 3}}));
+    CHECK_FALSE(has_weight_blocks(Dims{8, 16, {3, 3}}));
+}
+
+TEST_CASE("oneDNN convolution reads and writes weights in blocks where its window says so", "[onednn]") {
+    ConvKernels& dnn = onednn_conv();
+    ConvKernels& ref = *reference_kernels().conv;
+    // Images' weights of 16-channel blocks in and out, f32: the layout the trainer keeps them in.
+    CHECK(dnn.blocks_weights(Dims{32, 16, {3, 3}}));
+    CHECK_FALSE(dnn.blocks_weights(Dims{32, 18, {3, 3}}));
+    CHECK_FALSE(dnn.blocks_weights(Dims{32, 16, {3, 3, 3}}));
+    CHECK_FALSE(ref.blocks_weights(Dims{32, 16, {3, 3}}));
+    std::mt19937 rng(31);
+    const std::vector<ConvProblem> problems = {
+        {2, 16, 32, 8, 8, window(3, 3, 1, 1), true},     {2, 32, 16, 7, 9, window(3, 3, 2, 2), false},  // stride 2
+        {1, 32, 64, 5, 6, window(1, 1, 1, 1), true},      // 1x1: the forward's own 1x1 layout
+        {2, 16, 16, 4, 4, window(1, 1, 2, 2), false},     // strided 1x1, gathered
+        {5, 16, 16, 256, 256, window(1, 1, 1, 1), true},  // large samples: groups of 4 and 1
+    };
+    for (const ConvProblem& p : problems)
+        for (const Layout layout : {Layout::dense, Layout::interior}) {
+            const std::string what = describe(p, layout);
+            INFO(what);
+            const Dims yd{p.n, p.f, {p.out_h, p.out_w}};
+            Dims xd{p.n, p.c, yd.space};
+            for (int d = 0; d < 2; ++d) xd.space[d] = p.window.input_extent(d, yd.space[d]);
+            const Dims wd{p.f, p.c, p.window.kernel};
+            Window blocked_window = p.window;
+            blocked_window.blocked_weights = true;
+            Operand x = make_operand(xd, layout, true, rng), w = make_operand(wd, Layout::dense, true, rng);
+            Operand wb = w;
+            block_weights(wd, w.view().base, wb.view().base);
+            const std::vector<float> bias = random_vector(p.f, rng);
+            const float* b = p.bias ? bias.data() : nullptr;
+
+            Operand y = make_operand(yd, layout, false, rng), y_ref = y;
+            dnn.forward(x.view(), wb.view(), b, y.view(), blocked_window);
+            ref.forward(x.view(), w.view(), b, y_ref.view(), p.window);
+            require_close(y, y_ref, "forward: " + what);
+
+            Operand dy = make_operand(yd, layout, true, rng);
+            Operand dx = make_operand(xd, layout, false, rng), dx_ref = dx;
+            dnn.backward_data(dy.view(), wb.view(), dx.view(), blocked_window);
+            ref.backward_data(dy.view(), w.view(), dx_ref.view(), p.window);
+            require_close(dx, dx_ref, "backward_data: " + what);
+
+            Operand dw = make_operand(wd, Layout::dense, false, rng), dw_ref = dw, dw_plain = dw;
+            std::vector<float> db(static_cast<std::size_t>(p.f)), db_ref = db;
+            dnn.backward_weights(x.view(), dy.view(), dw.view(), b ? db.data() : nullptr, blocked_window);
+            ref.backward_weights(x.view(), dy.view(), dw_ref.view(), b ? db_ref.data() : nullptr, p.window);
+            unblock_weights(wd, dw.view().base, dw_plain.view().base);
+            require_close(dw_plain, dw_ref, "backward_weights: " + what);
+            if (b) require_close(db.data(), db_ref.data(), p.f, "backward_weights db: " + what);
+        }
 }
 
 TEST_CASE("oneDNN convolution rejects an input that does not match its window", "[onednn]") {

@@ -3,6 +3,7 @@
 #include "onednn_kernels.hpp"
 #include "../tensors/narrow.hpp"
 #include "../tensors/planes.hpp"
+#include "../tensors/weight_blocks.hpp"
 #include "kernel_checks.hpp"
 
 #include <dsl/base/error.hpp>
@@ -68,6 +69,16 @@ void append(Key& key, const Window& w) {
     for (const Index* values : {&w.kernel, &w.stride, &w.dilation})
         key.insert(key.end(), values->begin(), values->end());
     for (const scheduler::Reach& r : w.zeros) key.insert(key.end(), {r.before, r.after});
+    key.push_back(w.blocked_weights);
+}
+
+// A convolution's weights (or their gradient) as the caller keeps them: the view, or its 16 x 16 blocks
+// (weight_blocks.hpp) where the window says so.
+memory::desc weights_view_desc(const ConstView& w, const Window& window) {
+    if (!window.blocked_weights) return view_desc(w);
+    DSL_INTERNAL_CHECK(w.dense() && has_weight_blocks(w.dims), "oneDNN kernel: blocked weights of other dims");
+    const auto tag = w.dims.rank() == 3 ? memory::format_tag::ABcde16b16a : memory::format_tag::ABcd16b16a;
+    return memory::desc(dims_of(w.dims), memory::data_type::f32, tag);
 }
 
 // A window's dimensions of one tap and a stride s > 1 read every s-th place of x's view and nothing between,
@@ -260,29 +271,14 @@ struct Planned {
 };
 
 // Convolution weights {O, I, H, W} of blocks of 16 outputs by 16 inputs (oneDNN's ABcd16b16a, the outputs
-// innermost), as a backward-weights kernel makes their gradient, into the plain OIHW it is kept in. oneDNN
-// 2.6's reorder between them runs at 2.7 GB/s on this machine (3 ms for ResNet-50's 2048 x 1024 x 1 x 1):
-// this one writes each output's inputs (and taps) in order, a 16 x 16 block of the source in cache at a time.
+// innermost), as a backward-weights kernel makes their gradient, where the caller keeps them plain OIHW: oneDNN
+// 2.6's reorder between them runs at 2.7 GB/s on this machine (3 ms for ResNet-50's 2048 x 1024 x 1 x 1), so
+// unblock_weights (weight_blocks.hpp) writes them, a 16 x 16 block of the source in cache at a time.
 bool unblockable(const memory::desc& blocked, const memory::desc& plain) {
     const memory::dims d = plain.dims();
     return d.size() == 4 && d[0] % 16 == 0 && d[1] % 16 == 0 &&
            blocked == memory::desc(d, memory::data_type::f32, memory::format_tag::ABcd16b16a) &&
            plain == memory::desc(d, memory::data_type::f32, memory::format_tag::abcd);
-}
-
-void unblock_weights(const memory::dims& d, const float* blocked, float* plain) {
-    const std::int64_t outputs = d[0], inputs = d[1], taps = d[2] * d[3], in_blocks = inputs / 16;
-    const std::int64_t blocks = outputs / 16 * in_blocks;
-#pragma omp parallel for schedule(static)
-    for (std::int64_t b = 0; b < blocks; ++b) {
-        const std::int64_t o0 = b / in_blocks * 16, i0 = b % in_blocks * 16;
-        const float* from = blocked + b * taps * 256;
-        for (std::int64_t o = 0; o < 16; ++o)
-            for (std::int64_t i = 0; i < 16; ++i) {
-                float* to = plain + ((o0 + o) * inputs + i0 + i) * taps;
-                for (std::int64_t t = 0; t < taps; ++t) to[t] = from[(t * 16 + i) * 16 + o];
-            }
-    }
 }
 
 void add_slot(Planned& p, const Context& ctx, int arg, bool input, const memory::desc& user,
@@ -325,7 +321,9 @@ void run(Context& ctx, Planned& p, const std::vector<const void*>& pointers, con
         if (!s.via_buffer || s.input) continue;
         if (s.unblock) {
             ctx.stream.wait();
-            unblock_weights(s.user.dims(), static_cast<const float*>(s.buffer_memory.get_data_handle()),
+            const memory::dims d = s.user.dims();
+            unblock_weights(Dims{d[0], d[1], {d[2], d[3]}},
+                            static_cast<const float*>(s.buffer_memory.get_data_handle()),
                             static_cast<float*>(s.user_memory.get_data_handle()));
         } else {
             s.reorder.execute(ctx.stream, s.reorder_args);
@@ -406,7 +404,7 @@ public:
             Planned q;
             q.primitive = dnnl::convolution_backward_data(pd);
             add_slot(q, ctx_, DNNL_ARG_DIFF_DST, true, view_desc(dy), pd.diff_dst_desc());
-            add_slot(q, ctx_, DNNL_ARG_WEIGHTS, true, view_desc(w), pd.weights_desc());
+            add_slot(q, ctx_, DNNL_ARG_WEIGHTS, true, weights_view_desc(w, window), pd.weights_desc());
             add_slot(q, ctx_, DNNL_ARG_DIFF_SRC, false, view_desc(dxs), pd.diff_src_desc());
             return q;
         });
@@ -418,6 +416,15 @@ public:
             zero(dx);
             copy_places(whole, s.x);
         }
+    }
+
+    // Images' weights of 16-channel blocks in and out, f32: kept blocked, the forward kernel reorders them
+    // from its blocks into its own layout and backward-data into its, and backward-weights writes them as
+    // they are. Kept plain, each call reordered them from OIHW, and backward-weights' blocks were unblocked:
+    // on mesh_stack_512 at batch 1 these passes over the 7.9M weights took about 8 ms of a 165 ms step with
+    // two threads, and 10 to 13 of each process's under H=2 (all three skipped, a measurement only).
+    bool blocks_weights(const Dims& w) const override {
+        return in_ == memory::data_type::f32 && w.rank() >= 1 && w.rank() < 3 && has_weight_blocks(w);
     }
 
     void backward_weights(ConstView x, ConstView dy, View dw, float* db, const Window& window) override {
@@ -474,7 +481,7 @@ public:
             // dy first: backward_data's first argument too, whose reorder it may reuse.
             add_slot(q, ctx_, DNNL_ARG_DIFF_DST, true, view_desc(dy), pd.diff_dst_desc());
             add_slot(q, ctx_, DNNL_ARG_SRC, true, view_desc(xs), pd.src_desc());
-            add_slot(q, ctx_, DNNL_ARG_DIFF_WEIGHTS, false, view_desc(dw), pd.diff_weights_desc());
+            add_slot(q, ctx_, DNNL_ARG_DIFF_WEIGHTS, false, weights_view_desc(dw, window), pd.diff_weights_desc());
             if (bias) q.bias_arg = DNNL_ARG_DIFF_BIAS, q.bias = vector_desc(dw.dims.n);
             return q;
         });
@@ -528,7 +535,7 @@ private:
             }
             q.primitive = dnnl::convolution_forward(pd);
             add_slot(q, ctx_, DNNL_ARG_SRC, true, view_desc(xs), pd.src_desc());
-            add_slot(q, ctx_, DNNL_ARG_WEIGHTS, true, view_desc(w), pd.weights_desc());
+            add_slot(q, ctx_, DNNL_ARG_WEIGHTS, true, weights_view_desc(w, window), pd.weights_desc());
             add_slot(q, ctx_, DNNL_ARG_DST, false, view_desc(y), pd.dst_desc());
             if (bias) q.bias_arg = DNNL_ARG_BIAS, q.bias = vector_desc(w.dims.n);
             return q;

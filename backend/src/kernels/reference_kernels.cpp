@@ -64,9 +64,15 @@ struct Taps {
 // move by the last dimension's stride; tap a lies a*d from a window's start in x, a from w's first tap
 // (Taps).
 class ReferenceConv final : public ConvKernels {
+    // These kernels read and write weights plain only (blocks_weights is false).
+    static void check_plain(const Window& win) {
+        DSL_INTERNAL_CHECK(!win.blocked_weights, "reference conv: weights in blocks");
+    }
+
 public:
     void forward(ConstView x, ConstView w, const float* bias, View y, const Window& win) override {
         check_conv(x.dims, w.dims, y.dims, win);
+        check_plain(win);
         x = spatial_form(x);
         w = spatial_form(w);
         y = spatial_form(y);
@@ -90,6 +96,7 @@ public:
 
     void backward_data(ConstView dy, ConstView w, View dx, const Window& win) override {
         check_conv(dx.dims, w.dims, dy.dims, win);
+        check_plain(win);
         dy = spatial_form(dy);
         w = spatial_form(w);
         dx = spatial_form(dx);
@@ -115,6 +122,7 @@ public:
 
     void backward_weights(ConstView x, ConstView dy, View dw, float* db, const Window& win) override {
         check_conv(x.dims, dw.dims, dy.dims, win);
+        check_plain(win);
         x = spatial_form(x);
         dy = spatial_form(dy);
         dw = spatial_form(dw);

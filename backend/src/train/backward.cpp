@@ -80,7 +80,7 @@ void Trainer::Impl::backward_layer(int index) {
         case OpKind::conv: {
             ConvKernels& conv = conv_of(index);
             Tile& in = *s.operands[0];
-            const Window w = conv_window(l, in, plan_of(index).read);
+            const Window w = conv_window(s, in, plan_of(index).read);
             if (!is_input(&in))
                 input_gradient(in, plan_of(index).read,
                                [&](View dx) { conv.backward_data(s.own().dy.interior(), s.w.interior(), dx, w); });

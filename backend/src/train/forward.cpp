@@ -155,7 +155,7 @@ void Trainer::Impl::windowed_forward(Slot& s, const Box& out, bool again) {
             return k.deconv->forward(x, s.w.interior(), bias_of(s), y, deconv_of(l, read, out));
         case OpKind::conv: {
             set_padding(in, 0.0f);
-            Window w = conv_window(l, in, read);
+            Window w = conv_window(s, in, read);
             w.same_weights = again;
             ConvKernels& conv = conv_of(own.spec.layer);
             return forward_fused(

@@ -1,5 +1,6 @@
 // The trainer's tiles and buffers, as the plan places and sizes them, its process groups, and the initial
 // parameters, each element a pure function of (seed, layer name, index).
+#include "../tensors/weight_blocks.hpp"
 #include "trainer_impl.hpp"
 
 #include <algorithm>
@@ -168,6 +169,10 @@ Tensor Trainer::Impl::parameter(const Block& block, const Dims& whole, const Val
 void Trainer::Impl::set_parameters(Slot& s, Dims wd, const Values& weight, const Values& bias) {
     s.whole = wd;
     s.w = parameter(weight_block(s), wd, weight);
+    if (s.blocked_weights) {
+        const std::vector<float> plain(s.w.data(), s.w.data() + s.w.size());
+        block_weights(s.w.dims(), plain.data(), s.w.data());
+    }
     s.dw = Tensor(s.w.dims(), {}, mem);
     s.mw = Tensor(s.w.dims(), {}, mem);
     if (!bias) return;
@@ -189,7 +194,8 @@ void Trainer::Impl::set_weights(Slot& s, Dims wd, const Values& weight, double b
 }
 
 void Trainer::Impl::initialize() {
-    for (Slot& s : slots) {
+    for (std::size_t index = 0; index < slots.size(); ++index) {
+        Slot& s = slots[index];
         const Layer& l = *s.layer;
         const std::uint64_t stream = splitmix64(config.seed) ^ name_hash(l.name);
         if (l.op == OpKind::conv || l.op == OpKind::fc) {
@@ -203,6 +209,10 @@ void Trainer::Impl::initialize() {
             const double std_out = std::sqrt(2.0 / static_cast<double>(wd.n * wd.points()));
             const double bound = 1.0 / std::sqrt(fan_in);
             const bool conv = l.op == OpKind::conv;
+            s.whole = wd;  // what weight_block reads
+            const Block block = weight_block(s);
+            const Dims held{block.rows.size(), block.cols.size(), wd.space};
+            s.blocked_weights = conv && mem.host() && conv_of(static_cast<int>(index)).blocks_weights(held);
             set_weights(
                 s, wd,
                 [=](std::int64_t i) {

@@ -1,7 +1,9 @@
 // The trainer's state as a checkpoint holds it: every parameter, optimizer moment and running statistic as a
-// whole tensor in host memory. Where the kernels' memory is the host's and a tensor is whole on every process,
-// it is handed out as it is; a GPU's are copied, and the blocks of F and C parts gathered whole (`read`) and
-// taken back by state_written.
+// whole tensor in host memory, plain. Where the kernels' memory is the host's and a tensor is whole on every
+// process and plain, it is handed out as it is; a GPU's are copied, weights that the kernels keep in blocks
+// (weight_blocks.hpp) copied plain, and the blocks of F and C parts gathered whole (`read`); state_written takes
+// each copy back.
+#include "../tensors/weight_blocks.hpp"
 #include "trainer_impl.hpp"
 
 namespace dsl::backend {
@@ -10,21 +12,24 @@ std::vector<StateTensor> Trainer::Impl::state(bool read) {
     std::vector<StateTensor> out;
     host_state.clear();
     // A tensor of the kernels' memory, of which this process holds `block` at `t` (`keeps`: the first of the
-    // block's holders, which gives it to the others).
-    auto add = [&](const std::string& name, std::vector<std::int64_t> shape, Tensor& t, const Block& block,
-                   bool keeps) {
-        if (mem.host() && block.is_whole()) {
+    // block's holders, which gives it to the others), in weight blocks where `blocked`.
+    auto add = [&](const std::string& name, std::vector<std::int64_t> shape, Tensor& t, const Block& block, bool keeps,
+                   bool blocked = false) {
+        if (mem.host() && block.is_whole() && !blocked) {
             out.push_back(StateTensor{name, std::move(shape), t.data(), t.size()});
             return;
         }
-        StateCopy& copy = host_state.emplace_back(
-            StateCopy{t.data(), block, std::vector<float>(static_cast<std::size_t>(block.total))});
-        if (read && block.is_whole()) {
-            mem.download(t.data(), copy.host.data(), t.size());
-        } else if (read) {
+        StateCopy& copy = host_state.emplace_back(StateCopy{t.data(), block,
+                                                            std::vector<float>(static_cast<std::size_t>(block.total)),
+                                                            blocked ? std::optional(t.dims()) : std::nullopt});
+        if (read) {
             std::vector<float> held(static_cast<std::size_t>(t.size()));
             mem.download(t.data(), held.data(), t.size());
-            copy.host = gathered(block, held.data(), keeps);
+            if (blocked) {
+                const std::vector<float> blocks = held;
+                unblock_weights(t.dims(), blocks.data(), held.data());
+            }
+            copy.host = block.is_whole() ? std::move(held) : gathered(block, held.data(), keeps);
         }
         out.push_back(StateTensor{name, std::move(shape), copy.host.data(), block.total});
     };
@@ -44,7 +49,8 @@ std::vector<StateTensor> Trainer::Impl::state(bool read) {
         const bool keeps = !s.holders || s.holders->rank() == 0, bias = s.b.size() > 0;
         // Only the first of the C processes makes the bias's gradient, and keeps it.
         const bool keeps_bias = keeps && s.adds_bias;
-        add(l.name + ".weight", wshape, s.w, wb, keeps);
+        const bool blocked = s.blocked_weights;
+        add(l.name + ".weight", wshape, s.w, wb, keeps, blocked);
         if (bias) add(l.name + ".bias", bshape, s.b, bb, keeps_bias);
         if (l.op == OpKind::batchnorm) {
             // Each process moves its block of them: the first holder of each block gives it to the others.
@@ -56,11 +62,11 @@ std::vector<StateTensor> Trainer::Impl::state(bool read) {
             out.push_back(StateTensor{l.name + ".running_var", bshape, s.running_var.data(), bb.total});
         }
         if (config.optimizer == frontend::Optimizer::sgd) {
-            add(l.name + ".weight.momentum", wshape, s.mw, wb, keeps);
+            add(l.name + ".weight.momentum", wshape, s.mw, wb, keeps, blocked);
             if (bias) add(l.name + ".bias.momentum", bshape, s.mb, bb, keeps_bias);
         } else {
-            add(l.name + ".weight.exp_avg", wshape, s.mw, wb, keeps);
-            add(l.name + ".weight.exp_avg_sq", wshape, s.vw, wb, keeps);
+            add(l.name + ".weight.exp_avg", wshape, s.mw, wb, keeps, blocked);
+            add(l.name + ".weight.exp_avg_sq", wshape, s.vw, wb, keeps, blocked);
             if (bias) {
                 add(l.name + ".bias.exp_avg", bshape, s.mb, bb, keeps_bias);
                 add(l.name + ".bias.exp_avg_sq", bshape, s.vb, bb, keeps_bias);
@@ -79,17 +85,23 @@ std::vector<float> Trainer::Impl::gathered(const Block& block, const float* held
     return std::vector<float>(whole.begin(), whole.end());
 }
 
-// Puts the copies that state() handed out back where the kernels read them: each process its block.
+// Puts the copies that state() handed out back where the kernels read them: each process its block, in
+// weight blocks where the kernels keep them so.
 void Trainer::Impl::state_written() {
-    std::vector<float> held;
+    std::vector<float> held, blocks;
     for (StateCopy& copy : host_state) {
-        if (copy.block.is_whole()) {
-            mem.upload(copy.host.data(), copy.kernel, copy.block.total);
-            continue;
+        const float* plain = copy.host.data();
+        if (!copy.block.is_whole()) {
+            held.resize(static_cast<std::size_t>(copy.block.elements()));
+            copy.block.take(copy.host.data(), held.data());
+            plain = held.data();
         }
-        held.resize(static_cast<std::size_t>(copy.block.elements()));
-        copy.block.take(copy.host.data(), held.data());
-        mem.upload(held.data(), copy.kernel, copy.block.elements());
+        if (copy.blocked) {
+            blocks.resize(static_cast<std::size_t>(copy.block.elements()));
+            block_weights(*copy.blocked, plain, blocks.data());
+            plain = blocks.data();
+        }
+        mem.upload(plain, copy.kernel, copy.block.elements());
     }
 }
 

@@ -122,6 +122,9 @@ struct Trainer::Impl {
         // Whether w, b and their moments lie in memory the holders share, each updating its share of them
         // (place_parameters, optimize).
         bool shares_parameters = false;
+        // A convolution whose kernels asked for its weights in 16 x 16 blocks (ConvKernels::blocks_weights):
+        // w, dw and their moments lie so (weight_blocks.hpp), plain only at the state's edges (state.cpp).
+        bool blocked_weights = false;
         Dims whole;               // the whole weights' (or scale's) dims
         // Batch norm, on the host: the step's statistics (per channel; group norm's per sample and group), and
         // batch norm's running ones (under F and C parts this process's block of them is kept up to date, and
@@ -167,6 +170,7 @@ struct Trainer::Impl {
         float* kernel;
         Block block;
         std::vector<float> host;
+        std::optional<Dims> blocked;  // the kernel memory's dims where it holds weights in blocks
     };
     std::vector<StateCopy> host_state;
     std::vector<LossValue> losses;  // the last forward's, per loss layer
@@ -251,8 +255,10 @@ struct Trainer::Impl {
 
     // A convolution's window over `read` of its input tile, with the places of `read` outside the tensor
     // (zero padding, unless the tile's padding is periodic) that the kernels may pad themselves.
-    Window conv_window(const Layer& l, const Tile& in, const Box& read) const {
+    Window conv_window(const Slot& s, const Tile& in, const Box& read) const {
+        const Layer& l = *s.layer;
         Window w = window_of(l);
+        w.blocked_weights = s.blocked_weights;
         if (in.periodic) return w;
         const Dims& whole = global_dims(in.spec.layer);
         w.zeros = Margins::filled(read.space.rank(), scheduler::Reach{});

@@ -40,6 +40,9 @@ struct Window {
     // Of a convolution's forward: the weights are those of this kernel set's previous call, unchanged since
     // (an overlapped layer's strips after its interior), so a kernel may use again what it made of them.
     bool same_weights = false;
+    // w and dw (and nothing else) lie in 16 x 16 blocks of filters and channels (backend/src/tensors/
+    // weight_blocks.hpp), where the caller keeps them so because these kernels asked (ConvKernels::blocks_weights).
+    bool blocked_weights = false;
 
     // The input extent that `out` outputs read along dimension `d`.
     std::int64_t input_extent(int d, std::int64_t out) const {
@@ -68,6 +71,12 @@ public:
     // Overwrites both. Called right after backward_data on the same dy (no other kernel of this library
     // between them), it may read that call's copy of dy: a caller changes dy only after both.
     virtual void backward_weights(ConstView x, ConstView dy, View dw, float* db, const Window& window) = 0;
+    // Whether these kernels would have weights of `w` {F, C, kernel}, their gradient with them, kept in 16 x 16
+    // blocks rather than plain, and read and written so when a call's window says so (Window::blocked_weights).
+    virtual bool blocks_weights(const Dims& w) const {
+        (void)w;
+        return false;
+    }
 };
 
 // Where the views of an upsampling or a transposed convolution lie in their tensors: the global place of the

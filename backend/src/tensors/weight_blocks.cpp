@@ -1,0 +1,39 @@
+#include "weight_blocks.hpp"
+
+#include <dsl/base/error.hpp>
+
+#include <cstdint>
+
+namespace dsl::backend {
+namespace {
+
+// Calls move(plain, blocked) for every element, a 16 x 16 block of filters and channels per thread: `plain`
+// and `blocked` its two places, the plain one's channels (and taps) in order for each filter.
+template <typename F>
+void each_block(const Dims& w, F&& move) {
+    DSL_INTERNAL_CHECK(has_weight_blocks(w), "weight blocks: F and C must be multiples of 16");
+    const std::int64_t inputs = w.c, taps = w.points(), in_blocks = inputs / 16;
+    const std::int64_t blocks = w.n / 16 * in_blocks;
+#pragma omp parallel for schedule(static)
+    for (std::int64_t b = 0; b < blocks; ++b) {
+        const std::int64_t f0 = b / in_blocks * 16, c0 = b % in_blocks * 16;
+        for (std::int64_t f = 0; f < 16; ++f)
+            for (std::int64_t c = 0; c < 16; ++c)
+                for (std::int64_t t = 0; t < taps; ++t)
+                    move(((f0 + f) * inputs + c0 + c) * taps + t, (b * taps + t) * 256 + c * 16 + f);
+    }
+}
+
+}  // namespace
+
+bool has_weight_blocks(const Dims& w) { return w.n > 0 && w.c > 0 && w.n % 16 == 0 && w.c % 16 == 0; }
+
+void block_weights(const Dims& w, const float* plain, float* blocked) {
+    each_block(w, [&](std::int64_t p, std::int64_t b) { blocked[b] = plain[p]; });
+}
+
+void unblock_weights(const Dims& w, const float* blocked, float* plain) {
+    each_block(w, [&](std::int64_t p, std::int64_t b) { plain[p] = blocked[b]; });
+}
+
+}  // namespace dsl::backend
