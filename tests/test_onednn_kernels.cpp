@@ -523,7 +523,8 @@ TEST_CASE("oneDNN convolution reads and writes weights in blocks where its windo
     CHECK_FALSE(ref.blocks_weights(Dims{32, 16, {3, 3}}));
     std::mt19937 rng(31);
     const std::vector<ConvProblem> problems = {
-        {2, 16, 32, 8, 8, window(3, 3, 1, 1), true},     {2, 32, 16, 7, 9, window(3, 3, 2, 2), false},  // stride 2
+        {2, 16, 32, 8, 8, window(3, 3, 1, 1), true},      // 3x3
+        {2, 32, 16, 7, 9, window(3, 3, 2, 2), false},     // stride 2
         {1, 32, 64, 5, 6, window(1, 1, 1, 1), true},      // 1x1: the forward's own 1x1 layout
         {2, 16, 16, 4, 4, window(1, 1, 2, 2), false},     // strided 1x1, gathered
         {5, 16, 16, 256, 256, window(1, 1, 1, 1), true},  // large samples: groups of 4 and 1
