@@ -59,7 +59,8 @@ struct ConvPair {
 ConvPair float32_pair() { return {onednn_conv(), *reference_kernels().conv}; }
 
 // Backward-weights of both kernel sets on the same x and dy (each with its window), against each other: the
-// weights' gradient, and the bias's or none (left as it was).
+// weights' gradient (unblocked first where dnn's window has it in blocks), and the bias's or none (left as it
+// was).
 void check_weight_gradients(ConvKernels& dnn, ConvKernels& ref, Operand& x, Operand& dy, const Dims& wd, bool with_bias,
                             const Window& dnn_window, const Window& ref_window, const std::string& what,
                             std::mt19937& rng) {
@@ -67,6 +68,10 @@ void check_weight_gradients(ConvKernels& dnn, ConvKernels& ref, Operand& x, Oper
     std::vector<float> db(static_cast<std::size_t>(wd.n), sentinel), db_ref = db;
     dnn.backward_weights(x.view(), dy.view(), dw.view(), with_bias ? db.data() : nullptr, dnn_window);
     ref.backward_weights(x.view(), dy.view(), dw_ref.view(), with_bias ? db_ref.data() : nullptr, ref_window);
+    if (dnn_window.blocked_weights) {
+        Operand blocks = dw;
+        unblock_weights(wd, blocks.view().base, dw.view().base);
+    }
     require_close(dw, dw_ref, "backward_weights dw: " + what);
     if (with_bias)
         require_close(db.data(), db_ref.data(), wd.n, "backward_weights db: " + what);
@@ -75,9 +80,10 @@ void check_weight_gradients(ConvKernels& dnn, ConvKernels& ref, Operand& x, Oper
 }
 
 // Forward, backward-data and backward-weights of one problem (y of `yd` from `c` channels through `win`) with
-// both kernel sets, on the same inputs.
+// both kernel sets, on the same inputs; with `blocked`, dnn's weights and their gradient in 16 x 16 blocks
+// (Window::blocked_weights).
 void check_conv(const Dims& yd, std::int64_t c, const Window& win, bool with_bias, Layout layout,
-                const std::string& what, std::mt19937& rng, ConvPair kernels = float32_pair()) {
+                const std::string& what, std::mt19937& rng, ConvPair kernels = float32_pair(), bool blocked = false) {
     INFO(what);
     Dims xd{yd.n, c, yd.space};
     for (int d = 0; d < yd.rank(); ++d) xd.space[d] = win.input_extent(d, yd.space[d]);
@@ -89,23 +95,29 @@ void check_conv(const Dims& yd, std::int64_t c, const Window& win, bool with_bia
     Operand w = make_operand(wd, Layout::dense, true, rng);
     const std::vector<float> bias = random_vector(yd.c, rng);
     const float* b = with_bias ? bias.data() : nullptr;
+    Window dnn_win = win;
+    dnn_win.blocked_weights = blocked;
+    Operand dnn_w = w;
+    if (blocked) block_weights(wd, w.view().base, dnn_w.view().base);
 
     Operand y = make_operand(yd, layout, false, rng), y_ref = y;
-    dnn.forward(x.view(), w.view(), b, y.view(), win);
+    dnn.forward(x.view(), dnn_w.view(), b, y.view(), dnn_win);
     ref.forward(x.view(), w.view(), b, y_ref.view(), win);
     require_close(y, y_ref, "forward: " + what);
 
     Operand dy = make_operand(yd, layout, true, rng);
     Operand dx = make_operand(xd, layout, false, rng), dx_ref = dx;
-    dnn.backward_data(dy.view(), w.view(), dx.view(), win);
+    dnn.backward_data(dy.view(), dnn_w.view(), dx.view(), dnn_win);
     ref.backward_data(dy.view(), w.view(), dx_ref.view(), win);
     require_close(dx, dx_ref, "backward_data: " + what);
 
-    check_weight_gradients(dnn, ref, x, dy, wd, with_bias, win, win, what, rng);
+    check_weight_gradients(dnn, ref, x, dy, wd, with_bias, dnn_win, win, what, rng);
 }
 
-void check_conv(const ConvProblem& p, Layout layout, std::mt19937& rng, ConvPair kernels = float32_pair()) {
-    check_conv(Dims{p.n, p.f, {p.out_h, p.out_w}}, p.c, p.window, p.bias, layout, describe(p, layout), rng, kernels);
+void check_conv(const ConvProblem& p, Layout layout, std::mt19937& rng, ConvPair kernels = float32_pair(),
+                bool blocked = false) {
+    check_conv(Dims{p.n, p.f, {p.out_h, p.out_w}}, p.c, p.window, p.bias, layout,
+               describe(p, layout) + (blocked ? " blocked-weights" : ""), rng, kernels, blocked);
 }
 
 // A convolution of volumes: n samples, c channels in, f out, the output's extents.
@@ -530,40 +542,7 @@ TEST_CASE("oneDNN convolution reads and writes weights in blocks where its windo
         {5, 16, 16, 256, 256, window(1, 1, 1, 1), true},  // large samples: groups of 4 and 1
     };
     for (const ConvProblem& p : problems)
-        for (const Layout layout : {Layout::dense, Layout::interior}) {
-            const std::string what = describe(p, layout);
-            INFO(what);
-            const Dims yd{p.n, p.f, {p.out_h, p.out_w}};
-            Dims xd{p.n, p.c, yd.space};
-            for (int d = 0; d < 2; ++d) xd.space[d] = p.window.input_extent(d, yd.space[d]);
-            const Dims wd{p.f, p.c, p.window.kernel};
-            Window blocked_window = p.window;
-            blocked_window.blocked_weights = true;
-            Operand x = make_operand(xd, layout, true, rng), w = make_operand(wd, Layout::dense, true, rng);
-            Operand wb = w;
-            block_weights(wd, w.view().base, wb.view().base);
-            const std::vector<float> bias = random_vector(p.f, rng);
-            const float* b = p.bias ? bias.data() : nullptr;
-
-            Operand y = make_operand(yd, layout, false, rng), y_ref = y;
-            dnn.forward(x.view(), wb.view(), b, y.view(), blocked_window);
-            ref.forward(x.view(), w.view(), b, y_ref.view(), p.window);
-            require_close(y, y_ref, "forward: " + what);
-
-            Operand dy = make_operand(yd, layout, true, rng);
-            Operand dx = make_operand(xd, layout, false, rng), dx_ref = dx;
-            dnn.backward_data(dy.view(), wb.view(), dx.view(), blocked_window);
-            ref.backward_data(dy.view(), w.view(), dx_ref.view(), p.window);
-            require_close(dx, dx_ref, "backward_data: " + what);
-
-            Operand dw = make_operand(wd, Layout::dense, false, rng), dw_ref = dw, dw_plain = dw;
-            std::vector<float> db(static_cast<std::size_t>(p.f)), db_ref = db;
-            dnn.backward_weights(x.view(), dy.view(), dw.view(), b ? db.data() : nullptr, blocked_window);
-            ref.backward_weights(x.view(), dy.view(), dw_ref.view(), b ? db_ref.data() : nullptr, p.window);
-            unblock_weights(wd, dw.view().base, dw_plain.view().base);
-            require_close(dw_plain, dw_ref, "backward_weights: " + what);
-            if (b) require_close(db.data(), db_ref.data(), p.f, "backward_weights db: " + what);
-        }
+        for (const Layout layout : {Layout::dense, Layout::interior}) check_conv(p, layout, rng, float32_pair(), true);
 }
 
 TEST_CASE("oneDNN convolution rejects an input that does not match its window", "[onednn]") {

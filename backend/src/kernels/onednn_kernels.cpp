@@ -76,9 +76,9 @@ void append(Key& key, const Window& w) {
 // (weight_blocks.hpp) where the window says so.
 memory::desc weights_view_desc(const ConstView& w, const Window& window) {
     if (!window.blocked_weights) return view_desc(w);
-    DSL_INTERNAL_CHECK(w.dense() && has_weight_blocks(w.dims), "oneDNN kernel: blocked weights of other dims");
-    const auto tag = w.dims.rank() == 3 ? memory::format_tag::ABcde16b16a : memory::format_tag::ABcd16b16a;
-    return memory::desc(dims_of(w.dims), memory::data_type::f32, tag);
+    DSL_INTERNAL_CHECK(w.dense() && w.dims.rank() < 3 && has_weight_blocks(w.dims),
+                       "oneDNN kernel: blocked weights of other dims");
+    return memory::desc(dims_of(w.dims), memory::data_type::f32, memory::format_tag::ABcd16b16a);
 }
 
 // A window's dimensions of one tap and a stride s > 1 read every s-th place of x's view and nothing between,

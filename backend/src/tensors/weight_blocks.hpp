@@ -1,6 +1,6 @@
 // A convolution's weights {F, C, kernel} in blocks of 16 filters by 16 input channels, the filters innermost:
-// oneDNN's ABcd16b16a (ABcde16b16a for volumes), the layout its forward and backward-weights kernels on
-// 16-channel blocks read and write. Where the kernels ask for it (ConvKernels::blocks_weights), the trainer
+// oneDNN's ABcd16b16a for images, the layout its forward and backward-weights kernels on 16-channel blocks
+// read and write. Where the kernels ask for it (ConvKernels::blocks_weights), the trainer
 // keeps a layer's weights, their gradient and their optimizer moments so (the optimizers are elementwise), and
 // converts them to the plain layout at the state's edges (checkpoints, export).
 #pragma once

@@ -169,10 +169,6 @@ Tensor Trainer::Impl::parameter(const Block& block, const Dims& whole, const Val
 void Trainer::Impl::set_parameters(Slot& s, Dims wd, const Values& weight, const Values& bias) {
     s.whole = wd;
     s.w = parameter(weight_block(s), wd, weight);
-    if (s.blocked_weights) {
-        const std::vector<float> plain(s.w.data(), s.w.data() + s.w.size());
-        block_weights(s.w.dims(), plain.data(), s.w.data());
-    }
     s.dw = Tensor(s.w.dims(), {}, mem);
     s.mw = Tensor(s.w.dims(), {}, mem);
     if (!bias) return;
@@ -209,10 +205,6 @@ void Trainer::Impl::initialize() {
             const double std_out = std::sqrt(2.0 / static_cast<double>(wd.n * wd.points()));
             const double bound = 1.0 / std::sqrt(fan_in);
             const bool conv = l.op == OpKind::conv;
-            s.whole = wd;  // what weight_block reads
-            const Block block = weight_block(s);
-            const Dims held{block.rows.size(), block.cols.size(), wd.space};
-            s.blocked_weights = conv && mem.host() && conv_of(static_cast<int>(index)).blocks_weights(held);
             set_weights(
                 s, wd,
                 [=](std::int64_t i) {
@@ -221,6 +213,13 @@ void Trainer::Impl::initialize() {
                                                    : bound * (2.0 * uniform(stream, at) - 1.0));
                 },
                 bound, stream);
+            // Where the kernels keep this process's block of them in 16 x 16 blocks, so from the start (the
+            // gradient and moments are zeros, the same in any layout).
+            s.blocked_weights = conv && mem.host() && conv_of(static_cast<int>(index)).blocks_weights(s.w.dims());
+            if (s.blocked_weights) {
+                const std::vector<float> plain(s.w.data(), s.w.data() + s.w.size());
+                block_weights(s.w.dims(), plain.data(), s.w.data());
+            }
         } else if (l.op == OpKind::deconv) {
             // PyTorch's ConvTranspose2d default: weights {C_in, C_out, kernel} and bias uniform in
             // +-1/sqrt(fan in), its fan in C_out times the kernel's taps (the weights' second dimension on).

@@ -24,11 +24,10 @@ std::vector<StateTensor> Trainer::Impl::state(bool read) {
                                                             blocked ? std::optional(t.dims()) : std::nullopt});
         if (read) {
             std::vector<float> held(static_cast<std::size_t>(t.size()));
-            mem.download(t.data(), held.data(), t.size());
-            if (blocked) {
-                const std::vector<float> blocks = held;
-                unblock_weights(t.dims(), blocks.data(), held.data());
-            }
+            if (blocked)  // only in the host's memory (Slot::blocked_weights)
+                unblock_weights(t.dims(), t.data(), held.data());
+            else
+                mem.download(t.data(), held.data(), t.size());
             copy.host = block.is_whole() ? std::move(held) : gathered(block, held.data(), keeps);
         }
         out.push_back(StateTensor{name, std::move(shape), copy.host.data(), block.total});

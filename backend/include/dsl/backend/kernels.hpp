@@ -73,10 +73,7 @@ public:
     virtual void backward_weights(ConstView x, ConstView dy, View dw, float* db, const Window& window) = 0;
     // Whether these kernels would have weights of `w` {F, C, kernel}, their gradient with them, kept in 16 x 16
     // blocks rather than plain, and read and written so when a call's window says so (Window::blocked_weights).
-    virtual bool blocks_weights(const Dims& w) const {
-        (void)w;
-        return false;
-    }
+    virtual bool blocks_weights(const Dims& /*w*/) const { return false; }
 };
 
 // Where the views of an upsampling or a transposed convolution lie in their tensors: the global place of the
