@@ -165,8 +165,8 @@ DSL_AVX512_CLONE void fill_row(std::uint64_t hy, std::int64_t x0, Field::Terms r
                                float* __restrict out, std::int64_t width) {
 #pragma omp simd
     for (std::int64_t x = 0; x < width; ++x) {
-        const double field = add(mul(row.sin, column_cos[x]), mul(row.cos, column_sin[x]));
-        out[x] = input_value(splitmix64(hy ^ static_cast<std::uint64_t>(x0 + x)), field, marks[x]);
+        out[x] = input_value(splitmix64(hy ^ static_cast<std::uint64_t>(x0 + x)),
+                             Field::at(row, Field::Terms{column_sin[x], column_cos[x]}), marks[x]);
     }
 }
 
