@@ -112,6 +112,38 @@ TEST_CASE("data: a tile equals the same region of the whole tensor", "[data]") {
         for (std::int64_t x = 0; x < 6; ++x) CHECK(d.label(7, y, x) == d.label(7, y / 2 * 2, x / 2 * 2));
 }
 
+TEST_CASE("data: a volume's tile equals the formula, and the same region of the whole volume", "[data]") {
+    SyntheticData d;
+    d.seed = 13;
+    d.channels = 2;
+    d.depth = 8;
+    d.height = 6;
+    d.width = 10;
+    d.classes = 3;
+    d.label_d = 4;  // 2 input voxels per label voxel along each dimension
+    d.label_h = 3;
+    d.label_w = 5;
+    d.block = 2;
+    Tensor whole(Dims{2, 2, {8, 6, 10}});
+    d.fill_inputs(3, 0, Index{0, 0, 0}, whole.interior());
+    for (std::int64_t n = 0; n < 2; ++n)
+        for (std::int64_t c = 0; c < 2; ++c)
+            for (std::int64_t z = 0; z < 8; ++z)
+                for (std::int64_t y = 0; y < 6; ++y)
+                    for (std::int64_t x = 0; x < 10; ++x)
+                        REQUIRE(whole.at(n, c, {z, y, x}) == d.input(3 + n, c, z, y, x));
+
+    // One sample and channel, three depths from the second, into the interior of a tensor with margins.
+    Tensor t(Dims{1, 1, {3, 4, 7}}, Margins{{1, 0}, {0, 2}, {3, 1}});
+    t.fill(99.0f);
+    d.fill_inputs(4, 1, Index{1, 2, 3}, t.interior());
+    for (std::int64_t z = 0; z < 3; ++z)
+        for (std::int64_t y = 0; y < 4; ++y)
+            for (std::int64_t x = 0; x < 7; ++x)
+                REQUIRE(t.at(0, 0, {z, y, x}) == whole.at(1, 1, {1 + z, 2 + y, 3 + x}));
+    CHECK(t.at(0, 0, {-1, 0, 0}) == 99.0f);
+}
+
 TEST_CASE("data: labels are in range and every class occurs", "[data]") {
     for (std::int64_t classes : {2, 3, 10}) {
         const SyntheticData d = sample_spec(3, classes, 4);

@@ -9,6 +9,7 @@
 #include <dsl/base/error.hpp>
 
 #include <fmt/format.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -170,49 +171,67 @@ DSL_AVX512_CLONE void fill_row(std::uint64_t hy, std::int64_t x0, Field::Terms r
     }
 }
 
-// The inputs of one plane (a volume's at depth z): input(), made faster: the noise hash's chain is carried as
-// far as each row (one splitmix64 per element), each row's classes are computed once, and fill_row makes a row.
-void fill_input_plane(const SyntheticData& data, std::int64_t sample0, std::int64_t c0, std::optional<std::int64_t> z,
-                      std::int64_t y0, std::int64_t x0, const PlaneView<float>& tile) {
-    const PlaneDims d = tile.dims;
-    const std::uint64_t noise = splitmix64(data.seed ^ splitmix64(tag_noise));
-    // The label column over each input column (per-pixel labels), the same in every row and plane.
-    std::vector<std::int64_t> label_columns(static_cast<std::size_t>(data.per_pixel() ? d.w : 0));
+}  // namespace
+
+// input() of every element, made faster: what does not change along a dimension is found once outside it.
+// Each column's label column once; the noise hash's chain as far as each row (one splitmix64 per element); a
+// row's classes once per label row; fill_row makes a row. A task fills a run of depths of one sample and
+// channel (an image has one depth) and finds the columns' sines and cosines once for them all, the runs as
+// long as leaves every thread tasks (a volume of one channel fills on every thread).
+void SyntheticData::fill_inputs(std::int64_t sample0, std::int64_t c0, const Index& at, View view) const {
+    if (view.dims.elements() == 0) return;
+    struct Plane {
+        std::optional<std::int64_t> z;
+        PlaneView<float> tile;
+    };
+    std::vector<Plane> tiles;
+    std::int64_t y0 = 0, x0 = 0;
+    each_plane(view, at,
+               [&](std::optional<std::int64_t> z, const PlaneView<float>& tile, std::int64_t y, std::int64_t x) {
+                   tiles.push_back({z, tile});
+                   y0 = y, x0 = x;
+               });
+    const PlaneDims d = tiles.front().tile.dims;
+    const auto columns = static_cast<std::size_t>(d.w);
+    const std::uint64_t noise = splitmix64(seed ^ splitmix64(tag_noise));
+    std::vector<std::int64_t> label_columns(per_pixel() ? columns : 0);
     for (std::size_t x = 0; x < label_columns.size(); ++x)
-        label_columns[x] = floor_div((x0 + static_cast<std::int64_t>(x)) * data.label_w, data.width);
-#pragma omp parallel for collapse(2) schedule(static)
-    for (std::int64_t n = 0; n < d.n; ++n) {
-        for (std::int64_t c = 0; c < d.c; ++c) {
-            const std::int64_t s = sample0 + n;
-            const std::int32_t sample_class = data.per_pixel() ? 0 : data.label(s);
-            const std::int64_t gc = c0 + c;
-            const Field field(data.seed, s, gc);  // once per (sample, channel), not per element
-            std::uint64_t hc =
-                splitmix64(splitmix64(noise ^ static_cast<std::uint64_t>(s)) ^ static_cast<std::uint64_t>(gc));
-            if (z) hc = splitmix64(hc ^ static_cast<std::uint64_t>(*z));
-            std::vector<double> column_sin(static_cast<std::size_t>(d.w)), column_cos(static_cast<std::size_t>(d.w));
-            std::vector<float> marks(static_cast<std::size_t>(d.w));
-            for (std::int64_t x = 0; x < d.w; ++x) {
-                const Field::Terms t = Field::column(field.fx, x0 + x);
-                column_sin[static_cast<std::size_t>(x)] = t.sin;
-                column_cos[static_cast<std::size_t>(x)] = t.cos;
-            }
-            auto mark_of = [&](std::int32_t k) { return mark(data, gc, k); };
+        label_columns[x] = floor_div((x0 + static_cast<std::int64_t>(x)) * label_w, width);
+    const auto depths = static_cast<std::int64_t>(tiles.size());
+    const std::int64_t planes = d.n * d.c;
+    const std::int64_t runs = std::min<std::int64_t>(depths, (4 * omp_get_max_threads() + planes - 1) / planes);
+#pragma omp parallel for schedule(static)
+    for (std::int64_t task = 0; task < planes * runs; ++task) {
+        const std::int64_t n = task / runs / d.c, c = task / runs % d.c, r = task % runs;
+        const std::int64_t s = sample0 + n, gc = c0 + c;
+        const Field field(seed, s, gc);  // once per task, not per element
+        std::vector<double> column_sin(columns), column_cos(columns);
+        for (std::size_t x = 0; x < columns; ++x) {
+            const Field::Terms t = Field::column(field.fx, x0 + static_cast<std::int64_t>(x));
+            column_sin[x] = t.sin;
+            column_cos[x] = t.cos;
+        }
+        auto mark_of = [&](std::int32_t k) { return mark(*this, gc, k); };
+        std::vector<float> marks(columns, per_pixel() ? 0.0f : mark_of(label(s)));
+        const std::uint64_t hs =
+            splitmix64(splitmix64(noise ^ static_cast<std::uint64_t>(s)) ^ static_cast<std::uint64_t>(gc));
+        for (std::int64_t k = r * depths / runs; k < (r + 1) * depths / runs; ++k) {
+            const auto& [z, tile] = tiles[static_cast<std::size_t>(k)];
+            const std::uint64_t hc = z ? splitmix64(hs ^ static_cast<std::uint64_t>(*z)) : hs;
+            const std::int64_t lz = z ? floor_div(*z * label_d, depth) : 0;
             std::int64_t marks_row = -1;  // the label row `marks` holds
-            if (!data.per_pixel()) std::fill(marks.begin(), marks.end(), mark_of(sample_class));
-            const std::int64_t lz = z ? floor_div(*z * data.label_d, data.depth) : 0;
             for (std::int64_t y = 0; y < d.h; ++y) {
                 const std::int64_t gy = y0 + y;
-                if (data.per_pixel()) {
-                    const std::int64_t ly = floor_div(gy * data.label_h, data.height);
+                if (per_pixel()) {
+                    const std::int64_t ly = floor_div(gy * label_h, height);
                     if (ly != marks_row) {
                         std::int64_t last = -1;  // the label column of the mark before: runs share a label
                         float m = 0.0f;
-                        for (std::int64_t x = 0; x < d.w; ++x) {
-                            const std::int64_t lx = label_columns[static_cast<std::size_t>(x)];
-                            if (lx != last) m = mark_of(z ? data.label(s, lz, ly, lx) : data.label(s, ly, lx));
+                        for (std::size_t x = 0; x < columns; ++x) {
+                            const std::int64_t lx = label_columns[x];
+                            if (lx != last) m = mark_of(z ? label(s, lz, ly, lx) : label(s, ly, lx));
                             last = lx;
-                            marks[static_cast<std::size_t>(x)] = m;
+                            marks[x] = m;
                         }
                         marks_row = ly;
                     }
@@ -223,15 +242,6 @@ void fill_input_plane(const SyntheticData& data, std::int64_t sample0, std::int6
             }
         }
     }
-}
-
-}  // namespace
-
-void SyntheticData::fill_inputs(std::int64_t sample0, std::int64_t c0, const Index& at, View view) const {
-    each_plane(view, at,
-               [&](std::optional<std::int64_t> z, const PlaneView<float>& plane, std::int64_t y0, std::int64_t x0) {
-                   fill_input_plane(*this, sample0, c0, z, y0, x0, plane);
-               });
 }
 
 float SyntheticData::target(std::int64_t sample, std::int64_t c, std::int64_t y, std::int64_t x) const {

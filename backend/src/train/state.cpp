@@ -48,8 +48,7 @@ std::vector<StateTensor> Trainer::Impl::state(bool read) {
         const bool keeps = !s.holders || s.holders->rank() == 0, bias = s.b.size() > 0;
         // Only the first of the C processes makes the bias's gradient, and keeps it.
         const bool keeps_bias = keeps && s.adds_bias;
-        const bool blocked = s.blocked_weights;
-        add(l.name + ".weight", wshape, s.w, wb, keeps, blocked);
+        add(l.name + ".weight", wshape, s.w, wb, keeps, s.blocked_weights);
         if (bias) add(l.name + ".bias", bshape, s.b, bb, keeps_bias);
         if (l.op == OpKind::batchnorm) {
             // Each process moves its block of them: the first holder of each block gives it to the others.
@@ -61,11 +60,11 @@ std::vector<StateTensor> Trainer::Impl::state(bool read) {
             out.push_back(StateTensor{l.name + ".running_var", bshape, s.running_var.data(), bb.total});
         }
         if (config.optimizer == frontend::Optimizer::sgd) {
-            add(l.name + ".weight.momentum", wshape, s.mw, wb, keeps, blocked);
+            add(l.name + ".weight.momentum", wshape, s.mw, wb, keeps, s.blocked_weights);
             if (bias) add(l.name + ".bias.momentum", bshape, s.mb, bb, keeps_bias);
         } else {
-            add(l.name + ".weight.exp_avg", wshape, s.mw, wb, keeps, blocked);
-            add(l.name + ".weight.exp_avg_sq", wshape, s.vw, wb, keeps, blocked);
+            add(l.name + ".weight.exp_avg", wshape, s.mw, wb, keeps, s.blocked_weights);
+            add(l.name + ".weight.exp_avg_sq", wshape, s.vw, wb, keeps, s.blocked_weights);
             if (bias) {
                 add(l.name + ".bias.exp_avg", bshape, s.mb, bb, keeps_bias);
                 add(l.name + ".bias.exp_avg_sq", bshape, s.vb, bb, keeps_bias);
