@@ -38,6 +38,18 @@ SyntheticData pixel_spec(std::uint64_t seed) {
     return d;
 }
 
+SyntheticData voxel_spec(std::uint64_t seed) {
+    SyntheticData d = pixel_spec(seed);
+    d.channels = 2;
+    d.depth = 8;
+    d.height = 6;
+    d.width = 10;
+    d.label_d = 4;  // 2 input voxels per label voxel along each dimension
+    d.label_h = 3;
+    d.label_w = 5;
+    return d;
+}
+
 SyntheticData sample_spec(std::uint64_t seed, std::int64_t classes, std::int64_t channels) {
     SyntheticData d;
     d.seed = seed;
@@ -113,17 +125,7 @@ TEST_CASE("data: a tile equals the same region of the whole tensor", "[data]") {
 }
 
 TEST_CASE("data: a volume's tile equals the formula, and the same region of the whole volume", "[data]") {
-    SyntheticData d;
-    d.seed = 13;
-    d.channels = 2;
-    d.depth = 8;
-    d.height = 6;
-    d.width = 10;
-    d.classes = 3;
-    d.label_d = 4;  // 2 input voxels per label voxel along each dimension
-    d.label_h = 3;
-    d.label_w = 5;
-    d.block = 2;
+    const SyntheticData d = voxel_spec(13);
     Tensor whole(Dims{2, 2, {8, 6, 10}});
     d.fill_inputs(3, 0, Index{0, 0, 0}, whole.interior());
     for (std::int64_t n = 0; n < 2; ++n)
