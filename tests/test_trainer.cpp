@@ -147,13 +147,13 @@ void check_gradients(const char* text) {
 }
 
 // A few steps of the CPU kernels against the reference kernels: the losses, and every weight after.
-void check_cpu_like_reference(const char* text) {
+void check_cpu_like_reference(const char* text, const Kernels& kernels = cpu_kernels()) {
     Loaded l(text);
     TrainConfig cfg;
     cfg.batch = 3;
     cfg.lr = 0.05;
     const scheduler::Plan plan = test::one_process(l.net, cfg.batch);
-    Trainer ref(l.net, reference_kernels(), cfg, plan), cpu(l.net, cpu_kernels(), cfg, plan);
+    Trainer ref(l.net, reference_kernels(), cfg, plan), cpu(l.net, kernels, cfg, plan);
     HashData data(5);
     for (int step = 0; step < 4; ++step) {
         const double a = ref.step(data, step * 3), b = cpu.step(data, step * 3);
@@ -291,6 +291,71 @@ TEST_CASE("the CPU kernels train like the reference kernels", "[trainer]") { che
 TEST_CASE("several losses and logits with other readers: the CPU kernels train like the reference kernels",
           "[trainer]") {
     check_cpu_like_reference(heads_net);
+}
+
+// Blocks of 16 and 32 channels between convolutions, batch norms, (leaky) ReLUs and a residual add, whose tiles
+// the CPU kernels keep blocked; the input, the last convolution (read by pooling) and the head stay planar.
+const char* blocked_net = R"(
+input x [N, 3, 12, 10]
+label y [N]
+c1 = conv(16, kernel = 3, pad = 1)
+b1 = batchnorm
+r1 = relu
+c2 = conv(16, kernel = 3, pad = 1, bias = false)
+b2 = batchnorm
+s = add from r1, b2
+r2 = relu
+c3 = conv(32, kernel = 3, stride = 2, pad = 1)
+r3 = leaky_relu(slope = 0.1)
+c4 = conv(32, kernel = 1)
+m = maxpool(kernel = 2, stride = 2)
+g = global_avgpool
+f = fc(3)
+loss = softmax_cross_entropy from f, y
+)";
+
+// The CPU kernels, counting the views of each layout that batch norm and the convolutions are given.
+struct CountingKernels {
+    struct Conv final : ConvKernels {
+        ConvKernels* inner;
+        int blocked = 0, planar = 0;
+        void count(ConstView x) { ++(x.blocked() ? blocked : planar); }
+        void forward(ConstView x, ConstView w, const float* b, View y, const Window& win) override {
+            count(x), inner->forward(x, w, b, y, win);
+        }
+        bool forward_relu(ConstView x, ConstView w, const float* b, float slope, View y, const Window& win) override {
+            const bool fused = inner->forward_relu(x, w, b, slope, y, win);
+            if (fused) count(x);  // else the trainer calls forward
+            return fused;
+        }
+        void backward_data(ConstView dy, ConstView w, View dx, const Window& win) override {
+            count(dx), inner->backward_data(dy, w, dx, win);
+        }
+        void backward_weights(ConstView x, ConstView dy, View dw, float* db, const Window& win) override {
+            count(x), inner->backward_weights(x, dy, dw, db, win);
+        }
+        bool blocks_weights(const Dims& w) const override { return inner->blocks_weights(w); }
+    } conv;
+    Kernels kernels = cpu_kernels();
+    CountingKernels() {
+        conv.inner = kernels.conv;
+        kernels.conv = &conv;
+    }
+};
+
+TEST_CASE("blocked tiles: the CPU kernels train like the reference kernels, with blocked views where they can",
+          "[trainer][blocked]") {
+    CountingKernels counting;
+    check_cpu_like_reference(blocked_net, counting.kernels);
+    // Per step: c1 reads the planar input, forward and backward-weights (no backward-data); c2, c3 and c4
+    // read blocked tiles in all three passes.
+    CHECK(counting.conv.planar == 4 * 2);
+    CHECK(counting.conv.blocked == 4 * 3 * 3);
+    // Without the kernel set's say-so, every tile stays planar.
+    CountingKernels planar;
+    planar.kernels.blocked = false;
+    check_cpu_like_reference(blocked_net, planar.kernels);
+    CHECK(planar.conv.blocked == 0);
 }
 
 TEST_CASE("a step's loss is the sum of its loss layers', each reported by name", "[trainer]") {

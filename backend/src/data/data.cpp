@@ -2,6 +2,7 @@
 // `dsl run`: synthetic, or tiles copied out of memory-mapped .npy files.
 #include <dsl/backend/data.hpp>
 
+#include "../kernels/avx512_clone.hpp"
 #include "../random/splitmix.hpp"
 #include "../tensors/planes.hpp"
 #include "synthetic_formula.hpp"
@@ -156,11 +157,6 @@ void each_plane(const BasicView<T>& v, const Index& at, F&& f) {
 // as the scalar formula (the tests compare them). Scalar, the inputs took 1.1 ms of mesh_tiny's 5.5 ms step at
 // batch 8 on two threads, and 4.3 ms of mesh_stack_512's 185; 0.43 and 1.4 with the clone (Zen 5), and
 // 0.35 on mesh_tiny with each column's label column found once.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define DSL_AVX512_CLONE [[gnu::target_clones("arch=x86-64-v4", "default")]]
-#else
-#define DSL_AVX512_CLONE
-#endif
 DSL_AVX512_CLONE void fill_row(std::uint64_t hy, std::int64_t x0, Field::Terms row, const double* __restrict column_sin,
                                const double* __restrict column_cos, const float* __restrict marks,
                                float* __restrict out, std::int64_t width) {

@@ -22,6 +22,7 @@ Kernels cpu_kernels() {
     k.groupnorm = &cpu_groupnorm();
     k.dropout = &cpu_dropout();
     k.conv_bfloat16 = onednn_conv_bfloat16();
+    k.blocked = true;  // oneDNN's convolutions, and blocked_kernels.hpp for the rest
     return k;
 }
 

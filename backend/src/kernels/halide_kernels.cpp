@@ -3,6 +3,7 @@
 // is slice by slice (depth_slices.hpp), except pooling, which has pipelines of volumes (x, y, z, c, n).
 #include "halide_kernels.hpp"
 #include "../tensors/planes.hpp"
+#include "blocked_kernels.hpp"
 #include "depth_slices.hpp"
 #include "kernel_checks.hpp"
 #include "regression_formula.hpp"
@@ -157,6 +158,7 @@ public:
     void forward(frontend::Activation f, ConstView x, float slope, View y) override {
         check_same_dims(x.dims, y.dims, "activation forward");
         if (empty(y.dims)) return;
+        if (y.blocked()) return blocked::leaky_relu_forward(x, leaky_slope(f, slope), y);
         const Slicing s = slicing(true, x, y);
         for (std::int64_t k = 0; k < s.count; ++k) forward(f, slice(x, s, k), slope, slice(y, s, k));
     }
@@ -165,11 +167,19 @@ public:
         check_same_dims(x.dims, dy.dims, "activation backward");
         check_same_dims(x.dims, dx.dims, "activation backward");
         if (empty(dx.dims)) return;
+        if (dx.blocked()) return blocked::leaky_relu_backward(x, dy, leaky_slope(f, slope), dx);
         const Slicing s = slicing(true, x, dy, dx);
         for (std::int64_t k = 0; k < s.count; ++k) backward(f, slice(x, s, k), slice(dy, s, k), slope, slice(dx, s, k));
     }
 
 private:
+    // Of blocked views: the leaky ReLU's slope (relu's 0), the one function with blocked kernels.
+    static float leaky_slope(frontend::Activation f, float slope) {
+        DSL_INTERNAL_CHECK(f == frontend::Activation::relu || f == frontend::Activation::leaky_relu,
+                           "an activation other than the (leaky) ReLU over blocked views");
+        return slope;
+    }
+
     static void forward(frontend::Activation f, ConstPlanes x, float slope, Planes y) {
         TileBuffer xb(x), yb(y);
         switch (f) {
@@ -216,6 +226,7 @@ class HalideBatchNorm final : public BatchNormKernels {
 public:
     void statistics(ConstView x, double* sum, double* sum_sq) override {
         if (empty(x.dims)) return;
+        if (x.blocked()) return blocked::batchnorm_statistics(x, sum, sum_sq);
         const auto planes = static_cast<std::size_t>(x.dims.c * x.dims.n);
         std::vector<double> s(planes), s2(planes);
         const Slicing slices = slicing(true, x);
@@ -243,6 +254,7 @@ public:
                              double* sum_dy_xhat) override {
         check_same_dims(x.dims, dy.dims, "batchnorm backward_statistics");
         if (empty(x.dims)) return;
+        if (x.blocked()) return blocked::batchnorm_backward_statistics(x, dy, mean, inv_std, sum_dy, sum_dy_xhat);
         const std::int64_t c = x.dims.c;
         const auto planes = static_cast<std::size_t>(c * x.dims.n);
         std::vector<double> s(planes), s2(planes);
@@ -265,6 +277,8 @@ public:
         check_same_dims(x.dims, dx.dims, "batchnorm backward");
         DSL_INTERNAL_CHECK(count > 0, "batchnorm backward: empty group");
         if (empty(dx.dims)) return;
+        if (dx.blocked())
+            return blocked::batchnorm_backward(x, dy, mean, inv_std, gamma, sum_dy, sum_dy_xhat, count, dx);
         const std::int64_t c = x.dims.c;
         ArrayBuffer mb(mean, float32, c), ib(inv_std, float32, c), gb(gamma, float32, c);
         ArrayBuffer sb(sum_dy, float64, c), s2b(sum_dy_xhat, float64, c);
@@ -283,6 +297,7 @@ private:
                         std::optional<float> relu, View y) {
         check_same_dims(x.dims, y.dims, "batchnorm forward");
         if (empty(y.dims)) return;
+        if (y.blocked()) return blocked::batchnorm_forward(x, mean, inv_std, gamma, beta, relu, y);
         const std::int64_t c = x.dims.c;
         ArrayBuffer mb(mean, float32, c), ib(inv_std, float32, c), gb(gamma, float32, c), bb(beta, float32, c);
         const Slicing slices = slicing(true, x, y);
@@ -416,6 +431,7 @@ public:
     void copy(ConstView x, View y) override {
         check_same_dims(x.dims, y.dims, "copy");
         if (empty(y.dims)) return;
+        if (y.blocked()) return blocked::copy(x, y);
         const Slicing slices = slicing(true, x, y);
         for (std::int64_t k = 0; k < slices.count; ++k) {
             TileBuffer xb(slice(x, slices, k)), yb(slice(y, slices, k));
@@ -427,6 +443,7 @@ public:
     void accumulate(ConstView x, View y) override {
         check_same_dims(x.dims, y.dims, "accumulate");
         if (empty(y.dims)) return;
+        if (y.blocked()) return blocked::accumulate(x, y);
         const Slicing slices = slicing(true, x, y);
         for (std::int64_t k = 0; k < slices.count; ++k) {
             TileBuffer yin(slice(ConstView(y), slices, k)), xb(slice(x, slices, k)), yb(slice(y, slices, k));
@@ -458,6 +475,7 @@ private:
         DSL_INTERNAL_CHECK(!relu || xs.size() == 2, "add: a ReLU after other than two inputs");
         for (const ConstView& x : xs) check_same_dims(x.dims, y.dims, "add");
         if (empty(y.dims)) return;
+        if (y.blocked()) return blocked::add(xs, relu, y);
         if (xs.size() == 1) return copy(xs[0], y);
         Slicing slices = slicing(true, y);
         for (const ConstView& x : xs)

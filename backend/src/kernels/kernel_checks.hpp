@@ -58,6 +58,7 @@ inline void check_window_input(const PlaneDims& x, const PlaneDims& y, const Win
 }
 
 inline void check_conv(const PlaneDims& x, const PlaneDims& w, const PlaneDims& y, const Window& window) {
+    DSL_INTERNAL_CHECK(!window.zeros_outside, "conv: a kernel without blocked views given zeros outside x");
     check_window_input(x, y, window, "conv");
     DSL_INTERNAL_CHECK(
         w.n == y.c && w.c == x.c && w.h == window.kernel[0] && w.w == window.kernel[1],
@@ -100,13 +101,18 @@ inline void check_window_input(const Dims& x, const Dims& y, const Window& windo
     for (int d = 0; d < rank; ++d) {
         DSL_INTERNAL_CHECK(window.kernel[d] >= 1 && window.stride[d] >= 1 && window.dilation[d] >= 1,
                            std::string(what) + ": kernel, stride and dilation must be positive");
-        match = match && sx.space[d] == window.input_extent(d, sy.space[d]);
+        // Without the zeros where the window says they are not in x's view.
+        const std::int64_t outside =
+            window.zeros_outside && window.zeros.rank() == rank ? window.zeros[d].before + window.zeros[d].after : 0;
+        match = match && sx.space[d] == window.input_extent(d, sy.space[d]) - outside;
     }
     DSL_INTERNAL_CHECK(match,
                        std::string(what) + ": input " + dims_text(sx) + " does not match output " + dims_text(sy));
 }
 
-inline void check_conv(const Dims& x, const Dims& w, const Dims& y, const Window& window) {
+// `outside`: whether the kernel takes windows whose zeros lie outside x (Window::zeros_outside).
+inline void check_conv(const Dims& x, const Dims& w, const Dims& y, const Window& window, bool outside = false) {
+    DSL_INTERNAL_CHECK(outside || !window.zeros_outside, "conv: a kernel without blocked views given zeros outside x");
     check_window_input(x, y, window, "conv");
     const Dims sx = spatial_form(x), sw = spatial_form(w), sy = spatial_form(y);
     DSL_INTERNAL_CHECK(

@@ -42,17 +42,43 @@ memory::dims dims_of(const Dims& d) {
 
 memory::dims strides_of(const ConstView& v) {
     if (v.dims.rank() == 3) return {v.stride_n, v.stride_c, v.stride[0], v.stride[1], 1};
+    if (v.dims.rank() == 2) return {v.stride_n, v.stride_c, v.stride[0], 1};  // a blocked view's too
     const ConstPlanes p = planes(v);
     return {p.stride_n, p.stride_c, p.stride_h, 1};
 }
 
+// A blocked view (view.hpp) is oneDNN's nChw16c (or nCdhw16c) with the view's strides: its channels' blocks
+// innermost, then strides_of's. A dense one is the format tag's.
 memory::desc view_desc(const ConstView& v) {
-    return memory::desc(dims_of(v.dims), memory::data_type::f32, strides_of(v));
+    if (!v.blocked()) return memory::desc(dims_of(v.dims), memory::data_type::f32, strides_of(v));
+    DSL_INTERNAL_CHECK(v.lanes == blocked_lanes && v.dims.rank() >= 2, "oneDNN kernel: a blocked view of another kind");
+    const memory::dims dims = dims_of(v.dims), strides = strides_of(v);
+    dnnl_memory_desc_t d{};
+    d.ndims = static_cast<int>(dims.size());
+    d.data_type = dnnl_f32;
+    d.format_kind = dnnl_blocked;
+    for (std::size_t k = 0; k < dims.size(); ++k) {
+        d.dims[k] = d.padded_dims[k] = dims[k];
+        d.format_desc.blocking.strides[k] = strides[k];
+    }
+    d.format_desc.blocking.strides[dims.size() - 1] = v.lanes;  // strides_of's innermost is a planar view's 1
+    d.format_desc.blocking.inner_nblks = 1;
+    d.format_desc.blocking.inner_blks[0] = v.lanes;
+    d.format_desc.blocking.inner_idxs[0] = 1;  // the channels
+    return memory::desc(d);
 }
 
 // The primitive chooses its own layout for every tensor argument.
 memory::desc any_desc(const memory::dims& dims, memory::data_type type = memory::data_type::f32) {
     return memory::desc(dims, type, memory::format_tag::any);
+}
+
+// The layout in which a primitive takes an activation: a blocked view's own, dense (what oneDNN's direct
+// kernels run on), else the primitive's choice.
+memory::desc activation_desc(const Dims& dims, bool blocked, memory::data_type type = memory::data_type::f32) {
+    if (!blocked) return any_desc(dims_of(dims), type);
+    return memory::desc(dims_of(dims), type,
+                        dims.rank() == 3 ? memory::format_tag::nCdhw16c : memory::format_tag::nChw16c);
 }
 
 memory::desc vector_desc(std::int64_t size) {
@@ -62,7 +88,8 @@ memory::desc vector_desc(std::int64_t size) {
 void append(Key& key, const ConstView& v) {
     const memory::dims d = dims_of(v.dims), s = strides_of(v);
     key.insert(key.end(), d.begin(), d.end());
-    key.insert(key.end(), s.begin(), s.end() - 1);  // the innermost stride is always 1
+    key.insert(key.end(), s.begin(), s.end() - 1);  // the innermost stride is always 1 (a block of lanes)
+    key.push_back(v.lanes);
 }
 
 void append(Key& key, const Window& w) {
@@ -70,6 +97,7 @@ void append(Key& key, const Window& w) {
         key.insert(key.end(), values->begin(), values->end());
     for (const scheduler::Reach& r : w.zeros) key.insert(key.end(), {r.before, r.after});
     key.push_back(w.blocked_weights);
+    key.push_back(w.zeros_outside);
 }
 
 // A convolution's weights (or their gradient) as the caller keeps them: the view, or its 16 x 16 blocks
@@ -120,8 +148,10 @@ struct Unpadded {
     Window window;
 };
 
+// A window whose zeros lie outside x has them left out already.
 template <typename T>
 Unpadded<T> unpad(BasicView<T> x, const Window& window) {
+    if (window.zeros_outside) return Unpadded<T>{x, window};
     Unpadded<T> u{x, window};
     u.window.zeros = {};
     const int rank = window.kernel.rank();
@@ -160,8 +190,7 @@ void copy_places(const ConstView& from, const View& to) {
 }
 
 void zero(View v) {
-    const std::int64_t w = row_length(v.dims);
-    for_each_row(v, [&](std::int64_t, std::int64_t, const Index&, float* row) { std::fill_n(row, w, 0.0f); });
+    for_each_run(v, [&](float* run, std::int64_t w) { std::fill_n(run, w, 0.0f); });
 }
 
 // Zeros the places of `v` within `m` of its ends along each spatial dimension (what `unpad` left out; none
@@ -395,11 +424,13 @@ public:
         const Unpadded<float> u = unpad(whole, s.window);
         const View dxs = u.x;
         Planned& p = cache_.get(key, [&] {
-            auto hint = forward_pd(dxs.dims, w.dims, dy.dims, u.window, false);
-            dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, any_desc(dims_of(dxs.dims)),
-                                                    any_desc(dims_of(w.dims), in_), any_desc(dims_of(dy.dims), in_),
-                                                    strides(u.window), dilates(u.window), before(u.window),
-                                                    after(u.window));
+            const auto src = activation_desc(dxs.dims, dxs.blocked()),
+                       dst = activation_desc(dy.dims, dy.blocked(), in_);
+            auto hint = forward_pd(activation_desc(dxs.dims, dxs.blocked(), in_), any_desc(dims_of(w.dims), in_),
+                                   activation_desc(dy.dims, dy.blocked()), u.window, false);
+            dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, src,
+                                                    any_desc(dims_of(w.dims), in_), dst, strides(u.window),
+                                                    dilates(u.window), before(u.window), after(u.window));
             dnnl::convolution_backward_data::primitive_desc pd(d, ctx_.engine, hint);
             Planned q;
             q.primitive = dnnl::convolution_backward_data(pd);
@@ -411,7 +442,7 @@ public:
         run(ctx_, p, {dy.base, w.base, dxs.base}, nullptr);
         const Slot& first = p.slots.front();
         held_ = Held::left(dy.base, first, ctx_.runs);
-        zero_margins(whole, u.window.zeros);
+        if (!window.zeros_outside) zero_margins(whole, u.window.zeros);
         if (s.subsampled) {
             zero(dx);
             copy_places(whole, s.x);
@@ -460,15 +491,17 @@ public:
         const ConstView xs = u.x;
         Planned& p = cache_.get(key, [&] {
             const bool bias = db != nullptr;
-            const bool last = channels_last_backward_weights(x.dims);
-            const auto activations = [&](const Dims& d) {
-                return last ? channels_last(d, in_) : any_desc(dims_of(d), in_);
+            // Blocked views in their own layout; else channels-last where that is faster.
+            const bool blocked = xs.blocked() || dy.blocked();
+            const bool last = !blocked && channels_last_backward_weights(x.dims);
+            const auto activations = [&](const ConstView& v, memory::data_type type) {
+                return last ? channels_last(v.dims, type) : activation_desc(v.dims, v.blocked(), type);
             };
-            const auto src = activations(xs.dims), weights = any_desc(dims_of(dw.dims)), dst = activations(dy.dims);
+            const auto src = activations(xs, in_), weights = any_desc(dims_of(dw.dims)), dst = activations(dy, in_);
             const Window& win = u.window;
             // The forward pass it is the transpose of: of the same types, its output f32.
-            auto hint = forward_pd(src, any_desc(dims_of(dw.dims), in_),
-                                   last ? channels_last(dy.dims) : any_desc(dims_of(dy.dims)), win, bias);
+            auto hint =
+                forward_pd(src, any_desc(dims_of(dw.dims), in_), activations(dy, memory::data_type::f32), win, bias);
             const auto d =
                 bias ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src, weights,
                                                                 vector_desc(dw.dims.n), dst, strides(win), dilates(win),
@@ -518,6 +551,9 @@ private:
         Planned& p = cache_.get(key, [&] {
             const auto choose = [&](const dnnl::primitive_attr& attr) {
                 dnnl::convolution_forward::primitive_desc pd;
+                if (blocked_forward(xs.dims, y.dims))
+                    return forward_pd(activation_desc(xs.dims, true, in_), any_desc(dims_of(w.dims), in_),
+                                      activation_desc(y.dims, true), u.window, bias != nullptr, attr);
                 if (x.dims.rank() < 3 && in_ == memory::data_type::f32)
                     pd = forward_nhwc_pd(xs.dims, w.dims, y.dims, u.window, bias != nullptr, attr);
                 if (!pd) pd = forward_pd(xs.dims, w.dims, y.dims, u.window, bias != nullptr, attr);
@@ -559,7 +595,7 @@ private:
 
     // The kernels' contract: x spans exactly the places that y's outputs read.
     static void check(const ConstView& x, const ConstView& w, const ConstView& y, const Window& window) {
-        check_conv(x.dims, w.dims, y.dims, window);
+        check_conv(x.dims, w.dims, y.dims, window, true);
     }
 
     // A dense buffer for the places of a subsampled window, of `dims`; valid until the next call.
@@ -597,6 +633,15 @@ private:
                                                          const dnnl::primitive_attr& attr = {}) {
         return forward_pd(any_desc(dims_of(x), in_), any_desc(dims_of(w), in_), any_desc(dims_of(y)), window, bias,
                           attr);
+    }
+
+    // Whether the forward pass runs on 16-channel blocks, oneDNN's direct kernel, whatever the views' layouts:
+    // images in f32 whose channels in and out fill their blocks, which the trainer may keep blocked
+    // (layouts.cpp). Planar views of them are reordered into blocks too (rather than into NHWC for brgemm,
+    // forward_nhwc_pd), so that a convolution sums in one order in either layout: a prediction is the same
+    // bytes under every schedule (a spatial split's tiles stay planar). Volumes take oneDNN's choice.
+    bool blocked_forward(const Dims& x, const Dims& y) const {
+        return x.rank() == 2 && in_ == memory::data_type::f32 && x.c % blocked_lanes == 0 && y.c % blocked_lanes == 0;
     }
 
     // Activations in channels-last order, NHWC or NDHWC.

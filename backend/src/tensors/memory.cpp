@@ -18,8 +18,7 @@ public:
     float* allocate(std::int64_t count) override { return new float[static_cast<std::size_t>(count)](); }
     void release(float* data) override { delete[] data; }
     void fill(View v, float value) override {
-        const std::int64_t w = row_length(v.dims);
-        for_each_row(v, [&](std::int64_t, std::int64_t, const Index&, float* row) { std::fill_n(row, w, value); });
+        for_each_run(v, [&](float* run, std::int64_t w) { std::fill_n(run, w, value); });
     }
     void upload(const float* host, float* data, std::int64_t count) override {
         if (count > 0 && host != data) std::memcpy(data, host, static_cast<std::size_t>(count) * sizeof(float));

@@ -51,6 +51,7 @@ inline PlaneDims planes(const Dims& d) {
 
 template <typename T>
 PlaneView<T> planes(const BasicView<T>& v) {
+    DSL_INTERNAL_CHECK(!v.blocked(), "planes of a view whose channels lie in blocks");
     const PlaneDims d = planes(v.dims);
     // Without rows (rank 0 or 1) the row stride is never stepped: any will do.
     const std::int64_t stride_h = v.dims.rank() == 2 ? v.stride[0] : d.w;
@@ -91,7 +92,7 @@ inline Dims spatial_form(const Dims& d) {
 
 template <typename T>
 BasicView<T> spatial_form(const BasicView<T>& v) {
-    return v.dims.rank() == 3 ? v : spatial(planes(v));
+    return v.dims.rank() >= 2 ? v : spatial(planes(v));
 }
 
 // A place in the spatial form: a volume's as it is, an image's (or a shorter one's) as plane_place has it.

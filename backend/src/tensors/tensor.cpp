@@ -10,8 +10,11 @@
 
 namespace dsl::backend {
 
-void Tensor::set_shape(const Dims& dims, const Margins& margins) {
+void Tensor::set_shape(const Dims& dims, const Margins& margins, std::int64_t lanes) {
+    DSL_INTERNAL_CHECK(lanes == 1 || (dims.c % lanes == 0 && dims.rank() > 0),
+                       "a blocked tensor whose channels do not fill their blocks, or without places");
     dims_ = dims;
+    lanes_ = lanes;
     // No margins (rank 0) are zero margins along each dimension.
     margins_ = margins.rank() == 0 ? Margins::filled(dims.rank(), {}) : margins;
     DSL_INTERNAL_CHECK(margins_.rank() == dims.rank(), "a tensor's margins and dims have different ranks");
@@ -24,8 +27,8 @@ Tensor::Tensor(Dims dims, Margins margins) {
     data_ = storage_.data();
 }
 
-Tensor::Tensor(Dims dims, Margins margins, Memory& memory) {
-    set_shape(dims, margins);
+Tensor::Tensor(Dims dims, Margins margins, Memory& memory, std::int64_t lanes) {
+    set_shape(dims, margins, lanes);
     if (memory.host()) {
         storage_.assign(static_cast<std::size_t>(size_), 0.0f);
         data_ = storage_.data();
@@ -39,14 +42,15 @@ void Tensor::Release::operator()(float* data) const {
     if (data) memory->release(data);
 }
 
-Tensor Tensor::over(float* memory, Dims dims, Margins margins) {
+Tensor Tensor::over(float* memory, Dims dims, Margins margins, std::int64_t lanes) {
     Tensor t;
-    t.set_shape(dims, margins);
+    t.set_shape(dims, margins, lanes);
     t.data_ = memory;
     return t;
 }
 
-Tensor::Tensor(const Tensor& o) : dims_(o.dims_), margins_(o.margins_), storage_(o.storage_), size_(o.size_) {
+Tensor::Tensor(const Tensor& o)
+    : dims_(o.dims_), margins_(o.margins_), lanes_(o.lanes_), storage_(o.storage_), size_(o.size_) {
     DSL_INTERNAL_CHECK(!o.elsewhere_, "a tensor in a GPU's memory is moved, never copied");
     data_ = storage_.empty() ? o.data_ : storage_.data();
 }
@@ -57,6 +61,7 @@ Tensor& Tensor::operator=(const Tensor& o) {
         elsewhere_.reset();
         dims_ = o.dims_;
         margins_ = o.margins_;
+        lanes_ = o.lanes_;
         storage_ = o.storage_;
         size_ = o.size_;
         data_ = storage_.empty() ? o.data_ : storage_.data();
@@ -86,8 +91,8 @@ Index shifted(Index i, const Margins& m) {
 
 }  // namespace
 
-View Tensor::padded() { return dense_view(data_, padded_dims()); }
-ConstView Tensor::padded() const { return dense_view<const float>(data_, padded_dims()); }
+View Tensor::padded() { return dense_view(data_, padded_dims(), lanes_); }
+ConstView Tensor::padded() const { return dense_view<const float>(data_, padded_dims(), lanes_); }
 View Tensor::interior() { return padded().sub(0, 0, interior_origin(margins_), dims_); }
 ConstView Tensor::interior() const { return padded().sub(0, 0, interior_origin(margins_), dims_); }
 

@@ -80,16 +80,18 @@ void Trainer::Impl::backward_layer(int index) {
         case OpKind::conv: {
             ConvKernels& conv = conv_of(index);
             Tile& in = *s.operands[0];
-            const Window w = conv_window(s, in, plan_of(index).read);
+            const ConvInput c = conv_input(s, in, plan_of(index).read);
+            const Window& w = c.window;
             if (!is_input(&in))
-                input_gradient(in, plan_of(index).read,
+                input_gradient(in, c.box,
                                [&](View dx) { conv.backward_data(s.own().dy.interior(), s.w.interior(), dx, w); });
             mark(Phase::backward, Kind::backward_weights, index);
             // With overlap, when this layer is the only reader of its input, the input's gradient is
             // complete here: its halo goes back to the neighbours while the weight gradient is computed.
             const bool send_now = overlap_of(index) && !is_input(&in) && !in.copy && in.readers == 1;
             if (send_now) start_scatter(in);
-            conv.backward_weights(windowed_input(l, index), s.own().dy.interior(), s.dw.interior(), bias_gradient_of(s),
+            set_padding(in, 0.0f);
+            conv.backward_weights(view_of(in.y, in, c.box), s.own().dy.interior(), s.dw.interior(), bias_gradient_of(s),
                                   w);
             if (send_now) finish_scatter(in);
             allreduce_gradients(s, speaks);

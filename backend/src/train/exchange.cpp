@@ -1,6 +1,7 @@
 // Halo exchange and redistribution: an exchange posted from one tile's memory and finished into another's,
 // forward (gather: halos and copies filled) and backward (scatter: what readers left in margins and copies
 // added where the elements live); padding; and input tiles, which the data source makes, never sent.
+#include "../tensors/planes.hpp"
 #include "trainer_impl.hpp"
 
 namespace dsl::backend {
@@ -179,6 +180,13 @@ void Trainer::Impl::make_input_part(DataSource& data, Tile& t, std::int64_t firs
 // A view's elements, densely, on the host.
 void Trainer::Impl::to_host(ConstView v, std::vector<float>& out) {
     out.resize(static_cast<std::size_t>(v.dims.elements()));
+    if (v.blocked()) {  // planar, element by element (blocked tiles are the host's)
+        const View to = dense_view(out.data(), v.dims);
+        for (std::int64_t n = 0; n < v.dims.n; ++n)
+            for (std::int64_t c = 0; c < v.dims.c; ++c)
+                for_each_place(v.dims.space, [&](const Index& i) { to.at(n, c, i) = v.at(n, c, i); });
+        return;
+    }
     if (mem.host()) return mem.pack(v, out.data());
     mem.pack(v, staging.reserve(v.dims.elements()));
     mem.download(staging.data(), out.data(), v.dims.elements());

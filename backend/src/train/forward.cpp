@@ -144,8 +144,20 @@ void Trainer::Impl::windowed_forward(Slot& s, const Box& out, bool again) {
     Tile& in = *s.operands[0];
     Tile& own = s.own();
     const Box read = scheduler::window_input(l, out, in.box.c);
-    const ConstView x = view_of(in.y, in, read);
     const View y = view_of(own.y, own, out);
+    if (l.op == OpKind::conv) {
+        set_padding(in, 0.0f);
+        const ConvInput c = conv_input(s, in, read);
+        const ConstView x = view_of(in.y, in, c.box);
+        Window w = c.window;
+        w.same_weights = again;
+        ConvKernels& conv = conv_of(own.spec.layer);
+        return forward_fused(
+            s, out, step_training,
+            [&](View relu, float slope) { return conv.forward_relu(x, s.w.interior(), bias_of(s), slope, relu, w); },
+            [&] { conv.forward(x, s.w.interior(), bias_of(s), y, w); });
+    }
+    const ConstView x = view_of(in.y, in, read);
     switch (l.op) {
         case OpKind::upsample:
             DSL_INTERNAL_CHECK(k.upsample, "the kernel set has no kernels for upsampling");
@@ -153,18 +165,6 @@ void Trainer::Impl::windowed_forward(Slot& s, const Box& out, bool again) {
         case OpKind::deconv:
             DSL_INTERNAL_CHECK(k.deconv, "the kernel set has no kernels for transposed convolutions");
             return k.deconv->forward(x, s.w.interior(), bias_of(s), y, deconv_of(l, read, out));
-        case OpKind::conv: {
-            set_padding(in, 0.0f);
-            Window w = conv_window(s, in, read);
-            w.same_weights = again;
-            ConvKernels& conv = conv_of(own.spec.layer);
-            return forward_fused(
-                s, out, step_training,
-                [&](View relu, float slope) {
-                    return conv.forward_relu(x, s.w.interior(), bias_of(s), slope, relu, w);
-                },
-                [&] { conv.forward(x, s.w.interior(), bias_of(s), y, w); });
-        }
         default:
             set_padding(in, l.op == OpKind::maxpool ? -std::numeric_limits<float>::infinity() : 0.0f);
             return k.pool->forward(l.op == OpKind::maxpool ? PoolKind::max : PoolKind::average, x, y, window_of(l));

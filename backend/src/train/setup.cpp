@@ -78,13 +78,20 @@ void Trainer::Impl::allocate() {
     shared_buffers.clear();
     shared_buffers.reserve(plan.buffers.size());
     for (std::int64_t size : plan.buffers) shared_buffers.emplace_back(mem).resize(size);
+    // A blocked tile has no margins: its readers pad it themselves.
+    const std::vector<bool> blocked = blocked_tiles();
     for (std::size_t i = 0; i < slots.size(); ++i) {
         if (slots[i].layer->op == OpKind::label) continue;
+        if (blocked[i]) {
+            Tile& t = slots[i].own();
+            t.need = Margins::filled(t.box.space.rank(), scheduler::Reach{});
+            t.lanes = blocked_lanes;
+        }
         for (auto& t : slots[i].tiles)
             if (t->forward_buffer >= 0)
                 bind(*t, t->forward_buffer);
             else
-                t->y = Tensor(t->box.dims(), t->need, mem);
+                t->y = Tensor(t->box.dims(), t->need, mem, t->lanes);
         // Two 16-bit values to a float of the buffer.
         if (plan.layers[i].stored)
             slots[i].own().stored.emplace(mem).resize((slots[i].own().box.dims().elements() + 1) / 2);
@@ -92,8 +99,8 @@ void Trainer::Impl::allocate() {
     for (Slot& s : slots)
         for (auto& t : s.tiles)
             if (t->grad_buffer >= 0)
-                t->dy =
-                    Tensor::over(shared_buffers[static_cast<std::size_t>(t->grad_buffer)].data(), t->y.dims(), t->need);
+                t->dy = Tensor::over(shared_buffers[static_cast<std::size_t>(t->grad_buffer)].data(), t->y.dims(),
+                                     t->need, t->y.lanes());
     for (Slot& s : slots)
         for (auto& t : s.tiles)
             for (auto [exchange, messages] :
@@ -107,7 +114,7 @@ void Trainer::Impl::allocate() {
 // A recomputed layer's tile over value buffer `buffer`, whose memory others used since: its margins are
 // zeroed as a new tile's are, and it holds no halo.
 void Trainer::Impl::bind(Tile& t, int buffer) {
-    t.y = Tensor::over(shared_buffers[static_cast<std::size_t>(buffer)].data(), t.box.dims(), t.need);
+    t.y = Tensor::over(shared_buffers[static_cast<std::size_t>(buffer)].data(), t.box.dims(), t.need, t.lanes);
     t.y.fill_margins(0.0f, mem);
     t.padding = 0.0f;
     t.gathered = -1;

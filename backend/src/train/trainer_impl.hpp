@@ -84,7 +84,8 @@ struct Trainer::Impl {
     // its margins hold now, and its message buffers.
     struct Tile : scheduler::TilePlan {
         Tensor y, dy;
-        float padding = 0.0f;  // what the margins outside the tensor hold now
+        std::int64_t lanes = 1;  // y's and dy's: planar, or blocked (layouts.cpp) and without margins
+        float padding = 0.0f;    // what the margins outside the tensor hold now
         Messages forward_messages, backward_messages;
         std::int64_t gathered = -1;   // the step whose halos (or copy) it holds
         std::int64_t scattered = -1;  // the step whose gradient it has sent back
@@ -253,6 +254,21 @@ struct Trainer::Impl {
     // Whether a windowed layer overlaps its input's halo exchange with the interior's compute, as the plan says.
     bool overlaps(int index) const { return plan_of(index).overlapped; }
 
+    // What a convolution reads of its input tile for `read`: the box of the tile and the window. Of a tile
+    // without margins (a blocked one: layouts.cpp) the box leaves out the padding, which the window says lies
+    // outside it.
+    struct ConvInput {
+        Box box;
+        Window window;
+    };
+    ConvInput conv_input(const Slot& s, const Tile& in, const Box& read) const {
+        ConvInput c{read, conv_window(s, in, read)};
+        if (in.lanes == 1) return c;
+        for (int d = 0; d < read.space.rank(); ++d) c.box.space[d] = read.space[d].meet(in.box.space[d]);
+        c.window.zeros_outside = true;
+        return c;
+    }
+
     // A convolution's window over `read` of its input tile, with the places of `read` outside the tensor
     // (zero padding, unless the tile's padding is periodic) that the kernels may pad themselves.
     Window conv_window(const Slot& s, const Tile& in, const Box& read) const {
@@ -277,7 +293,7 @@ struct Trainer::Impl {
             compute(target);
             return;
         }
-        const View computed = dense_view(scratch.reserve(target.dims.elements()), target.dims);
+        const View computed = dense_view(scratch.reserve(target.dims.elements()), target.dims, target.lanes);
         compute(computed);
         k.eltwise->accumulate(computed, target);
     }
@@ -323,6 +339,7 @@ struct Trainer::Impl {
 
     // setup.cpp: the tiles and buffers the plan gives, the process groups, the initial parameters.
     void allocate();
+    std::vector<bool> blocked_tiles() const;  // layouts.cpp: per layer, whether its tile is blocked
     void bind(Tile& t, int buffer);
     void clear_gradients(int position);
     void make_groups();

@@ -37,6 +37,10 @@ struct Window {
     // direct kernels run a 7x7 image a third faster than the 9x9 view with its margins); it still writes
     // them in dx. Rank 0: none known (a tile whose margins are halos, or periodic padding).
     Margins zeros;
+    // Of a convolution: x's view (dx's) leaves the `zeros` out, as they lie beyond its tile (one without
+    // margins: the trainer's blocked tiles), and the kernel pads in their place. Only kernels that take blocked
+    // views (Kernels::blocked) take such a window.
+    bool zeros_outside = false;
     // Of a convolution's forward: the weights are those of this kernel set's previous call, unchanged since
     // (an overlapped layer's strips after its interior), so a kernel may use again what it made of them.
     bool same_weights = false;
@@ -331,6 +335,10 @@ struct Kernels {
     DeconvKernels* deconv = nullptr;
     GroupNormKernels* groupnorm = nullptr;
     DropoutKernels* dropout = nullptr;
+    // Whether conv, batchnorm, the (leaky) ReLU's activation and eltwise's add, copy and accumulate take views
+    // whose channels lie in blocks of blocked_lanes (view.hpp), every view of a call in that layout but a
+    // convolution's other than x and y (or dx and dy), and convolutions windows whose zeros lie outside x.
+    bool blocked = false;
 
     Memory& mem() const { return memory ? *memory : host_memory(); }
     // The convolutions with the products of 16-bit precision `p`; null for float32 or where there are none.

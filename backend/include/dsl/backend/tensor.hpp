@@ -17,14 +17,16 @@ namespace dsl::backend {
 // memory that it does not own (a buffer shared by tiles that are never needed at the same time). Its elements
 // are in the host's memory, or in a kernel set's (a GPU's), where only views of it are used: `at` and `fill`
 // read and write the host's, and a tensor in a GPU's memory is moved, never copied.
+//
+// Its channels are planar (lanes 1), or in blocks of `lanes` (view.hpp), which its views have too.
 class Tensor {
 public:
     Tensor() = default;
     explicit Tensor(Dims dims, Margins margins = {});
-    Tensor(Dims dims, Margins margins, Memory& memory);  // zeroed, in `memory`
+    Tensor(Dims dims, Margins margins, Memory& memory, std::int64_t lanes = 1);  // zeroed, in `memory`
     // Over `memory`, which holds at least the padded dims' elements and outlives the tensor and its copies
     // (which lie over it too).
-    static Tensor over(float* memory, Dims dims, Margins margins = {});
+    static Tensor over(float* memory, Dims dims, Margins margins = {}, std::int64_t lanes = 1);
 
     Tensor(const Tensor& o);
     Tensor& operator=(const Tensor& o);
@@ -34,6 +36,7 @@ public:
     const Dims& dims() const { return dims_; }
     const Margins& margins() const { return margins_; }  // of the dims' rank
     Dims padded_dims() const;                            // interior and margins
+    std::int64_t lanes() const { return lanes_; }
 
     View interior();
     ConstView interior() const;
@@ -53,13 +56,14 @@ public:
     void fill_margins(float v, Memory& memory = host_memory());
 
 private:
-    void set_shape(const Dims& dims, const Margins& margins);
+    void set_shape(const Dims& dims, const Margins& margins, std::int64_t lanes = 1);
     struct Release {
         Memory* memory;
         void operator()(float* data) const;
     };
     Dims dims_;
     Margins margins_;
+    std::int64_t lanes_ = 1;
     std::vector<float> storage_;  // empty when over memory it does not own, or in a kernel set's memory
     std::unique_ptr<float, Release> elsewhere_{nullptr, Release{nullptr}};  // owned, in a kernel set's memory
     float* data_ = nullptr;

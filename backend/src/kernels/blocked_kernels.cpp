@@ -1,0 +1,257 @@
+// Batch norm, the leaky ReLU, add and copy over blocked views: each a loop over rows of places, a row's places
+// each a block of 16 channels, on OpenMP's threads (one row each), the 16 channels one AVX-512 vector.
+// Built with -ffp-contract=off (backend/CMakeLists.txt): every product and sum rounds as the Halide
+// pipelines' do.
+#include "blocked_kernels.hpp"
+#include "avx512_clone.hpp"
+#include "kernel_checks.hpp"
+
+#include <dsl/base/error.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+namespace dsl::backend::blocked {
+namespace {
+
+constexpr std::int64_t L = blocked_lanes;
+
+// The rows of blocked views of `dims`: per sample, block of channels and place along every spatial dimension
+// but the last, numbered in that order.
+struct Rows {
+    Dims dims;
+    std::int64_t blocks = 0, outer = 1, width = 1, count = 0;
+
+    explicit Rows(const Dims& d) : dims(d), blocks(d.c / L) {
+        const int r = d.rank();
+        for (int k = 0; k + 1 < r; ++k) outer *= d.space[k];
+        width = r > 0 ? d.space[r - 1] : 1;
+        count = d.n * blocks * outer;
+    }
+    // The first of row `k`'s width * L floats in `v`, and its first channel.
+    template <typename T>
+    T* row(const BasicView<T>& v, std::int64_t k, std::int64_t* c0 = nullptr) const {
+        std::int64_t rest = k % outer;
+        const std::int64_t nb = k / outer;
+        Index i = Index::filled(dims.rank(), 0);
+        for (int d = dims.rank() - 2; d >= 0; --d) i[d] = rest % dims.space[d], rest /= dims.space[d];
+        const std::int64_t c = nb % blocks * L;
+        if (c0) *c0 = c;
+        return &v.at(nb / blocks, c, i);
+    }
+    std::int64_t sample(std::int64_t k) const { return k / outer / blocks; }
+};
+
+template <typename T>
+void check_blocked(const BasicView<T>& v, const Dims& dims, const char* what) {
+    check_same_dims(v.dims, dims, what);
+    DSL_INTERNAL_CHECK(v.lanes == L && dims.c % L == 0 && dims.rank() > 0 && v.stride[dims.rank() - 1] == L,
+                       std::string(what) + ": a view that is not blocked in 16 channels");
+}
+
+// f(row k, its first channel) for every row of `rows`, rows on OpenMP's threads.
+template <typename F>
+void each_row(const Rows& rows, F&& f) {
+#pragma omp parallel for schedule(static)
+    for (std::int64_t k = 0; k < rows.count; ++k) f(k);
+}
+
+// Per-channel sums of two terms over every row, in double: each row's sums on its own (rows on the threads),
+// then added up row by row in order, so that the result does not depend on the threads.
+template <typename Terms>
+void channel_sums(const Rows& rows, double* first, double* second, Terms&& terms) {
+    std::vector<double> parts(static_cast<std::size_t>(rows.count * 2 * L));
+    each_row(rows, [&](std::int64_t k) {
+        double a[L] = {}, b[L] = {};
+        terms(k, a, b);
+        for (std::int64_t l = 0; l < L; ++l) parts[static_cast<std::size_t>((2 * k) * L + l)] = a[l];
+        for (std::int64_t l = 0; l < L; ++l) parts[static_cast<std::size_t>((2 * k + 1) * L + l)] = b[l];
+    });
+    for (std::int64_t k = 0; k < rows.count; ++k) {
+        const std::int64_t c0 = k / rows.outer % rows.blocks * L;
+        for (std::int64_t l = 0; l < L; ++l) {
+            first[c0 + l] += parts[static_cast<std::size_t>((2 * k) * L + l)];
+            second[c0 + l] += parts[static_cast<std::size_t>((2 * k + 1) * L + l)];
+        }
+    }
+}
+
+float leaky(float v, float slope) { return v > 0.0f ? v : slope * v; }
+
+// One row each, `width` places of L channels (or `count` floats), in the pipelines' arithmetic.
+DSL_AVX512_CLONE void statistics_row(const float* __restrict in, std::int64_t width, double* __restrict s,
+                                     double* __restrict s2) {
+    for (std::int64_t j = 0; j < width; ++j, in += L)
+#pragma omp simd
+        for (std::int64_t l = 0; l < L; ++l) {
+            const double v = in[l];
+            s[l] += v;
+            s2[l] += v * v;
+        }
+}
+
+struct Channels {  // a block's per-channel values, in double
+    double a[L], b[L], c[L], d[L];
+};
+
+// out = gamma * (x - mean) * inv_std + beta (a, b, c, d), then the leaky ReLU where `fused`.
+DSL_AVX512_CLONE void batchnorm_row(const float* __restrict in, float* __restrict out, std::int64_t width,
+                                    const Channels& k, bool fused, float slope) {
+    for (std::int64_t j = 0; j < width; ++j, in += L, out += L)
+#pragma omp simd
+        for (std::int64_t l = 0; l < L; ++l) {
+            const auto v = static_cast<float>(k.a[l] * (static_cast<double>(in[l]) - k.b[l]) * k.c[l] + k.d[l]);
+            out[l] = fused ? leaky(v, slope) : v;
+        }
+}
+
+// Sums of dy and of dy * x_hat, x_hat = (x - mean) * inv_std (a, b).
+DSL_AVX512_CLONE void backward_statistics_row(const float* __restrict in, const float* __restrict dy,
+                                              std::int64_t width, const Channels& k, double* __restrict s,
+                                              double* __restrict s2) {
+    for (std::int64_t j = 0; j < width; ++j, in += L, dy += L)
+#pragma omp simd
+        for (std::int64_t l = 0; l < L; ++l) {
+            const double x_hat = (static_cast<double>(in[l]) - k.a[l]) * k.b[l];
+            const double g = dy[l];
+            s[l] += g;
+            s2[l] += g * x_hat;
+        }
+}
+
+// dx = gamma * inv_std * (dy - sum_dy / count - x_hat * (sum_dy_xhat / count)): mean and inv_std (a, b),
+// gamma * inv_std (c), sum_dy / count (d), sum_dy_xhat / count (e).
+DSL_AVX512_CLONE void batchnorm_backward_row(const float* __restrict in, const float* __restrict dy,
+                                             float* __restrict out, std::int64_t width, const Channels& k,
+                                             const double* __restrict e) {
+    for (std::int64_t j = 0; j < width; ++j, in += L, dy += L, out += L)
+#pragma omp simd
+        for (std::int64_t l = 0; l < L; ++l) {
+            const double x_hat = (static_cast<double>(in[l]) - k.a[l]) * k.b[l];
+            out[l] = static_cast<float>(k.c[l] * (static_cast<double>(dy[l]) - k.d[l] - x_hat * e[l]));
+        }
+}
+
+DSL_AVX512_CLONE void relu_row(const float* __restrict in, float* __restrict out, std::int64_t count, float slope) {
+#pragma omp simd
+    for (std::int64_t e = 0; e < count; ++e) out[e] = leaky(in[e], slope);
+}
+
+DSL_AVX512_CLONE void relu_backward_row(const float* __restrict in, const float* __restrict dy, float* __restrict out,
+                                        std::int64_t count, float slope) {
+#pragma omp simd
+    for (std::int64_t e = 0; e < count; ++e) out[e] = in[e] > 0.0f ? dy[e] : slope * dy[e];
+}
+
+// out = a + b in double, rounded once, then the leaky ReLU where `fused`. out may be a or b (not restrict).
+DSL_AVX512_CLONE void add_row(const float* a, const float* b, float* out, std::int64_t count, bool fused, float slope) {
+#pragma omp simd
+    for (std::int64_t e = 0; e < count; ++e) {
+        const auto v = static_cast<float>(static_cast<double>(a[e]) + static_cast<double>(b[e]));
+        out[e] = fused ? leaky(v, slope) : v;
+    }
+}
+
+}  // namespace
+
+void batchnorm_statistics(ConstView x, double* sum, double* sum_sq) {
+    check_blocked(x, x.dims, "blocked batchnorm statistics");
+    const Rows rows(x.dims);
+    channel_sums(rows, sum, sum_sq,
+                 [&](std::int64_t k, double* s, double* s2) { statistics_row(rows.row(x, k), rows.width, s, s2); });
+}
+
+void batchnorm_forward(ConstView x, const float* mean, const float* inv_std, const float* gamma, const float* beta,
+                       std::optional<float> relu, View y) {
+    check_blocked(x, y.dims, "blocked batchnorm forward");
+    check_blocked(y, y.dims, "blocked batchnorm forward");
+    const Rows rows(y.dims);
+    each_row(rows, [&](std::int64_t k) {
+        std::int64_t c0 = 0;
+        const float* in = rows.row(x, k, &c0);
+        Channels ch;
+        for (std::int64_t l = 0; l < L; ++l)
+            ch.a[l] = gamma[c0 + l], ch.b[l] = mean[c0 + l], ch.c[l] = inv_std[c0 + l], ch.d[l] = beta[c0 + l];
+        batchnorm_row(in, rows.row(y, k), rows.width, ch, relu.has_value(), relu.value_or(0.0f));
+    });
+}
+
+void batchnorm_backward_statistics(ConstView x, ConstView dy, const float* mean, const float* inv_std, double* sum_dy,
+                                   double* sum_dy_xhat) {
+    check_blocked(x, x.dims, "blocked batchnorm backward statistics");
+    check_blocked(dy, x.dims, "blocked batchnorm backward statistics");
+    const Rows rows(x.dims);
+    channel_sums(rows, sum_dy, sum_dy_xhat, [&](std::int64_t k, double* s, double* s2) {
+        std::int64_t c0 = 0;
+        const float* in = rows.row(x, k, &c0);
+        Channels ch;
+        for (std::int64_t l = 0; l < L; ++l) ch.a[l] = mean[c0 + l], ch.b[l] = inv_std[c0 + l];
+        backward_statistics_row(in, rows.row(dy, k), rows.width, ch, s, s2);
+    });
+}
+
+void batchnorm_backward(ConstView x, ConstView dy, const float* mean, const float* inv_std, const float* gamma,
+                        const double* sum_dy, const double* sum_dy_xhat, double count, View dx) {
+    check_blocked(x, dx.dims, "blocked batchnorm backward");
+    check_blocked(dy, dx.dims, "blocked batchnorm backward");
+    check_blocked(dx, dx.dims, "blocked batchnorm backward");
+    DSL_INTERNAL_CHECK(count > 0, "batchnorm backward: empty group");
+    const Rows rows(dx.dims);
+    each_row(rows, [&](std::int64_t k) {
+        std::int64_t c0 = 0;
+        const float* in = rows.row(x, k, &c0);
+        Channels ch;
+        double e[L];
+        for (std::int64_t l = 0; l < L; ++l) {
+            ch.a[l] = mean[c0 + l], ch.b[l] = inv_std[c0 + l];
+            ch.c[l] = static_cast<double>(gamma[c0 + l]) * ch.b[l];
+            ch.d[l] = sum_dy[c0 + l] / count, e[l] = sum_dy_xhat[c0 + l] / count;
+        }
+        batchnorm_backward_row(in, rows.row(dy, k), rows.row(dx, k), rows.width, ch, e);
+    });
+}
+
+void leaky_relu_forward(ConstView x, float slope, View y) {
+    check_blocked(x, y.dims, "blocked activation forward");
+    check_blocked(y, y.dims, "blocked activation forward");
+    const Rows rows(y.dims);
+    each_row(rows, [&](std::int64_t k) { relu_row(rows.row(x, k), rows.row(y, k), rows.width * L, slope); });
+}
+
+void leaky_relu_backward(ConstView x, ConstView dy, float slope, View dx) {
+    check_blocked(x, dx.dims, "blocked activation backward");
+    check_blocked(dy, dx.dims, "blocked activation backward");
+    check_blocked(dx, dx.dims, "blocked activation backward");
+    const Rows rows(dx.dims);
+    each_row(rows, [&](std::int64_t k) {
+        relu_backward_row(rows.row(x, k), rows.row(dy, k), rows.row(dx, k), rows.width * L, slope);
+    });
+}
+
+void add(const std::vector<ConstView>& xs, std::optional<float> relu, View y) {
+    DSL_INTERNAL_CHECK(!xs.empty(), "add: no inputs");
+    DSL_INTERNAL_CHECK(!relu || xs.size() == 2, "add: a ReLU after other than two inputs");
+    for (const ConstView& x : xs) check_blocked(x, y.dims, "blocked add");
+    check_blocked(y, y.dims, "blocked add");
+    if (xs.size() == 1) return copy(xs[0], y);
+    const Rows rows(y.dims);
+    // y may be xs[0] or xs[1] (each element is read before it is written), not a later input.
+    each_row(rows, [&](std::int64_t k) {
+        float* out = rows.row(y, k);
+        const std::int64_t count = rows.width * L;
+        add_row(rows.row(xs[0], k), rows.row(xs[1], k), out, count, relu.has_value(), relu.value_or(0.0f));
+        for (std::size_t i = 2; i < xs.size(); ++i) add_row(out, rows.row(xs[i], k), out, count, false, 0.0f);
+    });
+}
+
+void copy(ConstView x, View y) {
+    check_blocked(x, y.dims, "blocked copy");
+    check_blocked(y, y.dims, "blocked copy");
+    const Rows rows(y.dims);
+    each_row(rows, [&](std::int64_t k) { std::copy_n(rows.row(x, k), rows.width * L, rows.row(y, k)); });
+}
+
+void accumulate(ConstView x, View y) { add({y, x}, std::nullopt, y); }
+
+}  // namespace dsl::backend::blocked
