@@ -551,9 +551,9 @@ private:
         Planned& p = cache_.get(key, [&] {
             const auto choose = [&](const dnnl::primitive_attr& attr) {
                 dnnl::convolution_forward::primitive_desc pd;
-                if (blocked_forward(xs.dims, y.dims))
-                    return forward_pd(activation_desc(xs.dims, true, in_), any_desc(dims_of(w.dims), in_),
-                                      activation_desc(y.dims, true), u.window, bias != nullptr, attr);
+                if (xs.blocked() || y.blocked())  // blocked tiles: no reorder
+                    return forward_pd(activation_desc(xs.dims, xs.blocked(), in_), any_desc(dims_of(w.dims), in_),
+                                      activation_desc(y.dims, y.blocked()), u.window, bias != nullptr, attr);
                 if (x.dims.rank() < 3 && in_ == memory::data_type::f32)
                     pd = forward_nhwc_pd(xs.dims, w.dims, y.dims, u.window, bias != nullptr, attr);
                 if (!pd) pd = forward_pd(xs.dims, w.dims, y.dims, u.window, bias != nullptr, attr);
@@ -633,15 +633,6 @@ private:
                                                          const dnnl::primitive_attr& attr = {}) {
         return forward_pd(any_desc(dims_of(x), in_), any_desc(dims_of(w), in_), any_desc(dims_of(y)), window, bias,
                           attr);
-    }
-
-    // Whether the forward pass runs on 16-channel blocks, oneDNN's direct kernel, whatever the views' layouts:
-    // images in f32 whose channels in and out fill their blocks, which the trainer may keep blocked
-    // (layouts.cpp). Planar views of them are reordered into blocks too (rather than into NHWC for brgemm,
-    // forward_nhwc_pd), so that a convolution sums in one order in either layout: a prediction is the same
-    // bytes under every schedule (a spatial split's tiles stay planar). Volumes take oneDNN's choice.
-    bool blocked_forward(const Dims& x, const Dims& y) const {
-        return x.rank() == 2 && in_ == memory::data_type::f32 && x.c % blocked_lanes == 0 && y.c % blocked_lanes == 0;
     }
 
     // Activations in channels-last order, NHWC or NDHWC.

@@ -24,14 +24,12 @@ public:
         if (count > 0 && host != data) std::memcpy(data, host, static_cast<std::size_t>(count) * sizeof(float));
     }
     void download(const float* data, float* host, std::int64_t count) override { upload(data, host, count); }
+    // A blocked view's message holds its runs (for_each_run) in order: a block of channels per place.
     void pack(ConstView v, float* out) override {
-        const std::int64_t w = row_length(v.dims);
-        for_each_row(
-            v, [&](std::int64_t, std::int64_t, const Index&, const float* row) { out = std::copy_n(row, w, out); });
+        for_each_run(v, [&](const float* run, std::int64_t w) { out = std::copy_n(run, w, out); });
     }
     void unpack(const float* in, View v, bool add) override {
-        const std::int64_t w = row_length(v.dims);
-        for_each_row(v, [&](std::int64_t, std::int64_t, const Index&, float* row) {
+        for_each_run(v, [&](float* row, std::int64_t w) {
             if (add)
                 for (std::int64_t x = 0; x < w; ++x) row[x] += in[x];
             else

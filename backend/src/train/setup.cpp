@@ -78,13 +78,13 @@ void Trainer::Impl::allocate() {
     shared_buffers.clear();
     shared_buffers.reserve(plan.buffers.size());
     for (std::int64_t size : plan.buffers) shared_buffers.emplace_back(mem).resize(size);
-    // A blocked tile has no margins: its readers pad it themselves.
+    // A blocked tile has margins only where it is split: its readers pad it themselves elsewhere.
     const std::vector<bool> blocked = blocked_tiles();
     for (std::size_t i = 0; i < slots.size(); ++i) {
         if (slots[i].layer->op == OpKind::label) continue;
         if (blocked[i]) {
             Tile& t = slots[i].own();
-            t.need = Margins::filled(t.box.space.rank(), scheduler::Reach{});
+            t.need = blocked_margins(t);
             t.lanes = blocked_lanes;
         }
         for (auto& t : slots[i].tiles)

@@ -254,9 +254,9 @@ struct Trainer::Impl {
     // Whether a windowed layer overlaps its input's halo exchange with the interior's compute, as the plan says.
     bool overlaps(int index) const { return plan_of(index).overlapped; }
 
-    // What a convolution reads of its input tile for `read`: the box of the tile and the window. Of a tile
-    // without margins (a blocked one: layouts.cpp) the box leaves out the padding, which the window says lies
-    // outside it.
+    // What a convolution reads of its input tile for `read`: the box of the tile and the window. A blocked
+    // tile (layouts.cpp) has margins only where halos lie: at the tensor's border the box leaves out the
+    // padding, which the window says lies outside it.
     struct ConvInput {
         Box box;
         Window window;
@@ -264,7 +264,11 @@ struct Trainer::Impl {
     ConvInput conv_input(const Slot& s, const Tile& in, const Box& read) const {
         ConvInput c{read, conv_window(s, in, read)};
         if (in.lanes == 1) return c;
-        for (int d = 0; d < read.space.rank(); ++d) c.box.space[d] = read.space[d].meet(in.box.space[d]);
+        for (int d = 0; d < read.space.rank(); ++d) {
+            Range& r = c.box.space[d];
+            if (in.need[d].before == 0) r.lo = std::max(r.lo, in.box.space[d].lo);
+            if (in.need[d].after == 0) r.hi = std::min(r.hi, in.box.space[d].hi);
+        }
         c.window.zeros_outside = true;
         return c;
     }
@@ -339,7 +343,9 @@ struct Trainer::Impl {
 
     // setup.cpp: the tiles and buffers the plan gives, the process groups, the initial parameters.
     void allocate();
-    std::vector<bool> blocked_tiles() const;  // layouts.cpp: per layer, whether its tile is blocked
+    // layouts.cpp: per layer, whether its tile is blocked; and with what margins.
+    std::vector<bool> blocked_tiles() const;
+    Margins blocked_margins(const Tile& t) const;
     void bind(Tile& t, int buffer);
     void clear_gradients(int position);
     void make_groups();
