@@ -142,6 +142,7 @@ struct Conv final : ConvKernels {
     void backward_weights(ConstView x, ConstView dy, View dw, float* db, const Window& win) override {
         charge(*t, "conv.backward_weights", dy.dims, [&] { in->backward_weights(x, dy, dw, db, win); });
     }
+    bool blocks_weights(const Dims& w) const override { return in->blocks_weights(w); }
 };
 
 struct BatchNorm final : BatchNormKernels {
@@ -279,6 +280,7 @@ std::unique_ptr<TimedKernels> timed(Kernels inner, KernelTimes& times) {
     tk->kernels.fc = own<Fc>(*tk, inner.fc, times);
     tk->kernels.eltwise = own<Eltwise>(*tk, inner.eltwise, times);
     tk->kernels.loss = own<Loss>(*tk, inner.loss, times);
+    tk->kernels.blocked = inner.blocked;  // the same layouts as the kernels' own
     return tk;
 }
 
