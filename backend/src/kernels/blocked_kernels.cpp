@@ -17,30 +17,48 @@ namespace {
 
 constexpr std::int64_t L = blocked_lanes;
 
-// The rows of blocked views of `dims`: per sample, block of channels and place along every spatial dimension
-// but the last, numbered in that order.
+// The runs of blocked views of `dims` that the kernels' tasks take, each on one thread: `span` consecutive
+// rows of one sample's block of channels (the places along every spatial dimension but the last), numbered
+// in that order, a row's places each a block of L channels. A task's rows are one run of floats where in every
+// view a block's rows follow one another (no margins within it), so that a task is some 32K floats; else one
+// row. The tasks depend on the views alone (not on the threads), and so do the statistics' sums.
 struct Rows {
     Dims dims;
-    std::int64_t blocks = 0, outer = 1, width = 1, count = 0;
+    std::int64_t blocks = 0, outer = 1, width = 1, span = 1, per_plane = 1, count = 0;
 
-    explicit Rows(const Dims& d) : dims(d), blocks(d.c / L) {
+    template <typename... Views>
+    explicit Rows(const Dims& d, const Views&... views) : dims(d), blocks(d.c / L) {
         const int r = d.rank();
         for (int k = 0; k + 1 < r; ++k) outer *= d.space[k];
         width = r > 0 ? d.space[r - 1] : 1;
-        count = d.n * blocks * outer;
+        set_span((follow(views) && ...) ? std::clamp<std::int64_t>(32768 / (width * L), 1, outer) : 1);
     }
-    // The first of row `k`'s width * L floats in `v`, and its first channel.
+    void set_span(std::int64_t rows) {
+        span = rows;
+        per_plane = (outer + span - 1) / span;
+        count = dims.n * blocks * per_plane;
+    }
+    // Whether a block's rows follow one another in `v`.
+    template <typename T>
+    bool follow(const BasicView<T>& v) const {
+        for (int k = 0; k + 1 < dims.rank(); ++k)
+            if (v.stride[k] != v.stride[k + 1] * dims.space[k + 1]) return false;
+        return true;
+    }
+    // The first of task `k`'s places (each L floats) in `v`, and its first channel.
     template <typename T>
     T* row(const BasicView<T>& v, std::int64_t k, std::int64_t* c0 = nullptr) const {
-        std::int64_t rest = k % outer;
-        const std::int64_t nb = k / outer;
+        std::int64_t rest = k % per_plane * span;
+        const std::int64_t nb = k / per_plane;
         Index i = Index::filled(dims.rank(), 0);
         for (int d = dims.rank() - 2; d >= 0; --d) i[d] = rest % dims.space[d], rest /= dims.space[d];
         const std::int64_t c = nb % blocks * L;
         if (c0) *c0 = c;
         return &v.at(nb / blocks, c, i);
     }
-    std::int64_t sample(std::int64_t k) const { return k / outer / blocks; }
+    // Its places: `span` rows' (fewer in a block's last task).
+    std::int64_t places(std::int64_t k) const { return std::min(span, outer - k % per_plane * span) * width; }
+    std::int64_t first_channel(std::int64_t k) const { return k / per_plane % blocks * L; }
 };
 
 template <typename T>
@@ -69,7 +87,7 @@ void channel_sums(const Rows& rows, double* first, double* second, Terms&& terms
         for (std::int64_t l = 0; l < L; ++l) parts[static_cast<std::size_t>((2 * k + 1) * L + l)] = b[l];
     });
     for (std::int64_t k = 0; k < rows.count; ++k) {
-        const std::int64_t c0 = k / rows.outer % rows.blocks * L;
+        const std::int64_t c0 = rows.first_channel(k);
         for (std::int64_t l = 0; l < L; ++l) {
             first[c0 + l] += parts[static_cast<std::size_t>((2 * k) * L + l)];
             second[c0 + l] += parts[static_cast<std::size_t>((2 * k + 1) * L + l)];
@@ -157,23 +175,23 @@ DSL_AVX512_CLONE void add_row(const float* a, const float* b, float* out, std::i
 
 void batchnorm_statistics(ConstView x, double* sum, double* sum_sq) {
     check_blocked(x, x.dims, "blocked batchnorm statistics");
-    const Rows rows(x.dims);
+    const Rows rows(x.dims, x);
     channel_sums(rows, sum, sum_sq,
-                 [&](std::int64_t k, double* s, double* s2) { statistics_row(rows.row(x, k), rows.width, s, s2); });
+                 [&](std::int64_t k, double* s, double* s2) { statistics_row(rows.row(x, k), rows.places(k), s, s2); });
 }
 
 void batchnorm_forward(ConstView x, const float* mean, const float* inv_std, const float* gamma, const float* beta,
                        std::optional<float> relu, View y) {
     check_blocked(x, y.dims, "blocked batchnorm forward");
     check_blocked(y, y.dims, "blocked batchnorm forward");
-    const Rows rows(y.dims);
+    const Rows rows(y.dims, x, y);
     each_row(rows, [&](std::int64_t k) {
         std::int64_t c0 = 0;
         const float* in = rows.row(x, k, &c0);
         Channels ch;
         for (std::int64_t l = 0; l < L; ++l)
             ch.a[l] = gamma[c0 + l], ch.b[l] = mean[c0 + l], ch.c[l] = inv_std[c0 + l], ch.d[l] = beta[c0 + l];
-        batchnorm_row(in, rows.row(y, k), rows.width, ch, relu.has_value(), relu.value_or(0.0f));
+        batchnorm_row(in, rows.row(y, k), rows.places(k), ch, relu.has_value(), relu.value_or(0.0f));
     });
 }
 
@@ -181,13 +199,13 @@ void batchnorm_backward_statistics(ConstView x, ConstView dy, const float* mean,
                                    double* sum_dy_xhat) {
     check_blocked(x, x.dims, "blocked batchnorm backward statistics");
     check_blocked(dy, x.dims, "blocked batchnorm backward statistics");
-    const Rows rows(x.dims);
+    const Rows rows(x.dims, x, dy);
     channel_sums(rows, sum_dy, sum_dy_xhat, [&](std::int64_t k, double* s, double* s2) {
         std::int64_t c0 = 0;
         const float* in = rows.row(x, k, &c0);
         Channels ch;
         for (std::int64_t l = 0; l < L; ++l) ch.a[l] = mean[c0 + l], ch.b[l] = inv_std[c0 + l];
-        backward_statistics_row(in, rows.row(dy, k), rows.width, ch, s, s2);
+        backward_statistics_row(in, rows.row(dy, k), rows.places(k), ch, s, s2);
     });
 }
 
@@ -197,7 +215,7 @@ void batchnorm_backward(ConstView x, ConstView dy, const float* mean, const floa
     check_blocked(dy, dx.dims, "blocked batchnorm backward");
     check_blocked(dx, dx.dims, "blocked batchnorm backward");
     DSL_INTERNAL_CHECK(count > 0, "batchnorm backward: empty group");
-    const Rows rows(dx.dims);
+    const Rows rows(dx.dims, x, dy, dx);
     each_row(rows, [&](std::int64_t k) {
         std::int64_t c0 = 0;
         const float* in = rows.row(x, k, &c0);
@@ -208,24 +226,24 @@ void batchnorm_backward(ConstView x, ConstView dy, const float* mean, const floa
             ch.c[l] = static_cast<double>(gamma[c0 + l]) * ch.b[l];
             ch.d[l] = sum_dy[c0 + l] / count, e[l] = sum_dy_xhat[c0 + l] / count;
         }
-        batchnorm_backward_row(in, rows.row(dy, k), rows.row(dx, k), rows.width, ch, e);
+        batchnorm_backward_row(in, rows.row(dy, k), rows.row(dx, k), rows.places(k), ch, e);
     });
 }
 
 void leaky_relu_forward(ConstView x, float slope, View y) {
     check_blocked(x, y.dims, "blocked activation forward");
     check_blocked(y, y.dims, "blocked activation forward");
-    const Rows rows(y.dims);
-    each_row(rows, [&](std::int64_t k) { relu_row(rows.row(x, k), rows.row(y, k), rows.width * L, slope); });
+    const Rows rows(y.dims, x, y);
+    each_row(rows, [&](std::int64_t k) { relu_row(rows.row(x, k), rows.row(y, k), rows.places(k) * L, slope); });
 }
 
 void leaky_relu_backward(ConstView x, ConstView dy, float slope, View dx) {
     check_blocked(x, dx.dims, "blocked activation backward");
     check_blocked(dy, dx.dims, "blocked activation backward");
     check_blocked(dx, dx.dims, "blocked activation backward");
-    const Rows rows(dx.dims);
+    const Rows rows(dx.dims, x, dy, dx);
     each_row(rows, [&](std::int64_t k) {
-        relu_backward_row(rows.row(x, k), rows.row(dy, k), rows.row(dx, k), rows.width * L, slope);
+        relu_backward_row(rows.row(x, k), rows.row(dy, k), rows.row(dx, k), rows.places(k) * L, slope);
     });
 }
 
@@ -235,11 +253,13 @@ void add(const std::vector<ConstView>& xs, std::optional<float> relu, View y) {
     for (const ConstView& x : xs) check_blocked(x, y.dims, "blocked add");
     check_blocked(y, y.dims, "blocked add");
     if (xs.size() == 1) return copy(xs[0], y);
-    const Rows rows(y.dims);
+    Rows rows(y.dims, y);
+    for (const ConstView& x : xs)
+        if (!rows.follow(x)) rows.set_span(1);
     // y may be xs[0] or xs[1] (each element is read before it is written), not a later input.
     each_row(rows, [&](std::int64_t k) {
         float* out = rows.row(y, k);
-        const std::int64_t count = rows.width * L;
+        const std::int64_t count = rows.places(k) * L;
         add_row(rows.row(xs[0], k), rows.row(xs[1], k), out, count, relu.has_value(), relu.value_or(0.0f));
         for (std::size_t i = 2; i < xs.size(); ++i) add_row(out, rows.row(xs[i], k), out, count, false, 0.0f);
     });
@@ -248,8 +268,8 @@ void add(const std::vector<ConstView>& xs, std::optional<float> relu, View y) {
 void copy(ConstView x, View y) {
     check_blocked(x, y.dims, "blocked copy");
     check_blocked(y, y.dims, "blocked copy");
-    const Rows rows(y.dims);
-    each_row(rows, [&](std::int64_t k) { std::copy_n(rows.row(x, k), rows.width * L, rows.row(y, k)); });
+    const Rows rows(y.dims, x, y);
+    each_row(rows, [&](std::int64_t k) { std::copy_n(rows.row(x, k), rows.places(k) * L, rows.row(y, k)); });
 }
 
 void accumulate(ConstView x, View y) { add({y, x}, std::nullopt, y); }
