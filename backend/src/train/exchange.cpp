@@ -11,7 +11,7 @@ View Trainer::Impl::view_of(Tensor& tensor, const Tile& t, const Box& b) {
     Index at = b.origin();
     for (int d = 0; d < at.rank(); ++d) {
         at[d] -= t.box.space[d].lo - t.need[d].before;
-        // Within the tile (a blocked one has margins only where it is split).
+        // Within the tile (a blocked one has margins only where halos lie).
         DSL_INTERNAL_CHECK(
             b.space[d].empty() || (at[d] >= 0 && at[d] + b.space[d].size() <= tensor.padded_dims().space[d]),
             "a view beyond its tile's margins");
