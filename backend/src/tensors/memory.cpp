@@ -29,11 +29,11 @@ public:
         for_each_run(v, [&](const float* run, std::int64_t w) { out = std::copy_n(run, w, out); });
     }
     void unpack(const float* in, View v, bool add) override {
-        for_each_run(v, [&](float* row, std::int64_t w) {
+        for_each_run(v, [&](float* run, std::int64_t w) {
             if (add)
-                for (std::int64_t x = 0; x < w; ++x) row[x] += in[x];
+                for (std::int64_t x = 0; x < w; ++x) run[x] += in[x];
             else
-                std::copy_n(in, w, row);
+                std::copy_n(in, w, run);
             in += w;
         });
     }

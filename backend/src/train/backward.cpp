@@ -90,9 +90,8 @@ void Trainer::Impl::backward_layer(int index) {
             // complete here: its halo goes back to the neighbours while the weight gradient is computed.
             const bool send_now = overlap_of(index) && !is_input(&in) && !in.copy && in.readers == 1;
             if (send_now) start_scatter(in);
-            set_padding(in, 0.0f);
-            conv.backward_weights(view_of(in.y, in, c.box), s.own().dy.interior(), s.dw.interior(), bias_gradient_of(s),
-                                  w);
+            conv.backward_weights(windowed_input(l, index, c.box), s.own().dy.interior(), s.dw.interior(),
+                                  bias_gradient_of(s), w);
             if (send_now) finish_scatter(in);
             allreduce_gradients(s, speaks);
             break;
@@ -126,7 +125,7 @@ void Trainer::Impl::backward_layer(int index) {
         case OpKind::avgpool: {
             Tile& in = *s.operands[0];
             if (is_input(&in)) break;
-            const ConstView x = windowed_input(l, index);
+            const ConstView x = windowed_input(l, index, plan_of(index).read);
             input_gradient(in, plan_of(index).read, [&](View dx) {
                 k.pool->backward(l.op == OpKind::maxpool ? PoolKind::max : PoolKind::average, x, s.own().dy.interior(),
                                  dx, window_of(l));

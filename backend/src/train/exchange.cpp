@@ -8,15 +8,15 @@ namespace dsl::backend {
 
 // The part of a tile's padded tensor (y or dy) over `b`, in global coordinates.
 View Trainer::Impl::view_of(Tensor& tensor, const Tile& t, const Box& b) {
+    const View padded = tensor.padded();
     Index at = b.origin();
     for (int d = 0; d < at.rank(); ++d) {
         at[d] -= t.box.space[d].lo - t.need[d].before;
         // Within the tile (a blocked one has margins only where halos lie).
-        DSL_INTERNAL_CHECK(
-            b.space[d].empty() || (at[d] >= 0 && at[d] + b.space[d].size() <= tensor.padded_dims().space[d]),
-            "a view beyond its tile's margins");
+        DSL_INTERNAL_CHECK(b.space[d].empty() || (at[d] >= 0 && at[d] + b.space[d].size() <= padded.dims.space[d]),
+                           "a view beyond its tile's margins");
     }
-    return tensor.padded().sub(b.n.lo - t.box.n.lo, b.c.lo - t.box.c.lo, at, b.dims());
+    return padded.sub(b.n.lo - t.box.n.lo, b.c.lo - t.box.c.lo, at, b.dims());
 }
 
 // Posts an exchange, packing what it sends from `from` (of `from_tile`): a piece's source() in the layer's

@@ -8,12 +8,12 @@
 
 namespace dsl::backend {
 
-// What a windowed layer's window reads of its input tile for its whole own tile (the plan's `read`), its
-// padding set.
-ConstView Trainer::Impl::windowed_input(const Layer& l, int index) {
+// `read` of a windowed layer's input tile (for its whole own tile, the plan's `read`; a convolution's of a
+// blocked tile, conv_input's box), its padding set.
+ConstView Trainer::Impl::windowed_input(const Layer& l, int index, const Box& read) {
     Tile& in = *slots[static_cast<std::size_t>(index)].operands[0];
     set_padding(in, l.op == OpKind::maxpool ? -std::numeric_limits<float>::infinity() : 0.0f);
-    return view_of(in.y, in, plan_of(index).read);
+    return view_of(in.y, in, read);
 }
 
 double Trainer::Impl::forward(DataSource& data, std::int64_t first, bool training) {

@@ -100,7 +100,7 @@ void Trainer::Impl::allocate() {
         for (auto& t : s.tiles)
             if (t->grad_buffer >= 0)
                 t->dy = Tensor::over(shared_buffers[static_cast<std::size_t>(t->grad_buffer)].data(), t->y.dims(),
-                                     t->need, t->y.lanes());
+                                     t->need, t->lanes);
     for (Slot& s : slots)
         for (auto& t : s.tiles)
             for (auto [exchange, messages] :

@@ -399,7 +399,7 @@ struct Trainer::Impl {
     std::optional<scheduler::Precision> narrowed_of(int layer) const {
         return plan_of(layer).narrowed ? std::optional(precision_of(layer)) : std::nullopt;
     }
-    ConstView windowed_input(const Layer& l, int index);
+    ConstView windowed_input(const Layer& l, int index, const Box& read);
     double forward(DataSource& data, std::int64_t first, bool training);
     void forward_layer(DataSource& data, std::int64_t first, bool training, std::size_t i, double& loss);
     void windowed_forward(Slot& s, const Box& out, bool again = false);

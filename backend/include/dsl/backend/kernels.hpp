@@ -336,8 +336,8 @@ struct Kernels {
     GroupNormKernels* groupnorm = nullptr;
     DropoutKernels* dropout = nullptr;
     // Whether conv, batchnorm, the (leaky) ReLU's activation and eltwise's add, copy and accumulate take views
-    // whose channels lie in blocks of blocked_lanes (view.hpp), every view of a call in that layout but a
-    // convolution's other than x and y (or dx and dy), and convolutions windows whose zeros lie outside x.
+    // whose channels lie in blocks of blocked_lanes (view.hpp), every view of a call in that layout (a
+    // convolution's x and y, or dx and dy, each in either), and convolutions' windows whose zeros lie outside x.
     bool blocked = false;
 
     Memory& mem() const { return memory ? *memory : host_memory(); }
