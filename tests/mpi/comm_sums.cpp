@@ -3,7 +3,9 @@
 // (summed through the node's shared memory) and a buffer outside it (summed by MPI), started in turn, with
 // progress and tests between, over three steps; then again in a second space, the first given back. Each sum
 // in the space must be, bit for bit, the processes' values added in rank order (so every process holds the
-// same bits); the one outside, of whole numbers, the exact sum. Common memory: zeroed, and what one process
+// same bits); the one outside, of whole numbers, the exact sum. Every other buffer in the space is then
+// left to its readers (Comm::start_sum_for_reader): it must stay as its process wrote it, and `parts` must
+// give every process's, in rank order. Common memory: zeroed, and what one process
 // writes there the others read. Exits non-zero, saying what differed, where one does not.
 #include <dsl/backend/comm.hpp>
 
@@ -36,8 +38,9 @@ void fail(int rank, const char* what, int b, std::int64_t i, int t) {
                      static_cast<long long>(i), t);
 }
 
-// Sums of buffers of `counts` elements in a summing space, and of one buffer outside it, over three steps.
-void check_sums(Comm& comm, const std::vector<std::int64_t>& counts) {
+// Sums of buffers of `counts` elements in a summing space, and of one buffer outside it, over three steps;
+// with `left`, every odd one's left to its readers.
+void check_sums(Comm& comm, const std::vector<std::int64_t>& counts, bool left) {
     const int rank = comm.rank(), size = comm.size();
     std::int64_t total = 0;
     for (auto c : counts) total += c;
@@ -60,8 +63,12 @@ void check_sums(Comm& comm, const std::vector<std::int64_t>& counts) {
         }
         for (std::size_t i = 0; i < outside.size(); ++i) outside[i] = static_cast<float>(rank * 1000 + i + t);
         std::vector<bool> seen;
+        const auto to_reader = [&](std::size_t b) { return left && b % 2 == 1; };
         for (std::size_t b = 0; b < counts.size(); ++b) {
-            comm.start_allreduce(buffers[b], counts[b]);
+            if (!to_reader(b))
+                comm.start_allreduce(buffers[b], counts[b]);
+            else if (!comm.start_sum_for_reader(buffers[b], counts[b]))
+                fail(rank, "a buffer in the space not left to its readers", static_cast<int>(b), -1, t);
             if (b == 1) comm.start_allreduce(outside.data(), static_cast<std::int64_t>(outside.size()));
             comm.progress();
             const std::vector<bool> done = comm.test_allreduces();
@@ -71,14 +78,32 @@ void check_sums(Comm& comm, const std::vector<std::int64_t>& counts) {
                 if (seen[k] && !done[k]) fail(rank, "a sum complete, then not", static_cast<int>(k), -1, t);
             seen = done;
         }
+        if (comm.start_sum_for_reader(outside.data(), static_cast<std::int64_t>(outside.size())))
+            fail(rank, "a buffer outside the space left to its readers", -1, -1, t);
         comm.finish_allreduces();
-        for (std::size_t b = 0; b < counts.size(); ++b)
+        for (std::size_t b = 0; b < counts.size(); ++b) {
+            const std::vector<const float*> parts = comm.parts(buffers[b]);
+            if (parts.size() != static_cast<std::size_t>(size)) {
+                fail(rank, "not a part per process", static_cast<int>(b), -1, t);
+                continue;
+            }
             for (std::int64_t i = 0; i < counts[b]; ++i) {
+                if (to_reader(b)) {
+                    for (int p = 0; p < size; ++p) {
+                        const float mine = value(p, static_cast<int>(b), i, t);
+                        if (std::memcmp(&mine, &parts[static_cast<std::size_t>(p)][i], sizeof mine) != 0)
+                            fail(rank, "a part is not what its process wrote", static_cast<int>(b), i, t);
+                    }
+                    continue;
+                }
                 float sum = value(0, static_cast<int>(b), i, t);
                 for (int p = 1; p < size; ++p) sum += value(p, static_cast<int>(b), i, t);
                 if (std::memcmp(&sum, &buffers[b][i], sizeof sum) != 0)
                     fail(rank, "not the sum in rank order", static_cast<int>(b), i, t);
             }
+        }
+        if (!comm.parts(outside.data()).empty()) fail(rank, "parts of a buffer outside the space", -1, -1, t);
+        comm.all(true);  // every process has read the others' parts before they are written again
         for (std::size_t i = 0; i < outside.size(); ++i) {
             double sum = 0;
             for (int p = 0; p < size; ++p) sum += p * 1000 + static_cast<double>(i) + t;
@@ -114,8 +139,9 @@ int main() {
     auto world = dsl::backend::mpi_world();
     // Fewer elements than processes, a block's edges (1024), and large ones; then, the first space given
     // back, another.
-    check_sums(*world, {1, 2, 5, 1023, 1024, 1025, 65537, 300001});
-    check_sums(*world, {3, 100000});
+    check_sums(*world, {1, 2, 5, 1023, 1024, 1025, 65537, 300001}, false);
+    check_sums(*world, {3, 100000}, false);
+    check_sums(*world, {1, 2, 5, 1023, 1024, 1025, 65537, 300001}, true);
     check_common(*world, 1);
     check_common(*world, 300001);
     const int rank = world->rank(), size = world->size();
@@ -123,6 +149,7 @@ int main() {
     world.reset();
     dsl::backend::mpi_finalize();
     if (rank == 0 && passed)
-        std::printf("sums on %d processes: as added in rank order; common memory: one for all\n", size);
+        std::printf(
+            "sums on %d processes: as added in rank order, or left to the readers; common memory: one for all\n", size);
     return passed ? 0 : 1;
 }

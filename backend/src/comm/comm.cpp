@@ -119,6 +119,23 @@ public:
         started_.push_back(nullptr);
     }
 
+    bool start_sum_for_reader(float* data, std::int64_t count) override {
+        if (size_ == 1 || count == 0) return false;
+        for (const auto& sums : node_sums_)
+            if (sums->holds(data, count)) {
+                sums->start(data, count, true);
+                started_.push_back(sums.get());
+                return true;
+            }
+        return false;
+    }
+
+    std::vector<const float*> parts(const float* data) const override {
+        for (const auto& sums : node_sums_)
+            if (sums->holds(data, 0)) return sums->parts(data);
+        return {};
+    }
+
     std::vector<bool> test_allreduces() override {
         if (!allreduces_.empty()) {
             std::vector<int> indices(allreduces_.size());

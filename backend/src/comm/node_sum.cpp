@@ -59,9 +59,9 @@ bool NodeSum::everyone(Counter Counters::*counter, std::uint64_t value) const {
     return true;
 }
 
-void NodeSum::start(float* data, std::int64_t count) {
+void NodeSum::start(float* data, std::int64_t count, bool leave_to_reader) {
     DSL_INTERNAL_CHECK(holds(data, count), "a sum of a buffer outside the shared memory");
-    sums_.emplace_back(data - space(), count);
+    sums_.push_back(Sum{data - space(), count, leave_to_reader});
     std::atomic_ref<std::uint64_t>(counters(rank_).started.value).store(++started_, std::memory_order_release);
     progress();
 }
@@ -86,10 +86,17 @@ void NodeSum::sum_share(std::int64_t offset, std::int64_t count) {
 void NodeSum::progress() {
     // Sums are summed in the order they were started, on every process.
     while (summed_ < started_ && everyone(&Counters::started, summed_ + 1)) {
-        const auto& [offset, count] = sums_[static_cast<std::size_t>(summed_ - first_)];
-        sum_share(offset, count);
+        const Sum& sum = sums_[static_cast<std::size_t>(summed_ - first_)];
+        if (!sum.left) sum_share(sum.offset, sum.count);
         std::atomic_ref<std::uint64_t>(counters(rank_).summed.value).store(++summed_, std::memory_order_release);
     }
+}
+
+std::vector<const float*> NodeSum::parts(const float* data) const {
+    DSL_INTERNAL_CHECK(holds(data, 0), "the parts of a buffer outside the shared memory");
+    std::vector<const float*> out;
+    for (int p = 0; p < size_; ++p) out.push_back(buffer(p) + (data - space()));
+    return out;
 }
 
 std::vector<bool> NodeSum::test() {

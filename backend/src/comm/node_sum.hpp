@@ -40,8 +40,12 @@ public:
     bool holds(const float* data, std::int64_t count) const;
 
     // Starts the sum of `data` (in `space`) over every process, in place; the buffer stays untouched until
-    // `finish`, which waits for every sum started.
-    void start(float* data, std::int64_t count);
+    // `finish`, which waits for every sum started. With `leave_to_reader`, nothing is summed: the sum is
+    // complete once every process has started it, and whoever needs it adds the processes' buffers (`parts`)
+    // itself, reading each once rather than this writing every one.
+    void start(float* data, std::int64_t count, bool leave_to_reader = false);
+    // Every process's buffer at the place of `data` (in `space`), in rank order.
+    std::vector<const float*> parts(const float* data) const;
     void progress();
     std::vector<bool> test();  // which sums started since the last `finish` are complete, in their order
     void finish();
@@ -66,7 +70,11 @@ private:
     std::size_t segment_bytes_;
     std::uint64_t started_ = 0, summed_ = 0;                   // this process's counters, as it last wrote them
     std::uint64_t first_ = 0;                                  // the number of the first sum since the last finish
-    std::vector<std::pair<std::int64_t, std::int64_t>> sums_;  // since then: offset and count in the space
+    struct Sum {
+        std::int64_t offset, count;  // in the space
+        bool left;                   // to the reader
+    };
+    std::vector<Sum> sums_;  // since then
 };
 
 }  // namespace dsl::backend

@@ -181,6 +181,28 @@ Deconv Trainer::Impl::deconv_of(const Layer& l, const Box& x, const Box& y) {
     return Deconv{l.kernel, l.stride, l.pad, Placement{x.origin(), y.origin()}};
 }
 
+// Whether a convolution over a blocked tile computes its interior's outputs from a copy of the interior
+// rather than over the whole tile (overlapped_forward): when the multiply-adds of computing the strips'
+// outputs twice cost more than copying the interior's inputs and outputs through dense buffers. A float
+// copied (read and written) costs about as many multiply-adds as the platform's analytic figures for one
+// core say (stdlib/platforms/local.platform: 50 GFLOP/s, 8 GB/s: 25 multiply-adds a float). On mesh_stack_512
+// under H=2, the convolutions at 1/16 and 1/32 of the image copy (the strips' multiply-adds 74 and 307 a
+// float copied; their forward 0.3 and 1 ms shorter), those at 1/8 and larger do not (1 to 18).
+bool Trainer::Impl::blocked_interior_copied(const Slot& s, const Tile& in, const scheduler::OverlapParts& parts) const {
+    const Layer& l = *s.layer;
+    if (l.op != OpKind::conv || parts.inner.empty()) return false;
+    constexpr double multiply_adds_per_float = 25.0;
+    const double channels_in = static_cast<double>(in.box.c.size()),
+                 channels_out = static_cast<double>(s.own().box.c.size());
+    double strips = 0.0;
+    for (const Box& strip : parts.strips) strips += static_cast<double>(strip.points());
+    const double twice = strips * channels_out * channels_in * static_cast<double>(product(l.kernel));
+    const Box read = scheduler::window_input(l, parts.inner, in.box.c);
+    const double copied = static_cast<double>(read.meet(in.box).points()) * channels_in +
+                          static_cast<double>(parts.inner.points()) * channels_out;
+    return copied * multiply_adds_per_float < twice;
+}
+
 // Posts the input's halo exchange, computes the outputs whose windows lie within what this process
 // holds (its interior, and padding at the tensor's border), then, once the halo is in, the strips that read
 // it (the plan's overlap).
@@ -189,12 +211,13 @@ void Trainer::Impl::overlapped_forward(Slot& s, int index) {
     Tile& in = *s.operands[0];
     set_padding(in, s.layer->op == OpKind::maxpool ? -std::numeric_limits<float>::infinity() : 0.0f);
     start_gather(in);
-    // Of a blocked tile, the interior's outputs are computed with the rest, by a window over the whole tile (the
-    // one view of it that oneDNN reads in place: a part's is not dense, and would be copied), from the last
-    // step's halo; the strips are computed again once this step's is in. (Computing everything once, after the
-    // halo, took 1.009 and 1.017 of one process's step on two threads on mesh_stack_512 under H=2, against
-    // 1.036 and 1.047 this way, bench/scaling.sh threads: but it overlaps nothing.)
-    const Box& first = in.lanes == 1 ? parts.inner : s.own().box;
+    // Of a blocked tile, a part's view is not dense, and oneDNN would copy the interior in and its outputs out
+    // (blocked_interior_copied). Where that costs more than computing the strips twice, the interior's outputs
+    // are computed with the rest, by a window over the whole tile (the one view of it that oneDNN reads in
+    // place), from the last step's halo, and the strips again once this step's is in. (Computing everything
+    // once, after the halo, took 1.009 and 1.017 of one process's step on two threads on mesh_stack_512 under
+    // H=2, against 1.036 and 1.047 this way, bench/scaling.sh threads: but it overlaps nothing.)
+    const Box& first = in.lanes == 1 || blocked_interior_copied(s, in, parts) ? parts.inner : s.own().box;
     bool again = !first.empty();
     if (again) windowed_forward(s, first);
     finish_gather(in);

@@ -50,6 +50,7 @@ Trainer::Impl::Impl(const frontend::Network& n, Kernels kernels, TrainConfig c, 
         }
     place_gradients();
     place_parameters();
+    place_filter_blocks();
     fuse_relus();
     last_lr = config.schedule.lr(config.lr, 0);
     scaling.scale = config.loss_scale;

@@ -123,6 +123,16 @@ struct Trainer::Impl {
         // Whether w, b and their moments lie in memory the holders share, each updating its share of them
         // (place_parameters, optimize).
         bool shares_parameters = false;
+        // A convolution that computes its weight gradient by blocks of filters (filter_blocks.cpp): its input and
+        // output gradient whole, in memory the processes share; null where it does not.
+        struct Gathered {
+            std::shared_ptr<float> memory;
+            Tensor x, dy;
+        };
+        std::unique_ptr<Gathered> gathered;
+        // Whether this step's sum of dw (db) over the holders was left to optimize, which adds the processes'
+        // shares of it as it updates its share (allreduce_gradients).
+        bool dw_by_update = false, db_by_update = false;
         // A convolution whose kernels asked for its weights in 16 x 16 blocks (ConvKernels::blocks_weights):
         // w, dw and their moments lie so (weight_blocks.hpp), plain only at the state's edges (state.cpp).
         bool blocked_weights = false;
@@ -158,6 +168,7 @@ struct Trainer::Impl {
     std::vector<Slot> slots;
     std::vector<Buffer> shared_buffers;  // the memory under every tile's dy and recomputed values (Plan::buffers)
     std::vector<double> sums_a, sums_b;  // per-channel reductions
+    std::vector<float> summed_chunk;     // optimize: a chunk of a gradient's sum over the processes
     std::vector<float> scratch_values;   // on the host: global pooling's values, batch-norm gradients
     Buffer scratch;  // gradients of tensors with several readers, before they are added; 16 bits nobody keeps
     Buffer staging;                      // an input tile from the data source, on its way to the kernels' memory
@@ -406,6 +417,7 @@ struct Trainer::Impl {
     Upsample upsample_of(const Layer& l, const Box& x, const Box& y) const;
     static Deconv deconv_of(const Layer& l, const Box& x, const Box& y);
     void overlapped_forward(Slot& s, int index);
+    bool blocked_interior_copied(const Slot& s, const Tile& in, const scheduler::OverlapParts& parts) const;
     DropoutMask dropout_mask(const Slot& s, std::int64_t first) const;
 
     // losses.cpp: the losses, whose gradients are written in forward.
@@ -440,6 +452,10 @@ struct Trainer::Impl {
     std::vector<Tensor*> group_tensors(const Comm* group, std::initializer_list<Tensor Slot::*> members);
     void place_gradients();
     void place_parameters();
+    // filter_blocks.cpp: weight gradients by blocks of filters.
+    bool weight_gradient_by_filters(int index) const;
+    void place_filter_blocks();
+    void filter_block_weight_gradient(Slot& s, int index);
     void allreduce_gradients(Slot& s, bool speaks);
     void update();
     void optimize();

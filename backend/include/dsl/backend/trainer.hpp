@@ -40,6 +40,10 @@ struct TrainConfig {
     // Whether dropout drops (PyTorch's model.train()); false for evaluation (model.eval()), where dropout is
     // the identity. Batch norm's statistics follow step() and evaluate(), not this.
     bool training = true;
+    // Whether a convolution whose weights the processes share may compute its weight gradient by blocks of
+    // filters over its tiles gathered whole (backend/src/train/filter_blocks.cpp), rather than every process
+    // the whole gradient over its tile, summed: the same terms, added in another order.
+    bool filter_blocks = true;
 };
 
 // Where a step's samples come from. `first` is the global index of the tile's first sample; `at` the global
