@@ -23,7 +23,8 @@ TEST_CASE("distributed training gives the losses and weights of one process", "[
     // cross-entropy losses on pixels and on a vector (weighted.net), stdlib/unet2k.net's structure at a test's
     // size (unet.net: four levels down and up by deconv, concat skips, Adam with a warm-up) in rows, a grid and
     // split per level, and the README's regression sample (group norm, GELU, bilinear upsampling, Adam with a
-    // cosine schedule) by samples and rows.
+    // cosine schedule) by samples and rows, and convolutions whose weight gradients each process computes for
+    // its share of the filters (filters.net).
     const Case c = GENERATE(Case{"samples/mesh_tiny.net", "samples/mesh_tiny_sample_2.sched", 4},
                             Case{"samples/mesh_tiny.net", "samples/mesh_tiny_spatial_h_2.sched", 4},
                             Case{"samples/mesh_tiny.net", "samples/mesh_tiny_spatial_w_2.sched", 4},
@@ -52,6 +53,8 @@ TEST_CASE("distributed training gives the losses and weights of one process", "[
                             Case{"tests/dist/weighted.net", "tests/dist/weighted_h2.sched", 4},
                             Case{"tests/dist/weighted.net", "tests/dist/weighted_hw4.sched", 4},
                             Case{"tests/dist/weighted.net", "tests/dist/weighted_hybrid_4.sched", 4},
+                            Case{"tests/dist/filters.net", "tests/dist/filters_h2.sched", 2},
+                            Case{"tests/dist/filters.net", "tests/dist/filters_hw4.sched", 2},
                             Case{"tests/dist/unet.net", "tests/dist/unet_h2.sched", 2},
                             Case{"tests/dist/unet.net", "tests/dist/unet_hw4.sched", 2},
                             // Under SGD: Adam divides each gradient by its own size, so its first steps move

@@ -71,12 +71,14 @@ void Trainer::Impl::filter_block_weight_gradient(Slot& s, int index) {
     for (int d = 0; d < out.space.rank(); ++d) out.space[d] = {0, y.space[d]};
     const Box read = scheduler::window_input(l, out, in.box.c);
     Window w = conv_window(s, in, read);
-    w.zeros_outside = true;  // the whole input, the padding beyond it
+    w.zeros_outside = true;  // the padding beyond the input, which the kernels add
+    Box x = read;            // what the outputs read of the input (not its last rows past a stride's reach)
+    for (int d = 0; d < x.space.rank(); ++d) x.space[d] = x.space[d].meet({0, whole.x.dims().space[d]});
     const std::int64_t procs = comm.size(), filters = l.filters / procs, first = filters * comm.rank();
     const View dw = s.dw.interior();
     float* db = bias_gradient_of(s);
     conv_of(index).backward_weights(
-        whole.x.interior(), whole.dy.interior().channels(first, filters),
+        part(whole.x, x), whole.dy.interior().channels(first, filters),
         dw.sub(first, 0, Index::filled(dw.dims.space.rank(), 0), Dims{filters, dw.dims.c, dw.dims.space}),
         db ? db + first : nullptr, w);
     // No process writes the whole tensors again before every process has passed the update's meeting.
