@@ -152,13 +152,14 @@ TEST_CASE("run --trace: a track per process with every layer, halo, sum and allr
         // its input and output (4 x 64 x 8 x 8 each), computes its weight gradient by blocks of filters
         // (backend/src/train/filter_blocks.cpp): no allreduce, and each step a wait for the others' tiles.
         for (const std::string& layer : parameterized) {
-            const auto named = [&](const std::string& name) {
-                return std::count_if(mine.begin(), mine.end(), [&](const json& e) { return e["name"] == name; });
+            const auto named = [&](const std::string& name, const std::string& category) {
+                return std::count_if(mine.begin(), mine.end(),
+                                     [&](const json& e) { return e["name"] == name && e["cat"] == category; });
             };
             INFO(layer);
             const bool by_filters = procs == 2 && layer == "block3.1.conv";
-            CHECK(named(layer + " allreduce") == (by_filters ? 0 : steps));
-            if (by_filters) CHECK(named(layer + " wait for sum") == steps);
+            CHECK(named(layer + " allreduce", "allreduce") == (by_filters ? 0 : steps));
+            if (by_filters) CHECK(named(layer + " wait for sum", "wait") == steps);
         }
         // Halo exchanges, from post to completion: posted in the layer's first compute event (after the
         // padding is set and the halo packed), complete when its wait ends, then the rest of the compute. With

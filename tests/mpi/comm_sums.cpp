@@ -4,8 +4,8 @@
 // progress and tests between, over three steps; then again in a second space, the first given back. Each sum
 // in the space must be, bit for bit, the processes' values added in rank order (so every process holds the
 // same bits); the one outside, of whole numbers, the exact sum. Every other buffer in the space is then
-// left to its readers (Comm::start_sum_for_reader): it must stay as its process wrote it, and `parts` must
-// give every process's, in rank order. Common memory: zeroed, and what one process
+// left to its readers (Comm::start_sum_for_reader): it must stay as its process wrote it, and `read_sum`
+// must give that sum, on every process and for any part of the buffer. Common memory: zeroed, and what one process
 // writes there the others read. Exits non-zero, saying what differed, where one does not.
 #include <dsl/backend/comm.hpp>
 
@@ -81,28 +81,30 @@ void check_sums(Comm& comm, const std::vector<std::int64_t>& counts, bool left) 
         if (comm.start_sum_for_reader(outside.data(), static_cast<std::int64_t>(outside.size())))
             fail(rank, "a buffer outside the space left to its readers", -1, -1, t);
         comm.finish_allreduces();
+        std::vector<float> read;
         for (std::size_t b = 0; b < counts.size(); ++b) {
-            const std::vector<const float*> parts = comm.parts(buffers[b]);
-            if (parts.size() != static_cast<std::size_t>(size)) {
-                fail(rank, "not a part per process", static_cast<int>(b), -1, t);
-                continue;
+            // A buffer left to its readers, read in two pieces (the second from the middle).
+            if (to_reader(b)) {
+                const std::int64_t half = counts[b] / 2;
+                read.assign(static_cast<std::size_t>(counts[b]), 0.0f);
+                if (!comm.read_sum(buffers[b], half, read.data()) ||
+                    !comm.read_sum(buffers[b] + half, counts[b] - half, read.data() + half))
+                    fail(rank, "read_sum refused a buffer in the space", static_cast<int>(b), -1, t);
             }
             for (std::int64_t i = 0; i < counts[b]; ++i) {
-                if (to_reader(b)) {
-                    for (int p = 0; p < size; ++p) {
-                        const float mine = value(p, static_cast<int>(b), i, t);
-                        if (std::memcmp(&mine, &parts[static_cast<std::size_t>(p)][i], sizeof mine) != 0)
-                            fail(rank, "a part is not what its process wrote", static_cast<int>(b), i, t);
-                    }
-                    continue;
-                }
                 float sum = value(0, static_cast<int>(b), i, t);
                 for (int p = 1; p < size; ++p) sum += value(p, static_cast<int>(b), i, t);
-                if (std::memcmp(&sum, &buffers[b][i], sizeof sum) != 0)
-                    fail(rank, "not the sum in rank order", static_cast<int>(b), i, t);
+                const float mine = value(rank, static_cast<int>(b), i, t);
+                const float* got = to_reader(b) ? &read[static_cast<std::size_t>(i)] : &buffers[b][i];
+                if (std::memcmp(&sum, got, sizeof sum) != 0)
+                    fail(rank, to_reader(b) ? "read_sum: not the sum in rank order" : "not the sum in rank order",
+                         static_cast<int>(b), i, t);
+                if (to_reader(b) && std::memcmp(&mine, &buffers[b][i], sizeof mine) != 0)
+                    fail(rank, "a buffer left to its readers is not what its process wrote", static_cast<int>(b), i, t);
             }
         }
-        if (!comm.parts(outside.data()).empty()) fail(rank, "parts of a buffer outside the space", -1, -1, t);
+        if (comm.read_sum(outside.data(), 1, read.data()))
+            fail(rank, "read_sum of a buffer outside the space", -1, -1, t);
         comm.all(true);  // every process has read the others' parts before they are written again
         for (std::size_t i = 0; i < outside.size(); ++i) {
             double sum = 0;

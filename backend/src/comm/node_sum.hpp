@@ -41,11 +41,12 @@ public:
 
     // Starts the sum of `data` (in `space`) over every process, in place; the buffer stays untouched until
     // `finish`, which waits for every sum started. With `leave_to_reader`, nothing is summed: the sum is
-    // complete once every process has started it, and whoever needs it adds the processes' buffers (`parts`)
+    // complete once every process has started it, and whoever needs it adds the processes' buffers (`add`)
     // itself, reading each once rather than this writing every one.
     void start(float* data, std::int64_t count, bool leave_to_reader = false);
-    // Every process's buffer at the place of `data` (in `space`), in rank order.
-    std::vector<const float*> parts(const float* data) const;
+    // The processes' `count` floats from `offset` in their spaces, added in rank order, into `out`: the sum's
+    // arithmetic, whoever does it.
+    void add(std::int64_t offset, std::int64_t count, float* out) const;
     void progress();
     std::vector<bool> test();  // which sums started since the last `finish` are complete, in their order
     void finish();

@@ -90,13 +90,14 @@ void Trainer::Impl::backward_layer(int index) {
             // complete here: its halo goes back to the neighbours while the weight gradient is computed.
             const bool send_now = overlap_of(index) && !is_input(&in) && !in.copy && in.readers == 1;
             if (send_now) start_scatter(in);
-            if (s.gathered)
-                filter_block_weight_gradient(s, index);
-            else
+            if (s.gathered) {
+                filter_block_weight_gradient(s, index);  // nothing to sum
+            } else {
                 conv.backward_weights(windowed_input(l, index, c.box), s.own().dy.interior(), s.dw.interior(),
                                       bias_gradient_of(s), w);
+                allreduce_gradients(s, speaks);
+            }
             if (send_now) finish_scatter(in);
-            if (!s.gathered) allreduce_gradients(s, speaks);
             break;
         }
         case OpKind::upsample: {

@@ -130,9 +130,8 @@ struct Trainer::Impl {
             Tensor x, dy;
         };
         std::unique_ptr<Gathered> gathered;
-        // Whether this step's sum of dw (db) over the holders was left to optimize, which adds the processes'
-        // shares of it as it updates its share (allreduce_gradients).
-        bool dw_by_update = false, db_by_update = false;
+        // Whether dw and db lie in memory where the holders sum them (place_gradients).
+        bool sums_in_node = false;
         // A convolution whose kernels asked for its weights in 16 x 16 blocks (ConvKernels::blocks_weights):
         // w, dw and their moments lie so (weight_blocks.hpp), plain only at the state's edges (state.cpp).
         bool blocked_weights = false;
@@ -456,6 +455,7 @@ struct Trainer::Impl {
     bool weight_gradient_by_filters(int index) const;
     void place_filter_blocks();
     void filter_block_weight_gradient(Slot& s, int index);
+    bool sum_left_to_update(const Slot& s) const;
     void allreduce_gradients(Slot& s, bool speaks);
     void update();
     void optimize();

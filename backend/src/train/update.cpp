@@ -56,6 +56,8 @@ void Trainer::Impl::place_gradients() {
         std::shared_ptr<float> held = group->summing_space(total(gradients));
         if (!held) continue;
         lay_out(gradients, held.get(), false);
+        for (Slot& s : slots)
+            if (&gradient_group(s) == group) s.sums_in_node = true;
         summing_spaces.push_back(std::move(held));
     }
 }
@@ -82,13 +84,18 @@ void Trainer::Impl::place_parameters() {
     }
 }
 
+// Whether the sum of a layer's weight gradients over their holders is left to the update: where the holders
+// share the parameters, each updating its share, and sum in node memory, the update adds the processes'
+// shares as it reads them, unless loss scaling must look at every sum first. (The pass that wrote the sums
+// into every process's buffer took 3.2 ms of mesh_stack_512's 245 ms step under H=2 on two cores; adding
+// them in the update made it some 2 ms longer.) A layer whose weight gradient is by filter blocks sums none.
+bool Trainer::Impl::sum_left_to_update(const Slot& s) const {
+    return s.shares_parameters && s.sums_in_node && !s.gathered && scaling.scale <= 0.0;
+}
+
 // Starts the sum of a layer's weight gradients over the processes that hold its weights (every process,
 // unless F or C parts split them in blocks); a replica that does not speak for its group adds zeros. Of the
 // C processes that hold partial sums, only the first has a bias gradient, so only its holders sum one.
-// Where the holders share the parameters, each updating its share, the sums are left to the update, which
-// adds the processes' shares as it reads them, unless loss scaling must look at every sum first. (The pass
-// that wrote the sums into every process's buffer took 3.2 ms of mesh_stack_512's 245 ms step under H=2 on
-// two cores; adding them in the update made it some 2 ms longer.)
 void Trainer::Impl::allreduce_gradients(Slot& s, bool speaks) {
     Comm& over = gradient_group(s);
     if (over.size() == 1) return;
@@ -108,14 +115,13 @@ void Trainer::Impl::allreduce_gradients(Slot& s, bool speaks) {
         const double t = now();
         profile.events.push_back(ProfileEvent{Kind::allreduce, Phase::backward, segment.layer, t, t, bytes});
     }
-    const bool by_update = s.shares_parameters && scaling.scale <= 0.0;
+    const bool left = sum_left_to_update(s);
     const auto start = [&](Tensor& g) {
-        if (by_update && over.start_sum_for_reader(g.data(), g.size())) return true;
-        over.start_allreduce(g.data(), g.size());
-        return false;
+        if (!left) return over.start_allreduce(g.data(), g.size());
+        DSL_INTERNAL_CHECK(over.start_sum_for_reader(g.data(), g.size()), "a gradient's sum left outside node memory");
     };
-    s.dw_by_update = start(s.dw);
-    s.db_by_update = bias && start(s.db);
+    start(s.dw);
+    if (bias) start(s.db);
 }
 
 // Loss scaling (GradScaler's unscale_ and update): the summed weight gradients divided by the scale, which
@@ -165,7 +171,7 @@ void Trainer::Impl::optimize() {
     for (Slot& s : slots) {
         if (s.w.size() == 0) continue;
         // Weights w with moments m (and Adam's v) and gradient g: this process's share where they are shared.
-        const auto step = [&](Tensor& w, Tensor& m, Tensor& v, const Tensor& g, bool by_update) {
+        const auto step = [&](Tensor& w, Tensor& m, Tensor& v, const Tensor& g, bool left) {
             if (w.size() == 0) return;
             std::int64_t first = 0, count = w.size();
             const Comm& group = gradient_group(s);
@@ -173,29 +179,20 @@ void Trainer::Impl::optimize() {
                 first = w.size() * group.rank() / group.size();
                 count = w.size() * (group.rank() + 1) / group.size() - first;
             }
-            if (!by_update) return update(w, m, v, g.data() + first, first, count);
-            // The processes' gradients, added in rank order a chunk at a time, each chunk updated while it
-            // is in the cache.
-            const std::vector<const float*> parts = group.parts(g.data());
-            DSL_INTERNAL_CHECK(parts.size() >= 2 && parts.size() == static_cast<std::size_t>(group.size()),
-                               "a sum left without its parts");
+            if (!left) return update(w, m, v, g.data() + first, first, count);
+            // The sum over the processes a chunk at a time, each chunk updated while it is in the cache.
             constexpr std::int64_t chunk = 16384;
             summed_chunk.resize(static_cast<std::size_t>(std::min(chunk, count)));
-            float* __restrict sum = summed_chunk.data();
             for (std::int64_t at = first; at < first + count; at += chunk) {
                 const std::int64_t n = std::min(chunk, first + count - at);
-                const float* __restrict a = parts[0] + at;
-                const float* __restrict b = parts[1] + at;
-                for (std::int64_t i = 0; i < n; ++i) sum[i] = a[i] + b[i];
-                for (std::size_t p = 2; p < parts.size(); ++p) {
-                    const float* __restrict c = parts[p] + at;
-                    for (std::int64_t i = 0; i < n; ++i) sum[i] += c[i];
-                }
-                update(w, m, v, sum, at, n);
+                DSL_INTERNAL_CHECK(group.read_sum(g.data() + at, n, summed_chunk.data()),
+                                   "a gradient's sum left outside node memory");
+                update(w, m, v, summed_chunk.data(), at, n);
             }
         };
-        step(s.w, s.mw, s.vw, s.dw, s.dw_by_update);
-        step(s.b, s.mb, s.vb, s.db, s.db_by_update);
+        const bool left = sum_left_to_update(s);
+        step(s.w, s.mw, s.vw, s.dw, left);
+        step(s.b, s.mb, s.vb, s.db, left && s.adds_bias);
     }
     if (shared) comm.all(true);
 }

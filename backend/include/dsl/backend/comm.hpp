@@ -49,13 +49,14 @@ public:
     // The buffers must stay untouched until then.
     virtual void start_allreduce(float* data, std::int64_t count) = 0;
     // The same for a buffer in this communicator's summing space, but leaving the adding to whoever reads the
-    // sum: once `finish_allreduces` has returned, every process's buffer is complete, and `parts` gives them
-    // in rank order, to be added in that order (start_allreduce's sums, to the bit); each process must leave
-    // its buffer untouched until the processes have met (`all`) after the readers are done. Where they read
-    // a share each, this writes nothing and the readers read every buffer once. False, starting nothing, where
-    // `data` is not in a summing space.
+    // sum: once `finish_allreduces` has returned, `read_sum` adds the processes' buffers (start_allreduce's
+    // sums, to the bit), and each process must leave its buffer untouched until the processes have met
+    // (`all`) after the readers are done. Where they read a share each, nothing is written and each buffer is
+    // read once. False, starting nothing, where `data` is not in a summing space.
     virtual bool start_sum_for_reader(float*, std::int64_t) { return false; }
-    virtual std::vector<const float*> parts(const float*) const { return {}; }
+    // The sum over the processes of `count` floats at `data` (in a summing space, left to its reader), into
+    // `out`; false where `data` is not in a summing space.
+    virtual bool read_sum(const float*, std::int64_t, float*) const { return false; }
     virtual void finish_allreduces() = 0;
     // Which of the allreduces started since the last `finish_allreduces` have completed (in the order they
     // were started), testing them without waiting; empty where the communicator cannot tell. Profiling asks,
