@@ -37,7 +37,7 @@ void pass_on(int signal) {
 
 // Runs argv (argv[0] found on PATH) and waits; `missing` is printed when it cannot be started. With a `filter`
 // (mpirun), its stderr goes there, and while it runs SIGINT, SIGTERM and SIGHUP are passed on to it: it ends
-// its processes, then this one ends by the signal.
+// its processes, then launch_mpi ends this one by the signal (`ended_by`), once it has tidied up.
 int spawn(std::vector<std::string> argv, const std::map<std::string, std::string>& env, const std::string& out,
           const std::string& missing, MpirunOutput* filter = nullptr) {
     std::vector<char*> c_args;
@@ -89,7 +89,6 @@ int spawn(std::vector<std::string> argv, const std::map<std::string, std::string
         ::sigaction(SIGINT, &old_int, nullptr);
         ::sigaction(SIGTERM, &old_term, nullptr);
         ::sigaction(SIGHUP, &old_hup, nullptr);
-        if (ended_by) ::raise(ended_by);  // as if it had come now, the run having ended
         if (WIFSIGNALED(status)) filter->mpirun_signal = WTERMSIG(status);
     }
     return WIFEXITED(status) ? WEXITSTATUS(status) : internal;
@@ -183,6 +182,34 @@ void MpirunOutput::line(const std::string& text) {
     std::cerr << all << std::flush;
 }
 
+namespace {
+
+// A folder of this launch's own for mpirun's session directory (its files for the job), removed when the
+// launch ends. Open MPI 4 keeps every job of a user under one /tmp/ompi.HOST.UID and removes it as a job
+// ends, so a run starting meanwhile (two dsl runs at once, or the test suite's) could fail to make its own
+// there (open-mpi/ompi#8510). Empty where one could not be made, or the user chose the place.
+class SessionFolder {
+public:
+    SessionFolder() {
+        if (std::getenv("OMPI_MCA_orte_tmpdir_base")) return;
+        const char* tmp = std::getenv("TMPDIR");
+        std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/dsl-mpi-XXXXXX";
+        if (::mkdtemp(pattern.data())) path_ = pattern;
+    }
+    ~SessionFolder() {
+        std::error_code ignored;
+        if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
+    }
+    SessionFolder(const SessionFolder&) = delete;
+    SessionFolder& operator=(const SessionFolder&) = delete;
+    const std::string& path() const { return path_; }
+
+private:
+    std::string path_;
+};
+
+}  // namespace
+
 int launch_mpi(std::int64_t procs, const std::vector<std::string>& args) {
     const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
     const int threads = threads_per_process(procs);
@@ -194,14 +221,20 @@ int launch_mpi(std::int64_t procs, const std::vector<std::string>& args) {
     // One process per core, bound to it; several threads per process share the machine unbound.
     argv.insert(argv.end(), {"--bind-to", threads == 1 && procs <= static_cast<std::int64_t>(cores) ? "core" : "none"});
     if (!std::getenv("OMP_NUM_THREADS")) argv.insert(argv.end(), {"-x", fmt::format("OMP_NUM_THREADS={}", threads)});
-    argv.push_back(self_path());
-    argv.insert(argv.end(), args.begin(), args.end());
     MpirunOutput output;
-    const int code = spawn(argv, {}, "",
-                           fmt::format("error: cannot start mpirun ({{}}): install Open MPI (openmpi-bin), or start "
-                                       "the run with 'mpirun -np {} dsl ...'\n",
-                                       procs),
-                           &output);
+    int code = 0;
+    {
+        const SessionFolder session;
+        if (!session.path().empty()) argv.insert(argv.end(), {"--mca", "orte_tmpdir_base", session.path()});
+        argv.push_back(self_path());
+        argv.insert(argv.end(), args.begin(), args.end());
+        code = spawn(argv, {}, "",
+                     fmt::format("error: cannot start mpirun ({{}}): install Open MPI (openmpi-bin), or start "
+                                 "the run with 'mpirun -np {} dsl ...'\n",
+                                 procs),
+                     &output);
+    }
+    if (ended_by) ::raise(ended_by);  // as if it had come now, the run having ended
     if (output.death) {
         const auto& d = *output.death;
         const std::string who = fmt::format("process {} of {} (on host {})", d.rank, procs, d.host);
