@@ -5,6 +5,7 @@
 // predicted step.
 #include "common.hpp"
 
+#include <dsl/backend/kinds.hpp>
 #include <dsl/frontend/passes.hpp>
 #include <dsl/scheduler/autoschedule.hpp>
 #include <dsl/scheduler/model.hpp>
@@ -32,7 +33,7 @@ Outcome schedule(const frontend::Network& net, const scheduler::Platform& platfo
     const auto t0 = Clock::now();
     const std::clock_t c0 = std::clock();
     // The model is built inside the timing: it is part of what `dsl schedule` does.
-    scheduler::Model model(net, platform, procs, batch);
+    scheduler::Model model(net, platform, procs, batch, backend::kind_costs());
     // Channel and filter parts as the command line searches them.
     const scheduler::AutoResult result =
         search_open(net, model, procs, batch, method, scheduler::channel_parts_on(platform));

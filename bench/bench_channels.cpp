@@ -4,6 +4,7 @@
 // predicted step, speedup over one GPU, and the layers that split their channels.
 #include "common.hpp"
 
+#include <dsl/backend/kinds.hpp>
 #include <dsl/frontend/passes.hpp>
 #include <dsl/scheduler/autoschedule.hpp>
 #include <dsl/scheduler/model.hpp>
@@ -28,7 +29,7 @@ struct Outcome {
 
 Outcome schedule(const frontend::Network& net, const scheduler::Platform& platform, std::int64_t procs,
                  std::int64_t batch, std::int64_t channel_parts) {
-    const scheduler::Model model(net, platform, procs, batch);
+    const scheduler::Model model(net, platform, procs, batch, backend::kind_costs());
     const scheduler::AutoResult result =
         search_open(net, model, procs, batch, scheduler::SearchMethod::frontier, channel_parts);
     Outcome o;

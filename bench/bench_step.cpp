@@ -89,6 +89,13 @@ private:
         std::function<void()> run;
     };
     using Steps = std::vector<Step>;
+    struct Layering;
+    std::string input(const Layering& b);
+    std::string label(const Layering& b);
+    std::string conv(const Layering& b);
+    std::string batchnorm(const Layering& b);
+    std::string relu(const Layering& b);
+    std::string pixel_cross_entropy(const Layering& b);
     struct Param {
         memory w, dw;
         std::vector<float> m;
@@ -147,7 +154,24 @@ private:
     float lr_ = 0.01f, momentum_ = 0.9f, decay_ = 0.0001f;
 };
 
+// A layer's part of the baseline: its forward steps, and its backward's (reorders before and after the main
+// primitives).
+struct Baseline::Layering {
+    std::size_t i, in;  // the layer, and its first input
+    const Layer& l;
+    bool input_is_data;
+    const backend::SyntheticData& data;
+    Steps &fwd, &pre, &main, &post;
+};
+
 std::string Baseline::build() {
+    // The kinds the baseline writes by hand, a builder each.
+    using Builder = std::string (Baseline::*)(const Layering&);
+    static const std::vector<std::pair<OpKind, Builder>> builders{
+        {OpKind::input, &Baseline::input}, {OpKind::label, &Baseline::label},
+        {OpKind::conv, &Baseline::conv},   {OpKind::batchnorm, &Baseline::batchnorm},
+        {OpKind::relu, &Baseline::relu},   {OpKind::pixel_cross_entropy, &Baseline::pixel_cross_entropy},
+    };
     const auto& layers = net_.layers;
     std::vector<int> readers(layers.size(), 0);
     for (const Layer& l : layers)
@@ -160,178 +184,220 @@ std::string Baseline::build() {
     momentum_ = static_cast<float>(net_.train.momentum.value_or(0.9));
     decay_ = static_cast<float>(net_.train.weight_decay.value_or(0.0));
     const auto data = backend::synthetic_for(net_, 0);
-    const auto f32 = memory::data_type::f32;
 
     for (std::size_t i = 0; i < layers.size(); ++i) {
         const Layer& l = layers[i];
         for (int in : l.inputs)
             if (readers[static_cast<std::size_t>(in)] > 1) return "a tensor with several readers: " + l.name;
-        Steps& fwd = forward_[i];
         Steps pre, main, post;  // this layer's backward, run in this order
         const auto in = l.inputs.empty() ? std::size_t{0} : static_cast<std::size_t>(l.inputs[0]);
         const bool input_is_data = !l.inputs.empty() && layers[in].op == OpKind::input;
-        switch (l.op) {
-            case OpKind::input: {
-                const auto d = dims_of(l);
-                y_[i] = memory({d, f32, memory::format_tag::nchw}, engine_);
-                input_stage_.resize(static_cast<std::size_t>(d[0] * d[1] * d[2] * d[3]));
-                data.fill_inputs(0, 0, backend::Index{0, 0},
-                                 backend::dense_view(input_stage_.data(), Dims{d[0], d[1], {d[2], d[3]}}));
-                fwd.push_back({"data (copy into the input tile)", [this, i] {
-                                   std::memcpy(y_[i].get_data_handle(), input_stage_.data(),
-                                               input_stage_.size() * sizeof(float));
-                               }});
-                break;
-            }
-            case OpKind::label: {
-                const auto& d = l.shape.dims;
-                if (d.size() != 2) return "a label that is not a map of pixels: " + l.name;
-                labels_.resize(static_cast<std::size_t>(batch_ * d[0] * d[1]));
-                data.fill_labels(0, backend::Index{0, 0},
-                                 backend::dense_view(labels_.data(), Dims{batch_, 1, {d[0], d[1]}}));
-                break;
-            }
-            case OpKind::conv: {
-                const memory::dims x = dims_of(layers[in]), y = dims_of(l);
-                const memory::dims w{l.filters, x[1], l.kernel[0], l.kernel[1]};
-                const memory::dims strides{l.stride[0], l.stride[1]}, dil{l.dilation[0] - 1, l.dilation[1] - 1};
-                const memory::dims pad_l{l.pad[0], l.pad[1]};
-                memory::dims pad_r(2);
-                for (int d = 0; d < 2; ++d)
-                    pad_r[static_cast<std::size_t>(d)] = (y[2 + d] - 1) * strides[static_cast<std::size_t>(d)] +
-                                                         (dil[static_cast<std::size_t>(d)] + 1) * (w[2 + d] - 1) + 1 -
-                                                         x[2 + d] - pad_l[static_cast<std::size_t>(d)];
-                const auto any = memory::format_tag::any;
-                const memory::desc src(x, f32, any), wd(w, f32, any), dst(y, f32, any),
-                    bias({l.filters}, f32, memory::format_tag::x);
-                const auto alg = dnnl::algorithm::convolution_direct;
-                const auto fd = l.bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, src,
-                                                                         wd, bias, dst, strides, dil, pad_l, pad_r)
-                                       : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, src,
-                                                                         wd, dst, strides, dil, pad_l, pad_r);
-                const dnnl::convolution_forward::primitive_desc pd(fd, engine_);
-                const memory xs = to(y_[in], pd.src_desc(), fwd);
-                const float fan_in = static_cast<float>(x[1] * w[2] * w[3]);
-                const memory wm =
-                    param(pd.weights_desc(), std::sqrt(3.0f / fan_in), 0.0f, static_cast<std::uint32_t>(i));
-                const memory& dwm = params_.back().dw;
-                std::optional<memory> bm, dbm;
-                if (l.bias)
-                    bm = param(bias, 0.01f, 0.0f, static_cast<std::uint32_t>(i + 1000)), dbm = params_.back().dw;
-                y_[i] = memory(pd.dst_desc(), engine_);
-                dy_[i] = memory(pd.dst_desc(), engine_);
-                std::unordered_map<int, memory> args{{DNNL_ARG_SRC, xs}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, y_[i]}};
-                if (bm) args[DNNL_ARG_BIAS] = *bm;
-                prim(fwd, "conv.forward", dnnl::convolution_forward(pd), args);
-
-                const auto bwd =
-                    l.bias
-                        ? dnnl::convolution_backward_weights::desc(alg, src, wd, bias, dst, strides, dil, pad_l, pad_r)
-                        : dnnl::convolution_backward_weights::desc(alg, src, wd, dst, strides, dil, pad_l, pad_r);
-                const dnnl::convolution_backward_weights::primitive_desc wpd(bwd, engine_, pd);
-                std::unordered_map<int, memory> wargs{
-                    {DNNL_ARG_SRC, to(xs, wpd.src_desc(), pre)},
-                    {DNNL_ARG_DIFF_DST, to(dy_[i], wpd.diff_dst_desc(), pre)},
-                    {DNNL_ARG_DIFF_WEIGHTS, into(dwm, wpd.diff_weights_desc(), post)}};
-                if (dbm) wargs[DNNL_ARG_DIFF_BIAS] = *dbm;
-                prim(main, "conv.backward_weights", dnnl::convolution_backward_weights(wpd), wargs);
-                if (!input_is_data) {
-                    const dnnl::convolution_backward_data::desc dd(alg, src, wd, dst, strides, dil, pad_l, pad_r);
-                    const dnnl::convolution_backward_data::primitive_desc dpd(dd, engine_, pd);
-                    prim(main, "conv.backward_data", dnnl::convolution_backward_data(dpd),
-                         {{DNNL_ARG_DIFF_DST, to(dy_[i], dpd.diff_dst_desc(), pre)},
-                          {DNNL_ARG_WEIGHTS, to(wm, dpd.weights_desc(), pre)},
-                          {DNNL_ARG_DIFF_SRC, into(dy_[in], dpd.diff_src_desc(), post)}});
-                }
-                break;
-            }
-            case OpKind::batchnorm: {
-                const memory::desc d = y_[in].get_desc();
-                const auto flags = dnnl::normalization_flags::use_scale_shift;
-                const auto eps = static_cast<float>(l.eps);
-                const dnnl::batch_normalization_forward::primitive_desc pd(
-                    {dnnl::prop_kind::forward_training, d, eps, flags}, engine_);
-                // Scale 1, shift 0 (the layout is [2, C]: the first C are the scales).
-                const memory ss = param(pd.weights_desc(), 0.0f, 0.0f, 0);
-                std::fill_n(static_cast<float*>(ss.get_data_handle()), l.shape.dims[0], 1.0f);
-                const memory& dss = params_.back().dw;
-                const memory mean(pd.mean_desc(), engine_), var(pd.variance_desc(), engine_);
-                y_[i] = memory(pd.dst_desc(), engine_);
-                dy_[i] = memory(pd.dst_desc(), engine_);
-                prim(fwd, "batchnorm.forward", dnnl::batch_normalization_forward(pd),
-                     {{DNNL_ARG_SRC, y_[in]},
-                      {DNNL_ARG_SCALE_SHIFT, ss},
-                      {DNNL_ARG_MEAN, mean},
-                      {DNNL_ARG_VARIANCE, var},
-                      {DNNL_ARG_DST, y_[i]}});
-                const dnnl::batch_normalization_backward::primitive_desc bpd(
-                    {dnnl::prop_kind::backward, pd.dst_desc(), d, eps, flags}, engine_, pd);
-                // The data's gradient is computed even when the input is the data: oneDNN has no flag to skip it.
-                const memory dx = input_is_data ? memory(d, engine_) : dy_[in];
-                prim(main, "batchnorm.backward", dnnl::batch_normalization_backward(bpd),
-                     {{DNNL_ARG_SRC, y_[in]},
-                      {DNNL_ARG_MEAN, mean},
-                      {DNNL_ARG_VARIANCE, var},
-                      {DNNL_ARG_SCALE_SHIFT, ss},
-                      {DNNL_ARG_DIFF_DST, to(dy_[i], bpd.diff_dst_desc(), pre)},
-                      {DNNL_ARG_DIFF_SRC, into(dx, bpd.diff_src_desc(), post)},
-                      {DNNL_ARG_DIFF_SCALE_SHIFT, into(dss, bpd.diff_weights_desc(), post)}});
-                break;
-            }
-            case OpKind::relu: {
-                const memory::desc d = y_[in].get_desc();
-                const dnnl::eltwise_forward::primitive_desc pd(
-                    {dnnl::prop_kind::forward_training, dnnl::algorithm::eltwise_relu, d, 0.0f, 0.0f}, engine_);
-                y_[i] = memory(pd.dst_desc(), engine_);
-                dy_[i] = memory(pd.dst_desc(), engine_);
-                prim(fwd, "activation.forward", dnnl::eltwise_forward(pd),
-                     {{DNNL_ARG_SRC, y_[in]}, {DNNL_ARG_DST, y_[i]}});
-                if (input_is_data) break;
-                const dnnl::eltwise_backward::primitive_desc bpd({dnnl::algorithm::eltwise_relu, d, d, 0.0f, 0.0f},
-                                                                 engine_, pd);
-                prim(main, "activation.backward", dnnl::eltwise_backward(bpd),
-                     {{DNNL_ARG_SRC, y_[in]},
-                      {DNNL_ARG_DIFF_DST, to(dy_[i], bpd.diff_dst_desc(), pre)},
-                      {DNNL_ARG_DIFF_SRC, into(dy_[in], bpd.diff_src_desc(), post)}});
-                break;
-            }
-            case OpKind::pixel_cross_entropy: {
-                const memory::dims d = dims_of(layers[in]);
-                const memory::desc plain(d, f32, memory::format_tag::nchw);
-                const memory lp = to(y_[in], plain, fwd);
-                const memory dlp = into(dy_[in], plain, main);
-                const double count = static_cast<double>(d[0] * d[2] * d[3]);
-                fwd.push_back({"loss.cross_entropy", [this, lp, dlp, d, count] {
-                                   const auto* x = static_cast<const float*>(lp.get_data_handle());
-                                   auto* g = static_cast<float*>(dlp.get_data_handle());
-                                   const std::int64_t k = d[1], plane = d[2] * d[3];
-                                   const auto scale = static_cast<float>(1.0 / count);
-                                   double sum = 0.0;
-                                   for (std::int64_t n = 0; n < d[0]; ++n)
-                                       for (std::int64_t p = 0; p < plane; ++p) {
-                                           const float* xp = x + n * k * plane + p;
-                                           float* gp = g + n * k * plane + p;
-                                           float mx = xp[0];
-                                           for (std::int64_t c = 1; c < k; ++c) mx = std::max(mx, xp[c * plane]);
-                                           double z = 0.0;
-                                           for (std::int64_t c = 0; c < k; ++c) z += std::exp(xp[c * plane] - mx);
-                                           const std::int32_t label = labels_[static_cast<std::size_t>(n * plane + p)];
-                                           sum += std::log(z) - (xp[label * plane] - mx);
-                                           for (std::int64_t c = 0; c < k; ++c)
-                                               gp[c * plane] = static_cast<float>(
-                                                   (std::exp(xp[c * plane] - mx) / z - (c == label ? 1.0 : 0.0)) *
-                                                   scale);
-                                       }
-                                   loss_ = sum / count;
-                               }});
-                break;
-            }
-            default: return std::string("layer kind '") + frontend::op_name(l.op) + "' (" + l.name + ")";
-        }
+        const auto builder =
+            std::find_if(builders.begin(), builders.end(), [&](const auto& b) { return b.first == l.op; });
+        if (builder == builders.end())
+            return std::string("layer kind '") + frontend::op_name(l.op) + "' (" + l.name + ")";
+        const std::string unsupported =
+            (this->*builder->second)(Layering{i, in, l, input_is_data, data, forward_[i], pre, main, post});
+        if (!unsupported.empty()) return unsupported;
         backward_[i].insert(backward_[i].end(), pre.begin(), pre.end());
         backward_[i].insert(backward_[i].end(), main.begin(), main.end());
         backward_[i].insert(backward_[i].end(), post.begin(), post.end());
     }
+    return {};
+}
+
+// The data, made once and copied into the input tile every step.
+std::string Baseline::input(const Layering& b) {
+    const auto i = b.i;
+    const auto& l = b.l;
+    const auto& data = b.data;
+    auto& fwd = b.fwd;
+    const auto f32 = memory::data_type::f32;
+    const auto d = dims_of(l);
+    y_[i] = memory({d, f32, memory::format_tag::nchw}, engine_);
+    input_stage_.resize(static_cast<std::size_t>(d[0] * d[1] * d[2] * d[3]));
+    data.fill_inputs(0, 0, backend::Index{0, 0},
+                     backend::dense_view(input_stage_.data(), Dims{d[0], d[1], {d[2], d[3]}}));
+    fwd.push_back({"data (copy into the input tile)", [this, i] {
+                       std::memcpy(y_[i].get_data_handle(), input_stage_.data(), input_stage_.size() * sizeof(float));
+                   }});
+    return {};
+}
+
+// A label per pixel, made once.
+std::string Baseline::label(const Layering& b) {
+    const auto& l = b.l;
+    const auto& data = b.data;
+    const auto& d = l.shape.dims;
+    if (d.size() != 2) return "a label that is not a map of pixels: " + l.name;
+    labels_.resize(static_cast<std::size_t>(batch_ * d[0] * d[1]));
+    data.fill_labels(0, backend::Index{0, 0}, backend::dense_view(labels_.data(), Dims{batch_, 1, {d[0], d[1]}}));
+    return {};
+}
+
+// A convolution: forward, backward weights and (unless its input is the data) backward data.
+std::string Baseline::conv(const Layering& b) {
+    const auto i = b.i;
+    const auto in = b.in;
+    const auto& l = b.l;
+    const auto input_is_data = b.input_is_data;
+    auto& fwd = b.fwd;
+    auto& pre = b.pre;
+    auto& main = b.main;
+    auto& post = b.post;
+    const auto& layers = net_.layers;
+    const auto f32 = memory::data_type::f32;
+    const memory::dims x = dims_of(layers[in]), y = dims_of(l);
+    const memory::dims w{l.filters, x[1], l.kernel[0], l.kernel[1]};
+    const memory::dims strides{l.stride[0], l.stride[1]}, dil{l.dilation[0] - 1, l.dilation[1] - 1};
+    const memory::dims pad_l{l.pad[0], l.pad[1]};
+    memory::dims pad_r(2);
+    for (int d = 0; d < 2; ++d)
+        pad_r[static_cast<std::size_t>(d)] = (y[2 + d] - 1) * strides[static_cast<std::size_t>(d)] +
+                                             (dil[static_cast<std::size_t>(d)] + 1) * (w[2 + d] - 1) + 1 - x[2 + d] -
+                                             pad_l[static_cast<std::size_t>(d)];
+    const auto any = memory::format_tag::any;
+    const memory::desc src(x, f32, any), wd(w, f32, any), dst(y, f32, any),
+        bias({l.filters}, f32, memory::format_tag::x);
+    const auto alg = dnnl::algorithm::convolution_direct;
+    const auto fd = l.bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, src, wd, bias, dst,
+                                                             strides, dil, pad_l, pad_r)
+                           : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, src, wd, dst,
+                                                             strides, dil, pad_l, pad_r);
+    const dnnl::convolution_forward::primitive_desc pd(fd, engine_);
+    const memory xs = to(y_[in], pd.src_desc(), fwd);
+    const float fan_in = static_cast<float>(x[1] * w[2] * w[3]);
+    const memory wm = param(pd.weights_desc(), std::sqrt(3.0f / fan_in), 0.0f, static_cast<std::uint32_t>(i));
+    const memory& dwm = params_.back().dw;
+    std::optional<memory> bm, dbm;
+    if (l.bias) bm = param(bias, 0.01f, 0.0f, static_cast<std::uint32_t>(i + 1000)), dbm = params_.back().dw;
+    y_[i] = memory(pd.dst_desc(), engine_);
+    dy_[i] = memory(pd.dst_desc(), engine_);
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, xs}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, y_[i]}};
+    if (bm) args[DNNL_ARG_BIAS] = *bm;
+    prim(fwd, "conv.forward", dnnl::convolution_forward(pd), args);
+
+    const auto bwd = l.bias
+                         ? dnnl::convolution_backward_weights::desc(alg, src, wd, bias, dst, strides, dil, pad_l, pad_r)
+                         : dnnl::convolution_backward_weights::desc(alg, src, wd, dst, strides, dil, pad_l, pad_r);
+    const dnnl::convolution_backward_weights::primitive_desc wpd(bwd, engine_, pd);
+    std::unordered_map<int, memory> wargs{{DNNL_ARG_SRC, to(xs, wpd.src_desc(), pre)},
+                                          {DNNL_ARG_DIFF_DST, to(dy_[i], wpd.diff_dst_desc(), pre)},
+                                          {DNNL_ARG_DIFF_WEIGHTS, into(dwm, wpd.diff_weights_desc(), post)}};
+    if (dbm) wargs[DNNL_ARG_DIFF_BIAS] = *dbm;
+    prim(main, "conv.backward_weights", dnnl::convolution_backward_weights(wpd), wargs);
+    if (!input_is_data) {
+        const dnnl::convolution_backward_data::desc dd(alg, src, wd, dst, strides, dil, pad_l, pad_r);
+        const dnnl::convolution_backward_data::primitive_desc dpd(dd, engine_, pd);
+        prim(main, "conv.backward_data", dnnl::convolution_backward_data(dpd),
+             {{DNNL_ARG_DIFF_DST, to(dy_[i], dpd.diff_dst_desc(), pre)},
+              {DNNL_ARG_WEIGHTS, to(wm, dpd.weights_desc(), pre)},
+              {DNNL_ARG_DIFF_SRC, into(dy_[in], dpd.diff_src_desc(), post)}});
+    }
+    return {};
+}
+
+// Batch norm with scale and shift, statistics over the mini-batch.
+std::string Baseline::batchnorm(const Layering& b) {
+    const auto i = b.i;
+    const auto in = b.in;
+    const auto& l = b.l;
+    const auto input_is_data = b.input_is_data;
+    auto& fwd = b.fwd;
+    auto& pre = b.pre;
+    auto& main = b.main;
+    auto& post = b.post;
+    const memory::desc d = y_[in].get_desc();
+    const auto flags = dnnl::normalization_flags::use_scale_shift;
+    const auto eps = static_cast<float>(l.eps);
+    const dnnl::batch_normalization_forward::primitive_desc pd({dnnl::prop_kind::forward_training, d, eps, flags},
+                                                               engine_);
+    // Scale 1, shift 0 (the layout is [2, C]: the first C are the scales).
+    const memory ss = param(pd.weights_desc(), 0.0f, 0.0f, 0);
+    std::fill_n(static_cast<float*>(ss.get_data_handle()), l.shape.dims[0], 1.0f);
+    const memory& dss = params_.back().dw;
+    const memory mean(pd.mean_desc(), engine_), var(pd.variance_desc(), engine_);
+    y_[i] = memory(pd.dst_desc(), engine_);
+    dy_[i] = memory(pd.dst_desc(), engine_);
+    prim(fwd, "batchnorm.forward", dnnl::batch_normalization_forward(pd),
+         {{DNNL_ARG_SRC, y_[in]},
+          {DNNL_ARG_SCALE_SHIFT, ss},
+          {DNNL_ARG_MEAN, mean},
+          {DNNL_ARG_VARIANCE, var},
+          {DNNL_ARG_DST, y_[i]}});
+    const dnnl::batch_normalization_backward::primitive_desc bpd(
+        {dnnl::prop_kind::backward, pd.dst_desc(), d, eps, flags}, engine_, pd);
+    // The data's gradient is computed even when the input is the data: oneDNN has no flag to skip it.
+    const memory dx = input_is_data ? memory(d, engine_) : dy_[in];
+    prim(main, "batchnorm.backward", dnnl::batch_normalization_backward(bpd),
+         {{DNNL_ARG_SRC, y_[in]},
+          {DNNL_ARG_MEAN, mean},
+          {DNNL_ARG_VARIANCE, var},
+          {DNNL_ARG_SCALE_SHIFT, ss},
+          {DNNL_ARG_DIFF_DST, to(dy_[i], bpd.diff_dst_desc(), pre)},
+          {DNNL_ARG_DIFF_SRC, into(dx, bpd.diff_src_desc(), post)},
+          {DNNL_ARG_DIFF_SCALE_SHIFT, into(dss, bpd.diff_weights_desc(), post)}});
+    return {};
+}
+
+// ReLU, into a buffer of its own.
+std::string Baseline::relu(const Layering& b) {
+    const auto i = b.i;
+    const auto in = b.in;
+    const auto input_is_data = b.input_is_data;
+    auto& fwd = b.fwd;
+    auto& pre = b.pre;
+    auto& main = b.main;
+    auto& post = b.post;
+    const memory::desc d = y_[in].get_desc();
+    const dnnl::eltwise_forward::primitive_desc pd(
+        {dnnl::prop_kind::forward_training, dnnl::algorithm::eltwise_relu, d, 0.0f, 0.0f}, engine_);
+    y_[i] = memory(pd.dst_desc(), engine_);
+    dy_[i] = memory(pd.dst_desc(), engine_);
+    prim(fwd, "activation.forward", dnnl::eltwise_forward(pd), {{DNNL_ARG_SRC, y_[in]}, {DNNL_ARG_DST, y_[i]}});
+    if (input_is_data) return {};
+    const dnnl::eltwise_backward::primitive_desc bpd({dnnl::algorithm::eltwise_relu, d, d, 0.0f, 0.0f}, engine_, pd);
+    prim(main, "activation.backward", dnnl::eltwise_backward(bpd),
+         {{DNNL_ARG_SRC, y_[in]},
+          {DNNL_ARG_DIFF_DST, to(dy_[i], bpd.diff_dst_desc(), pre)},
+          {DNNL_ARG_DIFF_SRC, into(dy_[in], bpd.diff_src_desc(), post)}});
+    return {};
+}
+
+// Softmax cross-entropy per pixel, a plain loop over NCHW copies of the logits and their gradient.
+std::string Baseline::pixel_cross_entropy(const Layering& b) {
+    const auto in = b.in;
+    auto& fwd = b.fwd;
+    auto& main = b.main;
+    const auto& layers = net_.layers;
+    const auto f32 = memory::data_type::f32;
+    const memory::dims d = dims_of(layers[in]);
+    const memory::desc plain(d, f32, memory::format_tag::nchw);
+    const memory lp = to(y_[in], plain, fwd);
+    const memory dlp = into(dy_[in], plain, main);
+    const double count = static_cast<double>(d[0] * d[2] * d[3]);
+    fwd.push_back({"loss.cross_entropy", [this, lp, dlp, d, count] {
+                       const auto* x = static_cast<const float*>(lp.get_data_handle());
+                       auto* g = static_cast<float*>(dlp.get_data_handle());
+                       const std::int64_t k = d[1], plane = d[2] * d[3];
+                       const auto scale = static_cast<float>(1.0 / count);
+                       double sum = 0.0;
+                       for (std::int64_t n = 0; n < d[0]; ++n)
+                           for (std::int64_t p = 0; p < plane; ++p) {
+                               const float* xp = x + n * k * plane + p;
+                               float* gp = g + n * k * plane + p;
+                               float mx = xp[0];
+                               for (std::int64_t c = 1; c < k; ++c) mx = std::max(mx, xp[c * plane]);
+                               double z = 0.0;
+                               for (std::int64_t c = 0; c < k; ++c) z += std::exp(xp[c * plane] - mx);
+                               const std::int32_t label = labels_[static_cast<std::size_t>(n * plane + p)];
+                               sum += std::log(z) - (xp[label * plane] - mx);
+                               for (std::int64_t c = 0; c < k; ++c)
+                                   gp[c * plane] = static_cast<float>(
+                                       (std::exp(xp[c * plane] - mx) / z - (c == label ? 1.0 : 0.0)) * scale);
+                           }
+                       loss_ = sum / count;
+                   }});
     return {};
 }
 

@@ -16,6 +16,7 @@
 #include <dsl/backend/comm.hpp>
 #include <dsl/backend/data.hpp>
 #include <dsl/backend/gpu.hpp>
+#include <dsl/backend/kinds.hpp>
 #include <dsl/scheduler/kernel_names.hpp>
 
 #include <dsl/base/error.hpp>
@@ -94,7 +95,7 @@ std::map<int, std::set<std::string>> keys_by_threads(const frontend::Network& ne
     if (o.float16 && o.gpu()) sixteen.push_back(scheduler::Precision::float16);
     for (std::int64_t procs : o.procs)
         for (std::int64_t batch : o.batches) {
-            scheduler::Model model(net, base, procs, batch);
+            scheduler::Model model(net, base, procs, batch, backend::kind_costs());
             auto& keys = out[model.threads()];
             for (std::size_t i = 0; i < net.layers.size(); ++i) {
                 const auto& l = net.layers[i];
@@ -228,8 +229,8 @@ int profile_worker(const CalibrateOptions& o) {
                      key->kernel == scheduler::update_kernel));
         it = derived ? measured_so_far->times.erase(it) : std::next(it);
     }
-    const scheduler::Model model(net, this_machine(*measured_so_far, o.gpu()), procs, batch);
-    scheduler::Model kernels_alone(net, this_machine(*measured_so_far, o.gpu()), procs, batch);
+    const scheduler::Model model(net, this_machine(*measured_so_far, o.gpu()), procs, batch, backend::kind_costs());
+    scheduler::Model kernels_alone(net, this_machine(*measured_so_far, o.gpu()), procs, batch, backend::kind_costs());
     kernels_alone.use_raw_kernels(true);
     // Per layer kind, direction and tile size: training's time and the kernels' alone, summed over every
     // layer of every run, so that the factor reproduces the runs' totals.
@@ -422,7 +423,7 @@ void estimate(Needed& n, const frontend::Network& net, const scheduler::Platform
         n.kernel_seconds[threads] = t;
     }
     for (std::int64_t procs : n.comm) {
-        const scheduler::Model model(net, platform, procs, 1);
+        const scheduler::Model model(net, platform, procs, 1, backend::kind_costs());
         double t = mpirun_start;
         // The sizes of backend::time_communication: 8 bytes, 4 times more each, and the largest.
         std::vector<double> sizes;
@@ -436,7 +437,7 @@ void estimate(Needed& n, const frontend::Network& net, const scheduler::Platform
         n.comm_seconds[procs] = t;
     }
     for (const auto& [procs, batch] : n.profiles) {
-        const scheduler::Model model(net, platform, procs, batch);
+        const scheduler::Model model(net, platform, procs, batch, backend::kind_costs());
         // A step under the first split each layer can run, as a measure of every split's.
         double step = 0.0;
         for (std::size_t i = 0; i < net.layers.size(); ++i) {
@@ -476,8 +477,8 @@ Needed needed(const frontend::Network& net, const scheduler::Platform& platform,
             for (const auto& [threads, keys] : keys_by_threads(net, platform, one, &per_call))
                 for (const std::string& k : keys)
                     if (!has(k)) n.kernels[threads].insert(k), fresh = true;
-            if (o.in_situ && (fresh || !has(scheduler::Model(net, platform, procs, batch).update_key())))
-                n.profiles.emplace_back(procs, batch);
+            const scheduler::Model model(net, platform, procs, batch, backend::kind_costs());
+            if (o.in_situ && (fresh || !has(model.update_key()))) n.profiles.emplace_back(procs, batch);
         }
         if (procs > 1 && !has_any(scheduler::allreduce_kernel + std::string(" "), fmt::format(" procs={}", procs)))
             n.comm.push_back(procs);

@@ -4,6 +4,7 @@
 #include "planning.hpp"
 #include "trace.hpp"
 
+#include <dsl/backend/kinds.hpp>
 #include <dsl/base/error.hpp>
 
 #include <fmt/format.h>
@@ -55,7 +56,7 @@ int run_explain(const ExplainOptions& o) {
                                    {"processes", *s.procs},
                                    {"platform", platform.platform.path},
                                    {"platform_figures", platform_source(platform)}};
-        const scheduler::Model model(net, platform.platform, *s.procs, batch);
+        const scheduler::Model model(net, platform.platform, *s.procs, batch, backend::kind_costs());
         const std::string text =
             trace_text(net, {{predicted_step(net, p, model.drift())}},
                        {fmt::format("predicted: the busiest of {} processes", *s.procs)}, "dsl explain", about);

@@ -3,6 +3,7 @@
 #include "commands.hpp"
 #include "planning.hpp"
 
+#include <dsl/backend/kinds.hpp>
 #include <dsl/base/error.hpp>
 
 #include <fmt/format.h>
@@ -60,7 +61,7 @@ int run_schedule(const ScheduleOptions& o) {
         throw UserError(why);
     }
     const auto t0 = std::chrono::steady_clock::now();
-    scheduler::Model model(net, platform.platform, procs, batch);
+    scheduler::Model model(net, platform.platform, procs, batch, backend::kind_costs());
     const auto result =
         fill_schedule(net, s, model, procs, batch, why,
                       o.method == "paper" ? scheduler::SearchMethod::paper : scheduler::SearchMethod::frontier);

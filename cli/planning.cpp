@@ -4,6 +4,7 @@
 #include "machine.hpp"
 
 #include <dsl/backend/kernels.hpp>
+#include <dsl/backend/kinds.hpp>
 #include <dsl/base/whole_file.hpp>
 
 #include <fmt/format.h>
@@ -190,7 +191,7 @@ std::optional<scheduler::AutoResult> fill_schedule(const frontend::Network& net,
 
 std::optional<Planned> plan(const frontend::Network& net, const scheduler::Platform& platform, scheduler::Schedule s,
                             std::int64_t batch, std::string& why) {
-    const scheduler::Model model(net, platform, *s.procs, batch);
+    const scheduler::Model model(net, platform, *s.procs, batch, backend::kind_costs());
     Planned out;
     out.filled = has_open_fields(net, s);
     if (out.filled) {

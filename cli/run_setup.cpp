@@ -7,6 +7,7 @@
 #include "planning.hpp"
 
 #include <dsl/backend/gpu.hpp>
+#include <dsl/backend/kinds.hpp>
 #include <dsl/base/error.hpp>
 
 #include <fmt/format.h>
@@ -100,7 +101,7 @@ std::optional<scheduler::Schedule> auto_schedule(const Checked& c, const RunOpti
     }
     const std::int64_t batch = run_batch(c, o);
     if (!measure_local(*platform, o.net, net, {procs}, batch, why, multiplies_in_bfloat16(net, s))) return std::nullopt;
-    scheduler::Model model(net, platform->platform, procs, batch);
+    scheduler::Model model(net, platform->platform, procs, batch, backend::kind_costs());
     const auto result = fill_schedule(net, s, model, procs, batch, why);
     if (!result) return std::nullopt;
     // Said once: by the process that trains, not by the one that starts the others under mpirun.
@@ -173,7 +174,7 @@ std::optional<scheduler::Schedule> run_schedule(const Checked& c, const RunOptio
         SourceManager sources;
         Diagnostics diags;
         if (const auto machine = machine_platform(sources, diags)) {
-            const scheduler::Model model(net, machine->platform, *s.procs, batch);
+            const scheduler::Model model(net, machine->platform, *s.procs, batch, backend::kind_costs());
             why = does_not_fit(model.predict(s));
             if (!why.empty()) return std::nullopt;
         }

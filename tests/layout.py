@@ -7,6 +7,8 @@
   another header defines (a `class X;` whose definition lives in a header that includes this one).
 - cli/: each header's functions are defined in the source file of its name (commands.hpp excepted: it
   declares each verb's setup, one per cmd_*.cpp), so that no command's file is a library for the others.
+- No source file outside the backend's kind table (backend/src/kinds/) switches on a layer kind: what differs
+  by kind is found in the kind's row, not in a `switch` of every pass.
 
 Usage: tests/layout.py [REPOSITORY]   (default: the folder above this file's)
 """
@@ -107,6 +109,21 @@ for f in sorted(os.listdir(cli)):
     for name in re.findall(r'^[A-Za-z][\w:<>,\s\*&]*?[\s\*&](\w+)\([^;{]*\)\s*(?:const\s*)?;', text, re.M):
         if not re.search(r'\b' + name + r'\s*\(', own):
             fail(f"cli/{f} declares {name}, which cli/{f[:-4]}.cpp does not define")
+
+# Layer kinds: one place per kind.
+KIND_SWITCH = re.compile(r'\bcase\s+(?:\w+::)*OpKind::|\bswitch\s*\([^()]*(?:\.|->)op\s*\)')
+kinds = os.path.join(ROOT, "backend", "src", "kinds")
+if not os.path.isdir(kinds) or len(os.listdir(kinds)) < 10:
+    fail("backend/src/kinds/ (the backend's kind table, a file per kind) is missing or nearly empty")
+for path in source_files():
+    if path.startswith(kinds + os.sep) or not path.endswith((".cpp", ".hpp", ".cu", ".cuh", ".h")):
+        continue
+    with open(path, encoding="utf-8", errors="replace") as f:
+        text = f.read()
+    m = KIND_SWITCH.search(text)
+    if m:
+        line = text.count("\n", 0, m.start()) + 1
+        fail(f"{rel(path)}:{line} switches on a layer kind: what differs by kind belongs in its row of backend/src/kinds/")
 
 print(f"layout: {len(failures)} failure(s)")
 sys.exit(1 if failures else 0)

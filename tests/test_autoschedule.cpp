@@ -4,6 +4,7 @@
 // written schedule reads back the same.
 #include "support.hpp"
 
+#include <dsl/backend/kinds.hpp>
 #include <dsl/frontend/parse.hpp>
 #include <dsl/scheduler/autoschedule.hpp>
 #include <dsl/scheduler/model.hpp>
@@ -211,7 +212,7 @@ TEST_CASE("auto-scheduler: under the performance model too", "[autoschedule]") {
     const std::string text = GENERATE(as<std::string>{}, line_net, branch_net);
     test::NetworkFromText l(text);
     const Platform platform = test_platform();
-    Model model(l.net, platform, 4, 4);
+    Model model(l.net, platform, 4, 4, backend::kind_costs());
     AutoOptions options;
     options.batch = 4;
     std::string why;
@@ -328,7 +329,7 @@ TEST_CASE("auto-scheduler: channel and filter splits where samples and planes ru
     const auto& net = loaded.net;
     const auto platform = load_platform(platform_path("lassen"), loaded.sources, loaded.diags);
     REQUIRE(platform);
-    const Model model(net, *platform, 128, 32);
+    const Model model(net, *platform, 128, 32, backend::kind_costs());
     auto search = [&](std::int64_t channel_parts) {
         AutoOptions options;
         options.batch = 32;
@@ -374,7 +375,7 @@ TEST_CASE("auto-scheduler: channel and filter parts combine with each other and 
         test::NetworkFromFile loaded(path);
         const auto platform = load_platform(platform_path("lassen"), loaded.sources, loaded.diags);
         REQUIRE(platform);
-        const Model model(loaded.net, *platform, procs, batch);
+        const Model model(loaded.net, *platform, procs, batch, backend::kind_costs());
         AutoOptions options;
         options.batch = batch;
         options.channel_parts = channel_parts;

@@ -7,6 +7,7 @@
 #include <dsl/backend/calibrate.hpp>
 #include <dsl/backend/data.hpp>
 #include <dsl/backend/kernels.hpp>
+#include <dsl/backend/kinds.hpp>
 #include <dsl/scheduler/kernel_names.hpp>
 #include <dsl/scheduler/model.hpp>
 #include <dsl/scheduler/platform.hpp>
@@ -46,7 +47,7 @@ TEST_CASE("calibration times every kernel of a network's layers from its key, im
     INFO(c.net << " under " << c.split.str());
     test::NetworkFromText l(read(fs::path(source_dir()) / c.net));
     const scheduler::Platform platform = scheduler::Platform{};
-    const scheduler::Model model(l.net, platform, c.split.procs(), c.batch);
+    const scheduler::Model model(l.net, platform, c.split.procs(), c.batch, backend::kind_costs());
     std::string error;
     auto data = make_data_source(l.net, 0, "", "", error);
     INFO(error);

@@ -4,6 +4,7 @@
 #include "run_dsl.hpp"
 #include "support.hpp"
 
+#include <dsl/backend/kinds.hpp>
 #include <dsl/scheduler/autoschedule.hpp>
 #include <dsl/scheduler/kernel_names.hpp>
 #include <dsl/scheduler/model.hpp>
@@ -51,7 +52,7 @@ Distribution dist(std::int64_t n, std::int64_t h, std::int64_t w, bool overlap =
 TEST_CASE("model: halo exchanges follow the tiles", "[model]") {
     test::NetworkFromText l(net_text);
     const int c1 = l.net.find("c1"), c2 = l.net.find("c2"), pred = l.net.find("pred");
-    Model m(l.net, platform(), 4, 4);
+    Model m(l.net, platform(), 4, 4, backend::kind_costs());
     // Samples only: no halo. The first convolution reads the data, which comes with its halo.
     CHECK(m.layer(c2, dist(4, 1, 1)).halo_bytes == 0);
     CHECK(m.layer(c1, dist(1, 4, 1)).halo_bytes == 0);
@@ -71,7 +72,7 @@ TEST_CASE("model: halo exchanges follow the tiles", "[model]") {
 TEST_CASE("model: overlap hides the halo behind interior compute", "[model]") {
     test::NetworkFromText l(net_text);
     const int c2 = l.net.find("c2");
-    Model m(l.net, platform(), 4, 4);
+    Model m(l.net, platform(), 4, 4, backend::kind_costs());
     const LayerCost off = m.layer(c2, dist(1, 4, 1, false)), on = m.layer(c2, dist(1, 4, 1, true));
     CHECK(on.forward_halo < off.forward_halo);
     CHECK(on.backward_halo < off.backward_halo);
@@ -83,7 +84,7 @@ TEST_CASE("model: overlap hides the halo behind interior compute", "[model]") {
 TEST_CASE("model: compute shrinks with the tile; allreduces and shuffles as they should", "[model]") {
     test::NetworkFromText l(net_text);
     const int c2 = l.net.find("c2"), b = l.net.find("b"), r = l.net.find("r");
-    Model one(l.net, platform(), 1, 4), four(l.net, platform(), 4, 4);
+    Model one(l.net, platform(), 1, 4, backend::kind_costs()), four(l.net, platform(), 4, 4, backend::kind_costs());
     const double whole = one.layer(c2, dist(1, 1, 1)).forward;
     CHECK(four.layer(c2, dist(4, 1, 1)).forward < whole / 2);
     CHECK(four.layer(c2, dist(1, 2, 2)).forward < whole / 2);
@@ -108,7 +109,7 @@ TEST_CASE("model: compute shrinks with the tile; allreduces and shuffles as they
 TEST_CASE("model: channel and filter splits cut the compute; their collectives are shuffles", "[model]") {
     test::NetworkFromText l(net_text);
     const int c2 = l.net.find("c2"), b = l.net.find("b"), r = l.net.find("r");
-    Model one(l.net, platform(), 1, 4), four(l.net, platform(), 4, 4);
+    Model one(l.net, platform(), 1, 4, backend::kind_costs()), four(l.net, platform(), 4, 4, backend::kind_costs());
     const Split f4{1, 1, 4, {1, 1, 1}}, c4{1, 4, 1, {1, 1, 1}};
     auto under = [](const Split& s) { return Distribution{s, false, BatchNormStats::batch, std::nullopt}; };
     const double whole = one.layer(c2, dist(1, 1, 1)).forward;
@@ -156,12 +157,12 @@ TEST_CASE("model: measured times replace the analytic ones", "[model]") {
     test::NetworkFromText l(net_text);
     const int c2 = l.net.find("c2");
     Platform p = platform();
-    Model analytic(l.net, p, 2, 4);
+    Model analytic(l.net, p, 2, 4, backend::kind_costs());
     const auto keys = analytic.kernel_keys(c2, dist(2, 1, 1));
     REQUIRE(keys.size() == 3);  // forward, backward-data, backward-weights
     CHECK(keys[0] == "conv.forward d=1x1 k=3x3 s=2x2 threads=1 x=2x16x33x33 y=2x16x16x16");
     for (const auto& k : keys) p.times[k] = 0.125;
-    Model measured(l.net, p, 2, 4);
+    Model measured(l.net, p, 2, 4, backend::kind_costs());
     const LayerCost c = measured.layer(c2, dist(2, 1, 1));
     CHECK(c.forward == 0.125);
     CHECK(c.backward_data == 0.125);
@@ -170,7 +171,7 @@ TEST_CASE("model: measured times replace the analytic ones", "[model]") {
     const int size = Model::size_class(measured.tile_bytes(c2, Split{2, 1, 1, {1, 1, 1}}) * 2);  // a neighbour class
     p.times[measured.factor_key(frontend::OpKind::conv, true, size)] = 1.5e-3;
     p.times[time_key("drift", {{"compute", {1000}}, {"procs", {2}}})] = 0.1e-3;
-    Model trained(l.net, p, 2, 4);
+    Model trained(l.net, p, 2, 4, backend::kind_costs());
     const LayerCost t = trained.layer(c2, dist(2, 1, 1));
     CHECK(t.forward == Approx(0.1875));
     CHECK(t.backward_data == 0.125);  // no backward factor: 1
@@ -178,7 +179,7 @@ TEST_CASE("model: measured times replace the analytic ones", "[model]") {
     // Measured communication is interpolated between sizes.
     p.times["sendrecv bytes=1000"] = 1e-5;
     p.times["sendrecv bytes=3000"] = 3e-5;
-    Model comm(l.net, p, 2, 4);
+    Model comm(l.net, p, 2, 4, backend::kind_costs());
     CHECK(comm.sendrecv(2000, false) == Approx(2e-5));
 }
 
@@ -192,7 +193,8 @@ TEST_CASE("model: memory per process, and processes that share a processor", "[m
         one.layers.push_back(dist(1, 1, 1));
         spatial.layers.push_back(dist(1, 2, 2, true));
     }
-    const Prediction a = Model(l.net, p, 1, 4).predict(one), b = Model(l.net, p, 4, 4).predict(spatial);
+    const Prediction a = Model(l.net, p, 1, 4, backend::kind_costs()).predict(one),
+                     b = Model(l.net, p, 4, 4, backend::kind_costs()).predict(spatial);
     CHECK(b.activations < a.activations / 3);
     CHECK(b.memory < a.memory);
     CHECK(b.parameters == a.parameters);  // every process holds the weights
@@ -201,7 +203,7 @@ TEST_CASE("model: memory per process, and processes that share a processor", "[m
     p.device = Device::cpu;
     p.procs_per_node = 2;
     p.nodes = 1;
-    Model single(l.net, p, 1, 4), crowded(l.net, p, 4, 4);
+    Model single(l.net, p, 1, 4, backend::kind_costs()), crowded(l.net, p, 4, 4, backend::kind_costs());
     CHECK(single.threads() == 2);
     CHECK(crowded.threads() == 1);
     CHECK(crowded.sharing() == 2.0);
@@ -219,7 +221,7 @@ ab = l1 from pred, t
 bce = bce_with_logits from pred, t
 )");
     const int sq = l.net.find("sq"), ab = l.net.find("ab"), bce = l.net.find("bce");
-    Model one(l.net, platform(), 1, 4), four(l.net, platform(), 4, 4);
+    Model one(l.net, platform(), 1, 4, backend::kind_costs()), four(l.net, platform(), 4, 4, backend::kind_costs());
     for (int loss : {sq, ab, bce}) {
         const LayerCost c1 = one.layer(loss, dist(1, 1, 1)), c4 = four.layer(loss, dist(1, 2, 2));
         CHECK(c1.forward > 0.0);
@@ -269,16 +271,18 @@ TEST_CASE("model: adam's update is costed under its own kernel, and more than sg
     Schedule s;
     s.procs = 2;
     for (std::size_t i = 0; i < sgd.net.layers.size(); ++i) s.layers.push_back(dist(2, 1, 1));
-    const Prediction with_sgd = Model(sgd.net, p, 2, 4).predict(s), with_adam = Model(adam.net, p, 2, 4).predict(s);
+    const Prediction with_sgd = Model(sgd.net, p, 2, 4, backend::kind_costs()).predict(s),
+                     with_adam = Model(adam.net, p, 2, 4, backend::kind_costs()).predict(s);
     CHECK(with_adam.update > with_sgd.update);
     // Measured times replace both, each under its name.
     const auto params = sgd.net.total_params();
     p.times[time_key(sgd_kernel, {{"params", {params}}, {"threads", {1}}})] = 1e-3;
     p.times[time_key(adam_kernel, {{"params", {params}}, {"threads", {1}}})] = 3e-3;
-    CHECK(Model(sgd.net, p, 2, 4).predict(s).update == Approx(1e-3));
-    CHECK(Model(adam.net, p, 2, 4).predict(s).update == Approx(3e-3));
+    CHECK(Model(sgd.net, p, 2, 4, backend::kind_costs()).predict(s).update == Approx(1e-3));
+    CHECK(Model(adam.net, p, 2, 4, backend::kind_costs()).predict(s).update == Approx(3e-3));
     // The update measured in training steps is the optimizer's own.
-    CHECK(Model(adam.net, p, 2, 4).update_key() != Model(sgd.net, p, 2, 4).update_key());
+    CHECK(Model(adam.net, p, 2, 4, backend::kind_costs()).update_key() !=
+          Model(sgd.net, p, 2, 4, backend::kind_costs()).update_key());
 }
 
 TEST_CASE("model: group norm, dropout, tanh and gelu cost their kernels; group norm sums over the sample's tiles",
@@ -295,7 +299,7 @@ pred = conv(2, kernel = 1)
 loss = pixel_cross_entropy from pred, y
 )");
     const int n = l.net.find("n"), d = l.net.find("d"), t = l.net.find("t"), e = l.net.find("e");
-    Model one(l.net, platform(), 1, 4), four(l.net, platform(), 4, 4);
+    Model one(l.net, platform(), 1, 4, backend::kind_costs()), four(l.net, platform(), 4, 4, backend::kind_costs());
     for (int layer : {n, d, t, e}) {
         INFO(l.net.layers[static_cast<std::size_t>(layer)].name);
         const LayerCost whole = one.layer(layer, dist(1, 1, 1)), split = four.layer(layer, dist(1, 2, 2));
@@ -326,7 +330,7 @@ TEST_CASE("model: a GPU's tiles run in waves, so halving a small tile does not h
     Platform p = platform();
     p.compute_units = 80;       // a V100's SMs
     p.memory_bandwidth = 1e15;  // compute-bound: the roofline's other side out of the way
-    Model one(l.net, p, 1, 4), two(l.net, p, 2, 4);
+    Model one(l.net, p, 1, 4, backend::kind_costs()), two(l.net, p, 2, 4, backend::kind_costs());
     // c1's outputs: 4 x 16 x 32 x 32 = 65536, 8 tiles of 128 x 64 against 80 SMs: one wave, mostly idle.
     const double whole = one.layer(c1, dist(1, 1, 1)).forward, half = two.layer(c1, dist(1, 2, 1)).forward;
     CHECK(half == Approx(whole));
@@ -337,11 +341,11 @@ TEST_CASE("model: a GPU's tiles run in waves, so halving a small tile does not h
     // Every call pays the launch latency; without compute units (a CPU, an older file) no waves.
     CHECK(one.analytic_kernel(0.0, 0.0, 0.0) == Approx(p.kernel_latency));
     p.compute_units = 0;
-    Model flat(l.net, p, 1, 4);
+    Model flat(l.net, p, 1, 4, backend::kind_costs());
     CHECK(flat.analytic_kernel(0.5e9, 0.0, 32768) < flat.analytic_kernel(1e9, 0.0, 65536) * 0.6);
     // The roofline: with little arithmetic per byte the memory's bandwidth sets the time.
     p.memory_bandwidth = 1e9;
-    Model memory_bound(l.net, p, 1, 4);
+    Model memory_bound(l.net, p, 1, 4, backend::kind_costs());
     CHECK(memory_bound.analytic_kernel(1e3, 1e9, 0.0) == Approx(1.0 + p.kernel_latency));
 }
 
@@ -353,7 +357,7 @@ TEST_CASE("model: across nodes the allreduce is hierarchical, cheaper than flat;
     p.node = {2e-6, 75e9};       // NVLink within the node
     p.network = {1.5e-6, 6e9};   // InfiniBand between nodes, per process
     p.memory_bandwidth = 900e9;  // the sums' reads and writes
-    Model sixteen(l.net, p, 16, 16);
+    Model sixteen(l.net, p, 16, 16, backend::kind_costs());
     for (double bytes : {1e5, 1e6, 1e8}) {
         INFO(bytes);
         CHECK(sixteen.allreduce(16, bytes, true) < sixteen.flat_allreduce(16, bytes, p.network));
@@ -368,7 +372,7 @@ TEST_CASE("model: across nodes the allreduce is hierarchical, cheaper than flat;
     CHECK(sixteen.layer(c2, dist(16, 1, 1)).allreduce == Approx(sixteen.allreduce(16, grad, true)));
     // Within one node: the ring over the node's link, whether or not the hierarchy is asked for (3 processes:
     // MPICH's ring, which the hierarchy's reduce-scatter and allgather make up).
-    Model three(l.net, p, 3, 3);
+    Model three(l.net, p, 3, 3, backend::kind_costs());
     CHECK(three.allreduce(3, 1e8, false) == Approx(three.flat_allreduce(3, 1e8, p.node)));
     CHECK(three.allreduce(3, 1e8, true) == Approx(three.flat_allreduce(3, 1e8, p.node)));
     CHECK(three.allreduce_algorithm(3, 1e8, false) == "ring within a node over 3 processes");
@@ -379,7 +383,8 @@ TEST_CASE("model: across nodes the allreduce is hierarchical, cheaper than flat;
         rows4.layers.push_back(dist(4, 4, 1));
         rows8.layers.push_back(dist(2, 8, 1));
     }
-    const Prediction in_node = sixteen.predict(rows4), across = Model(l.net, p, 16, 16).predict(rows8);
+    const Prediction in_node = sixteen.predict(rows4),
+                     across = Model(l.net, p, 16, 16, backend::kind_costs()).predict(rows8);
     CHECK(in_node.halo_link.rfind("within a node", 0) == 0);
     CHECK(across.halo_link.find("between nodes") != std::string::npos);
     // c1's and c2's gradients are 9 KB: short enough to go flat; explain names the largest.
@@ -396,20 +401,21 @@ TEST_CASE("model: a kernel not measured is interpolated between the measured siz
     // c2 on 2 and 8 samples measured (its outputs 4 times as many); 4 samples are not.
     p.times["conv.forward d=1x1 k=3x3 s=2x2 threads=1 x=2x16x33x33 y=2x16x16x16"] = 1e-3;
     p.times["conv.forward d=1x1 k=3x3 s=2x2 threads=1 x=8x16x33x33 y=8x16x16x16"] = 4e-3;
-    Model m(l.net, p, 1, 4);
+    Model m(l.net, p, 1, 4, backend::kind_costs());
     const auto keys = m.kernel_keys(c2, dist(1, 1, 1));
     REQUIRE(keys[0] == "conv.forward d=1x1 k=3x3 s=2x2 threads=1 x=4x16x33x33 y=4x16x16x16");
     // Log-log: halfway in log size between 1 ms and 4 ms is 2 ms.
     CHECK(m.layer(c2, dist(1, 1, 1)).forward == Approx(2e-3));
     // Beyond the measured sizes: the nearest, scaled as the analytic model scales (here, nearly linearly).
-    Model beyond(l.net, p, 1, 16);
+    Model beyond(l.net, p, 1, 16, backend::kind_costs());
     const double at16 = beyond.layer(c2, dist(1, 1, 1)).forward;
     CHECK(at16 > 4e-3 * 1.9);
     CHECK(at16 < 4e-3 * 2.0 + 1e-9);
     // A kernel of other channels or strides is not interpolated from these: the analytic model.
     const int c1 = l.net.find("c1");
     Platform none = platform();
-    CHECK(m.layer(c1, dist(1, 1, 1)).forward == Approx(Model(l.net, none, 1, 4).layer(c1, dist(1, 1, 1)).forward));
+    CHECK(m.layer(c1, dist(1, 1, 1)).forward ==
+          Approx(Model(l.net, none, 1, 4, backend::kind_costs()).layer(c1, dist(1, 1, 1)).forward));
 }
 
 TEST_CASE("model: the shuffles between every pair of splits equal the shuffles asked one pair at a time", "[model]") {
@@ -423,7 +429,8 @@ TEST_CASE("model: the shuffles between every pair of splits equal the shuffles a
                             Case{"tests/dist/volunet.net", 128, 16}, Case{"tests/dist/cosmo.net", 96, 8});
     INFO(c.net << " on " << c.procs);
     test::NetworkFromText l(read(fs::path(source_dir()) / c.net));
-    const Model batch_model(l.net, platform(), c.procs, c.batch), pair_model(l.net, platform(), c.procs, c.batch);
+    const Model batch_model(l.net, platform(), c.procs, c.batch, backend::kind_costs()),
+        pair_model(l.net, platform(), c.procs, c.batch, backend::kind_costs());
     const std::vector<Split> splits = splits_of(c.procs, c.batch, l.net.spatial_rank());
     REQUIRE(splits.size() > 4);
     int compared = 0, moved = 0, differ = 0;
@@ -486,7 +493,7 @@ loss = pixel_cross_entropy from pred, y
     for (std::size_t i = 0; i < l.net.layers.size(); ++i) s.layers.push_back(dist(2, 1, 1));
     s.layers[static_cast<std::size_t>(l.net.find("shuffled"))] = dist(1, 2, 1);
     const auto index = [&](const char* name) { return static_cast<std::size_t>(l.net.find(name)); };
-    const Model on_cpu(l.net, cpu, 2, 4), on_gpu(l.net, platform(), 2, 4);
+    const Model on_cpu(l.net, cpu, 2, 4, backend::kind_costs()), on_gpu(l.net, platform(), 2, 4, backend::kind_costs());
     for (const char* fused : {"after_conv", "after_bn", "after_two", "after_both"}) {
         CAPTURE(fused);
         CHECK(on_cpu.relu_fused(index(fused), s));

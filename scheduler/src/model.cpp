@@ -28,17 +28,6 @@ using frontend::OpKind;
 
 namespace {
 
-constexpr double word = 4.0;  // bytes per float
-
-// Sizes as kernel keys and predictions give them: [n, c, then the spatial extents].
-using Sizes = std::vector<std::int64_t>;
-
-double elements(const Sizes& d) {
-    double e = 1.0;
-    for (std::int64_t v : d) e *= static_cast<double>(v);
-    return e;
-}
-
 // A kernel key without its tensors' sizes: its name and fields, `x` and `y` reduced to their channels (the
 // second dimension), `params` left out; `size` is what was left out, the elements of `y`, else of `x`, else
 // the parameters (0 when the key has none of them). Times of one group differ in size only: within a group a
@@ -60,19 +49,6 @@ std::string size_group(const std::string& kernel, const std::vector<TimeField>& 
     }
     size = y > 0 ? y : x > 0 ? x : params;
     return time_key(kernel, std::move(kept));
-}
-
-Dims dims_of(const Sizes& s) {
-    Dims d{s[0], s[1], Space<std::int64_t>::filled(static_cast<int>(s.size()) - 2, 0)};
-    for (int i = 0; i < d.rank(); ++i) d.space[i] = s[static_cast<std::size_t>(i) + 2];
-    return d;
-}
-
-// A tensor's bytes in oneDNN's blocked layouts, its channels (the second size) in blocks of 16, at `bytes` an
-// element.
-double blocked(Sizes d, double bytes) {
-    d[1] = (d[1] + 15) / 16 * 16;
-    return elements(d) * bytes;
 }
 
 }  // namespace
@@ -100,8 +76,9 @@ std::vector<std::int64_t> Model::key_dims(const Dims& d) const {
     return out;
 }
 
-Model::Model(const frontend::Network& net, const Platform& platform, std::int64_t procs, std::int64_t batch)
-    : net_(net), platform_(platform), procs_(procs), batch_(batch) {
+Model::Model(const frontend::Network& net, const Platform& platform, std::int64_t procs, std::int64_t batch,
+             const KindCostTable& kinds)
+    : net_(net), platform_(platform), kinds_(kinds), procs_(procs), batch_(batch) {
     const std::int64_t ppn = std::max<std::int64_t>(1, platform_.procs_per_node);
     const std::int64_t nodes = (procs + ppn - 1) / ppn;
     if (platform_.nodes > 0 && nodes > platform_.nodes) {
@@ -335,14 +312,54 @@ bool Model::shuffle_between_nodes(const Split& from, const Split& to) const {
 
 namespace {
 
-Sizes spatial_field(const frontend::Spatial& p) { return Sizes(p.begin(), p.end()); }
+// The model's means of pricing, as a layer's row (kind_costs.hpp) uses them; with `keys`, the time key of every
+// kernel it prices is collected there.
+class ModelTerms final : public CostTerms {
+public:
+    ModelTerms(const Model& model, const Layer& l, const Distribution& d, const Split& s, bool multi_node,
+               std::vector<std::string>* keys)
+        : CostTerms(l, d, s), model_(model), multi_node_(multi_node), keys_(keys) {}
 
-// The input sizes a window reads for output sizes `y`.
-Sizes window_dims(const Layer& l, const Sizes& y, std::int64_t channels) {
-    Sizes x{y[0], channels};
-    for (std::size_t d = 2; d < y.size(); ++d) x.push_back(window_extent(l, static_cast<int>(d - 2), y[d]));
-    return x;
-}
+    // A convolution of precision=bfloat16 (or float16) runs the kernels with 16-bit products where there are
+    // any: their time where the platform has it (calibrated: key field bf16, or f16; a CPU with AVX-512 BF16
+    // or a GPU), else from the platform's peak for them (a GPU's tensor cores), else float32's.
+    double run(const std::string& name, std::vector<TimeField> fields, double flops, double bytes,
+               double outputs) const override {
+        if (products16) {
+            const char* field = *products16 == Precision::bfloat16 ? "bf16" : "f16";
+            const double peak16 =
+                *products16 == Precision::bfloat16 ? model_.platform().bfloat16_flops : model_.platform().float16_flops;
+            auto f = fields;
+            f.emplace_back(field, std::vector<std::int64_t>{1});
+            ask(name, f);
+            if (const double t = model_.measured_kernel(name, std::move(f), flops, bytes, outputs); t > 0) return t;
+            if (peak16 > 0) {
+                ask(name, fields);
+                return model_.analytic_kernel(flops, bytes, outputs, peak16) * model_.sharing();
+            }
+        }
+        ask(name, fields);
+        return model_.kernel(name, std::move(fields), flops, bytes, outputs);
+    }
+    double allreduce(std::int64_t group, double bytes, bool between_nodes) const override {
+        return model_.allreduce(group, bytes, between_nodes);
+    }
+    bool spans_nodes(std::int64_t group) const override {
+        return multi_node_ && group > model_.platform().procs_per_node;
+    }
+
+private:
+    // A kernel's key for calibration.
+    void ask(const std::string& name, std::vector<TimeField> fields) const {
+        if (!keys_) return;
+        fields.emplace_back("threads", std::vector<std::int64_t>{model_.threads()});
+        keys_->push_back(time_key(name, std::move(fields)));
+    }
+
+    const Model& model_;
+    bool multi_node_;
+    std::vector<std::string>* keys_;
+};
 
 }  // namespace
 
@@ -406,240 +423,26 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
     LayerCost c;
     if (l.op == OpKind::label) return c;
     const Geometry g = geometry(index, split);
-    const double ny = elements(g.y), nx = elements(g.x);
-    // A convolution of precision=bfloat16 (or float16) runs the kernels with 16-bit products where there are
-    // any: their time where the platform has it (calibrated: key field bf16, or f16; a CPU with AVX-512 BF16
-    // or a GPU), else from the platform's peak for them (a GPU's tensor cores), else float32's.
-    const auto sixteen = dist.products16(l.op);
-    const char* products16 = !sixteen ? nullptr : *sixteen == Precision::bfloat16 ? "bf16" : "f16";
-    const double peak16 = !sixteen                          ? 0.0
-                          : *sixteen == Precision::bfloat16 ? platform_.bfloat16_flops
-                                                            : platform_.float16_flops;
-    // A kernel's key for calibration.
-    auto ask = [&](const std::string& name, std::vector<TimeField> fields) {
-        if (!keys) return;
-        fields.emplace_back("threads", std::vector<std::int64_t>{threads_});
-        keys->push_back(time_key(name, std::move(fields)));
-    };
-    // A kernel's time, and its keys.
-    auto run = [&](const std::string& name, std::vector<TimeField> fields, double flops, double bytes,
-                   double outputs = 0.0) {
-        if (products16) {
-            auto f = fields;
-            f.emplace_back(products16, std::vector<std::int64_t>{1});
-            ask(name, f);
-            if (const double t = measured_kernel(name, std::move(f), flops, bytes, outputs); t > 0) return t;
-            if (peak16 > 0) {
-                ask(name, fields);
-                return analytic_kernel(flops, bytes, outputs, peak16) * share_;
-            }
-        }
-        ask(name, fields);
-        return kernel(name, std::move(fields), flops, bytes, outputs);
-    };
-    // A windowed layer's kernel over outputs `y` (the whole tile; with overlap, the interior and the strips):
-    // its key's fields, and the forward's time.
-    auto window_fields = [&](const Sizes& y) {
-        std::vector<TimeField> f{
-            {"x", window_dims(l, y, g.x[1])}, {"y", y}, {"k", spatial_field(l.kernel)}, {"s", spatial_field(l.stride)}};
-        if (l.op == OpKind::conv) f.emplace_back("d", spatial_field(l.dilation));
-        return f;
-    };
-    const std::int64_t taps = product(l.kernel);  // a window's
-    auto window_forward = [&](const Sizes& y) {
-        const double in = elements(window_dims(l, y, g.x[1]));
-        const double flops = l.op == OpKind::conv ? 2.0 * elements(y) * static_cast<double>(g.x[1] * taps) : in;
-        return run(kernel_name(l.op, Phase::forward), window_fields(y), flops, (in + elements(y)) * word,
-                   l.op == OpKind::conv ? elements(y) : 0.0);
-    };
-    const bool data_in = !l.inputs.empty() && (net_.layers[static_cast<std::size_t>(l.inputs[0])]).is_data();
-    // The arguments of a CPU kernel's passes in oneDNN's layouts (LayerCost::scratch), counted in float32 even
-    // where the kernel multiplies in bfloat16 and its inputs are half the size: its own scratchpads (float32
-    // sums, transposed copies) take that back and more (mesh_stack_256 at 4 samples measured 17.6 MiB beyond
-    // the model in bfloat16, where float32's arguments would count 8.1 of them).
-    auto layouts = [&](double a, double b, double out) {
-        if (platform_.device != Device::cpu) return;
-        for (auto [i, v] : {std::pair{0, a}, std::pair{1, b}, std::pair{2, out}})
-            c.scratch[static_cast<std::size_t>(i)] = std::max(c.scratch[static_cast<std::size_t>(i)], v);
-    };
-    const std::int64_t sample_group = split.spatial_procs();
-    const bool group_spans = multi_node_ && procs_ > platform_.procs_per_node;
+    ModelTerms t(*this, l, dist, split, multi_node_, keys);
+    t.x = g.x;
+    t.y = g.y;
+    t.nx = elements(g.x);
+    t.ny = elements(g.y);
+    t.data_in = !l.inputs.empty() && (net_.layers[static_cast<std::size_t>(l.inputs[0])]).is_data();
+    t.products16 = dist.products16(l.op);
+    t.device = platform_.device;
+    t.procs = procs_;
+    t.sample_group = split.spatial_procs();
+    t.procs_span = t.spans_nodes(procs_);
     // Who sums a weight gradient: every process, or under F and C parts those that hold the same block (the
     // same F and C part: within a sample group's ranks where N is 1).
-    const std::int64_t holders = splits_channels(l, split) ? procs_ / (split.c * split.f) : procs_;
-    const bool holders_span =
-        holders == procs_ || split.n > 1 ? group_spans : multi_node_ && sample_group > platform_.procs_per_node;
-
-    switch (l.op) {
-        case OpKind::input:
-            // Made (or read) where it is needed, halo included: the cost of the data source.
-            c.forward = run(kernel_name(l.op, Phase::forward), {{"x", g.y}}, 0.0, ny * word * 2.0);
-            break;
-        case OpKind::conv: {
-            c.forward = window_forward(g.y);
-            // The backward passes move and multiply as much as the forward.
-            const double flops = 2.0 * ny * static_cast<double>(g.x[1] * taps);
-            const double bytes = (elements(window_dims(l, g.y, g.x[1])) + ny) * word;
-            // Backward data's tiles are of the input; backward weights' reduce over the outputs, which its
-            // blocks share out as forward's do (cuDNN splits the reduction).
-            if (!data_in)
-                c.backward_data = run(kernel_name(l.op, Phase::backward_data), window_fields(g.y), flops, bytes, nx);
-            c.backward_weights = run(kernel_name(l.op, Phase::backward_weights), window_fields(g.y), flops, bytes, ny);
-            // Forward on images of float32 takes channels-last activations, unpadded; the rest blocked ones. A
-            // call holds a group of the tile's samples (layout_groups.hpp).
-            const Sizes xw = window_dims(l, g.y, g.x[1]);
-            const double weights = static_cast<double>(g.y[1] * g.x[1] * taps) * word;
-            const double group =
-                static_cast<double>(layout_group(dims_of(xw), dims_of(g.y))) / static_cast<double>(g.y[0]);
-            const double x_in = blocked(xw, word) * group, y_in = blocked(g.y, word) * group;
-            if (g.y.size() == 4 && sixteen != Precision::bfloat16)
-                layouts(elements(xw) * word * group, weights, ny * word * group);
-            else
-                layouts(x_in, weights, y_in);
-            if (!data_in) layouts(y_in, weights, x_in);
-            layouts(x_in, y_in, weights);
-            // A GPU's 16-bit convolutions read and write dense 16-bit copies of x, w and y (gpu_conv.cu).
-            if (platform_.device == Device::gpu && sixteen) c.scratch = {elements(xw) * 2.0, weights / 2.0, ny * 2.0};
-            break;
-        }
-        case OpKind::maxpool:
-        case OpKind::avgpool:
-            c.forward = window_forward(g.y);
-            if (!data_in)
-                c.backward_data = run(kernel_name(l.op, Phase::backward), window_fields(g.y), nx, (2 * nx + ny) * word);
-            break;
-        case OpKind::batchnorm: {
-            c.forward = run(kernel_name(l.op, Phase::forward), {{"x", g.y}}, 4 * ny, 3 * ny * word);
-            c.backward_data = run(kernel_name(l.op, Phase::backward), {{"x", g.y}}, 6 * ny, 5 * ny * word);
-            const double stats = 16.0 * static_cast<double>(g.y[1]);  // sums and sums of squares, doubles
-            const BatchNormStats mode = dist.bn.value_or(BatchNormStats::batch);
-            // Under F and C parts, only the processes that hold the same channels sum them.
-            const std::int64_t channel_groups = splits_channels(l, split) ? split.c * split.f : 1;
-            const std::int64_t group = mode == BatchNormStats::batch     ? procs_ / channel_groups
-                                       : mode == BatchNormStats::spatial ? sample_group
-                                                                         : 1;
-            const bool spans =
-                mode == BatchNormStats::batch ? group_spans : multi_node_ && group > platform_.procs_per_node;
-            c.forward_sync = allreduce(group, stats, spans);
-            if (!data_in) c.backward_sync = allreduce(group, stats, spans);
-            c.allreduce = 2.0 * allreduce(holders, static_cast<double>(g.y[1]) * word, holders_span);
-            break;
-        }
-        case OpKind::groupnorm: {
-            // Batch norm's kernels' work; the statistics are per sample and group, summed over the sample's
-            // spatial group; the weight gradients are allreduced below, as every layer's with parameters.
-            const std::vector<std::int64_t> fields{l.groups};
-            c.forward = run(kernel_name(l.op, Phase::forward), {{"x", g.y}, {"g", fields}}, 4 * ny, 3 * ny * word);
-            if (!data_in)
-                c.backward_data =
-                    run(kernel_name(l.op, Phase::backward), {{"x", g.y}, {"g", fields}}, 6 * ny, 5 * ny * word);
-            const double stats = 16.0 * static_cast<double>(g.y[0] * l.groups);
-            const bool spans = multi_node_ && sample_group > platform_.procs_per_node;
-            c.forward_sync = allreduce(sample_group, stats, spans);
-            if (!data_in) c.backward_sync = allreduce(sample_group, stats, spans);
-            break;
-        }
-        case OpKind::dropout:
-            // A hash per element (five splitmix rounds), a compare and a multiplication; a read and a write.
-            c.forward = run(kernel_name(l.op, Phase::forward), {{"x", g.y}}, 20 * ny, 2 * ny * word);
-            if (!data_in) c.backward_data = run(kernel_name(l.op, Phase::backward), {{"x", g.y}}, 20 * ny, 2 * ny * word);
-            break;
-        case OpKind::global_avgpool:
-            c.forward = run(kernel_name(l.op, Phase::forward), {{"x", g.x}}, nx, nx * word);
-            if (!data_in) c.backward_data = run(kernel_name(l.op, Phase::backward), {{"x", g.x}}, nx, nx * word);
-            c.forward_sync = allreduce(sample_group, 8.0 * static_cast<double>(g.x[0] * g.x[1]),
-                                       multi_node_ && sample_group > platform_.procs_per_node);
-            break;
-        case OpKind::fc: {
-            // Every input of a sample, flattened.
-            const Sizes x{g.x[0], std::accumulate(g.x.begin() + 1, g.x.end(), std::int64_t{1}, std::multiplies<>())},
-                y{g.y[0], g.y[1]};
-            const double flops = 2.0 * elements(x) * static_cast<double>(y[1]);
-            const double bytes = (elements(x) + elements(y) + held_params(l, split)) * word;
-            c.forward = run(kernel_name(l.op, Phase::forward), {{"x", x}, {"y", y}}, flops, bytes);
-            if (!data_in)
-                c.backward_data = run(kernel_name(l.op, Phase::backward_data), {{"x", x}, {"y", y}}, flops, bytes);
-            c.backward_weights = run(kernel_name(l.op, Phase::backward_weights), {{"x", x}, {"y", y}}, flops, bytes);
-            const double w = held_params(l, split) * word, in = blocked(g.x, word), out = elements(y) * word;
-            layouts(in, w, out);
-            if (!data_in) layouts(out, w, in);
-            layouts(in, out, w);
-            break;
-        }
-        case OpKind::add: {
-            const auto k = static_cast<std::int64_t>(l.inputs.size());
-            c.forward = run(kernel_name(l.op, Phase::forward), {{"x", g.y}, {"inputs", {k}}},
-                            ny * static_cast<double>(k - 1), ny * static_cast<double>(k + 1) * word);
-            c.backward_data = run(kernel_name(l.op, Phase::backward), {{"x", g.y}, {"inputs", {k}}}, 0.0,
-                                  ny * 2.0 * static_cast<double>(k) * word);
-            break;
-        }
-        case OpKind::concat:
-            c.forward = run(kernel_name(l.op, Phase::forward), {{"y", g.y}}, 0.0, 2 * ny * word);
-            c.backward_data = run(kernel_name(l.op, Phase::backward), {{"y", g.y}}, 0.0, 2 * ny * word);
-            break;
-        case OpKind::softmax_cross_entropy:
-        case OpKind::pixel_cross_entropy:
-            c.forward = run(kernel_name(l.op, Phase::forward), {{"x", g.x}}, 10 * nx, 3 * nx * word);
-            c.forward_sync = allreduce(procs_, 8.0, group_spans);
-            break;
-        case OpKind::upsample: {
-            // Per output: its source (linear: its 2^rank sources, 2 FLOPs for each interpolation between them)
-            // read and weighed; backward adds into them.
-            const std::vector<TimeField> f{
-                {"x", g.x}, {"y", g.y}, {"scale", {l.scale}}, {"mode", {static_cast<std::int64_t>(l.mode)}}};
-            const int rank = static_cast<int>(g.y.size()) - 2;
-            const double per = l.linear_upsample() ? 2.0 * static_cast<double>((1 << rank) - 1) : 1.0;
-            c.forward = run(kernel_name(l.op, Phase::forward), f, per * ny, (nx + ny) * word);
-            if (!data_in) c.backward_data = run(kernel_name(l.op, Phase::backward), f, per * ny, (2 * nx + ny) * word);
-            break;
-        }
-        case OpKind::deconv: {
-            // Every input element times its window of filters, in each of the three passes.
-            const std::vector<TimeField> f{{"x", g.x},
-                                           {"y", g.y},
-                                           {"k", spatial_field(l.kernel)},
-                                           {"s", spatial_field(l.stride)},
-                                           {"p", spatial_field(l.pad)}};
-            const double flops = 2.0 * nx * static_cast<double>(l.filters * taps);
-            const double bytes = (nx + ny) * word;
-            c.forward = run(kernel_name(l.op, Phase::forward), f, flops, bytes, ny);
-            if (!data_in) c.backward_data = run(kernel_name(l.op, Phase::backward_data), f, flops, bytes, nx);
-            c.backward_weights = run(kernel_name(l.op, Phase::backward_weights), f, flops, bytes, ny);
-            // A convolution's passes with input and output exchanged (deconv_over_conv), blocked, over groups of
-            // samples.
-            const double weights = static_cast<double>(g.y[1] * g.x[1] * taps) * word;
-            const double group =
-                static_cast<double>(layout_group(dims_of(g.y), dims_of(g.x))) / static_cast<double>(g.y[0]);
-            const double x_in = blocked(g.x, word) * group, y_in = blocked(g.y, word) * group;
-            layouts(x_in, weights, y_in);
-            if (!data_in) layouts(y_in, weights, x_in);
-            layouts(y_in, x_in, weights);
-            // The span the input spreads over, whole windows from its first place to its last.
-            Sizes span{g.x[0], g.y[1]};
-            for (std::size_t d = 2; d < g.x.size(); ++d)
-                span.push_back((g.x[d] - 1) * l.stride[static_cast<int>(d) - 2] + l.kernel[static_cast<int>(d) - 2]);
-            c.scratch[3] = elements(span) * word;
-            break;
-        }
-        case OpKind::mse:
-        case OpKind::l1:
-        case OpKind::bce_with_logits:  // reads prediction and target, writes the gradient
-            c.forward = run(kernel_name(l.op, Phase::forward), {{"x", g.x}}, l.kind().flops * nx, 3 * nx * word);
-            c.forward_sync = allreduce(procs_, 8.0, group_spans);
-            c.memory += nx * word;  // the targets of its prediction's tile
-            break;
-        case OpKind::label: break;
-        default:  // the element-wise kinds: their FLOPs per element (layer_kinds.hpp), a read and a write
-            DSL_INTERNAL_CHECK(l.kind().elementwise(), fmt::format("no cost for layer kind '{}'", l.kind().name));
-            c.forward = run(kernel_name(l.op, Phase::forward), {{"x", g.y}}, l.kind().flops * ny, 2 * ny * word);
-            if (!data_in)
-                c.backward_data =
-                    run(kernel_name(l.op, Phase::backward), {{"x", g.y}}, l.kind().flops * ny, 3 * ny * word);
-            break;
-    }
-    if (l.params > 0 && l.op != OpKind::batchnorm)
-        c.allreduce = allreduce(holders, held_params(l, split) * word, holders_span);
+    t.holders = splits_channels(l, split) ? procs_ / (split.c * split.f) : procs_;
+    t.holders_span = t.holders == procs_ || split.n > 1 ? t.procs_span : t.spans_nodes(t.sample_group);
+    t.held_params = held_params(l, split);
+    const double ny = t.ny, nx = t.nx;
+    const KindCosts& kind = kinds_.of(l.op);
+    kind.costs(t, c);
+    if (l.params > 0) c.allreduce = kind.gradient_allreduce(t);
 
     // Halo exchange (windowed layers whose input tile is split the same way), with or without overlap.
     double halo = 0.0, interior = c.forward;
@@ -656,12 +459,8 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
         c.buffers = 4.0 * bytes;  // send and receive buffers, forward and backward
         if (overlapped) {
             // Interior first, while the halo travels; then the strips along the edges that read it.
-            // Upsampling and transposed convolution: the whole tile's time, in proportion to the outputs.
-            const bool positional = l.op == OpKind::upsample || l.op == OpKind::deconv;
-            const double whole_forward = c.forward;
-            auto part = [&](const Sizes& y) {
-                return positional ? whole_forward * elements(y) / ny : window_forward(y);
-            };
+            const LayerCost whole = c;
+            auto part = [&](const Sizes& y) { return kind.part_forward(t, whole, y); };
             interior = part(g.inner);
             double strips = 0.0;
             for (const Sizes& s : g.strips) strips += part(s);
@@ -685,9 +484,8 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
     if (g.halo) {
         c.forward_halo = overlapped ? std::max(0.0, halo - interior) : halo;
         // With overlap, the gradient's margins go back while the weight gradient is computed.
-        c.backward_halo = overlapped && (l.op == OpKind::conv || l.op == OpKind::deconv)
-                              ? std::max(0.0, halo - c.backward_weights)
-                              : halo;
+        c.backward_halo =
+            overlapped && kind.halo_back_behind_weights() ? std::max(0.0, halo - c.backward_weights) : halo;
     }
     // The output tile, and the margins this layer's window needs around its input's tile.
     if (!l.is_loss()) c.memory += ny * word, c.output = ny * word;

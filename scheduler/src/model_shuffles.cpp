@@ -10,12 +10,6 @@ namespace dsl::scheduler {
 
 using frontend::Layer;
 
-namespace {
-
-constexpr double word = 4.0;  // bytes per float
-
-}  // namespace
-
 int Model::shuffle_class(int reader, int input, bool channels) const {
     if (shuffle_class_.empty()) shuffle_class_.resize(net_.layers.size());
     const Layer& r = net_.layers[static_cast<std::size_t>(reader)];

@@ -2,6 +2,8 @@
 // the network's PyTorch translation.
 #include <dsl/backend/torch_export.hpp>
 
+#include "../kinds/kind.hpp"
+
 #include <dsl/backend/npy.hpp>
 #include <dsl/base/error.hpp>
 
@@ -274,7 +276,6 @@ std::optional<std::string> npz_bytes(const std::vector<NamedArray>& arrays, std:
 
 std::optional<std::vector<NamedArray>> torch_state_dict(const frontend::Network& net, const Checkpoint& ckpt,
                                                         std::string& error) {
-    using frontend::OpKind;
     std::optional<std::int64_t> step;
     if (const auto it = ckpt.meta.find("step"); it != ckpt.meta.end() && it->is_number_integer() && *it >= 0)
         step = it->get<std::int64_t>();
@@ -304,47 +305,19 @@ std::optional<std::vector<NamedArray>> torch_state_dict(const frontend::Network&
         out.push_back(std::move(a));
         return true;
     };
-    // A window's weights: two channel counts, then the kernel's extent along each spatial dimension (kh, kw for
-    // an image's Conv2d; kd, kh, kw for a volume's Conv3d).
-    auto window_shape = [](std::int64_t first, std::int64_t second, const frontend::Spatial& kernel) {
-        std::vector<std::int64_t> shape{first, second};
-        shape.insert(shape.end(), kernel.begin(), kernel.end());
-        return shape;
-    };
     for (std::size_t i = 0; i < net.layers.size(); ++i) {
         const frontend::Layer& l = net.layers[i];
         if (l.params == 0) continue;
         const frontend::Shape& in = net.layers[static_cast<std::size_t>(l.inputs.at(0))].shape;
-        const std::int64_t channels = in.dims.at(0);
-        if (l.op == OpKind::conv || l.op == OpKind::deconv)
-            DSL_INTERNAL_CHECK(
-                l.kernel.rank() + 1 == static_cast<int>(in.dims.size()),
-                fmt::format("layer '{}' has a kernel of rank {} for its input {}", l.name, l.kernel.rank(), in.str()));
-        bool ok = true;
-        switch (l.op) {
-            case OpKind::conv:  // Conv2d, Conv3d: [out, in, kernel...]; padding = periodic has the same weights
-                ok = add(i, "weight", window_shape(l.filters, channels, l.kernel));
-                break;
-            case OpKind::deconv:  // ConvTranspose2d, ConvTranspose3d: [in, out, kernel...]
-                ok = add(i, "weight", window_shape(channels, l.filters, l.kernel));
-                break;
-            case OpKind::fc:  // Linear on the flattened input: [out, in]
-                ok = add(i, "weight", {l.filters, in.elements()});
-                break;
-            case OpKind::batchnorm:  // BatchNorm1d, 2d or 3d; GroupNorm: one of each per channel
-            case OpKind::groupnorm: ok = add(i, "weight", {channels}) && add(i, "bias", {channels}); break;
-            default:
-                DSL_INTERNAL_CHECK(false, fmt::format("layer '{}' has parameters the export does not know", l.name));
+        for (const ExportedTensor& e : rules_of(l.op).exported(l, in)) {
+            if (e.steps) {
+                NamedArray count{fmt::format("mods.{}.{}", i, e.suffix), {}, ArrayType::i8, std::string(8, '\0')};
+                std::memcpy(count.bytes.data(), &*step, sizeof(std::int64_t));
+                out.push_back(std::move(count));
+            } else if (!add(i, e.suffix, e.shape)) {
+                return std::nullopt;
+            }
         }
-        if (ok && l.bias && (l.op == OpKind::conv || l.op == OpKind::deconv || l.op == OpKind::fc))
-            ok = add(i, "bias", {l.filters});
-        if (ok && l.op == OpKind::batchnorm) {
-            ok = add(i, "running_mean", {channels}) && add(i, "running_var", {channels});
-            NamedArray count{fmt::format("mods.{}.num_batches_tracked", i), {}, ArrayType::i8, std::string(8, '\0')};
-            std::memcpy(count.bytes.data(), &*step, sizeof(std::int64_t));
-            out.push_back(std::move(count));
-        }
-        if (!ok) return std::nullopt;
     }
     // What else the checkpoint may hold is the optimizer's state of these tensors.
     for (const auto& t : ckpt.tensors) {

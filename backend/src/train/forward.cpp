@@ -1,10 +1,8 @@
-// The forward pass: every layer in the network's order, windowed layers over their input's tile (with the
-// plan's overlap of the halo exchange and the interior's compute), a recomputed layer's values where the plan
-// puts them, and dropout's masks.
+// The forward pass: every layer in the network's order by its kind's row (backend/src/kinds/), windowed
+// layers over their input's tile (with the plan's overlap of the halo exchange and the interior's compute),
+// a recomputed layer's values where the plan puts them.
+#include "../kinds/kind.hpp"
 #include "trainer_impl.hpp"
-
-#include <dsl/backend/synthetic.hpp>
-#include <limits>
 
 namespace dsl::backend {
 
@@ -12,7 +10,7 @@ namespace dsl::backend {
 // blocked tile, conv_input's box), its padding set.
 ConstView Trainer::Impl::windowed_input(const Layer& l, int index, const Box& read) {
     Tile& in = *slots[static_cast<std::size_t>(index)].operands[0];
-    set_padding(in, l.op == OpKind::maxpool ? -std::numeric_limits<float>::infinity() : 0.0f);
+    set_padding(in, rules_of(l.op).padding());
     return view_of(in.y, in, read);
 }
 
@@ -55,130 +53,32 @@ void Trainer::Impl::forward_layer(DataSource& data, std::int64_t first, bool tra
     const bool overlapped = overlaps(index);
     for (Tile* t : s.operands)
         if (t && !overlapped) ready(&data, first, *t);
-    auto in = [&](std::size_t j = 0) { return ConstView(s.operands[j]->y.interior()); };
-    const View y = l.op == OpKind::label ? View{} : s.own().y.interior();
-    switch (l.op) {
-        case OpKind::input: make_input(data, s.own(), first); break;
-        case OpKind::label: break;  // made by the loss over its logits' tile
-        case OpKind::conv:
-        case OpKind::maxpool:
-        case OpKind::avgpool:
-        case OpKind::upsample:
-        case OpKind::deconv:
-            if (overlapped)
-                overlapped_forward(s, index);
-            else
-                windowed_forward(s, s.own().box);
-            break;
-        case OpKind::batchnorm: batchnorm_forward(s, training); break;
-        case OpKind::groupnorm: groupnorm_forward(s); break;
-        case OpKind::dropout:
-            if (dropping(training))
-                k.dropout->forward(in(), dropout_mask(s, first), y);
-            else
-                k.eltwise->copy(in(), y);
-            break;
-        case OpKind::global_avgpool: {
-            const ConstView x = in();
-            sums_a.assign(static_cast<std::size_t>(x.dims.n * x.dims.c), 0.0);
-            k.pool->global_sum(x, sums_a.data());
-            if (s.group)
-                wait(
-                    Kind::wait_sum,
-                    [&] { s.group->allreduce(sums_a.data(), static_cast<std::int64_t>(sums_a.size())); },
-                    static_cast<std::int64_t>(sums_a.size() * sizeof(double)));
-            const double area = static_cast<double>(global_dims(l.inputs[0]).points());
-            scratch_values.resize(sums_a.size());
-            for (std::size_t j = 0; j < sums_a.size(); ++j) scratch_values[j] = static_cast<float>(sums_a[j] / area);
-            k.pool->broadcast(scratch_values.data(), 1.0f, y);  // y is {n, c, 1, 1}
-            break;
-        }
-        case OpKind::fc: k.fc->forward(in(), s.w.interior(), bias_of(s), y); break;
-        case OpKind::add: {
-            std::vector<ConstView> xs;
-            for (std::size_t j = 0; j < l.inputs.size(); ++j) xs.push_back(in(j));
-            forward_fused(
-                s, s.own().box, training, [&](View relu, float slope) { return k.eltwise->add_relu(xs, slope, relu); },
-                [&] { k.eltwise->add(xs, y); });
-            break;
-        }
-        case OpKind::concat: {
-            // Each input's channels that fall in this tile's (all of them, or a block under F and C parts).
-            const Range own = s.own().box.c;
-            std::int64_t c0 = 0;
-            for (std::size_t j = 0; j < l.inputs.size(); ++j) {
-                const ConstView x = in(j);
-                const std::int64_t lo = std::max(own.lo, c0), hi = std::min(own.hi, c0 + x.dims.c);
-                if (lo < hi) k.eltwise->copy(x.channels(lo - c0, hi - lo), y.channels(lo - own.lo, hi - lo));
-                c0 += x.dims.c;
-            }
-            break;
-        }
-        case OpKind::softmax_cross_entropy:
-        case OpKind::pixel_cross_entropy:
-        case OpKind::mse:
-        case OpKind::l1:
-        case OpKind::bce_with_logits:
-            losses.push_back(LossValue{l.name, loss_layer(s, data, first, training), l.weight});
-            loss += l.weight * losses.back().value;
-            break;
-        default:  // an element-wise kind: its function (layer_kinds.hpp)
-            // Its input's forward wrote it already (fusion.cpp).
-            if (writes_relu(slots[static_cast<std::size_t>(l.inputs[0])], training)) break;
-            k.activation->forward(elementwise(l), in(), activation_slope(l), y);
-            break;
-    }
+    rules_of(l.op).forward(*this, s, index, ForwardPass{data, first, training, loss});
     // Rounded to its precision before anyone reads it, and kept so until backward widens it again (where no
     // backward reads it, the 16 bits go to scratch and only the rounding stays).
-    if (plan_of(index).narrowed)
+    if (plan_of(index).narrowed) {
+        const View y = s.own().y.interior();
         mem.narrow(y, precision_of(index),
                    plan_of(index).stored
                        ? s.own().stored_bits()
                        : reinterpret_cast<std::uint16_t*>(scratch.reserve((y.dims.elements() + 1) / 2)));
+    }
+}
+
+// A windowed layer's forward: over its whole tile once its input's halo is in, or overlapped with the halo's
+// exchange where the plan says so.
+void Trainer::Impl::windowed_layer(Slot& s, int index) {
+    if (overlaps(index))
+        overlapped_forward(s, index);
+    else
+        windowed_forward(s, s.own().box);
 }
 
 // The output of a windowed layer over `out` (global coordinates within its tile), from what its window
-// reads of the input tile; `again`: the layer's kernel ran last, on another part (its weights unchanged).
+// reads of the input tile (its kind's row); `again`: the layer's kernel ran last, on another part (its weights
+// unchanged).
 void Trainer::Impl::windowed_forward(Slot& s, const Box& out, bool again) {
-    const Layer& l = *s.layer;
-    Tile& in = *s.operands[0];
-    Tile& own = s.own();
-    const Box read = scheduler::window_input(l, out, in.box.c);
-    const View y = view_of(own.y, own, out);
-    if (l.op == OpKind::conv) {
-        set_padding(in, 0.0f);
-        const ConvInput c = conv_input(s, in, read);
-        const ConstView x = view_of(in.y, in, c.box);
-        Window w = c.window;
-        w.same_weights = again;
-        ConvKernels& conv = conv_of(own.spec.layer);
-        return forward_fused(
-            s, out, step_training,
-            [&](View relu, float slope) { return conv.forward_relu(x, s.w.interior(), bias_of(s), slope, relu, w); },
-            [&] { conv.forward(x, s.w.interior(), bias_of(s), y, w); });
-    }
-    const ConstView x = view_of(in.y, in, read);
-    switch (l.op) {
-        case OpKind::upsample:
-            DSL_INTERNAL_CHECK(k.upsample, "the kernel set has no kernels for upsampling");
-            return k.upsample->forward(upsample_of(l, read, out), x, y);
-        case OpKind::deconv:
-            DSL_INTERNAL_CHECK(k.deconv, "the kernel set has no kernels for transposed convolutions");
-            return k.deconv->forward(x, s.w.interior(), bias_of(s), y, deconv_of(l, read, out));
-        default:
-            set_padding(in, l.op == OpKind::maxpool ? -std::numeric_limits<float>::infinity() : 0.0f);
-            return k.pool->forward(l.op == OpKind::maxpool ? PoolKind::max : PoolKind::average, x, y, window_of(l));
-    }
-}
-
-// Upsampling and transposed convolution: what an output reads depends on its global index, so the kernels
-// take the views' places; the input view is what `out` reads (tiles.hpp).
-Upsample Trainer::Impl::upsample_of(const Layer& l, const Box& x, const Box& y) const {
-    return Upsample{l.scale, l.linear_upsample(), global_dims(l.inputs[0]).space, Placement{x.origin(), y.origin()}};
-}
-
-Deconv Trainer::Impl::deconv_of(const Layer& l, const Box& x, const Box& y) {
-    return Deconv{l.kernel, l.stride, l.pad, Placement{x.origin(), y.origin()}};
+    rules_of(s.layer->op).forward_part(*this, s, out, again);
 }
 
 // Whether a convolution over a blocked tile computes its interior's outputs from a copy of the interior
@@ -209,7 +109,7 @@ bool Trainer::Impl::blocked_interior_copied(const Slot& s, const Tile& in, const
 void Trainer::Impl::overlapped_forward(Slot& s, int index) {
     const scheduler::OverlapParts& parts = plan_of(index).overlap;
     Tile& in = *s.operands[0];
-    set_padding(in, s.layer->op == OpKind::maxpool ? -std::numeric_limits<float>::infinity() : 0.0f);
+    set_padding(in, rules_of(s.layer->op).padding());
     start_gather(in);
     // Of a blocked tile, a part's view is not dense, and oneDNN would copy the interior in and its outputs out
     // (blocked_interior_copied). Where that costs more than computing the strips twice, the interior's outputs
@@ -225,21 +125,6 @@ void Trainer::Impl::overlapped_forward(Slot& s, int index) {
         windowed_forward(s, strip, again);
         again = true;
     }
-}
-
-// The mask of a dropout layer's own tile in the step whose first sample is `first`: its key is the seed's
-// and the layer's, its step the mini-batch's index (first / batch, as `dsl run` numbers steps, so that a
-// resumed run draws what an uninterrupted one does), its coordinates global.
-DropoutMask Trainer::Impl::dropout_mask(const Slot& s, std::int64_t first) const {
-    const Tile& t = *s.tiles.front();
-    DropoutMask m;
-    m.key = splitmix64(config.seed ^ 0x64726f706f7574ull) ^ name_hash(s.layer->name);  // "dropout"
-    m.step = first / config.batch;
-    m.n0 = first + t.box.n.lo;
-    m.c0 = t.box.c.lo;
-    m.at = t.box.origin();
-    m.p = static_cast<float>(s.layer->p);
-    return m;
 }
 
 }  // namespace dsl::backend

@@ -22,6 +22,7 @@
 // Evaluation and prediction (TrainConfig::training false) keep planar tiles: a convolution of blocked tiles sums
 // in another order than the NHWC kernel of planar ones (forward_nhwc_pd), and a prediction is to be the same
 // bytes under every schedule.
+#include "../kinds/kind.hpp"
 #include "trainer_impl.hpp"
 
 #include <dsl/scheduler/tiles.hpp>
@@ -30,22 +31,13 @@
 
 namespace dsl::backend {
 
-namespace {
-
-bool blockable_kind(const Layer& l) {
-    return l.op == OpKind::conv || l.op == OpKind::batchnorm || l.op == OpKind::add || l.op == OpKind::relu ||
-           l.op == OpKind::leaky_relu;
-}
-
-}  // namespace
-
 std::vector<bool> Trainer::Impl::blocked_tiles() const {
     std::vector<bool> blocked(slots.size(), false);
     if (!k.blocked || !mem.host() || !config.training) return blocked;
     const auto kept_f32 = [&](std::size_t i) {
         const scheduler::LayerPlan& p = plan.layers[i];
         const Layer& l = *slots[i].layer;
-        if (p.narrowed || p.stored || !blockable_kind(l)) return false;
+        if (p.narrowed || p.stored || !rules_of(l.op).runs_blocked()) return false;
         return l.op != OpKind::conv || &conv_of(static_cast<int>(i)) == k.conv;
     };
     for (std::size_t i = 0; i < slots.size(); ++i) {
@@ -81,7 +73,7 @@ std::vector<bool> Trainer::Impl::blocked_tiles() const {
         changed = false;
         for (std::size_t i = 0; i < slots.size(); ++i) {
             const Layer& l = *slots[i].layer;
-            if (l.op == OpKind::conv || !blockable_kind(l)) continue;
+            if (l.op == OpKind::conv || !rules_of(l.op).runs_blocked()) continue;
             std::vector<std::size_t> tiles{i};
             for (int in : l.inputs) tiles.push_back(static_cast<std::size_t>(in));
             const bool all = std::all_of(tiles.begin(), tiles.end(), [&](std::size_t j) { return blocked[j]; });

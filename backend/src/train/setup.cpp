@@ -1,27 +1,13 @@
 // The trainer's tiles and buffers, as the plan places and sizes them, its process groups, and the initial
 // parameters, each element a pure function of (seed, layer name, index).
-#include "../tensors/weight_blocks.hpp"
+#include "../kinds/kind.hpp"
+#include "../random/initial_values.hpp"
 #include "trainer_impl.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <functional>
 
 namespace dsl::backend {
-
-namespace {
-
-// Uniform in (0, 1).
-double uniform(std::uint64_t stream, std::uint64_t i) {
-    return (static_cast<double>(splitmix64(stream ^ splitmix64(i)) >> 11) + 0.5) * 0x1.0p-53;
-}
-
-double normal(std::uint64_t stream, std::uint64_t i) {
-    const double u1 = uniform(stream, 2 * i), u2 = uniform(stream, 2 * i + 1);
-    return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
-}
-
-}  // namespace
 
 Trainer::Impl::Impl(const frontend::Network& n, Kernels kernels, TrainConfig c, scheduler::Plan p, Comm* shared)
     : net(n),
@@ -197,61 +183,12 @@ void Trainer::Impl::set_weights(Slot& s, Dims wd, const Values& weight, double b
     set_parameters(s, wd, weight, bias);
 }
 
+// Each layer's parameters as its kind initializes them, from the seed's and the layer's stream.
 void Trainer::Impl::initialize() {
     for (std::size_t index = 0; index < slots.size(); ++index) {
         Slot& s = slots[index];
-        const Layer& l = *s.layer;
-        const std::uint64_t stream = splitmix64(config.seed) ^ name_hash(l.name);
-        if (l.op == OpKind::conv || l.op == OpKind::fc) {
-            const Dims in = scheduler::extent_of(net.layers[static_cast<std::size_t>(l.inputs[0])], 1);
-            // A convolution's weights {F, C, kernel}; a fully connected layer's {K, every input of a sample}.
-            const Dims wd =
-                l.op == OpKind::conv ? Dims{l.filters, in.c, l.kernel} : Dims{l.filters, in.c * in.points(), {}};
-            const double fan_in = static_cast<double>(wd.c * wd.points());
-            // torchvision's ResNet: Kaiming normal, fan out, for convolutions; PyTorch's default
-            // (uniform, +-1/sqrt(fan in)) for fully connected layers and every bias.
-            const double std_out = std::sqrt(2.0 / static_cast<double>(wd.n * wd.points()));
-            const double bound = 1.0 / std::sqrt(fan_in);
-            const bool conv = l.op == OpKind::conv;
-            set_weights(
-                s, wd,
-                [=](std::int64_t i) {
-                    const auto at = static_cast<std::uint64_t>(i);
-                    return static_cast<float>(conv ? std_out * normal(stream, at)
-                                                   : bound * (2.0 * uniform(stream, at) - 1.0));
-                },
-                bound, stream);
-            // Where the kernels keep this process's block of them in 16 x 16 blocks, so from the start (the
-            // gradient and moments are zeros, the same in any layout).
-            s.blocked_weights = conv && mem.host() && conv_of(static_cast<int>(index)).blocks_weights(s.w.dims());
-            if (s.blocked_weights) {
-                const std::vector<float> plain(s.w.data(), s.w.data() + s.w.size());
-                block_weights(s.w.dims(), plain.data(), s.w.data());
-            }
-        } else if (l.op == OpKind::deconv) {
-            // PyTorch's ConvTranspose2d default: weights {C_in, C_out, kernel} and bias uniform in
-            // +-1/sqrt(fan in), its fan in C_out times the kernel's taps (the weights' second dimension on).
-            const Dims in = scheduler::extent_of(net.layers[static_cast<std::size_t>(l.inputs[0])], 1);
-            const Dims wd{in.c, l.filters, l.kernel};
-            const double bound = 1.0 / std::sqrt(static_cast<double>(wd.c * wd.points()));
-            set_weights(
-                s, wd,
-                [=](std::int64_t i) {
-                    return static_cast<float>(bound * (2.0 * uniform(stream, static_cast<std::uint64_t>(i)) - 1.0));
-                },
-                bound, stream);
-        } else if (l.op == OpKind::groupnorm || l.op == OpKind::batchnorm) {
-            // PyTorch's affine batch and group norm: scale 1, shift 0. Group norm's statistics are per sample,
-            // made in forward; batch norm's per channel, with running ones.
-            const auto c = static_cast<std::size_t>(l.shape.dims[0]);
-            set_parameters(
-                s, Dims{1, l.shape.dims[0], {}}, [](std::int64_t) { return 1.0f; }, [](std::int64_t) { return 0.0f; });
-            if (l.op == OpKind::groupnorm) continue;
-            s.mean.assign(c, 0.0f);
-            s.inv_std.assign(c, 1.0f);
-            s.running_mean.assign(c, 0.0f);
-            s.running_var.assign(c, 1.0f);
-        }
+        const std::uint64_t stream = splitmix64(config.seed) ^ name_hash(s.layer->name);
+        rules_of(s.layer->op).initialize(*this, s, static_cast<int>(index), stream);
     }
 }
 

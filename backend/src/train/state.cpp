@@ -3,6 +3,7 @@
 // process and plain, it is handed out as it is; a GPU's are copied, weights that the kernels keep in blocks
 // (weight_blocks.hpp) copied plain, and the blocks of F and C parts gathered whole (`read`); state_written takes
 // each copy back.
+#include "../kinds/kind.hpp"
 #include "../tensors/weight_blocks.hpp"
 #include "trainer_impl.hpp"
 
@@ -35,14 +36,7 @@ std::vector<StateTensor> Trainer::Impl::state(bool read) {
     for (Slot& s : slots) {
         const Layer& l = *s.layer;
         if (s.w.size() == 0) continue;
-        const Dims& d = s.whole;
-        std::vector<std::int64_t> wshape;
-        if (l.op == OpKind::conv || l.op == OpKind::deconv) {
-            wshape = {d.n, d.c};
-            wshape.insert(wshape.end(), d.space.begin(), d.space.end());
-        }
-        if (l.op == OpKind::fc) wshape = {d.n, d.c};
-        if (l.op == OpKind::batchnorm || l.op == OpKind::groupnorm) wshape = {d.c};
+        const std::vector<std::int64_t> wshape = rules_of(l.op).weight_shape(s.whole);
         const Block wb = weight_block(s), bb = bias_block(s);
         const std::vector<std::int64_t> bshape{bb.total};
         const bool keeps = !s.holders || s.holders->rank() == 0, bias = s.b.size() > 0;
@@ -50,7 +44,7 @@ std::vector<StateTensor> Trainer::Impl::state(bool read) {
         const bool keeps_bias = keeps && s.adds_bias;
         add(l.name + ".weight", wshape, s.w, wb, keeps, s.blocked_weights);
         if (bias) add(l.name + ".bias", bshape, s.b, bb, keeps_bias);
-        if (l.op == OpKind::batchnorm) {
+        if (!s.running_mean.empty()) {  // batch norm's running statistics
             // Each process moves its block of them: the first holder of each block gives it to the others.
             if (read && s.holders) {
                 s.running_mean = gathered(bb, s.running_mean.data() + s.filters.lo, keeps);

@@ -38,7 +38,7 @@ inline Window window_of(const Layer& l) {
     return w;
 }
 
-// An element-wise layer's function; the trainer's switches give every other kind a case of its own.
+// An element-wise layer's function.
 inline frontend::Activation elementwise(const Layer& l) {
     DSL_INTERNAL_CHECK(l.kind().elementwise(),
                        std::string("the trainer has no kernels for layer kind '") + l.kind().name + "'");
@@ -135,7 +135,7 @@ struct Trainer::Impl {
         // A convolution whose kernels asked for its weights in 16 x 16 blocks (ConvKernels::blocks_weights):
         // w, dw and their moments lie so (weight_blocks.hpp), plain only at the state's edges (state.cpp).
         bool blocked_weights = false;
-        Dims whole;               // the whole weights' (or scale's) dims
+        Dims whole;  // the whole weights' (or scale's) dims
         // Batch norm, on the host: the step's statistics (per channel; group norm's per sample and group), and
         // batch norm's running ones (under F and C parts this process's block of them is kept up to date, and
         // state() gathers the rest).
@@ -170,9 +170,9 @@ struct Trainer::Impl {
     std::vector<float> summed_chunk;     // optimize: a chunk of a gradient's sum over the processes
     std::vector<float> scratch_values;   // on the host: global pooling's values, batch-norm gradients
     Buffer scratch;  // gradients of tensors with several readers, before they are added; 16 bits nobody keeps
-    Buffer staging;                      // an input tile from the data source, on its way to the kernels' memory
-    Buffer targets;                      // a regression loss's targets, in the kernels' memory
-    std::vector<float> host_targets;     // and on the host, as the data source gives them
+    Buffer staging;  // an input tile from the data source, on its way to the kernels' memory
+    Buffer targets;  // a regression loss's targets, in the kernels' memory
+    std::vector<float> host_targets;  // and on the host, as the data source gives them
     std::vector<float> host_tile;
     std::vector<float> host_channels;  // every channel of an input tile of which a block is read
     // state()'s whole copies of the parameters in a GPU's memory or split in blocks, each with where it came
@@ -365,7 +365,8 @@ struct Trainer::Impl {
     void set_weights(Slot& s, Dims wd, const Values& weight, double bound, std::uint64_t stream);
     void initialize();
 
-    // blocks.cpp: each process's block of the parameters under F and C parts, and who holds the same one.
+    // blocks.cpp: each process's block of the parameters under F and C parts, and who holds the same one;
+    // where a block lies in the whole parameter, as the layer's kind lays it out.
     void place_blocks();
     Block weight_block(const Slot& s) const;
     Block bias_block(const Slot& s) const;
@@ -396,7 +397,8 @@ struct Trainer::Impl {
     void to_host(ConstView v, std::vector<float>& out);
     Tile& ready(DataSource* data, std::int64_t first, Tile& t);
 
-    // forward.cpp: the forward pass, layer by layer, and the overlap of halos with windowed layers.
+    // forward.cpp: the forward pass, layer by layer (each by its kind's row, backend/src/kinds/), and the
+    // overlap of halos with windowed layers.
     scheduler::Precision precision_of(int layer) const { return *plan_of(layer).dist.precision; }
     // A convolution's kernels: 16-bit products where its precision is bfloat16 or float16 and the kernels
     // have them.
@@ -412,35 +414,25 @@ struct Trainer::Impl {
     ConstView windowed_input(const Layer& l, int index, const Box& read);
     double forward(DataSource& data, std::int64_t first, bool training);
     void forward_layer(DataSource& data, std::int64_t first, bool training, std::size_t i, double& loss);
+    void windowed_layer(Slot& s, int index);
     void windowed_forward(Slot& s, const Box& out, bool again = false);
-    Upsample upsample_of(const Layer& l, const Box& x, const Box& y) const;
-    static Deconv deconv_of(const Layer& l, const Box& x, const Box& y);
     void overlapped_forward(Slot& s, int index);
     bool blocked_interior_copied(const Slot& s, const Tile& in, const scheduler::OverlapParts& parts) const;
-    DropoutMask dropout_mask(const Slot& s, std::int64_t first) const;
 
-    // losses.cpp: the losses, whose gradients are written in forward.
-    double loss_layer(Slot& s, DataSource& data, std::int64_t first, bool training);
-    double regression_layer(Slot& s, DataSource& data, std::int64_t first, bool training);
-
-    // normalization.cpp: batch and group norm, forward beside backward, with their statistics' sums.
-    double group_count(const Slot& s) const;
-    void batchnorm_forward(Slot& s, bool training);
+    // fusion.cpp: a ReLU written in the forward pass of the layer it reads.
     void fuse_relus();
     bool writes_relu(const Slot& s, bool training) const;
     void forward_fused(Slot& s, const Box& part, bool training, const std::function<bool(View, float)>& fused,
                        const std::function<void()>& alone);
+
+    // normalization.cpp: what batch and group norm share, their statistics' sums and their parameters'
+    // gradients.
     void group_sum(Slot& s, bool speaks);
     void scale_shift_gradients(Slot& s, const std::vector<double>& d_gamma, const std::vector<double>& d_beta,
                                bool speaks);
-    void batchnorm_backward(Slot& s, bool speaks);
-    double groupnorm_count(const Slot& s) const;
-    std::int64_t groups_of(const Slot& s) const;
-    void groupnorm_forward(Slot& s);
-    void groupnorm_backward(Slot& s, bool speaks);
 
-    // backward.cpp: the backward pass, layer by layer, and the recomputation it runs first.
-    Kind first_backward_part(const Slot& s) const;
+    // backward.cpp: the backward pass, layer by layer (each by its kind's row), and the recomputation it runs
+    // first.
     void backward();
     void recompute_for(int index);
     void backward_layer(int index);

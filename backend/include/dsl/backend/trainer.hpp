@@ -216,8 +216,11 @@ public:
     // parameters, message buffers).
     std::int64_t memory_bytes() const;
 
-private:
+    // The trainer's state (backend/src/train/trainer_impl.hpp), which the backend's kind table
+    // (backend/src/kinds/) runs each layer's kind over.
     struct Impl;
+
+private:
     std::unique_ptr<Impl> impl_;
 };
 

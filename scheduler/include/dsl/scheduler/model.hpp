@@ -6,6 +6,7 @@
 #pragma once
 
 #include <dsl/frontend/network.hpp>
+#include <dsl/scheduler/kind_costs.hpp>
 #include <dsl/scheduler/platform.hpp>
 #include <dsl/scheduler/schedule.hpp>
 
@@ -19,40 +20,8 @@
 
 namespace dsl::scheduler {
 
-// One layer under one distribution, per step, in seconds and bytes.
 class ShuffleArithmetic;  // shuffle_points.hpp
 struct ShufflePoints;
-
-struct LayerCost {
-    double forward = 0.0;           // compute of the output
-    double forward_halo = 0.0;      // the input's halo exchange, the part not hidden behind interior compute
-    double forward_sync = 0.0;      // blocking sums over processes (batch-norm statistics, pooling, the loss),
-                                    // and the waits for processes that drifted behind
-    double backward_data = 0.0;     // compute of the input's gradient
-    double backward_weights = 0.0;  // compute of the weight gradient
-    double backward_halo = 0.0;     // the gradient's margins sent back, the part not hidden behind dL/dw
-    double backward_sync = 0.0;     // blocking sums in backward (batch-norm)
-    double allreduce = 0.0;         // the weight gradient's allreduce, run while backward goes on
-    double recompute = 0.0;         // recompute=on: its forward again in backward (compute, halo, sums)
-    std::int64_t halo_bytes = 0;    // sent by the busiest process, forward and backward
-    double memory = 0.0;            // bytes: the output tile, and the margins of the input it reads
-    double output = 0.0;            // bytes of the output tile (with its margins), which recomputation drops
-    double buffers = 0.0;           // bytes of halo message buffers
-    // Bytes of scratch buffers, each shared by every layer and as large as the largest it held: per argument
-    // position of a pass (0 to 2), those a CPU's convolution and fully connected kernels reorder their
-    // arguments into, in oneDNN's layouts (channels in blocks of 16; onednn_kernels.cpp's arenas), or on a
-    // GPU the dense 16-bit copies of x, w and y that its 16-bit convolutions use; (3) the dense span a transposed
-    // convolution spreads its input over (deconv_over_conv); and (4) the trainer's, where the gradient of an output
-    // that several layers read is computed before it is added.
-    std::array<double, 5> scratch{};
-
-    double forward_time() const { return forward + forward_halo + forward_sync; }
-    double backward_time() const {
-        return backward_data + backward_weights + backward_halo + backward_sync + recompute;
-    }
-    // What a schedule changes: everything but the allreduce, whose size is the same under every schedule.
-    double time() const { return forward_time() + backward_time(); }
-};
 
 // Moving a tensor from its producer's split into the tile a reader under another split reads (forward),
 // and its gradient back (backward).
@@ -115,8 +84,10 @@ struct Prediction {
 
 class Model final : public CostModel {
 public:
-    // A run of `procs` processes with mini-batches of `batch` samples.
-    Model(const frontend::Network& net, const Platform& platform, std::int64_t procs, std::int64_t batch);
+    // A run of `procs` processes with mini-batches of `batch` samples, each layer's kernels priced by its kind's
+    // row in `kinds` (the backend's: backend::kind_costs()).
+    Model(const frontend::Network& net, const Platform& platform, std::int64_t procs, std::int64_t batch,
+          const KindCostTable& kinds);
     const Platform& platform() const { return platform_; }
 
     LayerCost layer(int index, const Distribution& d) const override;
@@ -202,6 +173,7 @@ private:
 
     const frontend::Network& net_;
     Platform platform_;
+    const KindCostTable& kinds_;
     std::int64_t procs_, batch_;
     int threads_ = 1;
     double share_ = 1.0;
