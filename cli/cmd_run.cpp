@@ -25,6 +25,7 @@
 #include <unistd.h>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <filesystem>
@@ -469,6 +470,17 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
     if (!o.save.empty() && !save(first_step + o.steps)) return user_error;
     return ok;
 }
+
+// An option that sets an optimizer's parameter (`name` on the train line, `what` in words), held to the train
+// line's rule.
+CLI::Validator optimizer_value(const std::string& name, const std::string& what) {
+    return CLI::Validator(
+        [name, what](std::string& s) {
+            const char* rule = frontend::optimizer_value_rule(name, std::strtod(s.c_str(), nullptr));
+            return rule ? fmt::format("{} must be {}, not {}", what, rule, s) : std::string();
+        },
+        "X");
+}
 }  // namespace
 
 void setup_run(CLI::App& app, Action& action) {
@@ -479,13 +491,16 @@ void setup_run(CLI::App& app, Action& action) {
     run->add_option("--steps", o->steps, "Training steps (default 10)")->check(positive_count());
     run->add_option("--batch", o->batch, "Mini-batch size N (default: the schedule's, else 4)")
         ->check(positive_count());
-    run->add_option("--lr", o->lr, "Learning rate (default: the network's 'train' line, else 0.01)");
+    run->add_option("--lr", o->lr, "Learning rate, 0 or more (default: the network's 'train' line, else 0.01)")
+        ->check(optimizer_value("lr", "the learning rate"));
     run->add_option("--optimizer", o->optimizer,
                     "sgd, adam or adamw (default: the network's 'train' line, else sgd); its other parameters, the "
                     "warmup and the schedule come from the train line")
         ->check(CLI::IsMember({"sgd", "adam", "adamw"}));
-    run->add_option("--momentum", o->momentum, "SGD momentum (default: the network's, else 0.9)");
-    run->add_option("--weight-decay", o->weight_decay, "Weight decay (default: the network's, else 0)");
+    run->add_option("--momentum", o->momentum, "SGD momentum (default: the network's, else 0.9)")
+        ->check(optimizer_value("momentum", "the momentum"));
+    run->add_option("--weight-decay", o->weight_decay, "Weight decay (default: the network's, else 0)")
+        ->check(optimizer_value("weight_decay", "the weight decay"));
     run->add_option("--loss-scale", o->loss_scale,
                     "Dynamic loss scaling's initial scale, by PyTorch GradScaler's rules (a step whose gradients "
                     "overflow is skipped and halves it; 2000 in a row that do not double it); 0: none (default: "

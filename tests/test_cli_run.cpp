@@ -1,6 +1,7 @@
 // `dsl run` end to end: training and its log, checkpoints and exact resumption, the refusals made before
 // anything is trained, and runs on several processes.
 #include "run_dsl.hpp"
+#include "skip.hpp"
 
 #include <dsl/backend/checkpoint.hpp>
 #include <dsl/backend/gpu.hpp>
@@ -379,7 +380,7 @@ TEST_CASE("a schedule that splits only the samples needs no overlap", "[cli][run
 
 TEST_CASE("without a GPU, a GPU run or calibration says why and trains nothing", "[cli][run]") {
     std::string why;
-    if (dsl::backend::gpu_devices(&why) > 0) return;  // tests/gpu trains there
+    if (dsl::backend::gpu_devices(&why) > 0) return dsl::test::skip("this machine has a GPU (tests/gpu trains on it)");
     for (const std::string args : {"run samples/mesh_tiny.net --device gpu --steps 1",
                                    "run samples/mesh_tiny.net --auto-schedule --platform dgx_h100 --steps 1",
                                    "run samples/mesh_tiny.net samples/mesh_tiny_sample_2.sched --device gpu --steps 1",

@@ -166,6 +166,35 @@ TEST_CASE("batch norm on volumes: statistics per sample group and per tile", "[d
     CHECK(groups.losses[1] != Approx(one.losses[1]).epsilon(1e-6));
 }
 
+TEST_CASE("under bn=spatial a checkpoint keeps group 0's running statistics", "[distributed][mpi]") {
+    // Each sample group moves running statistics of its own; the first process writes the checkpoint, so it
+    // holds those of the group of the mini-batch's first samples: one process's, trained on those samples
+    // alone, and not the whole mini-batch's (as docs/language.md says).
+    const std::string sched = schedule_with("samples/mesh_tiny_sample_2.sched", "default N=2 bn=spatial");
+    const Run groups = train("samples/mesh_tiny.net", sched, 4, "", 1);
+    const Run first = train("samples/mesh_tiny.net", "", 2, "", 1), whole = train("samples/mesh_tiny.net", "", 4, "", 1);
+    // The largest difference of two tensors, relative to the first's largest magnitude.
+    auto apart = [](const std::vector<float>& a, const std::vector<float>& b) {
+        double scale = 1e-30, most = 0.0;
+        for (std::size_t i = 0; i < a.size(); ++i) {
+            scale = std::max(scale, std::fabs(double(a[i])));
+            most = std::max(most, std::fabs(double(a[i]) - double(b.at(i))));
+        }
+        return most / scale;
+    };
+    int statistics = 0;
+    for (const auto& t : groups.checkpoint.tensors) {
+        if (!t.name.ends_with(".running_mean") && !t.name.ends_with(".running_var")) continue;
+        ++statistics;
+        INFO(t.name);
+        REQUIRE(first.checkpoint.find(t.name));
+        REQUIRE(whole.checkpoint.find(t.name));
+        CHECK(apart(t.data, first.checkpoint.find(t.name)->data) <= 1e-6);
+        CHECK(apart(t.data, whole.checkpoint.find(t.name)->data) > 1e-4);
+    }
+    CHECK(statistics == 12);  // six batch norms' two
+}
+
 TEST_CASE("encoder-decoders with upsample and deconv train as on one process", "[distributed][mpi]") {
     // Odd sizes (66 x 70, 33 x 35, 17 x 18), so that the output tiles of an upsampling or a transposed
     // convolution are cut where their inputs' are not; rows, columns, a grid, hybrid and a split per layer

@@ -476,6 +476,15 @@ TEST_CASE("train adam, adamw and learning-rate schedules", "[elaborate][optimize
 }
 
 TEST_CASE("the optimizer's and schedule's parameters are checked", "[elaborate][optimizer]") {
+    // A learning rate of 0 is one (PyTorch's too); below 0 it is not.
+    {
+        Elab e(head + "train sgd(lr = 0)\na = relu\n");
+        INFO(e.errors());
+        REQUIRE(e.net);
+        CHECK(*e.net->train.lr == 0.0);
+    }
+    one_error(head + "train sgd(lr = -0.1)\na = relu\n", "'lr' must be a non-negative number", 3, 16);
+    one_error(head + "train sgd(momentum = 1.5)\na = relu\n", "'momentum' must be a number between 0 and 1", 3, 22);
     one_error(head + "train adam(beta1 = 1)\na = relu\n", "'beta1' must be a number in [0, 1)", 3, 20);
     one_error(head + "train adamw(beta2 = -0.5)\na = relu\n", "'beta2' must be a number in [0, 1)", 3, 21);
     one_error(head + "train adam(eps = -1e-8)\na = relu\n", "'eps' must be a non-negative number", 3, 18);

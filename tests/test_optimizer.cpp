@@ -11,6 +11,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <vector>
@@ -208,6 +209,56 @@ TEST_CASE("adam resumes under another schedule of processes", "[optimizer][distr
     REQUIRE(got);
     CHECK(got->meta["optimizer"] == "adamw");
     check_same_state(*got, *expected, 1e-4);
+    fs::remove_all(dir);
+}
+
+TEST_CASE("a learning rate of 0, on the train line or with --lr 0, trains and moves no weight",
+          "[optimizer][cli][run]") {
+    // PyTorch takes lr = 0: a run that measures, or saves the initial weights (as the oracle does). The train
+    // line takes it as the command line does; a negative rate is refused by both (tests/diag, and below).
+    const fs::path dir = fs::temp_directory_path() / ("dsl_lr0_" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    std::string text = read(fs::path(source_dir()) / "samples" / "mesh_tiny.net");
+    const std::string line = "train sgd(lr = 0.05,";
+    REQUIRE(text.find(line) != std::string::npos);
+    text.replace(text.find(line), line.size(), "train sgd(lr = 0,");
+    const std::string net = (dir / "lr0.net").string();
+    std::ofstream(net) << text;
+
+    const Run still = train(net, "", 4, "", 3), first = train(net, "", 4, "", 1);
+    const Run adamw = train("samples/mesh_tiny.net", "", 4, "--optimizer adamw --lr 0", 3);
+    const Run moved = train("samples/mesh_tiny.net", "", 4, "", 3);
+    for (const auto& step : still.lines) CHECK(step["lr"].get<double>() == 0.0);
+    // The weights after three steps at rate 0 are those after one (the initial ones): bitwise, under sgd with
+    // momentum and weight decay and under adamw; at the network's rate they move.
+    int weights = 0, moved_weights = 0;
+    for (const auto& t : first.checkpoint.tensors) {
+        if (!t.name.ends_with(".weight") && !t.name.ends_with(".bias")) continue;
+        ++weights;
+        INFO(t.name);
+        REQUIRE(still.checkpoint.find(t.name));
+        REQUIRE(adamw.checkpoint.find(t.name));
+        REQUIRE(moved.checkpoint.find(t.name));
+        CHECK(still.checkpoint.find(t.name)->data == t.data);
+        CHECK(adamw.checkpoint.find(t.name)->data == t.data);
+        moved_weights += moved.checkpoint.find(t.name)->data != t.data;
+    }
+    CHECK(weights == 20);  // six convolutions' weights, the prediction's weight and bias, six batch norms' two
+    CHECK(moved_weights == weights);
+    // The steps ran: the momentum holds their gradients.
+    const auto* momentum = still.checkpoint.find("pred.weight.momentum");
+    REQUIRE(momentum);
+    CHECK(std::any_of(momentum->data.begin(), momentum->data.end(), [](float m) { return m != 0.0f; }));
+
+    // A negative rate, or one that is not a finite number, on the command line: a usage error, as on the
+    // train line.
+    for (const char* lr : {"-0.01", "inf", "nan"}) {
+        const Result r = run_dsl(std::string("run samples/mesh_tiny.net --steps 1 --lr ") + lr);
+        CHECK(r.exit_code == 2);
+        CHECK(r.err.find(std::string("--lr: the learning rate must be a non-negative number, not ") + lr) !=
+              std::string::npos);
+    }
     fs::remove_all(dir);
 }
 

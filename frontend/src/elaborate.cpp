@@ -11,6 +11,7 @@
 #include <dsl/frontend/passes.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <map>
 #include <queue>
@@ -265,17 +266,8 @@ private:
                     train_.schedule.warmup = v->integer;
                 continue;
             }
-            const bool beta = name == "beta1" || name == "beta2";
-            const bool good = v->is_number() && (name == "lr"         ? x > 0
-                                                 : name == "momentum" ? x >= 0 && x <= 1
-                                                 : beta               ? x >= 0 && x < 1
-                                                                      : x >= 0);
-            if (!good) {
-                const char* want = name == "lr"         ? "a positive number"
-                                   : name == "momentum" ? "a number between 0 and 1"
-                                   : beta               ? "a number in [0, 1)"
-                                                        : "a non-negative number";
-                report(a.value.loc, "'" + name + "' must be " + want, -1);
+            if (const char* rule = optimizer_value_rule(name, v->is_number() ? x : std::nan(""))) {
+                report(a.value.loc, "'" + name + "' must be " + rule, -1);
                 continue;
             }
             (name == "lr"         ? train_.lr

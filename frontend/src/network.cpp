@@ -52,6 +52,13 @@ const char* optimizer_name(Optimizer o) {
     }
 }
 
+const char* optimizer_value_rule(const std::string& name, double x) {
+    const bool beta = name == "beta1" || name == "beta2";
+    const bool good = std::isfinite(x) && x >= 0 && (name == "momentum" ? x <= 1 : !beta || x < 1);
+    if (good) return nullptr;
+    return name == "momentum" ? "a number between 0 and 1" : beta ? "a number in [0, 1)" : "a non-negative number";
+}
+
 double LrSchedule::lr(double base, std::int64_t step) const {
     if (step < warmup) {
         const double k = static_cast<double>(warmup);

@@ -22,8 +22,7 @@ sums as they split them). Volumes (3-D networks) and periodic padding are among 
 
 The third form checks one prediction file made elsewhere against the module with a checkpoint's weights.
 
-A case whose network or schedule `dsl check` rejects for what it does not know yet (tests/oracle/oracle.py's
-NOT_KNOWN: volumes, periodic padding, depth splits) is skipped, and said so.
+Every case runs: one whose network or schedule dsl rejects fails.
 
 Exit status: 0 when every case that ran matched, 1 when one did not (or dsl failed), 77 when this Python cannot
 import torch and numpy (/usr/bin/python3 has them), 2 on usage.
@@ -34,7 +33,6 @@ import collections
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -44,7 +42,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 sys.path.insert(0, HERE)
 import pytorch_mesh  # noqa: E402  (the .net translator, shared with the benchmarks)
-from oracle import Failure, SKIP, dsl_env, not_known, read_checkpoint, run_dsl  # noqa: E402
+from oracle import Failure, SKIP, read_checkpoint, run_dsl  # noqa: E402
 
 PREDICT_RTOL = 1e-4   # dsl (float32) against PyTorch (float64), relative to the output's largest magnitude
 SPLIT_RTOL = 1e-5     # dsl on 4 processes against dsl on one
@@ -94,20 +92,6 @@ PREDICT_CASES = [
     Case("periodic2d", "tests/oracle/periodic2d.net", steps=2, scheds=("tests/oracle/periodic2d_hw4.sched",),
          covers="2-D padding = periodic: halos across the border and corners; 2x2 grid"),
 ]
-
-
-def not_known_yet(dsl, case):
-    """What the case uses that `dsl check` does not know yet (oracle.py's NOT_KNOWN: volumes, periodic
-    padding...), for the network and each schedule; None when dsl checks them, or rejects them for anything else
-    (the case then runs, and fails)."""
-    net_path = os.path.join(ROOT, case.net)
-    for sched in (None,) + tuple(case.scheds):
-        p = subprocess.run([dsl, "check", net_path] + ([os.path.join(ROOT, sched)] if sched else []),
-                           capture_output=True, text=True, env=dsl_env())
-        why = not_known(p.stderr) if p.returncode != 0 else None
-        if why is not None:
-            return why
-    return None
 
 
 def train_and_export(dsl, case, folder, seed):
@@ -331,15 +315,9 @@ def main(argv=None):
     if args.keep:
         os.makedirs(work)
     print(f"{args.what}: dsl {args.dsl} against torch {torch.__version__}, {len(chosen)} case(s)")
-    failed, skipped = [], []
+    failed = []
     try:
         for case in chosen:
-            why = not_known_yet(args.dsl, case)
-            if why is not None:
-                skipped.append(case.name)
-                print(f"SKIP {case.name} ({case.net}{''.join(' ' + s for s in case.scheds)}): dsl check does not "
-                      f"know it yet: {why}")
-                continue
             t0 = time.time()
             folder = os.path.join(work, case.name)
             os.makedirs(folder)
@@ -358,9 +336,7 @@ def main(argv=None):
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
-    ran = len(chosen) - len(skipped)
-    print(f"{args.what}: {ran - len(failed)} of {ran} case(s) matched"
-          + (f"; {len(skipped)} skipped until dsl knows what they use ({', '.join(skipped)})" if skipped else "")
+    print(f"{args.what}: {len(chosen) - len(failed)} of {len(chosen)} case(s) matched"
           + (f"; failed: {', '.join(failed)}" if failed else ""))
     return 1 if failed else 0
 

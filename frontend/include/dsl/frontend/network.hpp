@@ -125,6 +125,12 @@ struct TrainOptions {
     LrSchedule schedule;
 };
 
+// What a value of an optimizer's parameter (lr, momentum, beta1, beta2, eps, weight_decay) must be, on the train
+// line and in dsl run's options alike: nullptr where `x` is one, else the rule in words ("a non-negative
+// number"). A learning rate of 0 is one, as in PyTorch: a run that measures, or saves the initial weights,
+// moves none.
+const char* optimizer_value_rule(const std::string& name, double x);
+
 struct Network {
     std::vector<Layer> layers;
     TrainOptions train;
