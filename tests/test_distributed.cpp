@@ -216,6 +216,44 @@ TEST_CASE("encoder-decoders with upsample and deconv train as on one process", "
     check_same_state(many.checkpoint, one.checkpoint, 1e-4);
 }
 
+namespace {
+
+// Each schedule of `net` trains as one process does (every loss and every tensor of the final state within
+// 1e-4), the one process trained once.
+void check_same_as_one(const char* net, std::initializer_list<const char*> scheds, std::int64_t batch) {
+    const Run one = train(net, "", batch);
+    for (const char* sched : scheds) {
+        CAPTURE(net, sched);
+        check_same_run(one, train(net, sched, batch), 1e-4);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("transposed convolutions of every shape train as on one process from tiles of one row or column",
+          "[distributed][mpi]") {
+    // tests/dist/deconvs.net: kernels 1 to 5, strides 1 to 3, pad up to kernel - 1, output_pad 0 and 1, side by
+    // side; rows in 5 and columns in 4 (input tiles of one row or column, the halo that each tile's outputs
+    // read the whole of the tile beside it), rows and columns in 3 (uneven), a 4 x 2 grid, and a 2 x 4 grid
+    // whose concat redistributes.
+    check_same_as_one("tests/dist/deconvs.net",
+                      {"tests/dist/deconvs_h5.sched", "tests/dist/deconvs_w4.sched", "tests/dist/deconvs_h3.sched",
+                       "tests/dist/deconvs_w3.sched", "tests/dist/deconvs_h4w2.sched", "tests/dist/deconvs_h2w4.sched"},
+                      2);
+}
+
+TEST_CASE("transposed convolutions of volumes train as on one process from tiles of one plane, row or column",
+          "[distributed][mpi]") {
+    // tests/dist/deconvs3d.net: depth in 4 (stdlib/unet3d.net's kernel 2 stride 2 from tiles of one plane),
+    // rows in 3, columns in 3, depth in 4 by columns in 2 (edges and corners), and depth in 3 by rows in 2, both
+    // uneven.
+    check_same_as_one("tests/dist/deconvs3d.net",
+                      {"tests/dist/deconvs3d_d4.sched", "tests/dist/deconvs3d_h3.sched",
+                       "tests/dist/deconvs3d_w3.sched", "tests/dist/deconvs3d_d4w2.sched",
+                       "tests/dist/deconvs3d_d3h2.sched"},
+                      2);
+}
+
 TEST_CASE("the step's loss is the weighted sum of the losses, which are logged unweighted", "[distributed][mpi]") {
     const Run one = train("tests/dist/weighted.net", "", 4);
     REQUIRE(one.losses.size() == 3);

@@ -1,9 +1,13 @@
 // Binding schedules to networks: the precedence rule, open fields and each legality check.
+#include "deconv_reads.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <dsl/frontend/parse.hpp>
 #include <dsl/frontend/passes.hpp>
 #include <dsl/scheduler/schedule.hpp>
+
+#include <fmt/format.h>
 
 using namespace dsl;
 using namespace dsl::frontend;
@@ -246,6 +250,96 @@ loss = mse from f, y
     Fixture none(volume);
     CHECK(!none.apply("procs = 8\ndefault D=2 H=2 W=2\nlayer down D=8\n"));
     CHECK(none.errors().find("does not fit layer 'down': its output has only 6 planes of depth") != std::string::npos);
+}
+
+TEST_CASE("a transposed convolution's split fits exactly when each tile's halo fits the tiles beside it",
+          "[schedule]") {
+    // Every kernel of 1 to 4, stride of 1 to 3, pad below the kernel and output_pad below the stride, on images
+    // and volumes whose dimensions have 1 to 7, 2 to 8 and 3 to 9 inputs, split along each of them 2 to 10 ways:
+    // accepted exactly when the input and the output have a row for each part and the inputs that each tile's
+    // outputs read beyond its input tile (deconv_reads.hpp) lie within the tiles beside it.
+    int accepted = 0, refused = 0;
+    for (int rank : {2, 3})
+        for (std::int64_t kernel = 1; kernel <= 4; ++kernel)
+            for (std::int64_t stride = 1; stride <= 3; ++stride)
+                for (std::int64_t pad = 0; pad < kernel; ++pad)
+                    for (std::int64_t output_pad = 0; output_pad < stride; ++output_pad)
+                        for (std::int64_t first = 1; first <= 7; ++first) {
+                            const test::Deconv1d def{kernel, stride, pad, output_pad};
+                            if (def.outputs(first) < 1) continue;  // the larger extents have outputs too
+                            std::string in, out;
+                            for (int d = 0; d < rank; ++d) {
+                                in += ", " + std::to_string(first + d);
+                                out += ", " + std::to_string(def.outputs(first + d));
+                            }
+                            const std::string text = fmt::format(
+                                "input x [N, 1{}]\nlabel y [N, 1{}] float\nup = deconv(1, kernel = {}, stride = {}, "
+                                "pad = {}, output_pad = {})\nloss = mse from up, y\n",
+                                in, out, kernel, stride, pad, output_pad);
+                            Fixture f(text.c_str());
+                            const Layer& up = f.net.layers[static_cast<std::size_t>(f.net.find("up"))];
+                            for (int d = 0; d < rank; ++d)
+                                for (std::int64_t parts = 2; parts <= first + d + 3; ++parts) {
+                                    const std::int64_t inputs = first + d, outputs = def.outputs(inputs);
+                                    Split s{1, 1, 1, {1, 1, 1}};
+                                    s.space[static_cast<std::size_t>(axis_of(d, rank))] = parts;
+                                    CAPTURE(text, s.str());
+                                    const bool fits = parts <= inputs && parts <= outputs &&
+                                                      test::deconv_halos_fit(def, inputs, parts);
+                                    CHECK(split_problem(f.net, up, s, std::nullopt).empty() == fits);
+                                    ++(fits ? accepted : refused);
+                                }
+                        }
+    CHECK(accepted > 1000);
+    CHECK(refused > 1000);
+}
+
+TEST_CASE("a kernel-2 stride-2 transposed convolution takes input tiles of one plane, row or column", "[schedule]") {
+    // Each output reads one input: tiles of the output twice the input's read no halo at all.
+    const char* volume = R"(
+input x [N, 2, 4, 6, 6]
+label y [N, 2, 8, 12, 12] float
+e = conv(2, kernel = 1)
+up = deconv(2, kernel = 2, stride = 2)
+loss = mse from up, y
+)";
+    for (const char* sched : {"procs = 4\ndefault D=4\n", "procs = 6\ndefault H=6\n", "procs = 6\ndefault W=6\n",
+                              "procs = 8\ndefault D=2 H=2 W=2\nlayer up D=4 W=2\n"}) {
+        Fixture f(volume);
+        CAPTURE(sched);
+        const auto s = f.apply(sched);
+        INFO(f.errors());
+        CHECK(s);
+    }
+    const char* image = R"(
+input x [N, 2, 5, 3]
+label y [N, 2, 10, 6] float
+e = conv(2, kernel = 1)
+up = deconv(2, kernel = 2, stride = 2)
+loss = mse from up, y
+)";
+    for (const char* sched :
+         {"procs = 5\ndefault H=5\n", "procs = 3\ndefault W=3\n", "procs = 15\ndefault H=5 W=3\n"}) {
+        Fixture f(image);
+        CAPTURE(sched);
+        const auto s = f.apply(sched);
+        INFO(f.errors());
+        CHECK(s);
+    }
+    // Where the tiles are cut unevenly the outputs' tiles shift against the inputs': 12 planes in 8 tiles of 2
+    // and then 1 planes, and 24 planes of output in tiles of 3, the sixth reading planes 7 and 8 for its input
+    // tile [9, 10): two planes back, where the tile before holds one.
+    const char* deep = R"(
+input x [N, 1, 12, 2, 2]
+label y [N, 1, 24, 4, 4] float
+e = conv(1, kernel = 1)
+up = deconv(1, kernel = 2, stride = 2)
+loss = mse from up, y
+)";
+    Fixture f(deep);
+    CHECK(!f.apply("procs = 8\ndefault D=8\n"));
+    CHECK(f.errors().find("t.sched:2:1: error: split N=1 D=8 H=1 W=1 does not fit layer 'up': tiles of 1 plane of "
+                          "depth are smaller than its halo of 2 planes of depth") != std::string::npos);
 }
 
 TEST_CASE("names, patterns and blocks that select nothing are errors", "[schedule]") {

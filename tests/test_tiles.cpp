@@ -1,5 +1,7 @@
 // The tile geometry that the plan, the trainer and the model share (scheduler/tiles.hpp), for images and
 // volumes alike: block placement, process coordinates, halo pieces and overlap's inner outputs and strips.
+#include "deconv_reads.hpp"
+
 #include <dsl/scheduler/tiles.hpp>
 
 #include <catch2/catch.hpp>
@@ -255,6 +257,71 @@ TEST_CASE("at the tensor's border, padding is held: the outputs that read it are
     CHECK(none.inner.empty());
     REQUIRE(none.strips.size() == 1);
     CHECK(none.strips[0] == thin);
+}
+
+TEST_CASE("a transposed convolution's tiles read exactly what their outputs read, and their halo is its reach",
+          "[tiles][halo]") {
+    // Every kernel of 1 to 4, stride of 1 to 3, pad up to twice the kernel and output_pad below the stride, over
+    // 1 to 9 inputs split 1 to 9 ways (tiles of one row, uneven tiles): for each tile of the output, the inputs
+    // that the scheduler says it reads (window_input), the margins the plan gives its input's tile (the reach of
+    // that read) and deconv_halos, against the definition (deconv_reads.hpp). A tile that reads nothing (only
+    // where the pad is the kernel or more) has a read of no inputs.
+    int tiles = 0, with_halo = 0, reading_nothing = 0;
+    for (std::int64_t kernel = 1; kernel <= 4; ++kernel)
+        for (std::int64_t stride = 1; stride <= 3; ++stride)
+            for (std::int64_t pad = 0; pad <= 2 * kernel; ++pad)
+                for (std::int64_t output_pad = 0; output_pad < stride; ++output_pad)
+                    for (std::int64_t inputs = 1; inputs <= 9; ++inputs) {
+                        const test::Deconv1d def{kernel, stride, pad, output_pad};
+                        const std::int64_t outputs = def.outputs(inputs);
+                        if (outputs < 1) continue;
+                        frontend::Layer l;
+                        l.op = frontend::OpKind::deconv;
+                        l.kernel = {kernel};
+                        l.stride = {stride};
+                        l.pad = {pad};
+                        l.output_pad = {output_pad};
+                        l.shape.dims = {1, outputs};
+                        REQUIRE(input_extent(l, 0) == inputs);
+                        for (std::int64_t parts = 1; parts <= std::min(inputs, outputs); ++parts) {
+                            CAPTURE(kernel, stride, pad, output_pad, inputs, parts);
+                            const Split s{1, 1, 1, {1, 1, parts}};
+                            const std::vector<Reach> halos = deconv_halos(l, 0, parts);
+                            const std::vector<test::Beyond> beyond = test::deconv_beyond(def, inputs, parts);
+                            REQUIRE(halos.size() == static_cast<std::size_t>(parts));
+                            for (std::int64_t b = 0; b < parts; ++b) {
+                                CAPTURE(b);
+                                const Box out = tile_box(Dims{1, 1, {outputs}}, s, b, true);
+                                const Box tile = tile_box(Dims{1, 1, {inputs}}, s, b, true);
+                                const Box read = window_input(l, out, 1);
+                                const Reach halo = halos[static_cast<std::size_t>(b)];
+                                CHECK(tile.reach(read)[0] == halo);  // the plan's margins
+                                ++tiles;
+                                const auto want = test::deconv_reads(def, inputs, out.space[0].lo, out.space[0].hi);
+                                if (!want) {
+                                    CHECK(pad >= kernel);
+                                    CHECK(read.space[0].empty());
+                                    ++reading_nothing;
+                                    continue;
+                                }
+                                CHECK(read.space[0] == Range{want->first, want->end});
+                                CHECK(halo == Reach{beyond[static_cast<std::size_t>(b)].before,
+                                                    beyond[static_cast<std::size_t>(b)].after});
+                                if (halo.before > 0 || halo.after > 0) ++with_halo;
+                            }
+                        }
+                        // Layer::halo: where an output tile is `stride` times its input tile, [s*a, s*b) for the
+                        // inputs [a, b), the farther it reaches beyond them (away from the tensor's border).
+                        if (inputs == 9 && pad < kernel) {
+                            const auto want = test::deconv_reads(def, inputs, 4 * stride, 6 * stride);
+                            REQUIRE(want);
+                            CHECK(l.halo() ==
+                                  Space<std::int64_t>{std::max<std::int64_t>({0, 4 - want->first, want->end - 6})});
+                        }
+                    }
+    CHECK(tiles > 1000);
+    CHECK(with_halo > 100);
+    CHECK(reading_nothing > 0);
 }
 
 TEST_CASE("a tensor's extent: channels first, except class labels', which are all spatial", "[tiles]") {

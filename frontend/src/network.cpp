@@ -27,12 +27,14 @@ Spatial Layer::halo() const {
     // Upsampling reads at most one row beyond the rows its output tile covers, scaled down (bilinear's
     // neighbour, or a tile boundary that falls within a repeated row).
     if (op == OpKind::upsample) return Spatial::filled(kernel.rank(), 1);
-    // A transposed convolution's output row o reads the inputs i with i*stride - pad + k = o: up to
-    // ceil((kernel-1-pad)/stride) rows before o/stride and ceil(pad/stride) after, and one more where the
-    // tiles of the output and the input are cut at different places.
+    // A transposed convolution's output row o reads the inputs i with i*stride - pad + k = o for a tap k:
+    // output rows [stride*a, stride*b) read inputs from a - floor((kernel-1-pad)/stride) to
+    // b - 1 + ceil(pad/stride). A split cuts the output elsewhere where padding, output_pad or uneven blocks
+    // shift it: tiles.hpp's deconv_halos gives each tile's halo under a split.
     if (op == OpKind::deconv) {
         for (int i = 0; i < h.rank(); ++i)
-            h[i] = std::max((kernel[i] - 1 - pad[i] + stride[i] - 1) / stride[i], (pad[i] + stride[i] - 1) / stride[i]) + 1;
+            h[i] = std::max(std::max<std::int64_t>(0, kernel[i] - 1 - pad[i]) / stride[i],
+                            (pad[i] + stride[i] - 1) / stride[i]);
         return h;
     }
     for (int i = 0; i < h.rank(); ++i) h[i] = std::max(pad[i], dilation[i] * (kernel[i] - 1) - pad[i]);

@@ -1,6 +1,7 @@
 // Binding a `.sched` file to a network: each layer's distribution by the precedence rule, then the checks.
 #include <dsl/scheduler/schedule.hpp>
 
+#include <dsl/base/error.hpp>
 #include <dsl/frontend/passes.hpp>
 #include <dsl/scheduler/plan.hpp>
 #include <dsl/scheduler/platform.hpp>
@@ -415,6 +416,24 @@ std::string channel_problem(const Layer& layer, const Layer* in, const Split& sp
     return {};
 }
 
+// Why the tiles of a transposed convolution's input along spatial dimension d (of `extent`, split `parts` ways)
+// cannot hold its halo, or empty: each tile's halo (deconv_halos) comes from the tiles beside it, which must be
+// as long.
+std::string deconv_halo_problem(const Layer& layer, int d, std::int64_t parts, std::int64_t extent, int axis) {
+    const std::vector<Reach> halos = deconv_halos(layer, d, parts);
+    for (std::int64_t b = 0; b < parts; ++b) {
+        const Reach& h = halos[static_cast<std::size_t>(b)];
+        for (const auto& [need, beside] : {std::pair{h.before, b - 1}, std::pair{h.after, b + 1}}) {
+            if (need == 0) continue;
+            DSL_INTERNAL_CHECK(beside >= 0 && beside < parts, "a halo beyond the tensor of " + layer.name);
+            if (const std::int64_t tile = block_size(extent, parts, beside); tile < need)
+                return "tiles of " + count_along(tile, axis) + " are smaller than its halo of " +
+                       count_along(need, axis);
+        }
+    }
+    return {};
+}
+
 }  // namespace
 
 std::string split_problem(const Network& net, const Layer& layer, const Split& split,
@@ -436,7 +455,9 @@ std::string split_problem(const Network& net, const Layer& layer, const Split& s
         if (spatial_in) {
             const std::int64_t extent = in_extent.space[d], need = d < halo.rank() ? halo[d] : 0;
             if (parts > extent) return "its input has only " + count_along(extent, axis);
-            if (const std::int64_t tile = min_block(extent, parts); tile < need)
+            if (layer.op == OpKind::deconv) {
+                if (std::string why = deconv_halo_problem(layer, d, parts, extent, axis); !why.empty()) return why;
+            } else if (const std::int64_t tile = min_block(extent, parts); tile < need)
                 return "tiles of " + count_along(tile, axis) + " are smaller than its halo of " +
                        count_along(need, axis);
         }

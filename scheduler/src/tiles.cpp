@@ -62,11 +62,30 @@ Box window_input(const Layer& layer, const Box& out, Range channels) {
     return in;
 }
 
+std::vector<Reach> deconv_halos(const Layer& layer, int d, std::int64_t parts) {
+    DSL_INTERNAL_CHECK(layer.op == OpKind::deconv, "no transposed convolution's halo for " + layer.name);
+    const std::int64_t in = input_extent(layer, d), out = layer.shape.dims.at(static_cast<std::size_t>(d) + 1);
+    std::vector<Reach> halos;
+    for (std::int64_t b = 0; b < parts; ++b) {
+        const std::int64_t first = block_start(out, parts, b), lo = block_start(in, parts, b);
+        const IndexRange read = input_range(layer, d, first, first + block_size(out, parts, b));
+        const std::int64_t hi = lo + block_size(in, parts, b);
+        halos.push_back(Reach{std::max<std::int64_t>(0, lo - read.first), std::max<std::int64_t>(0, read.end - hi)});
+    }
+    return halos;
+}
+
 bool exchanges_halo(const Layer& reader, const Layer& input, const Split& split) {
     if (!reader.windowed() || input.is_data()) return false;
     const Space<std::int64_t> halo = reader.halo();
-    for (int d = 0; d < halo.rank(); ++d)
-        if (halo[d] > 0 && split.parts(d, halo.rank()) > 1) return true;
+    for (int d = 0; d < halo.rank(); ++d) {
+        const std::int64_t parts = split.parts(d, halo.rank());
+        if (parts == 1) continue;
+        if (reader.op != OpKind::deconv ? halo[d] > 0
+                                        : std::ranges::any_of(deconv_halos(reader, d, parts),
+                                                              [](Reach r) { return r.before > 0 || r.after > 0; }))
+            return true;
+    }
     return false;
 }
 

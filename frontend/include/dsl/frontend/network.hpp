@@ -66,7 +66,8 @@ struct Layer {
     std::int64_t activation_bytes = 0;  // output bytes per sample (float32)
 
     // The halo this layer needs on each side of its input tile, along each spatial dimension (none, rank 0, for
-    // a layer that reads no neighbourhood).
+    // a layer that reads no neighbourhood). A transposed convolution's is the one where each output tile is
+    // `stride` times its input tile; a split may cut its output elsewhere (scheduler/tiles.hpp's deconv_halos).
     Spatial halo() const;
     bool has_halo() const;  // along some dimension
 

@@ -36,7 +36,8 @@ std::optional<Schedule> apply_schedule(const frontend::Network& net, const front
                                        Diagnostics& diags);
 
 // Why `split` cannot run `layer`, or empty. Tiles must hold at least the halo, so that a halo comes only
-// from the nearest neighbour, and at least one row or column; N may not exceed the mini-batch.
+// from the nearest neighbour (a transposed convolution's tiles, the halo of each of the tiles beside them:
+// deconv_halos), and at least one row or column; N may not exceed the mini-batch.
 std::string split_problem(const frontend::Network& net, const frontend::Layer& layer, const Split& split,
                           std::optional<std::int64_t> batch);
 

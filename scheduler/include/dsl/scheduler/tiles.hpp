@@ -209,8 +209,16 @@ std::int64_t window_extent(const frontend::Layer& layer, int d, std::int64_t out
 // The spacing of a window's taps along dimension d: a convolution's dilation; pooling windows are dense.
 std::int64_t window_dilation(const frontend::Layer& layer, int d);
 
+// A transposed convolution's halo under a split of spatial dimension d into `parts`, its input and its output
+// each cut into blocks (block b of the output read from block b of the input, which need not line up where
+// padding, output_pad or uneven blocks shift the output): for each block, how far the inputs its outputs read
+// reach beyond its block of the input, as the plan's margins do (window_input; a tile whose outputs read no
+// input, which takes a pad of the kernel or more, reads at the place between the inputs around them).
+std::vector<Reach> deconv_halos(const frontend::Layer& layer, int d, std::int64_t parts);
+
 // Whether `reader` exchanges a halo of its input under `split`: a window with a halo along a spatial
-// dimension that the split cuts, over an input that is not data (data is made with its halo).
+// dimension that the split cuts (a transposed convolution's, where some tile's reaches beyond it), over an
+// input that is not data (data is made with its halo).
 bool exchanges_halo(const frontend::Layer& reader, const frontend::Layer& input, const Split& split);
 
 // ---- Halos.
