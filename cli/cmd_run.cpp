@@ -4,6 +4,7 @@
 #include "commands.hpp"
 #include "evaluation.hpp"
 #include "launch.hpp"
+#include "paths_report.hpp"
 #include "planning.hpp"
 #include "report.hpp"
 #include "run_setup.hpp"
@@ -341,6 +342,10 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
             o.net, comm.size(), comm.size() == 1 ? "" : "es", kernels.mem().host() ? each : "", cfg.batch,
             frontend::optimizer_name(cfg.optimizer), cfg.lr, lr_schedule_text(cfg.schedule), cfg.beta1, cfg.beta2,
             cfg.eps, cfg.weight_decay, cfg.seed);
+    // The fast paths that are off, once, where the kernels run on this run's tiles: a step slower than it could
+    // be is said, not left to be found.
+    if (const std::string off = paths_off_text(net, trainer->paths(), "  "); !off.empty())
+        io.err() << "note: fast paths off ('dsl explain' shows every layer's):\n" << off;
     if (cfg.loss_scale > 0.0)
         io.out() << fmt::format(
             "loss scaling from {:g}: a step whose gradients overflow is skipped and halves it; {} in a row that do "

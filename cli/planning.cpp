@@ -1,7 +1,9 @@
 // The platform a model-based verb uses, filling open schedules, and the explain report.
 #include "planning.hpp"
+
 #include "commands.hpp"
 #include "machine.hpp"
+#include "paths_report.hpp"
 
 #include <dsl/backend/kernels.hpp>
 #include <dsl/backend/kinds.hpp>
@@ -64,7 +66,13 @@ std::optional<PlatformChoice> resolve_platform(const std::string& flag, const st
     auto p = scheduler::load_platform(path, sources, diags);
     if (!p) return std::nullopt;
     out.platform = std::move(*p);
+    if (out.text == "local") out.platform.planar_why = this_cpu_planar_why();
     return out;
+}
+
+std::string this_cpu_planar_why() {
+    const backend::Kernels k = backend::cpu_kernels();
+    return k.blocked ? "" : k.planar_why;
 }
 
 std::optional<PlatformChoice> machine_platform(SourceManager& sources, Diagnostics& diags) {
@@ -88,6 +96,7 @@ std::optional<PlatformChoice> machine_platform(SourceManager& sources, Diagnosti
     p->procs_per_node = m.cores;
     p->nodes = 1;
     if (m.memory > 0) p->memory = m.memory / m.cores;
+    p->planar_why = this_cpu_planar_why();
     out.platform = std::move(*p);
     return out;
 }
@@ -231,6 +240,26 @@ std::string does_not_fit(const scheduler::Prediction& p) {
         human_bytes(p.memory), human_bytes(p.memory - p.memory_limit), human_bytes(p.memory_limit));
 }
 
+namespace {
+
+// Recomputation's segments, as a phrase after the recomputation's time: how many, and each one's layers (at most
+// `shown` of them, the first and the last of each).
+std::string segments_text(const frontend::Network& net, const scheduler::Prediction& p, std::size_t shown = 6) {
+    if (p.segments.empty()) return "";
+    std::string out = fmt::format(", in {} segment{}", p.segments.size(), p.segments.size() == 1 ? "" : "s");
+    for (std::size_t k = 0; k < p.segments.size() && k < shown; ++k) {
+        const auto& [before, layers] = p.segments[k];
+        const std::string& first = net.layers[static_cast<std::size_t>(layers.front())].name;
+        const std::string& last = net.layers[static_cast<std::size_t>(layers.back())].name;
+        out += fmt::format("\n                  {}{} before {}'s backward", first, layers.size() > 1 ? ".." + last : "",
+                           net.layers[static_cast<std::size_t>(before)].name);
+    }
+    if (p.segments.size() > shown) out += fmt::format("\n                  and {} more", p.segments.size() - shown);
+    return out;
+}
+
+}  // namespace
+
 std::string explain_table(const frontend::Network& net, const scheduler::Prediction& p, std::int64_t batch) {
     std::size_t name_w = 5, split_w = 5, tile_w = 4;
     for (std::size_t i = 0; i < net.layers.size(); ++i) {
@@ -270,8 +299,9 @@ std::string explain_table(const frontend::Network& net, const scheduler::Predict
             lp.bytes_moved() ? human_bytes(static_cast<double>(lp.bytes_moved())) : "-", ms(c.forward),
             ms(c.forward_halo), ms(c.backward_data), ms(c.backward_weights), ms(c.backward_halo),
             ms(c.forward_sync + c.backward_sync), ms(lp.shuffle.seconds), ms(c.allreduce), human_bytes(lp.memory()),
-            recompute_col(lp.dist.recompute.value_or(false) ? (c.recompute > 0 ? milliseconds(c.recompute) : "on")
-                                                            : "-"),
+            recompute_col(lp.segment_start                  ? "kept"
+                          : lp.dist.recompute.value_or(false) ? (c.recompute > 0 ? milliseconds(c.recompute) : "on")
+                                                              : "-"),
             precision_col(lp.dist.narrowed() ? scheduler::precision_name(*lp.dist.precision) : "-"));
     }
     out += fmt::format(
@@ -280,7 +310,8 @@ std::string explain_table(const frontend::Network& net, const scheduler::Predict
         "backward; memory: tiles with margins, copies and halo buffers{}{})\n\n",
         recomputes
             ? ";\n recomp: the layer's forward run again in backward (recompute=on; 'on' where no backward reads it "
-              "again), its memory\n shared with other recomputed layers' while it is alive"
+              "again), its memory\n shared with other recomputed layers' while it is alive; 'kept': asked, but kept "
+              "as the start of a segment\n that backward makes again from it (less memory than dropping it too)"
             : "",
         narrows ? ";\n kept in: the 16 bits that hold the layer's output between forward and backward (precision=...), "
                   "its float32 values\n shared with others' while forward or backward reads them"
@@ -295,10 +326,11 @@ std::string explain_table(const frontend::Network& net, const scheduler::Predict
     out += fmt::format("shuffles over     {}\n", p.shuffle_link);
     out += fmt::format("update            {} ms\n", milliseconds(p.update));
     if (recomputes || narrows)
-        out += fmt::format("recomputation     {} ms of {} again, in backward\n", milliseconds(p.recompute),
+        out += fmt::format("recomputation     {} ms of {} again, in backward{}\n", milliseconds(p.recompute),
                            recomputes && narrows ? "forward (and of widening from 16 bits)"
                            : recomputes          ? "forward"
-                                                 : "widening from 16 bits");
+                                                 : "widening from 16 bits",
+                           segments_text(net, p));
     out += fmt::format("step              {} ms predicted ({:.1f} samples/s)\n", milliseconds(p.step),
                        p.step > 0 ? static_cast<double>(batch) / p.step : 0.0);
     out += fmt::format("halo traffic      {} per step from the busiest process\n",
@@ -331,6 +363,11 @@ std::string explain_table(const frontend::Network& net, const scheduler::Predict
             "(cuDNN's); float32\n                  on CPUs (the model: float16's times where the platform has "
             "them measured, else float32's)\n",
             float16_convs, float16_convs == 1 ? "" : "s");
+    if (!p.paths.empty()) {
+        out += fmt::format("paths             {} (layers that take each, of those it concerns)\n",
+                           paths_count_text(p.paths));
+        out += paths_off_text(net, p.paths, "                  ");
+    }
     if (const std::string why = does_not_fit(p); !why.empty()) out += "note: " + why + "\n";
     return out;
 }
@@ -349,6 +386,9 @@ nlohmann::json explain_json(const frontend::Network& net, const scheduler::Predi
              {"split", split_json(s, net.spatial_rank())},
              {"overlap", lp.dist.overlap.value_or(false)},
              {"recompute", lp.dist.recompute.value_or(false)},
+             {"recomputed", lp.recomputed},
+             {"segment_start", lp.segment_start},
+             {"path", i < p.paths.size() ? paths_json(p.paths[i]) : nlohmann::json::array()},
              {"precision", scheduler::precision_name(lp.dist.precision.value_or(scheduler::Precision::float32))},
              {"tile", lp.tile},
              {"halo_bytes", lp.bytes_moved()},
@@ -371,7 +411,14 @@ nlohmann::json explain_json(const frontend::Network& net, const scheduler::Predi
     // What the communication figures assume: the allreduce's algorithm, the links of halos and shuffles.
     const nlohmann::json communication{
         {"allreduce", p.allreduce_algorithm}, {"halo", p.halo_link}, {"shuffle", p.shuffle_link}};
+    nlohmann::json segments = nlohmann::json::array();
+    for (const auto& [before, made] : p.segments) {
+        nlohmann::json names = nlohmann::json::array();
+        for (int q : made) names.push_back(net.layers[static_cast<std::size_t>(q)].name);
+        segments.push_back({{"before", net.layers[static_cast<std::size_t>(before)].name}, {"layers", names}});
+    }
     return {{"layers", layers},
+            {"segments", segments},
             {"batch", batch},
             {"seconds",
              {{"forward", p.forward},

@@ -26,6 +26,9 @@ struct PlatformChoice {
 std::optional<PlatformChoice> resolve_platform(const std::string& flag, const std::optional<scheduler::Schedule>& s,
                                                SourceManager& sources, Diagnostics& diags);
 
+// Why this machine's CPU kernels keep tiles planar, or empty where they take them in blocks of 16 channels.
+std::string this_cpu_planar_why();
+
 // This machine as `local`: what its cache file has measured, or before that (or when the file is damaged) the
 // settings of stdlib/platforms/local.platform; with this machine's cores and memory either way.
 std::optional<PlatformChoice> machine_platform(SourceManager& sources, Diagnostics& diags);

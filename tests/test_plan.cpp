@@ -228,10 +228,21 @@ TEST_CASE("gradients and recomputed values that share a buffer are never in memo
         asked[i] = !(relus_kept && net.layers[i].op == frontend::OpKind::relu);
         s.layers[i].recompute = asked[i];
     }
-    const scheduler::RecomputeTimeline timeline = scheduler::recompute_timeline(net, asked);
     const int layers = static_cast<int>(net.layers.size()), procs = static_cast<int>(*s.procs);
+    // The layers the plan drops (of those asked, all but the segments' starts), the same on every process.
+    std::vector<bool> dropped(net.layers.size());
+    const scheduler::Plan first = scheduler::make_plan(net, s, s.batch.value_or(procs), 0, procs);
+    for (std::size_t i = 0; i < net.layers.size(); ++i) {
+        dropped[i] = first.layers[i].recomputed;
+        if (asked[i] && scheduler::recomputable(net.layers[i])) CHECK(dropped[i] != first.layers[i].segment_start);
+    }
+    const scheduler::RecomputeTimeline timeline = scheduler::recompute_timeline(net, dropped);
     for (int r = 0; r < procs; ++r) {
         const scheduler::Plan p = scheduler::make_plan(net, s, s.batch.value_or(procs), r, procs);
+        for (std::size_t i = 0; i < net.layers.size(); ++i) {
+            CHECK(p.layers[i].recomputed == dropped[i]);
+            CHECK(p.layers[i].segment_start == first.layers[i].segment_start);
+        }
         std::vector<std::vector<scheduler::StepSpan>> spans(p.buffers.size());
         std::vector<int> kinds(p.buffers.size(), 0);  // bits: 1 a gradient, 2 a value
         auto use = [&](int buffer, const scheduler::StepSpan& span, int kind) {

@@ -86,6 +86,19 @@ Model::Model(const frontend::Network& net, const Platform& platform, std::int64_
         share_ = static_cast<double>(procs) / static_cast<double>(ppn * platform_.nodes);
     }
     multi_node_ = nodes > 1 && (platform_.nodes == 0 || platform_.nodes > 1);
+    facts_.device = platform_.device;
+    facts_.blocked_kernels = platform_.device == Device::cpu && platform_.planar_why.empty();
+    if (!platform_.planar_why.empty()) facts_.planar_why = platform_.planar_why;
+    // 16-bit products: a GPU's, or where the platform gives their peak or calibration timed them here.
+    const auto timed = [&](const char* field) {
+        return std::any_of(platform_.times.begin(), platform_.times.end(), [&](const auto& t) {
+            const auto k = parse_time_key(t.first);
+            return k && !k->field(field).empty();
+        });
+    };
+    facts_.bfloat16_products = platform_.device == Device::gpu || platform_.bfloat16_flops > 0.0 || timed("bf16");
+    facts_.float16_products = platform_.device == Device::gpu || platform_.float16_flops > 0.0 || timed("f16");
+    facts_.node_memory = !multi_node_ && platform_.device == Device::cpu;
     // On a CPU platform, a process of a run with fewer processes than a node's cores uses the spare cores as
     // threads (dsl run starts them so).
     if (platform_.device == Device::cpu && procs < ppn) threads_ = static_cast<int>(ppn / procs);
@@ -504,23 +517,38 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
 
 // Whether training runs layer `index`, a ReLU, in the forward pass of the layer before it (the trainer's
 // fuse_relus, backend/src/train/fusion.cpp): a convolution (oneDNN's post-op; not on GPUs), a batch norm or
-// a sum of two, whose output the ReLU alone reads, under the same split, neither recomputed nor kept in
-// 16 bits. The ReLU's forward then costs nothing of its own.
-bool Model::relu_fused(std::size_t index, const Schedule& schedule) const {
+// a sum of two, whose output the ReLU alone reads, under the same split, neither dropped after forward
+// (recomputed, or kept in 16 bits) as `timeline` has it. The ReLU's forward then costs nothing of its own.
+bool Model::relu_fused(std::size_t index, const Schedule& schedule, const RecomputeTimeline& timeline) const {
     if (index == 0) return false;
     const Layer &l = net_.layers[index], &before = net_.layers[index - 1];
     if (!relu_fuses_into(before, l) || (before.op == OpKind::conv && platform_.device != Device::cpu) ||
         readers_[index - 1] != std::vector<int>{static_cast<int>(index)})
         return false;
     const Distribution &a = schedule.layers[index - 1], &b = schedule.layers[index];
-    const auto kept = [](const Distribution& d) { return !d.recompute.value_or(false) && !d.narrowed(); };
-    return a.split.value_or(Split{}) == b.split.value_or(Split{}) && kept(a) && kept(b);
+    return a.split.value_or(Split{}) == b.split.value_or(Split{}) && !timeline.dropped(index - 1) &&
+           !timeline.dropped(index);
+}
+
+bool Model::relu_fused(std::size_t index, const Schedule& schedule) const {
+    std::vector<double> bytes(net_.layers.size(), 0.0);
+    for (std::size_t i = 0; i < net_.layers.size(); ++i)
+        if (recomputable(net_.layers[i]))
+            bytes[i] = tile_bytes(static_cast<int>(i), schedule.layers[i].split.value_or(Split{}));
+    return relu_fused(index, schedule, recompute_timeline_of(schedule, bytes));
+}
+
+RecomputeTimeline Model::recompute_timeline_of(const Schedule& schedule, const std::vector<double>& bytes) const {
+    return timeline_of(net_, [&](std::size_t i) -> const Distribution& { return schedule.layers[i]; }, bytes);
 }
 
 Prediction Model::predict(const Schedule& schedule) const {
     Prediction out;
     out.layers.resize(net_.layers.size());
     bool halo_in = false, halo_out = false, shuffle_in = false, shuffle_out = false;
+    // Each layer's costs, then (with the segments recomputation makes of them) the step's.
+    std::vector<double> bytes(net_.layers.size(), 0.0);
+    std::vector<std::pair<bool, bool>> halos(net_.layers.size());  // a halo, and one between nodes
     for (std::size_t i = 0; i < net_.layers.size(); ++i) {
         const Layer& l = net_.layers[i];
         LayerPrediction& lp = out.layers[i];
@@ -532,8 +560,17 @@ Prediction Model::predict(const Schedule& schedule) const {
                                          : std::vector<std::int64_t>{g.y[0], g.y[1]};
         if (l.op == OpKind::label) continue;
         lp.cost = layer(static_cast<int>(i), lp.dist);
-        if (relu_fused(i, schedule)) lp.cost.forward = 0.0;
-        if (g.halo) (g.between_nodes ? halo_out : halo_in) = true;
+        if (recomputable(l)) bytes[i] = lp.cost.output;
+        halos[i] = {g.halo, g.between_nodes};
+    }
+    const RecomputeTimeline timeline = recompute_timeline_of(schedule, bytes);
+    out.paths = paths_of(schedule, timeline);
+    for (std::size_t i = 0; i < net_.layers.size(); ++i) {
+        const Layer& l = net_.layers[i];
+        LayerPrediction& lp = out.layers[i];
+        if (l.op == OpKind::label) continue;
+        if (relu_fused(i, schedule, timeline)) lp.cost.forward = 0.0;
+        if (halos[i].first) (halos[i].second ? halo_out : halo_in) = true;
         for (std::size_t j = 0; j < l.inputs.size(); ++j) {
             const auto& from = schedule.layers[static_cast<std::size_t>(l.inputs[j])].split;
             const ShuffleCost s =
@@ -549,7 +586,7 @@ Prediction Model::predict(const Schedule& schedule) const {
         out.activations += lp.cost.memory + lp.shuffle.memory;
         out.buffers += lp.cost.buffers;
     }
-    shared_memory(out);
+    shared_memory(out, timeline);
     // Backward in reverse order; each layer's allreduce starts when its backward ends and the previous
     // allreduce is done (one at a time, as the paper's model has it).
     double t = 0.0, comm = 0.0;
@@ -587,12 +624,34 @@ Prediction Model::predict(const Schedule& schedule) const {
     const double copies = net_.train.optimizer == frontend::Optimizer::sgd ? 3.0 : 4.0;
     out.step = out.forward + out.backward + out.allreduce_exposed + out.update;
 
+    // What the trainer's paths hold: a convolution between blocked tiles reorders nothing into oneDNN's
+    // layouts; the weights and moments that the node's processes share are counted a share per process; a
+    // convolution's tiles gathered whole for its filter blocks lie in the node's memory, a share per process.
+    double shared = 0.0, gathered = 0.0;
+    for (std::size_t i = 0; i < out.paths.size(); ++i) {
+        const Layer& l = net_.layers[i];
+        const Split split = schedule.layers[i].split.value_or(Split{});
+        LayerPrediction& lp = out.layers[i];
+        if (l.op == OpKind::conv && out.paths[i].on(PathKind::blocked) &&
+            out.paths[static_cast<std::size_t>(l.inputs[0])].on(PathKind::blocked))
+            std::fill_n(lp.cost.scratch.begin(), 3, 0.0);
+        if (out.paths[i].on(PathKind::shared_weights)) {
+            const auto holders = static_cast<double>(splits_channels(l, split) ? procs_ / (split.c * split.f) : procs_);
+            shared += (copies - 1.0) * held_params(l, split) * (1.0 - 1.0 / holders);
+        }
+        if (out.paths[i].on(PathKind::filter_blocks)) {
+            const Dims x = extent_of(net_.layers[static_cast<std::size_t>(l.inputs[0])], batch_), y = extent_of(l, batch_);
+            gathered += static_cast<double>(x.elements() + y.elements()) / static_cast<double>(procs_);
+        }
+    }
+    out.activations += gathered * word;
+
     std::array<double, 5> scratch{};
     for (const LayerPrediction& lp : out.layers)
         for (std::size_t i = 0; i < scratch.size(); ++i) scratch[i] = std::max(scratch[i], lp.cost.scratch[i]);
     out.scratch = std::accumulate(scratch.begin(), scratch.end(), 0.0);
     out.workspace = platform_.workspace;
-    out.parameters = (copies * held + statistics) * word;
+    out.parameters = (copies * held + statistics - shared) * word;
     out.memory = out.activations + out.gradients + out.parameters + out.buffers + out.scratch + out.workspace;
     out.memory_limit = memory_limit();
     // Times and sizes, from figures bounded where the platform is read: one that is negative, NaN or infinite

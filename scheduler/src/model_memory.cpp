@@ -5,6 +5,8 @@
 
 #include "shared_buffers.hpp"
 
+#include <dsl/base/error.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <utility>
@@ -18,7 +20,7 @@ using frontend::Layer;
 // plan_gradients, per layer here): in a chain two at a time. Recomputed layers' output tiles are not kept:
 // while alive they share memory with the gradients (recompute.hpp's timeline, in buffers as plan_recompute
 // places them), and layers never read again in backward cost no recomputation.
-void Model::shared_memory(Prediction& out) const {
+void Model::shared_memory(Prediction& out, const RecomputeTimeline& timeline) const {
     using Use = std::pair<double, StepSpan>;
     const auto pool = [](std::vector<Use> uses) {
         std::stable_sort(uses.begin(), uses.end(),
@@ -42,9 +44,15 @@ void Model::shared_memory(Prediction& out) const {
     }
     out.gradients = pool(uses);
     out.kept = out.activations;
-    const RecomputeTimeline timeline =
-        timeline_of(net_, [&](std::size_t i) -> const Distribution& { return out.layers[i].dist; });
+    for (std::size_t i = 0; i < net_.layers.size(); ++i) {
+        LayerPrediction& lp = out.layers[i];
+        lp.recomputed = timeline.recomputed[i];
+        lp.segment_start = timeline.kept[i];
+        if (lp.segment_start) lp.cost.recompute = 0.0;  // kept: a segment is made again from it
+    }
     if (!timeline.any()) return;
+    for (std::size_t i = 0; i < net_.layers.size(); ++i)
+        if (!timeline.before[i].empty()) out.segments.emplace_back(static_cast<int>(i), timeline.before[i]);
     for (std::size_t i = 0; i < net_.layers.size(); ++i) {
         LayerPrediction& lp = out.layers[i];
         if (!timeline.dropped(i)) continue;
@@ -65,6 +73,34 @@ void Model::shared_memory(Prediction& out) const {
     }
     // What the values add to the gradients' buffers counts as activations.
     out.activations += pool(std::move(uses)) - out.gradients;
+}
+
+// The paths decided on the first process's plan of the schedule's splits (made once for a run of schedules
+// that differ in their precision and recomputation alone: the auto-scheduler's), its layers kept or dropped
+// as `timeline` says.
+std::vector<LayerPaths> Model::paths_of(const Schedule& schedule, const RecomputeTimeline& timeline) const {
+    std::vector<std::pair<Split, bool>> splits;
+    for (const Distribution& d : schedule.layers) splits.emplace_back(d.split.value_or(Split{}), d.overlap.value_or(false));
+    if (!planned_ || splits != planned_for_) {
+        planned_.reset();
+        planned_for_ = splits;
+        try {
+            planned_ = make_plan(net_, schedule, batch_, 0, static_cast<int>(procs_));
+        } catch (const UserError&) {
+            return {};  // a split the mini-batch cannot take: no plan, no paths
+        }
+    }
+    Plan& plan = *planned_;
+    for (std::size_t i = 0; i < plan.layers.size() && i < schedule.layers.size(); ++i) {
+        LayerPlan& p = plan.layers[i];
+        p.dist.precision = schedule.layers[i].precision.value_or(Precision::float32);
+        p.dist.recompute = schedule.layers[i].recompute.value_or(false);
+        p.recomputed = timeline.recomputed[i];
+        p.segment_start = timeline.kept[i];
+        p.narrowed = timeline.narrowed[i];
+        p.stored = timeline.narrowed[i] && !timeline.again[i].empty();
+    }
+    return kernel_paths(net_, plan, kinds_, facts_);
 }
 
 }  // namespace dsl::scheduler

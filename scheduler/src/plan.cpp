@@ -461,6 +461,7 @@ std::string plan_text(const frontend::Network& net, const Plan& plan) {
                 out += fmt::format("{} {}", k ? "," : "", box_text(s.overlap.strips[k], s.whole.c));
             out += "\n";
         }
+        if (s.segment_start) out += "  kept: asked to be recomputed, the start of a segment that backward makes again\n";
         for (const bool widened : {false, true}) {
             std::string names;
             for (int r : s.recompute_before)

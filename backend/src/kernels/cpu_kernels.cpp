@@ -22,7 +22,9 @@ Kernels cpu_kernels() {
     k.groupnorm = &cpu_groupnorm();
     k.dropout = &cpu_dropout();
     k.conv_bfloat16 = onednn_conv_bfloat16();
-    k.blocked = true;  // oneDNN's convolutions, and blocked_kernels.hpp for the rest
+    // oneDNN's convolutions, and blocked_kernels.hpp for the rest, where the CPU's convolutions take them.
+    k.blocked = onednn_blocks16();
+    if (!k.blocked) k.planar_why = "this CPU has no AVX-512, and oneDNN's convolutions on blocks of 16 channels would be its reference ones";
     return k;
 }
 

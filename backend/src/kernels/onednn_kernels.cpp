@@ -455,7 +455,8 @@ public:
     // on mesh_stack_512 at batch 1 these passes over the 7.9M weights took about 8 ms of a 165 ms step with
     // two threads, and 10 to 13 of each process's under H=2 (all three skipped, a measurement only).
     bool blocks_weights(const Dims& w) const override {
-        return in_ == memory::data_type::f32 && w.rank() >= 1 && w.rank() < 3 && has_weight_blocks(w);
+        return in_ == memory::data_type::f32 && w.rank() >= 1 && w.rank() < 3 && has_weight_blocks(w) &&
+               onednn_blocks16();
     }
 
     void backward_weights(ConstView x, ConstView dy, View dw, float* db, const Window& window) override {
@@ -839,10 +840,23 @@ ConvKernels& onednn_conv() {
     return kernels;
 }
 
+namespace {
+
+// Whether the CPU has ISA `isa`: the ISAs are masks of their instruction sets, and it has all of isa's bits.
+bool cpu_has(dnnl::cpu_isa isa) {
+    const auto want = static_cast<unsigned>(isa);
+    return (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & want) == want;
+}
+
+}  // namespace
+
+bool onednn_blocks16() {
+    static const bool has = cpu_has(dnnl::cpu_isa::avx512_core);
+    return has;
+}
+
 ConvKernels* onednn_conv_bfloat16() {
-    // The ISAs are masks of their instruction sets: AVX-512 BF16's bits, all of them.
-    const auto want = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
-    static const bool has = (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & want) == want;
+    static const bool has = cpu_has(dnnl::cpu_isa::avx512_core_bf16);
     static OnednnConv kernels(memory::data_type::bf16);
     return has ? &kernels : nullptr;
 }

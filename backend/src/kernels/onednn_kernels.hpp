@@ -13,5 +13,10 @@ ConvKernels& onednn_conv();
 // BF16 instructions; null where it has not.
 ConvKernels* onednn_conv_bfloat16();
 FcKernels& onednn_fc();
+// Whether oneDNN's direct kernels take channels in blocks of 16 (nChw16c, weights in 16 x 16 blocks) on this
+// CPU: AVX-512's. With AVX2 they take blocks of 8, and on blocks of 16 oneDNN 2.6 runs its reference
+// convolution ("ref:any"), hundreds of times slower (18 s for one of bench/mesh_stack_256's, on an AMD EPYC):
+// the tiles stay planar there, and each convolution reorders into the layout it chooses.
+bool onednn_blocks16();
 
 }  // namespace dsl::backend

@@ -54,8 +54,6 @@ public:
     virtual void backward(Impl& t, Slot& s, int index, bool speaks) const;
     // The compute its backward begins with: the input's gradient, the weights', or the whole of it.
     virtual Kind first_backward_part(const Impl& t, const Slot& s) const;
-    // Whether training keeps its tile in channel blocks where its neighbours allow (layouts.cpp).
-    virtual bool runs_blocked() const { return false; }
 
     // ---- Parameters (a kind with weights).
     // Its initial parameters, each element a pure function of `stream` and its index in the whole tensor.

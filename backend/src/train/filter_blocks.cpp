@@ -14,39 +14,37 @@
 
 namespace dsl::backend {
 
-// Whether layer `index` computes its weight gradient by blocks of filters: a convolution on the CPU's
-// kernels (which pad a window themselves: Window::zeros_outside) whose weights every process shares, split
-// over the samples' space alone (every process holds a tile of the same samples), without periodic padding,
-// each process's share of the filters whole blocks of 16, without loss scaling (which reads every process's
-// whole gradient), and whose weights are at least as many floats as its input and output together.
+// Whether layer `index` computes its weight gradient by blocks of filters: where the plan's paths say so (a
+// convolution on the CPU's kernels, which pad a window themselves: Window::zeros_outside, whose weights the
+// processes share, split over the samples' space alone, without periodic padding, each process's share of
+// the filters whole blocks of 16, without loss scaling, which reads every process's whole gradient, and whose
+// weights are at least as many floats as its input and output together: scheduler/src/paths.cpp), and its
+// weights are in the memory they share and its tiles gathered there.
 bool Trainer::Impl::weight_gradient_by_filters(int index) const {
     const Slot& s = slots[static_cast<std::size_t>(index)];
-    const Layer& l = *s.layer;
-    const std::int64_t procs = comm.size();
-    if (!config.filter_blocks || l.op != OpKind::conv || !k.blocked || !mem.host() || procs < 2 ||
-        !s.shares_parameters || s.holders || config.loss_scale > 0.0)
-        return false;
-    const scheduler::Split& split = *plan_of(index).dist.split;
-    if (split.n != 1 || split.channel_parts() || split.spatial_procs() != procs) return false;
-    const Tile& in = *s.operands[0];
-    if (in.periodic || in.copy || l.filters % (procs * blocked_lanes) != 0) return false;
-    const Dims& x = global_dims(in.spec.layer);
-    const Dims& y = global_dims(index);
-    return s.w.size() >= x.elements() + y.elements();
+    return paths[static_cast<std::size_t>(index)].on(scheduler::PathKind::filter_blocks) && s.shares_parameters;
 }
 
 // The whole input and output gradient of each layer that computes its weight gradient by blocks of filters,
 // in memory its processes share (collective: every process decides alike, in the same order).
 void Trainer::Impl::place_filter_blocks() {
     for (std::size_t i = 0; i < slots.size(); ++i) {
-        if (!weight_gradient_by_filters(static_cast<int>(i))) continue;
+        if (!paths[i].on(scheduler::PathKind::filter_blocks)) continue;
         Slot& s = slots[i];
+        if (!s.shares_parameters) {
+            paths[i].set(scheduler::PathKind::filter_blocks, false, "its weights are not shared on the node");
+            continue;
+        }
         const Tile& in = *s.operands[0];
         const Tile& own = s.own();
         const Dims x{in.box.n.size(), in.box.c.size(), global_dims(in.spec.layer).space};
         const Dims dy{own.box.n.size(), own.box.c.size(), global_dims(static_cast<int>(i)).space};
         std::shared_ptr<float> memory = comm.common_space(x.elements() + dy.elements());
-        if (!memory) continue;
+        if (!memory) {
+            paths[i].set(scheduler::PathKind::filter_blocks, false,
+                         "the node's shared memory (/dev/shm) had no room for its tiles gathered whole");
+            continue;
+        }
         s.gathered = std::make_unique<Slot::Gathered>();
         s.gathered->memory = memory;
         s.gathered->x = Tensor::over(memory.get(), x, {}, in.lanes);

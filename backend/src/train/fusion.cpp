@@ -6,24 +6,16 @@
 // other. Evaluation and prediction run them apart, since they may read any layer.
 #include "trainer_impl.hpp"
 
-#include <dsl/scheduler/recompute.hpp>
-
 namespace dsl::backend {
 
-// Slot::fused_relu of each convolution, batch norm and add that its ReLU reads alone: the ReLU comes next, reads
-// their own tile (no copy in another split, nor a sum of partial ones) over the same box, and neither layer's
-// values are dropped between forward and backward (recomputed or kept in 16 bits, their tiles in memory others
-// share): a recomputed ReLU would read what the fused forward never wrote, and 16 bits round in between.
+// Slot::fused_relu of each convolution, batch norm and add that its ReLU reads alone, as the plan's paths say
+// (scheduler/src/paths.cpp): the ReLU comes next, reads their own tile (no copy in another split, nor a sum of
+// partial ones) over the same box, and neither layer's values are dropped between forward and backward
+// (recomputed or kept in 16 bits, their tiles in memory others share): a recomputed ReLU would read what the
+// fused forward never wrote, and 16 bits round in between.
 void Trainer::Impl::fuse_relus() {
-    const auto kept = [&](const Slot& s) { return s.own().forward_buffer < 0; };
-    for (std::size_t r = 1; r < slots.size(); ++r) {
-        Slot& relu = slots[r];
-        Slot& before = slots[r - 1];
-        if (!scheduler::relu_fuses_into(*before.layer, *relu.layer)) continue;
-        if (before.tiles.size() != 1 || before.own().readers != 1 || relu.operands[0] != &before.own()) continue;
-        if (!(before.own().box == relu.own().box) || !kept(before) || !kept(relu)) continue;
-        before.fused_relu = static_cast<int>(r);
-    }
+    for (std::size_t r = 1; r < slots.size(); ++r)
+        if (paths[r - 1].on(scheduler::PathKind::relu_fused)) slots[r - 1].fused_relu = static_cast<int>(r);
 }
 
 // Whether this forward writes slot s's ReLU in its place: a training step's, where s has one (fused_relu).

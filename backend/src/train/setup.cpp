@@ -1,6 +1,8 @@
 // The trainer's tiles and buffers, as the plan places and sizes them, its process groups, and the initial
 // parameters, each element a pure function of (seed, layer name, index).
 #include "../kinds/kind.hpp"
+
+#include <dsl/backend/kinds.hpp>
 #include "../random/initial_values.hpp"
 #include "trainer_impl.hpp"
 
@@ -25,6 +27,7 @@ Trainer::Impl::Impl(const frontend::Network& n, Kernels kernels, TrainConfig c, 
                        "a plan for another network, process or mini-batch");
     slots.resize(net.layers.size());
     for (std::size_t i = 0; i < net.layers.size(); ++i) slots[i].layer = &net.layers[i];
+    paths = scheduler::kernel_paths(net, plan, kind_costs(), facts());
     allocate();
     make_groups();
     place_blocks();
@@ -40,6 +43,22 @@ Trainer::Impl::Impl(const frontend::Network& n, Kernels kernels, TrainConfig c, 
     fuse_relus();
     last_lr = config.schedule.lr(config.lr, 0);
     scaling.scale = config.loss_scale;
+}
+
+// What the plan's paths depend on that this run has: its kernels, its memory and its options. Node memory is
+// assumed where the kernels' memory is the host's; place_parameters and place_gradients find out.
+scheduler::RunFacts Trainer::Impl::facts() const {
+    scheduler::RunFacts f;
+    f.device = mem.host() ? scheduler::Device::cpu : scheduler::Device::gpu;
+    f.training = config.training;
+    f.blocked_kernels = k.blocked && mem.host();
+    if (!k.blocked) f.planar_why = k.planar_why;
+    f.bfloat16_products = k.conv16(scheduler::Precision::bfloat16) != nullptr;
+    f.float16_products = k.conv16(scheduler::Precision::float16) != nullptr;
+    f.node_memory = mem.host();
+    f.loss_scaling = config.loss_scale > 0.0;
+    f.filter_blocks = config.filter_blocks;
+    return f;
 }
 
 // The plan's tiles in the kernels' memory: values with their margins, gradients over the buffers the plan
@@ -65,11 +84,10 @@ void Trainer::Impl::allocate() {
     shared_buffers.clear();
     shared_buffers.reserve(plan.buffers.size());
     for (std::int64_t size : plan.buffers) shared_buffers.emplace_back(mem).resize(size);
-    // A blocked tile has margins only where it is split: its readers pad it themselves elsewhere.
-    const std::vector<bool> blocked = blocked_tiles();
+    // A blocked tile (layouts.cpp) has margins only where it is split: its readers pad it themselves elsewhere.
     for (std::size_t i = 0; i < slots.size(); ++i) {
         if (slots[i].layer->op == OpKind::label) continue;
-        if (blocked[i]) {
+        if (paths[i].on(scheduler::PathKind::blocked)) {
             Tile& t = slots[i].own();
             t.need = blocked_margins(t);
             t.lanes = blocked_lanes;

@@ -114,6 +114,8 @@ void Trainer::profile(bool on) { impl_->profiling = on; }
 
 const StepProfile& Trainer::last_profile() const { return impl_->profile; }
 
+const std::vector<scheduler::LayerPaths>& Trainer::paths() const { return impl_->paths; }
+
 std::int64_t Trainer::halo_bytes() const { return impl_->sent_bytes; }
 
 std::int64_t Trainer::memory_bytes() const {

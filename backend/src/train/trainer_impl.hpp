@@ -4,6 +4,7 @@
 #pragma once
 
 #include <dsl/backend/trainer.hpp>
+#include <dsl/scheduler/paths.hpp>
 
 #include "../random/splitmix.hpp"
 
@@ -154,6 +155,8 @@ struct Trainer::Impl {
     Memory& mem;  // the kernels' memory: every tile, parameter and message buffer
     TrainConfig config;
     const scheduler::Plan plan;
+    // The fast paths each layer takes (scheduler/src/paths.cpp), with what setup found of node memory.
+    std::vector<scheduler::LayerPaths> paths;
     std::unique_ptr<Comm> self;  // a run on one process
     Comm& comm;
     std::vector<std::unique_ptr<Comm>> groups;
@@ -352,9 +355,9 @@ struct Trainer::Impl {
     bool dropping(bool training) const { return training && config.training; }
 
     // setup.cpp: the tiles and buffers the plan gives, the process groups, the initial parameters.
+    scheduler::RunFacts facts() const;
     void allocate();
-    // layouts.cpp: per layer, whether its tile is blocked; and with what margins.
-    std::vector<bool> blocked_tiles() const;
+    // layouts.cpp: a blocked tile's margins.
     Margins blocked_margins(const Tile& t) const;
     void bind(Tile& t, int buffer);
     void clear_gradients(int position);
@@ -443,6 +446,7 @@ struct Trainer::Impl {
     std::vector<Tensor*> group_tensors(const Comm* group, std::initializer_list<Tensor Slot::*> members);
     void place_gradients();
     void place_parameters();
+    void set_group_path(const Comm* group, scheduler::PathKind kind, const char* why);
     // filter_blocks.cpp: weight gradients by blocks of filters.
     bool weight_gradient_by_filters(int index) const;
     void place_filter_blocks();

@@ -45,6 +45,19 @@ std::vector<Tensor*> Trainer::Impl::group_tensors(const Comm* group, std::initia
     return out;
 }
 
+namespace {
+
+const char* const node_memory_missing =
+    "the processes could not map a node's shared memory (they span nodes, or /dev/shm has no room)";
+
+}  // namespace
+
+// A path of every layer whose parameters `group` holds, off for `why`.
+void Trainer::Impl::set_group_path(const Comm* group, scheduler::PathKind kind, const char* why) {
+    for (std::size_t i = 0; i < slots.size(); ++i)
+        if (&gradient_group(slots[i]) == group && paths[i].find(kind)) paths[i].set(kind, false, why);
+}
+
 // The weight gradients summed over each process group, in the memory where the group sums them fastest
 // (Comm::summing_space), where it has such memory: the world's, then each group of a block's holders, in
 // the order every process made them.
@@ -54,7 +67,10 @@ void Trainer::Impl::place_gradients() {
         if (group->size() == 1) continue;
         const std::vector<Tensor*> gradients = group_tensors(group, {&Slot::dw, &Slot::db});
         std::shared_ptr<float> held = group->summing_space(total(gradients));
-        if (!held) continue;
+        if (!held) {
+            set_group_path(group, scheduler::PathKind::node_sums, node_memory_missing);
+            continue;
+        }
         lay_out(gradients, held.get(), false);
         for (Slot& s : slots)
             if (&gradient_group(s) == group) s.sums_in_node = true;
@@ -75,7 +91,10 @@ void Trainer::Impl::place_parameters() {
         const std::vector<Tensor*> weights = group_tensors(group, {&Slot::w, &Slot::b}),
                                    moments = group_tensors(group, {&Slot::mw, &Slot::vw, &Slot::mb, &Slot::vb});
         std::shared_ptr<float> common = group->common_space(total(weights) + total(moments));
-        if (!common) continue;
+        if (!common) {
+            set_group_path(group, scheduler::PathKind::shared_weights, node_memory_missing);
+            continue;
+        }
         lay_out(moments, lay_out(weights, common.get(), group->rank() == 0), false);
         for (Slot& s : slots)
             if (&gradient_group(s) == group) s.shares_parameters = true;

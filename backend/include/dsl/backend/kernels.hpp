@@ -339,6 +339,7 @@ struct Kernels {
     // whose channels lie in blocks of blocked_lanes (view.hpp), every view of a call in that layout (a
     // convolution's x and y, or dx and dy, each in either), and convolutions' windows whose zeros lie outside x.
     bool blocked = false;
+    const char* planar_why = "the kernels take planar tiles";  // what keeps `blocked` false
 
     Memory& mem() const { return memory ? *memory : host_memory(); }
     // The convolutions with the products of 16-bit precision `p`; null for float32 or where there are none.

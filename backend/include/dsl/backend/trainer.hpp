@@ -9,6 +9,7 @@
 #include <dsl/backend/comm.hpp>
 #include <dsl/backend/kernels.hpp>
 #include <dsl/frontend/network.hpp>
+#include <dsl/scheduler/paths.hpp>
 #include <dsl/scheduler/plan.hpp>
 #include <dsl/scheduler/schedule.hpp>
 
@@ -208,6 +209,11 @@ public:
     // their events.
     void profile(bool on);
     const StepProfile& last_profile() const;  // the last step's, when profiling
+
+    // The fast paths each layer takes, as the plan decided them for this run's kernels, memory and options
+    // (scheduler/paths.hpp), and as setup found them (a node's shared memory that could not be had): the same
+    // on every process.
+    const std::vector<scheduler::LayerPaths>& paths() const;
 
     // Bytes this process sent to others in halo exchanges and redistributions in its last step.
     std::int64_t halo_bytes() const;

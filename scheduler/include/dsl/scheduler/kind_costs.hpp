@@ -1,4 +1,4 @@
-// What a layer costs, and what of that its kind decides. The model (model.hpp) prices what every kind shares
+// What a layer costs, and what of that its kind decides (and which of the trainer's paths its kernels take). The model (model.hpp) prices what every kind shares
 // (halos, shuffles, overlap, the weight gradients' allreduce, the output tile) and asks the row of the layer's
 // kind in a kind table for the rest: its kernels' times, the sums it blocks on, its kernels' scratch. The
 // backend's kind table (backend/src/kinds/) holds those rows beside each kind's forward, backward and export,
@@ -122,6 +122,9 @@ public:
     virtual double gradient_allreduce(const CostTerms& t) const;
     // Whether, with overlap, its input gradient's halo goes back while it computes its weight gradient.
     virtual bool halo_back_behind_weights() const { return false; }
+    // Whether training keeps its tile in blocks of 16 channels where its neighbours allow (paths.hpp): its
+    // kernels read and write such tiles as they are.
+    virtual bool runs_blocked() const { return false; }
 };
 
 // The rows the model prices layers by, one per kind (the backend's: backend::kind_costs()).

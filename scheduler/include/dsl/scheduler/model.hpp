@@ -7,13 +7,17 @@
 
 #include <dsl/frontend/network.hpp>
 #include <dsl/scheduler/kind_costs.hpp>
+#include <dsl/scheduler/paths.hpp>
+#include <dsl/scheduler/plan.hpp>
 #include <dsl/scheduler/platform.hpp>
+#include <dsl/scheduler/recompute.hpp>
 #include <dsl/scheduler/schedule.hpp>
 
 #include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -52,6 +56,9 @@ struct LayerPrediction {
     LayerCost cost;
     ShuffleCost shuffle;         // into this layer's split, over all its inputs
     double backward_end = 0.0;   // when this layer's backward ends, from the start of backward
+    // Its values dropped after forward and made again in backward (recompute=on), or, asked to be, kept as
+    // the start of a segment that backward makes again from them (recompute.hpp's segment_starts).
+    bool recomputed = false, segment_start = false;
     double allreduce_end = 0.0;  // when its gradient's allreduce ends (0 without parameters)
 
     // The layer's with the shuffles into it: seconds, halo and shuffle bytes, memory with message buffers.
@@ -76,6 +83,12 @@ struct Prediction {
            memory = 0.0;
     double kept = 0.0;
     double recompute = 0.0;     // seconds of forward run again in backward
+    // The segments recomputation makes again, each just before the backward of the layer that reads it first:
+    // that layer's index, and the layers made again, in the order they are.
+    std::vector<std::pair<int, std::vector<int>>> segments;
+    // The trainer's fast paths per layer (paths.hpp), as the model's facts of the platform have them; memory
+    // counts what they hold. Empty where the schedule has no plan (a split the mini-batch cannot take).
+    std::vector<LayerPaths> paths;
     double memory_limit = 0.0;  // what the platform gives a process
     // What the communication figures assume, in words: the weight gradients' allreduce algorithm (for the
     // largest), and the links halo exchanges and shuffles take ("-" where there are none).
@@ -141,6 +154,12 @@ public:
     // Kernel times without the factors (what calibration compares training with).
     void use_raw_kernels(bool raw) { raw_ = raw; }
 
+    // What the model takes a run on this platform to have, as the trainer's paths read it (paths.hpp): the
+    // platform's device and kernels, processes that share a node's memory where they fit one node, training
+    // without loss scaling. A caller that knows more (this machine's kernels) may say so.
+    const RunFacts& facts() const { return facts_; }
+    void set_facts(const RunFacts& facts) { facts_ = facts; }
+
     // The update after backward (SGD, and the wait for the weight gradients' allreduces) measured in
     // training: "step.update params=N procs=P threads=T". Where the platform has it, it replaces the
     // modelled update and exposed allreduce.
@@ -151,9 +170,15 @@ public:
     bool relu_fused(std::size_t index, const Schedule& schedule) const;
 
 private:
+    bool relu_fused(std::size_t index, const Schedule& schedule, const RecomputeTimeline& timeline) const;
+    // Recomputation's timeline under `schedule`, its segments chosen from the layers' output tiles of `bytes`
+    // (the first process's, as the plan chooses them).
+    RecomputeTimeline recompute_timeline_of(const Schedule& schedule, const std::vector<double>& bytes) const;
     // predict's gradients, sharing buffers, and its activations with recomputed layers' tiles sharing them
-    // too; the recomputation's time.
-    void shared_memory(Prediction& out) const;
+    // too (as `timeline` has them); the recomputation's time.
+    void shared_memory(Prediction& out, const RecomputeTimeline& timeline) const;
+    // The paths of `schedule`'s layers, their values dropped or kept as `timeline` says.
+    std::vector<LayerPaths> paths_of(const Schedule& schedule, const RecomputeTimeline& timeline) const;
     struct Geometry;
     Geometry geometry(int index, const Split& split) const;
     std::vector<std::int64_t> key_dims(const Dims& d) const;
@@ -197,6 +222,11 @@ private:
     mutable std::shared_ptr<ShuffleArithmetic> shuffles_;
     // factor() by layer kind, direction and size class: it looks up to 7 keys, every layer of every candidate.
     mutable std::map<std::tuple<frontend::OpKind, bool, int>, double> factors_;
+    RunFacts facts_;
+    // The first process's plan of the last splits and overlaps paths_of was asked about (what its paths read
+    // of a plan but the layers' precision and recomputation, which it sets).
+    mutable std::vector<std::pair<Split, bool>> planned_for_;
+    mutable std::optional<Plan> planned_;
 };
 
 }  // namespace dsl::scheduler

@@ -123,6 +123,10 @@ struct LayerPlan {
     // The recomputed layers whose forward runs again before this layer's backward, in that order: those
     // whose values it reads, after those their own forward reads (plan_recompute.cpp).
     std::vector<int> recompute_before;
+    // Its values are dropped after forward and made again where backward reads them (recompute=on); or, asked
+    // to be, kept as the start of a segment that backward makes again from them (recompute.hpp's
+    // segment_starts).
+    bool recomputed = false, segment_start = false;
     // Its output is kept in 16 bits between forward and backward (dist.precision), in recompute_before's
     // buffers while float32 (plan_recompute.cpp); its own tile is the one stored.
     bool narrowed = false;

@@ -42,6 +42,9 @@ struct Platform {
     Link node;                            // between processes of one node
     Link network;                         // between nodes
     std::map<std::string, double> times;  // measured seconds, by time_key()
+    // Empty where a CPU platform's kernels run tiles kept in blocks of 16 channels (AVX-512's); else why they
+    // do not. Not a file's: set for `local`, this machine, from its kernels.
+    std::string planar_why;
 };
 
 // One field of a measured time: `x=1x18x65x65` is {"x", {1, 18, 65, 65}}.

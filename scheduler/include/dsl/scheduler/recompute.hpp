@@ -46,7 +46,8 @@ inline StepSpan gradient_steps(int first, int last, int layers) {
 }
 
 struct RecomputeTimeline {
-    std::vector<bool> recomputed;          // per layer, as asked (only recomputable layers)
+    std::vector<bool> recomputed;          // per layer: dropped after forward and made again (recomputable layers)
+    std::vector<bool> kept;                // per layer: asked to be recomputed, kept as a segment's start
     std::vector<bool> narrowed;            // per layer: kept in 16 bits (and not recomputed)
     std::vector<StepSpan> forward, again;  // per recomputed layer: in memory in forward, and again in backward
     // Per layer: the recomputed layers whose forward runs again (or the narrowed ones widened again) just before
@@ -64,15 +65,35 @@ struct RecomputeTimeline {
 RecomputeTimeline recompute_timeline(const frontend::Network& net, const std::vector<bool>& recompute,
                                      const std::vector<bool>& narrow = {});
 
-// The same for the layers' distributions (recompute=on, and a precision that narrows): `dist(i)` is layer i's.
+// Segment checkpointing (Chen et al. 2016, PyTorch's checkpoint_sequential): of the layers asked to be
+// recomputed, those whose values are kept after all, so that backward makes each run of dropped layers (a
+// segment) again from the kept values before it, just before the segment's backward, and frees it as its
+// backward goes, rather than every asked layer back to the data at once. Of candidate sets of kept layers (none;
+// the ReLUs, whose backward reads their own output; a value every `budget` bytes of dropped values in the
+// network's order, for budgets from all of them to a 32nd), the one whose step holds the least memory (the values
+// kept, and the buffers that dropped values and gradients share); where that ties, the one that keeps the fewest
+// (what was asked: keeping a layer that saves nothing is not what recompute=on means), then the one that
+// recomputes the fewest bytes.
+// `bytes`: each layer's output tile, the same on every process (the first process's), so that every process
+// keeps the same layers.
+std::vector<bool> segment_starts(const frontend::Network& net, const std::vector<bool>& asked,
+                                 const std::vector<bool>& narrow, const std::vector<double>& bytes);
+
+// The timeline for the layers' distributions (recompute=on, and a precision that narrows; `dist(i)` is layer
+// i's), the asked layers kept where segment_starts says, of output tiles of `bytes` (see there).
 template <typename DistOf>
-RecomputeTimeline timeline_of(const frontend::Network& net, DistOf&& dist) {
-    std::vector<bool> recompute(net.layers.size()), narrow(net.layers.size());
+RecomputeTimeline timeline_of(const frontend::Network& net, DistOf&& dist, const std::vector<double>& bytes) {
+    std::vector<bool> asked(net.layers.size()), narrow(net.layers.size());
     for (std::size_t i = 0; i < net.layers.size(); ++i) {
-        recompute[i] = dist(i).recompute.value_or(false);
+        asked[i] = dist(i).recompute.value_or(false);
         narrow[i] = dist(i).narrowed();
     }
-    return recompute_timeline(net, recompute, narrow);
+    const std::vector<bool> kept = segment_starts(net, asked, narrow, bytes);
+    std::vector<bool> dropped(asked);
+    for (std::size_t i = 0; i < dropped.size(); ++i) dropped[i] = asked[i] && !kept[i];
+    RecomputeTimeline t = recompute_timeline(net, dropped, narrow);
+    t.kept = kept;
+    return t;
 }
 
 }  // namespace dsl::scheduler
