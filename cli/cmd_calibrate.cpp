@@ -193,8 +193,7 @@ int comm_worker(const CalibrateOptions& o) {
 scheduler::Platform this_machine(scheduler::Platform p, bool gpu) {
     p.device = gpu ? scheduler::Device::gpu : scheduler::Device::cpu;
     p.procs_per_node = gpu ? std::max(1, backend::gpu_devices()) : std::max(1u, std::thread::hardware_concurrency());
-    p.nodes = 1;
-    if (!gpu) p.planar_why = this_cpu_planar_why();
+    p.nodes = 1, p.planar_why = gpu ? "" : this_cpu_planar_why();
     return p;
 }
 
