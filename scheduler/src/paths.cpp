@@ -211,8 +211,10 @@ struct Decider {
             std::string why;
             if (!facts.filter_blocks)
                 why = "turned off";
-            else if (!facts.blocked_kernels || facts.device != Device::cpu)
+            else if (facts.device != Device::cpu)
                 why = "the kernels cannot pad a window over the whole input themselves";
+            else if (!facts.blocked_kernels)
+                why = "it needs blocked tiles, which are off: " + facts.planar_why;
             else if (!out[i].on(PathKind::shared_weights))
                 why = "its weights are not shared on the node";
             else if (facts.loss_scaling)
