@@ -5,7 +5,7 @@
 
 #include <dsl/backend/data.hpp>
 #include <dsl/backend/trainer.hpp>
-#include <dsl/scheduler/plan.hpp>
+#include <dsl/scheduler/pipeline.hpp>
 
 #include <fmt/format.h>
 #include <sys/wait.h>
@@ -38,7 +38,7 @@ int measure(const std::string& path, std::int64_t batch, int steps) {
     backend::TrainConfig cfg;
     cfg.batch = batch;
     const double rss_before = status_bytes("VmRSS");
-    backend::Trainer trainer(net, backend::cpu_kernels(), cfg, scheduler::make_plan(net, {}, cfg.batch, 0, 1));
+    backend::Trainer trainer(net, backend::cpu_kernels(), cfg, scheduler::Pipeline().plan(net, {}, cfg.batch, 0, 1));
     const double after_create = status_bytes("VmRSS");
     for (int i = 0; i < steps; ++i) trainer.step(*data, i * batch);
     const double peak = status_bytes("VmHWM") - rss_before;

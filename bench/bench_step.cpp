@@ -5,7 +5,7 @@
 
 #include <dsl/backend/data.hpp>
 #include <dsl/backend/trainer.hpp>
-#include <dsl/scheduler/plan.hpp>
+#include <dsl/scheduler/pipeline.hpp>
 
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -460,7 +460,7 @@ void run_case(const Case& c, int warmup, int runs, double seconds) {
     KernelTimes dsl_times, data_times;
     dsl_times.detail = env_int("BENCH_DETAIL", 0) != 0;
     CachedData data(net, data_times);
-    const scheduler::Plan plan = scheduler::make_plan(net, {}, cfg.batch, 0, 1);  // one process
+    const scheduler::Plan plan = scheduler::Pipeline().plan(net, {}, cfg.batch, 0, 1);  // one process
     backend::Trainer plain_trainer(net, backend::cpu_kernels(), cfg, plan);
     auto tk = timed(backend::cpu_kernels(), dsl_times);
     backend::Trainer timed_trainer(net, tk->kernels, cfg, plan);

@@ -2,7 +2,7 @@
 #include "common.hpp"
 
 #include <dsl/base/diagnostics.hpp>
-#include <dsl/frontend/passes.hpp>
+#include <dsl/scheduler/pipeline.hpp>
 
 #include <omp.h>
 
@@ -25,7 +25,7 @@ std::string source_path(const std::string& path) {
 frontend::Network load(const std::string& path) {
     SourceManager sources;
     Diagnostics diags;
-    auto loaded = frontend::load_network(source_path(path), sources, diags);
+    auto loaded = scheduler::Pipeline().network(source_path(path), sources, diags);
     if (!loaded || diags.has_errors()) {
         diags.render(std::cerr, false);
         std::cerr << "error: cannot load '" << path << "'\n";

@@ -142,7 +142,7 @@ int results_written(const CalibrateOptions& o, const std::string& text) {
 int kernel_worker(const CalibrateOptions& o) {
     SourceManager sources;
     Diagnostics diags;
-    auto net = frontend::load_network(o.net, sources, diags);
+    auto net = scheduler::Pipeline().network(o.net, sources, diags);
     if (!net) return user_error;
     std::string error;
     auto data = backend::make_data_source(net->net, 0, "", "", error);
@@ -203,7 +203,7 @@ scheduler::Platform this_machine(scheduler::Platform p, bool gpu) {
 int profile_worker(const CalibrateOptions& o) {
     SourceManager sources;
     Diagnostics diags;
-    auto loaded = frontend::load_network(o.net, sources, diags);
+    auto loaded = scheduler::Pipeline().network(o.net, sources, diags);
     // The platform measured so far (kernels, communication), for the model's own shuffle estimates.
     auto measured_so_far = scheduler::load_platform(o.platform, sources, diags);
     if (!loaded || !measured_so_far) {
@@ -503,7 +503,7 @@ int run_calibrate(CalibrateOptions o) {
 
     SourceManager sources;
     Diagnostics diags;
-    auto checked = load_and_check(o.net, "", sources, diags, "", {}, o.in_situ);
+    auto checked = scheduler::Pipeline().check(o.net, "", sources, diags, {}, o.in_situ);
     // Times already in the output file are kept: it must be a platform file, or not exist.
     std::optional<PlatformChoice> base;
     std::error_code ec;

@@ -6,7 +6,7 @@
 
 #include <dsl/base/error.hpp>
 #include <dsl/scheduler/autoschedule.hpp>
-#include <dsl/scheduler/plan.hpp>
+#include <dsl/scheduler/pipeline.hpp>
 #include <dsl/scheduler/platform.hpp>
 
 #include <fmt/format.h>
@@ -30,13 +30,13 @@ struct CheckOptions {
 };
 
 // `--dump-after filled` and `plan`: the fields the schedule leaves open filled by the auto-scheduler for
-// `--platform` (as `dsl explain` fills them), then the stage printed. False when the platform has errors (rendered); a UserError when filling fails.
-bool fill(Checked& c, const CheckOptions& o, std::int64_t batch, SourceManager& sources, Diagnostics& diags) {
+// `--platform` (as `dsl explain` fills them), then the stage printed. False when the platform has errors
+// (rendered); a UserError when filling fails.
+bool fill(Checked& c, const CheckOptions& o, std::int64_t batch, const scheduler::Pipeline& pipeline,
+          SourceManager& sources, Diagnostics& diags) {
     const auto& net = c.net.net;
     if (!c.schedule || !has_open_fields(net, c.schedule)) {
-        if (c.schedule && o.dump_after == "filled")
-            std::cerr << "// after filled (nothing was open)\n"
-                      << scheduler::schedule_text(net, *c.schedule, "the schedule, with nothing open");
+        if (c.schedule) pipeline.filled(net, *c.schedule, "the schedule, with nothing open");
         return true;
     }
     std::string why;
@@ -49,16 +49,13 @@ bool fill(Checked& c, const CheckOptions& o, std::int64_t batch, SourceManager& 
     const auto planned = measure_and_plan(*platform, o.net, net, *c.schedule, batch, why);
     if (!planned) throw UserError(why);
     c.schedule = planned->schedule;
-    if (o.dump_after == "filled")
-        std::cerr << "// after filled\n"
-                  << scheduler::schedule_text(net, *c.schedule, "open fields filled by the auto-scheduler",
-                                              platform->text);
+    pipeline.filled(net, *c.schedule, "open fields filled by the auto-scheduler", platform->text);
     return true;
 }
 
 // `--dump-after plan`: the plan of process `rank` of the run the (filled) schedule describes, or of the
 // one-process run without a schedule.
-int dump_plan(const Checked& c, const CheckOptions& o, std::int64_t batch) {
+int dump_plan(const Checked& c, const CheckOptions& o, std::int64_t batch, const scheduler::Pipeline& pipeline) {
     const auto& net = c.net.net;
     const scheduler::Schedule s = c.schedule.value_or(scheduler::Schedule{});
     std::int64_t procs = 1;
@@ -73,8 +70,7 @@ int dump_plan(const Checked& c, const CheckOptions& o, std::int64_t batch) {
                                  procs, procs == 1 ? "" : "es", procs - 1);
         return usage;
     }
-    const scheduler::Plan plan = scheduler::make_plan(net, s, batch, static_cast<int>(rank), static_cast<int>(procs));
-    std::cerr << "// after plan\n" << scheduler::plan_text(net, plan);
+    pipeline.plan(net, s, batch, static_cast<int>(rank), static_cast<int>(procs));
     return ok;
 }
 
@@ -91,7 +87,8 @@ int run_check(const CheckOptions& o) {
     }
     SourceManager sources;
     Diagnostics diags;
-    auto checked = load_and_check(o.net, o.sched, sources, diags, o.dump_after, {o.batch, std::nullopt, std::nullopt});
+    const scheduler::Pipeline pipeline(stage_dump(o.dump_after, static_cast<int>(o.rank.value_or(0))));
+    auto checked = pipeline.check(o.net, o.sched, sources, diags, {o.batch, std::nullopt, std::nullopt});
     // The schedule's platform is read and checked as `dsl explain` reads it (this machine's `local` is measured
     // only where it is used): a schedule that explain refuses is not one that check passes.
     if (checked && checked->schedule && checked->schedule->platform &&
@@ -106,9 +103,9 @@ int run_check(const CheckOptions& o) {
     // The report is of the schedule as written; the stages after it are printed from a copy.
     if (o.dump_after == "filled" || o.dump_after == "plan") {
         Checked filled = *checked;
-        if (!fill(filled, o, batch, sources, diags)) return user_error;
+        if (!fill(filled, o, batch, pipeline, sources, diags)) return user_error;
         if (o.dump_after == "plan")
-            if (const int code = dump_plan(filled, o, batch); code != ok) return code;
+            if (const int code = dump_plan(filled, o, batch, pipeline); code != ok) return code;
     }
     if (o.json)
         std::cout << json_text(check_json(*checked, batch));
@@ -129,11 +126,7 @@ void setup_check(CLI::App& app, Action& action) {
                     "Mini-batch size for the tile shapes, checked against the splits as 'dsl run --batch' is "
                     "(default: the schedule's, or one sample per process)")
         ->check(positive_count());
-    sub->add_option("--dump-after", o->dump_after,
-                    "Print the state after a stage to stderr: parse, imports, elaborate, shapes (the network), "
-                    "schedule (bound to it), filled (its open fields filled by the auto-scheduler), plan (one process's "
-                    "execution plan)")
-        ->check(CLI::IsMember(stages));
+    add_dump_after(*sub, o->dump_after);
     sub->add_option("--rank", o->rank, "With --dump-after plan: the process whose plan is printed (default 0)")
         ->check(nonnegative_count());
     sub->add_option("--platform", o->platform,

@@ -24,7 +24,7 @@ namespace dsl::cli {
 namespace {
 
 struct CompareOptions {
-    std::string net, platform;
+    std::string net, platform, dump_after;
     std::vector<std::string> scheds;
     std::optional<std::int64_t> batch;
     std::int64_t steps = 10;
@@ -138,12 +138,13 @@ int run_compare(const CompareOptions& o) {
     std::vector<Column> columns;
     std::optional<PlatformChoice> platform;
     // The network once; each schedule parsed and applied to it.
-    const auto loaded = load_and_check(o.net, "", sources, diags, "");
+    const scheduler::Pipeline pipeline(stage_dump(o.dump_after));
+    const auto loaded = pipeline.check(o.net, "", sources, diags);
     bool good = loaded.has_value();
     for (const std::string& file : o.scheds) {
-        const auto sched = load_sched(file, sources, diags);
+        const auto sched = scheduler::load_sched(file, sources, diags);
         std::optional<scheduler::Schedule> s;
-        if (sched && loaded) s = scheduler::apply_schedule(loaded->net.net, *sched, diags);
+        if (sched && loaded) s = pipeline.schedule(loaded->net.net, *sched, diags);
         if (!s) {
             good = false;
             continue;
@@ -180,6 +181,11 @@ int run_compare(const CompareOptions& o) {
         c.schedule = std::move(planned->schedule);
         c.prediction = std::move(planned->prediction);
         c.filled = planned->filled;
+        pipeline.filled(net, c.schedule,
+                        fmt::format("{}{}", c.file, c.filled ? ", open fields filled by the auto-scheduler" : ""),
+                        platform->text);
+        if (pipeline.dumps(scheduler::Stage::plan))
+            pipeline.plan(net, c.schedule, c.batch, 0, static_cast<int>(c.procs));
     }
     if (o.measure)
         for (Column& c : columns) {
@@ -323,6 +329,7 @@ void setup_compare(CLI::App& app, Action& action) {
     sub->add_option("--steps", o->steps, "Steps to measure (default 10; the first two are not counted)")
         ->check(positive_count());
     sub->add_flag("--json", o->json, "Print the comparison as JSON");
+    add_dump_after(*sub, o->dump_after);
     sub->footer(
         "Example:\n  dsl compare samples/mesh_tiny.net samples/mesh_tiny_sample_2.sched "
         "samples/mesh_tiny_spatial_h_2.sched --measure");

@@ -33,7 +33,7 @@ int evaluate_on(const EvalOptions& e, const Checked& checked, const scheduler::S
         return user_error;
     }
     const std::int64_t batch = run_batch(checked, o);
-    auto trainer = load_trained(net, schedule, batch, kernels, comm, o.load, io);
+    auto trainer = load_trained(run_pipeline(o, io), net, schedule, batch, kernels, comm, o.load, io);
     if (!trainer) return user_error;
     const auto t0 = std::chrono::steady_clock::now();
     const EvalFigures f = evaluate(*trainer, net, schedule, kernels, comm, *data->source, data->count);
@@ -61,10 +61,9 @@ int evaluate_on(const EvalOptions& e, const Checked& checked, const scheduler::S
 }
 
 int run_eval(const EvalOptions& e) {
-    return run_trained(e.run, [&](const Checked& checked, const scheduler::Schedule& schedule, backend::Kernels kernels,
-                                  backend::Comm& comm, Output& io) {
-        return evaluate_on(e, checked, schedule, kernels, comm, io);
-    });
+    return run_trained(
+        e.run, [&](const Checked& checked, const scheduler::Schedule& schedule, backend::Kernels kernels,
+                   backend::Comm& comm, Output& io) { return evaluate_on(e, checked, schedule, kernels, comm, io); });
 }
 
 }  // namespace

@@ -18,7 +18,7 @@ namespace dsl::cli {
 namespace {
 
 struct ExplainOptions {
-    std::string net, sched, platform, trace;
+    std::string net, sched, platform, trace, dump_after;
     std::optional<std::int64_t> batch, procs;
     bool json = false;
 };
@@ -26,7 +26,9 @@ struct ExplainOptions {
 int run_explain(const ExplainOptions& o) {
     SourceManager sources;
     Diagnostics diags;
-    auto inputs = load_model_inputs(o.net, o.sched, o.platform, sources, diags, {o.batch, std::nullopt, o.procs});
+    const scheduler::Pipeline pipeline(stage_dump(o.dump_after));
+    auto inputs =
+        load_model_inputs(pipeline, o.net, o.sched, o.platform, sources, diags, {o.batch, std::nullopt, o.procs});
     if (!inputs) return user_error;
     const Checked& checked = inputs->checked;
     PlatformChoice& platform = inputs->platform;
@@ -49,6 +51,11 @@ int run_explain(const ExplainOptions& o) {
     if (planned->filled)
         std::cerr << "note: the schedule leaves fields open; the auto-scheduler filled them ('dsl schedule' writes "
                      "the result)\n";
+    pipeline.filled(net, planned->schedule,
+                    planned->filled ? "open fields filled by the auto-scheduler" : "the schedule, with nothing open",
+                    platform.text);
+    if (pipeline.dumps(scheduler::Stage::plan))
+        pipeline.plan(net, planned->schedule, batch, 0, static_cast<int>(*planned->schedule.procs));
     const scheduler::Prediction& p = planned->prediction;
     if (!o.trace.empty()) {
         const nlohmann::json about{{"network", o.net},
@@ -96,6 +103,7 @@ void setup_explain(CLI::App& app, Action& action) {
         ->check(positive_count());
     sub->add_option("--procs", o->procs, "Processes, where the schedule leaves them open")->check(positive_count());
     sub->add_flag("--json", o->json, "Print the prediction as JSON");
+    add_dump_after(*sub, o->dump_after);
     sub->add_option("--trace", o->trace,
                     "Also write the predicted step as a timeline, in the format of 'dsl run --trace' (Chrome "
                     "trace-event JSON, for Perfetto or chrome://tracing)");

@@ -26,7 +26,7 @@ namespace dsl::cli {
 namespace {
 
 struct ExportOptions {
-    std::string net, load, output, format;
+    std::string net, load, output, format, dump_after;
     bool force = false;
 };
 
@@ -41,15 +41,15 @@ int run_export(const ExportOptions& o) {
 
     SourceManager sources;
     Diagnostics diags;
-    auto checked = load_and_check(o.net, "", sources, diags, "");
+    auto checked = scheduler::Pipeline(stage_dump(o.dump_after)).check(o.net, "", sources, diags);
     diags.render(std::cerr, stderr_color());
     if (!checked) return user_error;
     const frontend::Network& net = checked->net.net;
 
     if (!fs::is_directory(o.load, ec))
-        throw UserError(fmt::format("--load '{}': {}", o.load,
-                                    fs::exists(o.load, ec) ? "not a folder (a checkpoint is one, from dsl run --save)"
-                                                           : "no such checkpoint"));
+        throw UserError(fmt::format(
+            "--load '{}': {}", o.load,
+            fs::exists(o.load, ec) ? "not a folder (a checkpoint is one, from dsl run --save)" : "no such checkpoint"));
     std::string error;
     const auto checkpoint = backend::load_checkpoint(o.load, error);
     if (!checkpoint) throw UserError(fmt::format("cannot read the checkpoint '{}': {}", o.load, error));
@@ -77,9 +77,11 @@ void setup_export(CLI::App& app, Action& action) {
     sub->add_option("NET", o->net, "The network (.net) the checkpoint was trained for")->required();
     sub->add_option("--load", o->load, "The checkpoint folder (from 'dsl run --save')")->required();
     sub->add_option("-o,--output", o->output, "The file to write (model.pt, weights.npz)")->required();
-    sub->add_option("--format", o->format, "pt (torch.save's zip) or npz (default: npz for a name ending .npz, else pt)")
+    sub->add_option("--format", o->format,
+                    "pt (torch.save's zip) or npz (default: npz for a name ending .npz, else pt)")
         ->check(CLI::IsMember({"pt", "npz"}));
     sub->add_flag("--force", o->force, "Replace the output file if it exists");
+    add_dump_after(*sub, o->dump_after, scheduler::Stage::shapes);
     sub->footer(
         "The keys are those of the module bench/pytorch_mesh.py builds for NET (mods.<layer index>.weight, ...): "
         "parameters, batch-norm running statistics and num_batches_tracked, no optimizer state.\n"

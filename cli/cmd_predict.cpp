@@ -76,7 +76,7 @@ int predict_on(const PredictOptions& p, const Checked& checked, const scheduler:
         return user_error;
     }
     const std::int64_t batch = run_batch(checked, o);
-    auto trainer = load_trained(net, schedule, batch, kernels, comm, o.load, io);
+    auto trainer = load_trained(run_pipeline(o, io), net, schedule, batch, kernels, comm, o.load, io);
     if (!trainer) return user_error;
 
     const frontend::Layer& l = net.layers[static_cast<std::size_t>(layer)];
@@ -123,10 +123,9 @@ int predict_on(const PredictOptions& p, const Checked& checked, const scheduler:
 }
 
 int run_predict(const PredictOptions& p) {
-    return run_trained(p.run, [&](const Checked& checked, const scheduler::Schedule& schedule, backend::Kernels kernels,
-                                  backend::Comm& comm, Output& io) {
-        return predict_on(p, checked, schedule, kernels, comm, io);
-    });
+    return run_trained(
+        p.run, [&](const Checked& checked, const scheduler::Schedule& schedule, backend::Kernels kernels,
+                   backend::Comm& comm, Output& io) { return predict_on(p, checked, schedule, kernels, comm, io); });
 }
 
 }  // namespace
@@ -140,8 +139,7 @@ void setup_predict(CLI::App& app, Action& action) {
     cmd->add_option("--output", p->output, "OUT.npy or OUT.h5:/dataset: an [S, ...] float32 array")->required();
     cmd->add_option("--layer", p->layer, "The layer whose output is written (default: the last that is not a loss)");
     cmd->add_flag("--force", p->force, "Replace the output file (or HDF5 dataset) if it exists");
-    cmd->footer(
-        "Example:\n  dsl predict samples/mesh_tiny.net --load ckpt --data x=x.npy --output pred.npy");
+    cmd->footer("Example:\n  dsl predict samples/mesh_tiny.net --load ckpt --data x=x.npy --output pred.npy");
     cmd->callback([p, &action] { action = [p] { return run_predict(*p); }; });
 }
 

@@ -183,26 +183,9 @@ nlohmann::json losses_json(const std::vector<backend::LossValue>& losses) {
 }
 
 int run_training(const RunOptions& o) {
-    const bool mpi = backend::under_mpi();
-    if (mpi) backend::share_node_cores();
-    Output io;
-    io.on = !mpi || backend::launched_rank() == 0;
-
-    SourceManager sources;
-    Diagnostics diags;
-    auto checked = load_and_check(o.net, o.sched, sources, diags, "", {o.batch, default_batch, o.procs}, true);
-    diags.render(io.err(), stderr_color());
-    if (!checked) return user_error;
-
-    std::string why;
-    const auto schedule = run_schedule(*checked, o, why, io);
-    if (!schedule) {
-        io.err() << "error: " << why << "\n";
-        return o.auto_schedule ? user_error : usage;
-    }
-    return on_processes(o, *checked, *schedule, io, [&](backend::Kernels kernels, backend::Comm& comm) {
-        return train(o, *checked, *schedule, kernels, comm, io);
-    });
+    return run_trained(o,
+                       [&](const Checked& checked, const scheduler::Schedule& schedule, backend::Kernels kernels,
+                           backend::Comm& comm, Output& io) { return train(o, checked, schedule, kernels, comm, io); });
 }
 
 // The learning-rate schedule for the run's first line: ", warmup 100, cosine over 1000 steps"; empty when
@@ -274,7 +257,7 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
     }
     std::unique_ptr<backend::Trainer> trainer;
     try {
-        trainer = make_trainer(net, schedule, kernels, cfg, comm);
+        trainer = make_trainer(run_pipeline(o, io), net, schedule, kernels, cfg, comm);
     } catch (const UserError& e) {
         io.err() << fmt::format("error: {} (--batch, or 'batch' in the schedule)\n", e.what());
         return user_error;
@@ -556,6 +539,7 @@ void setup_run(CLI::App& app, Action& action) {
     run->add_option("--trace-steps", o->trace_steps, "With --trace: only the last K steps (default: every step)")
         ->check(positive_count())
         ->needs(trace);
+    add_dump_after(*run, o->dump_after);
     run->add_flag("--profile", o->profile,
                   "Print each layer's forward and backward time per step, and the part spent waiting for others");
     run->add_option("--device", o->device,

@@ -20,7 +20,7 @@ namespace dsl::cli {
 namespace {
 
 struct ScheduleOptions {
-    std::string net, sched, platform, output, method = "frontier";
+    std::string net, sched, platform, output, method = "frontier", dump_after;
     std::optional<std::int64_t> procs, batch;
 };
 
@@ -37,7 +37,9 @@ bool safe_to_replace(const std::string& path) {
 int run_schedule(const ScheduleOptions& o) {
     SourceManager sources;
     Diagnostics diags;
-    auto inputs = load_model_inputs(o.net, o.sched, o.platform, sources, diags, {o.batch, std::nullopt, o.procs});
+    const scheduler::Pipeline pipeline(stage_dump(o.dump_after));
+    auto inputs =
+        load_model_inputs(pipeline, o.net, o.sched, o.platform, sources, diags, {o.batch, std::nullopt, o.procs});
     if (!inputs) return user_error;
     PlatformChoice& platform = inputs->platform;
     const auto& net = inputs->checked.net.net;
@@ -77,6 +79,8 @@ int run_schedule(const ScheduleOptions& o) {
         o.sched.empty() ? "" : fmt::format("; fields fixed in {} kept", o.sched), milliseconds(p.step),
         human_bytes(p.memory), human_bytes(p.memory_limit));
     const std::string text = scheduler::schedule_text(net, result->schedule, header, platform.text);
+    pipeline.filled(net, result->schedule, header, platform.text);
+    if (pipeline.dumps(scheduler::Stage::plan)) pipeline.plan(net, result->schedule, batch, 0, static_cast<int>(procs));
 
     if (o.output.empty() || o.output == "-") {
         std::cout << text;
@@ -105,6 +109,7 @@ void setup_schedule(CLI::App& app, Action& action) {
                     "Platform name (stdlib/platforms) or file (default: the schedule's, else 'local': this machine, "
                     "measured on first use)");
     sub->add_option("-o,--output", o->output, "The .sched file to write (default: print it)");
+    add_dump_after(*sub, o->dump_after);
     sub->add_option("--batch", o->batch, "Mini-batch size N (default: the schedule's batch, else procs)")
         ->check(positive_count());
     sub->add_option("--method", o->method,

@@ -115,7 +115,7 @@ std::unique_ptr<backend::Trainer> remainder_trainer(backend::Trainer& trainer, c
     cfg.training = false;
     std::unique_ptr<backend::Trainer> small;
     try {
-        small = make_trainer(net, schedule, kernels, cfg, comm);
+        small = make_trainer(scheduler::Pipeline{}, net, schedule, kernels, cfg, comm);  // no stage printed again
     } catch (const UserError&) {
         return nullptr;  // the same answer on every process: the schedule is the same
     }
@@ -213,9 +213,10 @@ std::optional<Samples> open_samples(const frontend::Network& net, std::uint64_t 
     return out;
 }
 
-std::unique_ptr<backend::Trainer> load_trained(const frontend::Network& net, const scheduler::Schedule& schedule,
-                                               std::int64_t batch, backend::Kernels kernels, backend::Comm& comm,
-                                               const std::string& load, Output& io) {
+std::unique_ptr<backend::Trainer> load_trained(const scheduler::Pipeline& pipeline, const frontend::Network& net,
+                                               const scheduler::Schedule& schedule, std::int64_t batch,
+                                               backend::Kernels kernels, backend::Comm& comm, const std::string& load,
+                                               Output& io) {
     std::string error;
     auto checkpoint = backend::load_checkpoint(load, error);
     if (!agree(comm, checkpoint.has_value(), fmt::format("error: --load '{}': {}\n", load, error))) return nullptr;
@@ -230,7 +231,7 @@ std::unique_ptr<backend::Trainer> load_trained(const frontend::Network& net, con
                                            : frontend::Optimizer::sgd;
     std::unique_ptr<backend::Trainer> trainer;
     try {
-        trainer = make_trainer(net, schedule, kernels, cfg, comm);
+        trainer = make_trainer(pipeline, net, schedule, kernels, cfg, comm);
     } catch (const UserError& e) {
         io.err() << fmt::format("error: {} (--batch, or 'batch' in the schedule)\n", e.what());
         return nullptr;
@@ -286,33 +287,13 @@ void add_trained_options(CLI::App& cmd, RunOptions& o, std::optional<std::int64_
     cmd.add_option("--device", o.device,
                    "cpu or gpu: where every layer runs (default: with --auto-schedule the platform's device, else cpu)")
         ->check(CLI::IsMember({"cpu", "gpu"}));
+    add_dump_after(cmd, o.dump_after);
     cmd.add_flag("--auto-schedule", o.auto_schedule,
                  "Fill what the schedule leaves open (everything, without one) with the auto-scheduler, as 'dsl run' "
                  "does");
     cmd.add_option("--platform", o.platform,
                    "With --auto-schedule: the platform it plans for, whose device runs the network unless --device "
                    "says otherwise (default: the schedule's, else 'local')");
-}
-
-int run_trained(const RunOptions& o, const TrainedBody& body) {
-    const bool mpi = backend::under_mpi();
-    if (mpi) backend::share_node_cores();
-    Output io;
-    io.on = !mpi || backend::launched_rank() == 0;
-    SourceManager sources;
-    Diagnostics diags;
-    auto checked = load_and_check(o.net, o.sched, sources, diags, "", {o.batch, default_batch, o.procs}, true);
-    diags.render(io.err(), stderr_color());
-    if (!checked) return user_error;
-    std::string why;
-    const auto schedule = run_schedule(*checked, o, why, io);
-    if (!schedule) {
-        io.err() << "error: " << why << "\n";
-        return o.auto_schedule ? user_error : usage;
-    }
-    return on_processes(o, *checked, *schedule, io, [&](backend::Kernels kernels, backend::Comm& comm) {
-        return body(*checked, *schedule, kernels, comm, io);
-    });
 }
 
 }  // namespace dsl::cli

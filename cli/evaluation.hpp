@@ -68,21 +68,16 @@ std::optional<Samples> open_samples(const frontend::Network& net, std::uint64_t 
 // mini-batch `batch`, holding the weights and running statistics of checkpoint `load` (made with the
 // optimizer its meta names, whose state it also holds), dropout off. Null where it cannot be made or the
 // checkpoint does not fit, said once by the first process that failed.
-std::unique_ptr<backend::Trainer> load_trained(const frontend::Network& net, const scheduler::Schedule& schedule,
-                                               std::int64_t batch, backend::Kernels kernels, backend::Comm& comm,
-                                               const std::string& load, Output& io);
+std::unique_ptr<backend::Trainer> load_trained(const scheduler::Pipeline& pipeline, const frontend::Network& net,
+                                               const scheduler::Schedule& schedule, std::int64_t batch,
+                                               backend::Kernels kernels, backend::Comm& comm, const std::string& load,
+                                               Output& io);
 
-// What `dsl eval` and `dsl predict` share around their work: the network checked (said on the first
-// process), the schedule it runs under, then `body` on that schedule's processes. Returns the exit code.
 // The options `dsl eval` and `dsl predict` share: NET, SCHED, --load (`load_help`, required), the data
 // options, --samples ("`verb` the first K samples"), --batch, --seed, --kernels, --procs, --device, and
 // --auto-schedule with --platform, as `dsl run` has them.
 void add_trained_options(CLI::App& cmd, RunOptions& o, std::optional<std::int64_t>& samples,
                          const std::string& load_help, const std::string& verb);
-
-using TrainedBody = std::function<int(const Checked& checked, const scheduler::Schedule& schedule,
-                                      backend::Kernels kernels, backend::Comm& comm, Output& io)>;
-int run_trained(const RunOptions& o, const TrainedBody& body);
 
 // The figures as a JSON object: {"samples", "loss", "losses": {NAME: {"loss", "accuracy", ...}}}, and as
 // text lines (one per loss layer).

@@ -113,10 +113,10 @@ std::string platform_source(const PlatformChoice& p) {
     return fmt::format("the file {}{}", path, p.text == "local" ? " ($DSL_LOCAL_PLATFORM)" : "");
 }
 
-std::optional<ModelInputs> load_model_inputs(const std::string& net_path, const std::string& sched_path,
-                                             const std::string& platform_flag, SourceManager& sources,
-                                             Diagnostics& diags, const BatchChoice& batch) {
-    auto checked = load_and_check(net_path, sched_path, sources, diags, "", batch);
+std::optional<ModelInputs> load_model_inputs(const scheduler::Pipeline& pipeline, const std::string& net_path,
+                                             const std::string& sched_path, const std::string& platform_flag,
+                                             SourceManager& sources, Diagnostics& diags, const BatchChoice& batch) {
+    auto checked = pipeline.check(net_path, sched_path, sources, diags, batch);
     std::optional<PlatformChoice> platform;
     if (checked) platform = resolve_platform(platform_flag, checked->schedule, sources, diags);
     diags.render(std::cerr, stderr_color());
@@ -299,7 +299,7 @@ std::string explain_table(const frontend::Network& net, const scheduler::Predict
             lp.bytes_moved() ? human_bytes(static_cast<double>(lp.bytes_moved())) : "-", ms(c.forward),
             ms(c.forward_halo), ms(c.backward_data), ms(c.backward_weights), ms(c.backward_halo),
             ms(c.forward_sync + c.backward_sync), ms(lp.shuffle.seconds), ms(c.allreduce), human_bytes(lp.memory()),
-            recompute_col(lp.segment_start                  ? "kept"
+            recompute_col(lp.segment_start                    ? "kept"
                           : lp.dist.recompute.value_or(false) ? (c.recompute > 0 ? milliseconds(c.recompute) : "on")
                                                               : "-"),
             precision_col(lp.dist.narrowed() ? scheduler::precision_name(*lp.dist.precision) : "-"));

@@ -73,14 +73,14 @@ std::optional<Planned> measure_and_plan(PlatformChoice& p, const std::string& ne
                                         const scheduler::Schedule& s, std::int64_t batch, std::string& why);
 
 // A network, its schedule (when `sched_path` is not empty) and the platform (`platform_flag`, else the
-// schedule's, else "local"), checked; the diagnostics rendered. nullopt when any had errors.
+// schedule's, else "local"), checked through `pipeline`; the diagnostics rendered. nullopt when any had errors.
 struct ModelInputs {
     Checked checked;
     PlatformChoice platform;
 };
-std::optional<ModelInputs> load_model_inputs(const std::string& net_path, const std::string& sched_path,
-                                             const std::string& platform_flag, SourceManager& sources,
-                                             Diagnostics& diags, const BatchChoice& batch = {});
+std::optional<ModelInputs> load_model_inputs(const scheduler::Pipeline& pipeline, const std::string& net_path,
+                                             const std::string& sched_path, const std::string& platform_flag,
+                                             SourceManager& sources, Diagnostics& diags, const BatchChoice& batch = {});
 
 // The process count: --procs, else the schedule's; nullopt with `why` when the two differ, and with `why`
 // empty when neither gives one.
@@ -89,7 +89,7 @@ std::optional<std::int64_t> run_procs(const std::optional<std::int64_t>& flag,
 
 // Why `s` cannot run a mini-batch of `batch` (a layer splits the samples more ways than there are, or the
 // mini-batch overflows sizes), or empty. Schedules read from a file are checked at their lines before
-// (load_and_check); this is for those the auto-scheduler filled.
+// (scheduler::Pipeline::check); this is for those the auto-scheduler filled.
 std::string batch_problem(const frontend::Network& net, const scheduler::Schedule& s, std::int64_t batch);
 
 // Writes `bytes` to `path` whole or not at all (dsl::write_whole: a temporary file beside it, synced, then

@@ -2,10 +2,10 @@
 // distribution and tile.
 #include "report.hpp"
 
-#include <dsl/frontend/parse.hpp>
 #include <dsl/scheduler/autoschedule.hpp>
 
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -17,117 +17,20 @@ namespace dsl::cli {
 using frontend::Layer;
 using frontend::OpKind;
 
-std::optional<frontend::SchedFile> load_sched(const std::string& path, SourceManager& sources, Diagnostics& diags) {
-    const SourceFile* file = sources.load(path);
-    if (file == nullptr) {
-        diags.error({}, fmt::format("cannot read '{}': {}", path, sources.last_error()));
-        return std::nullopt;
-    }
-    return frontend::parse_sched(*file, diags);
+void add_dump_after(CLI::App& sub, std::string& after, scheduler::Stage last) {
+    const auto& all = scheduler::stage_names();
+    const std::vector<std::string> names(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(last) + 1);
+    sub.add_option("--dump-after", after,
+                   last == scheduler::Stage::shapes
+                       ? "Print the state after a stage to stderr: parse, imports, elaborate, shapes"
+                       : "Print the state after a stage to stderr: parse, imports, elaborate, shapes (the network), "
+                         "schedule (bound to it), filled (its open fields filled by the auto-scheduler, or as it "
+                         "is), plan (one process's execution plan)")
+        ->check(CLI::IsMember(names));
 }
 
-namespace {
-
-// Whether the run's process count (the schedule's, else --procs) can run every layer: each split the
-// schedule fixes uses that many, and for each split it leaves open some split of that many fits the layer.
-// Each problem is reported at the line that caused it: the entry, or the `procs` setting.
-bool check_procs(const Checked& c, std::optional<std::int64_t> flag, std::optional<std::int64_t> batch,
-                 Diagnostics& diags) {
-    const auto& net = c.net.net;
-    const auto& s = *c.schedule;
-    const std::optional<std::int64_t> procs = s.procs ? s.procs : flag;
-    if (!procs) return true;
-    Location procs_loc;
-    for (const auto& g : c.sched_file->globals)
-        if (g.key == "procs") procs_loc = g.value.loc;
-    if (s.procs && flag && *flag != *s.procs) {
-        diags.error(procs_loc, fmt::format("--procs {} differs from the schedule's procs = {}", *flag, *s.procs));
-        return false;
-    }
-    const std::string from_flag = s.procs ? "" : fmt::format(" (--procs {})", *procs);
-    std::set<int> reported;  // entries
-    bool ok = true;
-    for (std::size_t i = 0; i < net.layers.size(); ++i) {
-        const auto& l = net.layers[i];
-        const auto& d = s.layers[i];
-        if (l.is_data()) continue;
-        if (d.split && d.split->procs() != *procs) {
-            const int entry = s.source_entry[i];
-            if (entry >= 0 && reported.insert(entry).second)
-                diags.error(c.sched_file->entries[static_cast<std::size_t>(entry)].loc,
-                            fmt::format("split {} uses {} processes, but the run has {}{}", d.split->str(),
-                                        d.split->procs(), *procs, from_flag));
-            ok = false;
-            continue;
-        }
-        // Without a mini-batch yet, the most samples a split of `procs` can use: only what none can run fails.
-        if (!d.split && ok &&
-            scheduler::candidates(net, static_cast<int>(i), d, *procs, batch.value_or(*procs)).empty()) {
-            auto& e = diags.error(procs_loc,
-                                  fmt::format("no split of {} processes fits layer '{}'{}{}", *procs, l.name,
-                                              batch ? fmt::format(" with a mini-batch of {}", *batch) : "", from_flag));
-            Diagnostics::note(e, l.loc, fmt::format("layer '{}' declared here", l.name));
-            return false;  // the first such layer: the others would say the same
-        }
-    }
-    return ok;
-}
-
-// The bound schedule as .sched text: every layer's distribution in an entry of its own, a field the schedule
-// leaves open left out (a layer with none set, a comment), so that it applies back to the same schedule.
-std::string bound_schedule_text(const frontend::Network& net, const scheduler::Schedule& s) {
-    std::string text = "# every layer's distribution as the schedule sets it\n";
-    if (s.procs) text += fmt::format("procs = {}\n", *s.procs);
-    if (s.batch) text += fmt::format("batch = {}\n", *s.batch);
-    if (s.platform) text += fmt::format("# platform: {}\n", *s.platform);
-    text += "\n";
-    for (std::size_t i = 0; i < net.layers.size(); ++i) {
-        const Layer& l = net.layers[i];
-        if (l.is_data()) continue;  // read in its first reader's distribution
-        const scheduler::Distribution& d = s.layers[i];
-        std::string fields;
-        if (d.split) fields += " " + d.split->str();
-        if (d.overlap) fields += *d.overlap ? " overlap=on" : " overlap=off";
-        if (d.bn && l.op == OpKind::batchnorm) fields += fmt::format(" bn={}", scheduler::bn_name(*d.bn));
-        text +=
-            fields.empty() ? fmt::format("# layer {}: open\n", l.name) : fmt::format("layer {}{}\n", l.name, fields);
-    }
-    return text;
-}
-
-}  // namespace
-
-std::optional<Checked> load_and_check(const std::string& net_path, const std::string& sched_path,
-                                      SourceManager& sources, Diagnostics& diags, const std::string& dump_after,
-                                      const BatchChoice& batch, bool trains) {
-    auto net = frontend::load_network(net_path, sources, diags, dump_after);
-    if (net && !frontend::check_loss(*net, trains ? Severity::error : Severity::warning, diags) && trains) net.reset();
-    // The schedule's syntax is checked even when the network has errors: they are independent.
-    std::optional<frontend::SchedFile> sched;
-    if (!sched_path.empty()) sched = load_sched(sched_path, sources, diags);
-    if (!net || (!sched_path.empty() && !sched)) return std::nullopt;
-    Checked c{std::move(*net), std::move(sched), std::nullopt};
-    if (c.sched_file) {
-        c.schedule = scheduler::apply_schedule(c.net.net, *c.sched_file, diags);
-        if (!c.schedule) return std::nullopt;
-        if (dump_after == "schedule") std::cerr << "// after schedule\n" << bound_schedule_text(c.net.net, *c.schedule);
-    }
-    // The mini-batch the command runs: apply_schedule has checked the schedule's own, but --batch (or the
-    // command's default) may differ.
-    const bool own = c.schedule && c.schedule->batch;
-    const std::optional<std::int64_t> runs = batch.flag ? batch.flag : own ? c.schedule->batch : batch.fallback;
-    if (runs && (batch.flag || !own)) {
-        const scheduler::BatchOrigin origin{
-            {},
-            batch.flag
-                ? fmt::format("the mini-batch is set by --batch {}", *runs)
-                : fmt::format("the mini-batch is {} where neither --batch nor the schedule's 'batch' sets it", *runs)};
-        if (!scheduler::check_batch_size(c.net.net, *runs, origin, diags)) return std::nullopt;
-        if (c.schedule && !scheduler::check_splits(c.net.net, *c.sched_file, *c.schedule, runs, origin, diags))
-            return std::nullopt;
-    }
-    if (c.schedule && !check_procs(c, batch.procs, runs, diags)) return std::nullopt;
-    return c;
+scheduler::StageDump stage_dump(const std::string& after, int rank) {
+    return {after.empty() ? std::nullopt : scheduler::stage_named(after), rank};
 }
 
 std::int64_t report_batch(const std::optional<scheduler::Schedule>& s, std::optional<std::int64_t> batch) {

@@ -1,8 +1,9 @@
-// Loading a network and its schedule through every pass, and the `check` report as a table or JSON.
+// The `check` report as a table or JSON, and what the verbs share of reporting: `--dump-after`, sizes, times.
 #pragma once
 
 #include <dsl/frontend/passes.hpp>
 #include <dsl/frontend/sched_ast.hpp>
+#include <dsl/scheduler/pipeline.hpp>
 #include <dsl/scheduler/schedule.hpp>
 
 #include <nlohmann/json.hpp>
@@ -11,38 +12,21 @@
 #include <string>
 #include <vector>
 
+namespace CLI {
+class App;
+}
+
 namespace dsl::cli {
 
-// The stages a network and its schedule go through, in order, each named as `--dump-after` names it: the
-// front end's (load_network: parse, imports, elaborate, shapes), the schedule bound to the network
-// (load_and_check), the schedule with the fields it leaves open filled by the auto-scheduler (planning.hpp's
-// `plan`), and one process's execution plan (scheduler::make_plan, which `dsl run` makes on every process
-// before it trains).
-inline const std::vector<std::string> stages{"parse", "imports", "elaborate", "shapes", "schedule", "filled", "plan"};
+// The stages, a checked network and schedule, and the mini-batch a command runs: scheduler/pipeline.hpp.
+using scheduler::BatchChoice;
+using scheduler::Checked;
 
-struct Checked {
-    frontend::LoadedNetwork net;
-    std::optional<frontend::SchedFile> sched_file;
-    std::optional<scheduler::Schedule> schedule;
-};
-
-// The mini-batch a command runs, which the schedule must fit: `flag` (--batch), else the schedule's `batch`,
-// else `fallback` (none: the command takes one sample per process, which every split fits); and `procs`
-// (--procs), where the schedule leaves the process count open.
-struct BatchChoice {
-    std::optional<std::int64_t> flag, fallback, procs;
-};
-
-// Runs the front end on `net_path` and, when `sched_path` is not empty, parses and applies the schedule and
-// checks it against the mini-batch `batch` chooses, at the schedule's lines; prints the state after the stage
-// `dump_after` names, up to `schedule`. A network without a loss is an
-// error where the command `trains` it, else a warning. Errors go to `diags`; nullopt when there was any.
-std::optional<Checked> load_and_check(const std::string& net_path, const std::string& sched_path,
-                                      SourceManager& sources, Diagnostics& diags, const std::string& dump_after,
-                                      const BatchChoice& batch = {}, bool trains = false);
-
-// Reads and parses one `.sched` file.
-std::optional<frontend::SchedFile> load_sched(const std::string& path, SourceManager& sources, Diagnostics& diags);
+// `--dump-after STAGE` on a verb's command line, into `after`: any stage of scheduler::stage_names up to
+// `last` (a verb that reads only a network: `shapes`).
+void add_dump_after(CLI::App& sub, std::string& after, scheduler::Stage last = scheduler::Stage::plan);
+// The stage dump `--dump-after` asked (`rank`: the process whose plan is printed).
+scheduler::StageDump stage_dump(const std::string& after, int rank = 0);
 
 // The mini-batch size the report uses for tiles: the given one, the schedule's, or one sample per process.
 std::int64_t report_batch(const Checked& c, std::optional<std::int64_t> batch);

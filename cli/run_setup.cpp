@@ -125,7 +125,11 @@ std::optional<scheduler::Schedule> auto_schedule(const Checked& c, const RunOpti
 
 }  // namespace
 
-std::optional<scheduler::Schedule> run_schedule(const Checked& c, const RunOptions& o, std::string& why, Output& io) {
+namespace {
+
+// The schedule a run executes (run_schedule), before the stage `filled` is printed.
+std::optional<scheduler::Schedule> chosen_schedule(const Checked& c, const RunOptions& o, std::string& why,
+                                                   Output& io) {
     const auto& net = c.net.net;
     if (!o.platform.empty() && !o.auto_schedule) {
         why =
@@ -182,11 +186,26 @@ std::optional<scheduler::Schedule> run_schedule(const Checked& c, const RunOptio
     return s;
 }
 
-std::unique_ptr<backend::Trainer> make_trainer(const frontend::Network& net, const scheduler::Schedule& schedule,
-                                               backend::Kernels kernels, const backend::TrainConfig& config,
-                                               backend::Comm& comm) {
+}  // namespace
+
+std::optional<scheduler::Schedule> run_schedule(const Checked& c, const RunOptions& o, std::string& why, Output& io) {
+    auto s = chosen_schedule(c, o, why, io);
+    if (s)
+        run_pipeline(o, io).filled(c.net.net, *s,
+                                   o.auto_schedule ? "the schedule the run trains with, filled by the auto-scheduler"
+                                                   : "the schedule the run trains with");
+    return s;
+}
+
+scheduler::Pipeline run_pipeline(const RunOptions& o, const Output& io) {
+    return scheduler::Pipeline(io.on ? stage_dump(o.dump_after) : scheduler::StageDump{});
+}
+
+std::unique_ptr<backend::Trainer> make_trainer(const scheduler::Pipeline& pipeline, const frontend::Network& net,
+                                               const scheduler::Schedule& schedule, backend::Kernels kernels,
+                                               const backend::TrainConfig& config, backend::Comm& comm) {
     return std::make_unique<backend::Trainer>(
-        net, kernels, config, scheduler::make_plan(net, schedule, config.batch, comm.rank(), comm.size()), &comm);
+        net, kernels, config, pipeline.plan(net, schedule, config.batch, comm.rank(), comm.size()), &comm);
 }
 
 bool agree(backend::Comm& comm, bool ok, const std::string& message) {
@@ -196,6 +215,31 @@ bool agree(backend::Comm& comm, bool ok, const std::string& message) {
     if (!ok && static_cast<int>(first) == comm.rank()) std::cerr << message;
     return false;
 }
+
+namespace {
+
+// The command line of the processes a run starts under mpirun: this one's, less a `--dump-after` of a stage
+// before `plan`, which this process has printed.
+std::vector<std::string> launched_arguments() {
+    const std::vector<std::string>& all = program_arguments();
+    std::vector<std::string> args;
+    for (std::size_t i = 1; i < all.size(); ++i) {
+        const std::string& a = all[i];
+        const bool joined = a.rfind("--dump-after=", 0) == 0;
+        if (a != "--dump-after" && !joined) {
+            args.push_back(a);
+            continue;
+        }
+        const std::string stage = joined ? a.substr(a.find('=') + 1) : i + 1 < all.size() ? all[i + 1] : "";
+        if (stage == "plan") {
+            args.push_back("--dump-after=plan");
+        }
+        if (!joined) ++i;
+    }
+    return args;
+}
+
+}  // namespace
 
 int on_processes(const RunOptions& o, const Checked& checked, const scheduler::Schedule& schedule, Output& io,
                  const RunBody& body) {
@@ -222,7 +266,7 @@ int on_processes(const RunOptions& o, const Checked& checked, const scheduler::S
             return usage;
         }
     }
-    if (procs > 1 && !mpi) return launch_mpi(procs, {program_arguments().begin() + 1, program_arguments().end()});
+    if (procs > 1 && !mpi) return launch_mpi(procs, launched_arguments());
 
     std::unique_ptr<backend::Comm> comm = mpi ? backend::mpi_world() : backend::self_comm();
     const int rank = comm->rank(), size = comm->size();
@@ -273,6 +317,27 @@ int on_processes(const RunOptions& o, const Checked& checked, const scheduler::S
     comm.reset();
     if (mpi) backend::mpi_finalize();
     return code;
+}
+
+int run_trained(const RunOptions& o, const TrainedBody& body) {
+    const bool mpi = backend::under_mpi();
+    if (mpi) backend::share_node_cores();
+    Output io;
+    io.on = !mpi || backend::launched_rank() == 0;
+    SourceManager sources;
+    Diagnostics diags;
+    auto checked = run_pipeline(o, io).check(o.net, o.sched, sources, diags, {o.batch, default_batch, o.procs}, true);
+    diags.render(io.err(), stderr_color());
+    if (!checked) return user_error;
+    std::string why;
+    const auto schedule = run_schedule(*checked, o, why, io);
+    if (!schedule) {
+        io.err() << "error: " << why << "\n";
+        return o.auto_schedule ? user_error : usage;
+    }
+    return on_processes(o, *checked, *schedule, io, [&](backend::Kernels kernels, backend::Comm& comm) {
+        return body(*checked, *schedule, kernels, comm, io);
+    });
 }
 
 }  // namespace dsl::cli

@@ -39,6 +39,8 @@ struct RunOptions {
     std::int64_t eval_every = 0;
     std::optional<std::int64_t> eval_samples;
     std::vector<std::string> eval_data;
+    // --dump-after: the stage whose state is printed (scheduler::stage_names), empty for none.
+    std::string dump_after;
 };
 
 // Output only on the first process: the others run silently.
@@ -58,12 +60,16 @@ std::int64_t run_batch(const Checked& c, const RunOptions& o);
 // with the reason when it cannot run.
 std::optional<scheduler::Schedule> run_schedule(const Checked& c, const RunOptions& o, std::string& why, Output& io);
 
+// The stages of a run, printed (--dump-after) by the process that speaks (`io`): the network and its
+// schedule by the one started by hand, the first process's plan by that process.
+scheduler::Pipeline run_pipeline(const RunOptions& o, const Output& io);
+
 // This process's trainer of a run of `schedule` on the processes of `comm`: the plan of its part
-// (scheduler::make_plan, the stage after the filled schedule), executed by a Trainer. A schedule that splits
+// (`pipeline`'s stage `plan`, after the filled schedule), executed by a Trainer. A schedule that splits
 // the samples more ways than `config.batch` has is a UserError.
-std::unique_ptr<backend::Trainer> make_trainer(const frontend::Network& net, const scheduler::Schedule& schedule,
-                                               backend::Kernels kernels, const backend::TrainConfig& config,
-                                               backend::Comm& comm);
+std::unique_ptr<backend::Trainer> make_trainer(const scheduler::Pipeline& pipeline, const frontend::Network& net,
+                                               const scheduler::Schedule& schedule, backend::Kernels kernels,
+                                               const backend::TrainConfig& config, backend::Comm& comm);
 
 // Whether every process succeeded; where some did not, the first of them prints `message`, so that it is
 // printed once.
@@ -75,5 +81,11 @@ bool agree(backend::Comm& comm, bool ok, const std::string& message);
 using RunBody = std::function<int(backend::Kernels kernels, backend::Comm& comm)>;
 int on_processes(const RunOptions& o, const Checked& checked, const scheduler::Schedule& schedule, Output& io,
                  const RunBody& body);
+
+// What `dsl run`, `dsl eval` and `dsl predict` share around their work: the network checked (said on the
+// first process), the schedule it runs under, then `body` on that schedule's processes. Returns the exit code.
+using TrainedBody = std::function<int(const Checked& checked, const scheduler::Schedule& schedule,
+                                      backend::Kernels kernels, backend::Comm& comm, Output& io)>;
+int run_trained(const RunOptions& o, const TrainedBody& body);
 
 }  // namespace dsl::cli

@@ -9,6 +9,9 @@
   declares each verb's setup, one per cmd_*.cpp), so that no command's file is a library for the others.
 - No source file outside the backend's kind table (backend/src/kinds/) switches on a layer kind: what differs
   by kind is found in the kind's row, not in a `switch` of every pass.
+- One driver of the stages: outside the front end, the scheduler and the tests, nothing loads a network,
+  binds a schedule or makes a plan but through scheduler::Pipeline (scheduler/pipeline.hpp), so that every
+  verb, calibration and the benches go through the same stages and `--dump-after` prints any of them.
 
 Usage: tests/layout.py [REPOSITORY]   (default: the folder above this file's)
 """
@@ -124,6 +127,17 @@ for path in source_files():
     if m:
         line = text.count("\n", 0, m.start()) + 1
         fail(f"{rel(path)}:{line} switches on a layer kind: what differs by kind belongs in its row of backend/src/kinds/")
+
+# The stages: one driver.
+STAGE_CALL = re.compile(r'\b(load_network|apply_schedule|make_plan)\s*\(')
+for path in source_files():
+    if not rel(path).startswith(("cli" + os.sep, "bench" + os.sep, "backend" + os.sep)):
+        continue
+    with open(path, encoding="utf-8", errors="replace") as f:
+        text = f.read()
+    for m in STAGE_CALL.finditer(text):
+        line = text.count("\n", 0, m.start()) + 1
+        fail(f"{rel(path)}:{line} calls {m.group(1)}: a stage runs through scheduler::Pipeline (pipeline.hpp)")
 
 print(f"layout: {len(failures)} failure(s)")
 sys.exit(1 if failures else 0)

@@ -9,6 +9,7 @@
 #include <dsl/scheduler/autoschedule.hpp>
 #include <dsl/scheduler/model.hpp>
 #include <dsl/scheduler/platform.hpp>
+#include <dsl/scheduler/recompute.hpp>
 
 #include <fmt/format.h>
 #include <catch2/catch.hpp>
@@ -16,6 +17,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <random>
 
 using namespace dsl;
 using namespace dsl::scheduler;
@@ -317,6 +319,71 @@ TEST_CASE("auto-scheduler: the written schedule applies back to the same distrib
             // Overlap is written where it means something: a halo to exchange.
             if (overlap_matters(net, layer, *result->schedule.layers[i].split))
                 CHECK(applied->layers[i].overlap == result->schedule.layers[i].overlap);
+        }
+    }
+}
+
+TEST_CASE("the written schedule keeps every field, and of a partial one what is open", "[autoschedule]") {
+    // Schedules drawn at random over resnet_tiny: each field of each layer set to one of its values or, in the
+    // partial ones, left open. Written and read back, every layer has the same fields: recompute and precision
+    // too, and open where they were open.
+    test::NetworkFromFile loaded("samples/resnet_tiny.net");
+    const auto& net = loaded.net;
+    std::mt19937 random(7);
+    const auto pick = [&](std::size_t n) { return std::uniform_int_distribution<std::size_t>(0, n - 1)(random); };
+    for (int round = 0; round < 40; ++round) {
+        const bool partial = round % 2 == 1;
+        Schedule s = open_schedule(net, 4);
+        s.batch = 8;
+        for (std::size_t i = 0; i < net.layers.size(); ++i) {
+            const frontend::Layer& layer = net.layers[i];
+            if (layer.is_data()) continue;
+            Distribution& d = s.layers[i];
+            const auto splits = candidates(net, static_cast<int>(i), Distribution{}, 4, 8);
+            REQUIRE(!splits.empty());
+            const auto open = [&] { return partial && pick(3) == 0; };
+            if (!open()) d.split = splits[pick(splits.size())].split;
+            d.overlap = open() ? std::nullopt : std::optional<bool>(pick(2) == 1);
+            if (d.split && !overlap_matters(net, layer, *d.split)) d.overlap = false;  // as apply_schedule binds it
+            d.bn = open() ? std::nullopt
+                          : std::optional<BatchNormStats>(pick(2) ? BatchNormStats::batch : BatchNormStats::local);
+            if (layer.op != OpKind::batchnorm) d.bn = BatchNormStats::batch;
+            d.recompute = open() ? std::nullopt : std::optional<bool>(pick(2) == 1);
+            d.precision =
+                open() ? std::nullopt : std::optional<Precision>(pick(2) ? Precision::float32 : Precision::bfloat16);
+            if (!recomputable(layer)) {
+                d.recompute = false;
+                d.precision = Precision::float32;
+            }
+        }
+        place_data(net, s);
+        if (!partial) REQUIRE(s.complete());
+        const std::string text = schedule_text(net, s, "drawn at random");
+        INFO(text);
+        Diagnostics d;
+        auto file = frontend::parse_sched(*loaded.sources.add("drawn.sched", text), d);
+        REQUIRE(file);
+        auto applied = apply_schedule(net, *file, d);
+        INFO(d.text());
+        REQUIRE(applied);
+        CHECK(applied->procs == s.procs);
+        CHECK(applied->batch == s.batch);
+        for (std::size_t i = 0; i < net.layers.size(); ++i) {
+            const frontend::Layer& layer = net.layers[i];
+            if (layer.is_data()) continue;
+            INFO(layer.name);
+            const Distribution &want = s.layers[i], &got = applied->layers[i];
+            CHECK(got.split == want.split);
+            CHECK(got.overlap == want.overlap);
+            if (layer.op == OpKind::batchnorm) CHECK(got.bn == want.bn);
+            if (recomputable(layer)) {
+                // A complete schedule's recompute=off is what leaving it out says; a partial one's open is `?`.
+                if (partial)
+                    CHECK(got.recompute == want.recompute);
+                else
+                    CHECK(got.recompute.value_or(false) == want.recompute.value_or(false));
+                CHECK(got.precision == want.precision);
+            }
         }
     }
 }

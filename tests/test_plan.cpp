@@ -377,3 +377,67 @@ TEST_CASE("check --dump-after schedule prints .sched text that binds the same di
         CHECK(nlohmann::json::parse(again.out)["layers"] == nlohmann::json::parse(r.out)["layers"]);
     }
 }
+
+TEST_CASE("check --dump-after schedule keeps recompute and precision, and reads back to itself", "[cli][plan]") {
+    const fs::path sched = fs::temp_directory_path() / ("dsl_fields_" + std::to_string(::getpid()) + ".sched");
+    std::ofstream(sched) << "procs = 1\ndefault N=1 overlap=off recompute=off\nlayer block1.* recompute=on\n"
+                            "layer block2.0.conv precision=bfloat16\nlayer block3.0.conv recompute=?\n"
+                            "layer block3.1.* N=?\n";
+    const auto bound = [](const fs::path& file) {
+        const Result r = run_dsl("check samples/mesh_tiny.net '" + file.string() + "' --dump-after schedule");
+        INFO(r.err);
+        REQUIRE(r.exit_code == 0);
+        const std::string header = "// after schedule\n";
+        REQUIRE(r.err.rfind(header, 0) == 0);
+        const std::string text = r.err.substr(header.size());
+        return text.substr(text.find('\n') + 1);  // less the comment that names the file
+    };
+    const std::string once = bound(sched);
+    INFO(once);
+    CHECK(once.find("layer block1.* recompute=on") != std::string::npos);
+    CHECK(once.find("precision=bfloat16") != std::string::npos);
+    CHECK(once.find("recompute=?") != std::string::npos);  // open where an enclosing entry would set it
+    const fs::path copy = fs::temp_directory_path() / ("dsl_fields_again_" + std::to_string(::getpid()) + ".sched");
+    std::ofstream(copy) << once;
+    const std::string twice = bound(copy);
+    fs::remove(sched);
+    fs::remove(copy);
+    CHECK(twice == once);
+}
+
+TEST_CASE("every verb that reads a network takes --dump-after, and prints each stage once", "[cli][plan]") {
+    const std::string net = "samples/mesh_tiny.net", sched = "samples/mesh_tiny_spatial_h_2.sched";
+    const auto count = [](const std::string& text, const std::string& what) {
+        std::size_t n = 0;
+        for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+        return n;
+    };
+    // A run on two processes that dsl starts: the stages before the plan said by the process started by
+    // hand, the first process's plan by that process.
+    for (const std::string stage : {"shapes", "schedule", "filled", "plan"}) {
+        const Result r = run_dsl("run " + net + " " + sched + " --steps 1 --dump-after " + stage);
+        INFO(stage << "\n" << r.err);
+        CHECK(r.exit_code == 0);
+        CHECK(count(r.err, "// after ") == 1);
+        CHECK(count(r.err, "// after " + stage + "\n") == 1);
+        if (stage == "plan") CHECK(r.err.find("plan of rank 0 of 2") != std::string::npos);
+    }
+    const Result explain = run_dsl("explain " + net + " " + sched + " --dump-after plan");
+    INFO(explain.err);
+    CHECK(explain.exit_code == 0);
+    CHECK(count(explain.err, "// after plan\nplan of rank 0 of 2") == 1);
+    const Result filled = run_dsl("schedule " + net + " --procs 2 --batch 4 --dump-after filled");
+    INFO(filled.err);
+    CHECK(filled.exit_code == 0);
+    CHECK(count(filled.err, "// after filled\n") == 1);
+    const Result compare =
+        run_dsl("compare " + net + " " + sched + " samples/mesh_tiny_sample_2.sched --dump-after schedule");
+    INFO(compare.err);
+    CHECK(compare.exit_code == 0);
+    CHECK(count(compare.err, "// after schedule\n") == 2);
+    const Result parse = run_dsl("export " + net + " --load none -o none.pt --dump-after parse");
+    INFO(parse.err);
+    CHECK(count(parse.err, "// after parse\n") == 1);  // before the checkpoint is looked for
+    const Result beyond = run_dsl("export " + net + " --load none -o none.pt --dump-after plan");
+    CHECK(beyond.exit_code == 2);  // export reads no schedule
+}

@@ -1,17 +1,15 @@
 // The auto-scheduler: candidates per layer, the exact search over the network's frontier, the paper's
-// longest-path heuristic, the memory limit (a Lagrangian weight on memory, searched by bisection), and the
-// schedule written back as readable `.sched` text.
+// longest-path heuristic, and the memory limit (a Lagrangian weight on memory, searched by bisection).
+// schedule_text.cpp writes the result back as `.sched` text.
 #include <dsl/scheduler/autoschedule.hpp>
 #include <dsl/scheduler/plan.hpp>
 
-#include <dsl/frontend/parse.hpp>
 #include <dsl/frontend/print.hpp>
 #include <dsl/scheduler/recompute.hpp>
 
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -622,166 +620,6 @@ std::optional<AutoResult> autoschedule(const Network& net, const Schedule& parti
     AutoResult& best = second->cost < result->cost ? *second : *result;
     best.candidates = candidates;
     return best;
-}
-
-// ---- Writing a schedule.
-
-namespace {
-
-// The fields an entry sets, each on its own (the precedence rule resolves them separately): the split, and
-// overlap, bn, recompute and precision where they mean something. Empty where a layer does not care.
-constexpr int fields = 5;
-using Values = std::array<std::string, fields>;
-
-Values values_of(const Network& net, const Schedule& s, std::size_t i) {
-    const Layer& l = net.layers[i];
-    const Distribution& d = s.layers[i];
-    Values v;
-    v[0] = d.split->str();
-    if (overlap_matters(net, l, *d.split)) v[1] = d.overlap.value_or(false) ? "overlap=on" : "overlap=off";
-    if (l.op == OpKind::batchnorm) v[2] = fmt::format("bn={}", bn_name(d.bn.value_or(BatchNormStats::batch)));
-    if (recomputable(l)) v[3] = d.recompute.value_or(false) ? "recompute=on" : "recompute=off";
-    if (recomputable(l)) v[4] = fmt::format("precision={}", precision_name(d.precision.value_or(Precision::float32)));
-    return v;
-}
-
-// The most common non-empty value, the first among equals; empty when there is none.
-std::string majority(const std::vector<std::string>& keys) {
-    std::map<std::string, int> count;
-    std::string best;
-    for (const std::string& k : keys) {
-        if (k.empty()) continue;
-        if (++count[k] > (best.empty() ? 0 : count[best])) best = k;
-    }
-    return best;
-}
-
-std::string entry_text(const Values& v) {
-    std::string out;
-    for (const std::string& f : v)
-        if (!f.empty()) out += " " + f;
-    return out;
-}
-
-}  // namespace
-
-std::string schedule_text(const Network& net, const Schedule& schedule, const std::string& header,
-                          const std::string& platform) {
-    std::vector<int> decided;
-    std::vector<Values> value(net.layers.size());
-    for (std::size_t i = 0; i < net.layers.size(); ++i) {
-        if (net.layers[i].is_data()) continue;
-        decided.push_back(static_cast<int>(i));
-        value[i] = values_of(net, schedule, i);
-    }
-    std::string text;
-    for (std::size_t start = 0; start < header.size();) {
-        const std::size_t end = header.find('\n', start);
-        text += "# " + header.substr(start, end == std::string::npos ? std::string::npos : end - start) + "\n";
-        if (end == std::string::npos) break;
-        start = end + 1;
-    }
-    text += fmt::format("procs = {}\n", schedule.procs.value_or(1));
-    if (!platform.empty()) text += fmt::format("platform = {}\n", platform);
-    if (schedule.batch) text += fmt::format("batch = {}\n", *schedule.batch);
-    const std::string globals = text;
-
-    // `default` sets each field's most common value; an instance whose layers mostly differ from what they
-    // inherit gets a `layer PREFIX.*` entry for those fields; a layer that still differs, its own entry. A
-    // batch-norm mode is written only where some layer's is not the default, `batch`.
-    Values inherited;
-    for (int f = 0; f < fields; ++f) {
-        std::vector<std::string> all;
-        for (int i : decided) all.push_back(value[static_cast<std::size_t>(i)][static_cast<std::size_t>(f)]);
-        inherited[static_cast<std::size_t>(f)] = majority(all);
-    }
-    // Every field a run needs is set, even where nothing depends on it.
-    if (inherited[1].empty()) inherited[1] = "overlap=off";
-    // A batch-norm mode of `batch`, recompute=off and float32, the defaults, need no mention where no layer
-    // differs.
-    for (auto [f, usual] :
-         {std::pair{2, "bn=batch"}, std::pair{3, "recompute=off"}, std::pair{4, "precision=float32"}}) {
-        if (inherited[static_cast<std::size_t>(f)] != usual) continue;
-        bool other = false;
-        for (int i : decided) {
-            const std::string& v = value[static_cast<std::size_t>(i)][static_cast<std::size_t>(f)];
-            other = other || (!v.empty() && v != usual);
-        }
-        if (!other) inherited[static_cast<std::size_t>(f)].clear();
-    }
-    std::string entries = "\ndefault" + entry_text(inherited) + "\n";
-    std::function<void(const std::string&, std::size_t, const Values&)> visit =
-        [&](const std::string& prefix, std::size_t depth, const Values& outer) {
-            std::vector<std::string> children;
-            std::vector<int> inside, own;
-            for (int i : decided) {
-                const Layer& l = net.layers[static_cast<std::size_t>(i)];
-                if (depth > 0 && (l.instances.size() < depth || l.instances[depth - 1] != prefix)) continue;
-                inside.push_back(i);
-                if (l.instances.size() > depth) {
-                    if (std::find(children.begin(), children.end(), l.instances[depth]) == children.end())
-                        children.push_back(l.instances[depth]);
-                } else {
-                    own.push_back(i);
-                }
-            }
-            Values here = outer, changed;
-            if (depth > 0 && inside.size() > 1) {
-                for (std::size_t f = 0; f < fields; ++f) {
-                    std::vector<std::string> vs;
-                    for (int i : inside) vs.push_back(value[static_cast<std::size_t>(i)][f]);
-                    const std::string m = majority(vs);
-                    if (!m.empty() && m != here[f] && (!here[f].empty() || f != 2 || m != "bn=batch"))
-                        here[f] = changed[f] = m;
-                }
-                if (!entry_text(changed).empty()) entries += fmt::format("layer {}.*{}\n", prefix, entry_text(changed));
-            }
-            for (const std::string& child : children) visit(child, depth + 1, here);
-            for (int i : own) {
-                Values differ;
-                for (std::size_t f = 0; f < fields; ++f) {
-                    const std::string& v = value[static_cast<std::size_t>(i)][f];
-                    const std::string have = here[f].empty() && f == 2 ? "bn=batch" : here[f];
-                    if (!v.empty() && v != have) differ[f] = v;
-                }
-                if (!entry_text(differ).empty())
-                    entries +=
-                        fmt::format("layer {}{}\n", net.layers[static_cast<std::size_t>(i)].name, entry_text(differ));
-            }
-        };
-    visit("", 0, inherited);
-    text = globals + entries;
-
-    // Check that it says what was meant (where a field matters); where the precedence rule would read it
-    // otherwise, every layer by name.
-    SourceManager sources;
-    Diagnostics diags;
-    auto same_as = [&](const std::string& candidate) {
-        auto file = frontend::parse_sched(*sources.add("<schedule>", candidate), diags);
-        if (!file) return false;
-        auto applied = apply_schedule(net, *file, diags);
-        if (!applied) return false;
-        Schedule read = *applied;
-        for (int i : decided) {
-            auto& d = read.layers[static_cast<std::size_t>(i)];
-            if (!d.split) return false;
-            if (!d.overlap) d.overlap = false;
-            if (values_of(net, read, static_cast<std::size_t>(i)) != value[static_cast<std::size_t>(i)]) return false;
-        }
-        return true;
-    };
-    if (same_as(text)) return text;
-    text = globals + "\n";
-    for (int i : decided) {
-        const auto& d = schedule.layers[static_cast<std::size_t>(i)];
-        const Precision precision = d.precision.value_or(Precision::float32);
-        text += fmt::format(
-            "layer {} {} overlap={} bn={}{}{}\n", net.layers[static_cast<std::size_t>(i)].name, d.split->str(),
-            d.overlap.value_or(false) ? "on" : "off", bn_name(d.bn.value_or(BatchNormStats::batch)),
-            d.recompute.value_or(false) ? " recompute=on" : "",
-            precision == Precision::float32 ? "" : fmt::format(" precision={}", precision_name(precision)));
-    }
-    return text;
 }
 
 }  // namespace dsl::scheduler

@@ -5,6 +5,7 @@
 #include "kernel_probe.hpp"
 
 #include <dsl/scheduler/kernel_names.hpp>
+#include <dsl/scheduler/pipeline.hpp>
 #include <dsl/scheduler/platform.hpp>
 
 #include <unistd.h>
@@ -184,7 +185,8 @@ StepSeconds profile_layers(const frontend::Network& net, const scheduler::Schedu
     config.batch = batch;
     config.lr = 1e-6;                        // the values do not matter, only that they stay finite
     config.optimizer = net.train.optimizer;  // its update is timed (step.update)
-    Trainer trainer(net, kernels, config, scheduler::make_plan(net, schedule, batch, comm.rank(), comm.size()), &comm);
+    Trainer trainer(net, kernels, config, scheduler::Pipeline().plan(net, schedule, batch, comm.rank(), comm.size()),
+                    &comm);
     for (int i = 0; i < runs.warmup; ++i) trainer.step(data, 0);
     trainer.profile(true);
     const std::size_t layers = net.layers.size();

@@ -12,6 +12,7 @@
 #include <dsl/frontend/network.hpp>
 #include <dsl/scheduler/model.hpp>
 #include <dsl/scheduler/schedule.hpp>
+#include <dsl/scheduler/schedule_text.hpp>
 
 #include <cstdint>
 #include <optional>
@@ -74,12 +75,5 @@ double schedule_cost(const frontend::Network& net, const Schedule& schedule, con
 // the memory limit (then `why` gives the smallest memory per process that any schedule needs).
 std::optional<AutoResult> autoschedule(const frontend::Network& net, const Schedule& partial, const CostModel& model,
                                        const AutoOptions& options, std::string& why);
-
-// `.sched` text for a complete schedule, short enough to read and edit: a `default` with the most common
-// distribution, `layer PREFIX.*` entries where every layer of an instance agrees, single layers for the
-// rest. It applies back to the same distribution for every layer. `header` lines become comments;
-// `platform` (a name, or a quoted path) is written as the platform setting when not empty.
-std::string schedule_text(const frontend::Network& net, const Schedule& schedule, const std::string& header,
-                          const std::string& platform = "");
 
 }  // namespace dsl::scheduler
