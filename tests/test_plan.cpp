@@ -441,3 +441,24 @@ TEST_CASE("every verb that reads a network takes --dump-after, and prints each s
     const Result beyond = run_dsl("export " + net + " --load none -o none.pt --dump-after plan");
     CHECK(beyond.exit_code == 2);  // export reads no schedule
 }
+
+TEST_CASE("the plan decides which layers send their input gradient's halo back during their weight gradient",
+          "[cli][plan]") {
+    // The section of `plan_text` for `layer`: from its line to the next layer's.
+    const auto section = [](const std::string& plan, const std::string& layer) {
+        const std::size_t at = plan.find("layer " + layer + " (");
+        REQUIRE(at != std::string::npos);
+        return plan.substr(at, plan.find("\nlayer ", at + 1) - at);
+    };
+    const std::string early = "backward: its input gradient's halo goes back during the weight gradient";
+    const Result on = run_dsl("check samples/mesh_tiny.net samples/mesh_tiny_spatial_h_4.sched --dump-after plan");
+    INFO(on.err);
+    REQUIRE(on.exit_code == 0);
+    CHECK(section(on.err, "block1.1.conv").find(early) != std::string::npos);  // overlap=on, its input's one reader
+    CHECK(section(on.err, "block1.0.conv").find(early) == std::string::npos);  // it reads the data
+    CHECK(section(on.err, "pred").find(early) == std::string::npos);           // a 1x1 convolution: no halo
+    const Result off = run_dsl("check samples/mesh_tiny.net samples/mesh_tiny_spatial_h_2.sched --dump-after plan");
+    INFO(off.err);
+    REQUIRE(off.exit_code == 0);
+    CHECK(off.err.find(early) == std::string::npos);  // overlap=off
+}

@@ -324,15 +324,19 @@ struct Planner {
 }  // namespace
 
 // Which windowed layers overlap their input's halo exchange with compute, and their parts (tiles.hpp). The
-// first reader of a tile gathers its halo, in forward's order: a later one finds it there.
+// first reader of a tile gathers its halo, in forward's order: a later one finds it there. And which layers
+// with weights send their input gradient's halo back while they compute their weight gradient.
 void plan_overlap(const frontend::Network& net, Plan& plan) {
     for (std::size_t i = 0; i < net.layers.size(); ++i) {
         const Layer& l = net.layers[i];
         LayerPlan& s = plan.layers[i];
-        if (!l.windowed() || !*s.dist.overlap) continue;
+        if (l.inputs.empty() || s.operands.empty() || s.operands[0] < 0 || !*s.dist.overlap) continue;
         const Layer& input = net.layers[static_cast<std::size_t>(l.inputs[0])];
         const TilePlan& in =
             plan.layers[static_cast<std::size_t>(l.inputs[0])].tiles[static_cast<std::size_t>(s.operands[0])];
+        s.scatters_early =
+            l.kind().weights && input.op != OpKind::input && !in.copy && in.readers == 1 && !in.backward.empty();
+        if (!l.windowed()) continue;
         if (input.op == OpKind::input || in.copy || in.forward.empty() ||
             in.reader_layers.front() != static_cast<int>(i))
             continue;
@@ -461,6 +465,7 @@ std::string plan_text(const frontend::Network& net, const Plan& plan) {
                 out += fmt::format("{} {}", k ? "," : "", box_text(s.overlap.strips[k], s.whole.c));
             out += "\n";
         }
+        if (s.scatters_early) out += "  backward: its input gradient's halo goes back during the weight gradient\n";
         if (s.segment_start) out += "  kept: asked to be recomputed, the start of a segment that backward makes again\n";
         for (const bool widened : {false, true}) {
             std::string names;

@@ -54,10 +54,10 @@ public:
         if (!t.is_input(&in))
             t.input_gradient(in, c.box,
                              [&](View dx) { conv.backward_data(s.own().dy.interior(), s.w.interior(), dx, w); });
-        t.mark(Impl::Phase::backward, Kind::backward_weights, index);
+        t.timeline.mark(Impl::Phase::backward, Kind::backward_weights, index);
         // With overlap, when this layer is the only reader of its input, the input's gradient is complete
         // here: its halo goes back to the neighbours while the weight gradient is computed.
-        const bool send_now = t.overlap_of(index) && !t.is_input(&in) && !in.copy && in.readers == 1;
+        const bool send_now = t.plan_of(index).scatters_early;
         if (send_now) t.start_scatter(in);
         if (s.gathered) {
             t.filter_block_weight_gradient(s, index);  // nothing to sum

@@ -51,8 +51,8 @@ public:
         if (!t.is_input(&in))
             t.input_gradient(in, read,
                              [&](View dx) { t.k.deconv->backward_data(s.own().dy.interior(), s.w.interior(), dx, d); });
-        t.mark(Impl::Phase::backward, Kind::backward_weights, index);
-        const bool send_now = t.overlap_of(index) && !t.is_input(&in) && !in.copy && in.readers == 1;
+        t.timeline.mark(Impl::Phase::backward, Kind::backward_weights, index);
+        const bool send_now = t.plan_of(index).scatters_early;
         if (send_now) t.start_scatter(in);
         t.k.deconv->backward_weights(Impl::view_of(in.y, in, read), s.own().dy.interior(), s.dw.interior(),
                                      t.bias_gradient_of(s), d);

@@ -30,7 +30,7 @@ public:
         t.k.fc->backward_weights(in.y.interior(), s.own().dy.interior(), s.dw.interior(), t.bias_gradient_of(s));
         t.allreduce_gradients(s, speaks);
         if (t.is_input(&in)) return;
-        t.mark(Impl::Phase::backward, Kind::backward_data, index);
+        t.timeline.mark(Impl::Phase::backward, Kind::backward_data, index);
         t.interior_gradient(in, [&](View dx) { t.k.fc->backward_data(s.own().dy.interior(), s.w.interior(), dx); });
     }
 

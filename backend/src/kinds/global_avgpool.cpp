@@ -18,7 +18,7 @@ public:
         t.sums_a.assign(static_cast<std::size_t>(x.dims.n * x.dims.c), 0.0);
         t.k.pool->global_sum(x, t.sums_a.data());
         if (s.group)
-            t.wait(
+            t.timeline.wait(
                 Kind::wait_sum,
                 [&] { s.group->allreduce(t.sums_a.data(), static_cast<std::int64_t>(t.sums_a.size())); },
                 static_cast<std::int64_t>(t.sums_a.size() * sizeof(double)));

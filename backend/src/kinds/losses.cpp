@@ -39,7 +39,7 @@ protected:
     // This process's sum of the loss, summed over the processes (its replicas' copy counts once), over `count`.
     static double total(Impl& t, const Impl::Tile& logits, double sum, double count) {
         if (!logits.leader) sum = 0.0;
-        t.wait(
+        t.timeline.wait(
             Kind::wait_sum, [&] { t.comm.allreduce(&sum, 1); }, sizeof(double));
         return sum / count;
     }

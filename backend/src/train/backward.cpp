@@ -8,16 +8,13 @@ namespace dsl::backend {
 
 void Trainer::Impl::backward() {
     for (int index = static_cast<int>(slots.size()) - 1; index >= 0; --index) {
-        const auto t0 = Clock::now();
-        waited = 0.0;
+        const auto began = timeline.begin_layer();
         const Slot& s = slots[static_cast<std::size_t>(index)];
-        if (!s.layer->is_data()) mark(Phase::backward, rules_of(s.layer->op).first_backward_part(*this, s), index);
+        if (!s.layer->is_data())
+            timeline.mark(Phase::backward, rules_of(s.layer->op).first_backward_part(*this, s), index);
         recompute_for(index);
         backward_layer(index);
-        if (profiling) {
-            LayerTime& t = profile.layers[static_cast<std::size_t>(index)];
-            t.backward = layer_time(t0), t.backward_wait = waited;
-        }
+        timeline.end_layer(Phase::backward, index, began);
     }
 }
 
@@ -56,7 +53,7 @@ void Trainer::Impl::backward_layer(int index) {
     }
     comm.progress();  // the weight-gradient allreduces started so far
     for (Comm* holders : holder_groups) holders->progress();
-    observe_allreduces(false);
+    timeline.observe_allreduces(false);
     const bool speaks = l.op == OpKind::label ? true : s.own().leader;
     rules_of(l.op).backward(*this, s, index, speaks);
 }

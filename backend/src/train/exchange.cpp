@@ -41,10 +41,7 @@ void Trainer::Impl::start(const scheduler::Exchange& p, Messages& m, int tag, Te
     sent_bytes += bytes;
     for (std::size_t i = 0; i < p.receives.size(); ++i)
         receives.push_back(Message{p.receives[i].peer, m.receives[i].data(), size(m.receives[i])});
-    if (profiling && (!sends.empty() || !receives.empty())) {
-        posted = ProfileEvent{kind, segment.phase, layer, now(), 0.0, bytes};
-        posted_open = true;
-    }
+    if (!sends.empty() || !receives.empty()) timeline.post(kind, layer, bytes);
     comm.start_exchange(sends, receives, tag);
 }
 
@@ -52,7 +49,7 @@ void Trainer::Impl::start(const scheduler::Exchange& p, Messages& m, int tag, Te
 // windowed reader of an own tile (whose margins the halo fills).
 int Trainer::Impl::reader_of(const Tile& t) const {
     const std::vector<int>& readers = t.copy ? t.reader_layers : t.windowed_readers;
-    return readers.empty() ? segment.layer : readers.front();
+    return readers.empty() ? timeline.layer() : readers.front();
 }
 
 // Fills a tile's halos (or the whole of a copy) from the processes that hold them: posts the exchange,
@@ -62,7 +59,7 @@ void Trainer::Impl::start_gather(Tile& t) {
     if (t.forward.empty()) return;
     Tile& owner = slots[static_cast<std::size_t>(t.spec.layer)].own();
     start(t.forward, t.forward_messages, 2 * t.id, owner.y, owner, true, t.copy ? Kind::shuffle : Kind::halo,
-          segment.layer, narrowed_of(t.spec.layer));
+          timeline.layer(), narrowed_of(t.spec.layer));
     // A copy of partial sums is their sum: it starts from zero (its margins outside the tensor too).
     if (owner.partial) {
         mem.fill(t.y.padded(), 0.0f);
@@ -77,7 +74,7 @@ void Trainer::Impl::start_gather(Tile& t) {
 
 void Trainer::Impl::finish_gather(Tile& t) {
     if (t.forward.empty()) return;
-    wait(t.copy ? Kind::wait_shuffle : Kind::wait_halo, [&] { comm.finish_exchange(); });
+    timeline.wait(t.copy ? Kind::wait_shuffle : Kind::wait_halo, [&] { comm.finish_exchange(); });
     const auto narrow = narrowed_of(t.spec.layer);
     // Partial sums are added; they are never narrowed (Distribution::narrowed: not under C parts).
     const bool sum = slots[static_cast<std::size_t>(t.spec.layer)].own().partial;
@@ -112,7 +109,7 @@ void Trainer::Impl::start_scatter(Tile& t) {
 void Trainer::Impl::finish_scatter(Tile& t) {
     if (t.backward.empty()) return;
     Tile& owner = slots[static_cast<std::size_t>(t.spec.layer)].own();
-    wait(t.copy ? Kind::wait_shuffle_back : Kind::wait_halo_back, [&] { comm.finish_exchange(); });
+    timeline.wait(t.copy ? Kind::wait_shuffle_back : Kind::wait_halo_back, [&] { comm.finish_exchange(); });
     for (std::size_t i = 0; i < t.backward.receives.size(); ++i)
         mem.unpack(t.backward_messages.receives[i].data(), view_of(owner.dy, owner, t.backward.receives[i].source()),
                    true);

@@ -62,7 +62,7 @@ void Trainer::Impl::filter_block_weight_gradient(Slot& s, int index) {
     const auto part = [](Tensor& t, const Box& b) { return t.interior().sub(0, 0, b.origin(), b.dims()); };
     k.eltwise->copy(windowed_input(l, index, in.box), part(whole.x, in.box));
     k.eltwise->copy(own.dy.interior(), part(whole.dy, own.box));
-    wait(Kind::wait_sum, [&] { comm.all(true); });  // every process's tiles are in
+    timeline.wait(Kind::wait_sum, [&] { comm.all(true); });  // every process's tiles are in
 
     Box out = own.box;
     const Dims& y = global_dims(index);

@@ -20,24 +20,15 @@ double Trainer::Impl::forward(DataSource& data, std::int64_t first, bool trainin
     step_training = training;
     step_data = &data;
     sent_bytes = 0;
-    if (profiling) {
-        profile.layers.assign(slots.size(), LayerTime{});
-        profile.events.clear();
-        open_allreduces.clear();
-        allreduce_requests.clear();
-        posted_open = segment_open = false;
-        mark(Phase::forward, Kind::forward, 0);
-        profile.start = segment.start;
-    }
+    timeline.begin_step(slots.size());
     if (training) clear_gradients(-1);  // a loss writes its logits' gradient in forward
     double loss = 0.0;
     losses.clear();
     for (std::size_t i = 0; i < slots.size(); ++i) {
-        const auto t0 = Clock::now();
-        waited = 0.0;
-        if (slots[i].layer->op != OpKind::label) mark(Phase::forward, Kind::forward, static_cast<int>(i));
+        const auto began = timeline.begin_layer();
+        if (slots[i].layer->op != OpKind::label) timeline.mark(Phase::forward, Kind::forward, static_cast<int>(i));
         forward_layer(data, first, training, i, loss);
-        if (profiling) profile.layers[i].forward = layer_time(t0), profile.layers[i].forward_wait = waited;
+        timeline.end_layer(Phase::forward, static_cast<int>(i), began);
     }
     return loss;
 }

@@ -12,7 +12,7 @@ void Trainer::Impl::group_sum(Slot& s, bool speaks) {
     if (!speaks) std::fill(sums_a.begin(), sums_a.end(), 0.0), std::fill(sums_b.begin(), sums_b.end(), 0.0);
     std::vector<double> both(sums_a);
     both.insert(both.end(), sums_b.begin(), sums_b.end());
-    wait(
+    timeline.wait(
         Kind::wait_sum, [&] { s.group->allreduce(both.data(), static_cast<std::int64_t>(both.size())); },
         static_cast<std::int64_t>(both.size() * sizeof(double)));
     std::copy_n(both.begin(), sums_a.size(), sums_a.begin());

@@ -21,7 +21,8 @@ Trainer::Impl::Impl(const frontend::Network& n, Kernels kernels, TrainConfig c, 
       comm(shared ? *shared : *self),
       scratch(mem),
       staging(mem),
-      targets(mem) {
+      targets(mem),
+      timeline(mem) {
     DSL_INTERNAL_CHECK(plan.layers.size() == net.layers.size() && plan.procs == comm.size() &&
                            plan.rank == comm.rank() && plan.batch == config.batch,
                        "a plan for another network, process or mini-batch");

@@ -1,38 +1,113 @@
-// The profile's timeline: compute segments, exchanges and their waits, sums and allreduces, made as the step
-// runs while profiling is on.
-#include "trainer_impl.hpp"
+// The profile's timeline (timeline.hpp): compute segments, exchanges and their waits, sums and allreduces,
+// made as the step runs while profiling is on.
+#include "timeline.hpp"
 
 #include <algorithm>
 
 namespace dsl::backend {
 
-double Trainer::Impl::now() {
-    mem.synchronize();
+double Timeline::now() {
+    mem_.synchronize();
     return profile_clock();
 }
 
-void Trainer::Impl::close_segment(double t) {
-    if (segment_open && t > segment.start) {
-        ProfileEvent e = segment;
+void Timeline::close_segment(double t) {
+    if (segment_open_ && t > segment_.start) {
+        ProfileEvent e = segment_;
         e.end = t;
-        profile.events.push_back(e);
+        profile_.events.push_back(e);
     }
-    segment.start = t;
+    segment_.start = t;
 }
 
-// From here on, the compute is `kind` of `layer` (a no-op while it already is).
-void Trainer::Impl::mark(Phase phase, Kind kind, int layer) {
-    if (!profiling || (segment_open && segment.phase == phase && segment.kind == kind && segment.layer == layer))
+void Timeline::begin_step(std::size_t layers) {
+    if (!on_) return;
+    profile_.layers.assign(layers, LayerTime{});
+    profile_.events.clear();
+    open_allreduces_.clear();
+    allreduce_requests_.clear();
+    posted_open_ = segment_open_ = false;
+    mark(Phase::forward, Kind::forward, 0);
+    profile_.start = segment_.start;
+}
+
+void Timeline::end_layer(Phase phase, int layer, Clock::time_point began) {
+    if (!on_) return;
+    mem_.synchronize();
+    const double seconds = std::chrono::duration<double>(Clock::now() - began).count();
+    LayerTime& t = profile_.layers[static_cast<std::size_t>(layer)];
+    if (phase == Phase::forward)
+        t.forward = seconds, t.forward_wait = waited_;
+    else
+        t.backward = seconds, t.backward_wait = waited_;
+}
+
+void Timeline::end_update(Clock::time_point began) {
+    if (!on_) return;
+    mem_.synchronize();
+    profile_.update = std::chrono::duration<double>(Clock::now() - began).count(), profile_.update_wait = waited_;
+    profile_.end = now();
+    close_segment(profile_.end);
+    segment_open_ = false;
+}
+
+void Timeline::mark(Phase phase, Kind kind, int layer) {
+    if (!on_ || (segment_open_ && segment_.phase == phase && segment_.kind == kind && segment_.layer == layer))
         return;
     const double t = now();
     close_segment(t);
-    segment = ProfileEvent{kind, phase, layer, t, 0.0, 0};
-    segment_open = true;
+    segment_ = ProfileEvent{kind, phase, layer, t, 0.0, 0};
+    segment_open_ = true;
 }
 
-// The allreduces seen complete now (`all`: every one, after finish_allreduces) end here.
-void Trainer::Impl::observe_allreduces(bool all) {
-    if (!profiling || open_allreduces.empty()) return;
+void Timeline::post(Kind kind, int layer, std::int64_t bytes) {
+    if (!on_) return;
+    posted_ = ProfileEvent{kind, segment_.phase, layer, now(), 0.0, bytes};
+    posted_open_ = true;
+}
+
+namespace {
+
+bool exchange_wait(ProfileEvent::Kind k) {
+    using Kind = ProfileEvent::Kind;
+    return k == Kind::wait_halo || k == Kind::wait_shuffle || k == Kind::wait_halo_back ||
+           k == Kind::wait_shuffle_back;
+}
+
+}  // namespace
+
+void Timeline::waited(Kind waiting, double t0, double t1, std::int64_t bytes) {
+    waited_ += t1 - t0;
+    if (exchange_wait(waiting) && !posted_open_) return;  // nothing was sent: copies within this process
+    close_segment(t0);
+    // A halo or shuffle is its reader's, and so is the wait for it (a gradient's halo goes back to the layer
+    // that made the tensor, while that layer's backward waits for it), as the model counts it.
+    const int layer = exchange_wait(waiting) ? posted_.layer : segment_.layer;
+    profile_.events.push_back(ProfileEvent{waiting, segment_.phase, layer, t0, t1, 0});
+    segment_.start = t1;
+    if (waiting == Kind::wait_sum)
+        profile_.events.push_back(ProfileEvent{Kind::sum, segment_.phase, segment_.layer, t0, t1, bytes});
+    if (exchange_wait(waiting)) {
+        posted_.end = t1;
+        profile_.events.push_back(posted_);
+        posted_open_ = false;
+    }
+}
+
+void Timeline::allreduce_started(Comm& over, std::size_t requests, std::int64_t bytes) {
+    if (!on_) return;
+    auto it = std::find_if(allreduce_requests_.begin(), allreduce_requests_.end(),
+                           [&](const auto& r) { return r.first == &over; });
+    if (it == allreduce_requests_.end()) it = allreduce_requests_.emplace(allreduce_requests_.end(), &over, 0);
+    open_allreduces_.push_back(OpenAllreduce{profile_.events.size(), &over, it->second, requests});
+    it->second += requests;
+    const double t = now();
+    profile_.events.push_back(ProfileEvent{Kind::allreduce, Phase::backward, segment_.layer, t, t, bytes});
+}
+
+void Timeline::observe_allreduces(bool all) {
+    if (all) allreduce_requests_.clear();
+    if (!on_ || open_allreduces_.empty()) return;
     // What each communicator says of its requests, asked once (empty where it cannot tell).
     std::vector<std::pair<Comm*, std::vector<bool>>> tested;
     const auto done_on = [&](Comm* over) -> const std::vector<bool>& {
@@ -41,7 +116,7 @@ void Trainer::Impl::observe_allreduces(bool all) {
         return it->second;
     };
     const double t = now();
-    std::erase_if(open_allreduces, [&](const OpenAllreduce& a) {
+    std::erase_if(open_allreduces_, [&](const OpenAllreduce& a) {
         bool complete = all;
         if (!all) {
             const std::vector<bool>& done = done_on(a.over);
@@ -50,14 +125,9 @@ void Trainer::Impl::observe_allreduces(bool all) {
                 std::all_of(done.begin() + static_cast<std::ptrdiff_t>(a.first),
                             done.begin() + static_cast<std::ptrdiff_t>(a.first + a.count), [](bool b) { return b; });
         }
-        if (complete) profile.events[a.event].end = t;
+        if (complete) profile_.events[a.event].end = t;
         return complete;
     });
-}
-
-double Trainer::Impl::layer_time(Clock::time_point t0) {
-    mem.synchronize();
-    return since(t0);
 }
 
 }  // namespace dsl::backend

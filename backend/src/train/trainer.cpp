@@ -110,9 +110,9 @@ std::vector<StateTensor> Trainer::writable_state() { return impl_->state(false);
 
 void Trainer::state_written() { impl_->state_written(); }
 
-void Trainer::profile(bool on) { impl_->profiling = on; }
+void Trainer::profile(bool on) { impl_->timeline.turn(on); }
 
-const StepProfile& Trainer::last_profile() const { return impl_->profile; }
+const StepProfile& Trainer::last_profile() const { return impl_->timeline.profile(); }
 
 const std::vector<scheduler::LayerPaths>& Trainer::paths() const { return impl_->paths; }
 

@@ -1,12 +1,14 @@
 // The trainer's state (Trainer::Impl): the plan's tiles with their memory, the parameters, the buffers
-// the steps share, and the profile's timeline. Its member functions are defined by concern, a file each, as
-// listed below; what every file uses (the tile views, waits and gradient writers) is defined here.
+// the steps share, and the profile (a part of its own, which the trainer changes only through its functions:
+// timeline.hpp). Its member functions are defined by concern, a file each, as listed below; what every file
+// uses (the tile views and gradient writers) is defined here.
 #pragma once
 
 #include <dsl/backend/trainer.hpp>
 #include <dsl/scheduler/paths.hpp>
 
 #include "../random/splitmix.hpp"
+#include "timeline.hpp"
 
 #include <dsl/base/error.hpp>
 
@@ -202,67 +204,16 @@ struct Trainer::Impl {
     bool recomputing = false;         // a forward run again in backward (recompute=on)
     std::int64_t sent_bytes = 0;
 
-    // Profiling: `waited` collects the seconds spent in communication waits since the current layer began.
-    using Clock = std::chrono::steady_clock;
-    bool profiling = false;
-    StepProfile profile;
-    double waited = 0.0;
-    static double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-    // On a GPU, kernels run after their calls return: while profiling, the clock is read only once the
-    // kernels started before it have ended (which serializes what would overlap).
-    // While profiling, the step's timeline (StepProfile::events) is made as it runs: `segment` is the compute
-    // event open now (it ends where the next begins), `posted` the halo exchange or shuffle posted and not yet
-    // waited for, `open_allreduces` the weight-gradient allreduces started and not yet seen complete (each
-    // with its communicator and its requests among those started on it since the last finish, which
-    // `allreduce_requests` counts per communicator).
+    // The profile, while profiling is on (timeline.hpp).
     using Kind = ProfileEvent::Kind;
     using Phase = ProfileEvent::Phase;
-    ProfileEvent segment, posted;
-    bool segment_open = false, posted_open = false;
-    struct OpenAllreduce {
-        std::size_t event;
-        Comm* over;
-        std::size_t first, count;
-    };
-    std::vector<OpenAllreduce> open_allreduces;
-    std::vector<std::pair<Comm*, std::size_t>> allreduce_requests;
-
-    static bool exchange_wait(Kind k) {
-        return k == Kind::wait_halo || k == Kind::wait_shuffle || k == Kind::wait_halo_back ||
-               k == Kind::wait_shuffle_back;
-    }
-
-    // A wait for other processes: `waiting` says for what (a sum's `bytes` are its message's).
-    template <typename Wait>
-    void wait(Kind waiting, Wait&& w, std::int64_t bytes = 0) {
-        if (!profiling) return w();
-        const double t0 = now();
-        w();
-        const double t1 = now();
-        waited += t1 - t0;
-        if (exchange_wait(waiting) && !posted_open) return;  // nothing was sent: copies within this process
-        close_segment(t0);
-        // A halo or shuffle is its reader's, and so is the wait for it (a gradient's halo goes back to the
-        // layer that made the tensor, while that layer's backward waits for it), as the model counts it.
-        const int layer = exchange_wait(waiting) ? posted.layer : segment.layer;
-        profile.events.push_back(ProfileEvent{waiting, segment.phase, layer, t0, t1, 0});
-        segment.start = t1;
-        if (waiting == Kind::wait_sum)
-            profile.events.push_back(ProfileEvent{Kind::sum, segment.phase, segment.layer, t0, t1, bytes});
-        if (exchange_wait(waiting)) {
-            posted.end = t1;
-            profile.events.push_back(posted);
-            posted_open = false;
-        }
-    }
+    using Clock = Timeline::Clock;
+    Timeline timeline;
 
     Impl(const frontend::Network& n, Kernels kernels, TrainConfig c, scheduler::Plan p, Comm* shared);
 
     const Dims& global_dims(int layer) const { return plan.layers[static_cast<std::size_t>(layer)].whole; }
     const scheduler::LayerPlan& plan_of(int layer) const { return plan.layers[static_cast<std::size_t>(layer)]; }
-    bool overlap_of(int layer) const {
-        return plan.layers[static_cast<std::size_t>(layer)].dist.overlap.value_or(false);
-    }
 
     // Whether a windowed layer overlaps its input's halo exchange with the interior's compute, as the plan says.
     bool overlaps(int index) const { return plan_of(index).overlapped; }
@@ -455,13 +406,6 @@ struct Trainer::Impl {
     void allreduce_gradients(Slot& s, bool speaks);
     void update();
     void optimize();
-
-    // timeline.cpp: the profile's timeline, made as the step runs.
-    double now();
-    void close_segment(double t);
-    void mark(Phase phase, Kind kind, int layer);
-    void observe_allreduces(bool all);
-    double layer_time(Clock::time_point t0);
 };
 
 }  // namespace dsl::backend

@@ -123,17 +123,8 @@ void Trainer::Impl::allreduce_gradients(Slot& s, bool speaks) {
         mem.fill(s.dw.padded(), 0.0f);
         if (bias) mem.fill(s.db.padded(), 0.0f);
     }
-    if (profiling) {
-        const std::size_t requests = (s.dw.size() > 0 ? 1 : 0) + (bias ? 1 : 0);
-        auto it = std::find_if(allreduce_requests.begin(), allreduce_requests.end(),
-                               [&](const auto& r) { return r.first == &over; });
-        if (it == allreduce_requests.end()) it = allreduce_requests.emplace(allreduce_requests.end(), &over, 0);
-        open_allreduces.push_back(OpenAllreduce{profile.events.size(), &over, it->second, requests});
-        it->second += requests;
-        const auto bytes = static_cast<std::int64_t>(sizeof(float)) * (s.dw.size() + (bias ? s.db.size() : 0));
-        const double t = now();
-        profile.events.push_back(ProfileEvent{Kind::allreduce, Phase::backward, segment.layer, t, t, bytes});
-    }
+    timeline.allreduce_started(over, (s.dw.size() > 0 ? 1 : 0) + (bias ? 1 : 0),
+                               static_cast<std::int64_t>(sizeof(float)) * (s.dw.size() + (bias ? s.db.size() : 0)));
     const bool left = sum_left_to_update(s);
     const auto start = [&](Tensor& g) {
         if (!left) return over.start_allreduce(g.data(), g.size());
@@ -217,27 +208,20 @@ void Trainer::Impl::optimize() {
 }
 
 void Trainer::Impl::update() {
-    const auto t0 = Clock::now();
-    waited = 0.0;
-    mark(Phase::update, Kind::update, -1);
-    wait(Kind::wait_allreduces, [&] {
+    const auto began = timeline.begin_layer();
+    timeline.mark(Phase::update, Kind::update, -1);
+    timeline.wait(Kind::wait_allreduces, [&] {
         comm.finish_allreduces();
         for (Comm* holders : holder_groups) holders->finish_allreduces();
     });
-    observe_allreduces(true);
-    allreduce_requests.clear();
+    timeline.observe_allreduces(true);
     // The same on every process: the schedule's rate at this step, and Adam's t.
     last_lr = config.schedule.lr(config.lr, updates);
     ++updates;
     // A step whose gradients overflowed at its loss scale changes nothing.
     skipped = !unscale_gradients();
     if (!skipped) optimize();
-    if (profiling) {
-        profile.update = layer_time(t0), profile.update_wait = waited;
-        profile.end = now();
-        close_segment(profile.end);
-        segment_open = false;
-    }
+    timeline.end_update(began);
 }
 
 }  // namespace dsl::backend

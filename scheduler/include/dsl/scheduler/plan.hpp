@@ -120,6 +120,11 @@ struct LayerPlan {
     // computes while the halo travels, then the strips that read it (overlap_parts).
     bool overlapped = false;
     OverlapParts overlap;
+    // In backward, whether it sends its input gradient's halo back to the neighbours while it computes its
+    // weight gradient (a layer with weights whose distribution asks for overlap, the only reader of an input
+    // tile of its own, which is not data and has a halo): the gradient is whole once its backward data is
+    // done.
+    bool scatters_early = false;
     // The recomputed layers whose forward runs again before this layer's backward, in that order: those
     // whose values it reads, after those their own forward reads (plan_recompute.cpp).
     std::vector<int> recompute_before;
