@@ -140,6 +140,9 @@ int main(int argc, char** argv) {
     }
     try {
         return action ? written(action()) : usage;
+    } catch (const dsl::OutOfMemory& e) {  // with how much was asked, and what needs less
+        std::cerr << dsl::UserError(e.what()).render(stderr_color());
+        return user_error;
     } catch (const std::bad_alloc&) {
         std::cerr << "error: out of memory; a schedule that splits the samples' rows and columns over several "
                      "processes divides the activations among them (see 'dsl check NET SCHED')\n";

@@ -293,6 +293,10 @@ int on_processes(const RunOptions& o, const Checked& checked, const scheduler::S
         } else {
             code = body(kernels, *comm);
         }
+    } catch (const OutOfMemory& e) {
+        if (!mpi || size == 1) throw;
+        std::cerr << fmt::format("error: process {} of {}: {}\n", rank, size, e.what());
+        backend::mpi_abort(user_error);
     } catch (const std::bad_alloc&) {
         if (!mpi || size == 1) throw;
         std::cerr << fmt::format(

@@ -5,6 +5,7 @@
 // unit in its last place. (C++17: nvcc compiles the GPU's side.)
 #pragma once
 
+#include "../kernels/host_device.hpp"
 #include "../random/splitmix.hpp"
 
 #include <dsl/backend/synthetic.hpp>

@@ -23,8 +23,13 @@ namespace {
 
 using gpu::check;
 
+static_assert(gpu::nccl_status::unhandled_cuda_error == ncclUnhandledCudaError &&
+              gpu::nccl_status::system_error == ncclSystemError &&
+              gpu::nccl_status::invalid_usage == ncclInvalidUsage && gpu::nccl_status::remote_error == ncclRemoteError);
+
+// A user error where the user can act on NCCL's failure (gpu_errors.hpp), else a bug in dsl.
 void check_nccl(ncclResult_t r, const char* what) {
-    if (r != ncclSuccess) throw std::runtime_error(std::string(what) + ": " + ncclGetErrorString(r));
+    if (r != ncclSuccess) gpu::throw_failure(gpu::nccl_failure(static_cast<int>(r), what, ncclGetErrorString(r)));
 }
 
 // Page-locked host memory, grown on demand, so that copies to and from the GPU run asynchronously.

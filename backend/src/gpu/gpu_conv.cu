@@ -42,14 +42,36 @@ struct AddBias {
 // ---------------------------------------------------------------------------------------------------------
 // Convolutions through cuDNN's legacy API.
 
-class CudnnError : public std::runtime_error {
+static_assert(cudnn_status::sublibrary_version_mismatch == CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH &&
+              cudnn_status::sublibrary_loading_failed == CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED &&
+              cudnn_status::incompatible_cuda_driver == CUDNN_STATUS_NOT_SUPPORTED_INCOMPATIBLE_CUDA_DRIVER &&
+              cudnn_status::incompatible_cudart == CUDNN_STATUS_NOT_SUPPORTED_INCOMPATIBLE_CUDART &&
+              cudnn_status::arch_mismatch == CUDNN_STATUS_NOT_SUPPORTED_ARCH_MISMATCH &&
+              cudnn_status::host_allocation_failed == CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED &&
+              cudnn_status::device_allocation_failed == CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED);
+
+// A failed cuDNN call, thrown as gpu_errors.hpp classes it: a user error, memory that ran out, or a bug in dsl.
+// Each is also a CudnnError, which the search catches to try the other layout.
+struct CudnnError {};
+class CudnnUserError : public UserError, public CudnnError {
 public:
-    CudnnError(cudnnStatus_t status, const char* what)
-        : std::runtime_error(std::string(what) + ": " + cudnnGetErrorString(status)) {}
+    using UserError::UserError;
+};
+class CudnnOutOfMemory : public OutOfMemory, public CudnnError {
+public:
+    using OutOfMemory::OutOfMemory;
+};
+class CudnnBug : public std::runtime_error, public CudnnError {
+public:
+    using std::runtime_error::runtime_error;
 };
 
 void check_cudnn(cudnnStatus_t status, const char* what) {
-    if (status != CUDNN_STATUS_SUCCESS) throw CudnnError(status, what);
+    if (status == CUDNN_STATUS_SUCCESS) return;
+    const GpuFailure f = cudnn_failure(static_cast<int>(status), what, cudnnGetErrorString(status));
+    if (f.kind == GpuFailure::out_of_memory) throw CudnnOutOfMemory(f.message);
+    if (f.kind == GpuFailure::user) throw CudnnUserError(f.message);
+    throw CudnnBug(f.message);
 }
 
 int to_int(std::int64_t v, const char* what) {

@@ -12,17 +12,15 @@
 
 namespace dsl::backend::gpu {
 
-// cudaMalloc's out-of-memory is reported as std::bad_alloc, so that the command says "out of memory" as it
-// does for host memory. The error is not sticky; clearing it keeps later checks from reporting it again.
+// cudaMalloc's out-of-memory is an OutOfMemory (a std::bad_alloc, which the convolutions' planning catches to
+// try with less) that says how much was asked and what needs less. The error is not sticky; clearing it keeps
+// later checks from reporting it again.
 void* device_malloc(std::size_t bytes) {
     bind_device();
     void* p = nullptr;
     const cudaError_t e = cudaMalloc(&p, bytes);
-    if (e == cudaErrorMemoryAllocation) {
-        cudaGetLastError();
-        throw std::bad_alloc();
-    }
-    check(e, "cudaMalloc");
+    if (e == cudaErrorMemoryAllocation) cudaGetLastError();
+    check(e, "cudaMalloc", bytes);
     return p;
 }
 

@@ -4,7 +4,7 @@
 // where x equals t, as torch's sign.
 #pragma once
 
-#include "../random/splitmix.hpp"  // DSL_HOST_DEVICE
+#include "host_device.hpp"
 
 #include <dsl/frontend/layer_kinds.hpp>
 

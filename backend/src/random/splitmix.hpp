@@ -3,13 +3,9 @@
 // kernels (gpu/gpu_synthetic.cu) use it too.
 #pragma once
 
-#include <cstdint>
+#include "../kernels/host_device.hpp"
 
-#if defined(__CUDACC__)
-#define DSL_HOST_DEVICE __host__ __device__
-#else
-#define DSL_HOST_DEVICE
-#endif
+#include <cstdint>
 
 namespace dsl::backend {
 

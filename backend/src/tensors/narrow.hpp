@@ -4,7 +4,7 @@
 // infinite. The host's and the GPU's memories (gpu/gpu_memory.cu) share these.
 #pragma once
 
-#include "../random/splitmix.hpp"  // DSL_HOST_DEVICE
+#include "../kernels/host_device.hpp"
 
 #include <cstdint>
 #include <cstring>

@@ -1,9 +1,11 @@
-// The two kinds of failure: a user's mistake (UserError, exit code 1) and a bug in dsl (InternalError and
-// DSL_INTERNAL_CHECK, exit code 3). A user error never shows as an internal one.
+// The two kinds of failure: a user's mistake (UserError, and OutOfMemory where the machine or a GPU has less
+// memory than the run asks for: exit code 1) and a bug in dsl (InternalError and DSL_INTERNAL_CHECK, exit
+// code 3). A user error never shows as an internal one.
 #pragma once
 
 #include <dsl/base/source.hpp>
 
+#include <new>
 #include <stdexcept>
 #include <string>
 
@@ -24,6 +26,18 @@ public:
 
 private:
     Location loc_;
+};
+
+// Memory that the run asks for and the machine or a GPU does not have, with the sentence that says how much
+// was asked and what needs less (a smaller mini-batch, more processes). A std::bad_alloc, so that code which
+// can do with less memory catches it as any allocation's failure; the command reports it as a user error.
+class OutOfMemory : public std::bad_alloc {
+public:
+    explicit OutOfMemory(const std::string& message) : message_(message) {}
+    const char* what() const noexcept override { return message_.what(); }
+
+private:
+    std::runtime_error message_;  // whose copies share the text and never throw, as an exception's must not
 };
 
 // A bug in dsl, never a user's mistake: thrown by DSL_INTERNAL_CHECK, reported with exit code 3.
