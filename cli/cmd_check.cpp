@@ -70,7 +70,7 @@ int dump_plan(const Checked& c, const CheckOptions& o, std::int64_t batch, const
                                  procs, procs == 1 ? "" : "es", procs - 1);
         return usage;
     }
-    pipeline.plan(net, s, batch, static_cast<int>(rank), static_cast<int>(procs));
+    pipeline.show_plan(net, s, batch, static_cast<int>(procs));  // of process --rank
     return ok;
 }
 

@@ -184,8 +184,7 @@ int run_compare(const CompareOptions& o) {
         pipeline.filled(net, c.schedule,
                         fmt::format("{}{}", c.file, c.filled ? ", open fields filled by the auto-scheduler" : ""),
                         platform->text);
-        if (pipeline.dumps(scheduler::Stage::plan))
-            pipeline.plan(net, c.schedule, c.batch, 0, static_cast<int>(c.procs));
+        pipeline.show_plan(net, c.schedule, c.batch, static_cast<int>(c.procs));
     }
     if (o.measure)
         for (Column& c : columns) {

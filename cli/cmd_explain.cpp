@@ -54,8 +54,7 @@ int run_explain(const ExplainOptions& o) {
     pipeline.filled(net, planned->schedule,
                     planned->filled ? "open fields filled by the auto-scheduler" : "the schedule, with nothing open",
                     platform.text);
-    if (pipeline.dumps(scheduler::Stage::plan))
-        pipeline.plan(net, planned->schedule, batch, 0, static_cast<int>(*planned->schedule.procs));
+    pipeline.show_plan(net, planned->schedule, batch, static_cast<int>(*planned->schedule.procs));
     const scheduler::Prediction& p = planned->prediction;
     if (!o.trace.empty()) {
         const nlohmann::json about{{"network", o.net},

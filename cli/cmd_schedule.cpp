@@ -80,7 +80,7 @@ int run_schedule(const ScheduleOptions& o) {
         human_bytes(p.memory), human_bytes(p.memory_limit));
     const std::string text = scheduler::schedule_text(net, result->schedule, header, platform.text);
     pipeline.filled(net, result->schedule, header, platform.text);
-    if (pipeline.dumps(scheduler::Stage::plan)) pipeline.plan(net, result->schedule, batch, 0, static_cast<int>(procs));
+    pipeline.show_plan(net, result->schedule, batch, static_cast<int>(procs));
 
     if (o.output.empty() || o.output == "-") {
         std::cout << text;

@@ -85,16 +85,6 @@ std::string bn_text(const scheduler::Distribution& d) { return d.bn ? scheduler:
 
 }  // namespace
 
-std::string human_bytes(double v) {
-    const char* suffix[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    int i = 0;
-    while (v >= 1024.0 && i < 4) {
-        v /= 1024.0;
-        ++i;
-    }
-    return i == 0 ? fmt::format("{:.0f} B", v) : fmt::format("{:.1f} {}", v, suffix[i]);
-}
-
 std::string duration_text(double seconds) {
     seconds = std::max(0.0, seconds);
     if (seconds < 10) return fmt::format("{:.1f} s", seconds);

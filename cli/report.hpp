@@ -1,6 +1,7 @@
 // The `check` report as a table or JSON, and what the verbs share of reporting: `--dump-after`, sizes, times.
 #pragma once
 
+#include <dsl/base/units.hpp>
 #include <dsl/frontend/passes.hpp>
 #include <dsl/frontend/sched_ast.hpp>
 #include <dsl/scheduler/pipeline.hpp>
@@ -34,7 +35,6 @@ std::int64_t report_batch(const std::optional<scheduler::Schedule>& s, std::opti
 
 // Indented JSON and a newline; bytes that are not UTF-8 (names in a malformed file) become U+FFFD.
 std::string json_text(const nlohmann::json& j);
-std::string human_bytes(double bytes);  // "12.5 MiB"
 // A time to wait, as a person reads it: "4.2 s", "37 s", "3 min 05 s", "2 h 07 min".
 std::string duration_text(double seconds);
 

@@ -230,11 +230,8 @@ std::vector<std::string> launched_arguments() {
             args.push_back(a);
             continue;
         }
-        const std::string stage = joined ? a.substr(a.find('=') + 1) : i + 1 < all.size() ? all[i + 1] : "";
-        if (stage == "plan") {
-            args.push_back("--dump-after=plan");
-        }
-        if (!joined) ++i;
+        const std::string stage = joined ? a.substr(a.find('=') + 1) : i + 1 < all.size() ? all[++i] : "";
+        if (stage == "plan") args.push_back("--dump-after=plan");
     }
     return args;
 }

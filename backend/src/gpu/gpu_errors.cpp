@@ -3,6 +3,7 @@
 #include "gpu_errors.hpp"
 
 #include <dsl/base/error.hpp>
+#include <dsl/base/units.hpp>
 
 #include <fmt/format.h>
 
@@ -17,15 +18,6 @@ GpuFailure bug_in_dsl(const std::string& call, const std::string& text) {
 }
 
 GpuFailure user_failure(const std::string& message) { return {GpuFailure::user, message}; }
-
-// "1.5 GiB", "12.0 MiB", "512 B".
-std::string bytes_text(std::int64_t bytes) {
-    const char* suffix[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double v = static_cast<double>(bytes);
-    int i = 0;
-    for (; v >= 1024.0 && i < 4; ++i) v /= 1024.0;
-    return i == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.1f} {}", v, suffix[i]);
-}
 
 // What needs less memory on each GPU, as the command says of the host's memory.
 constexpr const char* less_memory =
@@ -46,7 +38,7 @@ GpuFailure cuda_failure(int status, const std::string& call, const std::string& 
     switch (status) {
         case cuda_status::memory_allocation:  // the device's memory (cudaMalloc), or pinned host memory
             return out_of_memory(
-                bytes > 0 ? fmt::format("the GPU ran out of memory: {} asked for {}", call, bytes_text(bytes))
+                bytes > 0 ? fmt::format("the GPU ran out of memory: {} asked for {}", call, human_bytes(static_cast<double>(bytes)))
                           : fmt::format("CUDA ran out of memory in {}", call),
                 text);
         case cuda_status::no_device:

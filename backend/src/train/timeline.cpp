@@ -31,10 +31,14 @@ void Timeline::begin_step(std::size_t layers) {
     profile_.start = segment_.start;
 }
 
+double Timeline::seconds_since(Clock::time_point began) {
+    mem_.synchronize();
+    return std::chrono::duration<double>(Clock::now() - began).count();
+}
+
 void Timeline::end_layer(Phase phase, int layer, Clock::time_point began) {
     if (!on_) return;
-    mem_.synchronize();
-    const double seconds = std::chrono::duration<double>(Clock::now() - began).count();
+    const double seconds = seconds_since(began);
     LayerTime& t = profile_.layers[static_cast<std::size_t>(layer)];
     if (phase == Phase::forward)
         t.forward = seconds, t.forward_wait = waited_;
@@ -44,8 +48,7 @@ void Timeline::end_layer(Phase phase, int layer, Clock::time_point began) {
 
 void Timeline::end_update(Clock::time_point began) {
     if (!on_) return;
-    mem_.synchronize();
-    profile_.update = std::chrono::duration<double>(Clock::now() - began).count(), profile_.update_wait = waited_;
+    profile_.update = seconds_since(began), profile_.update_wait = waited_;
     profile_.end = now();
     close_segment(profile_.end);
     segment_open_ = false;

@@ -66,6 +66,7 @@ public:
 
 private:
     double now();
+    double seconds_since(Clock::time_point began);  // once the kernels started before now have ended
     void close_segment(double t);
     void waited(Kind waiting, double t0, double t1, std::int64_t bytes);
 

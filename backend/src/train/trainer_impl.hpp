@@ -13,7 +13,6 @@
 #include <dsl/base/error.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
@@ -207,7 +206,6 @@ struct Trainer::Impl {
     // The profile, while profiling is on (timeline.hpp).
     using Kind = ProfileEvent::Kind;
     using Phase = ProfileEvent::Phase;
-    using Clock = Timeline::Clock;
     Timeline timeline;
 
     Impl(const frontend::Network& n, Kernels kernels, TrainConfig c, scheduler::Plan p, Comm* shared);

@@ -75,6 +75,12 @@ public:
     // The stage `plan`: process `rank` of `procs`'s plan of a mini-batch of `batch` under `schedule`.
     Plan plan(const frontend::Network& net, const Schedule& schedule, std::int64_t batch, int rank, int procs) const;
 
+    // The stage `plan` for a command that makes no plan of its own (it predicts, or writes a schedule): the plan
+    // of the process `--dump-after` names, made only where it asks for it.
+    void show_plan(const frontend::Network& net, const Schedule& schedule, std::int64_t batch, int procs) const {
+        if (dumps(Stage::plan)) plan(net, schedule, batch, dump_.rank, procs);
+    }
+
     // Whether the state after `stage` is printed.
     bool dumps(Stage stage) const { return dump_.after == stage; }
 
