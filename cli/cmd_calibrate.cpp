@@ -12,6 +12,7 @@
 #include "launch.hpp"
 #include "machine.hpp"
 #include "planning.hpp"
+#include "report.hpp"
 
 #include <dsl/backend/calibrate.hpp>
 #include <dsl/backend/comm.hpp>
@@ -42,7 +43,7 @@ namespace fs = std::filesystem;
 
 // The command's options: what is measured, and how (backend::CalibrationSettings), and where it goes.
 struct CalibrateOptions : backend::CalibrationSettings {
-    std::string net, output, platform;
+    std::string net, output, platform, dump_after;
     // A measuring process of its own (hidden): "kernels", "comm" or "profile", the keys to time and where
     // results go.
     std::string worker, keys, results;
@@ -139,7 +140,7 @@ int run_calibrate(CalibrateOptions o) {
 
     SourceManager sources;
     Diagnostics diags;
-    auto checked = scheduler::Pipeline().check(o.net, "", sources, diags, {}, o.in_situ);
+    auto checked = scheduler::Pipeline(stage_dump(o.dump_after)).check(o.net, "", sources, diags, {}, o.in_situ);
     // Times already in the output file are kept: it must be a platform file, or not exist.
     std::optional<PlatformChoice> base;
     std::error_code ec;
@@ -406,6 +407,7 @@ void setup_calibrate(CLI::App& app, Action& action) {
                     "cpu or gpu: whose kernels and communication are measured (default cpu); on a GPU, the file "
                     "says device = gpu and its processors are the GPUs")
         ->check(CLI::IsMember({"cpu", "gpu"}));
+    add_dump_after(*sub, o->dump_after, scheduler::Stage::shapes);  // it reads no schedule: it tries them
     sub->add_option("--worker", o->worker)->group("");  // hidden: a measuring process of its own
     sub->add_option("--gpu-workspace", o->gpu_workspace)->group("");
     sub->add_option("--keys", o->keys)->group("");

@@ -440,6 +440,21 @@ TEST_CASE("every verb that reads a network takes --dump-after, and prints each s
     CHECK(count(parse.err, "// after parse\n") == 1);  // before the checkpoint is looked for
     const Result beyond = run_dsl("export " + net + " --load none -o none.pt --dump-after plan");
     CHECK(beyond.exit_code == 2);  // export reads no schedule
+    // Calibration prints the network once, before it measures, though its workers read it again; it reads
+    // no schedule either.
+    const fs::path platform =
+        fs::temp_directory_path() / ("dsl_dump_calibrate_" + std::to_string(::getpid()) + ".platform");
+    const Result calibrate = run_dsl("calibrate " + net + " --procs 1 --kernels-only --reps 1 --warmup 0 -o '" +
+                                     platform.string() + "' --dump-after shapes");
+    INFO(calibrate.err);
+    CHECK(calibrate.exit_code == 0);
+    CHECK(count(calibrate.err, "// after ") == 1);
+    CHECK(count(calibrate.err, "// after shapes\n") == 1);
+    CHECK(calibrate.err.find("// after shapes\n") < calibrate.err.find("timing "));
+    fs::remove(platform);
+    CHECK(run_dsl("calibrate " + net + " --procs 1 -o '" + platform.string() + "' --dump-after filled").exit_code ==
+          2);
+    CHECK(!fs::exists(platform));
 }
 
 TEST_CASE("the plan decides which layers send their input gradient's halo back during their weight gradient",
