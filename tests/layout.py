@@ -12,6 +12,9 @@
 - One driver of the stages: outside the front end, the scheduler and the tests, nothing loads a network,
   binds a schedule or makes a plan but through scheduler::Pipeline (scheduler/pipeline.hpp), so that every
   verb, calibration and the benches go through the same stages and `--dump-after` prints any of them.
+- The trainer's parts own their state: each class in backend/src/train/ whose header says it is such a part
+  (the tiles, the exchanges, the statistics, the optimizer, the timeline) declares its data members private,
+  so that nothing but its own functions changes them.
 
 Usage: tests/layout.py [REPOSITORY]   (default: the folder above this file's)
 """
@@ -138,6 +141,28 @@ for path in source_files():
     for m in STAGE_CALL.finditer(text):
         line = text.count("\n", 0, m.start()) + 1
         fail(f"{rel(path)}:{line} calls {m.group(1)}: a stage runs through scheduler::Pipeline (pipeline.hpp)")
+
+# The trainer's parts: no data member outside a `private:` section of their class.
+PARTS = {"tiles.hpp": "Tiles", "exchanges.hpp": "Exchanges", "statistics.hpp": "Statistics",
+         "optimizer.hpp": "Optimizer", "timeline.hpp": "Timeline"}
+MEMBER = re.compile(r'^    (?!using |friend |static |struct |class |enum |template|typedef |explicit |virtual |//)'
+                    r'[\w:<>,\s*&]+?[\w>]\s+\w+(\s*=\s*[^;()]+|\s*\{[^}]*\})?;', re.M)
+train = os.path.join(ROOT, "backend", "src", "train")
+for header, name in sorted(PARTS.items()):
+    path = os.path.join(train, header)
+    if not os.path.exists(path):
+        fail(f"{rel(path)}: the trainer's part {name} is missing")
+        continue
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    body = re.search(r'^class ' + name + r'\b[^;]*?\{(.*?)^\};', text, re.M | re.S)
+    if not body:
+        fail(f"{rel(path)}: no class {name}")
+        continue
+    public = re.split(r'^private:', body.group(1), flags=re.M)[0]
+    for m in MEMBER.finditer(public):
+        line = text[:body.start(1) + m.start()].count("\n") + 1
+        fail(f"{rel(path)}:{line}: {name} declares a data member outside `private:`: {m.group(0).strip()}")
 
 print(f"layout: {len(failures)} failure(s)")
 sys.exit(1 if failures else 0)

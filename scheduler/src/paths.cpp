@@ -181,7 +181,7 @@ struct Decider {
     }
 
     // Of a layer with parameters, where the processes that hold them are more than one: one copy of them on the
-    // node, and their gradients summed there (update.cpp).
+    // node, and their gradients summed there (backend/src/train/optimizer.cpp).
     void node_memory() {
         for (std::size_t i = 0; i < net.layers.size(); ++i) {
             const Layer& l = layer(i);

@@ -24,7 +24,7 @@ public:
     void backward(Impl& t, Slot& s, int index, bool speaks) const override {
         (void)index, (void)speaks;
         for (Impl::Tile* in : s.operands)
-            if (!t.is_input(in)) t.add_gradient(*in, s.own().dy.interior());
+            if (!t.is_input(in)) t.tiles.add_gradient(*in, s.own().dy.interior());
     }
 
     bool runs_blocked() const override { return true; }

@@ -26,62 +26,44 @@ double group_count(const Trainer::Impl& t, const Trainer::Impl::Slot& s) {
 class Batchnorm final : public Normalization {
 public:
     void forward(Impl& t, Slot& s, int index, const ForwardPass& pass) const override {
-        (void)index;
         const Layer& l = *s.layer;
         const ConstView x = s.operands[0]->y.interior();
         const auto channels = static_cast<std::size_t>(x.dims.c);
         const auto c0 = static_cast<std::size_t>(s.filters.lo);
-        float *mean_of = s.mean.data() + c0, *inv_std = s.inv_std.data() + c0;
-        float *running_mean = s.running_mean.data() + c0, *running_var = s.running_var.data() + c0;
         if (t.recomputing) {
             // The step's statistics, kept from its forward: the same values, and running ones not moved twice.
         } else if (pass.training) {
-            t.sums_a.assign(channels, 0.0);
-            t.sums_b.assign(channels, 0.0);
-            t.k.batchnorm->statistics(x, t.sums_a.data(), t.sums_b.data());
-            t.group_sum(s, s.operands[0]->leader);
-            const double count = group_count(t, s);
-            for (std::size_t c = 0; c < channels; ++c) {
-                const double mean = t.sums_a[c] / count;
-                const double var = std::max(0.0, t.sums_b[c] / count - mean * mean);
-                mean_of[c] = static_cast<float>(mean);
-                inv_std[c] = static_cast<float>(1.0 / std::sqrt(var + l.eps));
-                // PyTorch's running variance is unbiased.
-                const double unbiased = count > 1 ? var * count / (count - 1) : var;
-                running_mean[c] = static_cast<float>((1 - l.momentum) * running_mean[c] + l.momentum * mean);
-                running_var[c] = static_cast<float>((1 - l.momentum) * running_var[c] + l.momentum * unbiased);
-            }
+            t.stats.start_sums(channels);
+            t.k.batchnorm->statistics(x, t.stats.a(), t.stats.b());
+            t.stats.sum(s.group, s.operands[0]->leader);
+            t.stats.from_sums(index, c0, channels, group_count(t, s), l.eps, l.momentum);
         } else {
-            for (std::size_t c = 0; c < channels; ++c) {
-                mean_of[c] = running_mean[c];
-                inv_std[c] = static_cast<float>(1.0 / std::sqrt(static_cast<double>(running_var[c]) + l.eps));
-            }
+            t.stats.from_running(index, c0, channels, l.eps);
         }
+        const float *mean = t.stats.mean(index) + c0, *inv_std = t.stats.inv_std(index) + c0;
         t.forward_fused(
             s, s.own().box, pass.training,
             [&](View relu, float slope) {
-                return t.k.batchnorm->forward_relu(x, mean_of, inv_std, s.w.data(), s.b.data(), slope, relu);
+                return t.k.batchnorm->forward_relu(x, mean, inv_std, s.w.data(), s.b.data(), slope, relu);
             },
-            [&] { t.k.batchnorm->forward(x, mean_of, inv_std, s.w.data(), s.b.data(), s.own().y.interior()); });
+            [&] { t.k.batchnorm->forward(x, mean, inv_std, s.w.data(), s.b.data(), s.own().y.interior()); });
     }
 
     void backward(Impl& t, Slot& s, int index, bool speaks) const override {
-        (void)index;
         Impl::Tile& in = *s.operands[0];
         const ConstView x = in.y.interior();
         const auto channels = static_cast<std::size_t>(x.dims.c);
         const auto c0 = static_cast<std::size_t>(s.filters.lo);
-        t.sums_a.assign(channels, 0.0);
-        t.sums_b.assign(channels, 0.0);
-        t.k.batchnorm->backward_statistics(x, s.own().dy.interior(), s.mean.data() + c0, s.inv_std.data() + c0,
-                                           t.sums_a.data(), t.sums_b.data());
-        t.scale_shift_gradients(s, t.sums_b, t.sums_a, speaks);
+        const float *mean = t.stats.mean(index) + c0, *inv_std = t.stats.inv_std(index) + c0;
+        t.stats.start_sums(channels);
+        t.k.batchnorm->backward_statistics(x, s.own().dy.interior(), mean, inv_std, t.stats.a(), t.stats.b());
+        t.scale_shift_gradients(s, t.stats.sums_b(), t.stats.sums_a(), speaks);
         if (t.is_input(&in)) return;
-        t.group_sum(s, speaks);
+        t.stats.sum(s.group, speaks);
         const double count = group_count(t, s);
-        t.interior_gradient(in, [&](View dx) {
-            t.k.batchnorm->backward(x, s.own().dy.interior(), s.mean.data() + c0, s.inv_std.data() + c0, s.w.data(),
-                                    t.sums_a.data(), t.sums_b.data(), count, dx);
+        t.tiles.interior_gradient(in, [&](View dx) {
+            t.k.batchnorm->backward(x, s.own().dy.interior(), mean, inv_std, s.w.data(), t.stats.a(), t.stats.b(),
+                                    count, dx);
         });
     }
 
@@ -90,11 +72,7 @@ public:
     // The scale and shift, and the statistics: the step's per channel, and the running ones.
     void initialize(Impl& t, Slot& s, int index, std::uint64_t stream) const override {
         Normalization::initialize(t, s, index, stream);
-        const auto c = static_cast<std::size_t>(s.layer->shape.dims[0]);
-        s.mean.assign(c, 0.0f);
-        s.inv_std.assign(c, 1.0f);
-        s.running_mean.assign(c, 0.0f);
-        s.running_var.assign(c, 1.0f);
+        t.stats.start_running(index, static_cast<std::size_t>(s.layer->shape.dims[0]));
     }
 
     // Its scale and shift, the running statistics, and the steps they have seen (num_batches_tracked).

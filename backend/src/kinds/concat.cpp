@@ -35,7 +35,7 @@ public:
             if (!t.is_input(in) && lo < hi) {
                 Box part = in->box;
                 part.c = {lo - c0, hi - c0};
-                t.input_gradient(*in, part, [&](View dx) {
+                t.tiles.input_gradient(*in, part, [&](View dx) {
                     t.k.eltwise->copy(s.own().dy.interior().channels(lo - own.lo, hi - lo), dx);
                 });
             }

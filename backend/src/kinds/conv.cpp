@@ -33,10 +33,10 @@ public:
         Impl::Tile& in = *s.operands[0];
         Impl::Tile& own = s.own();
         const Box read = scheduler::window_input(*s.layer, out, in.box.c);
-        const View y = Impl::view_of(own.y, own, out);
-        t.set_padding(in, 0.0f);
+        const View y = view_of(own.y, own, out);
+        t.tiles.set_padding(in, 0.0f);
         const Impl::ConvInput c = t.conv_input(s, in, read);
-        const ConstView x = Impl::view_of(in.y, in, c.box);
+        const ConstView x = view_of(in.y, in, c.box);
         Window w = c.window;
         w.same_weights = again;
         ConvKernels& conv = t.conv_of(own.spec.layer);
@@ -52,21 +52,21 @@ public:
         const Impl::ConvInput c = t.conv_input(s, in, t.plan_of(index).read);
         const Window& w = c.window;
         if (!t.is_input(&in))
-            t.input_gradient(in, c.box,
-                             [&](View dx) { conv.backward_data(s.own().dy.interior(), s.w.interior(), dx, w); });
+            t.tiles.input_gradient(in, c.box,
+                                   [&](View dx) { conv.backward_data(s.own().dy.interior(), s.w.interior(), dx, w); });
         t.timeline.mark(Impl::Phase::backward, Kind::backward_weights, index);
         // With overlap, when this layer is the only reader of its input, the input's gradient is complete
         // here: its halo goes back to the neighbours while the weight gradient is computed.
         const bool send_now = t.plan_of(index).scatters_early;
-        if (send_now) t.start_scatter(in);
+        if (send_now) t.exchanges.start_scatter(in);
         if (s.gathered) {
             t.filter_block_weight_gradient(s, index);  // nothing to sum
         } else {
             conv.backward_weights(t.windowed_input(*s.layer, index, c.box), s.own().dy.interior(), s.dw.interior(),
                                   t.bias_gradient_of(s), w);
-            t.allreduce_gradients(s, speaks);
+            t.optimizer.start_sum(s, speaks);
         }
-        if (send_now) t.finish_scatter(in);
+        if (send_now) t.exchanges.finish_scatter(in);
     }
 
     // The input's gradient first, unless the input is data: then its weights'.

@@ -37,8 +37,8 @@ public:
         Impl::Tile& in = *s.operands[0];
         Impl::Tile& own = s.own();
         const Box read = scheduler::window_input(l, out, in.box.c);
-        const View y = Impl::view_of(own.y, own, out);
-        const ConstView x = Impl::view_of(in.y, in, read);
+        const View y = view_of(own.y, own, out);
+        const ConstView x = view_of(in.y, in, read);
         DSL_INTERNAL_CHECK(t.k.deconv, "the kernel set has no kernels for transposed convolutions");
         t.k.deconv->forward(x, s.w.interior(), t.bias_of(s), y, deconv_of(l, read, out));
     }
@@ -49,15 +49,15 @@ public:
         const Box& read = t.plan_of(index).read;
         const Deconv d = deconv_of(l, read, s.own().box);
         if (!t.is_input(&in))
-            t.input_gradient(in, read,
-                             [&](View dx) { t.k.deconv->backward_data(s.own().dy.interior(), s.w.interior(), dx, d); });
+            t.tiles.input_gradient(
+                in, read, [&](View dx) { t.k.deconv->backward_data(s.own().dy.interior(), s.w.interior(), dx, d); });
         t.timeline.mark(Impl::Phase::backward, Kind::backward_weights, index);
         const bool send_now = t.plan_of(index).scatters_early;
-        if (send_now) t.start_scatter(in);
-        t.k.deconv->backward_weights(Impl::view_of(in.y, in, read), s.own().dy.interior(), s.dw.interior(),
+        if (send_now) t.exchanges.start_scatter(in);
+        t.k.deconv->backward_weights(view_of(in.y, in, read), s.own().dy.interior(), s.dw.interior(),
                                      t.bias_gradient_of(s), d);
-        if (send_now) t.finish_scatter(in);
-        t.allreduce_gradients(s, speaks);
+        if (send_now) t.exchanges.finish_scatter(in);
+        t.optimizer.start_sum(s, speaks);
     }
 
     // The input's gradient first, unless the input is data: then its weights'.

@@ -42,10 +42,10 @@ public:
         Impl::Tile& in = *s.operands[0];
         if (t.is_input(&in)) return;
         if (!t.dropping(t.step_training)) {
-            t.add_gradient(in, s.own().dy.interior());
+            t.tiles.add_gradient(in, s.own().dy.interior());
             return;
         }
-        t.interior_gradient(
+        t.tiles.interior_gradient(
             in, [&](View dx) { t.k.dropout->backward(s.own().dy.interior(), dropout_mask(t, s, t.step_first), dx); });
     }
 

@@ -30,7 +30,7 @@ public:
         if (t.is_input(&in)) return;
         // A relu's output is positive where its input is: it reads that, which it keeps anyway.
         const ConstView x = scheduler::backward_reads_output(l) ? s.own().y.interior() : in.y.interior();
-        t.interior_gradient(in, [&](View dx) {
+        t.tiles.interior_gradient(in, [&](View dx) {
             t.k.activation->backward(elementwise(l), x, s.own().dy.interior(), activation_slope(l), dx);
         });
     }

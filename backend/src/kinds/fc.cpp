@@ -28,10 +28,11 @@ public:
     void backward(Impl& t, Slot& s, int index, bool speaks) const override {
         Impl::Tile& in = *s.operands[0];
         t.k.fc->backward_weights(in.y.interior(), s.own().dy.interior(), s.dw.interior(), t.bias_gradient_of(s));
-        t.allreduce_gradients(s, speaks);
+        t.optimizer.start_sum(s, speaks);
         if (t.is_input(&in)) return;
         t.timeline.mark(Impl::Phase::backward, Kind::backward_data, index);
-        t.interior_gradient(in, [&](View dx) { t.k.fc->backward_data(s.own().dy.interior(), s.w.interior(), dx); });
+        t.tiles.interior_gradient(in,
+                                  [&](View dx) { t.k.fc->backward_data(s.own().dy.interior(), s.w.interior(), dx); });
     }
 
     Kind first_backward_part(const Impl& t, const Slot& s) const override {

@@ -15,16 +15,13 @@ public:
         (void)index, (void)pass;
         const Layer& l = *s.layer;
         const ConstView x = s.operands[0]->y.interior();
-        t.sums_a.assign(static_cast<std::size_t>(x.dims.n * x.dims.c), 0.0);
-        t.k.pool->global_sum(x, t.sums_a.data());
-        if (s.group)
-            t.timeline.wait(
-                Kind::wait_sum,
-                [&] { s.group->allreduce(t.sums_a.data(), static_cast<std::int64_t>(t.sums_a.size())); },
-                static_cast<std::int64_t>(t.sums_a.size() * sizeof(double)));
+        t.stats.start_sums(static_cast<std::size_t>(x.dims.n * x.dims.c));
+        t.k.pool->global_sum(x, t.stats.a());
+        t.stats.sum_a(s.group);
+        const std::vector<double>& sums = t.stats.sums_a();
         const double area = static_cast<double>(t.global_dims(l.inputs[0]).points());
-        t.scratch_values.resize(t.sums_a.size());
-        for (std::size_t j = 0; j < t.sums_a.size(); ++j) t.scratch_values[j] = static_cast<float>(t.sums_a[j] / area);
+        t.scratch_values.resize(sums.size());
+        for (std::size_t j = 0; j < sums.size(); ++j) t.scratch_values[j] = static_cast<float>(sums[j] / area);
         t.k.pool->broadcast(t.scratch_values.data(), 1.0f, s.own().y.interior());  // y is {n, c, 1, 1}
     }
 
@@ -35,7 +32,7 @@ public:
         if (t.is_input(&in)) return;
         t.to_host(s.own().dy.interior(), t.scratch_values);  // {n, c, 1, 1}: values[n * C + c]
         const std::int64_t area = t.global_dims(l.inputs[0]).points();
-        t.interior_gradient(
+        t.tiles.interior_gradient(
             in, [&](View dx) { t.k.pool->broadcast(t.scratch_values.data(), 1.0f / static_cast<float>(area), dx); });
     }
 

@@ -29,46 +29,36 @@ std::int64_t groups_of(const Trainer::Impl& t, const Trainer::Impl::Slot& s) {
 class Groupnorm final : public Normalization {
 public:
     void forward(Impl& t, Slot& s, int index, const ForwardPass& pass) const override {
-        (void)index, (void)pass;
+        (void)pass;
         const ConstView x = s.operands[0]->y.interior();
         const std::int64_t tile_groups = groups_of(t, s);
         const auto stats = static_cast<std::size_t>(x.dims.n * tile_groups);
-        t.sums_a.assign(stats, 0.0);
-        t.sums_b.assign(stats, 0.0);
-        t.k.groupnorm->statistics(x, tile_groups, t.sums_a.data(), t.sums_b.data());
-        t.group_sum(s, s.operands[0]->leader);
-        const double count = groupnorm_count(t, s);
-        s.mean.resize(stats);
-        s.inv_std.resize(stats);
-        for (std::size_t g = 0; g < stats; ++g) {
-            const double mean = t.sums_a[g] / count;
-            const double var = std::max(0.0, t.sums_b[g] / count - mean * mean);  // biased, as PyTorch's
-            s.mean[g] = static_cast<float>(mean);
-            s.inv_std[g] = static_cast<float>(1.0 / std::sqrt(var + s.layer->eps));
-        }
-        t.k.groupnorm->forward(x, tile_groups, s.mean.data(), s.inv_std.data(), s.w.data(), s.b.data(),
+        t.stats.start_sums(stats);
+        t.k.groupnorm->statistics(x, tile_groups, t.stats.a(), t.stats.b());
+        t.stats.sum(s.group, s.operands[0]->leader);
+        t.stats.from_sums(index, 0, stats, groupnorm_count(t, s), s.layer->eps, -1.0);  // biased, as PyTorch's
+        t.k.groupnorm->forward(x, tile_groups, t.stats.mean(index), t.stats.inv_std(index), s.w.data(), s.b.data(),
                                s.own().y.interior());
     }
 
     void backward(Impl& t, Slot& s, int index, bool speaks) const override {
-        (void)index;
         Impl::Tile& in = *s.operands[0];
         const ConstView x = in.y.interior();
         const auto channels = static_cast<std::size_t>(x.dims.c);
         const std::int64_t tile_groups = groups_of(t, s);
         const auto stats = static_cast<std::size_t>(x.dims.n * tile_groups);
+        const float *mean = t.stats.mean(index), *inv_std = t.stats.inv_std(index);
         std::vector<double> d_beta(channels, 0.0), d_gamma(channels, 0.0);
-        t.sums_a.assign(stats, 0.0);
-        t.sums_b.assign(stats, 0.0);
-        t.k.groupnorm->backward_statistics(x, s.own().dy.interior(), tile_groups, s.mean.data(), s.inv_std.data(),
-                                           s.w.data(), d_beta.data(), d_gamma.data(), t.sums_a.data(), t.sums_b.data());
+        t.stats.start_sums(stats);
+        t.k.groupnorm->backward_statistics(x, s.own().dy.interior(), tile_groups, mean, inv_std, s.w.data(),
+                                           d_beta.data(), d_gamma.data(), t.stats.a(), t.stats.b());
         t.scale_shift_gradients(s, d_gamma, d_beta, speaks);
         if (t.is_input(&in)) return;
-        t.group_sum(s, speaks);
+        t.stats.sum(s.group, speaks);
         const double count = groupnorm_count(t, s);
-        t.interior_gradient(in, [&](View dx) {
-            t.k.groupnorm->backward(x, s.own().dy.interior(), tile_groups, s.mean.data(), s.inv_std.data(), s.w.data(),
-                                    t.sums_a.data(), t.sums_b.data(), count, dx);
+        t.tiles.interior_gradient(in, [&](View dx) {
+            t.k.groupnorm->backward(x, s.own().dy.interior(), tile_groups, mean, inv_std, s.w.data(), t.stats.a(),
+                                    t.stats.b(), count, dx);
         });
     }
 

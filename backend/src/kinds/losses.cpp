@@ -88,10 +88,10 @@ private:
         double sum = 0.0;
         auto cross_entropy = [&](View grad) {
             sum = t.k.loss->cross_entropy(logits.y.interior(), lv,
-                                          gradient_factor(l.weight / count * t.gradient_scale()), grad);
+                                          gradient_factor(l.weight / count * t.optimizer.gradient_scale()), grad);
         };
         if (pass.training && !t.is_input(&logits))
-            t.interior_gradient(logits, cross_entropy);
+            t.tiles.interior_gradient(logits, cross_entropy);
         else
             cross_entropy(View{});
         return total(t, logits, sum, count);
@@ -149,10 +149,10 @@ private:
         double sum = 0.0;
         auto compute = [&](View grad) {
             sum = t.k.loss->regression(l.kind().regression, x, target,
-                                       gradient_factor(l.weight / count * t.gradient_scale()), grad);
+                                       gradient_factor(l.weight / count * t.optimizer.gradient_scale()), grad);
         };
         if (pass.training && !t.is_input(&prediction))
-            t.interior_gradient(prediction, compute);
+            t.tiles.interior_gradient(prediction, compute);
         else
             compute(View{});
         return total(t, prediction, sum, count);

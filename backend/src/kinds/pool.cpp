@@ -31,9 +31,9 @@ public:
         Impl::Tile& in = *s.operands[0];
         Impl::Tile& own = s.own();
         const Box read = scheduler::window_input(l, out, in.box.c);
-        const View y = Impl::view_of(own.y, own, out);
-        const ConstView x = Impl::view_of(in.y, in, read);
-        t.set_padding(in, padding());
+        const View y = view_of(own.y, own, out);
+        const ConstView x = view_of(in.y, in, read);
+        t.tiles.set_padding(in, padding());
         t.k.pool->forward(kind_, x, y, window_of(l));
     }
 
@@ -45,8 +45,8 @@ public:
         Impl::Tile& in = *s.operands[0];
         if (t.is_input(&in)) return;
         const ConstView x = t.windowed_input(l, index, t.plan_of(index).read);
-        t.input_gradient(in, t.plan_of(index).read,
-                         [&](View dx) { t.k.pool->backward(kind_, x, s.own().dy.interior(), dx, window_of(l)); });
+        t.tiles.input_gradient(in, t.plan_of(index).read,
+                               [&](View dx) { t.k.pool->backward(kind_, x, s.own().dy.interior(), dx, window_of(l)); });
     }
 
     // A read of the window per output; backward reads the input and the output's gradient and writes the

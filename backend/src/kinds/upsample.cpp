@@ -29,8 +29,8 @@ public:
         Impl::Tile& in = *s.operands[0];
         Impl::Tile& own = s.own();
         const Box read = scheduler::window_input(l, out, in.box.c);
-        const View y = Impl::view_of(own.y, own, out);
-        const ConstView x = Impl::view_of(in.y, in, read);
+        const View y = view_of(own.y, own, out);
+        const ConstView x = view_of(in.y, in, read);
         DSL_INTERNAL_CHECK(t.k.upsample, "the kernel set has no kernels for upsampling");
         t.k.upsample->forward(upsample_of(t, l, read, out), x, y);
     }
@@ -40,7 +40,7 @@ public:
         Impl::Tile& in = *s.operands[0];
         if (t.is_input(&in)) return;
         const Box& read = t.plan_of(index).read;
-        t.input_gradient(in, read, [&](View dx) {
+        t.tiles.input_gradient(in, read, [&](View dx) {
             t.k.upsample->backward(upsample_of(t, *s.layer, read, s.own().box), s.own().dy.interior(), dx);
         });
     }

@@ -30,7 +30,7 @@ void Trainer::Impl::recompute_for(int index) {
     double unused = 0.0;
     for (int q : layers) {
         Slot& s = slots[static_cast<std::size_t>(q)];
-        for (auto& t : s.tiles) bind(*t, t->backward_buffer);
+        for (Tile* t : s.tiles) bind(*t, t->backward_buffer);
         if (plan_of(q).narrowed)
             mem.widen(s.own().stored_bits(), precision_of(q), s.own().y.interior());
         else
@@ -38,21 +38,20 @@ void Trainer::Impl::recompute_for(int index) {
     }
     recomputing = false;
     for (int q : layers)
-        for (auto& t : slots[static_cast<std::size_t>(q)].tiles) gather(*t);
+        for (Tile* t : slots[static_cast<std::size_t>(q)].tiles) exchanges.gather(*t);
 }
 
 void Trainer::Impl::backward_layer(int index) {
     Slot& s = slots[static_cast<std::size_t>(index)];
     const Layer& l = *s.layer;
-    clear_gradients(static_cast<int>(slots.size()) - 1 - index);
+    tiles.clear_gradients(static_cast<int>(slots.size()) - 1 - index);
     // Every reader has written its part of this layer's gradient: gather it from the margins and copies
     // where the readers left it.
     if (!l.is_data()) {
-        zero_unwritten(s.own());  // no reader wrote it; halos and copies' gradients add to it
-        for (auto& t : s.tiles) scatter(*t);
+        tiles.zero_unwritten(s.own());  // no reader wrote it; halos and copies' gradients add to it
+        for (Tile* t : s.tiles) exchanges.scatter(*t);
     }
-    comm.progress();  // the weight-gradient allreduces started so far
-    for (Comm* holders : holder_groups) holders->progress();
+    optimizer.progress();  // the weight-gradient allreduces started so far
     timeline.observe_allreduces(false);
     const bool speaks = l.op == OpKind::label ? true : s.own().leader;
     rules_of(l.op).backward(*this, s, index, speaks);

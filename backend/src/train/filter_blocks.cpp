@@ -1,5 +1,5 @@
 // A convolution's weight gradient by blocks of filters: where the processes split the samples' space alone
-// and share the layer's weights (place_parameters), each process computes the weight gradient of its share
+// and share the layer's weights (Optimizer::place), each process computes the weight gradient of its share
 // of the filters over the whole samples, from the layer's input and output gradient gathered whole in memory
 // the processes share, rather than every filter's over its own tile, which the processes would then sum.
 //
@@ -21,8 +21,7 @@ namespace dsl::backend {
 // weights are at least as many floats as its input and output together: scheduler/src/paths.cpp), and its
 // weights are in the memory they share and its tiles gathered there.
 bool Trainer::Impl::weight_gradient_by_filters(int index) const {
-    const Slot& s = slots[static_cast<std::size_t>(index)];
-    return paths[static_cast<std::size_t>(index)].on(scheduler::PathKind::filter_blocks) && s.shares_parameters;
+    return paths[static_cast<std::size_t>(index)].on(scheduler::PathKind::filter_blocks) && optimizer.shares(index);
 }
 
 // The whole input and output gradient of each layer that computes its weight gradient by blocks of filters,
@@ -31,7 +30,7 @@ void Trainer::Impl::place_filter_blocks() {
     for (std::size_t i = 0; i < slots.size(); ++i) {
         if (!paths[i].on(scheduler::PathKind::filter_blocks)) continue;
         Slot& s = slots[i];
-        if (!s.shares_parameters) {
+        if (!optimizer.shares(static_cast<int>(i))) {
             paths[i].set(scheduler::PathKind::filter_blocks, false, "its weights are not shared on the node");
             continue;
         }
@@ -53,7 +52,8 @@ void Trainer::Impl::place_filter_blocks() {
 }
 
 // Layer `index`'s weight gradient for this process's share of its filters (the r-th of P equal parts, the
-// share of the weights it updates: optimize), with its input's and output gradient's tiles gathered whole.
+// share of the weights it updates: Optimizer::update), with its input's and output gradient's tiles gathered
+// whole.
 void Trainer::Impl::filter_block_weight_gradient(Slot& s, int index) {
     const Layer& l = *s.layer;
     Slot::Gathered& whole = *s.gathered;

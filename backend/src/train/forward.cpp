@@ -10,18 +10,17 @@ namespace dsl::backend {
 // blocked tile, conv_input's box), its padding set.
 ConstView Trainer::Impl::windowed_input(const Layer& l, int index, const Box& read) {
     Tile& in = *slots[static_cast<std::size_t>(index)].operands[0];
-    set_padding(in, rules_of(l.op).padding());
+    tiles.set_padding(in, rules_of(l.op).padding());
     return view_of(in.y, in, read);
 }
 
 double Trainer::Impl::forward(DataSource& data, std::int64_t first, bool training) {
-    ++step_index;
     step_first = first;
     step_training = training;
     step_data = &data;
-    sent_bytes = 0;
+    exchanges.begin_step();
     timeline.begin_step(slots.size());
-    if (training) clear_gradients(-1);  // a loss writes its logits' gradient in forward
+    if (training) tiles.clear_gradients(-1);  // a loss writes its logits' gradient in forward
     double loss = 0.0;
     losses.clear();
     for (std::size_t i = 0; i < slots.size(); ++i) {
@@ -39,7 +38,7 @@ void Trainer::Impl::forward_layer(DataSource& data, std::int64_t first, bool tra
     const int index = static_cast<int>(i);
     // A recomputed layer's values go where the plan puts them in forward (backward moved them).
     if (!recomputing)
-        for (auto& t : s.tiles)
+        for (Tile* t : s.tiles)
             if (t->forward_buffer >= 0) bind(*t, t->forward_buffer);
     const bool overlapped = overlaps(index);
     for (Tile* t : s.operands)
@@ -52,7 +51,7 @@ void Trainer::Impl::forward_layer(DataSource& data, std::int64_t first, bool tra
         mem.narrow(y, precision_of(index),
                    plan_of(index).stored
                        ? s.own().stored_bits()
-                       : reinterpret_cast<std::uint16_t*>(scratch.reserve((y.dims.elements() + 1) / 2)));
+                       : reinterpret_cast<std::uint16_t*>(tiles.scratch((y.dims.elements() + 1) / 2)));
     }
 }
 
@@ -100,8 +99,8 @@ bool Trainer::Impl::blocked_interior_copied(const Slot& s, const Tile& in, const
 void Trainer::Impl::overlapped_forward(Slot& s, int index) {
     const scheduler::OverlapParts& parts = plan_of(index).overlap;
     Tile& in = *s.operands[0];
-    set_padding(in, rules_of(s.layer->op).padding());
-    start_gather(in);
+    tiles.set_padding(in, rules_of(s.layer->op).padding());
+    exchanges.start_gather(in);
     // Of a blocked tile, a part's view is not dense, and oneDNN would copy the interior in and its outputs out
     // (blocked_interior_copied). Where that costs more than computing the strips twice, the interior's outputs
     // are computed with the rest, by a window over the whole tile (the one view of it that oneDNN reads in
@@ -111,7 +110,7 @@ void Trainer::Impl::overlapped_forward(Slot& s, int index) {
     const Box& first = in.lanes == 1 || blocked_interior_copied(s, in, parts) ? parts.inner : s.own().box;
     bool again = !first.empty();
     if (again) windowed_forward(s, first);
-    finish_gather(in);
+    exchanges.finish_gather(in);
     for (const Box& strip : parts.strips) {
         windowed_forward(s, strip, again);
         again = true;

@@ -24,14 +24,14 @@
 // Evaluation and prediction (TrainConfig::training false) keep planar tiles: a convolution of blocked tiles sums
 // in another order than the NHWC kernel of planar ones (forward_nhwc_pd), and a prediction is to be the same
 // bytes under every schedule.
-#include "trainer_impl.hpp"
+#include "tiles.hpp"
 
 namespace dsl::backend {
 
 // A blocked tile's margins: the plan's where a neighbour's halo lies, none at the tensor's border.
-Margins Trainer::Impl::blocked_margins(const Tile& t) const {
+Margins Tiles::blocked_margins(const Tile& t) const {
     Margins m = t.need;
-    const Dims& whole = global_dims(t.spec.layer);
+    const Dims& whole = plan_.layers[static_cast<std::size_t>(t.spec.layer)].whole;
     for (int d = 0; d < m.rank(); ++d) {
         if (t.box.space[d].lo <= 0) m[d].before = 0;
         if (t.box.space[d].hi >= whole.space[d]) m[d].after = 0;

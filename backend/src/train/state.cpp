@@ -44,26 +44,17 @@ std::vector<StateTensor> Trainer::Impl::state(bool read) {
         const bool keeps_bias = keeps && s.adds_bias;
         add(l.name + ".weight", wshape, s.w, wb, keeps, s.blocked_weights);
         if (bias) add(l.name + ".bias", bshape, s.b, bb, keeps_bias);
-        if (!s.running_mean.empty()) {  // batch norm's running statistics
-            // Each process moves its block of them: the first holder of each block gives it to the others.
-            if (read && s.holders) {
-                s.running_mean = gathered(bb, s.running_mean.data() + s.filters.lo, keeps);
-                s.running_var = gathered(bb, s.running_var.data() + s.filters.lo, keeps);
-            }
-            out.push_back(StateTensor{l.name + ".running_mean", bshape, s.running_mean.data(), bb.total});
-            out.push_back(StateTensor{l.name + ".running_var", bshape, s.running_var.data(), bb.total});
+        if (stats.has_running(s.index)) {  // batch norm's running statistics
+            Statistics::Gather gather;
+            if (read && s.holders) gather = [&](const float* held) { return gathered(bb, held, keeps); };
+            stats.add_state(s.index, l.name, bshape, bb.total, static_cast<std::size_t>(s.filters.lo), gather, out);
         }
-        if (config.optimizer == frontend::Optimizer::sgd) {
-            add(l.name + ".weight.momentum", wshape, s.mw, wb, keeps, s.blocked_weights);
-            if (bias) add(l.name + ".bias.momentum", bshape, s.mb, bb, keeps_bias);
-        } else {
-            add(l.name + ".weight.exp_avg", wshape, s.mw, wb, keeps, s.blocked_weights);
-            add(l.name + ".weight.exp_avg_sq", wshape, s.vw, wb, keeps, s.blocked_weights);
-            if (bias) {
-                add(l.name + ".bias.exp_avg", bshape, s.mb, bb, keeps_bias);
-                add(l.name + ".bias.exp_avg_sq", bshape, s.vb, bb, keeps_bias);
-            }
-        }
+        optimizer.each_moment(s.index, [&](const std::string& suffix, Tensor& moment, bool of_bias) {
+            if (of_bias)
+                add(l.name + suffix, bshape, moment, bb, keeps_bias);
+            else
+                add(l.name + suffix, wshape, moment, wb, keeps, s.blocked_weights);
+        });
     }
     return out;
 }

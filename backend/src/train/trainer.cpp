@@ -35,7 +35,7 @@ Trainer::~Trainer() = default;
 double Trainer::step(DataSource& data, std::int64_t first) {
     const double loss = impl_->forward(data, first, true);
     impl_->backward();
-    impl_->update();
+    impl_->optimizer.update();
     return loss;
 }
 
@@ -54,9 +54,8 @@ OutputTile Trainer::output_tile(int layer) {
     if (s.own().partial || s.own().box.c.size() != m.global_dims(layer).c) {
         // Split over its channels: a copy with every channel, as a loss reads it, where forward made one.
         every_channel = nullptr;
-        for (auto& c : s.tiles)
-            if (!c->partial && c->box.c.size() == m.global_dims(layer).c && c->gathered == m.step_index)
-                every_channel = c.get();
+        for (Impl::Tile* c : s.tiles)
+            if (!c->partial && c->box.c.size() == m.global_dims(layer).c && m.exchanges.holds(*c)) every_channel = c;
         if (!every_channel)
             throw UserError("layer '" + s.layer->name +
                             "' is split over its channels under this schedule (F or C parts), and no layer reads "
@@ -78,7 +77,7 @@ OutputTile Trainer::output_tile(int layer) {
     out.dims = t.y.dims();
     if (t.stored) {
         // Its float32 values' memory is shared: the 16-bit copy holds them.
-        const View wide = dense_view(m.scratch.reserve(out.dims.elements()), out.dims);
+        const View wide = dense_view(m.tiles.scratch(out.dims.elements()), out.dims);
         m.mem.widen(t.stored_bits(), m.precision_of(layer), wide);
         m.to_host(wide, out.values);
     } else {
@@ -87,20 +86,17 @@ OutputTile Trainer::output_tile(int layer) {
     return out;
 }
 
-std::int64_t Trainer::updates() const { return impl_->updates; }
+std::int64_t Trainer::updates() const { return impl_->optimizer.updates(); }
 
-void Trainer::set_updates(std::int64_t n) {
-    impl_->updates = n;
-    impl_->last_lr = impl_->config.schedule.lr(impl_->config.lr, n);
-}
+void Trainer::set_updates(std::int64_t n) { impl_->optimizer.set_updates(n); }
 
-double Trainer::last_lr() const { return impl_->last_lr; }
+double Trainer::last_lr() const { return impl_->optimizer.last_lr(); }
 
-Trainer::LossScale Trainer::loss_scale() const { return impl_->scaling; }
+Trainer::LossScale Trainer::loss_scale() const { return impl_->optimizer.loss_scale(); }
 
-void Trainer::set_loss_scale(const LossScale& s) { impl_->scaling = s; }
+void Trainer::set_loss_scale(const LossScale& s) { impl_->optimizer.set_loss_scale(s); }
 
-bool Trainer::last_step_skipped() const { return impl_->skipped; }
+bool Trainer::last_step_skipped() const { return impl_->optimizer.skipped(); }
 
 const TrainConfig& Trainer::config() const { return impl_->config; }
 
@@ -116,25 +112,14 @@ const StepProfile& Trainer::last_profile() const { return impl_->timeline.profil
 
 const std::vector<scheduler::LayerPaths>& Trainer::paths() const { return impl_->paths; }
 
-std::int64_t Trainer::halo_bytes() const { return impl_->sent_bytes; }
+std::int64_t Trainer::halo_bytes() const { return impl_->exchanges.sent_bytes(); }
 
 std::int64_t Trainer::memory_bytes() const {
-    std::int64_t floats = 0;
-    for (const auto& s : impl_->slots) {
-        for (const auto& t : s.tiles) {
-            if (t->forward_buffer < 0) floats += t->y.size();  // recomputed values are in shared_buffers
-            for (const auto* m : {&t->forward_messages, &t->backward_messages})
-                for (const auto* buffers : {&m->sends, &m->receives})
-                    for (const auto& buffer : *buffers) floats += buffer.size();
-        }
-        floats +=
-            s.w.size() + s.dw.size() + s.mw.size() + s.b.size() + s.db.size() + s.mb.size() + s.vw.size() + s.vb.size();
-        floats += static_cast<std::int64_t>(s.mean.size() * 4) + static_cast<std::int64_t>(s.labels.size());
-    }
-    floats += impl_->targets.size() + static_cast<std::int64_t>(impl_->host_targets.size());
-    for (const auto& b : impl_->shared_buffers) floats += b.size();
-    for (const auto& s : impl_->slots)
-        if (!s.tiles.empty() && s.tiles.front()->stored) floats += s.tiles.front()->stored->size();
+    const Impl& m = *impl_;
+    std::int64_t floats = m.tiles.floats() + m.exchanges.floats() + m.stats.floats() + m.optimizer.floats();
+    for (const auto& s : m.slots)
+        floats += s.w.size() + s.dw.size() + s.b.size() + s.db.size() + static_cast<std::int64_t>(s.labels.size());
+    floats += m.targets.size() + static_cast<std::int64_t>(m.host_targets.size());
     return 4 * floats;
 }
 

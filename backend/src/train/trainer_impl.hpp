@@ -1,13 +1,19 @@
-// The trainer's state (Trainer::Impl): the plan's tiles with their memory, the parameters, the buffers
-// the steps share, and the profile (a part of its own, which the trainer changes only through its functions:
-// timeline.hpp). Its member functions are defined by concern, a file each, as listed below; what every file
-// uses (the tile views and gradient writers) is defined here.
+// The trainer (Trainer::Impl): it runs the plan's forward, backward and update over the slots, one a layer
+// (tile.hpp), through its parts, each of which owns its state and changes it only through its own functions:
+// the tiles and buffers (tiles.hpp), the exchanges (exchanges.hpp), the normalization statistics
+// (statistics.hpp), the update (optimizer.hpp) and the profile (timeline.hpp). What the plan decides, it reads
+// from the plan. Its member functions are defined by concern, a file each, as listed below.
 #pragma once
 
 #include <dsl/backend/trainer.hpp>
 #include <dsl/scheduler/paths.hpp>
 
 #include "../random/splitmix.hpp"
+#include "exchanges.hpp"
+#include "optimizer.hpp"
+#include "statistics.hpp"
+#include "tile.hpp"
+#include "tiles.hpp"
 #include "timeline.hpp"
 
 #include <dsl/base/error.hpp>
@@ -77,79 +83,8 @@ struct Block {
 };
 
 struct Trainer::Impl {
-    // The message buffers of one direction of a tile's exchange, one per piece of the plan, in its order.
-    struct Messages {
-        std::vector<Buffer> sends, receives;
-    };
-
-    // A tile of the plan with its memory: its values and gradient (with the margins the plan gives it), what
-    // its margins hold now, and its message buffers.
-    struct Tile : scheduler::TilePlan {
-        Tensor y, dy;
-        std::int64_t lanes = 1;  // y's and dy's: planar, or blocked (layouts.cpp) and without margins
-        float padding = 0.0f;    // what the margins outside the tensor hold now
-        Messages forward_messages, backward_messages;
-        std::int64_t gathered = -1;   // the step whose halos (or copy) it holds
-        std::int64_t scattered = -1;  // the step whose gradient it has sent back
-        // An accumulated gradient that no reader has written yet this step: its margins are zero, its interior
-        // is not (the first reader to write all of it writes rather than adds: see `input_gradient`).
-        bool unwritten = false;
-        // A narrowed layer's own tile (precision=bfloat16, float16): its interior in 16 bits, from forward to
-        // the backward that widens it again.
-        std::optional<Buffer> stored;
-        std::uint16_t* stored_bits() { return reinterpret_cast<std::uint16_t*>(stored->data()); }
-    };
-
-    struct Slot {
-        const Layer* layer = nullptr;
-        std::vector<std::unique_ptr<Tile>> tiles;  // the own tile first, then copies
-        std::vector<Tile*> operands;               // per input: the tile this layer reads
-        std::vector<std::int32_t> labels;          // a loss's labels, over its logits tile
-        Comm* group = nullptr;                     // batch and group norm, global pooling: who sums statistics
-
-        // Parameters, in the kernels' memory: weights (or batch-norm scale) and bias (or shift, {1, C, 1, 1}),
-        // their gradients and momenta. A layer without a bias has empty b, db, mb.
-        Tensor w, dw, mw, b, db, mb;
-        // Adam's second moments (its first are mw and mb); empty under sgd.
-        Tensor vw, vb;
-        // Under F or C parts (a split that cuts the layer's channels) a process holds its block of the parameters
-        // and of their optimizer state alone: a layer with filters its filters' block by its input channels', a
-        // normalization its channels'. The processes that hold the same block (`holders`: the same F and C parts)
-        // sum its gradient. Only the first of the C processes adds the bias (the others' partial sums have none),
-        // and only it makes a bias gradient.
-        // Its blocks (a normalization's channels are `filters`; the whole ranges where the split cuts no channels,
-        // so that `filters.lo` is where its channels start in the whole statistics).
-        Range filters, inputs;
-        bool adds_bias = true;
-        Comm* holders = nullptr;  // who sums the gradients: every process where null
-        // Whether w, b and their moments lie in memory the holders share, each updating its share of them
-        // (place_parameters, optimize).
-        bool shares_parameters = false;
-        // A convolution that computes its weight gradient by blocks of filters (filter_blocks.cpp): its input and
-        // output gradient whole, in memory the processes share; null where it does not.
-        struct Gathered {
-            std::shared_ptr<float> memory;
-            Tensor x, dy;
-        };
-        std::unique_ptr<Gathered> gathered;
-        // Whether dw and db lie in memory where the holders sum them (place_gradients).
-        bool sums_in_node = false;
-        // A convolution whose kernels asked for its weights in 16 x 16 blocks (ConvKernels::blocks_weights):
-        // w, dw and their moments lie so (weight_blocks.hpp), plain only at the state's edges (state.cpp).
-        bool blocked_weights = false;
-        Dims whole;  // the whole weights' (or scale's) dims
-        // Batch norm, on the host: the step's statistics (per channel; group norm's per sample and group), and
-        // batch norm's running ones (under F and C parts this process's block of them is kept up to date, and
-        // state() gathers the rest).
-        std::vector<float> mean, inv_std, running_mean, running_var;
-        // A convolution, batch norm or add whose one reader is a ReLU (or leaky ReLU of slope 0 or more) next in
-        // order, over the same box: training's forward writes the ReLU's output in the same pass rather than its
-        // own, which nothing else reads (fusion.cpp). The ReLU's index; -1 where not fused.
-        int fused_relu = -1;
-
-        Tile& own() { return *tiles.front(); }
-        const Tile& own() const { return *tiles.front(); }
-    };
+    using Tile = backend::Tile;
+    using Slot = backend::Slot;
 
     const frontend::Network& net;
     Kernels k;
@@ -161,22 +96,19 @@ struct Trainer::Impl {
     std::unique_ptr<Comm> self;  // a run on one process
     Comm& comm;
     std::vector<std::unique_ptr<Comm>> groups;
-    std::vector<Comm*> holder_groups;  // the slots' holders, each once: update() waits for their allreduces
-    // Where the weight gradients lie when a group sums them in memory of its own (place_gradients); after
-    // the groups, so that they go first.
-    std::vector<std::shared_ptr<float>> summing_spaces;
-    // Where the weights and the optimizer's moments lie when the processes that hold them share them
-    // (place_parameters): the world's, then the holder groups'; none where each process keeps its own.
-    std::vector<std::shared_ptr<float>> common_parameters;
+    std::vector<Comm*> holder_groups;  // the slots' holders, each once, in the order every process made them
     std::vector<Slot> slots;
-    std::vector<Buffer> shared_buffers;  // the memory under every tile's dy and recomputed values (Plan::buffers)
-    std::vector<double> sums_a, sums_b;  // per-channel reductions
-    std::vector<float> summed_chunk;     // optimize: a chunk of a gradient's sum over the processes
-    std::vector<float> scratch_values;   // on the host: global pooling's values, batch-norm gradients
-    Buffer scratch;  // gradients of tensors with several readers, before they are added; 16 bits nobody keeps
-    Buffer staging;  // an input tile from the data source, on its way to the kernels' memory
-    Buffer targets;  // a regression loss's targets, in the kernels' memory
-    std::vector<float> host_targets;  // and on the host, as the data source gives them
+
+    // The parts (declared in the order they are made: each after those it uses).
+    Timeline timeline;
+    Tiles tiles;
+    Exchanges exchanges;
+    Statistics stats;
+    Optimizer optimizer;
+
+    std::vector<float> scratch_values;  // on the host: global pooling's values, batch-norm gradients
+    Buffer targets;                     // a regression loss's targets, in the kernels' memory
+    std::vector<float> host_targets;    // and on the host, as the data source gives them
     std::vector<float> host_tile;
     std::vector<float> host_channels;  // every channel of an input tile of which a block is read
     // state()'s whole copies of the parameters in a GPU's memory or split in blocks, each with where it came
@@ -188,25 +120,14 @@ struct Trainer::Impl {
         std::optional<Dims> blocked;  // the kernel memory's dims where it holds weights in blocks
     };
     std::vector<StateCopy> host_state;
-    std::vector<LossValue> losses;  // the last forward's, per loss layer
-    std::int64_t step_index = 0;
-    std::int64_t updates = 0;  // the optimizer's steps (Adam's t before its next update)
-    double last_lr = 0.0;
-    Trainer::LossScale scaling;  // dynamic loss scaling's state (scale 0: none)
-    bool skipped = false;        // the last update was skipped
-    // What a loss's gradient is multiplied by: the loss scale, or 1.
-    double gradient_scale() const { return scaling.scale > 0.0 ? scaling.scale : 1.0; }
-    bool unscale_gradients();
+    std::vector<LossValue> losses;    // the last forward's, per loss layer
     std::int64_t step_first = 0;      // the last forward's first sample, which backward's dropout masks draw from
     bool step_training = false;       // and whether it was a training step's
     DataSource* step_data = nullptr;  // and its data, which backward's recomputations read again
     bool recomputing = false;         // a forward run again in backward (recompute=on)
-    std::int64_t sent_bytes = 0;
 
-    // The profile, while profiling is on (timeline.hpp).
     using Kind = ProfileEvent::Kind;
     using Phase = ProfileEvent::Phase;
-    Timeline timeline;
 
     Impl(const frontend::Network& n, Kernels kernels, TrainConfig c, scheduler::Plan p, Comm* shared);
 
@@ -250,52 +171,6 @@ struct Trainer::Impl {
         return w;
     }
 
-    // Writes an input's gradient through `compute(target)`: straight into the tile's gradient when this layer
-    // is its only reader or the first to write all of its interior, else into scratch that is then added to it.
-    template <typename Compute>
-    void input_gradient(Tile& in, const Box& part, Compute&& compute) {
-        const View target = view_of(in.dy, in, part);
-        if (writes(in, part)) {
-            compute(target);
-            return;
-        }
-        const View computed = dense_view(scratch.reserve(target.dims.elements()), target.dims, target.lanes);
-        compute(computed);
-        k.eltwise->accumulate(computed, target);
-    }
-
-    template <typename Compute>
-    void interior_gradient(Tile& in, Compute&& compute) {
-        input_gradient(in, in.box, std::forward<Compute>(compute));
-    }
-
-    // Adds `dy` into an input's interior gradient (a copy where this layer is the first or only writer).
-    void add_gradient(Tile& in, ConstView dy) {
-        const View target = in.dy.interior();
-        if (writes(in, in.box))
-            k.eltwise->copy(dy, target);
-        else
-            k.eltwise->accumulate(dy, target);
-    }
-
-    // Whether a reader writes `part` of an input's gradient rather than adds to it: it is the only reader,
-    // or the first to write an unwritten gradient's whole interior. An unwritten gradient that a smaller part
-    // goes to first is zeroed for it.
-    bool writes(Tile& in, const Box& part) {
-        if (in.readers == 1) return true;
-        if (in.unwritten && part == in.box) {
-            in.unwritten = false;
-            return true;
-        }
-        zero_unwritten(in);
-        return false;
-    }
-    void zero_unwritten(Tile& t) {
-        if (!t.unwritten) return;
-        mem.fill(t.dy.interior(), 0.0f);
-        t.unwritten = false;
-    }
-
     bool is_input(const Tile* t) const {
         return net.layers[static_cast<std::size_t>(t->spec.layer)].op == OpKind::input;
     }
@@ -303,13 +178,8 @@ struct Trainer::Impl {
     // Dropout is on in training steps unless the config turns it off (evaluation).
     bool dropping(bool training) const { return training && config.training; }
 
-    // setup.cpp: the tiles and buffers the plan gives, the process groups, the initial parameters.
+    // setup.cpp: the parts, the process groups, the initial parameters.
     scheduler::RunFacts facts() const;
-    void allocate();
-    // layouts.cpp: a blocked tile's margins.
-    Margins blocked_margins(const Tile& t) const;
-    void bind(Tile& t, int buffer);
-    void clear_gradients(int position);
     void make_groups();
     using Values = std::function<float(std::int64_t)>;  // a parameter's element at an index of the whole one
     Tensor parameter(const Block& block, const Dims& whole, const Values& value);
@@ -332,18 +202,13 @@ struct Trainer::Impl {
     std::vector<float> gathered(const Block& block, const float* held, bool keeps);
     void state_written();
 
-    // exchange.cpp: halo exchange and redistribution, padding, and the inputs that the data source makes.
-    static View view_of(Tensor& tensor, const Tile& t, const Box& b);
-    void start(const scheduler::Exchange& p, Messages& m, int tag, Tensor& from, const Tile& from_tile, bool at_source,
-               Kind kind, int layer, std::optional<scheduler::Precision> narrow = std::nullopt);
-    int reader_of(const Tile& t) const;
-    void start_gather(Tile& t);
-    void finish_gather(Tile& t);
-    void gather(Tile& t);
-    void start_scatter(Tile& t);
-    void finish_scatter(Tile& t);
-    void scatter(Tile& t);
-    void set_padding(Tile& t, float v);
+    // A recomputed layer's tile over value buffer `buffer`: it holds no halo until gathered again.
+    void bind(Tile& t, int buffer) {
+        tiles.bind(t, buffer);
+        exchanges.forget(t);
+    }
+
+    // inputs.cpp: the inputs that the data source makes (never sent), and values read back to the host.
     void make_input(DataSource& data, Tile& t, std::int64_t first);
     void make_input_part(DataSource& data, Tile& t, std::int64_t first, const scheduler::Piece& part);
     void to_host(ConstView v, std::vector<float>& out);
@@ -377,9 +242,7 @@ struct Trainer::Impl {
     void forward_fused(Slot& s, const Box& part, bool training, const std::function<bool(View, float)>& fused,
                        const std::function<void()>& alone);
 
-    // normalization.cpp: what batch and group norm share, their statistics' sums and their parameters'
-    // gradients.
-    void group_sum(Slot& s, bool speaks);
+    // normalization.cpp: what batch and group norm share: their scale's and shift's gradients.
     void scale_shift_gradients(Slot& s, const std::vector<double>& d_gamma, const std::vector<double>& d_beta,
                                bool speaks);
 
@@ -389,21 +252,10 @@ struct Trainer::Impl {
     void recompute_for(int index);
     void backward_layer(int index);
 
-    // update.cpp: the gradients' allreduce and the optimizer's update.
-    Comm& gradient_group(const Slot& s) const { return s.holders ? *s.holders : comm; }
-    std::vector<Comm*> parameter_groups();
-    std::vector<Tensor*> group_tensors(const Comm* group, std::initializer_list<Tensor Slot::*> members);
-    void place_gradients();
-    void place_parameters();
-    void set_group_path(const Comm* group, scheduler::PathKind kind, const char* why);
     // filter_blocks.cpp: weight gradients by blocks of filters.
     bool weight_gradient_by_filters(int index) const;
     void place_filter_blocks();
     void filter_block_weight_gradient(Slot& s, int index);
-    bool sum_left_to_update(const Slot& s) const;
-    void allreduce_gradients(Slot& s, bool speaks);
-    void update();
-    void optimize();
 };
 
 }  // namespace dsl::backend
