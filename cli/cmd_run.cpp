@@ -246,6 +246,7 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
         DataOptions eval_data;
         eval_data.data = o.eval_data;
         eval_data.normalize = o.data.normalize;  // as the training data is
+        eval_data.transforms = o.data.transforms;
         if (o.eval_data.empty() && !o.eval_samples)
             error = "synthetic data has no end: give the evaluation set (--eval-data NAME=FILE), or --eval-samples K";
         else

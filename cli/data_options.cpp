@@ -1,4 +1,4 @@
-// --data, --inputs, --labels, --shuffle and --normalize: the command-line side of the data sources in
+// --data, --inputs, --labels, --shuffle, --transform and --normalize: the command-line side of the data sources in
 // backend/data.hpp.
 #include "data_options.hpp"
 
@@ -23,6 +23,11 @@ void add_data_options(CLI::App& cmd, DataOptions& o) {
     cmd.add_flag("--shuffle", o.shuffle,
                  "A new order of the samples every epoch, from the seed and the epoch (the same under any "
                  "schedule)");
+    cmd.add_option("--transform", o.transforms,
+                   "NAME=F,...: element-wise functions of input NAME's values as they are read, in order, after "
+                   "the conversion to float and before --normalize: log1p, sqrt, clip(A, B) (repeat for each input)")
+        ->type_name("NAME=F,...")
+        ->allow_extra_args(false);
     cmd.add_option("--normalize", o.normalize,
                    "Inputs become (x - mean) / std per channel: MEAN,STD for every channel, MEANS:STDS as comma "
                    "lists with one value per channel, or 'file' (the HDF5 data set's attributes 'mean' and 'std')")
@@ -70,6 +75,16 @@ std::unique_ptr<backend::DataSource> make_data(const DataOptions& o, const front
         const int l = only_layer(net, op, flag, error);
         if (l < 0) return nullptr;
         files.files.emplace_back(net.layers[static_cast<std::size_t>(l)].name, *path);
+    }
+    for (const std::string& t : o.transforms) {
+        const std::size_t eq = t.find('=');
+        if (eq == std::string::npos || eq == 0 || eq + 1 == t.size()) {
+            error = fmt::format("--transform '{}': give NAME=F,... (an input's name, then its functions: log1p, sqrt, "
+                                "clip(A, B))",
+                                t);
+            return nullptr;
+        }
+        files.transforms.emplace_back(t.substr(0, eq), t.substr(eq + 1));
     }
     for (const std::string& d : o.data) {
         const std::size_t eq = d.find('=');

@@ -1,6 +1,6 @@
 // The data options that every verb reading a data set shares (`run`, `eval`, `predict`): --data NAME=FILE
 // for each input and label, --inputs/--labels for a network's one input and one label, --shuffle and
-// --normalize; and the backend's data source made from them.
+// --transform and --normalize; and the backend's data source made from them.
 #pragma once
 
 #include <dsl/backend/trainer.hpp>
@@ -22,10 +22,11 @@ struct DataOptions {
     std::string inputs, labels;     // shorthands for the network's one input and one label
     bool shuffle = false;
     std::string normalize;  // "M,S", "M1,M2,...:S1,S2,..." or "file"
+    std::vector<std::string> transforms;  // NAME=F,...: an input's element-wise functions, in order
     bool labels_optional = false;  // `dsl predict`: labels not given read as zeros (backend::DataFiles)
 };
 
-// Adds --data, --inputs, --labels, --shuffle and --normalize to `cmd`, filling `o`.
+// Adds --data, --inputs, --labels, --shuffle, --transform and --normalize to `cmd`, filling `o`.
 void add_data_options(CLI::App& cmd, DataOptions& o);
 
 // The data source for `net` from `o`: synthetic data (a function of `seed`) when no file is named, else the

@@ -1,9 +1,11 @@
 // The data source over files (`--data NAME=FILE`): each input and label layer reads its own array, a .npy
 // file (memory-mapped) or an HDF5 data set (a hyperslab per sample of the tile, so that no process reads
-// more than its tile), through the order of the epoch (--shuffle) and the inputs' normalization.
+// more than its tile), through the order of the epoch (--shuffle), the inputs' transforms (transforms.hpp)
+// and their normalization.
 #include <dsl/backend/data.hpp>
 
 #include "../random/splitmix.hpp"
+#include "transforms.hpp"
 
 #include <dsl/backend/npy.hpp>
 #include <dsl/base/error.hpp>
@@ -424,8 +426,10 @@ struct Stream {
     std::string spec;
     std::unique_ptr<Array> array;
     FileGuard guard;
-    std::vector<float> mean, stddev;  // per channel; empty: as they are
-    std::int64_t classes = 0;         // class labels: every value read is checked to be below it
+    std::vector<Transform> transforms;  // in order, before the normalization; empty: none
+    std::string transforms_text;        // as the command line gave them
+    std::vector<float> mean, stddev;    // per channel; empty: as they are
+    std::int64_t classes = 0;           // class labels: every value read is checked to be below it
 };
 
 class FileSource : public DataSource {
@@ -444,7 +448,18 @@ public:
         const Reading reading(s.spec);
         for (std::int64_t n = 0; n < tile.dims.n; ++n) {
             const View v = one_sample(tile, n);
-            s.guard.read([&] { s.array->read(sample(first + n), at, v); });
+            const std::int64_t i = sample(first + n);
+            s.guard.read([&] { s.array->read(i, at, v); });
+            if (!s.transforms.empty())
+                for_each_row(v, [&](std::int64_t, std::int64_t c, const Index&, float* row) {
+                    const BadValue bad = apply_transforms(s.transforms, row, row_length(v.dims));
+                    if (bad.at < 0) return;
+                    throw UserError(fmt::format(
+                        "{}: sample {}, channel {}: --transform {}={} turns {} into {}; give transforms that keep "
+                        "every value of the data finite",
+                        s.spec, i, c, input.name, s.transforms_text, bad.value,
+                        std::isnan(bad.result) ? std::string("nan") : fmt::format("{}", bad.result)));
+                });
             if (s.mean.empty()) continue;
             for_each_row(v, [&](std::int64_t, std::int64_t c, const Index&, float* row) {
                 const float m = s.mean[static_cast<std::size_t>(c)], d = s.stddev[static_cast<std::size_t>(c)];
@@ -614,9 +629,11 @@ std::unique_ptr<DataSource> make_data_source(const frontend::Network& net, std::
                              net.layers[static_cast<std::size_t>(l)].op == OpKind::input ? "input" : "label",
                              net.layers[static_cast<std::size_t>(l)].name);
     if (files.files.empty()) {
-        if (files.shuffle || !files.normalize.empty()) {
-            error = fmt::format("--{} applies to data from files (--data NAME=FILE); synthetic data has no order",
-                                files.shuffle ? "shuffle" : "normalize");
+        if (files.shuffle || !files.normalize.empty() || !files.transforms.empty()) {
+            error = fmt::format("--{} applies to data from files (--data NAME=FILE), not to synthetic data",
+                                files.shuffle                ? "shuffle"
+                                : !files.normalize.empty() ? "normalize"
+                                                             : "transform");
             return nullptr;
         }
         return make_data_source(net, seed, "", "", error);
@@ -632,6 +649,27 @@ std::unique_ptr<DataSource> make_data_source(const frontend::Network& net, std::
         }
         if (!given.emplace(name, spec).second) {
             error = fmt::format("--data {}: layer '{}' is given twice", name, name);
+            return nullptr;
+        }
+    }
+    // Transforms: of inputs read from files, each input once.
+    std::map<std::string, std::string> transforms;
+    for (const auto& [name, text] : files.transforms) {
+        const int l = net.find(name);
+        if (l < 0 || net.layers[static_cast<std::size_t>(l)].op != OpKind::input || !given.count(name)) {
+            error = fmt::format("--transform {}={}: {} (a transform applies to an input read from a file: {})", name,
+                                text,
+                                l < 0 ? fmt::format("the network has no layer '{}'", name)
+                                : net.layers[static_cast<std::size_t>(l)].op != OpKind::input
+                                    ? fmt::format("'{}' is not an input", name)
+                                    : fmt::format("input '{}' is given no file (--data {}=FILE)", name, name),
+                                names);
+            return nullptr;
+        }
+        if (!transforms.emplace(name, text).second) {
+            error = fmt::format("--transform {}: input '{}' is given twice (give its functions in one list, "
+                                "comma-separated, applied in order)",
+                                name, name);
             return nullptr;
         }
     }
@@ -705,6 +743,15 @@ std::unique_ptr<DataSource> make_data_source(const frontend::Network& net, std::
                 error = fmt::format("{}: {}: the loss compares '{}' with {} classes", s.spec, bad, layer.name, classes);
                 return nullptr;
             }
+        }
+        if (const auto t = transforms.find(layer.name); t != transforms.end()) {
+            const auto parsed = parse_transforms(t->second, error);
+            if (!parsed) {
+                error = fmt::format("--transform {}={}: {}", layer.name, t->second, error);
+                return nullptr;
+            }
+            s.transforms = *parsed;
+            s.transforms_text = t->second;
         }
         if (input && !files.normalize.empty() &&
             !normalization(files.normalize, s, layer.shape.dims[0], layer.name, error))

@@ -44,6 +44,9 @@ struct DataFiles {
     // (one value per channel, or one for all, on each side of the colon); "file" (the HDF5 attributes
     // `mean` and `std` of each input's data set, a number or one per channel).
     std::string normalize;
+    // Element-wise functions of an input's values, applied as they are read, in order, after the conversion
+    // to float and before `normalize`: input name, then "log1p", "sqrt" or "clip(A, B)", comma-separated.
+    std::vector<std::pair<std::string, std::string>> transforms = {};
     // Labels may go unnamed (`dsl predict`, whose loss nobody reads): such a label reads as zeros, class 0.
     bool labels_optional = false;
 };

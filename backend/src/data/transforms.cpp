@@ -1,0 +1,100 @@
+// The element-wise transforms of inputs as they are read (transforms.hpp).
+#include "transforms.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstdlib>
+
+namespace dsl::backend {
+
+float Transform::operator()(float v) const {
+    switch (kind) {
+        case Kind::log1p: return std::log1p(v);
+        case Kind::sqrt: return std::sqrt(v);
+        case Kind::clip: return v < lo ? lo : v > hi ? hi : v;  // NaN stays NaN, as numpy's clip
+    }
+    return v;
+}
+
+std::string Transform::text() const {
+    switch (kind) {
+        case Kind::log1p: return "log1p";
+        case Kind::sqrt: return "sqrt";
+        case Kind::clip: return fmt::format("clip({}, {})", lo, hi);
+    }
+    return "";
+}
+
+namespace {
+
+// A finite number and nothing else (surrounding spaces allowed).
+std::optional<float> number(const std::string& word) {
+    const std::size_t first = word.find_first_not_of(' '), last = word.find_last_not_of(' ');
+    if (first == std::string::npos) return std::nullopt;
+    const std::string w = word.substr(first, last - first + 1);
+    char* stop = nullptr;
+    const float v = std::strtof(w.c_str(), &stop);
+    if (*stop != '\0' || !std::isfinite(v)) return std::nullopt;
+    return v;
+}
+
+std::string trimmed(const std::string& s) {
+    const std::size_t first = s.find_first_not_of(' '), last = s.find_last_not_of(' ');
+    return first == std::string::npos ? "" : s.substr(first, last - first + 1);
+}
+
+}  // namespace
+
+std::optional<std::vector<Transform>> parse_transforms(const std::string& text, std::string& error) {
+    std::vector<Transform> out;
+    // The functions, split at the commas outside parentheses.
+    std::vector<std::string> words{""};
+    int depth = 0;
+    for (char c : text) {
+        if (c == '(') ++depth;
+        if (c == ')') --depth;
+        if (c == ',' && depth == 0)
+            words.emplace_back();
+        else
+            words.back() += c;
+    }
+    for (const std::string& raw : words) {
+        const std::string w = trimmed(raw);
+        Transform t;
+        if (w == "log1p") {
+            t.kind = Transform::Kind::log1p;
+        } else if (w == "sqrt") {
+            t.kind = Transform::Kind::sqrt;
+        } else if (w.rfind("clip(", 0) == 0 && w.back() == ')') {
+            const std::string args = w.substr(5, w.size() - 6);
+            const std::size_t comma = args.find(',');
+            const auto lo = comma == std::string::npos ? std::nullopt : number(args.substr(0, comma));
+            const auto hi = comma == std::string::npos ? std::nullopt : number(args.substr(comma + 1));
+            if (!lo || !hi || !(*lo <= *hi)) {
+                error = fmt::format("'{}': clip takes two numbers, the lower bound first: clip(A, B)", w);
+                return std::nullopt;
+            }
+            t.kind = Transform::Kind::clip, t.lo = *lo, t.hi = *hi;
+        } else {
+            error = fmt::format("'{}' is not a transform: give log1p, sqrt or clip(A, B), comma-separated, applied "
+                                "in order",
+                                w);
+            return std::nullopt;
+        }
+        out.push_back(t);
+    }
+    return out;
+}
+
+BadValue apply_transforms(const std::vector<Transform>& fs, float* row, std::int64_t n) {
+    for (std::int64_t i = 0; i < n; ++i) {
+        float v = row[i];
+        for (const Transform& f : fs) v = f(v);
+        if (!std::isfinite(v)) return {i, row[i], v};
+        row[i] = v;
+    }
+    return {};
+}
+
+}  // namespace dsl::backend

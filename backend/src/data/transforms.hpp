@@ -1,0 +1,34 @@
+// Element-wise functions of an input's values as a data file holds them (`--transform NAME=F,...`): each
+// process applies them to its own tile as it reads it, after the conversion to float and before
+// --normalize, so that a transform commutes with every split. MLPerf HPC's CosmoFlow reads its int16 counts
+// as log(x + 1): `--transform x=log1p`.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dsl::backend {
+
+struct Transform {
+    enum class Kind { log1p, sqrt, clip } kind = Kind::log1p;
+    float lo = 0.0f, hi = 0.0f;  // clip's bounds
+    float operator()(float v) const;
+    std::string text() const;  // as written: "log1p", "clip(0, 1)"
+};
+
+// "log1p", "sqrt", "clip(A, B)", comma-separated and applied in that order; nothing with the reason, for
+// "--transform NAME=TEXT: ...", where one is not such a function.
+std::optional<std::vector<Transform>> parse_transforms(const std::string& text, std::string& error);
+
+// Applies `fs` in order to each of the `n` values at `row`. The first value they turn into a NaN or an
+// infinity (log1p below -1, sqrt below 0) stops it: its index, the value and what it became, for the caller
+// to name the file and the sample; `at` -1 where every value stayed finite.
+struct BadValue {
+    std::int64_t at = -1;
+    float value = 0.0f, result = 0.0f;
+};
+BadValue apply_transforms(const std::vector<Transform>& fs, float* row, std::int64_t n);
+
+}  // namespace dsl::backend
