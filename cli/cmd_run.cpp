@@ -247,6 +247,7 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
         eval_data.data = o.eval_data;
         eval_data.normalize = o.data.normalize;  // as the training data is
         eval_data.transforms = o.data.transforms;
+        eval_data.layouts = o.data.layouts;
         if (o.eval_data.empty() && !o.eval_samples)
             error = "synthetic data has no end: give the evaluation set (--eval-data NAME=FILE), or --eval-samples K";
         else

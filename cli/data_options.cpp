@@ -1,4 +1,4 @@
-// --data, --inputs, --labels, --shuffle, --transform and --normalize: the command-line side of the data sources in
+// --data, --inputs, --labels, --shuffle, --layout, --transform and --normalize: the command-line side of the data sources in
 // backend/data.hpp.
 #include "data_options.hpp"
 
@@ -23,6 +23,11 @@ void add_data_options(CLI::App& cmd, DataOptions& o) {
     cmd.add_flag("--shuffle", o.shuffle,
                  "A new order of the samples every epoch, from the seed and the epoch (the same under any "
                  "schedule)");
+    cmd.add_option("--layout", o.layouts,
+                   "NAME=NHWC|NDHWC: input NAME's file stores each sample channels-last (an image's [H, W, C], a "
+                   "volume's [D, H, W, C]); NCHW and NCDHW, channels first, are the default")
+        ->type_name("NAME=LAYOUT")
+        ->allow_extra_args(false);
     cmd.add_option("--transform", o.transforms,
                    "NAME=F,...: element-wise functions of input NAME's values as they are read, in order, after "
                    "the conversion to float and before --normalize: log1p, sqrt, clip(A, B) (repeat for each input)")
@@ -75,6 +80,14 @@ std::unique_ptr<backend::DataSource> make_data(const DataOptions& o, const front
         const int l = only_layer(net, op, flag, error);
         if (l < 0) return nullptr;
         files.files.emplace_back(net.layers[static_cast<std::size_t>(l)].name, *path);
+    }
+    for (const std::string& t : o.layouts) {
+        const std::size_t eq = t.find('=');
+        if (eq == std::string::npos || eq == 0 || eq + 1 == t.size()) {
+            error = fmt::format("--layout '{}': give NAME=NHWC (an input's name, then its file's layout)", t);
+            return nullptr;
+        }
+        files.layouts.emplace_back(t.substr(0, eq), t.substr(eq + 1));
     }
     for (const std::string& t : o.transforms) {
         const std::size_t eq = t.find('=');

@@ -1,6 +1,6 @@
 // The data options that every verb reading a data set shares (`run`, `eval`, `predict`): --data NAME=FILE
 // for each input and label, --inputs/--labels for a network's one input and one label, --shuffle and
-// --transform and --normalize; and the backend's data source made from them.
+// --layout, --transform and --normalize; and the backend's data source made from them.
 #pragma once
 
 #include <dsl/backend/trainer.hpp>
@@ -23,10 +23,11 @@ struct DataOptions {
     bool shuffle = false;
     std::string normalize;  // "M,S", "M1,M2,...:S1,S2,..." or "file"
     std::vector<std::string> transforms;  // NAME=F,...: an input's element-wise functions, in order
+    std::vector<std::string> layouts;     // NAME=NHWC|NDHWC|NCHW|NCDHW: how an input's file lays out a sample
     bool labels_optional = false;  // `dsl predict`: labels not given read as zeros (backend::DataFiles)
 };
 
-// Adds --data, --inputs, --labels, --shuffle, --transform and --normalize to `cmd`, filling `o`.
+// Adds --data, --inputs, --labels, --shuffle, --layout, --transform and --normalize to `cmd`, filling `o`.
 void add_data_options(CLI::App& cmd, DataOptions& o);
 
 // The data source for `net` from `o`: synthetic data (a function of `seed`) when no file is named, else the

@@ -5,6 +5,7 @@
 #include <dsl/backend/data.hpp>
 
 #include "../random/splitmix.hpp"
+#include "array.hpp"
 #include "transforms.hpp"
 
 #include <dsl/backend/npy.hpp>
@@ -25,6 +26,7 @@
 #include <map>
 #include <numeric>
 #include <optional>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -35,25 +37,7 @@ using frontend::OpKind;
 
 namespace {
 
-// One file's array, [S, ...]: a sample's block at a time.
-class Array {
-public:
-    virtual ~Array() = default;
-    virtual const std::vector<std::int64_t>& shape() const = 0;
-    virtual std::string type_name() const = 0;  // "float32", "uint8", "string"
-    virtual bool integer() const = 0;
-    virtual bool number() const = 0;  // an integer or a float, which converts to float
-    // Sample s's channels [0, out.c) and the spatial block of out's extents at `at`: `out` is {1, c, extents}
-    // of an array [S, C, spatial...] ([S, K] without spatial dimensions), or, for class labels, {1, 1,
-    // extents} of an array [S, spatial...] ([S] without).
-    virtual void read(std::int64_t s, const Index& at, View out) = 0;
-    virtual void read(std::int64_t s, const Index& at, BasicView<std::int32_t> out) = 0;
-    // The first value outside [0, classes), as "label V of sample S is outside [0, K)", or empty; read a block
-    // of samples at a time.
-    virtual std::string out_of_range(std::int64_t classes) = 0;
-    // The numbers of attribute `name`, for --normalize file; false with the reason.
-    virtual bool attribute(const std::string& name, std::vector<double>& out, std::string& error) = 0;
-};
+using data::Array;
 
 std::string range_message(std::int64_t v, std::int64_t sample, std::int64_t classes) {
     return fmt::format("label {} of sample {} is outside [0, {})", v, sample, classes);
@@ -73,6 +57,10 @@ public:
     void read(std::int64_t s, const Index& at, BasicView<std::int32_t> out) override {
         std::string error;
         if (!copy_label_tile(file_, s, at, out, error)) throw UserError(error);
+    }
+    void read_dense(std::int64_t s, std::int64_t first, const Index& at, View out) override {
+        std::string error;
+        if (!copy_sample_tile(file_, s, first, at, out, error)) throw UserError(error);
     }
     std::string out_of_range(std::int64_t classes) override {
         const std::int64_t per_sample = file_.elements() / std::max<std::int64_t>(1, file_.shape()[0]);
@@ -218,6 +206,9 @@ public:
             in += row_length(d);
         });
     }
+    void read_dense(std::int64_t s, std::int64_t first, const Index& at, View out) override {
+        read_block(s, 1, at, out.dims, H5T_NATIVE_FLOAT, out.base, H5I_INVALID_HID, first);
+    }
     void read(std::int64_t s, const Index& at, BasicView<std::int32_t> out) override {
         const Dims d = out.dims;
         ints_.resize(static_cast<std::size_t>(d.elements()));
@@ -294,17 +285,17 @@ private:
         return e;
     }
 
-    // Samples [s, s + n) of the block of `d` (its channels when the array has them, and the spatial extents
-    // from `at`), densely into `buffer` as the memory type converts them. `memory`, when given, is where the
+    // Samples [s, s + n) of the block of `d` (its channels from `first_channel` when the array has them, and
+    // the spatial extents from `at`), densely into `buffer` as the memory type converts them. `memory`, when given, is where the
     // block goes in `buffer` (a selection of the block's elements).
     void read_block(std::int64_t s, std::int64_t n, const Index& at, const Dims& d, hid_t memory_type, void* buffer,
-                    hid_t memory_space = H5I_INVALID_HID) {
+                    hid_t memory_space = H5I_INVALID_HID, std::int64_t first_channel = 0) {
         std::vector<hsize_t> start{static_cast<hsize_t>(s)}, count{static_cast<hsize_t>(n)};
         auto add = [&](std::int64_t first, std::int64_t size) {
             start.push_back(static_cast<hsize_t>(first));
             count.push_back(static_cast<hsize_t>(size));
         };
-        if (channels(d)) add(0, d.c);
+        if (channels(d)) add(first_channel, d.c);
         for (int k = 0; k < d.rank(); ++k) add(at[k], d.space[k]);
         DSL_INTERNAL_CHECK(start.size() == shape_.size(), "hdf5 read: rank " + std::to_string(shape_.size()));
         // The memory space has the selection's shape, so that HDF5 takes its direct path (reads into the
@@ -629,11 +620,12 @@ std::unique_ptr<DataSource> make_data_source(const frontend::Network& net, std::
                              net.layers[static_cast<std::size_t>(l)].op == OpKind::input ? "input" : "label",
                              net.layers[static_cast<std::size_t>(l)].name);
     if (files.files.empty()) {
-        if (files.shuffle || !files.normalize.empty() || !files.transforms.empty()) {
+        if (files.shuffle || !files.normalize.empty() || !files.transforms.empty() || !files.layouts.empty()) {
             error = fmt::format("--{} applies to data from files (--data NAME=FILE), not to synthetic data",
                                 files.shuffle                ? "shuffle"
-                                : !files.normalize.empty() ? "normalize"
-                                                             : "transform");
+                                : !files.normalize.empty()   ? "normalize"
+                                : !files.transforms.empty() ? "transform"
+                                                             : "layout");
             return nullptr;
         }
         return make_data_source(net, seed, "", "", error);
@@ -651,6 +643,30 @@ std::unique_ptr<DataSource> make_data_source(const frontend::Network& net, std::
             error = fmt::format("--data {}: layer '{}' is given twice", name, name);
             return nullptr;
         }
+    }
+    // Layouts: an input read from a file, stored channels-first (the default) or channels-last, as its rank
+    // says (an image's NCHW or NHWC, a volume's NCDHW or NDHWC).
+    std::map<std::string, std::string> channels_last;
+    std::set<std::string> laid_out;
+    for (const auto& [name, layout] : files.layouts) {
+        const int l = net.find(name);
+        const bool read = l >= 0 && net.layers[static_cast<std::size_t>(l)].op == OpKind::input && given.count(name);
+        const bool volume = read && net.layers[static_cast<std::size_t>(l)].shape.dims.size() == 4;
+        const std::string first = volume ? "NCDHW" : "NCHW", last = volume ? "NDHWC" : "NHWC";
+        if (!read || (layout != first && layout != last)) {
+            error = fmt::format(
+                "--layout {}={}: {}", name, layout,
+                !read ? fmt::format("a layout is an input's read from a file, and '{}' is not one ({})", name, names)
+                      : fmt::format("input '{}' is {}: its file is {} (channels first, the default) or {} "
+                                    "(channels last)",
+                                    name, net.layers[static_cast<std::size_t>(l)].shape.str(), first, last));
+            return nullptr;
+        }
+        if (!laid_out.insert(name).second) {
+            error = fmt::format("--layout {}: input '{}' is given twice", name, name);
+            return nullptr;
+        }
+        if (layout == last) channels_last.emplace(name, layout);
     }
     // Transforms: of inputs read from files, each input once.
     std::map<std::string, std::string> transforms;
@@ -706,18 +722,33 @@ std::unique_ptr<DataSource> make_data_source(const frontend::Network& net, std::
         const auto& shape = s.array->shape();
         std::vector<std::int64_t> want{shape.empty() ? 0 : shape[0]};
         if (samples >= 0) want[0] = samples;
-        want.insert(want.end(), layer.shape.dims.begin(), layer.shape.dims.end());
-        const std::string dims = shape_str(layer.shape.dims);
+        // The layer's dims as the file stores them: channels last, where --layout says so.
+        std::vector<std::int64_t> stored = layer.shape.dims;
+        const bool last = channels_last.count(layer.name) > 0;
+        if (last) std::rotate(stored.begin(), stored.begin() + 1, stored.end());
+        want.insert(want.end(), stored.begin(), stored.end());
+        const std::string dims = shape_str(stored);
         if (shape != want || want[0] == 0) {
-            error = fmt::format("{}: holds {}, but {} '{}' is {}{}: expected {}", s.spec, shape_str(shape),
+            // A file of the layer's shape stored channels-last, read without --layout.
+            std::vector<std::int64_t> rotated(shape.begin() + (shape.empty() ? 0 : 1), shape.end());
+            if (!rotated.empty()) std::rotate(rotated.begin(), rotated.end() - 1, rotated.end());
+            const bool looks_last = input && !last && rotated == layer.shape.dims;
+            error = fmt::format("{}: holds {}, but {} '{}' is {}{}{}: expected {}{}", s.spec, shape_str(shape),
                                 input ? "input" : "label", layer.name, layer.shape.str(),
+                                last ? fmt::format(", stored channels-last (--layout {}={})", layer.name,
+                                                   channels_last.at(layer.name))
+                                     : "",
                                 samples >= 0 ? fmt::format(" and {} holds {} samples", samples_from, samples) : "",
                                 samples >= 0 ? shape_str(want)
                                              : fmt::format("[S{}{}] with S > 0", dims.size() > 2 ? ", " : "",
-                                                           dims.substr(1, dims.size() - 2)));
+                                                           dims.substr(1, dims.size() - 2)),
+                                looks_last ? fmt::format(" (stored channels-last? --layout {}={})", layer.name,
+                                                         layer.shape.dims.size() == 4 ? "NDHWC" : "NHWC")
+                                           : "");
             return nullptr;
         }
         if (samples < 0) samples = shape[0], samples_from = s.spec;
+        if (last) s.array = data::channels_last(std::move(s.array));
         const bool class_labels = !input && !layer.float_label;
         if (!s.array->number()) {
             error = fmt::format("{}: holds {} values, which do not convert to {}", s.spec, s.array->type_name(),

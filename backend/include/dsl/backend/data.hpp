@@ -47,6 +47,9 @@ struct DataFiles {
     // Element-wise functions of an input's values, applied as they are read, in order, after the conversion
     // to float and before `normalize`: input name, then "log1p", "sqrt" or "clip(A, B)", comma-separated.
     std::vector<std::pair<std::string, std::string>> transforms = {};
+    // How an input's file lays out each sample: input name, then "NCHW" or "NHWC" for an image, "NCDHW" or
+    // "NDHWC" for a volume (channels first, the default, or last: MLPerf HPC CosmoFlow's [128, 128, 128, 4]).
+    std::vector<std::pair<std::string, std::string>> layouts = {};
     // Labels may go unnamed (`dsl predict`, whose loss nobody reads): such a label reads as zeros, class 0.
     bool labels_optional = false;
 };
