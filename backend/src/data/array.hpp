@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace dsl::backend::data {
@@ -31,7 +32,24 @@ public:
     // Sample s's block of its own axes after S, densely into `out`: the first from `first` (an [S, C, ...]
     // array's channels), the rest from `at`, of out's extents ({1, count of the first, the rest}).
     virtual void read_dense(std::int64_t s, std::int64_t first, const Index& at, View out) = 0;
+    // A collection's files with the samples each holds, in order; none for one file.
+    virtual std::vector<std::pair<std::string, std::int64_t>> files() const { return {}; }
 };
+
+// The array of `spec`: a .npy file, or an HDF5 data set `FILE.h5:/path`; null with the reason where it cannot
+// be opened. `one_sample`: the file holds one sample, [dims...], seen as [1, dims...].
+std::unique_ptr<Array> open_array(const std::string& spec, std::string& error, bool one_sample = false);
+
+// Whether `spec` names a collection of files rather than one: a glob ('boxes/*.h5:/full'), a folder ('boxes',
+// 'boxes:/full') or a list, one path a line ('@list.txt', '@list.txt:/full' for an HDF5 data set in each).
+bool is_collection(const std::string& spec);
+// Its files, each with the data set where one is named, sorted (a list's in its order); none with the reason.
+std::vector<std::string> collection_files(const std::string& spec, std::string& error);
+// The files as one array, their samples numbered across them in order: each file holds one sample of
+// `sample_rank` dimensions or a block [S, ...] of them, every sample of the first's shape and kind. Each file is
+// opened and checked here, once; null with the reason, naming the file, where one does not fit.
+std::unique_ptr<Array> open_collection(const std::string& spec, const std::vector<std::string>& files,
+                                       std::size_t sample_rank, std::string& error);
 
 // An array stored channels-last, [S, spatial..., C] (an image's NHWC, a volume's NDHWC), read as the
 // channels-first [S, C, spatial...] the trainer's tiles hold: each read takes the tile's block with every

@@ -55,6 +55,7 @@ public:
     void read_dense(std::int64_t, std::int64_t, const Index&, View) override {
         DSL_INTERNAL_CHECK(false, "a channels-last array read densely as stored twice");
     }
+    std::vector<std::pair<std::string, std::int64_t>> files() const override { return stored_->files(); }
 
 private:
     std::unique_ptr<Array> stored_;

@@ -6,6 +6,7 @@
 
 #include "../random/splitmix.hpp"
 #include "array.hpp"
+#include "file_guard.hpp"
 #include "transforms.hpp"
 
 #include <dsl/backend/npy.hpp>
@@ -38,6 +39,7 @@ using frontend::OpKind;
 namespace {
 
 using data::Array;
+using data::FileGuard;
 
 std::string range_message(std::int64_t v, std::int64_t sample, std::int64_t classes) {
     return fmt::format("label {} of sample {} is outside [0, {})", v, sample, classes);
@@ -181,6 +183,12 @@ public:
         return a;
     }
 
+    // Sees a data set of one sample, [dims...], as the block [1, dims...].
+    void add_sample_axis() {
+        sample_axis_ = false;
+        shape_.insert(shape_.begin(), 1);
+    }
+
     const std::vector<std::int64_t>& shape() const override { return shape_; }
     std::string type_name() const override { return type_; }
     bool integer() const override { return class_ == H5T_INTEGER; }
@@ -291,13 +299,15 @@ private:
     void read_block(std::int64_t s, std::int64_t n, const Index& at, const Dims& d, hid_t memory_type, void* buffer,
                     hid_t memory_space = H5I_INVALID_HID, std::int64_t first_channel = 0) {
         std::vector<hsize_t> start{static_cast<hsize_t>(s)}, count{static_cast<hsize_t>(n)};
+        if (!sample_axis_) start.clear(), count.clear();  // one sample: s is 0, n is 1
         auto add = [&](std::int64_t first, std::int64_t size) {
             start.push_back(static_cast<hsize_t>(first));
             count.push_back(static_cast<hsize_t>(size));
         };
         if (channels(d)) add(first_channel, d.c);
         for (int k = 0; k < d.rank(); ++k) add(at[k], d.space[k]);
-        DSL_INTERNAL_CHECK(start.size() == shape_.size(), "hdf5 read: rank " + std::to_string(shape_.size()));
+        DSL_INTERNAL_CHECK(start.size() + (sample_axis_ ? 0 : 1) == shape_.size(),
+                           "hdf5 read: rank " + std::to_string(shape_.size()));
         // The memory space has the selection's shape, so that HDF5 takes its direct path (reads into the
         // buffer without its own gather, which a 1-D memory space of the same elements would need).
         Handle dense(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr), H5Sclose);
@@ -313,6 +323,7 @@ private:
     }
 
     std::string name_, type_;
+    bool sample_axis_ = true;  // the data set's first axis is the samples' (add_sample_axis)
     H5T_class_t class_ = H5T_NO_CLASS;
     Handle file_, dataset_, space_;
     std::vector<std::int64_t> shape_;
@@ -320,8 +331,14 @@ private:
     std::vector<std::int32_t> ints_;
 };
 
-std::unique_ptr<Array> open_array(const std::string& spec, std::string& error) {
-    if (const auto h5 = hdf5_dataset_name(spec)) return Hdf5Array::open(h5->first, h5->second, error);
+}  // namespace
+
+std::unique_ptr<Array> data::open_array(const std::string& spec, std::string& error, bool one_sample) {
+    if (const auto h5 = hdf5_dataset_name(spec)) {
+        auto a = Hdf5Array::open(h5->first, h5->second, error);
+        if (a && one_sample) a->add_sample_axis();
+        return a;
+    }
     for (const char* ext : {".h5", ".hdf5", ".he5"})
         if (spec.size() > std::strlen(ext) &&
             spec.compare(spec.size() - std::strlen(ext), std::string::npos, ext) == 0) {
@@ -330,8 +347,11 @@ std::unique_ptr<Array> open_array(const std::string& spec, std::string& error) {
         }
     auto f = NpyFile::open(spec, error);
     if (!f) return nullptr;
+    if (one_sample) f->add_sample_axis();
     return std::make_unique<NpyArray>(std::move(*f));
 }
+
+namespace {
 
 // Every element of a tile set to `value`.
 template <typename T>
@@ -340,58 +360,6 @@ void fill(BasicView<T> tile, T value) {
         std::fill_n(row, row_length(tile.dims), value);
     });
 }
-
-// A data file watched while a run reads it: its size and modification time as opened, checked before every
-// read through a descriptor of its own, so that a file rewritten in place (cut short, or refilled with another
-// shape) stops the run with a user error naming it, and one replaced by rename keeps being read as opened.
-class FileGuard {
-public:
-    FileGuard() = default;
-    explicit FileGuard(const std::string& path)
-        : path_(path), fd_(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC)) {
-        if (fd_ >= 0) ::fstat(fd_, &opened_);
-    }
-    FileGuard(FileGuard&& o) noexcept : path_(std::move(o.path_)), fd_(std::exchange(o.fd_, -1)), opened_(o.opened_) {}
-    FileGuard& operator=(FileGuard&& o) noexcept {
-        std::swap(path_, o.path_);
-        std::swap(fd_, o.fd_);
-        std::swap(opened_, o.opened_);
-        return *this;
-    }
-    ~FileGuard() {
-        if (fd_ >= 0) ::close(fd_);
-    }
-    // Runs `read`; a failure of it in a file that changed meanwhile is said as the change.
-    template <typename F>
-    void read(F&& read) const {
-        check();
-        try {
-            read();
-        } catch (const UserError&) {
-            check();
-            throw;
-        }
-    }
-    void check() const {
-        struct stat now {};
-        if (fd_ < 0 || ::fstat(fd_, &now) != 0) return;
-        std::string what;
-        if (now.st_size != opened_.st_size)
-            what = fmt::format("its size went from {} to {} bytes", opened_.st_size, now.st_size);
-        else if (now.st_mtim.tv_sec != opened_.st_mtim.tv_sec || now.st_mtim.tv_nsec != opened_.st_mtim.tv_nsec)
-            what = "it was written (its modification time changed)";
-        if (what.empty()) return;
-        throw UserError(fmt::format(
-            "{}: the file changed while the run read it: {}; a file rewritten in place under a run mixes two data "
-            "sets (replace it by renaming a new file over it instead, which the run does not see)",
-            path_, what));
-    }
-
-private:
-    std::string path_;
-    int fd_ = -1;
-    struct stat opened_ {};
-};
 
 // The data file being read, for the SIGBUS handler: a mapped .npy file cut short between the guard's check
 // and the read faults in the read, and the run ends as the guard would have ended it, naming the file.
@@ -715,10 +683,18 @@ std::unique_ptr<DataSource> make_data_source(const frontend::Network& net, std::
                 s.spec, layer.name, layer.shape.str());
             return nullptr;
         }
-        s.array = open_array(s.spec, error);
-        if (!s.array) return nullptr;
-        const auto h5 = hdf5_dataset_name(s.spec);
-        s.guard = FileGuard(h5 ? h5->first : s.spec);  // a regular file (open_array said so)
+        if (data::is_collection(s.spec)) {
+            // Each file is checked, and watched as it is read, by the collection.
+            const std::vector<std::string> members = data::collection_files(s.spec, error);
+            if (members.empty()) return nullptr;
+            s.array = data::open_collection(s.spec, members, layer.shape.dims.size(), error);
+            if (!s.array) return nullptr;
+        } else {
+            s.array = data::open_array(s.spec, error);
+            if (!s.array) return nullptr;
+            const auto h5 = hdf5_dataset_name(s.spec);
+            s.guard = FileGuard(h5 ? h5->first : s.spec);  // a regular file (open_array said so)
+        }
         const auto& shape = s.array->shape();
         std::vector<std::int64_t> want{shape.empty() ? 0 : shape[0]};
         if (samples >= 0) want[0] = samples;
@@ -788,6 +764,29 @@ std::unique_ptr<DataSource> make_data_source(const frontend::Network& net, std::
             !normalization(files.normalize, s, layer.shape.dims[0], layer.name, error))
             return nullptr;
         streams.emplace(layer.name, std::move(s));
+    }
+    // Collections pair by file: the same count of files, each the same count of samples.
+    const Stream* paired = nullptr;
+    for (const auto& [name, s] : streams) {
+        const auto these = s.array->files();
+        if (these.empty()) continue;
+        if (!paired) {
+            paired = &s;
+            continue;
+        }
+        const auto those = paired->array->files();
+        if (these.size() != those.size()) {
+            error = fmt::format("--data {} names {} files, but {} names {}: inputs and labels pair by file", s.spec,
+                                these.size(), paired->spec, those.size());
+            return nullptr;
+        }
+        for (std::size_t i = 0; i < these.size(); ++i)
+            if (these[i].second != those[i].second) {
+                error = fmt::format("{} holds {} sample{}, but {} holds {}: inputs and labels pair by file",
+                                    these[i].first, these[i].second, these[i].second == 1 ? "" : "s",
+                                    those[i].first, those[i].second);
+                return nullptr;
+            }
     }
     return std::make_unique<FileSource>(std::move(streams), samples, files.shuffle, seed);
 }

@@ -52,6 +52,8 @@ public:
     double at(std::int64_t i) const;
     std::int64_t integer_at(std::int64_t i) const;  // for integer types (exact); floats are truncated
     const unsigned char* data() const { return base_ + header_.data_offset; }
+    // Sees a file of one sample, [dims...], as the block [1, dims...] (the same bytes).
+    void add_sample_axis() { header_.shape.insert(header_.shape.begin(), 1); }
 
 private:
     NpyFile() = default;

@@ -1,0 +1,68 @@
+// A data file watched while a run reads it (data_files.cpp, collections.cpp).
+#pragma once
+
+#include <dsl/base/error.hpp>
+
+#include <fmt/format.h>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <string>
+#include <utility>
+
+namespace dsl::backend::data {
+
+// A data file watched while a run reads it: its size and modification time as opened, checked before every
+// read through a descriptor of its own, so that a file rewritten in place (cut short, or refilled with another
+// shape) stops the run with a user error naming it, and one replaced by rename keeps being read as opened.
+class FileGuard {
+public:
+    FileGuard() = default;
+    explicit FileGuard(const std::string& path)
+        : path_(path), fd_(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC)) {
+        if (fd_ >= 0) ::fstat(fd_, &opened_);
+    }
+    FileGuard(FileGuard&& o) noexcept : path_(std::move(o.path_)), fd_(std::exchange(o.fd_, -1)), opened_(o.opened_) {}
+    FileGuard& operator=(FileGuard&& o) noexcept {
+        std::swap(path_, o.path_);
+        std::swap(fd_, o.fd_);
+        std::swap(opened_, o.opened_);
+        return *this;
+    }
+    ~FileGuard() {
+        if (fd_ >= 0) ::close(fd_);
+    }
+    // Runs `read`; a failure of it in a file that changed meanwhile is said as the change.
+    template <typename F>
+    void read(F&& read) const {
+        check();
+        try {
+            read();
+        } catch (const UserError&) {
+            check();
+            throw;
+        }
+    }
+    void check() const {
+        struct stat now {};
+        if (fd_ < 0 || ::fstat(fd_, &now) != 0) return;
+        std::string what;
+        if (now.st_size != opened_.st_size)
+            what = fmt::format("its size went from {} to {} bytes", opened_.st_size, now.st_size);
+        else if (now.st_mtim.tv_sec != opened_.st_mtim.tv_sec || now.st_mtim.tv_nsec != opened_.st_mtim.tv_nsec)
+            what = "it was written (its modification time changed)";
+        if (what.empty()) return;
+        throw UserError(fmt::format(
+            "{}: the file changed while the run read it: {}; a file rewritten in place under a run mixes two data "
+            "sets (replace it by renaming a new file over it instead, which the run does not see)",
+            path_, what));
+    }
+
+private:
+    std::string path_;
+    int fd_ = -1;
+    struct stat opened_ {};
+};
+
+}  // namespace dsl::backend::data
