@@ -513,6 +513,11 @@ void setup_run(CLI::App& app, Action& action) {
         ->needs(save);
     run->add_option("--load", o->load, "Resume from the checkpoint in this folder");
     add_data_options(*run, o->data);
+    run->add_option("--augment", o->data.augment,
+                    "flip, transpose or flip,transpose: each sample of each epoch flipped along each spatial axis "
+                    "and its equal-sized spatial axes permuted at random, from the seed, the epoch and the sample "
+                    "(the same under every schedule; pixel and voxel labels move with their inputs)")
+        ->check(CLI::IsMember({"flip", "transpose", "flip,transpose", "transpose,flip"}));
     CLI::Option* eval_every =
         run->add_option("--eval-every", o->eval_every,
                         "Evaluate every K steps (as 'dsl eval' does) on --eval-data, printing the figures and "

@@ -64,6 +64,7 @@ std::unique_ptr<backend::DataSource> make_data(const DataOptions& o, const front
     files.shuffle = o.shuffle;
     files.normalize = o.normalize;
     files.labels_optional = o.labels_optional;
+    files.augment = o.augment;
     if (o.data.empty() && (!o.inputs.empty() || !o.labels.empty())) {
         if (o.inputs.empty()) {
             error = "--labels needs --inputs (the samples those labels belong to)";

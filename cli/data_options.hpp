@@ -24,6 +24,7 @@ struct DataOptions {
     std::string normalize;  // "M,S", "M1,M2,...:S1,S2,..." or "file"
     std::vector<std::string> transforms;  // NAME=F,...: an input's element-wise functions, in order
     std::vector<std::string> layouts;     // NAME=NHWC|NDHWC|NCHW|NCDHW: how an input's file lays out a sample
+    std::string augment;                  // "flip", "transpose", "flip,transpose": `dsl run` alone
     bool labels_optional = false;  // `dsl predict`: labels not given read as zeros (backend::DataFiles)
 };
 

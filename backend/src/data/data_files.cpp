@@ -6,6 +6,7 @@
 
 #include "../random/splitmix.hpp"
 #include "array.hpp"
+#include "augment.hpp"
 #include "file_guard.hpp"
 #include "transforms.hpp"
 
@@ -388,13 +389,20 @@ struct Stream {
     std::vector<Transform> transforms;  // in order, before the normalization; empty: none
     std::string transforms_text;        // as the command line gave them
     std::vector<float> mean, stddev;    // per channel; empty: as they are
+    Index whole;                        // a sample's spatial extents (an input's after its channels)
     std::int64_t classes = 0;           // class labels: every value read is checked to be below it
 };
 
 class FileSource : public DataSource {
 public:
-    FileSource(std::map<std::string, Stream> streams, std::int64_t samples, bool shuffle, std::uint64_t seed)
-        : streams_(std::move(streams)), samples_(samples), shuffle_(shuffle), seed_(seed) {
+    FileSource(std::map<std::string, Stream> streams, std::int64_t samples, bool shuffle, std::uint64_t seed,
+               data::AugmentOptions augment, Index extents)
+        : streams_(std::move(streams)),
+          samples_(samples),
+          shuffle_(shuffle),
+          seed_(seed),
+          augment_(augment),
+          extents_(std::move(extents)) {
         struct sigaction bus {};
         bus.sa_handler = on_cut_short;
         ::sigaction(SIGBUS, &bus, nullptr);
@@ -408,7 +416,7 @@ public:
         for (std::int64_t n = 0; n < tile.dims.n; ++n) {
             const View v = one_sample(tile, n);
             const std::int64_t i = sample(first + n);
-            s.guard.read([&] { s.array->read(i, at, v); });
+            read(s, first + n, i, at, v);
             if (!s.transforms.empty())
                 for_each_row(v, [&](std::int64_t, std::int64_t c, const Index&, float* row) {
                     const BadValue bad = apply_transforms(s.transforms, row, row_length(v.dims));
@@ -433,7 +441,7 @@ public:
         for (std::int64_t n = 0; n < tile.dims.n; ++n) {
             const std::int64_t i = sample(first + n);
             const BasicView<std::int32_t> v = one_sample(tile, n);
-            s.guard.read([&] { s.array->read(i, at, v); });
+            read(s, first + n, i, at, v);
             // Checked as read too, not only when the file was opened: a value the loss cannot take is the
             // file's fault, never a failed check inside the loss.
             for_each_row(v, [&](std::int64_t, std::int64_t, const Index&, std::int32_t* row) {
@@ -447,11 +455,21 @@ public:
         if (!streams_.count(label.name)) return fill(tile, 0.0f);
         Stream& s = stream(label);
         const Reading reading(s.spec);
-        for (std::int64_t n = 0; n < tile.dims.n; ++n)
-            s.guard.read([&] { s.array->read(sample(first + n), at, one_sample(tile, n)); });
+        for (std::int64_t n = 0; n < tile.dims.n; ++n) read(s, first + n, sample(first + n), at, one_sample(tile, n));
     }
 
 private:
+    // Sample i's block at `at` (the data set's index `index`, whose epoch augments it), as augmented.
+    template <typename T>
+    void read(Stream& s, std::int64_t index, std::int64_t i, const Index& at, BasicView<T> v) {
+        if (!augment_.any() || v.dims.rank() == 0)
+            return s.guard.read([&] { s.array->read(i, at, v); });
+        const data::Augmentation a = data::augmentation_of(augment_, seed_, index / samples_, i, extents_);
+        data::read_augmented<T>(a, s.whole, at, v, [&](const Index& from, BasicView<T> dense) {
+            s.guard.read([&] { s.array->read(i, from, dense); });
+        });
+    }
+
     // Sample n of a tile.
     template <typename T>
     static BasicView<T> one_sample(const BasicView<T>& tile, std::int64_t n) {
@@ -483,6 +501,8 @@ private:
     bool shuffle_;
     std::uint64_t seed_;
     std::map<std::int64_t, std::vector<std::int64_t>> orders_;
+    data::AugmentOptions augment_;
+    Index extents_;  // the spatial extents whose equal ones a transposition permutes (the inputs')
 };
 
 // A comma list of numbers, or nothing when one is not a number.
@@ -588,12 +608,14 @@ std::unique_ptr<DataSource> make_data_source(const frontend::Network& net, std::
                              net.layers[static_cast<std::size_t>(l)].op == OpKind::input ? "input" : "label",
                              net.layers[static_cast<std::size_t>(l)].name);
     if (files.files.empty()) {
-        if (files.shuffle || !files.normalize.empty() || !files.transforms.empty() || !files.layouts.empty()) {
+        if (files.shuffle || !files.normalize.empty() || !files.transforms.empty() || !files.layouts.empty() ||
+            !files.augment.empty()) {
             error = fmt::format("--{} applies to data from files (--data NAME=FILE), not to synthetic data",
                                 files.shuffle                ? "shuffle"
                                 : !files.normalize.empty()   ? "normalize"
                                 : !files.transforms.empty() ? "transform"
-                                                             : "layout");
+                                : !files.layouts.empty()    ? "layout"
+                                                             : "augment");
             return nullptr;
         }
         return make_data_source(net, seed, "", "", error);
@@ -725,6 +747,10 @@ std::unique_ptr<DataSource> make_data_source(const frontend::Network& net, std::
         }
         if (samples < 0) samples = shape[0], samples_from = s.spec;
         if (last) s.array = data::channels_last(std::move(s.array));
+        // Spatial extents: an input's after its channels, a label's all of them but a float target's [K].
+        const std::size_t spatial_from = input ? 1 : layer.float_label && layer.shape.dims.size() == 1 ? 1 : 0;
+        s.whole = Index::filled(static_cast<int>(layer.shape.dims.size() - spatial_from), 0);
+        for (int k = 0; k < s.whole.rank(); ++k) s.whole[k] = layer.shape.dims[spatial_from + static_cast<std::size_t>(k)];
         const bool class_labels = !input && !layer.float_label;
         if (!s.array->number()) {
             error = fmt::format("{}: holds {} values, which do not convert to {}", s.spec, s.array->type_name(),
@@ -765,6 +791,30 @@ std::unique_ptr<DataSource> make_data_source(const frontend::Network& net, std::
             return nullptr;
         streams.emplace(layer.name, std::move(s));
     }
+    // Augmentation: the inputs' spatial axes, which the labels' follow axis for axis.
+    data::AugmentOptions augment;
+    Index extents;
+    if (!files.augment.empty()) {
+        const auto parsed = data::parse_augment(files.augment, error);
+        if (!parsed) return nullptr;
+        augment = *parsed;
+        for (const auto& [name, s] : streams) {
+            if (s.whole.rank() == 0) continue;
+            if (extents.rank() == 0) extents = s.whole;
+            bool same = s.whole.rank() == extents.rank();
+            for (int k = 0; same && k < extents.rank(); ++k)
+                for (int j = 0; j < extents.rank(); ++j)
+                    if ((extents[k] == extents[j]) != (s.whole[k] == s.whole[j])) same = false;
+            if (!same) {
+                error = fmt::format("--augment {}: '{}' has {} places a sample, and another input or label has "
+                                    "places of another rank or other equal sides: they cannot be flipped and "
+                                    "transposed alike",
+                                    files.augment, name,
+                                    shape_str(std::vector<std::int64_t>(s.whole.begin(), s.whole.end())));
+                return nullptr;
+            }
+        }
+    }
     // Collections pair by file: the same count of files, each the same count of samples.
     const Stream* paired = nullptr;
     for (const auto& [name, s] : streams) {
@@ -788,7 +838,7 @@ std::unique_ptr<DataSource> make_data_source(const frontend::Network& net, std::
                 return nullptr;
             }
     }
-    return std::make_unique<FileSource>(std::move(streams), samples, files.shuffle, seed);
+    return std::make_unique<FileSource>(std::move(streams), samples, files.shuffle, seed, augment, extents);
 }
 
 }  // namespace dsl::backend

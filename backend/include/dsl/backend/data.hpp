@@ -50,6 +50,10 @@ struct DataFiles {
     // How an input's file lays out each sample: input name, then "NCHW" or "NHWC" for an image, "NCDHW" or
     // "NDHWC" for a volume (channels first, the default, or last: MLPerf HPC CosmoFlow's [128, 128, 128, 4]).
     std::vector<std::pair<std::string, std::string>> layouts = {};
+    // Each sample of each epoch flipped along each spatial axis ("flip") and its equal-sized spatial axes
+    // permuted ("transpose") at random, a function of (seed, epoch, sample): "", "flip", "transpose" or both,
+    // comma-separated. Pixel and voxel labels move with their inputs.
+    std::string augment = {};
     // Labels may go unnamed (`dsl predict`, whose loss nobody reads): such a label reads as zeros, class 0.
     bool labels_optional = false;
 };
