@@ -51,7 +51,9 @@ int run_export(const ExportOptions& o) {
             "--load '{}': {}", o.load,
             fs::exists(o.load, ec) ? "not a folder (a checkpoint is one, from dsl run --save)" : "no such checkpoint"));
     std::string error;
-    const auto checkpoint = backend::load_checkpoint(o.load, error);
+    std::string note;
+    const auto checkpoint = backend::load_checkpoint(o.load, error, &note);
+    if (!note.empty()) std::cerr << "note: " << note << "\n";
     if (!checkpoint) throw UserError(fmt::format("cannot read the checkpoint '{}': {}", o.load, error));
     const auto arrays = backend::torch_state_dict(net, *checkpoint, error);
     if (!arrays)
@@ -75,7 +77,11 @@ void setup_export(CLI::App& app, Action& action) {
     CLI::App* sub = app.add_subcommand(
         "export", "Write a checkpoint's weights as a PyTorch state_dict (.pt) or a NumPy .npz for the same network");
     sub->add_option("NET", o->net, "The network (.net) the checkpoint was trained for")->required();
-    sub->add_option("--load", o->load, "The checkpoint folder (from 'dsl run --save')")->required();
+    sub->add_option("--load", o->load,
+                    "The checkpoint: a folder that 'dsl run --save' wrote (the one its 'latest' names), or one of its "
+                    "checkpoints (DIR/step-N)")
+        ->required()
+        ->check(folder_name());
     sub->add_option("-o,--output", o->output, "The file to write (model.pt, weights.npz)")->required();
     sub->add_option("--format", o->format,
                     "pt (torch.save's zip) or npz (default: npz for a name ending .npz, else pt)")

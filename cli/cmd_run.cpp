@@ -91,7 +91,7 @@ private:
 std::string output_problem(const RunOptions& o) {
     namespace fs = std::filesystem;
     std::string why;
-    if (!o.save.empty() && !backend::can_save_checkpoint(o.save, why))
+    if (!o.save.empty() && !backend::can_save_series(o.save, why))
         return fmt::format("cannot save to '{}': {}", o.save, why);
     if (!o.trace.empty()) {
         if (std::string bad = trace_output_problem(o.trace); !bad.empty()) return "--trace: " + bad;
@@ -267,7 +267,7 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
     std::int64_t first_step = 0;
     bool loaded = true;
     if (!o.load.empty()) {
-        auto checkpoint = backend::load_checkpoint(o.load, error);
+        auto checkpoint = load_shared(comm, o.load, error);
         loaded = checkpoint && backend::restore(*trainer, *checkpoint, first_step, error);
     }
     if (!agree(comm, loaded, fmt::format("error: cannot resume from '{}': {}\n", o.load, error))) return user_error;
@@ -294,15 +294,17 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
         if (log) std::cerr << "error: " << log->error() << "\n";
         return false;
     };
-    // Every process takes part in gathering the parameters (F and C parts split them); the first writes them.
+    // Every process takes part in gathering the parameters to the first (F and C parts split them), which
+    // writes them into the series.
     auto save = [&](std::int64_t steps_done) {
         bool saved = true;
-        const auto state = trainer->state();
+        const auto state = trainer->saved_state();
         if (comm.rank() == 0) {
-            std::vector<std::string> removed;
-            saved = backend::save(*trainer, state, o.save, steps_done, o.seed, o.net, error, &removed);
+            backend::SeriesSave report;
+            saved = backend::save_to_series(*trainer, state, o.save, steps_done, o.seed, o.net,
+                                            static_cast<int>(o.keep), error, &report);
             if (!saved) std::cerr << fmt::format("error: cannot save to '{}': {}\n", o.save, error);
-            for (const std::string& folder : removed)
+            for (const std::string& folder : report.removed)
                 std::cerr << fmt::format("note: removed '{}', left by a save that was killed\n", folder);
         }
         saved = comm.all(saved);
@@ -505,13 +507,24 @@ void setup_run(CLI::App& app, Action& action) {
     run->add_option("--seed", o->seed, "Seed for initialization and synthetic data (default 0)")
         ->check(nonnegative_count());
     run->add_option("--log", o->log, "Write one JSON object per step to this file");
-    CLI::Option* save = run->add_option("--save", o->save, "Write a checkpoint to this folder at the end");
+    CLI::Option* save = run->add_option("--save", o->save,
+                                        "Write a checkpoint at the end into the series in this folder "
+                                        "(DIR/step-N, and DIR/latest naming the newest)")
+                            ->check(folder_name());
     run->add_option("--save-every", o->save_every,
-                    "With --save: a checkpoint every K steps as well, each replacing the last, so that a killed run "
-                    "resumes from there (--load)")
+                    "With --save: a checkpoint every K steps as well, so that a killed run resumes from the last "
+                    "(--load)")
         ->check(positive_count())
         ->needs(save);
-    run->add_option("--load", o->load, "Resume from the checkpoint in this folder");
+    run->add_option("--keep", o->keep,
+                    "With --save: keep the K newest whole checkpoints of the series (default 2), removing older ones "
+                    "once a newer one is whole")
+        ->check(positive_count(1000000))
+        ->needs(save);
+    run->add_option("--load", o->load,
+                    "Resume from a checkpoint: a --save folder (the one its 'latest' names), or one checkpoint "
+                    "folder (DIR/step-N)")
+        ->check(folder_name());
     add_data_options(*run, o->data);
     run->add_option("--augment", o->data.augment,
                     "flip, transpose or flip,transpose: each sample of each epoch flipped along each spatial axis "

@@ -10,7 +10,7 @@
 namespace CLI {
 class App;
 class Validator;
-}
+}  // namespace CLI
 
 namespace dsl::cli {
 
@@ -39,6 +39,8 @@ const std::vector<std::string>& program_arguments();
 // print their bounds as doubles: "0.000000 to 1.79e308").
 CLI::Validator positive_count(std::int64_t most = std::numeric_limits<std::int64_t>::max());     // 1 to most
 CLI::Validator nonnegative_count(std::int64_t most = std::numeric_limits<std::int64_t>::max());  // 0 to most
+// A folder's name (--save, --load): an empty one would silently mean none.
+CLI::Validator folder_name();
 
 // Whether stderr is a terminal that takes colour and progress lines (never with NO_COLOR set).
 bool stderr_color();

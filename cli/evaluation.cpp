@@ -218,7 +218,7 @@ std::unique_ptr<backend::Trainer> load_trained(const scheduler::Pipeline& pipeli
                                                backend::Kernels kernels, backend::Comm& comm, const std::string& load,
                                                Output& io) {
     std::string error;
-    auto checkpoint = backend::load_checkpoint(load, error);
+    auto checkpoint = load_shared(comm, load, error);
     if (!agree(comm, checkpoint.has_value(), fmt::format("error: --load '{}': {}\n", load, error))) return nullptr;
     backend::TrainConfig cfg;
     cfg.batch = batch;
@@ -275,7 +275,12 @@ void add_trained_options(CLI::App& cmd, RunOptions& o, std::optional<std::int64_
                          const std::string& load_help, const std::string& verb) {
     cmd.add_option("NET", o.net, "The network (.net)")->required();
     cmd.add_option("SCHED", o.sched, "A schedule (.sched); without one, one process");
-    cmd.add_option("--load", o.load, load_help + " (a folder that 'dsl run --save' wrote)")->required();
+    cmd.add_option("--load", o.load,
+                   load_help +
+                       " (a folder that 'dsl run --save' wrote: the checkpoint its 'latest' names; or one of "
+                       "its checkpoints, DIR/step-N)")
+        ->required()
+        ->check(folder_name());
     add_data_options(cmd, o.data);
     cmd.add_option("--samples", samples, verb + " the first K samples (default: all of the data set's)")
         ->check(positive_count());

@@ -57,6 +57,11 @@ CLI::Validator whole_number(std::int64_t least, std::int64_t most, const char* n
 CLI::Validator positive_count(std::int64_t most) { return whole_number(1, most, "POSITIVE"); }
 CLI::Validator nonnegative_count(std::int64_t most) { return whole_number(0, most, "NON-NEGATIVE"); }
 
+CLI::Validator folder_name() {
+    return CLI::Validator(
+        [](std::string& text) -> std::string { return text.empty() ? "an empty name names no folder" : ""; }, "DIR");
+}
+
 }  // namespace dsl::cli
 
 namespace {

@@ -216,6 +216,23 @@ bool agree(backend::Comm& comm, bool ok, const std::string& message) {
     return false;
 }
 
+std::optional<backend::Checkpoint> load_shared(backend::Comm& comm, const std::string& dir, std::string& error) {
+    std::string note, folder;
+    if (comm.rank() == 0) folder = backend::checkpoint_folder(dir, error, &note).value_or("");
+    // The folder's name, from the first process to the others, as a sum to which they give zeros.
+    std::vector<double> chars(static_cast<std::size_t>(comm.max(static_cast<double>(folder.size()))), 0.0);
+    for (std::size_t i = 0; i < folder.size(); ++i) chars[i] = static_cast<unsigned char>(folder[i]);
+    comm.allreduce(chars.data(), static_cast<std::int64_t>(chars.size()));
+    if (chars.empty()) {
+        if (comm.rank() != 0) error = fmt::format("'{}' holds no checkpoint the first process could read", dir);
+        return std::nullopt;
+    }
+    folder.assign(chars.size(), '\0');
+    for (std::size_t i = 0; i < chars.size(); ++i) folder[i] = static_cast<char>(chars[i]);
+    if (!note.empty()) std::cerr << "note: " << note << "\n";
+    return backend::load_checkpoint(folder, error);
+}
+
 namespace {
 
 // The command line of the processes a run starts under mpirun: this one's, less a `--dump-after` of a stage

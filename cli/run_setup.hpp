@@ -6,6 +6,7 @@
 #include "data_options.hpp"
 #include "report.hpp"
 
+#include <dsl/backend/checkpoint.hpp>
 #include <dsl/backend/comm.hpp>
 #include <dsl/backend/kernels.hpp>
 #include <dsl/backend/trainer.hpp>
@@ -23,6 +24,7 @@ namespace dsl::cli {
 struct RunOptions {
     std::string net, sched;
     std::int64_t steps = 10, save_every = 0;
+    std::int64_t keep = 2;  // --keep: the newest whole checkpoints a --save series keeps
     std::optional<std::int64_t> batch, procs;
     std::optional<double> lr, momentum, weight_decay;
     // Dynamic loss scaling's initial scale; 0 turns it off. Default: 65536 where a layer is float16.
@@ -74,6 +76,11 @@ std::unique_ptr<backend::Trainer> make_trainer(const scheduler::Pipeline& pipeli
 // Whether every process succeeded; where some did not, the first of them prints `message`, so that it is
 // printed once.
 bool agree(backend::Comm& comm, bool ok, const std::string& message);
+
+// The checkpoint that `--load DIR` means (backend::checkpoint_folder), read by every process: the first
+// decides which folder, so that a save into the series meanwhile cannot make them read different ones, and
+// prints the note where it fell back from a damaged newest one. Nullopt with the reason on this process.
+std::optional<backend::Checkpoint> load_shared(backend::Comm& comm, const std::string& dir, std::string& error);
 
 // The body of a run on the processes `schedule` has: this process runs it (under mpirun, or alone), or,
 // started by hand for several, starts them under mpirun with the same command line. Checks --device and

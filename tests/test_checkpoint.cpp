@@ -163,10 +163,22 @@ TEST_CASE("checkpoint: what is not a checkpoint is never overwritten", "[checkpo
 
 namespace {
 
+// A temporary name's tail for process `pid` of this machine: "PID-HOST".
+std::string tag(const std::string& pid) { return pid + "-" + dsl::this_host(); }
+
+// The temporary names of a save to "ckpt" by process `pid` of this machine.
+std::string tmp(const std::string& pid) { return ".ckpt.tmp-" + tag(pid); }
+std::string old(const std::string& pid) { return ".ckpt.old-" + tag(pid); }
+
+// The marker of a folder being written by process `pid` of this machine.
+std::string marker(const std::string& pid) {
+    return "a dsl checkpoint being written by process " + pid + " on host '" + dsl::this_host() + "'\n";
+}
+
 // What a save killed while writing leaves: its temporary folder, marked with the process's number first.
 void killed_save(const fs::path& folder, const std::string& pid) {
     fs::create_directory(folder);
-    write_bytes((folder / ".dsl-partial").string(), "a dsl checkpoint being written by process " + pid + "\n");
+    write_bytes((folder / ".dsl-partial").string(), marker(pid));
     write_bytes((folder / "half.npy").string(), "\x93NUMPY partial");
 }
 
@@ -178,13 +190,13 @@ TEST_CASE("checkpoint: temporary folders of a killed run do not break a later sa
     // One of this process (a run killed with the same pid), one of a process that no longer exists, and the
     // old checkpoint a killed save had moved aside.
     const std::string pid = std::to_string(::getpid());
-    killed_save(dir.path / (".ckpt.tmp-" + pid), pid);
-    killed_save(dir.path / ".ckpt.tmp-999999999", "999999999");
-    killed_save(dir.path / ".ckpt.old-999999999", "999999999");
+    killed_save(dir.path / (".ckpt.tmp-" + tag(pid)), pid);
+    killed_save(dir.path / tmp("999999999"), "999999999");
+    killed_save(dir.path / old("999999999"), "999999999");
     // Saves killed before their marker was whole: right after making the folder, and halfway through the mark.
-    fs::create_directory(dir.path / ".ckpt.tmp-999999993");
-    fs::create_directory(dir.path / ".ckpt.tmp-999999992");
-    write_bytes(dir / ".ckpt.tmp-999999992/.dsl-partial", "a dsl checkpoint being wri");
+    fs::create_directory(dir.path / tmp("999999993"));
+    fs::create_directory(dir.path / tmp("999999992"));
+    write_bytes(dir / (tmp("999999992") + "/.dsl-partial"), "a dsl checkpoint being wri");
     REQUIRE(save_checkpoint(dir / "ckpt", sample_tensors(2.0f), {{"step", 3}}, error));
     CHECK(siblings(dir.path) == std::vector<std::string>{"ckpt"});
     auto loaded = load_checkpoint(dir / "ckpt", error);
@@ -228,19 +240,18 @@ TEST_CASE("checkpoint: a save killed while it replaced the old checkpoint leaves
     std::string error;
     // The old checkpoint as a kill leaves it: exchanged into the temporary name but not yet marked, marked in
     // part, and deleted in part (the marker goes last, so what is left is still marked).
-    for (const char* name : {".ckpt.tmp-999999990", ".ckpt.old-999999991", ".ckpt.old-999999989"}) {
+    for (const std::string& name : {tmp("999999990"), old("999999991"), old("999999989")}) {
         REQUIRE(save_checkpoint(dir / "whole", sample_tensors(1.0f), {{"step", 1}}, error));
         fs::rename(dir.path / "whole", dir.path / name);
     }
-    write_bytes(dir / ".ckpt.old-999999991/.dsl-partial", "a dsl checkpoint being written by proc");
-    write_bytes(dir / ".ckpt.old-999999989/.dsl-partial", "a dsl checkpoint being written by process 999999989\n");
-    fs::remove(dir.path / ".ckpt.old-999999989" / "manifest.json");
+    write_bytes(dir / (old("999999991") + "/.dsl-partial"), "a dsl checkpoint being written by proc");
+    write_bytes(dir / (old("999999989") + "/.dsl-partial"), marker("999999989"));
+    fs::remove(dir.path / old("999999989") / "manifest.json");
     std::vector<std::string> removed;
     REQUIRE(save_checkpoint(dir / "ckpt", sample_tensors(2.0f), {{"step", 3}}, error, &removed));
     CHECK(siblings(dir.path) == std::vector<std::string>{"ckpt"});
     std::sort(removed.begin(), removed.end());
-    CHECK(removed == std::vector<std::string>{dir / ".ckpt.old-999999989", dir / ".ckpt.old-999999991",
-                                              dir / ".ckpt.tmp-999999990"});
+    CHECK(removed == std::vector<std::string>{dir / old("999999989"), dir / old("999999991"), dir / tmp("999999990")});
 }
 
 TEST_CASE("checkpoint: a folder named like a temporary one is removed only if dsl marked it", "[checkpoint]") {
@@ -248,26 +259,25 @@ TEST_CASE("checkpoint: a folder named like a temporary one is removed only if ds
     std::string error;
     // The user's folders: no mark, another process's mark, dsl's mark but a file of the user's in it, and a
     // link to a folder of the user's.
-    fs::create_directory(dir.path / ".ckpt.tmp-999999");
-    write_bytes(dir / ".ckpt.tmp-999999/mine.txt", "mine");
-    fs::create_directory(dir.path / ".ckpt.old-999999998");
-    write_bytes(dir / ".ckpt.old-999999998/w.npy", "mine too");
-    killed_save(dir.path / ".ckpt.tmp-999999997", "999999996");
-    killed_save(dir.path / ".ckpt.tmp-999999995", "999999995");
-    write_bytes(dir / ".ckpt.tmp-999999995/notes.txt", "mine as well");
+    fs::create_directory(dir.path / tmp("999999"));
+    write_bytes(dir / (tmp("999999") + "/mine.txt"), "mine");
+    fs::create_directory(dir.path / old("999999998"));
+    write_bytes(dir / (old("999999998") + "/w.npy"), "mine too");
+    killed_save(dir.path / tmp("999999997"), "999999996");
+    killed_save(dir.path / tmp("999999995"), "999999995");
+    write_bytes(dir / (tmp("999999995") + "/notes.txt"), "mine as well");
     killed_save(dir.path / "target", "999999994");
-    fs::create_directory_symlink(dir.path / "target", dir.path / ".ckpt.old-999999994");
+    fs::create_directory_symlink(dir.path / "target", dir.path / old("999999994"));
     REQUIRE(save_checkpoint(dir / "ckpt", sample_tensors(2.0f), {{"step", 3}}, error));
-    CHECK(siblings(dir.path) == std::vector<std::string>{".ckpt.old-999999994", ".ckpt.old-999999998",
-                                                         ".ckpt.tmp-999999", ".ckpt.tmp-999999995",
-                                                         ".ckpt.tmp-999999997", "ckpt", "target"});
-    CHECK(read_bytes(dir / ".ckpt.tmp-999999/mine.txt") == "mine");
-    CHECK(read_bytes(dir / ".ckpt.old-999999998/w.npy") == "mine too");
-    CHECK(read_bytes(dir / ".ckpt.tmp-999999995/notes.txt") == "mine as well");
+    CHECK(siblings(dir.path) == std::vector<std::string>{old("999999994"), old("999999998"), tmp("999999"),
+                                                         tmp("999999995"), tmp("999999997"), "ckpt", "target"});
+    CHECK(read_bytes(dir / (tmp("999999") + "/mine.txt")) == "mine");
+    CHECK(read_bytes(dir / (old("999999998") + "/w.npy")) == "mine too");
+    CHECK(read_bytes(dir / (tmp("999999995") + "/notes.txt")) == "mine as well");
     CHECK(siblings(dir.path / "target").size() == 2);
 
     // A folder of this process's name that is not its own is in the way: the save says so before it starts.
-    const fs::path mine = dir.path / (".ckpt.tmp-" + std::to_string(::getpid()));
+    const fs::path mine = dir.path / (".ckpt.tmp-" + tag(std::to_string(::getpid())));
     fs::create_directory(mine);
     write_bytes((mine / "mine.txt").string(), "mine");
     CHECK_FALSE(can_save_checkpoint(dir / "ckpt", error));

@@ -6,6 +6,8 @@
 #include "run_dsl.hpp"
 #include "temp_files.hpp"
 
+#include <dsl/base/whole_file.hpp>
+
 #include <hdf5.h>
 #include <catch2/catch.hpp>
 
@@ -226,10 +228,12 @@ TEST_CASE("two runs saving into one folder: the second refuses at once, naming t
 
 TEST_CASE("run says once that it removed the folder a killed save left", "[cli][run]") {
     TempDir dir;
-    // A save killed after marking its temporary folder, by a process that has ended.
-    const std::string debris = dir / ".ck.tmp-999999999";
+    // The first save of a series killed after marking its temporary folder, by a process of this machine
+    // that has ended.
+    const std::string debris = dir / ("ck/.step-00000002.tmp-999999999-" + dsl::this_host());
     fs::create_directories(debris);
-    write_bytes(debris + "/.dsl-partial", "a dsl checkpoint being written by process 999999999\n");
+    write_bytes(debris + "/.dsl-partial",
+                "a dsl checkpoint being written by process 999999999 on host '" + dsl::this_host() + "'\n");
     write_bytes(debris + "/half.npy", "\x93NUMPY partial");
     const Result r = run_dsl("run samples/mesh_tiny.net --batch 2 --steps 4 --save-every 2 --save " + (dir / "ck"));
     INFO(r.err);

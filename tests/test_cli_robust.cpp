@@ -163,10 +163,10 @@ TEST_CASE("inputs that are not regular files are refused at once, never waited o
     const Result saved = run_dsl("run samples/mesh_tiny.net --batch 2 --steps 1 --save " + (dir / "ck"));
     INFO(saved.err);
     REQUIRE(saved.exit_code == 0);
-    fs::copy(dir.path / "ck", dir.path / "ck_manifest");
+    fs::copy(dir.path / "ck" / "step-00000001", dir.path / "ck_manifest");
     fs::remove(dir.path / "ck_manifest" / "manifest.json");
     REQUIRE(::mkfifo((dir / "ck_manifest/manifest.json").c_str(), 0600) == 0);
-    fs::copy(dir.path / "ck", dir.path / "ck_tensor");
+    fs::copy(dir.path / "ck" / "step-00000001", dir.path / "ck_tensor");
     fs::remove(dir.path / "ck_tensor" / "block1.0.conv.weight.npy");
     REQUIRE(::mkfifo((dir / "ck_tensor/block1.0.conv.weight.npy").c_str(), 0600) == 0);
 

@@ -55,8 +55,9 @@ TEST_CASE("run trains, logs every step, and resumes exactly from a checkpoint", 
     REQUIRE(losses.size() == 4);
 
     REQUIRE(run_dsl(common + "--steps 2 --save " + d + "/ckpt").exit_code == 0);
-    CHECK(fs::exists(dir / "ckpt" / "manifest.json"));
-    CHECK(fs::exists(dir / "ckpt" / "block1.0.conv.weight.npy"));
+    CHECK(read(dir / "ckpt" / "latest") == "step-00000002\n");
+    CHECK(fs::exists(dir / "ckpt" / "step-00000002" / "manifest.json"));
+    CHECK(fs::exists(dir / "ckpt" / "step-00000002" / "block1.0.conv.weight.npy"));
     const Result resumed = run_dsl(common + "--steps 2 --load " + d + "/ckpt --log " + d + "/resumed.jsonl");
     INFO(resumed.err);
     REQUIRE(resumed.exit_code == 0);
@@ -175,11 +176,12 @@ TEST_CASE("run refuses a checkpoint whose step would count samples beyond 2^63-1
     fs::create_directories(dir);
     const std::string ck = (dir / "ck").string();
     REQUIRE(run_dsl("run samples/mesh_tiny.net --steps 1 --batch 4 --save " + ck).exit_code == 0);
-    const auto manifest = nlohmann::json::parse(read(dir / "ck" / "manifest.json"));
+    const fs::path saved = dir / "ck" / "step-00000001" / "manifest.json";
+    const auto manifest = nlohmann::json::parse(read(saved));
     auto with_step = [&](const nlohmann::json& step) {
         auto m = manifest;
         m["meta"]["step"] = step;
-        std::ofstream(dir / "ck" / "manifest.json", std::ios::trunc) << m.dump();
+        std::ofstream(saved, std::ios::trunc) << m.dump();
         return run_dsl("run samples/mesh_tiny.net --steps 10 --batch 4 --load " + ck);
     };
     for (const nlohmann::json& step : {nlohmann::json(std::numeric_limits<std::int64_t>::max()),
@@ -213,7 +215,7 @@ TEST_CASE("run --save-every: a run killed after a checkpoint resumes from it exa
         ::_exit(127);
     }
     REQUIRE(pid > 0);
-    for (int i = 0; i < 24000 && !fs::exists(dir / "ck" / "manifest.json"); ++i)  // 2 minutes at most
+    for (int i = 0; i < 24000 && !fs::exists(dir / "ck" / "latest"); ++i)  // 2 minutes at most
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
     ::kill(pid, SIGKILL);
     int status = 0;

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
@@ -33,10 +34,37 @@ void sync_folder(const fs::path& folder) {
 
 }  // namespace
 
-std::string temporary_beside(const std::string& path, long pid) {
-    const fs::path p(path);
-    return (folder_of(path) / fmt::format(".{}.tmp-{}", p.filename().string(), pid)).string();
+std::string this_host() {
+    char name[256] = {};
+    ::gethostname(name, sizeof name - 1);
+    std::string host(name);
+    for (char& c : host)
+        if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '_';
+    return host.empty() ? "unknown" : host;
 }
+
+std::string writer_tag(const Writer& w) { return fmt::format("{}-{}", w.pid, w.host); }
+
+Writer this_writer() { return Writer{static_cast<long>(::getpid()), this_host()}; }
+
+std::optional<Writer> writer_of(std::string_view tag) {
+    const std::size_t dash = tag.find('-');
+    if (dash == 0 || dash == std::string_view::npos || dash > 9 || dash + 1 == tag.size()) return std::nullopt;
+    const std::string_view digits = tag.substr(0, dash), host = tag.substr(dash + 1);
+    if (digits.find_first_not_of("0123456789") != std::string_view::npos) return std::nullopt;
+    for (char c : host)
+        if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') return std::nullopt;
+    return Writer{std::stol(std::string(digits)), std::string(host)};
+}
+
+bool writer_ended(const Writer& w) { return w.host == this_host() && process_ended(w.pid); }
+
+std::string temporary_beside(const std::string& path, const Writer& writer) {
+    const fs::path p(path);
+    return (folder_of(path) / fmt::format(".{}.tmp-{}", p.filename().string(), writer_tag(writer))).string();
+}
+
+std::string temporary_beside(const std::string& path, long pid) { return temporary_beside(path, {pid, this_host()}); }
 
 std::string temporary_beside(const std::string& path) { return temporary_beside(path, static_cast<long>(::getpid())); }
 
@@ -67,11 +95,11 @@ std::vector<std::string> remove_debris(const std::string& path) {
     for (const auto& e : fs::directory_iterator(folder_of(path), ec)) {
         const std::string f = e.path().filename().string();
         if (f.size() <= prefix.size() || f.compare(0, prefix.size(), prefix) != 0) continue;
-        const std::string digits = f.substr(prefix.size());
-        if (digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+        const auto writer = writer_of(std::string_view(f).substr(prefix.size()));
+        if (!writer) continue;
         std::error_code type_ec;
         if (!fs::is_regular_file(fs::symlink_status(e.path(), type_ec))) continue;
-        if (process_ended(std::stol(digits)) && ::unlink(e.path().c_str()) == 0) removed.push_back(e.path().string());
+        if (writer_ended(*writer) && ::unlink(e.path().c_str()) == 0) removed.push_back(e.path().string());
     }
     return removed;
 }

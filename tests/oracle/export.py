@@ -42,7 +42,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 sys.path.insert(0, HERE)
 import pytorch_mesh  # noqa: E402  (the .net translator, shared with the benchmarks)
-from oracle import Failure, SKIP, read_checkpoint, run_dsl  # noqa: E402
+from oracle import Failure, SKIP, checkpoint_folder, read_checkpoint, run_dsl  # noqa: E402
 
 PREDICT_RTOL = 1e-4   # dsl (float32) against PyTorch (float64), relative to the output's largest magnitude
 SPLIT_RTOL = 1e-5     # dsl on 4 processes against dsl on one
@@ -141,7 +141,7 @@ def check_export(torch, np, net_path, ck, pt, npz):
         model.load_state_dict(state, strict=True)
     except RuntimeError as e:
         return problems + [f"load_state_dict(strict=True) refuses it: {e}"]
-    with open(os.path.join(ck, "manifest.json"), encoding="utf-8") as f:
+    with open(os.path.join(checkpoint_folder(ck), "manifest.json"), encoding="utf-8") as f:
         step = json.load(f)["meta"]["step"]
     checkpoint = read_checkpoint(np, ck)
     compared = set()

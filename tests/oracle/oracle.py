@@ -183,6 +183,7 @@ def initial_checkpoint(np, raw, ck0):
     run` takes no --steps 0), whose weights are the initial ones but whose optimizer state, batch-norm running
     statistics and step count that step moved. CK0 has them as they start: optimizer state 0, running mean 0
     and variance 1 (dsl's start and PyTorch's), step 0 (so that the data and the learning rates start at 0)."""
+    raw = checkpoint_folder(raw)
     with open(os.path.join(raw, "manifest.json"), encoding="utf-8") as f:
         manifest = json.load(f)
     os.makedirs(ck0)
@@ -198,7 +199,18 @@ def initial_checkpoint(np, raw, ck0):
         json.dump(manifest, f, indent=2)
 
 
+def checkpoint_folder(folder):
+    """The checkpoint folder that `--load FOLDER` means: the one a `--save` series' `latest` names, else
+    FOLDER itself (a checkpoint folder)."""
+    latest = os.path.join(folder, "latest")
+    if os.path.isfile(latest):
+        with open(latest, encoding="utf-8") as f:
+            return os.path.join(folder, f.read().strip())
+    return folder
+
+
 def read_checkpoint(np, folder):
+    folder = checkpoint_folder(folder)
     with open(os.path.join(folder, "manifest.json"), encoding="utf-8") as f:
         manifest = json.load(f)
     return {t["name"]: np.load(os.path.join(folder, t["file"])) for t in manifest["tensors"]}

@@ -220,6 +220,26 @@ public:
         return out;
     }
 
+    std::vector<std::vector<float>> gather_floats(const std::vector<float>& values) override {
+        const int count = checked_count(static_cast<std::int64_t>(values.size()));
+        std::vector<int> counts(rank_ == 0 ? static_cast<std::size_t>(size_) : 0);
+        check_mpi(MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm_), "MPI_Gather");
+        std::vector<int> offsets(counts.size());
+        std::int64_t total = 0;
+        for (std::size_t i = 0; i < counts.size(); ++i) {
+            offsets[i] = checked_count(total);
+            total += counts[i];
+        }
+        std::vector<float> all(static_cast<std::size_t>(total));
+        check_mpi(MPI_Gatherv(values.data(), count, MPI_FLOAT, all.data(), counts.data(), offsets.data(), MPI_FLOAT, 0,
+                              comm_),
+                  "MPI_Gatherv");
+        std::vector<std::vector<float>> out;
+        for (std::size_t i = 0; i < counts.size(); ++i)
+            out.emplace_back(all.begin() + offsets[i], all.begin() + offsets[i] + counts[i]);
+        return out;
+    }
+
     std::optional<int> mpi_handle() const override { return static_cast<int>(MPI_Comm_c2f(comm_)); }
 
 private:
@@ -253,6 +273,14 @@ std::vector<std::vector<double>> Comm::gather(const std::vector<double>& values)
     for (std::size_t i = 0; i < counts.size(); ++i)
         out.emplace_back(all.begin() + static_cast<std::ptrdiff_t>(offsets[i]),
                          all.begin() + static_cast<std::ptrdiff_t>(offsets[i + 1]));
+    return out;
+}
+
+// Through the gather of doubles, which hold every float exactly.
+std::vector<std::vector<float>> Comm::gather_floats(const std::vector<float>& values) {
+    std::vector<std::vector<float>> out;
+    for (const std::vector<double>& v : gather(std::vector<double>(values.begin(), values.end())))
+        out.emplace_back(v.begin(), v.end());
     return out;
 }
 

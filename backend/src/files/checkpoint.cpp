@@ -1,10 +1,14 @@
 // Checkpoint folders: written beside their destination and renamed into place (exchanged with the old one
 // where the file system can), read back with every file checked against the manifest.
+#include "checkpoint_folder.hpp"
+
 #include <dsl/backend/checkpoint.hpp>
 
 #include <dsl/backend/npy.hpp>
 #include <dsl/backend/trainer.hpp>
+#include <dsl/base/crash_point.hpp>
 #include <dsl/base/source.hpp>
+#include <dsl/base/whole_file.hpp>
 
 #include <fmt/format.h>
 
@@ -14,6 +18,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <map>
 #include <set>
@@ -101,7 +106,8 @@ std::optional<nlohmann::json> read_manifest(const fs::path& dir, std::string& er
 
 std::string dtype_name(NpyType t) { return t == NpyType::f4 ? "float32" : npy_descr(t); }
 
-// A count read from a manifest (a size, a step): an integer in [0, 2^63).
+}  // namespace
+
 std::optional<std::int64_t> count_of(const nlohmann::json& j) {
     if (j.is_number_unsigned()) {
         const auto v = j.get<std::uint64_t>();
@@ -113,9 +119,6 @@ std::optional<std::int64_t> count_of(const nlohmann::json& j) {
     return std::nullopt;
 }
 
-// The test a folder passes to be loaded, and to be replaced by a save: a manifest of this format, and every
-// tensor it lists a regular .npy file in the folder, float32, of the listed shape. The tensors' elements are
-// copied when `copy`; `files` gets the file names the manifest lists.
 std::optional<Checkpoint> read_checkpoint(const fs::path& dir, bool copy, std::set<std::string>& files,
                                           std::string& error) {
     const auto manifest = read_manifest(dir, error);
@@ -176,9 +179,6 @@ std::optional<Checkpoint> read_checkpoint(const fs::path& dir, bool copy, std::s
     return ckpt;
 }
 
-// Whether an existing folder may be replaced: empty, or a checkpoint that --load would accept with nothing
-// in it but the manifest and the files it lists (a file of the user's put inside a checkpoint, or listed by
-// a forged manifest, is not removed silently).
 bool replaceable(const fs::path& dir, std::string& error) {
     std::error_code ec;
     if (fs::is_empty(dir, ec)) return true;
@@ -212,23 +212,23 @@ bool replaceable(const fs::path& dir, std::string& error) {
     return true;
 }
 
+namespace {
+
 // The file a save writes first into its temporary folder, and the stale-folder cleanup looks for: it names
-// the process, so that only folders dsl made are ever removed.
+// the process and its machine, so that only folders dsl made are ever removed.
 constexpr const char* marker_name = ".dsl-partial";
 
-std::string marker_text(const std::string& pid) {
-    return fmt::format("a dsl checkpoint being written by process {}\n", pid);
+std::string marker_text(const Writer& w) {
+    return fmt::format("a dsl checkpoint being written by process {} on host '{}'\n", w.pid, w.host);
 }
 
-bool mark(const fs::path& folder, const std::string& pid, std::string& error) {
-    return write_text(folder / marker_name, marker_text(pid), error);
+}  // namespace
+
+bool mark(const fs::path& folder, const Writer& writer, std::string& error) {
+    return write_text(folder / marker_name, marker_text(writer), error);
 }
 
-// Whether `folder` is one that a save of process `pid` made and marked, holding nothing but its marker,
-// .npy files and a manifest (the debris of a killed save, or the old checkpoint it was replacing). A save
-// killed between making its folder and finishing the marker leaves the folder empty, or holding only the
-// start of the marker: that is its debris too, with nothing in it to lose.
-bool ours_to_remove(const fs::path& folder, const std::string& pid) {
+bool ours_to_remove(const fs::path& folder, const Writer& writer) {
     std::error_code ec;
     if (!fs::is_directory(fs::symlink_status(folder, ec))) return false;
     std::vector<std::string> files;
@@ -241,7 +241,7 @@ bool ours_to_remove(const fs::path& folder, const std::string& pid) {
     if (ec) return false;
     if (files.empty()) return true;
     std::string text, why;
-    const std::string whole = marker_text(pid);
+    const std::string whole = marker_text(writer);
     if (std::find(files.begin(), files.end(), marker_name) == files.end()) {
         // A save killed between exchanging the old checkpoint with its temporary folder and marking it: the
         // old checkpoint, whole, under the temporary name.
@@ -253,45 +253,49 @@ bool ours_to_remove(const fs::path& folder, const std::string& pid) {
     return whole.compare(0, text.size(), text) == 0;
 }
 
-// Removes a folder ours_to_remove accepts, its marker last: a kill on the way leaves a folder that is still
-// marked, which the next save removes.
 void remove_ours(const fs::path& folder) {
     std::error_code ec;
     std::vector<fs::path> files;
     for (const auto& e : fs::directory_iterator(folder, ec))
         if (e.path().filename() != marker_name) files.push_back(e.path());
-    for (const auto& f : files) fs::remove(f, ec);
+    for (const auto& f : files) {
+        fs::remove(f, ec);
+        if (&f == &files.front()) crash_point();  // a kill after each would try the same thing again
+    }
     fs::remove(folder / marker_name, ec);
     fs::remove(folder, ec);
 }
 
-// Temporary folders of earlier saves whose process has died (".NAME.tmp-PID", ".NAME.old-PID"): removed
-// when they hold only a save's files (its marker, or the start of it, .npy files and a manifest), so that a
-// killed run leaves no lasting debris and a folder of the user's with such a name is never touched. Folders
-// of live processes are left to them. The folders removed, into `removed` where given.
-void remove_stale(const fs::path& parent, const std::string& name, std::vector<std::string>* removed) {
+void remove_stale(const fs::path& parent, const std::function<bool(const std::string&)>& named,
+                  std::vector<std::string>* removed) {
     std::error_code ec;
-    std::vector<fs::path> stale;
+    std::vector<std::pair<fs::path, Writer>> stale;
+    const Writer me = this_writer();
     for (const auto& e : fs::directory_iterator(parent, ec)) {
         const std::string f = e.path().filename().string();
-        const std::string prefixes[] = {"." + name + ".tmp-", "." + name + ".old-"};
-        for (const auto& prefix : prefixes) {
-            if (f.size() <= prefix.size() || f.compare(0, prefix.size(), prefix) != 0) continue;
-            const std::string digits = f.substr(prefix.size());
-            if (digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
-            const long pid = std::stol(digits);
-            const bool dead =
-                pid == static_cast<long>(::getpid()) || (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH);
-            if (dead && ours_to_remove(e.path(), digits)) stale.push_back(e.path());
-        }
+        if (f.size() < 2 || f[0] != '.') continue;
+        // ".NAME.tmp-PID-HOST": the name and the host may hold ".tmp-" too, so every place is tried.
+        for (const std::string kind : {".tmp-", ".old-"})
+            for (std::size_t at = f.find(kind, 2); at != std::string::npos; at = f.find(kind, at + 1)) {
+                const auto writer = writer_of(std::string_view(f).substr(at + kind.size()));
+                if (!writer || !named(f.substr(1, at - 1))) continue;
+                const bool dead = (writer->pid == me.pid && writer->host == me.host) || writer_ended(*writer);
+                if (dead && ours_to_remove(e.path(), *writer)) stale.emplace_back(e.path(), *writer);
+            }
     }
-    for (const auto& p : stale) {
+    std::sort(stale.begin(), stale.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    stale.erase(
+        std::unique(stale.begin(), stale.end(), [](const auto& a, const auto& b) { return a.first == b.first; }),
+        stale.end());
+    for (const auto& [p, writer] : stale) {
+        // A whole checkpoint that a killed save had moved aside is marked before its first file goes: a kill
+        // on the way then leaves a folder that is still known for debris, not a damaged checkpoint.
+        std::string ignored;
+        if (!fs::exists(p / marker_name, ec) && !mark(p, writer, ignored)) continue;
         remove_ours(p);
         if (removed && !fs::exists(fs::symlink_status(p, ec))) removed->push_back(p.string());
     }
 }
-
-}  // namespace
 
 const CheckpointTensor* Checkpoint::find(const std::string& name) const {
     for (const auto& t : tensors)
@@ -304,9 +308,6 @@ bool is_checkpoint(const std::string& dir) {
     return read_manifest(dir, why).has_value();
 }
 
-namespace {
-
-// The folder a save to `dir` writes ("ckpt/" is "ckpt"), and the folder it is written in.
 bool save_target(const std::string& dir, fs::path& target, fs::path& parent, std::string& error) {
     target = fs::path(dir).lexically_normal();
     if (!target.has_filename()) target = target.parent_path();  // "ckpt/"
@@ -320,10 +321,8 @@ bool save_target(const std::string& dir, fs::path& target, fs::path& parent, std
 }
 
 fs::path temporary(const fs::path& target, const char* kind) {
-    return target.parent_path() / fmt::format(".{}.{}-{}", target.filename().string(), kind, ::getpid());
+    return target.parent_path() / fmt::format(".{}.{}-{}", target.filename().string(), kind, writer_tag(this_writer()));
 }
-
-}  // namespace
 
 bool can_save_checkpoint(const std::string& dir, std::string& error) {
     fs::path target, parent;
@@ -356,7 +355,7 @@ bool can_save_checkpoint(const std::string& dir, std::string& error) {
     // save at the end.
     for (const char* kind : {"tmp", "old"}) {
         const fs::path tmp = temporary(target, kind);
-        if (fs::exists(fs::symlink_status(tmp, ec)) && !ours_to_remove(tmp, std::to_string(::getpid()))) {
+        if (fs::exists(fs::symlink_status(tmp, ec)) && !ours_to_remove(tmp, this_writer())) {
             error = fmt::format("'{}' is in the way of the save's temporary copy; it is left as it is", tmp.string());
             return false;
         }
@@ -388,7 +387,8 @@ bool save_checkpoint(const std::string& dir, const std::vector<CheckpointTensorR
     fs::path target, parent;
     if (!save_target(dir, target, parent, error)) return false;
     const std::string name = target.filename().string();
-    remove_stale(parent, name, removed);
+    remove_stale(
+        parent, [&](const std::string& n) { return n == name; }, removed);
     if (!can_save_checkpoint(dir, error)) return false;
     std::error_code ec;
     fs::create_directories(parent, ec);
@@ -400,7 +400,7 @@ bool save_checkpoint(const std::string& dir, const std::vector<CheckpointTensorR
 
     // The temporary folder is marked before anything is written in it, so that, should this process die,
     // a later save knows it for debris; the mark is taken off just before the folder becomes the checkpoint.
-    const std::string pid = std::to_string(::getpid());
+    const Writer pid = this_writer();
     const fs::path tmp = temporary(target, "tmp");
     if (!fs::create_directory(tmp, ec)) {
         error = fmt::format("cannot create '{}': {}", tmp.string(), ec ? ec.message() : "it exists");
@@ -411,22 +411,27 @@ bool save_checkpoint(const std::string& dir, const std::vector<CheckpointTensorR
         if (mark(tmp, pid, ignored) && ours_to_remove(tmp, pid)) remove_ours(tmp);
         return false;
     };
+    crash_point();
     if (!mark(tmp, pid, error)) {
         fs::remove(tmp, ec);
         return false;
     }
+    crash_point();
 
     nlohmann::json list = nlohmann::json::array();
     for (const auto& t : tensors) {
         const std::string file = t.name + ".npy";
         if (!write_npy((tmp / file).string(), t.shape, t.data.data(), error)) return fail();
+        if (&t == &tensors.front()) crash_point();  // a kill after each would try the same thing again
         list.push_back({{"name", t.name}, {"file", file}, {"shape", t.shape}, {"dtype", "float32"}});
     }
     const nlohmann::json manifest{{"format", format_name},
                                   {"version", format_version},
                                   {"tensors", std::move(list)},
                                   {"meta", meta.is_null() ? nlohmann::json::object() : meta}};
+    crash_point();
     if (!write_text(tmp / "manifest.json", manifest.dump(2) + "\n", error)) return fail();
+    crash_point();
     // The old checkpoint, once out of the way, is marked in its turn and removed.
     auto drop = [&](const fs::path& old) {
         std::string ignored;
@@ -441,6 +446,7 @@ bool save_checkpoint(const std::string& dir, const std::vector<CheckpointTensorR
         return true;
     };
     if (!unmark(tmp)) return fail();
+    crash_point();
 
     if (!exists) {
         // Fails rather than replace a non-empty folder that appeared meanwhile.
@@ -448,7 +454,9 @@ bool save_checkpoint(const std::string& dir, const std::vector<CheckpointTensorR
             error = fmt::format("cannot rename '{}' to '{}': {}", tmp.string(), target.string(), std::strerror(errno));
             return fail();
         }
+        crash_point();
     } else if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0) {
+        crash_point();
         drop(tmp);  // now the old checkpoint
     } else {
         // No atomic exchange on this file system: move the old one aside, the new one in, then drop the old.
@@ -458,11 +466,13 @@ bool save_checkpoint(const std::string& dir, const std::vector<CheckpointTensorR
             error = fmt::format("cannot move '{}' aside: {}", target.string(), std::strerror(errno));
             return fail();
         }
+        crash_point();
         if (::rename(tmp.c_str(), target.c_str()) != 0) {
             error = fmt::format("cannot rename '{}' to '{}': {}", tmp.string(), target.string(), std::strerror(errno));
             ::rename(old.c_str(), target.c_str());
             return fail();
         }
+        crash_point();
         drop(old);
     }
     fsync_path(parent);
@@ -477,15 +487,21 @@ bool save_checkpoint(const std::string& dir, const std::vector<CheckpointTensor>
     return save_checkpoint(dir, refs, meta, error, removed);
 }
 
-std::optional<Checkpoint> load_checkpoint(const std::string& dir, std::string& error) {
-    std::error_code ec;
-    if (!fs::is_directory(dir, ec)) {
-        error = fmt::format("'{}' is not a folder", dir);
-        return std::nullopt;
-    }
-    std::set<std::string> files;
-    return read_checkpoint(dir, true, files, error);
+namespace {
+
+// A trainer's checkpoint's meta: the step, the seed and network of the run, the optimizer whose state it
+// holds, and dynamic loss scaling's state, so that a resumed run scales as the uninterrupted one.
+nlohmann::json trainer_meta(const Trainer& trainer, std::int64_t step, std::uint64_t seed, const std::string& network) {
+    nlohmann::json meta{{"step", step},
+                        {"seed", seed},
+                        {"network", network},
+                        {"optimizer", frontend::optimizer_name(trainer.config().optimizer)}};
+    if (const Trainer::LossScale ls = trainer.loss_scale(); ls.scale > 0.0)
+        meta["loss_scale"] = {{"scale", ls.scale}, {"good_steps", ls.good_steps}};
+    return meta;
 }
+
+}  // namespace
 
 bool save(Trainer& trainer, const std::string& dir, std::int64_t step, std::uint64_t seed, const std::string& network,
           std::string& error, std::vector<std::string>* removed) {
@@ -497,14 +513,16 @@ bool save(const Trainer& trainer, const std::vector<StateTensor>& state, const s
     std::vector<CheckpointTensorRef> refs;
     for (const auto& s : state)
         refs.push_back({s.name, s.shape, std::span<const float>(s.data, static_cast<std::size_t>(s.size))});
-    nlohmann::json meta{{"step", step},
-                        {"seed", seed},
-                        {"network", network},
-                        {"optimizer", frontend::optimizer_name(trainer.config().optimizer)}};
-    // Dynamic loss scaling's state, so that a resumed run scales as the uninterrupted one.
-    if (const Trainer::LossScale ls = trainer.loss_scale(); ls.scale > 0.0)
-        meta["loss_scale"] = {{"scale", ls.scale}, {"good_steps", ls.good_steps}};
-    return save_checkpoint(dir, refs, meta, error, removed);
+    return save_checkpoint(dir, refs, trainer_meta(trainer, step, seed, network), error, removed);
+}
+
+bool save_to_series(const Trainer& trainer, const std::vector<StateTensor>& state, const std::string& dir,
+                    std::int64_t step, std::uint64_t seed, const std::string& network, int keep, std::string& error,
+                    SeriesSave* report) {
+    std::vector<CheckpointTensorRef> refs;
+    for (const auto& s : state)
+        refs.push_back({s.name, s.shape, std::span<const float>(s.data, static_cast<std::size_t>(s.size))});
+    return save_to_series(dir, refs, trainer_meta(trainer, step, seed, network), step, keep, error, report);
 }
 
 bool restore(Trainer& trainer, const Checkpoint& ckpt, std::int64_t& step, std::string& error) {
@@ -565,79 +583,6 @@ bool restore(Trainer& trainer, const Checkpoint& ckpt, std::int64_t& step, std::
     }
     step = *saved_step;
     return true;
-}
-
-namespace {
-
-fs::path lock_path(const std::string& dir) {
-    fs::path target = fs::path(dir).lexically_normal();
-    if (!target.has_filename()) target = target.parent_path();
-    const fs::path parent = target.has_parent_path() ? target.parent_path() : fs::path(".");
-    return parent / fmt::format(".{}.lock", target.filename().string());
-}
-
-// Who holds the lock open at `fd`, as its holder wrote it ("process 12 on host 'a'").
-std::string holder_of(int fd) {
-    char text[512] = {};
-    const ssize_t n = ::pread(fd, text, sizeof text - 1, 0);
-    std::string h(text, static_cast<std::size_t>(std::max<ssize_t>(n, 0)));
-    while (!h.empty() && h.back() == '\n') h.pop_back();
-    return h.empty() ? "another process" : h;
-}
-
-std::string held_message(const std::string& dir, const fs::path& lock, int fd) {
-    return fmt::format(
-        "'{}' is being saved into by another run ({}, holding '{}'); two runs saving into one folder would replace "
-        "each other's checkpoints: wait for it to end, or save elsewhere",
-        dir, holder_of(fd), lock.string());
-}
-
-}  // namespace
-
-SaveLock::~SaveLock() {
-    if (fd_ < 0) return;
-    ::unlink(path_.c_str());  // while still held: a run that opened it meanwhile finds it gone, and tries again
-    ::close(fd_);
-}
-
-std::unique_ptr<SaveLock> lock_checkpoint_folder(const std::string& dir, std::string& error) {
-    const fs::path lock = lock_path(dir);
-    std::error_code ec;
-    fs::create_directories(lock.parent_path(), ec);
-    for (int attempt = 0; attempt < 100; ++attempt) {
-        const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-        if (fd < 0) {
-            error = fmt::format("cannot create the lock '{}': {}", lock.string(), std::strerror(errno));
-            return nullptr;
-        }
-        if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-            const int err = errno;
-            error = err == EWOULDBLOCK ? held_message(dir, lock, fd)
-                                       : fmt::format("cannot lock '{}': {}", lock.string(), std::strerror(err));
-            ::close(fd);
-            return nullptr;
-        }
-        // The file held must be the one under the name: a holder that ended may have removed it meanwhile.
-        struct stat held {
-        }, named{};
-        if (::fstat(fd, &held) == 0 && ::stat(lock.c_str(), &named) == 0 && held.st_dev == named.st_dev &&
-            held.st_ino == named.st_ino) {
-            char host[256] = {};
-            ::gethostname(host, sizeof host - 1);
-            const std::string text = fmt::format("process {} on host '{}'\n", ::getpid(), host);
-            if (::ftruncate(fd, 0) != 0 ||
-                ::pwrite(fd, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size())) {
-                error = fmt::format("cannot write the lock '{}': {}", lock.string(), std::strerror(errno));
-                ::unlink(lock.c_str());
-                ::close(fd);
-                return nullptr;
-            }
-            return std::unique_ptr<SaveLock>(new SaveLock(lock.string(), fd));
-        }
-        ::close(fd);
-    }
-    error = fmt::format("cannot lock '{}': it keeps being replaced", lock.string());
-    return nullptr;
 }
 
 }  // namespace dsl::backend

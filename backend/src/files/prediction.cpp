@@ -68,10 +68,25 @@ bool link_exists(hid_t file, const std::string& dataset) {
     return true;
 }
 
-// The dataset's temporary link while it is written: ".NAME.tmp-PID" beside it in its group.
-std::string temporary_link(const std::string& dataset, long pid) {
+// The dataset's temporary link while it is written: ".NAME.tmp-PID-HOST" beside it in its group.
+std::string temporary_link(const std::string& dataset, const Writer& writer) {
     const std::size_t slash = dataset.rfind('/');
-    return dataset.substr(0, slash + 1) + fmt::format(".{}.tmp-{}", dataset.substr(slash + 1), pid);
+    return dataset.substr(0, slash + 1) + fmt::format(".{}.tmp-{}", dataset.substr(slash + 1), writer_tag(writer));
+}
+
+// The first process, as every process names it: its number and its machine's name, which the others take
+// from it (as sums in which every other process gives zeros).
+Writer first_process(Comm& comm) {
+    const Writer me = this_writer();
+    std::vector<double> v(1 + 256, 0.0);
+    if (comm.rank() == 0) {
+        v[0] = static_cast<double>(me.pid);
+        for (std::size_t i = 0; i < me.host.size() && i < 256; ++i) v[1 + i] = static_cast<unsigned char>(me.host[i]);
+    }
+    comm.allreduce(v.data(), static_cast<std::int64_t>(v.size()));
+    Writer first{static_cast<long>(v[0]), {}};
+    for (std::size_t i = 1; i < v.size() && v[i] != 0.0; ++i) first.host.push_back(static_cast<char>(v[i]));
+    return first;
 }
 
 // Removes the temporary links beside `dataset` that writes of ended processes left in the open file.
@@ -88,9 +103,8 @@ void remove_debris_links(hid_t file, const std::string& dataset) {
     H5Literate_by_name(file, group.c_str(), H5_INDEX_NAME, H5_ITER_NATIVE, nullptr, collect, &names, H5P_DEFAULT);
     for (const std::string& name : names) {
         if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
-        const std::string digits = name.substr(prefix.size());
-        if (digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
-        if (process_ended(std::stol(digits)))
+        const auto writer = writer_of(std::string_view(name).substr(prefix.size()));
+        if (writer && writer_ended(*writer))
             H5Ldelete(file, (group == "/" ? "/" + name : group + "/" + name).c_str(), H5P_DEFAULT);
     }
 }
@@ -410,15 +424,14 @@ std::unique_ptr<OutputArray> create_output(const OutputPath& path, const std::ve
     DSL_INTERNAL_CHECK(!shape.empty() && shape.size() <= 2 + max_space, "an output of rank 1 to 5");
     // The temporary names carry the first process's number, so that a later write knows them for debris
     // once it has ended.
-    const double first = comm.max(comm.rank() == 0 ? static_cast<double>(::getpid()) : 0.0);
-    const long pid = static_cast<long>(first);
+    const Writer first = first_process(comm);
     std::error_code ec;
     const bool into_file = comm.rank() == 0 && path.hdf5() && fs::exists(path.file, ec);
     Placement place{path, path, comm.max(into_file ? 1.0 : 0.0) == 0.0, force};
     if (place.new_file)
-        place.written.file = temporary_beside(path.file, pid);
+        place.written.file = temporary_beside(path.file, first);
     else
-        place.written.dataset = temporary_link(path.dataset, pid);
+        place.written.dataset = temporary_link(path.dataset, first);
     bool made = true;
     if (comm.rank() == 0) {
         if (place.new_file) {

@@ -78,6 +78,9 @@ public:
     std::vector<std::vector<double>> gather(const std::vector<double>& values) override {
         return host_->gather(values);
     }
+    std::vector<std::vector<float>> gather_floats(const std::vector<float>& values) override {
+        return host_->gather_floats(values);
+    }
     std::optional<int> mpi_handle() const override { return host_->mpi_handle(); }
 
 protected:

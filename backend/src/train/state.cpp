@@ -9,7 +9,7 @@
 
 namespace dsl::backend {
 
-std::vector<StateTensor> Trainer::Impl::state(bool read) {
+std::vector<StateTensor> Trainer::Impl::state(bool read, bool to_first) {
     std::vector<StateTensor> out;
     host_state.clear();
     // A tensor of the kernels' memory, of which this process holds `block` at `t` (`keeps`: the first of the
@@ -29,9 +29,14 @@ std::vector<StateTensor> Trainer::Impl::state(bool read) {
                 unblock_weights(t.dims(), t.data(), held.data());
             else
                 mem.download(t.data(), held.data(), t.size());
-            copy.host = block.is_whole() ? std::move(held) : gathered(block, held.data(), keeps);
+            copy.host = block.is_whole() ? std::move(held)
+                        : to_first       ? gathered_to_first(block, held.data(), keeps)
+                                         : gathered(block, held.data(), keeps);
         }
-        out.push_back(StateTensor{name, std::move(shape), copy.host.data(), block.total});
+        // Gathered to the first process, the tensor is nowhere else.
+        const bool absent = read && to_first && copy.host.empty() && block.total > 0;
+        out.push_back(
+            StateTensor{name, std::move(shape), absent ? nullptr : copy.host.data(), absent ? 0 : block.total});
     };
     for (Slot& s : slots) {
         const Layer& l = *s.layer;
@@ -46,7 +51,10 @@ std::vector<StateTensor> Trainer::Impl::state(bool read) {
         if (bias) add(l.name + ".bias", bshape, s.b, bb, keeps_bias);
         if (stats.has_running(s.index)) {  // batch norm's running statistics
             Statistics::Gather gather;
-            if (read && s.holders) gather = [&](const float* held) { return gathered(bb, held, keeps); };
+            if (read && s.holders)
+                gather = [&](const float* held) {
+                    return to_first ? gathered_to_first(bb, held, keeps) : gathered(bb, held, keeps);
+                };
             stats.add_state(s.index, l.name, bshape, bb.total, static_cast<std::size_t>(s.filters.lo), gather, out);
         }
         optimizer.each_moment(s.index, [&](const std::string& suffix, Tensor& moment, bool of_bias) {
@@ -66,6 +74,36 @@ std::vector<float> Trainer::Impl::gathered(const Block& block, const float* held
     if (keeps) block.place(held, whole.data());
     comm.allreduce(whole.data(), block.total);
     return std::vector<float>(whole.begin(), whole.end());
+}
+
+// The same whole on the first process alone (empty elsewhere): each process gives the place of its block in
+// the whole, and the first of each block's holders its elements, as they are (4 bytes each, to the first
+// process only).
+std::vector<float> Trainer::Impl::gathered_to_first(const Block& block, const float* held, bool keeps) {
+    const std::vector<double> place{keeps ? 1.0 : 0.0,
+                                    static_cast<double>(block.rows.lo),
+                                    static_cast<double>(block.rows.hi),
+                                    static_cast<double>(block.cols.lo),
+                                    static_cast<double>(block.cols.hi),
+                                    static_cast<double>(block.columns),
+                                    static_cast<double>(block.run)};
+    const auto places = comm.gather(place);
+    const auto parts =
+        comm.gather_floats(keeps ? std::vector<float>(held, held + block.elements()) : std::vector<float>());
+    if (comm.rank() != 0) return {};
+    std::vector<float> whole(static_cast<std::size_t>(block.total), 0.0f);
+    for (std::size_t p = 0; p < places.size(); ++p) {
+        const std::vector<double>& at = places[p];
+        if (at.size() != place.size() || at[0] == 0.0) continue;
+        Block b = block;
+        b.rows = Range{static_cast<std::int64_t>(at[1]), static_cast<std::int64_t>(at[2])};
+        b.cols = Range{static_cast<std::int64_t>(at[3]), static_cast<std::int64_t>(at[4])};
+        b.columns = static_cast<std::int64_t>(at[5]);
+        b.run = static_cast<std::int64_t>(at[6]);
+        DSL_INTERNAL_CHECK(static_cast<std::int64_t>(parts[p].size()) == b.elements(), "a block of another size");
+        b.place(parts[p].data(), whole.data());
+    }
+    return whole;
 }
 
 // Puts the copies that state() handed out back where the kernels read them: each process its block, in

@@ -69,9 +69,10 @@ void Statistics::add_state(int layer, const std::string& name, const std::vector
                            std::int64_t total, std::size_t first, const Gather& gather, std::vector<StateTensor>& out) {
     Held& h = held_[at(layer)];
     // Each process moves its block of them: the first holder of each block gives it to the others.
+    // A gather to one process gives the others nothing: they keep their own.
     if (gather) {
-        h.running_mean = gather(h.running_mean.data() + first);
-        h.running_var = gather(h.running_var.data() + first);
+        if (auto mean = gather(h.running_mean.data() + first); !mean.empty()) h.running_mean = std::move(mean);
+        if (auto var = gather(h.running_var.data() + first); !var.empty()) h.running_var = std::move(var);
     }
     out.push_back(StateTensor{name + ".running_mean", shape, h.running_mean.data(), total});
     out.push_back(StateTensor{name + ".running_var", shape, h.running_var.data(), total});

@@ -102,6 +102,8 @@ const TrainConfig& Trainer::config() const { return impl_->config; }
 
 std::vector<StateTensor> Trainer::state() { return impl_->state(true); }
 
+std::vector<StateTensor> Trainer::saved_state() { return impl_->state(true, true); }
+
 std::vector<StateTensor> Trainer::writable_state() { return impl_->state(false); }
 
 void Trainer::state_written() { impl_->state_written(); }

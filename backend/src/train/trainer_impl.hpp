@@ -198,8 +198,10 @@ struct Trainer::Impl {
     float* bias_gradient_of(Slot& s) const { return s.layer->bias && s.adds_bias ? s.db.data() : nullptr; }
 
     // state.cpp: the parameters as whole tensors on the host, gathered from their blocks where `read`.
-    std::vector<StateTensor> state(bool read);
+    // Where `to_first`, the blocks are gathered to the first process alone (a checkpoint's writer).
+    std::vector<StateTensor> state(bool read, bool to_first = false);
     std::vector<float> gathered(const Block& block, const float* held, bool keeps);
+    std::vector<float> gathered_to_first(const Block& block, const float* held, bool keeps);
     void state_written();
 
     // A recomputed layer's tile over value buffer `buffer`: it holds no halo until gathered again.

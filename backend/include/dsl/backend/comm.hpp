@@ -73,6 +73,9 @@ public:
     // Every process's `values` (each may give a different count), in rank order, on process 0; empty
     // elsewhere (collective). The traces of a run go to the process that writes them this way.
     virtual std::vector<std::vector<double>> gather(const std::vector<double>& values);
+    // The same for floats, to the bit: a checkpoint's tensors split in blocks go to the process that writes
+    // them this way, 4 bytes an element, to that process alone.
+    virtual std::vector<std::vector<float>> gather_floats(const std::vector<float>& values);
 
     // The MPI communicator of these processes, for the libraries that take one (HDF5 opens a file over MPI-IO
     // with it), as its Fortran handle, which MPI_Comm_f2c turns back: this header leaves MPI's out. None where

@@ -200,6 +200,10 @@ public:
     // process must call `state` then (it is collective). After writing into them, `state_written` puts them
     // back where the kernels read them, each process taking its blocks.
     std::vector<StateTensor> state();
+    // The same for a checkpoint that the first process writes (collective): the blocks go to that process
+    // alone. There every tensor is whole; elsewhere those held in blocks are empty (null, size 0), and the
+    // rest as `state` gives them.
+    std::vector<StateTensor> saved_state();
     // The same tensors to be written whole, with values that are not read (not collective): `state_written`
     // puts them in after every one is written.
     std::vector<StateTensor> writable_state();

@@ -1,25 +1,44 @@
-// Files written whole or not at all: under a temporary name beside their destination (".NAME.tmp-PID"),
+// Files written whole or not at all: under a temporary name beside their destination (".NAME.tmp-PID-HOST"),
 // flushed to the disk, and moved into place only when whole, so that a reader of the destination sees the
 // earlier file or the new one, never a part; the debris of a killed write is removed by the next write.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace dsl {
 
-// ".NAME.tmp-PID" beside `path`: where process `pid` writes `path` until it is whole.
-std::string temporary_beside(const std::string& path, long pid);
-std::string temporary_beside(const std::string& path);  // this process's
+// This machine's name as temporary names and locks record it: gethostname's, each character outside
+// [A-Za-z0-9._-] written '_', so that it fits in a file name.
+std::string this_host();
+
+// The process that wrote a temporary name, as the name records it: "PID-HOST" (".NAME.tmp-PID-HOST").
+// On a file system that several machines share, a process number alone says nothing: the host does.
+struct Writer {
+    long pid = 0;
+    std::string host;
+};
+std::string writer_tag(const Writer& w);                // "PID-HOST"
+Writer this_writer();                                   // this process, on this machine
+std::optional<Writer> writer_of(std::string_view tag);  // the writer a tag names; none where it is not one
+// Whether `w` has ended, provably: a process of this machine that is gone, or ended and not yet reaped. A
+// process of another machine is never judged ended from here, whatever this machine's processes are.
+bool writer_ended(const Writer& w);
+
+// ".NAME.tmp-PID-HOST" beside `path`: where process `pid` of this machine writes `path` until it is whole.
+std::string temporary_beside(const std::string& path, const Writer& writer);
+std::string temporary_beside(const std::string& path, long pid);  // of this machine
+std::string temporary_beside(const std::string& path);            // this process's
 
 // Whether process `pid` no longer runs on this machine (its temporary files are debris): gone, or ended and
 // not yet reaped.
 bool process_ended(long pid);
 
-// Removes the temporary files beside `path` (".NAME.tmp-PID", regular files) that writes of processes no
-// longer running left behind: the names removed. A process of another machine writing there meanwhile is
-// not told from an ended one; dsl's writers are its first process, on the machine that started the command.
+// Removes the temporary files beside `path` (".NAME.tmp-PID-HOST", regular files) that writes of ended
+// processes of this machine left behind: the names removed. Those of other machines, and names without a
+// host (of an older dsl), are left: nothing here can tell that their writer has ended.
 std::vector<std::string> remove_debris(const std::string& path);
 
 // Moves the whole file `temp` to `path`, replacing what is there where `replace`, else failing with EEXIST
