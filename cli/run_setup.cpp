@@ -9,6 +9,7 @@
 #include <dsl/backend/gpu.hpp>
 #include <dsl/backend/kinds.hpp>
 #include <dsl/base/error.hpp>
+#include <dsl/scheduler/tile_limits.hpp>
 
 #include <fmt/format.h>
 
@@ -335,6 +336,13 @@ int run_trained(const RunOptions& o, const TrainedBody& body) {
     if (!schedule) {
         io.err() << "error: " << why << "\n";
         return o.auto_schedule ? user_error : usage;
+    }
+    // The tiles of the schedule the run executes (on one process without one, or as the auto-scheduler chose),
+    // before anything is set up: one that the kernels cannot address is the network's error, at its layer.
+    Diagnostics tiles;
+    if (!scheduler::check_tile_limits(checked->net.net, *schedule, run_batch(*checked, o), tiles)) {
+        tiles.render(io.err(), stderr_color());
+        return user_error;
     }
     return on_processes(o, *checked, *schedule, io, [&](backend::Kernels kernels, backend::Comm& comm) {
         return body(*checked, *schedule, kernels, comm, io);
