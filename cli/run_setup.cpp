@@ -264,7 +264,7 @@ int on_processes(const RunOptions& o, const Checked& checked, const scheduler::S
             return usage;
         }
     }
-    if (procs > 1 && !mpi) return launch_mpi(procs, launched_arguments());
+    if (procs > 1 && !mpi) return launch_mpi(procs, launched_arguments(), o.stops_at_step);
 
     std::unique_ptr<backend::Comm> comm = mpi ? backend::mpi_world() : backend::self_comm();
     const int rank = comm->rank(), size = comm->size();
