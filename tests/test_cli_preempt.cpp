@@ -139,7 +139,7 @@ std::string schedule_for(int procs) {
 
 }  // namespace
 
-TEST_CASE("run: SIGTERM and SIGUSR1 stop every process at one step, saved; --load resumes it bitwise",
+TEST_CASE("run: SIGTERM and SIGUSR1 stop every process at one step and save it, and --load resumes it bitwise",
           "[cli][run][preempt][mpi]") {
     // Who is sent the signal: dsl (which starts mpirun itself on several processes), an mpirun a user started
     // around it, or every process (as Slurm signals a job step's tasks).
@@ -154,7 +154,7 @@ TEST_CASE("run: SIGTERM and SIGUSR1 stop every process at one step, saved; --loa
         : procs == 2 ? std::vector<Case>{{SIGTERM, To::dsl}, {SIGUSR1, To::user_mpirun}, {SIGTERM, To::every_process}}
                      : std::vector<Case>{{SIGTERM, To::dsl}, {SIGUSR1, To::user_mpirun}};
     dsl::test::TempDir dir;
-    const int total = 40;
+    const int total = 20;
     const std::string run = "run samples/mesh_tiny.net " + schedule_for(procs) + " --batch 4 ";
 
     // The run never stopped.
