@@ -6,7 +6,6 @@
 #include <dsl/frontend/parse.hpp>
 #include <dsl/scheduler/autoschedule.hpp>
 #include <dsl/scheduler/schedule_text.hpp>
-#include <dsl/scheduler/tile_limits.hpp>
 
 #include <fmt/format.h>
 
@@ -127,7 +126,6 @@ std::optional<Checked> Pipeline::check(const std::string& net_path, const std::s
             return std::nullopt;
     }
     if (c.schedule && !check_procs(c, batch.procs, runs, diags)) return std::nullopt;
-    if (c.schedule && runs && !check_tile_limits(c.net.net, *c.schedule, *runs, diags)) return std::nullopt;
     return c;
 }
 
