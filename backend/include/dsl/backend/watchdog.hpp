@@ -40,7 +40,7 @@ public:
 // on: a layer's work began or a wait ended.
 void watchdog_progress();
 // From construction to destruction this process waits for other processes: for `what` ("a halo exchange"),
-// of `layer` (its index, or -1 for none). `what` must outlive the wait (a literal).
+// of `layer` (its index, or -1 for none). `what` must outlive the wait (a literal, or a string that does).
 class Awaiting {
 public:
     Awaiting(const char* what, int layer);
