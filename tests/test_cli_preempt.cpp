@@ -115,8 +115,16 @@ bool logged(const std::string& log, std::size_t steps) {
     return false;
 }
 
-// Every tensor of two checkpoints equal to the byte, and their manifests' steps.
-void same_checkpoints(const std::string& a, const std::string& b) {
+// The checkpoint a --save folder holds: itself, or in a series the folder its `latest` names.
+std::string checkpoint_in(const std::string& dir) {
+    std::string latest = read(fs::path(dir) / "latest");
+    while (!latest.empty() && (latest.back() == '\n' || latest.back() == '\r')) latest.pop_back();
+    return latest.empty() ? dir : (fs::path(dir) / latest).string();
+}
+
+// Every tensor of the checkpoints of two --save folders equal to the byte, and their manifests' steps.
+void same_checkpoints(const std::string& a_dir, const std::string& b_dir) {
+    const std::string a = checkpoint_in(a_dir), b = checkpoint_in(b_dir);
     std::size_t tensors = 0;
     for (const auto& e : fs::directory_iterator(a)) {
         const std::string name = e.path().filename().string();
@@ -187,7 +195,8 @@ TEST_CASE("run: SIGTERM and SIGUSR1 stop every process at one step and save it, 
         INFO(said);
         REQUIRE(code == 5);
         std::smatch m;
-        const std::regex stopped("stopped by " + name + " at step (\\d+): saved '" + (dir / "ck") + "'\n");
+        // The --save folder, or in a series its checkpoint of that step.
+        const std::regex stopped("stopped by " + name + " at step (\\d+): saved '" + (dir / "ck") + "(/step-\\d+)?'\n");
         REQUIRE(std::regex_search(said, m, stopped));
         const int at = std::stoi(m[1].str());
         CHECK(at >= 2);
