@@ -8,6 +8,7 @@
 #include <dsl/scheduler/autoschedule.hpp>
 #include <dsl/scheduler/pipeline.hpp>
 #include <dsl/scheduler/platform.hpp>
+#include <dsl/scheduler/tile_limits.hpp>
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
@@ -100,6 +101,13 @@ int run_check(const CheckOptions& o) {
     diags.render(std::cerr, stderr_color());
     if (!checked) return user_error;
     const std::int64_t batch = report_batch(*checked, o.batch);
+    // The tiles of the schedule as a run would make them: one that the kernels cannot address is an error at
+    // its layer, as `dsl run` says it (explain and compare, which predict, only note what does not fit).
+    Diagnostics tiles;
+    if (checked->schedule && !scheduler::check_tile_limits(checked->net.net, *checked->schedule, batch, tiles)) {
+        tiles.render(std::cerr, stderr_color());
+        return user_error;
+    }
     // The report is of the schedule as written; the stages after it are printed from a copy.
     if (o.dump_after == "filled" || o.dump_after == "plan") {
         Checked filled = *checked;

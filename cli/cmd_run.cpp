@@ -8,6 +8,7 @@
 #include "planning.hpp"
 #include "report.hpp"
 #include "run_setup.hpp"
+#include "stop_signals.hpp"
 #include "trace.hpp"
 
 #include <dsl/backend/checkpoint.hpp>
@@ -15,6 +16,7 @@
 #include <dsl/backend/data.hpp>
 #include <dsl/backend/gpu.hpp>
 #include <dsl/backend/trainer.hpp>
+#include <dsl/backend/watchdog.hpp>
 #include <dsl/base/error.hpp>
 
 #include <fmt/format.h>
@@ -113,6 +115,18 @@ std::string output_problem(const RunOptions& o) {
 int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule& schedule, backend::Kernels kernels,
           backend::Comm& comm, Output& io);
 
+// The end of a run stopped by `signal` after `steps` steps (`saved`: its checkpoint is written, where it has
+// --save): said once, and the exit code that tells a job script to resume it.
+int stop_at(const RunOptions& o, int signal, std::int64_t steps, bool saved, Output& io) {
+    if (!saved) return user_error;  // the save said why
+    if (o.save.empty())
+        io.err() << fmt::format("stopped by {} at step {}: not saved (the run has no --save), so its steps are lost\n",
+                                signal_name(signal), steps);
+    else
+        io.err() << fmt::format("stopped by {} at step {}: saved '{}'\n", signal_name(signal), steps, o.save);
+    return stopped;
+}
+
 // The --profile table: every layer's forward and backward milliseconds per step, and of those the wait for
 // other processes, averaged over the profiled steps and the processes.
 void print_profile(const frontend::Network& net, backend::Comm& comm, std::vector<backend::LayerTime> t, double update,
@@ -183,6 +197,9 @@ nlohmann::json losses_json(const std::vector<backend::LossValue>& losses) {
 }
 
 int run_training(const RunOptions& o) {
+    // From here a SIGTERM or SIGUSR1 stops the run at the end of a step, with a checkpoint of it (or, in the
+    // process that starts the others under mpirun, is passed on to them).
+    catch_stop_signals();
     return run_trained(o,
                        [&](const Checked& checked, const scheduler::Schedule& schedule, backend::Kernels kernels,
                            backend::Comm& comm, Output& io) { return train(o, checked, schedule, kernels, comm, io); });
@@ -200,7 +217,11 @@ std::string lr_schedule_text(const frontend::LrSchedule& s) {
 
 int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule& schedule, backend::Kernels kernels,
           backend::Comm& comm, Output& io) {
+    // A process that makes no progress (or waits for one that stopped) ends the run rather than hang it.
     const auto& net = checked.net.net;
+    std::vector<std::string> layer_names;
+    for (const auto& l : net.layers) layer_names.push_back(l.name);
+    backend::Watchdog watchdog(comm, o.timeout, layer_names, user_error);
     backend::TrainConfig cfg;
     cfg.batch = run_batch(checked, o);
     // PyTorch's defaults where neither the command line nor the train line says: lr 0.001 for adam and
@@ -297,6 +318,7 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
     // Every process takes part in gathering the parameters to the first (F and C parts split them), which
     // writes them into the series.
     auto save = [&](std::int64_t steps_done) {
+        const backend::Watchdog::Between saving;
         bool saved = true;
         const auto state = trainer->saved_state();
         if (comm.rank() == 0) {
@@ -380,6 +402,9 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
         const double loss_scale = trainer->loss_scale().scale;
         last_loss = trainer->step(*data, step * cfg.batch);
         const double seconds = std::chrono::duration<double>(clock::now() - t0).count();
+        watchdog.step_done(seconds);
+        const backend::Awaiting step_end(
+            "the other processes at the end of the step (its log, the agreement on a stop)", -1);
         if (on_gpu) gpu_peak = std::max(gpu_peak, static_cast<double>(backend::gpu_memory_in_use()));
         if (!o.trace.empty()) {
             const backend::StepProfile& p = trainer->last_profile();
@@ -433,6 +458,7 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
         if (!logged(line)) return user_error;
         // --eval-every: the figures over the evaluation set, at every K-th step (counted as --save-every's).
         if (eval_set && (step + 1) % o.eval_every == 0) {
+            const backend::Watchdog::Between evaluating;
             const EvalFigures f = evaluate(*trainer, net, schedule, kernels, comm, *eval_set->source, eval_set->count);
             io.out() << fmt::format("eval  {:>5}  loss {:.6f} on {} samples\n", step + 1, f.loss, f.samples)
                      << figures_text(f) << std::flush;
@@ -442,9 +468,20 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
         }
         // --save-every: a checkpoint at every K-th step (counted from the first, so across resumptions); the
         // last step's is the one at the end.
-        if (o.save_every > 0 && (step + 1) % o.save_every == 0 && done < o.steps && !save(step + 1)) return user_error;
+        const bool saved_here = o.save_every > 0 && (step + 1) % o.save_every == 0 && done < o.steps;
+        if (saved_here && !save(step + 1)) return user_error;
+        // Preemption: a SIGTERM or SIGUSR1 to any process stops every one here, at the end of the same step. Each
+        // says the signal it has had (0: none) in one allreduce of a number, and the largest names the stop.
+        if (done < o.steps) {
+            const int by = comm.size() > 1 ? static_cast<int>(comm.max(stop_signal())) : stop_signal();
+            if (by != 0) {
+                if (progress) std::cerr << "\r" << std::string(40, ' ') << "\r";
+                return stop_at(o, by, step + 1, saved_here || o.save.empty() || save(step + 1), io);
+            }
+        }
     }
     if (progress) std::cerr << "\r" << std::string(40, ' ') << "\r";
+    const backend::Watchdog::Between ending;
     const double total = std::chrono::duration<double>(clock::now() - start).count();
     const double peak = comm.max(peak_resident_bytes());
     gpu_peak = comm.max(gpu_peak);
@@ -477,6 +514,7 @@ CLI::Validator optimizer_value(const std::string& name, const std::string& what)
 
 void setup_run(CLI::App& app, Action& action) {
     auto o = std::make_shared<RunOptions>();
+    o->stops_at_step = true;
     CLI::App* run = app.add_subcommand("run", "Train a network, on one process or under a schedule on many");
     run->add_option("NET", o->net, "The network (.net)")->required();
     run->add_option("SCHED", o->sched, "A schedule (.sched); without one, one process");
@@ -525,6 +563,19 @@ void setup_run(CLI::App& app, Action& action) {
                     "Resume from a checkpoint: a --save folder (the one its 'latest' names), or one checkpoint "
                     "folder (DIR/step-N)")
         ->check(folder_name());
+    run->add_option("--timeout", o->timeout,
+                    "Seconds a process may make no progress (waiting for another that stopped, say) before the run "
+                    "ends with an error that names it; 4 times as long for the first step and between steps "
+                    "(default: 5 minutes or 10 times the longest step, whichever is longer)")
+        ->check(CLI::Validator(
+            [](std::string& s) {
+                char* end = nullptr;
+                const double v = std::strtod(s.c_str(), &end);
+                return std::isfinite(v) && v > 0.0 && end && *end == '\0'
+                           ? std::string()
+                           : "a timeout is a positive number of seconds, not " + s;
+            },
+            "SECONDS"));
     add_data_options(*run, o->data);
     run->add_option("--augment", o->data.augment,
                     "flip, transpose or flip,transpose: each sample of each epoch flipped along each spatial axis "

@@ -16,7 +16,9 @@ namespace dsl::cli {
 
 // Exit codes of every verb.
 // `killed`: a process of a run on several was killed by a signal (the out-of-memory killer, a job's time limit).
-enum Exit : int { ok = 0, user_error = 1, usage = 2, internal = 3, killed = 4 };
+// `stopped`: a run stopped early by SIGTERM or SIGUSR1 (preemption), at the end of a step, having saved a
+// checkpoint of it where it had --save: a job script resumes it with --load.
+enum Exit : int { ok = 0, user_error = 1, usage = 2, internal = 3, killed = 4, stopped = 5 };
 
 // A verb's action, run after the command line parsed; returns the exit code.
 using Action = std::function<int()>;

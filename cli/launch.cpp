@@ -1,6 +1,7 @@
 // mpirun and child processes of this program.
 #include "launch.hpp"
 #include "commands.hpp"
+#include "stop_signals.hpp"
 
 #include <fmt/format.h>
 
@@ -28,16 +29,21 @@ std::string self_path() {
 }
 
 // mpirun while it runs, to which a signal asking this process to end is passed on, and the last such signal.
-volatile sig_atomic_t waited_child = 0, ended_by = 0;
+// Where the processes stop at the end of a step (`dsl run`), SIGTERM goes on as SIGUSR2, which mpirun passes
+// on untouched (a SIGTERM would make it kill them a second later), and SIGUSR1 as itself; a stop is not an
+// end of this process: it returns the processes' exit code.
+volatile sig_atomic_t waited_child = 0, ended_by = 0, stops = 0;
 
 void pass_on(int signal) {
-    ended_by = signal;
-    if (waited_child > 0) ::kill(static_cast<pid_t>(waited_child), signal);
+    const bool stop = stops && (signal == SIGTERM || signal == SIGUSR1);
+    if (!stop) ended_by = signal;
+    if (waited_child > 0) ::kill(static_cast<pid_t>(waited_child), stop && signal == SIGTERM ? SIGUSR2 : signal);
 }
 
 // Runs argv (argv[0] found on PATH) and waits; `missing` is printed when it cannot be started. With a `filter`
 // (mpirun), its stderr goes there, and while it runs SIGINT, SIGTERM and SIGHUP are passed on to it: it ends
-// its processes, then launch_mpi ends this one by the signal (`ended_by`), once it has tidied up.
+// its processes, then launch_mpi ends this one by the signal (`ended_by`), once it has tidied up. With
+// `stops` set, SIGTERM and SIGUSR1 are passed on as signals that stop the processes at the end of a step.
 int spawn(std::vector<std::string> argv, const std::map<std::string, std::string>& env, const std::string& out,
           const std::string& missing, MpirunOutput* filter = nullptr) {
     std::vector<char*> c_args;
@@ -58,7 +64,7 @@ int spawn(std::vector<std::string> argv, const std::map<std::string, std::string
         std::cerr << fmt::format(fmt::runtime(missing), std::strerror(errno));
         std::_Exit(user_error);
     }
-    struct sigaction pass = {}, old_int = {}, old_term = {}, old_hup = {};
+    struct sigaction pass = {}, old_int = {}, old_term = {}, old_hup = {}, old_usr1 = {};
     pass.sa_handler = pass_on;
     // A signal ignored when this process started (SIGHUP under nohup) stays ignored.
     auto take = [&](int signal, struct sigaction* old) {
@@ -70,6 +76,7 @@ int spawn(std::vector<std::string> argv, const std::map<std::string, std::string
         take(SIGINT, &old_int);
         take(SIGTERM, &old_term);
         take(SIGHUP, &old_hup);
+        if (stops) take(SIGUSR1, &old_usr1);
         ::close(err[1]);
         char buffer[4096];
         for (;;) {
@@ -89,14 +96,10 @@ int spawn(std::vector<std::string> argv, const std::map<std::string, std::string
         ::sigaction(SIGINT, &old_int, nullptr);
         ::sigaction(SIGTERM, &old_term, nullptr);
         ::sigaction(SIGHUP, &old_hup, nullptr);
+        if (stops) ::sigaction(SIGUSR1, &old_usr1, nullptr);
         if (WIFSIGNALED(status)) filter->mpirun_signal = WTERMSIG(status);
     }
     return WIFEXITED(status) ? WEXITSTATUS(status) : internal;
-}
-
-std::string signal_name(int signal) {
-    const char* abbrev = ::sigabbrev_np(signal);
-    return abbrev ? fmt::format("SIG{}", abbrev) : fmt::format("signal {}", signal);
 }
 
 }  // namespace
@@ -109,6 +112,11 @@ int threads_per_process(std::int64_t procs) {
 void MpirunOutput::add(std::string_view bytes) {
     for (const char c : bytes) {
         partial_ += c;
+        line_ += c;
+        if (c == '\n') {
+            watchdog_ended_ = watchdog_ended_ || line_.find("; the run ends rather than hang") != std::string::npos;
+            line_.clear();
+        }
         if (c == '\n') {
             line(partial_);
             partial_.clear();
@@ -116,8 +124,11 @@ void MpirunOutput::add(std::string_view bytes) {
         }
     }
     // The start of a line that is not mpirun's (a notice starts with dashes, a note about notices with
-    // '['): passed on at once, as a process wrote it.
-    if (!partial_.empty() && !in_notice_ && partial_[0] != '-' && partial_[0] != '[') {
+    // '[', its word that it passed a signal on with "mpirun: "): passed on at once, as a process wrote it.
+    static constexpr std::string_view forwarding = "mpirun: Forwarding signal";
+    const bool maybe_forwarding = forwarding.substr(0, std::min(forwarding.size(), partial_.size())) ==
+                                  std::string_view(partial_).substr(0, forwarding.size());
+    if (!partial_.empty() && !in_notice_ && partial_[0] != '-' && partial_[0] != '[' && !maybe_forwarding) {
         std::cerr << partial_ << std::flush;
         partial_.clear();
         passed_ = true;
@@ -132,7 +143,7 @@ void MpirunOutput::finish() {
         notice_.clear();
         in_notice_ = false;
     }
-    if (!death)
+    if (!death && !watchdog_ended_)
         for (const auto& l : held_) std::cerr << l;
     held_.clear();
     std::cerr << std::flush;
@@ -144,6 +155,8 @@ void MpirunOutput::line(const std::string& text) {
         return;
     }
     const bool dashes = text.size() > 20 && text.find_first_not_of('-') == text.size() - 1;
+    // "mpirun: Forwarding signal 12 to job": dsl passed the signal on itself, or the user sent it.
+    if (!in_notice_ && text.rfind("mpirun: Forwarding signal", 0) == 0) return;
     if (!in_notice_) {
         if (dashes) {
             in_notice_ = true;
@@ -210,7 +223,13 @@ private:
 
 }  // namespace
 
-int launch_mpi(std::int64_t procs, const std::vector<std::string>& args) {
+int launch_mpi(std::int64_t procs, const std::vector<std::string>& args, bool stop_at_step) {
+    stops = stop_at_step;
+    // A stop asked for before the processes start: nothing is done, and nothing is to be saved.
+    if (stop_at_step && stop_signal() != 0) {
+        std::cerr << fmt::format("stopped by {} before the first step: nothing to save\n", signal_name(stop_signal()));
+        return stopped;
+    }
     const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
     const int threads = threads_per_process(procs);
     // mpirun's notices go through MpirunOutput: most repeat what a process that stopped with an error has
@@ -221,6 +240,7 @@ int launch_mpi(std::int64_t procs, const std::vector<std::string>& args) {
     // One process per core, bound to it; several threads per process share the machine unbound.
     argv.insert(argv.end(), {"--bind-to", threads == 1 && procs <= static_cast<std::int64_t>(cores) ? "core" : "none"});
     if (!std::getenv("OMP_NUM_THREADS")) argv.insert(argv.end(), {"-x", fmt::format("OMP_NUM_THREADS={}", threads)});
+    if (stop_at_step) argv.insert(argv.end(), {"-x", fmt::format("{}=1", passed_on_sigterm)});
     MpirunOutput output;
     int code = 0;
     {

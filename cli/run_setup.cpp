@@ -9,6 +9,7 @@
 #include <dsl/backend/gpu.hpp>
 #include <dsl/backend/kinds.hpp>
 #include <dsl/base/error.hpp>
+#include <dsl/scheduler/tile_limits.hpp>
 
 #include <fmt/format.h>
 
@@ -280,7 +281,7 @@ int on_processes(const RunOptions& o, const Checked& checked, const scheduler::S
             return usage;
         }
     }
-    if (procs > 1 && !mpi) return launch_mpi(procs, launched_arguments());
+    if (procs > 1 && !mpi) return launch_mpi(procs, launched_arguments(), o.stops_at_step);
 
     std::unique_ptr<backend::Comm> comm = mpi ? backend::mpi_world() : backend::self_comm();
     const int rank = comm->rank(), size = comm->size();
@@ -352,6 +353,13 @@ int run_trained(const RunOptions& o, const TrainedBody& body) {
     if (!schedule) {
         io.err() << "error: " << why << "\n";
         return o.auto_schedule ? user_error : usage;
+    }
+    // The tiles of the schedule the run executes (on one process without one, or as the auto-scheduler chose),
+    // before anything is set up: one that the kernels cannot address is the network's error, at its layer.
+    Diagnostics tiles;
+    if (!scheduler::check_tile_limits(checked->net.net, *schedule, run_batch(*checked, o), tiles)) {
+        tiles.render(io.err(), stderr_color());
+        return user_error;
     }
     return on_processes(o, *checked, *schedule, io, [&](backend::Kernels kernels, backend::Comm& comm) {
         return body(*checked, *schedule, kernels, comm, io);

@@ -43,6 +43,10 @@ struct RunOptions {
     std::vector<std::string> eval_data;
     // --dump-after: the stage whose state is printed (scheduler::stage_names), empty for none.
     std::string dump_after;
+    // `dsl run`'s: SIGTERM and SIGUSR1 stop it at the end of a step (stop_signals.hpp), and --timeout, the
+    // seconds a process may make no progress before the watchdog ends the run (0: its default rule).
+    bool stops_at_step = false;
+    double timeout = 0.0;
 };
 
 // Output only on the first process: the others run silently.

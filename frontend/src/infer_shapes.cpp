@@ -11,6 +11,7 @@
 #include <dsl/frontend/passes.hpp>
 
 #include <algorithm>
+#include <cstdint>
 #include <limits>
 #include <string>
 #include <variant>
@@ -64,7 +65,7 @@ public:
             bool inputs_ok = true;
             for (int in : l.inputs) inputs_ok = inputs_ok && in >= 0 && ok_[static_cast<std::size_t>(in)];
             // A layer whose input failed stays quiet: its error would only repeat the first one.
-            if (!inputs_ok || !layer(l)) {
+            if (!inputs_ok || !layer(l) || !addressable(l)) {
                 ok_[i] = false;
                 continue;
             }
@@ -94,6 +95,22 @@ private:
     bool fail(const Layer& l, const std::string& message) {
         diags_.error(l.loc, message);
         return false;
+    }
+
+    // Every dimension of a tensor is indexed with a 32-bit number by the kernels (Halide's buffers), however
+    // a schedule splits it: a longer one is the network's error, found here rather than as an out-of-memory
+    // error in a run.
+    bool addressable(const Layer& l) {
+        constexpr std::int64_t most = std::numeric_limits<std::int32_t>::max();
+        for (std::size_t d = 0; d < l.shape.dims.size(); ++d) {
+            if (l.shape.dims[d] <= most) continue;
+            const bool channels = d == 0 && !l.is_data();
+            return fail(l, "'" + l.name + "' would have " + std::to_string(l.shape.dims[d]) +
+                               (channels ? " channels" : " elements along a dimension") + " (output " + l.shape.str() +
+                               "): a dimension of a tensor holds at most " + std::to_string(most) +
+                               " (2^31-1) in dsl, whose kernels index it with 32-bit numbers");
+        }
+        return true;
     }
 
     static std::string kind(const Layer& l) { return std::string("'") + op_name(l.op) + "'"; }

@@ -3,6 +3,7 @@
 // more than its tile), through the order of the epoch (--shuffle), the inputs' transforms (transforms.hpp)
 // and their normalization.
 #include <dsl/backend/data.hpp>
+#include <dsl/backend/watchdog.hpp>
 
 #include "../random/splitmix.hpp"
 #include "array.hpp"

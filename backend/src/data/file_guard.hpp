@@ -1,6 +1,7 @@
 // A data file watched while a run reads it (data_files.cpp, collections.cpp).
 #pragma once
 
+#include <dsl/backend/watchdog.hpp>
 #include <dsl/base/error.hpp>
 
 #include <fmt/format.h>
@@ -20,12 +21,19 @@ class FileGuard {
 public:
     FileGuard() = default;
     explicit FileGuard(const std::string& path)
-        : path_(path), fd_(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC)) {
+        : path_(path),
+          reading_("a read of '" + path + "'"),
+          fd_(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC)) {
         if (fd_ >= 0) ::fstat(fd_, &opened_);
     }
-    FileGuard(FileGuard&& o) noexcept : path_(std::move(o.path_)), fd_(std::exchange(o.fd_, -1)), opened_(o.opened_) {}
+    FileGuard(FileGuard&& o) noexcept
+        : path_(std::move(o.path_)),
+          reading_(std::move(o.reading_)),
+          fd_(std::exchange(o.fd_, -1)),
+          opened_(o.opened_) {}
     FileGuard& operator=(FileGuard&& o) noexcept {
         std::swap(path_, o.path_);
+        std::swap(reading_, o.reading_);
         std::swap(fd_, o.fd_);
         std::swap(opened_, o.opened_);
         return *this;
@@ -37,6 +45,8 @@ public:
     template <typename F>
     void read(F&& read) const {
         check();
+        // A read that never returns (a file system that hangs) is named by the watchdog.
+        const Awaiting watched(reading_.c_str(), -1);
         try {
             read();
         } catch (const UserError&) {
@@ -60,7 +70,7 @@ public:
     }
 
 private:
-    std::string path_;
+    std::string path_, reading_;  // the file, and "a read of 'FILE'" for the watchdog
     int fd_ = -1;
     struct stat opened_ {};
 };

@@ -6,6 +6,18 @@
 
 namespace dsl::backend {
 
+const char* Timeline::awaited(Kind waiting) {
+    switch (waiting) {
+        case Kind::wait_halo: return "a halo exchange";
+        case Kind::wait_shuffle: return "a redistribution";
+        case Kind::wait_halo_back: return "a halo exchange of gradients";
+        case Kind::wait_shuffle_back: return "a redistribution of gradients";
+        case Kind::wait_sum: return "a sum over processes (an allreduce of statistics)";
+        case Kind::wait_allreduces: return "the allreduces of the weight gradients";
+        default: return "other processes";
+    }
+}
+
 double Timeline::now() {
     mem_.synchronize();
     return profile_clock();
@@ -55,6 +67,8 @@ void Timeline::end_update(Clock::time_point began) {
 }
 
 void Timeline::mark(Phase phase, Kind kind, int layer) {
+    watched_layer_ = layer;
+    watchdog_layer(layer);
     if (!on_ || (segment_open_ && segment_.phase == phase && segment_.kind == kind && segment_.layer == layer))
         return;
     const double t = now();

@@ -6,6 +6,7 @@
 #include <dsl/backend/comm.hpp>
 #include <dsl/backend/memory.hpp>
 #include <dsl/backend/trainer.hpp>
+#include <dsl/backend/watchdog.hpp>
 
 #include <chrono>
 #include <cstddef>
@@ -50,8 +51,10 @@ public:
     // An exchange of `bytes` is posted (a halo or shuffle, for `layer`); the wait for it ends it.
     void post(Kind kind, int layer, std::int64_t bytes);
     // A wait for other processes: `waiting` says for what (a sum's `bytes` are its message's).
+    // The watchdog (watchdog.hpp) is told of every wait, so that a wait which never ends is named.
     template <typename Wait>
     void wait(Kind waiting, Wait&& w, std::int64_t bytes = 0) {
+        const Awaiting watched(awaited(waiting), watched_layer_);
         if (!on_) return w();
         const double t0 = now();
         w();
@@ -65,6 +68,7 @@ public:
     void observe_allreduces(bool all);
 
 private:
+    static const char* awaited(Kind waiting);  // in the watchdog's words: "a halo exchange"
     double now();
     double seconds_since(Clock::time_point began);  // once the kernels started before now have ended
     void close_segment(double t);
@@ -78,6 +82,7 @@ private:
     // shuffle posted and not yet waited for, `open_allreduces` the weight-gradient allreduces started and not
     // yet seen complete (each with its communicator and its requests among those started on it since the last
     // finish, which `allreduce_requests` counts per communicator).
+    int watched_layer_ = -1;  // the layer of the last mark, for the watchdog, profiling or not
     ProfileEvent segment_, posted_;
     bool segment_open_ = false, posted_open_ = false;
     struct OpenAllreduce {
