@@ -117,13 +117,15 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
 
 // The end of a run stopped by `signal` after `steps` steps (`saved`: its checkpoint is written, where it has
 // --save): said once, and the exit code that tells a job script to resume it.
-int stop_at(const RunOptions& o, int signal, std::int64_t steps, bool saved, Output& io) {
+// `folder`: the checkpoint of the series that holds the step (the first process knows it), else --save.
+int stop_at(const RunOptions& o, int signal, std::int64_t steps, bool saved, const std::string& folder, Output& io) {
     if (!saved) return user_error;  // the save said why
     if (o.save.empty())
         io.err() << fmt::format("stopped by {} at step {}: not saved (the run has no --save), so its steps are lost\n",
                                 signal_name(signal), steps);
     else
-        io.err() << fmt::format("stopped by {} at step {}: saved '{}'\n", signal_name(signal), steps, o.save);
+        io.err() << fmt::format("stopped by {} at step {}: saved '{}'\n", signal_name(signal), steps,
+                                folder.empty() ? o.save : folder);
     return stopped;
 }
 
@@ -317,6 +319,7 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
     };
     // Every process takes part in gathering the parameters to the first (F and C parts split them), which
     // writes them into the series.
+    std::string saved_folder;  // the last checkpoint written, on the first process
     auto save = [&](std::int64_t steps_done) {
         const backend::Watchdog::Between saving;
         bool saved = true;
@@ -325,6 +328,7 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
             backend::SeriesSave report;
             saved = backend::save_to_series(*trainer, state, o.save, steps_done, o.seed, o.net,
                                             static_cast<int>(o.keep), error, &report);
+            saved_folder = report.folder;
             if (!saved) std::cerr << fmt::format("error: cannot save to '{}': {}\n", o.save, error);
             for (const std::string& folder : report.removed)
                 std::cerr << fmt::format("note: removed '{}', left by a save that was killed\n", folder);
@@ -476,7 +480,8 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
             const int by = comm.size() > 1 ? static_cast<int>(comm.max(stop_signal())) : stop_signal();
             if (by != 0) {
                 if (progress) std::cerr << "\r" << std::string(40, ' ') << "\r";
-                return stop_at(o, by, step + 1, saved_here || o.save.empty() || save(step + 1), io);
+                const bool saved = saved_here || o.save.empty() || save(step + 1);
+                return stop_at(o, by, step + 1, saved, saved_folder, io);
             }
         }
     }

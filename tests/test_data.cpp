@@ -62,7 +62,7 @@ SyntheticData sample_spec(std::uint64_t seed, std::int64_t classes, std::int64_t
 
 }  // namespace
 
-TEST_CASE("data: the same arguments give the same values; seeds differ", "[data]") {
+TEST_CASE("data: the same arguments give the same values: seeds differ", "[data]") {
     const SyntheticData a = pixel_spec(5), b = pixel_spec(5), c = pixel_spec(6);
     int differ = 0, total = 0;
     for (std::int64_t s = 0; s < 4; ++s)

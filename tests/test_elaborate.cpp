@@ -361,7 +361,7 @@ TEST_CASE("tensor declarations and train are checked", "[elaborate]") {
     one_error(head, "the network has no layers", 1, 1);
 }
 
-TEST_CASE("independent errors are all reported; dependent ones are not", "[elaborate]") {
+TEST_CASE("independent errors are all reported: dependent ones are not", "[elaborate]") {
     Elab e(head + "a = convv(8)\nb = relu\nc = conv(8, kernel = 0)\nd = relu from zz\n");
     INFO(e.errors());
     // b reads the failed a: no second error for it.
@@ -371,7 +371,7 @@ TEST_CASE("independent errors are all reported; dependent ones are not", "[elabo
                                                    "unknown layer 'zz'"});
 }
 
-TEST_CASE("imports: relative to the file, then the stdlib; cycles and missing files", "[elaborate]") {
+TEST_CASE("imports: relative to the file, then the stdlib: cycles and missing files", "[elaborate]") {
     namespace fs = std::filesystem;
     const fs::path dir = fs::temp_directory_path() / ("dsl_imports_" + std::to_string(::getpid()));
     fs::create_directories(dir);

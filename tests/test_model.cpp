@@ -81,7 +81,7 @@ TEST_CASE("model: overlap hides the halo behind interior compute", "[model]") {
     CHECK(on.forward >= off.forward);
 }
 
-TEST_CASE("model: compute shrinks with the tile; allreduces and shuffles as they should", "[model]") {
+TEST_CASE("model: compute shrinks with the tile: allreduces and shuffles as they should", "[model]") {
     test::NetworkFromText l(net_text);
     const int c2 = l.net.find("c2"), b = l.net.find("b"), r = l.net.find("r");
     Model one(l.net, platform(), 1, 4, backend::kind_costs()), four(l.net, platform(), 4, 4, backend::kind_costs());
@@ -106,7 +106,7 @@ TEST_CASE("model: compute shrinks with the tile; allreduces and shuffles as they
     CHECK(s.seconds > 0.0);
 }
 
-TEST_CASE("model: channel and filter splits cut the compute; their collectives are shuffles", "[model]") {
+TEST_CASE("model: channel and filter splits cut the compute: their collectives are shuffles", "[model]") {
     test::NetworkFromText l(net_text);
     const int c2 = l.net.find("c2"), b = l.net.find("b"), r = l.net.find("r");
     Model one(l.net, platform(), 1, 4, backend::kind_costs()), four(l.net, platform(), 4, 4, backend::kind_costs());
@@ -285,7 +285,7 @@ TEST_CASE("model: adam's update is costed under its own kernel, and more than sg
           Model(sgd.net, p, 2, 4, backend::kind_costs()).update_key());
 }
 
-TEST_CASE("model: group norm, dropout, tanh and gelu cost their kernels; group norm sums over the sample's tiles",
+TEST_CASE("model: group norm, dropout, tanh and gelu cost their kernels: group norm sums over the sample's tiles",
           "[model]") {
     test::NetworkFromText l(R"(
 input x [N, 8, 32, 32]
@@ -349,7 +349,7 @@ TEST_CASE("model: a GPU's tiles run in waves, so halving a small tile does not h
     CHECK(memory_bound.analytic_kernel(1e3, 1e9, 0.0) == Approx(1.0 + p.kernel_latency));
 }
 
-TEST_CASE("model: across nodes the allreduce is hierarchical, cheaper than flat; within a node the same", "[model]") {
+TEST_CASE("model: across nodes the allreduce is hierarchical, cheaper than flat: within a node the same", "[model]") {
     test::NetworkFromText l(net_text);
     const int c2 = l.net.find("c2");
     Platform p = platform();

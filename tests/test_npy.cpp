@@ -77,7 +77,7 @@ TEST_CASE("npy: float arrays round-trip with a 64-byte aligned header", "[npy]")
     for (std::int64_t i = 0; i < 120; ++i) REQUIRE(f->at(i) == v[static_cast<std::size_t>(i)]);
 }
 
-TEST_CASE("npy: int32 arrays round-trip; one-dimensional and empty shapes", "[npy]") {
+TEST_CASE("npy: int32 arrays round-trip: one-dimensional and empty shapes", "[npy]") {
     TempDir dir;
     const std::vector<std::int32_t> v{0, -1, 7, 2147483647, -2147483647 - 1, 42, 3};
     std::string error;

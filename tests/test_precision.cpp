@@ -139,7 +139,7 @@ TEST_CASE("the host's memory narrows a view in place and widens it back, margins
     }
 }
 
-TEST_CASE("precision takes float32, bfloat16, float16 or ?; data and losses keep float32", "[precision]") {
+TEST_CASE("precision takes float32, bfloat16, float16 or ?: data and losses keep float32", "[precision]") {
     const Result bad = run_dsl("check samples/mesh_tiny.net " + schedule_with("", "default precision=half"));
     CHECK(bad.exit_code != 0);
     CHECK(bad.err.find("error: 'precision' must be 'float32', 'bfloat16', 'float16' or '?', not 'half'") !=
