@@ -82,32 +82,24 @@ std::unique_ptr<backend::DataSource> make_data(const DataOptions& o, const front
         if (l < 0) return nullptr;
         files.files.emplace_back(net.layers[static_cast<std::size_t>(l)].name, *path);
     }
-    for (const std::string& t : o.layouts) {
-        const std::size_t eq = t.find('=');
-        if (eq == std::string::npos || eq == 0 || eq + 1 == t.size()) {
-            error = fmt::format("--layout '{}': give NAME=NHWC (an input's name, then its file's layout)", t);
-            return nullptr;
+    // NAME=VALUE options, each into its list of pairs.
+    const auto pairs = [&](const char* flag, const std::vector<std::string>& given, const char* form,
+                           std::vector<std::pair<std::string, std::string>>& into) {
+        for (const std::string& t : given) {
+            const std::size_t eq = t.find('=');
+            if (eq == std::string::npos || eq == 0 || eq + 1 == t.size()) {
+                error = fmt::format("{} '{}': give {}", flag, t, form);
+                return false;
+            }
+            into.emplace_back(t.substr(0, eq), t.substr(eq + 1));
         }
-        files.layouts.emplace_back(t.substr(0, eq), t.substr(eq + 1));
-    }
-    for (const std::string& t : o.transforms) {
-        const std::size_t eq = t.find('=');
-        if (eq == std::string::npos || eq == 0 || eq + 1 == t.size()) {
-            error = fmt::format("--transform '{}': give NAME=F,... (an input's name, then its functions: log1p, sqrt, "
-                                "clip(A, B))",
-                                t);
-            return nullptr;
-        }
-        files.transforms.emplace_back(t.substr(0, eq), t.substr(eq + 1));
-    }
-    for (const std::string& d : o.data) {
-        const std::size_t eq = d.find('=');
-        if (eq == std::string::npos || eq == 0 || eq + 1 == d.size()) {
-            error = fmt::format("--data '{}': give NAME=FILE (an input or label layer's name, then its file)", d);
-            return nullptr;
-        }
-        files.files.emplace_back(d.substr(0, eq), d.substr(eq + 1));
-    }
+        return true;
+    };
+    if (!pairs("--layout", o.layouts, "NAME=NHWC (an input's name, then its file's layout)", files.layouts) ||
+        !pairs("--transform", o.transforms,
+               "NAME=F,... (an input's name, then its functions: log1p, sqrt, clip(A, B))", files.transforms) ||
+        !pairs("--data", o.data, "NAME=FILE (an input or label layer's name, then its file)", files.files))
+        return nullptr;
     auto source = backend::make_data_source(net, seed, files, error);
     if (!source) return nullptr;
     if (source->samples() >= 0 && source->samples() < batch) {

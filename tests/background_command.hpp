@@ -9,8 +9,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <chrono>
+#include <cstdlib>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace {
 
@@ -26,6 +28,41 @@ inline pid_t start_group(const std::string& cmd) {
     return shell;
 }
 
+// A process that a test started with `mark` (NAME=VALUE) in its environment, which mpirun passes on.
+struct Marked {
+    pid_t pid;
+    std::string exe;  // the program's file name: "dsl", "mpirun", "orterun", ...
+    int rank;         // its OMPI_COMM_WORLD_RANK; -1 for dsl outside MPI, -2 for anything else
+    bool zombie;      // ended, not yet reaped
+};
+
+// Every process now running with `mark` in its environment.
+inline std::vector<Marked> marked_processes(const std::string& mark) {
+    std::vector<Marked> out;
+    const std::string z(1, '\0');
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator("/proc", ec)) {
+        const std::string name = e.path().filename().string();
+        if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+        const std::string env = z + read(e.path() / "environ");
+        if (env.find(z + mark + z) == std::string::npos) continue;
+        std::error_code gone;
+        const std::string exe = fs::read_symlink(e.path() / "exe", gone).filename().string();
+        const auto at = env.find(z + "OMPI_COMM_WORLD_RANK=");
+        const int rank = at != std::string::npos ? std::atoi(env.c_str() + at + 22) : exe == "dsl" ? -1 : -2;
+        out.push_back({static_cast<pid_t>(std::stol(name)), exe, rank,
+                       read(e.path() / "stat").find(") Z ") != std::string::npos});
+    }
+    return out;
+}
+
+// The dsl process of `rank` (-1: dsl itself, when it runs alone or starts mpirun) with `mark`, or 0.
+inline pid_t marked_dsl(const std::string& mark, int rank) {
+    for (const Marked& m : marked_processes(mark))
+        if (m.exe == "dsl" && m.rank == rank) return m.pid;
+    return 0;
+}
+
 // A command of dsl in the background, in a process group of its own; its processes (dsl, its ranks) are
 // found by a mark in their environment, which mpirun passes on.
 class Background {
@@ -39,20 +76,7 @@ public:
         if (shell_ > 0) kill_all();
     }
     // The pid of `rank` (-1: dsl itself, when it runs alone or starts mpirun), or 0 when there is none.
-    pid_t process(int rank) const {
-        const std::string z(1, '\0');
-        for (const auto& e : fs::directory_iterator("/proc")) {
-            const std::string name = e.path().filename().string();
-            if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-            const std::string env = z + read(e.path() / "environ");
-            if (env.find(z + mark_ + z) == std::string::npos) continue;
-            std::error_code ec;
-            if (fs::read_symlink(e.path() / "exe", ec).filename() != "dsl") continue;
-            const auto at = env.find(z + "OMPI_COMM_WORLD_RANK=");
-            if ((at != std::string::npos ? std::atoi(env.c_str() + at + 22) : -1) == rank) return std::stoi(name);
-        }
-        return 0;
-    }
+    pid_t process(int rank) const { return marked_dsl(mark_, rank); }
     bool running() { return shell_ > 0 && ::waitpid(shell_, &status_, WNOHANG) == 0; }
     // Waits for the command's end (two minutes at most, then kills it), and for every process of it to be
     // gone (a rank that mpirun ends may outlive it a moment, and what it leaves is debris only once it has

@@ -2,6 +2,7 @@
 // dropped past --keep, a damaged newest passed over with a note, the earlier one-folder format still read,
 // saves killed at each of their steps on a file system without RENAME_EXCHANGE, and locks and debris of
 // processes of other machines left alone.
+#include "logged_losses.hpp"
 #include "run_dsl.hpp"
 #include "temp_files.hpp"
 
@@ -52,12 +53,6 @@ std::vector<std::int64_t> whole_steps(const fs::path& dir) {
 
 const std::string common = "run samples/mesh_tiny.net --batch 2 --seed 3 ";
 
-std::vector<double> logged_losses(const fs::path& log) {
-    std::vector<double> out;
-    std::ifstream in(log);
-    for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line)["loss"].get<double>());
-    return out;
-}
 
 }  // namespace
 

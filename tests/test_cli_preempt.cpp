@@ -2,6 +2,7 @@
 // step it was in and resumes bitwise; a process that stops (SIGSTOP) ends the run, named, within --timeout; a
 // layer that no tile can address is an error at its line; the Slurm example is a valid script.
 #include "background_command.hpp"
+#include "logged_losses.hpp"
 #include "temp_files.hpp"
 
 #include <catch2/catch.hpp>
@@ -51,30 +52,11 @@ public:
     // The command itself: dsl, or the mpirun it was started under.
     pid_t command() const { return shell_; }
     // The pid of `rank` (-1: dsl when it starts mpirun itself), or 0 when there is none.
-    pid_t process(int rank) const {
-        const std::string z(1, '\0');
-        for (const auto& e : fs::directory_iterator("/proc")) {
-            const std::string name = e.path().filename().string();
-            if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-            const std::string env = z + read(e.path() / "environ");
-            if (env.find(z + mark_ + z) == std::string::npos) continue;
-            std::error_code ec;
-            if (fs::read_symlink(e.path() / "exe", ec).filename() != "dsl") continue;
-            const auto at = env.find(z + "OMPI_COMM_WORLD_RANK=");
-            if ((at != std::string::npos ? std::atoi(env.c_str() + at + 22) : -1) == rank) return std::stoi(name);
-        }
-        return 0;
-    }
+    pid_t process(int rank) const { return marked_dsl(mark_, rank); }
     // Any process of the command left: dsl, its ranks, or an mpirun (found by the mark too).
     bool any_left() const {
-        const std::string z(1, '\0');
-        for (const auto& e : fs::directory_iterator("/proc")) {
-            const std::string name = e.path().filename().string();
-            if (name.find_first_not_of("0123456789") != std::string::npos || std::stoi(name) == shell_) continue;
-            const std::string stat = read(e.path() / "stat");
-            if (stat.find(") Z ") != std::string::npos) continue;  // a zombie is gone, only not yet reaped
-            if ((z + read(e.path() / "environ")).find(z + mark_ + z) != std::string::npos) return true;
-        }
+        for (const Marked& m : marked_processes(mark_))
+            if (m.pid != shell_ && !m.zombie) return true;  // a zombie is gone, only not yet reaped
         return false;
     }
     // Waits up to `seconds` for its end: the exit code (-1 where it did not end, and was killed).
@@ -96,20 +78,11 @@ private:
     pid_t shell_ = 0;
 };
 
-std::vector<double> losses(const std::string& log) {
-    std::vector<double> out;
-    std::ifstream in(log);
-    for (std::string line; std::getline(in, line);) {
-        const auto j = nlohmann::json::parse(line, nullptr, false);
-        if (j.is_object() && j.contains("loss")) out.push_back(j["loss"].get<double>());
-    }
-    return out;
-}
 
 // Waits (a minute at most) for the log to have `steps` steps.
 bool logged(const std::string& log, std::size_t steps) {
     for (const auto start = clock_type::now(); clock_type::now() - start < std::chrono::seconds(60);) {
-        if (losses(log).size() >= steps) return true;
+        if (logged_losses(log).size() >= steps) return true;
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     return false;
@@ -204,7 +177,7 @@ TEST_CASE("run: SIGTERM and SIGUSR1 stop every process at one step and save it, 
         // Said once, however many processes had the signal; mpirun's word that it passed a signal on is not said.
         CHECK(said.find("stopped by", static_cast<std::size_t>(m.position(0)) + 1) == std::string::npos);
         CHECK((c.to == To::user_mpirun || said.find("Forwarding signal") == std::string::npos));
-        const auto before = losses(dir / "stopped.jsonl");
+        const auto before = logged_losses(dir / "stopped.jsonl");
         REQUIRE(before.size() == static_cast<std::size_t>(at));
         CHECK(!job.any_left());
 
@@ -213,8 +186,8 @@ TEST_CASE("run: SIGTERM and SIGUSR1 stop every process at one step and save it, 
         INFO(resumed.err);
         REQUIRE(resumed.exit_code == 0);
         auto all = before;
-        for (double l : losses(dir / "resumed.jsonl")) all.push_back(l);
-        CHECK(all == losses(dir / "whole.jsonl"));
+        for (double l : logged_losses(dir / "resumed.jsonl")) all.push_back(l);
+        CHECK(all == logged_losses(dir / "whole.jsonl"));
         same_checkpoints(dir / "ck", dir / "whole");
     }
 }
@@ -357,12 +330,12 @@ TEST_CASE("the Slurm example requeues itself when signalled, and resumes where i
     INFO(read(dir / "second.out"));
     REQUIRE(code == 0);
     CHECK(read(dir / "requeued") == "requeue 42\n");
-    auto all = losses(dir / "first.jsonl");
-    for (double l : losses(dir / "second.jsonl")) all.push_back(l);
+    auto all = logged_losses(dir / "first.jsonl");
+    for (double l : logged_losses(dir / "second.jsonl")) all.push_back(l);
     const Result whole = run_dsl("run samples/mesh_tiny.net samples/mesh_tiny_spatial_h_2.sched --steps 30 --save " +
                                  (dir / "whole") + args + (dir / "whole.jsonl"));
     REQUIRE(whole.exit_code == 0);
-    CHECK(all == losses(dir / "whole.jsonl"));
+    CHECK(all == logged_losses(dir / "whole.jsonl"));
     same_checkpoints(dir / "ck", dir / "whole");
 }
 

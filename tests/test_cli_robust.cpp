@@ -94,19 +94,9 @@ public:
     // Every process of the run: rank (-1 for dsl itself, -2 for mpirun) and pid.
     std::vector<std::pair<int, pid_t>> processes() const {
         std::vector<std::pair<int, pid_t>> out;
-        const std::string z(1, '\0');
-        for (const auto& e : fs::directory_iterator("/proc")) {
-            const std::string name = e.path().filename().string();
-            if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-            const std::string env = z + read(e.path() / "environ");
-            if (env.find(z + mark_ + z) == std::string::npos) continue;
-            std::error_code ec;
-            const std::string exe = fs::read_symlink(e.path() / "exe", ec).filename().string();
-            const auto at = env.find(z + "OMPI_COMM_WORLD_RANK=");
-            const int rank = at != std::string::npos ? std::atoi(env.c_str() + at + 22) : exe == "dsl" ? -1 : -2;
-            if (exe == "dsl" || exe.rfind("orterun", 0) == 0 || exe.rfind("mpirun", 0) == 0)
-                out.emplace_back(rank, static_cast<pid_t>(std::stol(name)));
-        }
+        for (const Marked& m : marked_processes(mark_))
+            if (m.exe == "dsl" || m.exe.rfind("orterun", 0) == 0 || m.exe.rfind("mpirun", 0) == 0)
+                out.emplace_back(m.rank, m.pid);
         return out;
     }
 

@@ -1,5 +1,6 @@
 // `dsl run` end to end: training and its log, checkpoints and exact resumption, the refusals made before
 // anything is trained, and runs on several processes.
+#include "logged_losses.hpp"
 #include "run_dsl.hpp"
 #include "skip.hpp"
 
@@ -29,16 +30,6 @@ TEST_CASE("run --auto-schedule trains under the schedule the auto-scheduler chos
     CHECK(open.err.find("--auto-schedule") != std::string::npos);
 }
 
-namespace {
-
-std::vector<double> logged_losses(const fs::path& log) {
-    std::vector<double> out;
-    std::ifstream in(log);
-    for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line)["loss"].get<double>());
-    return out;
-}
-
-}  // namespace
 
 TEST_CASE("run trains, logs every step, and resumes exactly from a checkpoint", "[cli][run]") {
     const fs::path dir = fs::temp_directory_path() / ("dsl_run_" + std::to_string(::getpid()));

@@ -12,44 +12,19 @@ python3-numpy, which scripts/test installs: /usr/bin/python3).
 """
 
 import argparse
-import json
 import os
-import subprocess
-import sys
 import tempfile
 
-try:
-    import numpy as np
-except ImportError:
-    print("skipped: the numpy oracle needs /usr/bin/python3 with python3-numpy")
-    sys.exit(77)
+from common import ROOT, check, close, finish, losses as run_losses, need
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+np, = need("numpy")
+
 VOLUME = os.path.join(ROOT, "samples", "volume_tiny.net")
 IMAGE = os.path.join(ROOT, "samples", "mesh_tiny.net")
-failures = []
-
-
-def check(ok, what):
-    print(("ok: " if ok else "FAIL: ") + what)
-    if not ok:
-        failures.append(what)
 
 
 def losses(args, folder, name, net, sched, *extra):
-    log = os.path.join(folder, os.path.basename(name).replace(" ", "_") + ".jsonl")
-    r = subprocess.run([args.dsl, "run", net, *([sched] if sched else []), "--steps", "4", "--batch", "4", "--lr",
-                        "0.05", "--log", log, *extra], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    if r.returncode != 0:
-        check(False, f"{name}: dsl run failed:\n{r.stderr}")
-        return None
-    with open(log) as f:
-        return [json.loads(line)["loss"] for line in f if '"loss"' in line]
-
-
-def close(a, b, tolerance):
-    return a is not None and b is not None and len(a) == len(b) and all(
-        abs(x - y) <= tolerance * max(abs(y), 1e-30) for x, y in zip(a, b))
+    return run_losses(args.dsl, folder, name, net, sched, *extra, steps=4)
 
 
 def symmetric(rng, samples, channels, extent):
@@ -117,9 +92,8 @@ def main():
             without = losses(args, folder, "sym plain " + os.path.basename(sched), VOLUME, sched, *sym_data)
             check(with_aug is not None and with_aug == without,
                   f"a symmetric data set{' under 2x2x2' if sched else ''}: {with_aug} equal to {without}")
-    print(f"augment: {len(failures)} failure(s)")
-    return 1 if failures else 0
+    return finish("augment")
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

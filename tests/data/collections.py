@@ -14,20 +14,13 @@ Exit status: 0 when every check passed, 1 when one failed, 77 when this Python c
 """
 
 import argparse
-import json
 import os
-import subprocess
-import sys
 import tempfile
 
-try:
-    import h5py
-    import numpy as np
-except ImportError:
-    print("skipped: the numpy oracle needs /usr/bin/python3 with python3-numpy and python3-h5py")
-    sys.exit(77)
+from common import ROOT, check, close, errors, finish, losses as run_losses, need
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+h5py, np = need("h5py", "numpy")
+
 VOLUME = os.path.join(ROOT, "samples", "volume_tiny.net")
 SPLITS = {
     "one process": "",
@@ -35,33 +28,10 @@ SPLITS = {
     "2x2x2": os.path.join(ROOT, "samples", "volume_tiny_dhw_8.sched"),
     "N=2 D=2": os.path.join(ROOT, "samples", "volume_tiny_hybrid_4.sched"),
 }
-failures = []
-
-
-def check(ok, what):
-    print(("ok: " if ok else "FAIL: ") + what)
-    if not ok:
-        failures.append(what)
-
-
-def dsl(args, *more):
-    return subprocess.run([args.dsl, *more], cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
 def losses(args, folder, name, sched, *extra, steps=3):
-    log = os.path.join(folder, name.replace(" ", "_") + ".jsonl")
-    r = dsl(args, "run", VOLUME, *([sched] if sched else []), "--steps", str(steps), "--batch", "4", "--lr", "0.05",
-            "--log", log, *extra)
-    if r.returncode != 0:
-        check(False, f"{name}: dsl run failed:\n{r.stderr}")
-        return None
-    with open(log) as f:
-        return [json.loads(line)["loss"] for line in f if '"loss"' in line]
-
-
-def close(a, b, tolerance):
-    return a is not None and b is not None and len(a) == len(b) and all(
-        abs(x - y) <= tolerance * max(abs(y), 1e-30) for x, y in zip(a, b))
+    return run_losses(args.dsl, folder, name, VOLUME, sched, *extra, steps=steps)
 
 
 def main():
@@ -148,16 +118,9 @@ def main():
                        "x=NDHWC"), lambda: None, "inputs and labels pair by file"))
         cases.append((("--data", "x=" + path("nothing", "*.npy"), "--data", "y=" + path("many_y.npy")), lambda: None,
                       "no file matches the pattern"))
-        for extra, make, message in cases:
-            make()
-            r = dsl(args, "run", VOLUME, "--steps", "1", "--batch", "4", *extra)
-            check(r.returncode == 1 and message in r.stderr and "step" not in r.stdout and
-                  "internal error" not in r.stderr,
-                  f"dsl run {' '.join(extra)}: exit {r.returncode}, says '{message}' before any step\n"
-                  f"{r.stderr.strip()}")
-    print(f"collections: {len(failures)} failure(s)")
-    return 1 if failures else 0
+        errors(args.dsl, cases, VOLUME, "--steps", "1", "--batch", "4")
+    return finish("collections")
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

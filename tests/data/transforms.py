@@ -15,50 +15,23 @@ python3-numpy, which scripts/test installs: /usr/bin/python3).
 import argparse
 import json
 import os
-import subprocess
-import sys
 import tempfile
 
-try:
-    import numpy as np
-except ImportError:
-    print("skipped: the numpy oracle needs /usr/bin/python3 with python3-numpy")
-    sys.exit(77)
+from common import ROOT, check, close, dsl, errors, finish, losses as run_losses, need
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+np, = need("numpy")
+
 NET = os.path.join(ROOT, "samples", "mesh_tiny.net")
 SCHEDS = {
     "one process": os.path.join(ROOT, "samples", "mesh_tiny_serial_1.sched"),
     "H=2": os.path.join(ROOT, "samples", "mesh_tiny_spatial_h_2.sched"),
     "N=2 H=2": os.path.join(ROOT, "samples", "mesh_tiny_hybrid_4.sched"),
 }
-failures = []
-
-
-def check(ok, what):
-    print(("ok: " if ok else "FAIL: ") + what)
-    if not ok:
-        failures.append(what)
-
-
-def dsl(args, *more):
-    return subprocess.run([args.dsl, *more], cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
 def losses(args, folder, name, sched, data, *extra):
-    log = os.path.join(folder, name + ".jsonl")
-    r = dsl(args, "run", NET, sched, "--steps", "4", "--batch", "4", "--lr", "0.05", "--log", log,
-            "--data", "x=" + data[0], "--data", "y=" + data[1], *extra)
-    if r.returncode != 0:
-        check(False, f"{name}: dsl run failed:\n{r.stderr}")
-        return None
-    with open(log) as f:
-        return [json.loads(line)["loss"] for line in f if '"loss"' in line]
-
-
-def close(a, b, tolerance):
-    return a is not None and b is not None and len(a) == len(b) and all(
-        abs(x - y) <= tolerance * max(abs(y), 1e-30) for x, y in zip(a, b))
+    return run_losses(args.dsl, folder, name, NET, sched, "--data", "x=" + data[0], "--data", "y=" + data[1], *extra,
+                      steps=4)
 
 
 def main():
@@ -110,24 +83,21 @@ def main():
             (["--data", "x=" + path("negative.npy"), "--data", "y=" + stored[1], "--transform", "x=log1p"],
              path("negative.npy") + ": sample 5, channel 3: --transform x=log1p turns -2 into nan"),
         ]
-        for extra, message in cases:
-            r = dsl(args, "run", NET, SCHEDS["one process"], "--steps", "2", "--batch", "4", *extra)
-            check(r.returncode == 1 and message in r.stderr and "internal error" not in r.stderr,
-                  f"dsl run {' '.join(extra)}: exit {r.returncode}, says '{message}'\n{r.stderr.strip()}")
+        errors(args.dsl, [(extra, lambda: None, message) for extra, message in cases], NET, SCHEDS["one process"],
+               "--steps", "2", "--batch", "4", before_steps=False)
         # eval and predict read the same way.
-        r = dsl(args, "run", NET, SCHEDS["one process"], "--steps", "1", "--batch", "4", "--save", path("ck"),
+        r = dsl(args.dsl, "run", NET, SCHEDS["one process"], "--steps", "1", "--batch", "4", "--save", path("ck"),
                 "--data", "x=" + stored[0], "--data", "y=" + stored[1], "--transform", "x=log1p")
         check(r.returncode == 0, "a checkpoint to evaluate\n" + r.stderr)
-        a = dsl(args, "eval", NET, "--load", path("ck"), "--data", "x=" + stored[0], "--data", "y=" + stored[1],
+        a = dsl(args.dsl, "eval", NET, "--load", path("ck"), "--data", "x=" + stored[0], "--data", "y=" + stored[1],
                 "--transform", "x=log1p", "--json")
-        b = dsl(args, "eval", NET, "--load", path("ck"), "--data", "x=" + path("log1p.npy"), "--data",
+        b = dsl(args.dsl, "eval", NET, "--load", path("ck"), "--data", "x=" + path("log1p.npy"), "--data",
                 "y=" + stored[1], "--json")
         check(a.returncode == 0 and b.returncode == 0 and
               abs(json.loads(a.stdout)["loss"] - json.loads(b.stdout)["loss"]) <= 1e-6 * abs(json.loads(b.stdout)["loss"]),
               f"dsl eval --transform x=log1p gives numpy's figures\n{a.stderr}{b.stderr}")
-    print(f"transforms: {len(failures)} failure(s)")
-    return 1 if failures else 0
+    return finish("transforms")
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

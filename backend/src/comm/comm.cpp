@@ -201,48 +201,37 @@ public:
     }
 
     std::vector<std::vector<double>> gather(const std::vector<double>& values) override {
-        const int count = checked_count(static_cast<std::int64_t>(values.size()));
-        std::vector<int> counts(rank_ == 0 ? static_cast<std::size_t>(size_) : 0);
-        check_mpi(MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm_), "MPI_Gather");
-        std::vector<int> offsets(counts.size());
-        std::int64_t total = 0;
-        for (std::size_t i = 0; i < counts.size(); ++i) {
-            offsets[i] = checked_count(total);
-            total += counts[i];
-        }
-        std::vector<double> all(static_cast<std::size_t>(total));
-        check_mpi(MPI_Gatherv(values.data(), count, MPI_DOUBLE, all.data(), counts.data(), offsets.data(), MPI_DOUBLE,
-                              0, comm_),
-                  "MPI_Gatherv");
-        std::vector<std::vector<double>> out;
-        for (std::size_t i = 0; i < counts.size(); ++i)
-            out.emplace_back(all.begin() + offsets[i], all.begin() + offsets[i] + counts[i]);
-        return out;
+        return gathered(values, MPI_DOUBLE);
     }
 
     std::vector<std::vector<float>> gather_floats(const std::vector<float>& values) override {
-        const int count = checked_count(static_cast<std::int64_t>(values.size()));
-        std::vector<int> counts(rank_ == 0 ? static_cast<std::size_t>(size_) : 0);
-        check_mpi(MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm_), "MPI_Gather");
-        std::vector<int> offsets(counts.size());
-        std::int64_t total = 0;
-        for (std::size_t i = 0; i < counts.size(); ++i) {
-            offsets[i] = checked_count(total);
-            total += counts[i];
-        }
-        std::vector<float> all(static_cast<std::size_t>(total));
-        check_mpi(MPI_Gatherv(values.data(), count, MPI_FLOAT, all.data(), counts.data(), offsets.data(), MPI_FLOAT, 0,
-                              comm_),
-                  "MPI_Gatherv");
-        std::vector<std::vector<float>> out;
-        for (std::size_t i = 0; i < counts.size(); ++i)
-            out.emplace_back(all.begin() + offsets[i], all.begin() + offsets[i] + counts[i]);
-        return out;
+        return gathered(values, MPI_FLOAT);
     }
 
     std::optional<int> mpi_handle() const override { return static_cast<int>(MPI_Comm_c2f(comm_)); }
 
 private:
+    // Each process's `values` (of MPI type `type`), on the first process, in rank order; none on the others.
+    template <typename T>
+    std::vector<std::vector<T>> gathered(const std::vector<T>& values, MPI_Datatype type) {
+        const int count = checked_count(static_cast<std::int64_t>(values.size()));
+        std::vector<int> counts(rank_ == 0 ? static_cast<std::size_t>(size_) : 0);
+        check_mpi(MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm_), "MPI_Gather");
+        std::vector<int> offsets(counts.size());
+        std::int64_t total = 0;
+        for (std::size_t i = 0; i < counts.size(); ++i) {
+            offsets[i] = checked_count(total);
+            total += counts[i];
+        }
+        std::vector<T> all(static_cast<std::size_t>(total));
+        check_mpi(MPI_Gatherv(values.data(), count, type, all.data(), counts.data(), offsets.data(), type, 0, comm_),
+                  "MPI_Gatherv");
+        std::vector<std::vector<T>> out;
+        for (std::size_t i = 0; i < counts.size(); ++i)
+            out.emplace_back(all.begin() + offsets[i], all.begin() + offsets[i] + counts[i]);
+        return out;
+    }
+
     MPI_Comm comm_;
     bool owned_;
     int rank_ = 0, size_ = 1;

@@ -748,9 +748,10 @@ std::unique_ptr<DataSource> make_data_source(const frontend::Network& net, std::
         }
         if (samples < 0) samples = shape[0], samples_from = s.spec;
         if (last) s.array = data::channels_last(std::move(s.array));
-        // Spatial extents: an input's after its channels, a label's all of them but a float target's [K].
-        const std::size_t spatial_from = input ? 1 : layer.float_label && layer.shape.dims.size() == 1 ? 1 : 0;
-        s.whole = Index::filled(static_cast<int>(layer.shape.dims.size() - spatial_from), 0);
+        // Spatial extents: an input's and a float label's after their channels, a class label's all of its dims.
+        const std::size_t spatial_from = input || layer.float_label ? 1 : 0;
+        const std::size_t spatial = layer.shape.dims.size() - std::min(spatial_from, layer.shape.dims.size());
+        s.whole = Index::filled(static_cast<int>(spatial), 0);
         for (int k = 0; k < s.whole.rank(); ++k) s.whole[k] = layer.shape.dims[spatial_from + static_cast<std::size_t>(k)];
         const bool class_labels = !input && !layer.float_label;
         if (!s.array->number()) {
