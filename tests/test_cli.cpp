@@ -299,7 +299,7 @@ TEST_CASE("the auto-scheduler fills the U-Net's schedule, and explain costs its 
 }
 
 TEST_CASE(
-    "explain on lassen: one mesh1k sample fits a V100, one mesh2k sample does not; allreduces across nodes "
+    "explain on lassen: one mesh1k sample fits a V100, one mesh2k sample does not: allreduces across nodes "
     "are hierarchical",
     "[cli][model]") {
     const fs::path dir = fs::temp_directory_path() / ("dsl_lassen_" + std::to_string(::getpid()));

@@ -137,8 +137,10 @@ TEST_CASE("an error echoes at most about 200 characters of its line", "[cli][pla
 
 TEST_CASE("a network too big for this machine is refused before 'local' is measured, at the layer", "[cli][model]") {
     TempDir dir;
+    // 2.1e9 weights, each with its gradient and two moments: 31.5 GiB, more than this machine's 24 GiB (and
+    // within what a tensor can index, which a larger layer is refused for first, at the same line).
     write_bytes(dir / "wide.net",
-                "input x [N, 18, 64, 64]\nlabel y [N, 64, 64]\n\nwide = conv(2147483648, kernel = 1)\n"
+                "input x [N, 46000, 4, 4]\nlabel y [N, 4, 4]\n\nwide = conv(46000, kernel = 1)\n"
                 "pred = conv(2, kernel = 1)\nloss = pixel_cross_entropy from pred, y\n");
     write_bytes(dir / "wide.sched", "procs = 1\nbatch = 1\n\ndefault N=1 overlap=off\n");
     const std::string env = "env -u DSL_LOCAL_PLATFORM DSL_CACHE_DIR='" + (dir / "cache") + "'";
