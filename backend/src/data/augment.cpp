@@ -30,12 +30,6 @@ std::optional<AugmentOptions> parse_augment(const std::string& text, std::string
     return o;
 }
 
-bool Augmentation::identity() const {
-    for (std::size_t k = 0; k < order.size(); ++k)
-        if (order[k] != static_cast<int>(k) || flip[k]) return false;
-    return true;
-}
-
 Augmentation augmentation_of(const AugmentOptions& o, std::uint64_t seed, std::int64_t epoch, std::int64_t sample,
                              const Index& extents) {
     const int rank = extents.rank();

@@ -27,7 +27,6 @@ std::optional<AugmentOptions> parse_augment(const std::string& text, std::string
 struct Augmentation {
     std::vector<int> order;
     std::vector<bool> flip;
-    bool identity() const;
 };
 // The augmentation of `sample` in `epoch`: flips of every axis, a permutation within each group of axes of equal
 // extent in `extents` (a sample's spatial dims).
@@ -51,18 +50,17 @@ void read_augmented(const Augmentation& a, const Index& whole, const Index& at, 
     std::vector<T> block(static_cast<std::size_t>(stored.elements()));
     const BasicView<T> dense = dense_view(block.data(), stored);
     read(from, dense);
-    // Each element of `out` at place p (within the block) from the stored block's place q.
+    // Each row of `out` (place p within the block, its last axis from 0) from the stored block: its first
+    // element at place q, the rest a step of the stored axis the last one reads (backwards where flipped).
+    const int last = rank - 1;
+    const int along = a.order[static_cast<std::size_t>(last)];
+    const std::int64_t step = a.flip[static_cast<std::size_t>(last)] ? -dense.stride[along] : dense.stride[along];
     for_each_row(out, [&](std::int64_t n, std::int64_t c, const Index& p, T* row) {
         Index q = Index::filled(rank, 0);
-        const int last = rank - 1;
-        for (std::int64_t x = 0; x < d.space[last]; ++x) {
-            for (int k = 0; k < rank; ++k) {
-                const std::int64_t pk = k == last ? x : p[k];
-                const int j = a.order[static_cast<std::size_t>(k)];
-                q[j] = a.flip[static_cast<std::size_t>(k)] ? d.space[k] - 1 - pk : pk;
-            }
-            row[x] = dense.at(n, c, q);
-        }
+        for (int k = 0; k < rank; ++k)
+            q[a.order[static_cast<std::size_t>(k)]] = a.flip[static_cast<std::size_t>(k)] ? d.space[k] - 1 - p[k] : p[k];
+        const T* first = &dense.at(n, c, q);
+        for (std::int64_t x = 0; x < d.space[last]; ++x) row[x] = first[x * step];
     });
 }
 

@@ -42,7 +42,6 @@ void Optimizer::place(std::vector<Slot>& slots, std::vector<Comm*> holder_groups
                       std::vector<scheduler::LayerPaths>& paths) {
     slots_ = &slots;
     holder_groups_ = std::move(holder_groups);
-    paths_ = &paths;
     held_.resize(slots.size());
     const bool adam = config_.optimizer != frontend::Optimizer::sgd;
     for (const Slot& s : slots) {
@@ -56,8 +55,8 @@ void Optimizer::place(std::vector<Slot>& slots, std::vector<Comm*> holder_groups
             if (adam) h.vb = Tensor(s.b.dims(), {}, mem_);
         }
     }
-    place_gradients();
-    place_parameters();
+    place_gradients(paths);
+    place_parameters(paths);
 }
 
 void Optimizer::set_updates(std::int64_t n) {
@@ -117,8 +116,8 @@ const char* const node_memory_missing =
 }  // namespace
 
 // A path of every layer whose parameters `group` holds, off for `why`.
-void Optimizer::set_group_path(const Comm* group, scheduler::PathKind kind, const char* why) {
-    std::vector<scheduler::LayerPaths>& paths = *paths_;
+void Optimizer::set_group_path(std::vector<scheduler::LayerPaths>& paths, const Comm* group,
+                               scheduler::PathKind kind, const char* why) {
     for (std::size_t i = 0; i < slots_->size(); ++i)
         if (&gradient_group((*slots_)[i]) == group && paths[i].find(kind)) paths[i].set(kind, false, why);
 }
@@ -126,14 +125,14 @@ void Optimizer::set_group_path(const Comm* group, scheduler::PathKind kind, cons
 // The weight gradients summed over each process group, in the memory where the group sums them fastest
 // (Comm::summing_space), where it has such memory: the world's, then each group of a block's holders, in
 // the order every process made them.
-void Optimizer::place_gradients() {
+void Optimizer::place_gradients(std::vector<scheduler::LayerPaths>& paths) {
     if (!mem_.host()) return;
     for (Comm* group : parameter_groups()) {
         if (group->size() == 1) continue;
         const std::vector<Tensor*> gradients = group_tensors(group, {&Slot::dw, &Slot::db}, {});
         std::shared_ptr<float> held = group->summing_space(total(gradients));
         if (!held) {
-            set_group_path(group, scheduler::PathKind::node_sums, node_memory_missing);
+            set_group_path(paths, group, scheduler::PathKind::node_sums, node_memory_missing);
             continue;
         }
         lay_out(gradients, held.get(), false);
@@ -149,7 +148,7 @@ void Optimizer::place_gradients() {
 // (the processes with the same F and C parts), in the order every process made them, as place_gradients.
 // Every holder made the same weights; the first copies them in, and the others wait for it (the moments
 // start at zero, as the memory does).
-void Optimizer::place_parameters() {
+void Optimizer::place_parameters(std::vector<scheduler::LayerPaths>& paths) {
     if (!mem_.host()) return;
     for (Comm* group : parameter_groups()) {
         if (group->size() == 1) continue;
@@ -157,7 +156,7 @@ void Optimizer::place_parameters() {
                                    moments = group_tensors(group, {}, {&Held::mw, &Held::vw, &Held::mb, &Held::vb});
         std::shared_ptr<float> common = group->common_space(total(weights) + total(moments));
         if (!common) {
-            set_group_path(group, scheduler::PathKind::shared_weights, node_memory_missing);
+            set_group_path(paths, group, scheduler::PathKind::shared_weights, node_memory_missing);
             continue;
         }
         lay_out(moments, lay_out(weights, common.get(), group->rank() == 0), false);

@@ -70,9 +70,10 @@ private:
     std::vector<Comm*> parameter_groups();
     std::vector<Tensor*> group_tensors(const Comm* group, std::initializer_list<Tensor Slot::*> parameters,
                                        std::initializer_list<Tensor Held::*> moments);
-    void set_group_path(const Comm* group, scheduler::PathKind kind, const char* why);
-    void place_gradients();
-    void place_parameters();
+    void set_group_path(std::vector<scheduler::LayerPaths>& paths, const Comm* group, scheduler::PathKind kind,
+                        const char* why);
+    void place_gradients(std::vector<scheduler::LayerPaths>& paths);
+    void place_parameters(std::vector<scheduler::LayerPaths>& paths);
     bool sum_left_to_update(const Slot& s) const;
     bool unscale_gradients();
     void optimize();
@@ -84,7 +85,6 @@ private:
     Timeline& timeline_;
     std::vector<Slot>* slots_ = nullptr;
     std::vector<Comm*> holder_groups_;
-    std::vector<scheduler::LayerPaths>* paths_ = nullptr;
     std::vector<Held> held_;  // per layer
     // Where the weight gradients lie when a group sums them in memory of its own (place_gradients), and where
     // the weights and moments lie when the processes that hold them share them (place_parameters).
