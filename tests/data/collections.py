@@ -5,7 +5,9 @@ pairs (MLPerf HPC's), files of blocks of samples named by a list, and a glob, ea
 x=log1p`, train as the same samples joined by numpy into one float32 file: the per-step losses within a
 relative 1e-6 on one process and 1e-4 under D=3, a 2x2x2 grid and N=2 D=2; --shuffle across the files as
 across the joined file. A corrupt, missing or wrongly shaped file among 64 is an error naming it before the
-first step, and so are inputs and labels that do not pair by file.
+first step, and so are inputs and labels that do not pair by file. `dsl predict --output 'out/{stem}.npy'`
+writes one output per input file, equal to the joined prediction's samples of that file, on one process and
+on four; an output pattern without a collection, or two files of one stem, is an error before any work.
 
     /usr/bin/python3 tests/data/collections.py --dsl build/cli/dsl
 
@@ -17,7 +19,7 @@ import argparse
 import os
 import tempfile
 
-from common import ROOT, check, close, errors, finish, losses as run_losses, need
+from common import ROOT, check, close, dsl, errors, finish, losses as run_losses, need
 
 h5py, np = need("h5py", "numpy")
 
@@ -119,7 +121,46 @@ def main():
         cases.append((("--data", "x=" + path("nothing", "*.npy"), "--data", "y=" + path("many_y.npy")), lambda: None,
                       "no file matches the pattern"))
         errors(args.dsl, cases, VOLUME, "--steps", "1", "--batch", "4")
+        predict_per_file(args, path, joined)
     return finish("collections")
+
+
+def predict_per_file(args, path, joined):
+    """`dsl predict --output 'out/{stem}.npy'` over the lists' blocks of 3, 2 and 3 samples: each output holds
+    its file's samples of the joined data's prediction, bitwise, on one process and on four."""
+    r = dsl(args.dsl, "run", VOLUME, "--steps", "2", "--batch", "4", "--save", path("ck"), *joined)
+    check(r.returncode == 0, f"the checkpoint to predict with: exit {r.returncode}\n{r.stderr}")
+    common = ("--load", path("ck"), "--batch", "4")
+    # The same int16 counts in one file, transformed as they are read, as the blocks are.
+    np.save(path("joined_counts.npy"), np.concatenate([np.load(path("blocks", f"x{i}.npy")) for i in range(3)]))
+    r = dsl(args.dsl, "predict", VOLUME, *common, "--data", "x=" + path("joined_counts.npy"), "--transform",
+            "x=log1p", "--output", path("all.npy"))
+    check(r.returncode == 0, f"predict of the joined file: exit {r.returncode}\n{r.stderr}")
+    whole = np.load(path("all.npy"))
+    for name, sched in (("one process", ""), ("N=2 D=2", SPLITS["N=2 D=2"])):
+        out = path("out " + name.replace(" ", "_"))
+        os.makedirs(out)
+        r = dsl(args.dsl, "predict", VOLUME, *([sched] if sched else []), *common, "--data",
+                "x=@" + path("blocks", "x.txt"), "--transform", "x=log1p", "--output", os.path.join(out, "{stem}.npy"))
+        check(r.returncode == 0 and "wrote 3 outputs" in r.stdout,
+              f"predict per file, {name}: exit {r.returncode}\n{r.stdout}{r.stderr}")
+        for stem, (a, b) in zip(("x0", "x1", "x2"), [(0, 3), (3, 5), (5, 8)]):
+            f = os.path.join(out, stem + ".npy")
+            got = np.load(f) if os.path.exists(f) else None
+            check(got is not None and got.shape == whole[a:b].shape and np.array_equal(got, whole[a:b]),
+                  f"predict per file, {name}: {stem}.npy holds samples {a} to {b - 1} of the joined prediction")
+    r = dsl(args.dsl, "predict", VOLUME, *common, "--data", "x=" + path("joined_x.npy"), "--output",
+            path("{stem}.npy"))
+    check(r.returncode == 1 and "is not read from a collection of files" in r.stderr,
+          f"an output per file of one file: exit {r.returncode}\n{r.stderr}")
+    os.makedirs(path("again"))
+    np.save(path("again", "x0.npy"), np.load(path("blocks", "x0.npy")))
+    with open(path("same_stem.txt"), "w") as f:
+        f.write("blocks/x0.npy\nagain/x0.npy\n")
+    r = dsl(args.dsl, "predict", VOLUME, *common, "--data", "x=@" + path("same_stem.txt"), "--output",
+            path("{stem}.npy"))
+    check(r.returncode == 1 and "would both be written to" in r.stderr and not os.path.exists(path("x0.npy")),
+          f"two files of one stem: exit {r.returncode}\n{r.stderr}")
 
 
 if __name__ == "__main__":

@@ -411,6 +411,11 @@ public:
 
     std::int64_t samples() const override { return samples_; }
 
+    std::vector<std::pair<std::string, std::int64_t>> files(const std::string& layer) const {
+        const auto it = streams_.find(layer);
+        return it == streams_.end() ? std::vector<std::pair<std::string, std::int64_t>>{} : it->second.array->files();
+    }
+
     void inputs(const Layer& input, std::int64_t first, const Index& at, View tile) override {
         Stream& s = stream(input);
         const Reading reading(s.spec);
@@ -841,6 +846,11 @@ std::unique_ptr<DataSource> make_data_source(const frontend::Network& net, std::
             }
     }
     return std::make_unique<FileSource>(std::move(streams), samples, files.shuffle, seed, augment, extents);
+}
+
+std::vector<std::pair<std::string, std::int64_t>> source_files(const DataSource& source, const std::string& layer) {
+    const auto* files = dynamic_cast<const FileSource*>(&source);
+    return files ? files->files(layer) : std::vector<std::pair<std::string, std::int64_t>>{};
 }
 
 }  // namespace dsl::backend

@@ -64,6 +64,10 @@ struct DataFiles {
 std::unique_ptr<DataSource> make_data_source(const frontend::Network& net, std::uint64_t seed, const DataFiles& files,
                                              std::string& error);
 
+// The files whose samples layer `layer` reads, in their order, each with its count of samples, where they are
+// a collection (--data NAME=PATTERN); empty where the layer reads one file, or made-up data.
+std::vector<std::pair<std::string, std::int64_t>> source_files(const DataSource& source, const std::string& layer);
+
 // The order of the samples [0, S) in epoch `epoch` under --shuffle: a permutation that is a pure function of
 // (S, seed, epoch).
 std::vector<std::int64_t> shuffle_order(std::int64_t samples, std::uint64_t seed, std::int64_t epoch);
