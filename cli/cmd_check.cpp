@@ -4,8 +4,10 @@
 #include "planning.hpp"
 #include "report.hpp"
 
+#include <dsl/backend/kinds.hpp>
 #include <dsl/base/error.hpp>
 #include <dsl/scheduler/autoschedule.hpp>
+#include <dsl/scheduler/model.hpp>
 #include <dsl/scheduler/pipeline.hpp>
 #include <dsl/scheduler/platform.hpp>
 #include <dsl/scheduler/tile_limits.hpp>
@@ -52,6 +54,19 @@ bool fill(Checked& c, const CheckOptions& o, std::int64_t batch, const scheduler
     c.schedule = planned->schedule;
     pipeline.filled(net, *c.schedule, "open fields filled by the auto-scheduler", platform->text);
     return true;
+}
+
+// What a process has on the schedule's platform (this machine where it names none), which each layer's tile
+// must fit; 0 (not judged) where the schedule leaves its processes open or the platform does not load (its
+// errors are said where it is read).
+double process_memory(const Checked& c, std::int64_t batch, SourceManager& sources) {
+    std::string why;
+    const auto procs = run_procs(std::nullopt, c.schedule, why);
+    if (!procs) return 0.0;
+    Diagnostics quiet;
+    const auto platform = resolve_platform("", c.schedule, sources, quiet);
+    if (!platform) return 0.0;
+    return scheduler::Model(c.net.net, platform->platform, *procs, batch, backend::kind_costs()).memory_limit();
 }
 
 // `--dump-after plan`: the plan of process `rank` of the run the (filled) schedule describes, or of the
@@ -101,10 +116,12 @@ int run_check(const CheckOptions& o) {
     diags.render(std::cerr, stderr_color());
     if (!checked) return user_error;
     const std::int64_t batch = report_batch(*checked, o.batch);
-    // The tiles of the schedule as a run would make them: one that the kernels cannot address is an error at
-    // its layer, as `dsl run` says it (explain and compare, which predict, only note what does not fit).
+    // The tiles of the schedule as a run would make them: one that the kernels cannot address, or that a
+    // process cannot hold, is an error at its layer, as `dsl run` says it (explain and compare, which predict,
+    // only note what does not fit).
     Diagnostics tiles;
-    if (checked->schedule && !scheduler::check_tile_limits(checked->net.net, *checked->schedule, batch, tiles)) {
+    if (checked->schedule && !scheduler::check_tile_limits(checked->net.net, *checked->schedule, batch, tiles,
+                                                           process_memory(*checked, batch, sources))) {
         tiles.render(std::cerr, stderr_color());
         return user_error;
     }

@@ -223,7 +223,7 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
     const auto& net = checked.net.net;
     std::vector<std::string> layer_names;
     for (const auto& l : net.layers) layer_names.push_back(l.name);
-    backend::Watchdog watchdog(comm, o.timeout, layer_names, user_error);
+    backend::Watchdog watchdog(comm, o.timeout, machine_fit(checked, o, schedule).step, layer_names, user_error);
     backend::TrainConfig cfg;
     cfg.batch = run_batch(checked, o);
     // PyTorch's defaults where neither the command line nor the train line says: lr 0.001 for adam and

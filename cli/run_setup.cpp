@@ -173,21 +173,21 @@ std::optional<scheduler::Schedule> chosen_schedule(const Checked& c, const RunOp
     }
     why = batch_problem(net, s, batch);
     if (!why.empty()) return std::nullopt;
-    if (o.device != "gpu") {
-        // Refused before training when the model says it cannot fit this machine's memory (on a GPU, the
-        // device's memory is the platform's business: explain says it).
-        SourceManager sources;
-        Diagnostics diags;
-        if (const auto machine = machine_platform(sources, diags)) {
-            const scheduler::Model model(net, machine->platform, *s.procs, batch, backend::kind_costs());
-            why = does_not_fit(model.predict(s));
-            if (!why.empty()) return std::nullopt;
-        }
-    }
     return s;
 }
 
 }  // namespace
+
+MachineFit machine_fit(const Checked& c, const RunOptions& o, const scheduler::Schedule& s) {
+    if (o.device == "gpu") return {};
+    SourceManager sources;
+    Diagnostics diags;
+    const auto machine = machine_platform(sources, diags);
+    if (!machine) return {};
+    const scheduler::Model model(c.net.net, machine->platform, *s.procs, run_batch(c, o), backend::kind_costs());
+    const scheduler::Prediction p = model.predict(s);
+    return {model.memory_limit(), o.auto_schedule ? "" : does_not_fit(p), p.step};
+}
 
 std::optional<scheduler::Schedule> run_schedule(const Checked& c, const RunOptions& o, std::string& why, Output& io) {
     auto s = chosen_schedule(c, o, why, io);
@@ -355,11 +355,17 @@ int run_trained(const RunOptions& o, const TrainedBody& body) {
         return o.auto_schedule ? user_error : usage;
     }
     // The tiles of the schedule the run executes (on one process without one, or as the auto-scheduler chose),
-    // before anything is set up: one that the kernels cannot address is the network's error, at its layer.
+    // before anything is set up: one that the kernels cannot address, or that no process of this machine can
+    // hold, is the network's error, at its layer; then a schedule whose layers together do not fit is refused.
+    const MachineFit fit = machine_fit(*checked, o, *schedule);
     Diagnostics tiles;
-    if (!scheduler::check_tile_limits(checked->net.net, *schedule, run_batch(*checked, o), tiles)) {
+    if (!scheduler::check_tile_limits(checked->net.net, *schedule, run_batch(*checked, o), tiles, fit.memory)) {
         tiles.render(io.err(), stderr_color());
         return user_error;
+    }
+    if (!fit.unfit.empty()) {
+        io.err() << "error: " << fit.unfit << "\n";
+        return usage;
     }
     return on_processes(o, *checked, *schedule, io, [&](backend::Kernels kernels, backend::Comm& comm) {
         return body(*checked, *schedule, kernels, comm, io);

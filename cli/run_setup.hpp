@@ -66,6 +66,17 @@ std::int64_t run_batch(const Checked& c, const RunOptions& o);
 // with the reason when it cannot run.
 std::optional<scheduler::Schedule> run_schedule(const Checked& c, const RunOptions& o, std::string& why, Output& io);
 
+// What a process of this machine holds in a run of `s`: its bytes, and why the layers together do not fit
+// (empty when they do, or when the auto-scheduler chose `s`, which it fitted); and the model's step on this
+// machine, in seconds. Nothing is judged on a GPU (the device's memory is the platform's business: explain
+// says it).
+struct MachineFit {
+    double memory = 0.0;
+    std::string unfit;
+    double step = 0.0;
+};
+MachineFit machine_fit(const Checked& c, const RunOptions& o, const scheduler::Schedule& s);
+
 // The stages of a run, printed (--dump-after) by the process that speaks (`io`): the network and its
 // schedule by the one started by hand, the first process's plan by that process.
 scheduler::Pipeline run_pipeline(const RunOptions& o, const Output& io);

@@ -1,8 +1,10 @@
 // Long runs on clusters: a run stopped by SIGTERM or SIGUSR1 (to dsl, to mpirun, to every process) saves the
 // step it was in and resumes bitwise; a process that stops (SIGSTOP) ends the run, named, within --timeout; a
-// layer that no tile can address is an error at its line; the Slurm example is a valid script.
+// layer that no tile can address, or no process can hold, is an error at its line; the Slurm example is a valid
+// script.
 #include "background_command.hpp"
 #include "logged_losses.hpp"
+#include "skip.hpp"
 #include "temp_files.hpp"
 
 #include <catch2/catch.hpp>
@@ -77,7 +79,6 @@ private:
     std::string mark_ = "DSL_TEST_PREEMPT=" + std::to_string(::getpid());
     pid_t shell_ = 0;
 };
-
 
 // Waits (a minute at most) for the log to have `steps` steps.
 bool logged(const std::string& log, std::size_t steps) {
@@ -192,6 +193,52 @@ TEST_CASE("run: SIGTERM and SIGUSR1 stop every process at one step and save it, 
     }
 }
 
+TEST_CASE(
+    "run: SIGTERM to an mpirun of the user's own that gives its processes time stops them at one step, "
+    "saved, and --load resumes it bitwise",
+    "[cli][run][preempt][mpi]") {
+    // Open MPI's mpirun takes a SIGTERM as its own end: it passes SIGTERM on to its processes after
+    // odls_base_sigkill_timeout seconds and SIGKILL as long again after that (1 s by default, too little to
+    // save); with more, the processes stop as for any SIGTERM. The run lasts until it is stopped.
+    const int procs = GENERATE(2, 4);
+    INFO(procs << " processes");
+    dsl::test::TempDir dir;
+    const std::string run = "run samples/mesh_tiny.net " + schedule_for(procs) + " --batch 4 ";
+    const std::string out = dir / "stopped.out";
+    Job job(dsl_words(mpirun_words(procs) + " --mca odls_base_sigkill_timeout 3",
+                      run + "--steps 1000000 --save " + (dir / "ck") + " --log " + (dir / "stopped.jsonl")),
+            out);
+    REQUIRE(logged(dir / "stopped.jsonl", 2));
+    ::kill(job.command(), SIGTERM);
+    const int code = job.end(60);
+    const std::string said = read(out);
+    INFO(said);
+    CHECK(code != 0);  // mpirun's own code for a job it ended
+    CHECK(code != -1);
+    std::smatch m;
+    REQUIRE(std::regex_search(
+        said, m, std::regex("stopped by SIGTERM at step (\\d+): saved '" + (dir / "ck") + "/step-\\d+'\n")));
+    CHECK(said.find("stopped by", static_cast<std::size_t>(m.position(0)) + 1) == std::string::npos);
+    const int at = std::stoi(m[1].str());
+    const auto before = logged_losses(dir / "stopped.jsonl");
+    REQUIRE(before.size() == static_cast<std::size_t>(at));
+    CHECK(!job.any_left());
+
+    // A run never stopped, 3 steps past the stop, against the stopped one resumed for 3 steps.
+    const Result whole = run_dsl(run + "--steps " + std::to_string(at + 3) + " --save " + (dir / "whole") + " --log " +
+                                 (dir / "whole.jsonl"));
+    INFO(whole.err);
+    REQUIRE(whole.exit_code == 0);
+    const Result resumed = run_dsl(run + "--steps 3 --load " + (dir / "ck") + " --save " + (dir / "ck") + " --log " +
+                                   (dir / "resumed.jsonl"));
+    INFO(resumed.err);
+    REQUIRE(resumed.exit_code == 0);
+    auto all = before;
+    for (double l : logged_losses(dir / "resumed.jsonl")) all.push_back(l);
+    CHECK(all == logged_losses(dir / "whole.jsonl"));
+    same_checkpoints(dir / "ck", dir / "whole");
+}
+
 TEST_CASE("run: a stop without --save says that nothing is saved, with the same exit code", "[cli][run][preempt]") {
     dsl::test::TempDir dir;
     const std::string out = dir / "out";
@@ -299,6 +346,41 @@ TEST_CASE("a layer that no tile can address is an error at its line in check and
     CHECK(check_one.exit_code == 1);
     CHECK(check_one.err.find("layer 'c1.conv': a process's tile of its output on one process holds") !=
           std::string::npos);
+}
+
+TEST_CASE("a layer whose tile no process of this machine can hold is an error at its line in check and run",
+          "[cli][run][check]") {
+    std::ifstream meminfo("/proc/meminfo");
+    std::string key;
+    double kib = 0.0;
+    while (meminfo >> key >> kib && key != "MemTotal:") meminfo.ignore(256, '\n');
+    if (kib * 1024.0 / 2.0 > 15.0 * (1 << 30))
+        return dsl::test::skip("this machine gives each of 2 processes more than the 15.8 GiB the layer needs");
+    dsl::test::TempDir dir;
+    // 2.1e9 weights (within what a tensor indexes), held whole under N=2 with their gradient: 15.8 GiB, more
+    // than the half of this machine's memory that each of 2 processes has; under F=2 each holds half of them.
+    const std::string net = dir / "wide.net";
+    dsl::test::write_bytes(net,
+                           "input x [N, 46000, 4, 4]\nlabel y [N, 4, 4]\n\nwide = conv(46000, kernel = 1)\n"
+                           "pred = conv(2, kernel = 1)\nloss = pixel_cross_entropy from pred, y\n");
+    dsl::test::write_bytes(dir / "n2.sched", "procs = 2\nbatch = 2\n\ndefault N=2 overlap=off\n");
+    dsl::test::write_bytes(dir / "f2.sched",
+                           "procs = 2\nbatch = 2\n\ndefault N=2 overlap=off\nlayer wide F=2\nlayer pred F=2\n");
+    for (const std::string& words :
+         {"check " + net + " " + (dir / "n2.sched"), "run " + net + " " + (dir / "n2.sched") + " --steps 1"}) {
+        const Result r = run_dsl(words);
+        INFO(words << "\n" << r.err);
+        CHECK(r.exit_code == 1);
+        CHECK(std::regex_search(r.err, std::regex(net + ":4:1: error: layer 'wide': a process under split N=2 H=1 W=1 "
+                                                        "needs at least 15\\.8 GiB for it \\(2\\.8 MiB for its tile "
+                                                        "of the output in float32, 15\\.8 GiB for its block of weights "
+                                                        "and their gradient\\), more than the [0-9.]+ GiB a process "
+                                                        "has; split it further \\(F=, C= in a schedule\\)")));
+        CHECK(r.err.find("out of memory") == std::string::npos);
+    }
+    const Result split = run_dsl("check " + net + " " + (dir / "f2.sched"));
+    INFO(split.err);
+    CHECK(split.exit_code == 0);
 }
 
 TEST_CASE("the Slurm example requeues itself when signalled, and resumes where it stopped",

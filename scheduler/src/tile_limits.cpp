@@ -1,4 +1,4 @@
-// A process's tile against what the kernels can address (tile_limits.hpp).
+// A process's tile against what the kernels can address and its memory holds (tile_limits.hpp).
 #include <dsl/scheduler/tile_limits.hpp>
 
 #include <dsl/scheduler/plan.hpp>
@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <string>
 
 namespace dsl::scheduler {
 
@@ -27,9 +28,16 @@ std::int64_t elements(const Box& b) {
     return n;
 }
 
+// "15.8 GiB", "2.7 MiB".
+std::string bytes_text(double bytes) {
+    return bytes >= 0.1 * (1 << 30) ? fmt::format("{:.1f} GiB", bytes / (1 << 30))
+                                    : fmt::format("{:.1f} MiB", bytes / (1 << 20));
+}
+
 }  // namespace
 
-bool check_tile_limits(const frontend::Network& net, const Schedule& schedule, std::int64_t batch, Diagnostics& diags) {
+bool check_tile_limits(const frontend::Network& net, const Schedule& schedule, std::int64_t batch, Diagnostics& diags,
+                       double memory) {
     bool ok = true;
     for (std::size_t i = 0; i < net.layers.size() && i < schedule.layers.size(); ++i) {
         const frontend::Layer& l = net.layers[i];
@@ -53,6 +61,19 @@ bool check_tile_limits(const frontend::Network& net, const Schedule& schedule, s
                                            "than the {} (2^31-1) that dsl's kernels can address; split its filters "
                                            "or channels (F=, C= in a schedule) or make it smaller",
                                            l.name, where, weights, max_tile_elements));
+            ok = false;
+            continue;
+        }
+        // The least the layer needs while it computes: its output tile in float32, its weights and their gradient.
+        const double output_bytes = 4.0 * static_cast<double>(held), weight_bytes = 8.0 * static_cast<double>(weights);
+        if (memory > 0.0 && output_bytes + weight_bytes > memory) {
+            diags.error(l.loc, fmt::format("layer '{}': a process {} needs at least {} for it ({} for its tile of the "
+                                           "output in float32, {} for its block of weights and their gradient), "
+                                           "more than the {} a process has; split it further ({}) or make it smaller",
+                                           l.name, where, bytes_text(output_bytes + weight_bytes),
+                                           bytes_text(output_bytes), bytes_text(weight_bytes), bytes_text(memory),
+                                           output_bytes >= weight_bytes ? "H=, W=, D=, F= or N= in a schedule"
+                                                                        : "F=, C= in a schedule"));
             ok = false;
         }
     }

@@ -4,6 +4,7 @@
 #include "node_memory.hpp"
 #include "node_sum.hpp"
 
+#include <dsl/backend/watchdog.hpp>
 #include <dsl/base/error.hpp>
 
 #include <mpi.h>
@@ -17,6 +18,7 @@
 #include <map>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace dsl::backend {
 
@@ -185,19 +187,37 @@ public:
             MPI_Request r;
             check_mpi(MPI_Irecv(m.data, checked_count(m.count), MPI_FLOAT, m.peer, tag, comm_, &r), "MPI_Irecv");
             exchanges_.push_back(r);
+            exchange_peers_.push_back(m.peer);
         }
         for (const Message& m : sends) {
             MPI_Request r;
             check_mpi(MPI_Isend(m.data, checked_count(m.count), MPI_FLOAT, m.peer, tag, comm_, &r), "MPI_Isend");
             exchanges_.push_back(r);
+            exchange_peers_.push_back(m.peer);
         }
     }
 
+    // Until every message has gone and come, the watchdog knows the processes of those that have not: a
+    // neighbour that stopped is named by the processes waiting for it, on any node.
     void finish_exchange() override {
-        if (exchanges_.empty()) return;
-        check_mpi(MPI_Waitall(static_cast<int>(exchanges_.size()), exchanges_.data(), MPI_STATUSES_IGNORE),
-                  "MPI_Waitall");
+        std::vector<int> missing, done(exchanges_.size());
+        for (;;) {
+            missing.clear();
+            for (std::size_t i = 0; i < exchanges_.size(); ++i)
+                if (exchanges_[i] != MPI_REQUEST_NULL &&
+                    std::find(missing.begin(), missing.end(), exchange_peers_[i]) == missing.end())
+                    missing.push_back(exchange_peers_[i]);
+            if (missing.empty()) break;
+            watchdog_peers(missing);
+            int count = 0;
+            check_mpi(MPI_Waitsome(static_cast<int>(exchanges_.size()), exchanges_.data(), &count, done.data(),
+                                   MPI_STATUSES_IGNORE),
+                      "MPI_Waitsome");
+            if (count == MPI_UNDEFINED) break;
+        }
+        if (!exchanges_.empty()) watchdog_peers({});
         exchanges_.clear();
+        exchange_peers_.clear();
     }
 
     std::vector<std::vector<double>> gather(const std::vector<double>& values) override {
@@ -236,7 +256,8 @@ private:
     bool owned_;
     int rank_ = 0, size_ = 1;
     std::vector<MPI_Request> allreduces_, exchanges_;
-    std::vector<bool> completed_;  // of allreduces_, as far as test_allreduces saw
+    std::vector<int> exchange_peers_;                  // the process of each of exchanges_
+    std::vector<bool> completed_;                      // of allreduces_, as far as test_allreduces saw
     std::vector<std::unique_ptr<NodeSum>> node_sums_;  // the summing spaces handed out
     std::vector<NodeSum*> started_;                    // by each allreduce started: null over MPI
 };

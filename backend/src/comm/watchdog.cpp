@@ -13,6 +13,7 @@
 
 #include <unistd.h>
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -45,14 +46,21 @@ struct Reports {
     std::atomic<int> awaited_layer{-1}, working_layer{-1}, between{0};
     std::atomic<bool> stepped{false};
     std::atomic<double> longest_step{0.0};
+    // The processes whose messages a wait still misses (the first `peers.size()` of them), where it knows them.
+    std::atomic<int> peer_count{0};
+    std::array<std::atomic<int>, 16> peers{};
 };
 Reports reports;
 
-// A process's row in the node's table: when its watchdog last ran, and who it is.
-struct Row {
-    std::int64_t heartbeat_ns;  // 0 until the process has written its row
+// A process of the run: who it is, for a message that names it.
+struct Who {
     std::int64_t pid;
     char host[64];
+};
+
+// A process's row in the node's table: when its watchdog last ran.
+struct Row {
+    std::int64_t heartbeat_ns;  // 0 until the process has written its row
 };
 
 std::string host_name() {
@@ -65,6 +73,13 @@ std::string host_name() {
 
 void watchdog_progress() {
     if (reports.watched.load(std::memory_order_relaxed)) reports.progress_ns.store(now_ns(), std::memory_order_relaxed);
+}
+
+void watchdog_peers(const std::vector<int>& peers) {
+    if (!reports.watched.load(std::memory_order_relaxed)) return;
+    const std::size_t n = std::min(peers.size(), reports.peers.size());
+    for (std::size_t i = 0; i < n; ++i) reports.peers[i].store(peers[i], std::memory_order_relaxed);
+    reports.peer_count.store(static_cast<int>(peers.size()), std::memory_order_release);
 }
 
 void watchdog_layer(int layer) {
@@ -102,11 +117,13 @@ namespace {
 
 // The thread and what it knows of the run; one per process at most.
 struct Watch {
-    double timeout = 0.0;  // --timeout, or 0 for the default rule
+    double timeout = 0.0;    // --timeout, or 0 for the default rule
+    double predicted = 0.0;  // the model's step, seconds (0: none)
     std::vector<std::string> layers;
     int exit_code = 1, rank = 0, size = 1;
     std::string host;
-    std::unique_ptr<NodeMemory> table;  // every process's Row, where the run is on one node
+    std::unique_ptr<NodeMemory> table;  // the Row of every process of this node, where they share memory
+    std::vector<Who> everyone;          // every process of the run, by rank
     std::mutex mutex;
     std::condition_variable wake;
     bool ending = false;
@@ -116,7 +133,8 @@ struct Watch {
 
     // The seconds of no progress allowed in a step after the first.
     double allowance_base() const {
-        return timeout > 0.0 ? timeout : std::max(300.0, 10.0 * reports.longest_step.load(std::memory_order_relaxed));
+        if (timeout > 0.0) return timeout;
+        return std::max(300.0, 10.0 * std::max(predicted, reports.longest_step.load(std::memory_order_relaxed)));
     }
     // The seconds of no progress allowed now.
     double allowance() const {
@@ -139,11 +157,32 @@ struct Watch {
                                                                              : std::string();
     }
 
+    // "process 3 of 4 (host h, pid 7)".
+    std::string named(int process) const {
+        if (process < 0 || static_cast<std::size_t>(process) >= everyone.size())
+            return fmt::format("process {} of {}", process, size);
+        const Who& w = everyone[static_cast<std::size_t>(process)];
+        return fmt::format("process {} of {} (host {}, pid {})", process, size,
+                           std::string(w.host, strnlen(w.host, sizeof w.host)), w.pid);
+    }
+
+    // The processes a wait still misses messages from or to, on any node: " with process 3 of 4 (host h, pid 7)".
+    std::string peers() const {
+        const int count = reports.peer_count.load(std::memory_order_acquire);
+        if (count <= 0) return "";
+        const int shown = std::min<int>(count, static_cast<int>(reports.peers.size()));
+        std::string out = " with ";
+        for (int i = 0; i < shown; ++i)
+            out += (i ? ", " : "") + named(reports.peers[static_cast<std::size_t>(i)].load(std::memory_order_relaxed));
+        return count > shown ? out + fmt::format(" and {} more", count - shown) : out;
+    }
+
     // What this process was doing when it stopped making progress.
     std::string doing() const {
         if (const char* what = reports.awaited.load(std::memory_order_acquire)) {
             const std::string layer = layer_name(reports.awaited_layer.load(std::memory_order_relaxed));
-            return fmt::format("it waited for {}{}", what, layer.empty() ? "" : fmt::format(" of layer '{}'", layer));
+            return fmt::format("it waited for {}{}{}", what, layer.empty() ? "" : fmt::format(" of layer '{}'", layer),
+                               peers());
         }
         if (reports.between.load() > 0) return "it was between steps (saving, evaluating, or checking with the others)";
         if (!reports.stepped.load()) return "it was in the first step (or setting it up)";
@@ -153,7 +192,9 @@ struct Watch {
 
     // The processes of this node whose watchdog has not run for a while: stopped, or hung where no thread runs.
     std::string stopped_processes(std::int64_t now) const {
-        if (!table) return size > 1 ? "; the other processes are on other nodes, where this one cannot see them" : "";
+        if (!table)
+            return size > 1 ? "; the other processes are on other nodes, where this one cannot see whether they run"
+                            : "";
         const std::int64_t stale = suspended_ns();
         std::string out;
         for (int p = 0; p < size; ++p) {
@@ -161,10 +202,8 @@ struct Watch {
             const Row& r = row(p);
             const std::int64_t beat = std::atomic_ref<std::int64_t>(const_cast<Row&>(r).heartbeat_ns).load();
             if (beat == 0 || now - beat < stale) continue;
-            out += fmt::format(
-                "; process {} of {} (host {}, pid {}) has not run for {:.0f} s: it is stopped (SIGSTOP, "
-                "a debugger) or its node is lost",
-                p, size, std::string(r.host, strnlen(r.host, sizeof r.host)), r.pid, seconds(now - beat));
+            out += fmt::format("; {} has not run for {:.0f} s: it is stopped (SIGSTOP, a debugger) or its node is lost",
+                               named(p), seconds(now - beat));
         }
         return out.empty() && size > 1 ? "; every other process of the run is running" : out;
     }
@@ -215,29 +254,30 @@ std::unique_ptr<Watch> watch;
 
 }  // namespace
 
-Watchdog::Watchdog(Comm& comm, double timeout, std::vector<std::string> layers, int exit_code) {
+Watchdog::Watchdog(Comm& comm, double timeout, double predicted_step, std::vector<std::string> layers, int exit_code) {
     auto w = std::make_unique<Watch>();
     w->timeout = timeout;
+    w->predicted = predicted_step;
     w->layers = std::move(layers);
     w->exit_code = exit_code;
     w->rank = comm.rank();
     w->size = comm.size();
     w->host = host_name();
     if (const auto handle = comm.mpi_handle(); handle && comm.size() > 1) {
+        Who me{::getpid(), {}};
+        std::strncpy(me.host, w->host.c_str(), sizeof me.host - 1);
+        w->everyone.resize(static_cast<std::size_t>(comm.size()));
+        MPI_Allgather(&me, sizeof me, MPI_BYTE, w->everyone.data(), sizeof me, MPI_BYTE, MPI_Comm_f2c(*handle));
         w->table =
             NodeMemory::map(MPI_Comm_f2c(*handle), sizeof(Row) * static_cast<std::size_t>(comm.size()), "watchdog");
-        if (w->table) {
-            Row& mine = w->row(w->rank);
-            mine.pid = ::getpid();
-            std::strncpy(mine.host, w->host.c_str(), sizeof mine.host - 1);
-            w->beat();
-        }
+        if (w->table) w->beat();
     }
     reports.stepped = false;
     reports.longest_step = 0.0;
     reports.between = 0;
     reports.awaited = nullptr;
     reports.working_layer = -1;
+    reports.peer_count = 0;
     reports.progress_ns = now_ns();
     reports.watched = true;
     watch = std::move(w);
