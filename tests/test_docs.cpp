@@ -302,6 +302,24 @@ TEST_CASE("docs/commands.md documents every verb, each with the flags of its --h
     }
 }
 
+TEST_CASE("the README's CosmoFlow commands are among those of docs/commands.md, which a test runs", "[docs]") {
+    const std::string readme = read(fs::path(source_dir()) / "README.md");
+    const std::string commands = read(fs::path(source_dir()) / "docs" / "commands.md");
+    std::size_t lines = 0;
+    for (const Block& b : fenced_blocks(readme)) {
+        if (b.tag != "sh" || b.text.find("cosmoflow_tiny") == std::string::npos) continue;
+        std::istringstream in(b.text);
+        for (std::string line; std::getline(in, line);) {
+            const auto start = line.find_first_not_of(' ');
+            if (start == std::string::npos) continue;
+            INFO(line);
+            CHECK(commands.find(line.substr(start)) != std::string::npos);
+            ++lines;
+        }
+    }
+    CHECK(lines >= 6);
+}
+
 TEST_CASE("every example of docs/commands.md runs", "[cli][docs][mpi]") {
     // Its `sh` blocks, in order, in one folder that holds samples/ and stdlib/, as the page says: later ones
     // use what earlier ones wrote. `local` is the fixture, and the cache a folder of the test's own.
@@ -311,6 +329,9 @@ TEST_CASE("every example of docs/commands.md runs", "[cli][docs][mpi]") {
     fs::create_directory_symlink(fs::path(source_dir()) / "samples", dir / "samples");
     fs::create_directory_symlink(fs::path(source_dir()) / "stdlib", dir / "stdlib");
     fs::create_symlink(fs::absolute(dsl_binary()), dir / "bin" / "dsl");
+    // The examples that make data files use python3 with numpy and h5py: the system's, for which the test
+    // command installs them (the first python3 on PATH may be another).
+    if (fs::exists("/usr/bin/python3")) fs::create_symlink("/usr/bin/python3", dir / "bin" / "python3");
     std::size_t ran = 0;
     for (const Block& b : fenced_blocks(read(fs::path(source_dir()) / "docs" / "commands.md"))) {
         if (b.tag != "sh") continue;
@@ -332,6 +353,7 @@ TEST_CASE("every example of docs/commands.md runs", "[cli][docs][mpi]") {
     CHECK(ran >= 10);  // an example for each verb
     CHECK(fs::exists(dir / "ckpt" / "latest"));
     CHECK(fs::exists(dir / "pred.npy"));
+    CHECK(fs::exists(dir / "pred" / "b0007.npy"));  // CosmoFlow's boxes, an output each
     CHECK(fs::exists(dir / "my.platform"));
     fs::remove_all(dir);
 }
