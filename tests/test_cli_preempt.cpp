@@ -133,8 +133,11 @@ TEST_CASE("run: SIGTERM and SIGUSR1 stop every process at one step and save it, 
     const int procs = GENERATE(1, 2, 4);
     const std::vector<Case> cases =
         procs == 1   ? std::vector<Case>{{SIGTERM, To::dsl}, {SIGUSR1, To::dsl}}
-        : procs == 2 ? std::vector<Case>{{SIGTERM, To::dsl}, {SIGUSR1, To::user_mpirun}, {SIGTERM, To::every_process}}
-                     : std::vector<Case>{{SIGTERM, To::dsl}, {SIGUSR1, To::user_mpirun}};
+        : procs == 2 ? std::vector<Case>{{SIGTERM, To::dsl},
+                                         {SIGUSR1, To::dsl},
+                                         {SIGUSR1, To::user_mpirun},
+                                         {SIGTERM, To::every_process}}
+                     : std::vector<Case>{{SIGTERM, To::dsl}, {SIGUSR1, To::dsl}, {SIGUSR1, To::user_mpirun}};
     dsl::test::TempDir dir;
     const int total = 20;
     const std::string run = "run samples/mesh_tiny.net " + schedule_for(procs) + " --batch 4 ";
