@@ -4,7 +4,9 @@
 numpy into a float32 file and read as they are: the per-step losses within a relative 1e-6 on one process, and
 within 1e-4 under H=2 and under N=2 H=2 on four (as every split), with --normalize after the transform. The bad
 uses are errors that name what is wrong: an unknown function, a label, synthetic data, an input given twice, and
-a value that a transform makes not finite (naming the file and the sample).
+a value that a transform makes not finite (naming the file and the sample). Every storage type (int8, uint8,
+int16, uint16, float16, float32 and float64, in .npy files and, where h5py is there, HDF5 data sets) holding the
+same small whole numbers trains exactly as float32 does.
 
     /usr/bin/python3 tests/data/transforms.py --dsl build/cli/dsl
 
@@ -96,7 +98,32 @@ def main():
         check(a.returncode == 0 and b.returncode == 0 and
               abs(json.loads(a.stdout)["loss"] - json.loads(b.stdout)["loss"]) <= 1e-6 * abs(json.loads(b.stdout)["loss"]),
               f"dsl eval --transform x=log1p gives numpy's figures\n{a.stderr}{b.stderr}")
+        storage_types(args, folder, path, rng)
     return finish("transforms")
+
+
+def storage_types(args, folder, path, rng):
+    """Whole numbers in [0, 100), exact in every type: the losses of each storage type equal float32's."""
+    try:
+        import h5py
+    except ImportError:
+        h5py = None
+        print("note: no h5py: the HDF5 storage types are not checked here")
+    values = rng.integers(0, 100, size=(8, 18, 64, 64))
+    labels = path("y.npy")
+    np.save(path("as_float32.npy"), values.astype(np.float32))
+    want = losses(args, folder, "float32", SCHEDS["one process"], (path("as_float32.npy"), labels))
+    for dtype in ("int8", "uint8", "int16", "uint16", "float16", "float32", "float64"):
+        files = [path(f"as_{dtype}.npy")]
+        np.save(files[0], values.astype(dtype))
+        if h5py is not None:
+            with h5py.File(path(f"as_{dtype}.h5"), "w") as f:
+                f.create_dataset("x", data=values.astype(dtype))
+            files.append(path(f"as_{dtype}.h5") + ":/x")
+        for data in files:
+            got = losses(args, folder, os.path.basename(data).replace(":/", "_"), SCHEDS["one process"],
+                         (data, labels))
+            check(got is not None and got == want, f"{dtype} storage ({data}): losses {got} against float32's {want}")
 
 
 if __name__ == "__main__":
