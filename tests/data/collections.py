@@ -5,7 +5,9 @@ pairs (MLPerf HPC's), files of blocks of samples named by a list, and a glob, ea
 x=log1p`, train as the same samples joined by numpy into one float32 file: the per-step losses within a
 relative 1e-6 on one process and 1e-4 under D=3, a 2x2x2 grid and N=2 D=2; --shuffle across the files as
 across the joined file. A corrupt, missing or wrongly shaped file among 64 is an error naming it before the
-first step, and so are inputs and labels that do not pair by file. `dsl predict --output 'out/{stem}.npy'`
+first step, and so are inputs and labels that do not pair by file. A file of a collection of more files than
+the run keeps open, rewritten while the run reads it, stops the run with an error naming it, as a single file
+does. `dsl predict --output 'out/{stem}.npy'`
 writes one output per input file, equal to the joined prediction's samples of that file, on one process and
 on four; an output pattern without a collection, or two files of one stem, is an error before any work.
 
@@ -16,8 +18,11 @@ Exit status: 0 when every check passed, 1 when one failed, 77 when this Python c
 """
 
 import argparse
+import json
 import os
+import subprocess
 import tempfile
+import time
 
 from common import ROOT, check, close, dsl, errors, finish, losses as run_losses, need
 
@@ -121,8 +126,37 @@ def main():
         cases.append((("--data", "x=" + path("nothing", "*.npy"), "--data", "y=" + path("many_y.npy")), lambda: None,
                       "no file matches the pattern"))
         errors(args.dsl, cases, VOLUME, "--steps", "1", "--batch", "4")
+        rewritten(args, path, counts, labels)
         predict_per_file(args, path, joined)
     return finish("collections")
+
+
+def rewritten(args, path, counts, labels):
+    """20 files, more than the run keeps open: one rewritten in place while the run reads them stops it, named,
+    whether the run holds it open then or opens it again."""
+    os.makedirs(path("twenty"))
+    for s in range(20):
+        np.save(path("twenty", f"s{s:03d}.npy"), counts[s % len(counts)])
+    np.save(path("twenty_y.npy"), labels[np.arange(20) % len(labels)])
+    log = path("twenty.jsonl")
+    run = subprocess.Popen([args.dsl, "run", VOLUME, "--steps", "1000000", "--batch", "4", "--log", log, "--data",
+                            "x=" + path("twenty"), "--data", "y=" + path("twenty_y.npy")],
+                           cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for _ in range(6000):
+        if run.poll() is not None or (os.path.exists(log) and os.path.getsize(log) > 0):
+            break
+        time.sleep(0.01)
+    bad = path("twenty", "s003.npy")
+    np.save(bad, counts[5] + 1)
+    try:
+        out, err = run.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        run.kill()
+        out, err = run.communicate()
+    steps = sum(1 for line in open(log) if '"loss"' in line) if os.path.exists(log) else 0
+    check(run.returncode == 1 and bad + ": the file changed while the run read it" in err and steps > 0 and
+          "internal error" not in err,
+          f"a file of 20 rewritten in place: exit {run.returncode} after {steps} steps\n{err.strip()[-600:]}")
 
 
 def predict_per_file(args, path, joined):

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include <glob.h>
+#include <sys/stat.h>
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -32,6 +33,12 @@ std::pair<std::string, std::string> split_dataset(const std::string& spec) {
 }
 
 bool has_glob(const std::string& path) { return path.find_first_of("*?[") != std::string::npos; }
+
+// The file of a member's spec ("b0001.h5:/full" -> "b0001.h5").
+std::string file_of(const std::string& spec) {
+    const auto h5 = hdf5_dataset_name(spec);
+    return h5 ? h5->first : spec;
+}
 
 }  // namespace
 
@@ -88,6 +95,7 @@ public:
         std::string spec;
         std::int64_t first = 0, samples = 0;
         bool one_sample = false;
+        struct stat checked {};  // the file's status when the run checked it, before the first step
     };
 
     Collection(std::vector<Member> members, std::vector<std::int64_t> shape, std::string type, bool integer)
@@ -153,8 +161,7 @@ private:
         std::string error;
         auto array = open_array(m.spec, error, m.one_sample);
         if (!array) throw UserError(error + " (it could be read before the first step)");
-        const auto h5 = hdf5_dataset_name(m.spec);
-        open_.push_front(Open{&m, std::move(array), FileGuard(h5 ? h5->first : m.spec)});
+        open_.push_front(Open{&m, std::move(array), FileGuard(file_of(m.spec), m.checked)});
         if (open_.size() > kept_open) open_.pop_back();
         return open_.front();
     }
@@ -201,7 +208,8 @@ std::unique_ptr<Array> open_collection(const std::string& spec, const std::vecto
             return nullptr;
         }
         const std::int64_t samples = one ? 1 : shape[0];
-        members.push_back({file, total, samples, one});
+        members.push_back({file, total, samples, one, {}});
+        ::stat(file_of(file).c_str(), &members.back().checked);
         total += samples;
     }
     std::vector<std::int64_t> shape{total};

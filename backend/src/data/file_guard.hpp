@@ -26,16 +26,25 @@ public:
           fd_(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC)) {
         if (fd_ >= 0) ::fstat(fd_, &opened_);
     }
+    // A file opened again after the run checked it (a collection's, whose files are not all kept open):
+    // `checked` is its status then, so that a file rewritten or replaced in between is a change too.
+    FileGuard(const std::string& path, const struct stat& checked) : FileGuard(path) {
+        if (fd_ < 0) return;
+        replaced_ = opened_.st_ino != checked.st_ino || opened_.st_dev != checked.st_dev;
+        opened_ = checked;
+    }
     FileGuard(FileGuard&& o) noexcept
         : path_(std::move(o.path_)),
           reading_(std::move(o.reading_)),
           fd_(std::exchange(o.fd_, -1)),
-          opened_(o.opened_) {}
+          opened_(o.opened_),
+          replaced_(o.replaced_) {}
     FileGuard& operator=(FileGuard&& o) noexcept {
         std::swap(path_, o.path_);
         std::swap(reading_, o.reading_);
         std::swap(fd_, o.fd_);
         std::swap(opened_, o.opened_);
+        std::swap(replaced_, o.replaced_);
         return *this;
     }
     ~FileGuard() {
@@ -58,7 +67,9 @@ public:
         struct stat now {};
         if (fd_ < 0 || ::fstat(fd_, &now) != 0) return;
         std::string what;
-        if (now.st_size != opened_.st_size)
+        if (replaced_)
+            what = "another file took its name since the run checked it";
+        else if (now.st_size != opened_.st_size)
             what = fmt::format("its size went from {} to {} bytes", opened_.st_size, now.st_size);
         else if (now.st_mtim.tv_sec != opened_.st_mtim.tv_sec || now.st_mtim.tv_nsec != opened_.st_mtim.tv_nsec)
             what = "it was written (its modification time changed)";
@@ -73,6 +84,7 @@ private:
     std::string path_, reading_;  // the file, and "a read of 'FILE'" for the watchdog
     int fd_ = -1;
     struct stat opened_ {};
+    bool replaced_ = false;  // opened again, another file than the one checked
 };
 
 }  // namespace dsl::backend::data
