@@ -44,7 +44,8 @@ const char* category(Kind k) {
         case Kind::wait_shuffle_back:
         case Kind::wait_sum:
         case Kind::wait_allreduces:
-        case Kind::wait_others: return "wait";
+        case Kind::wait_others:
+        case Kind::wait_read: return "wait";
         case Kind::halo:
         case Kind::halo_back: return "halo";
         case Kind::shuffle:
@@ -88,6 +89,7 @@ std::string event_name(const frontend::Network& net, const ProfileEvent& e) {
         case Kind::wait_sum: return layer + " wait for sum";
         case Kind::wait_allreduces: return "wait for allreduces";
         case Kind::wait_others: return layer + " wait for other processes";
+        case Kind::wait_read: return layer + " wait for a read ahead (--prefetch)";
         case Kind::halo: return layer + " halo";
         case Kind::halo_back: return layer + " halo back";
         case Kind::shuffle: return layer + " shuffle";
