@@ -157,12 +157,18 @@ TracedStep predicted_step(const frontend::Network& net, const scheduler::Predict
         t += drifted;
     };
     double t = 0.0;
+    bool read = p.read_exposed <= 0.0;  // the read not hidden by reading ahead: waited for by the first input
     for (std::size_t i = 0; i < net.layers.size(); ++i) {
         const auto& l = net.layers[i];
         if (l.op == frontend::OpKind::label) continue;
         const scheduler::LayerPrediction& lp = p.layers[i];
         const auto& c = lp.cost;
         const int layer = static_cast<int>(i);
+        if (!read && l.op == frontend::OpKind::input) {
+            add(Kind::wait_read, Phase::forward, layer, t, t + p.read_exposed);
+            t += p.read_exposed;
+            read = true;
+        }
         blocking(Kind::wait_shuffle, Kind::shuffle, Phase::forward, layer, t, lp.shuffle.seconds / 2.0);
         const bool overlap = lp.dist.overlap.value_or(false);
         if (overlap && (c.forward_halo > 0.0 || (l.windowed() && c.halo_bytes > 0))) {

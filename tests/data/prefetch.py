@@ -174,6 +174,20 @@ def main():
         line = next((l for l in r.stdout.splitlines() if l.startswith("read ")), "")
         check(r.returncode == 0 and "0.001 GB/s (io_bandwidth)" in line and "not hidden" in line,
               f"dsl explain's read line: '{line}'")
+        # Its timeline: the read not hidden is the first input's wait, as a measured run names it.
+        trace = path("predicted.json")
+        r = dsl(args.dsl, "explain", IMAGE, sched, "--batch", "4", "--platform", slow, "--trace", trace)
+        if r.returncode == 0 and "slow" in predictions:
+            with open(trace) as f:
+                spans = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+            waits = [e for e in spans if e["name"] == "x wait for a read ahead (--prefetch)"]
+            exposed = predictions["slow"]["seconds"]["read_exposed"] * 1e6
+            end = max(e["ts"] + e["dur"] for e in spans)
+            check(len(waits) == 1 and abs(waits[0]["dur"] - exposed) <= 1e-3 and
+                  abs(end - predictions["slow"]["seconds"]["step"] * 1e6) <= 1e-3,
+                  f"dsl explain --trace: the exposed read as x's wait ({waits}, {exposed} us), the step to {end} us")
+        else:
+            check(False, f"dsl explain --trace: {r.stderr}")
         r = dsl(args.dsl, "explain", IMAGE, sched, "--batch", "4", "--platform", "lassen")
         line = next((l for l in r.stdout.splitlines() if l.startswith("read ")), "")
         check(r.returncode == 0 and "1 GB/s (io_bandwidth)" in line and "hidden behind" in line,
