@@ -119,6 +119,9 @@ TEST_CASE("read ahead: the blocks of a read made when asked for, one call into t
         CHECK(watched.beyond == 0);
         // Every step's three blocks once, read ahead or not, and the even steps' extra block when asked for.
         CHECK(watched.calls == 8 * 3 + 4);
+        // A step gone by, asked again (an evaluation of the same samples), is read when asked for.
+        step(*data, 7, 2, x, y);
+        CHECK(watched.calls == 8 * 3 + 4 + 3);
     }
 }
 

@@ -110,7 +110,8 @@ public:
         const std::int64_t step = first / options_.batch;
         std::unique_lock lock(mutex_);
         advance(step);
-        if (!learnt_ || step <= learning_ || step >= options_.end_step) return nullptr;
+        // A step gone by (its blocks released) or outside the run's is read when asked for.
+        if (!learnt_ || step <= learning_ || step < current_ || step >= options_.end_step) return nullptr;
         const std::optional<std::size_t> b = find(layer, first - step * options_.batch, at, dims);
         if (!b) return nullptr;
         // The reader makes every step's blocks in order, and stops at the first that fails.
