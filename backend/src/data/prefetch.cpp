@@ -2,6 +2,7 @@
 // the next mini-batches through the data source while the step computes, and the source over it that hands
 // them to the step, or waits for them where they are late.
 #include <dsl/backend/data.hpp>
+#include <dsl/backend/watchdog.hpp>
 
 #include "file_guard.hpp"
 
@@ -169,7 +170,12 @@ private:
             if (!learnt_ && step == learning_ && !find(layer, offset, at, dims))
                 pattern_.push_back(Block{layer, read, offset, at, dims});
         }
-        const std::lock_guard source(source_mutex_);
+        // Behind the reader's read, if it makes one now: a read that never returns is named by the watchdog.
+        std::unique_lock source(source_mutex_, std::try_to_lock);
+        if (!source.owns_lock()) {
+            const Awaiting waiting("a read of the data, made ahead of the step (--prefetch)", -1);
+            source.lock();
+        }
         make();
     }
 
