@@ -37,12 +37,13 @@ def files_of(folder):
     return out
 
 
-def train(args, folder, name, net, sched, prefetch, *extra, steps=7, batch=2):
+def train(args, folder, name, net, sched, prefetch, *extra, steps=7, batch=2, load=None):
     """The log's lines (each step's JSON, without its timings) and the checkpoint's files, or None."""
     log = os.path.join(folder, name + ".jsonl")
     save = os.path.join(folder, name + "-ckpt")
     r = dsl(args.dsl, "run", net, *([sched] if sched else []), "--steps", str(steps), "--batch", str(batch), "--lr",
-            "0.05", "--log", log, "--save", save, "--prefetch", str(prefetch), *extra)
+            "0.05", "--log", log, "--save", save, "--prefetch", str(prefetch), *(["--load", load] if load else []),
+            *extra)
     if r.returncode != 0:
         check(False, f"{name}: dsl run failed:\n{r.stderr}")
         return None
@@ -71,6 +72,7 @@ def same_runs(args, folder, name, net, sched, *extra):
         check(bool(base[1]) and not differ,
               f"{name}: --prefetch {k} saves the checkpoint of --prefetch 0 ({len(base[1])} files; differing: "
               f"{differ})")
+    return base
 
 
 def main():
@@ -87,7 +89,13 @@ def main():
         np.save(path("x.npy"), rng.standard_normal((S, 18, 64, 64)).astype(np.float32))
         np.save(path("y.npy"), rng.integers(0, 2, size=(S, 8, 8)).astype(np.int32))
         npy = ("--data", "x=" + path("x.npy"), "--data", "y=" + path("y.npy"), "--shuffle", "--augment", "flip")
-        same_runs(args, folder, "npy", IMAGE, "", *npy)
+        straight = same_runs(args, folder, "npy", IMAGE, "", *npy)
+        # Resumed at step 4 (the reader starts from the step the checkpoint holds): the same checkpoint at step 7.
+        first = train(args, folder, "npy-first", IMAGE, "", 2, *npy, steps=4)
+        resumed = train(args, folder, "npy-resumed", IMAGE, "", 2, *npy, steps=3, load=path("npy-first-ckpt"))
+        check(straight is not None and first is not None and resumed is not None and resumed[1] == straight[1] and
+              resumed[0] == straight[0][4:],
+              "--prefetch 2 resumed at step 4: the losses and checkpoint of 7 steps straight with --prefetch 0")
         for sched in ("mesh_tiny_sample_2.sched", "mesh_tiny_spatial_h_2.sched"):
             same_runs(args, folder, "npy-" + sched, IMAGE, os.path.join(ROOT, "samples", sched), *npy)
 
