@@ -302,7 +302,8 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
         ahead.batch = cfg.batch;
         ahead.first_step = first_step;
         ahead.end_step = first_step + o.steps;
-        if (!kernels.mem().host()) ahead.allocate = backend::gpu_allocate_pinned, ahead.release = backend::gpu_free_pinned;
+        if (!kernels.mem().host())
+            ahead.allocate = backend::gpu_allocate_pinned, ahead.release = backend::gpu_free_pinned;
         data = backend::read_ahead(std::move(data), ahead);
     }
     // Step k trains on samples k·N to k·N+N-1: the last of them must be a count.
@@ -512,9 +513,10 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
         print_profile(net, comm, profiled, profiled_update, profiled_update_wait, profiled_steps, cfg.optimizer, io);
     if (o.profile && data->reads_ahead()) {  // the same on every process
         comm.allreduce(&profiled_read_wait, 1);
-        io.out() << fmt::format("reads ahead of the step (--prefetch {}): {:.3f} ms per step waiting for late ones "
-                                "(in the layers' waiting above)\n",
-                                o.prefetch, 1000.0 * profiled_read_wait / (std::max(1.0, profiled_steps) * comm.size()));
+        io.out() << fmt::format(
+            "reads ahead of the step (--prefetch {}): {:.3f} ms per step waiting for late ones "
+            "(in the layers' waiting above)\n",
+            o.prefetch, 1000.0 * profiled_read_wait / (std::max(1.0, profiled_steps) * comm.size()));
     }
     if (!o.trace.empty() && !write_trace(o, net, comm, {traced.begin(), traced.end()}, trace_origin, io))
         return user_error;

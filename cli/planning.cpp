@@ -329,9 +329,10 @@ std::string explain_table(const frontend::Network& net, const scheduler::Predict
     out += fmt::format(
         "read              {} ms: {} of input and label tiles per step from files at {:.3g} GB/s (io_bandwidth); {}\n",
         milliseconds(p.read), human_bytes(p.read_bytes), p.io_bandwidth / 1e9,
-        p.read_exposed > 0 ? fmt::format("{} ms of it not hidden behind the step's compute by reading ahead (--prefetch)",
-                                         milliseconds(p.read_exposed))
-                           : std::string("hidden behind the step's compute by reading ahead (--prefetch; 0 adds it)"));
+        p.read_exposed > 0
+            ? fmt::format("{} ms of it not hidden behind the step's compute by reading ahead (--prefetch)",
+                          milliseconds(p.read_exposed))
+            : std::string("hidden behind the step's compute by reading ahead (--prefetch; 0 adds it)"));
     if (recomputes || narrows)
         out += fmt::format("recomputation     {} ms of {} again, in backward{}\n", milliseconds(p.recompute),
                            recomputes && narrows ? "forward (and of widening from 16 bits)"

@@ -94,8 +94,7 @@ public:
         asked(input, Read::inputs, first, at, tile.dims, [&] { source_->inputs(input, first, at, tile); });
     }
     void labels(const Layer& label, std::int64_t first, const Index& at, BasicView<std::int32_t> tile) override {
-        if (const void* r = ready(label, first, at, tile.dims))
-            return copy(static_cast<const std::int32_t*>(r), tile);
+        if (const void* r = ready(label, first, at, tile.dims)) return copy(static_cast<const std::int32_t*>(r), tile);
         asked(label, Read::labels, first, at, tile.dims, [&] { source_->labels(label, first, at, tile); });
     }
     void targets(const Layer& label, std::int64_t first, const Index& at, View tile) override {
@@ -226,7 +225,8 @@ private:
 
     void read(const Block& b, std::int64_t first, void* into) {
         switch (b.read) {
-            case Read::inputs: return source_->inputs(b.layer, first, b.at, dense_view(static_cast<float*>(into), b.dims));
+            case Read::inputs:
+                return source_->inputs(b.layer, first, b.at, dense_view(static_cast<float*>(into), b.dims));
             case Read::labels:
                 return source_->labels(b.layer, first, b.at, dense_view(static_cast<std::int32_t*>(into), b.dims));
             case Read::targets:
