@@ -294,6 +294,18 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
         loaded = checkpoint && backend::restore(*trainer, *checkpoint, first_step, error);
     }
     if (!agree(comm, loaded, fmt::format("error: cannot resume from '{}': {}\n", o.load, error))) return user_error;
+    // --prefetch: the files' blocks of the next mini-batches read on a thread while the step computes (synthetic
+    // data, made where it is used, is not read ahead).
+    if (o.prefetch > 0 && data->samples() >= 0) {
+        backend::ReadAhead ahead;
+        ahead.depth = static_cast<int>(o.prefetch);
+        ahead.batch = cfg.batch;
+        ahead.first_step = first_step;
+        ahead.end_step = first_step + o.steps;
+        if (!kernels.mem().host())
+            ahead.allocate = backend::gpu_allocate_pinned, ahead.release = backend::gpu_free_pinned;
+        data = backend::read_ahead(std::move(data), ahead);
+    }
     // Step k trains on samples k·N to k·N+N-1: the last of them must be a count.
     constexpr std::int64_t most = std::numeric_limits<std::int64_t>::max();
     if (first_step > most - o.steps || first_step + o.steps > most / cfg.batch) {
@@ -392,7 +404,7 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
         trace_origin = backend::profile_clock();
     }
     std::vector<backend::LayerTime> profiled(net.layers.size());
-    double profiled_update = 0.0, profiled_update_wait = 0.0, profiled_steps = 0.0;
+    double profiled_update = 0.0, profiled_update_wait = 0.0, profiled_steps = 0.0, profiled_read_wait = 0.0;
     using clock = std::chrono::steady_clock;
     // On a GPU: the most memory in use on the device after a step (by every process that shares it).
     const bool on_gpu = !kernels.mem().host();
@@ -424,6 +436,7 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
                 profiled[i].backward_wait += p.layers[i].backward_wait;
             }
             profiled_update += p.update, profiled_update_wait += p.update_wait, profiled_steps += 1;
+            profiled_read_wait += p.read_wait;
         }
         // Halo and redistribution traffic of the step, summed over the processes (a log field).
         double sent = static_cast<double>(trainer->halo_bytes());
@@ -498,6 +511,13 @@ int train(const RunOptions& o, const Checked& checked, const scheduler::Schedule
 
     if (o.profile)
         print_profile(net, comm, profiled, profiled_update, profiled_update_wait, profiled_steps, cfg.optimizer, io);
+    if (o.profile && data->reads_ahead()) {  // the same on every process
+        comm.allreduce(&profiled_read_wait, 1);
+        io.out() << fmt::format(
+            "reads ahead of the step (--prefetch {}): {:.3f} ms per step waiting for late ones "
+            "(in the layers' waiting above)\n",
+            o.prefetch, 1000.0 * profiled_read_wait / (std::max(1.0, profiled_steps) * comm.size()));
+    }
     if (!o.trace.empty() && !write_trace(o, net, comm, {traced.begin(), traced.end()}, trace_origin, io))
         return user_error;
 
@@ -587,6 +607,11 @@ void setup_run(CLI::App& app, Action& action) {
                     "and its equal-sized spatial axes permuted at random, from the seed, the epoch and the sample "
                     "(the same under every schedule; pixel and voxel labels move with their inputs)")
         ->check(CLI::IsMember({"flip", "transpose", "flip,transpose", "transpose,flip"}));
+    run->add_option("--prefetch", o->prefetch,
+                    "Read the data files' tiles of the next K mini-batches on a thread of each process while the "
+                    "step computes (default 2; 0: read each when the step asks for it). The values are the same "
+                    "either way; synthetic data is made when asked for")
+        ->check(nonnegative_count(1000));
     CLI::Option* eval_every =
         run->add_option("--eval-every", o->eval_every,
                         "Evaluate every K steps (as 'dsl eval' does) on --eval-data, printing the figures and "

@@ -325,6 +325,14 @@ std::string explain_table(const frontend::Network& net, const scheduler::Predict
     out += fmt::format("halos over        {}\n", p.halo_link);
     out += fmt::format("shuffles over     {}\n", p.shuffle_link);
     out += fmt::format("update            {} ms\n", milliseconds(p.update));
+    // The data read from files (synthetic data is made where it is used, and reads nothing).
+    out += fmt::format(
+        "read              {} ms: {} of input and label tiles per step from files at {:.3g} GB/s (io_bandwidth); {}\n",
+        milliseconds(p.read), human_bytes(p.read_bytes), p.io_bandwidth / 1e9,
+        p.read_exposed > 0
+            ? fmt::format("{} ms of it not hidden behind the step's compute by reading ahead (--prefetch)",
+                          milliseconds(p.read_exposed))
+            : std::string("hidden behind the step's compute by reading ahead (--prefetch; 0 adds it)"));
     if (recomputes || narrows)
         out += fmt::format("recomputation     {} ms of {} again, in backward{}\n", milliseconds(p.recompute),
                            recomputes && narrows ? "forward (and of widening from 16 bits)"
@@ -427,7 +435,11 @@ nlohmann::json explain_json(const frontend::Network& net, const scheduler::Predi
               {"allreduce_exposed", p.allreduce_exposed},
               {"update", p.update},
               {"recompute", p.recompute},
+              {"read", p.read},
+              {"read_exposed", p.read_exposed},
               {"step", p.step}}},
+            {"read_bytes", p.read_bytes},
+            {"io_bandwidth", p.io_bandwidth},
             {"halo_bytes", p.halo_bytes},
             {"communication", communication},
             {"memory_bytes",

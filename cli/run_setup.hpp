@@ -37,6 +37,8 @@ struct RunOptions {
     // stdout holds one JSON object (`dsl eval --json`): the schedule --auto-schedule chose goes to stderr.
     bool json = false;
     DataOptions data;
+    // --prefetch K: the mini-batches of data from files read ahead of the step, on a thread (0: none).
+    std::int64_t prefetch = 2;
     // --eval-every K with --eval-data (and --eval-samples): the evaluation figures every K steps.
     std::int64_t eval_every = 0;
     std::optional<std::int64_t> eval_samples;

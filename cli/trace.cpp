@@ -44,7 +44,8 @@ const char* category(Kind k) {
         case Kind::wait_shuffle_back:
         case Kind::wait_sum:
         case Kind::wait_allreduces:
-        case Kind::wait_others: return "wait";
+        case Kind::wait_others:
+        case Kind::wait_read: return "wait";
         case Kind::halo:
         case Kind::halo_back: return "halo";
         case Kind::shuffle:
@@ -88,6 +89,7 @@ std::string event_name(const frontend::Network& net, const ProfileEvent& e) {
         case Kind::wait_sum: return layer + " wait for sum";
         case Kind::wait_allreduces: return "wait for allreduces";
         case Kind::wait_others: return layer + " wait for other processes";
+        case Kind::wait_read: return layer + " wait for a read ahead (--prefetch)";
         case Kind::halo: return layer + " halo";
         case Kind::halo_back: return layer + " halo back";
         case Kind::shuffle: return layer + " shuffle";
@@ -155,12 +157,18 @@ TracedStep predicted_step(const frontend::Network& net, const scheduler::Predict
         t += drifted;
     };
     double t = 0.0;
+    bool read = p.read_exposed <= 0.0;  // the read not hidden by reading ahead: waited for by the first input
     for (std::size_t i = 0; i < net.layers.size(); ++i) {
         const auto& l = net.layers[i];
         if (l.op == frontend::OpKind::label) continue;
         const scheduler::LayerPrediction& lp = p.layers[i];
         const auto& c = lp.cost;
         const int layer = static_cast<int>(i);
+        if (!read && l.op == frontend::OpKind::input) {
+            add(Kind::wait_read, Phase::forward, layer, t, t + p.read_exposed);
+            t += p.read_exposed;
+            read = true;
+        }
         blocking(Kind::wait_shuffle, Kind::shuffle, Phase::forward, layer, t, lp.shuffle.seconds / 2.0);
         const bool overlap = lp.dist.overlap.value_or(false);
         if (overlap && (c.forward_halo > 0.0 || (l.windowed() && c.halo_bytes > 0))) {

@@ -558,6 +558,7 @@ Prediction Model::predict(const Schedule& schedule) const {
         lp.tile = l.spatial()            ? g.y
                   : l.shape.dims.empty() ? std::vector<std::int64_t>{g.y[0]}
                                          : std::vector<std::int64_t>{g.y[0], g.y[1]};
+        if (l.is_data()) out.read_bytes += elements(g.y) * word;  // float inputs and targets, int32 classes
         if (l.op == OpKind::label) continue;
         lp.cost = layer(static_cast<int>(i), lp.dist);
         if (recomputable(l)) bytes[i] = lp.cost.output;
@@ -623,6 +624,12 @@ Prediction Model::predict(const Schedule& schedule) const {
     if (params > 0.0) out.update *= held / params;
     const double copies = net_.train.optimizer == frontend::Optimizer::sgd ? 3.0 : 4.0;
     out.step = out.forward + out.backward + out.allreduce_exposed + out.update;
+    // The data read ahead of the step (dsl run's --prefetch) while it computes: only what the read takes beyond
+    // the step is added.
+    out.io_bandwidth = platform_.io_bandwidth > 0 ? platform_.io_bandwidth : default_io_bandwidth;
+    out.read = out.read_bytes / out.io_bandwidth;
+    out.read_exposed = std::max(0.0, out.read - out.step);
+    out.step += out.read_exposed;
 
     // What the trainer's paths hold: a convolution between blocked tiles reorders nothing into oneDNN's
     // layouts; the weights and moments that the node's processes share are counted a share per process; a
@@ -657,7 +664,8 @@ Prediction Model::predict(const Schedule& schedule) const {
     // Times and sizes, from figures bounded where the platform is read: one that is negative, NaN or infinite
     // is a bug of the model, never a prediction to print.
     for (const double v :
-         {out.forward, out.backward, out.allreduce, out.update, out.step, out.scratch, out.memory, out.memory_limit})
+         {out.forward, out.backward, out.allreduce, out.update, out.step, out.read, out.scratch, out.memory,
+          out.memory_limit})
         DSL_INTERNAL_CHECK(std::isfinite(v) && v >= 0.0, "a predicted time or memory is a finite number, not negative");
 
     const std::int64_t ppn = std::max<std::int64_t>(1, platform_.procs_per_node);

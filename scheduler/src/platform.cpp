@@ -108,6 +108,7 @@ constexpr SettingSpec setting_specs[] = {
     {"kernel_latency", Kind::time},
     {"compute_units", Kind::count},
     {"workspace", Kind::bytes},
+    {"io_bandwidth", Kind::byte_rate},
     {"latency", Kind::time},
     {"bandwidth", Kind::byte_rate},
     {"node_latency", Kind::time},
@@ -278,6 +279,7 @@ bool apply_setting(const PlatformSetting& s, const SettingSpec& spec, Platform& 
     if (k == "float16_flops") out.float16_flops = *si;
     if (k == "memory_bandwidth") out.memory_bandwidth = *si;
     if (k == "kernel_latency") out.kernel_latency = *si;
+    if (k == "io_bandwidth") out.io_bandwidth = *si;
     if (k == "latency") out.node.latency = *si;
     if (k == "bandwidth") out.node.bandwidth = *si;
     if (k == "node_latency") out.network.latency = *si;
@@ -513,6 +515,7 @@ std::string print_platform(const Platform& p, const std::string& comment) {
     out += fmt::format("kernel_latency = {}\n", time_text(p.kernel_latency));
     if (p.compute_units != 0) out += fmt::format("compute_units = {}\n", p.compute_units);
     out += fmt::format("workspace = {}\n", bytes_text(p.workspace));
+    if (p.io_bandwidth > 0) out += fmt::format("io_bandwidth = {}\n", byte_rate_text(p.io_bandwidth));
     out += fmt::format("latency = {}\n", time_text(p.node.latency));
     out += fmt::format("bandwidth = {}\n", byte_rate_text(p.node.bandwidth));
     out += fmt::format("node_latency = {}\n", time_text(p.network.latency));

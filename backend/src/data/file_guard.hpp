@@ -14,6 +14,10 @@
 
 namespace dsl::backend::data {
 
+// True on the thread that reads ahead of the step (prefetch.cpp): its reads are not the process's waits (the
+// step's wait for them is), so the watchdog is not told of them.
+inline thread_local bool reading_ahead = false;
+
 // A data file watched while a run reads it: its size and modification time as opened, checked before every
 // read through a descriptor of its own, so that a file rewritten in place (cut short, or refilled with another
 // shape) stops the run with a user error naming it, and one replaced by rename keeps being read as opened.
@@ -54,14 +58,10 @@ public:
     template <typename F>
     void read(F&& read) const {
         check();
+        if (reading_ahead) return checked(read);
         // A read that never returns (a file system that hangs) is named by the watchdog.
         const Awaiting watched(reading_.c_str(), -1);
-        try {
-            read();
-        } catch (const UserError&) {
-            check();
-            throw;
-        }
+        checked(read);
     }
     void check() const {
         struct stat now {};
@@ -81,6 +81,16 @@ public:
     }
 
 private:
+    template <typename F>
+    void checked(F&& read) const {
+        try {
+            read();
+        } catch (const UserError&) {
+            check();
+            throw;
+        }
+    }
+
     std::string path_, reading_;  // the file, and "a read of 'FILE'" for the watchdog
     int fd_ = -1;
     struct stat opened_ {};

@@ -92,6 +92,20 @@ std::int64_t gpu_memory_in_use() {
     return static_cast<std::int64_t>(total - free);
 }
 
+void* gpu_allocate_pinned(std::size_t bytes) {
+    bind_device();
+    void* data = nullptr;
+    if (cudaMallocHost(&data, bytes) != cudaSuccess) {
+        (void)cudaGetLastError();  // not sticky: ordinary memory serves instead
+        return nullptr;
+    }
+    return data;
+}
+
+void gpu_free_pinned(void* data) {
+    if (data) cudaFreeHost(data);
+}
+
 Kernels gpu_kernels(const GpuOptions& options) {
     static const Kernels set = [&] {
         gpu::context().options = options;

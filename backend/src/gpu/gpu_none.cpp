@@ -24,6 +24,8 @@ void gpu_select(int) { not_built(); }
 int gpu_for_local_rank(int, int) { not_built(); }
 std::string gpu_name() { not_built(); }
 std::int64_t gpu_memory_in_use() { not_built(); }
+void* gpu_allocate_pinned(std::size_t) { return nullptr; }
+void gpu_free_pinned(void*) {}
 Kernels gpu_kernels(const GpuOptions&) { not_built(); }
 std::unique_ptr<Comm> gpu_comm(std::unique_ptr<Comm>, bool) { not_built(); }
 

@@ -75,8 +75,10 @@ private:
         const bool spatial = label.spatial();
         const Dims ld{logits.box.n.size(), 1, spatial ? logits.box.extents() : Index{}};
         s.labels.resize(static_cast<std::size_t>(ld.elements()));
-        pass.data.labels(label, pass.first + logits.box.n.lo, spatial ? logits.box.origin() : Index{},
-                         dense_view(s.labels.data(), ld));
+        const std::int64_t sample0 = pass.first + logits.box.n.lo;
+        const Index at = spatial ? logits.box.origin() : Index{};
+        t.await_read(pass.data, label, sample0, at, ld);
+        pass.data.labels(label, sample0, at, dense_view(s.labels.data(), ld));
         // The kernel takes them in the logits' shape: a label per sample beside global pooling's 1x1 (or 1x1x1)
         // logits has the logits' extents of one.
         const BasicView<const std::int32_t> lv =
@@ -138,6 +140,7 @@ private:
             target = dense_view<const float>(t.targets.data(), td);
         } else {
             t.host_targets.resize(static_cast<std::size_t>(td.elements()));
+            t.await_read(pass.data, label, sample0, at, td);
             pass.data.targets(label, sample0, at, dense_view(t.host_targets.data(), td));
             target = dense_view<const float>(t.host_targets.data(), td);
             if (!t.mem.host()) {

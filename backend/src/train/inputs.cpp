@@ -30,6 +30,7 @@ void Trainer::Impl::make_input_part(DataSource& data, Tile& t, std::int64_t firs
         all.c = {0, channels};
         host_channels.resize(static_cast<std::size_t>(all.dims().elements()));
         const View made = dense_view(host_channels.data(), all.dims());
+        await_read(data, input, sample0, at, all.dims());
         data.inputs(input, sample0, at, made);
         host_tile.resize(static_cast<std::size_t>(b.dims().elements()));
         host_memory().pack(made.channels(b.c.lo, b.c.size()), host_tile.data());
@@ -38,16 +39,29 @@ void Trainer::Impl::make_input_part(DataSource& data, Tile& t, std::int64_t firs
         mem.upload(host_tile.data(), staged, b.dims().elements());
         return mem.unpack(staged, view_of(t.y, t, b), false);
     }
-    if (mem.host()) return data.inputs(input, sample0, at, view_of(t.y, t, b));
-    if (const SyntheticData* synthetic = data.synthetic(input); synthetic && k.synthetic)
+    if (const SyntheticData* synthetic = data.synthetic(input); synthetic && k.synthetic && !mem.host())
         return k.synthetic->inputs(*synthetic, sample0, at, view_of(t.y, t, b));
-    // Made on the host, densely, then sent to where the kernels read it.
     const Dims bd = b.dims();
-    host_tile.resize(static_cast<std::size_t>(bd.elements()));
-    data.inputs(input, sample0, at, dense_view(host_tile.data(), bd));
+    const auto* dense = static_cast<const float*>(await_read(data, input, sample0, at, bd));
+    if (mem.host()) return data.inputs(input, sample0, at, view_of(t.y, t, b));
+    // Made on the host, densely, then sent to where the kernels read it: a block read ahead straight from its
+    // buffer (page-locked).
+    if (!dense) {
+        host_tile.resize(static_cast<std::size_t>(bd.elements()));
+        data.inputs(input, sample0, at, dense_view(host_tile.data(), bd));
+        dense = host_tile.data();
+    }
     float* staged = tiles.staging(bd.elements());
-    mem.upload(host_tile.data(), staged, bd.elements());
+    mem.upload(dense, staged, bd.elements());
     mem.unpack(staged, view_of(t.y, t, b), false);
+}
+
+const void* Trainer::Impl::await_read(DataSource& data, const Layer& layer, std::int64_t first, const Index& at,
+                                      const Dims& dims) {
+    if (!data.reads_ahead()) return nullptr;
+    const void* values = nullptr;
+    timeline.wait(Kind::wait_read, [&] { values = data.ready(layer, first, at, dims); });
+    return values;
 }
 
 // A view's elements, densely, on the host.

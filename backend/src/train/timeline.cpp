@@ -14,6 +14,7 @@ const char* Timeline::awaited(Kind waiting) {
         case Kind::wait_shuffle_back: return "a redistribution of gradients";
         case Kind::wait_sum: return "a sum over processes (an allreduce of statistics)";
         case Kind::wait_allreduces: return "the allreduces of the weight gradients";
+        case Kind::wait_read: return "a read of the data, made ahead of the step (--prefetch)";
         default: return "other processes";
     }
 }
@@ -36,6 +37,7 @@ void Timeline::begin_step(std::size_t layers) {
     if (!on_) return;
     profile_.layers.assign(layers, LayerTime{});
     profile_.events.clear();
+    profile_.read_wait = 0.0;
     open_allreduces_.clear();
     allreduce_requests_.clear();
     posted_open_ = segment_open_ = false;
@@ -95,6 +97,7 @@ bool exchange_wait(ProfileEvent::Kind k) {
 
 void Timeline::waited(Kind waiting, double t0, double t1, std::int64_t bytes) {
     waited_ += t1 - t0;
+    if (waiting == Kind::wait_read) profile_.read_wait += t1 - t0;
     if (exchange_wait(waiting) && !posted_open_) return;  // nothing was sent: copies within this process
     close_segment(t0);
     // A halo or shuffle is its reader's, and so is the wait for it (a gradient's halo goes back to the layer

@@ -17,7 +17,8 @@ bool is_compute(ProfileEvent::Kind kind) {
     return kind == Kind::forward || kind == Kind::backward || kind == Kind::backward_data ||
            kind == Kind::backward_weights || kind == Kind::update || kind == Kind::wait_halo ||
            kind == Kind::wait_shuffle || kind == Kind::wait_halo_back || kind == Kind::wait_shuffle_back ||
-           kind == Kind::wait_sum || kind == Kind::wait_allreduces || kind == Kind::wait_others;
+           kind == Kind::wait_sum || kind == Kind::wait_allreduces || kind == Kind::wait_others ||
+           kind == Kind::wait_read;
 }
 
 double profile_clock() {

@@ -213,6 +213,10 @@ struct Trainer::Impl {
     // inputs.cpp: the inputs that the data source makes (never sent), and values read back to the host.
     void make_input(DataSource& data, Tile& t, std::int64_t first);
     void make_input_part(DataSource& data, Tile& t, std::int64_t first, const scheduler::Piece& part);
+    // A source that reads ahead of the step (DataSource::ready): the wait for `layer`'s block, as its own
+    // phase of the timeline, and its values (null where it was not read ahead).
+    const void* await_read(DataSource& data, const Layer& layer, std::int64_t first, const Index& at,
+                           const Dims& dims);
     void to_host(ConstView v, std::vector<float>& out);
     Tile& ready(DataSource* data, std::int64_t first, Tile& t);
 

@@ -68,6 +68,25 @@ std::unique_ptr<DataSource> make_data_source(const frontend::Network& net, std::
 // a collection (--data NAME=PATTERN); empty where the layer reads one file, or made-up data.
 std::vector<std::pair<std::string, std::int64_t>> source_files(const DataSource& source, const std::string& layer);
 
+// Reading ahead of the step (`dsl run --prefetch K`): a thread of the process reads the blocks of the next
+// `depth` mini-batches while the step computes. The first step's reads, made when asked for, are the pattern
+// that every later step repeats (the same blocks of its own samples); the thread makes each of them through
+// the same source, in the same order, into a host buffer, so that the values are bitwise those of a read
+// made when asked for. A call into the source is made by one thread at a time (HDF5 may not be built to be
+// thread-safe), and a read that fails ahead fails the step that asks for it, with the same error. A block
+// outside the pattern is read when asked for.
+struct ReadAhead {
+    int depth = 2;  // mini-batches read ahead of the step's own
+    std::int64_t batch = 1;
+    // The run's steps: step k reads samples [k * batch, k * batch + batch); none beyond `end` is read ahead.
+    std::int64_t first_step = 0, end_step = 0;
+    // The buffers' memory: page-locked for a GPU (gpu_allocate_pinned), so that they upload without a copy;
+    // null for ordinary memory (or where allocate gives null).
+    void* (*allocate)(std::size_t bytes) = nullptr;
+    void (*release)(void* data) = nullptr;
+};
+std::unique_ptr<DataSource> read_ahead(std::unique_ptr<DataSource> source, const ReadAhead& options);
+
 // The order of the samples [0, S) in epoch `epoch` under --shuffle: a permutation that is a pure function of
 // (S, seed, epoch).
 std::vector<std::int64_t> shuffle_order(std::int64_t samples, std::uint64_t seed, std::int64_t epoch);

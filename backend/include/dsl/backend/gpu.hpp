@@ -8,6 +8,7 @@
 #include <dsl/backend/comm.hpp>
 #include <dsl/backend/kernels.hpp>
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -26,6 +27,12 @@ int gpu_for_local_rank(int local_rank, int devices);
 std::string gpu_name();  // the selected GPU's name, e.g. "NVIDIA H100 80GB HBM3"
 // Bytes in use on the selected GPU now, by every process that uses it (its total less what is free).
 std::int64_t gpu_memory_in_use();
+
+// Page-locked host memory of `bytes`, which copies to the selected GPU read without staging it (the buffers of
+// reads ahead of the step, --prefetch), freed by gpu_free_pinned; null where it cannot be had (no GPU backend,
+// or none left), and the caller takes ordinary memory.
+void* gpu_allocate_pinned(std::size_t bytes);
+void gpu_free_pinned(void* data);
 
 struct GpuOptions {
     // The most scratch memory a convolution's algorithm may use: cuDNN's fastest algorithm within it is

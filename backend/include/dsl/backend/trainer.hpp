@@ -70,6 +70,16 @@ public:
     // The samples in the data set, S (a sample index i reads sample i mod S, in the order of the epoch
     // i / S), or -1 where there is no end (synthetic data, a function of the index).
     virtual std::int64_t samples() const { return -1; }
+    // A source that reads ahead of the step (--prefetch, data.hpp's read_ahead) says so, and `ready` waits
+    // for the read of `layer`'s block of `dims` at (first, at) to end: its values, densely in host memory
+    // (float, or int32 for class labels), the very ones that inputs(), labels() or targets() give for it,
+    // until the source's next step; null where that block was not read ahead (it is read when asked for). A
+    // read that failed throws its error here, as the read would have.
+    virtual bool reads_ahead() const { return false; }
+    virtual const void* ready(const frontend::Layer& layer, std::int64_t first, const Index& at, const Dims& dims) {
+        (void)layer, (void)first, (void)at, (void)dims;
+        return nullptr;
+    }
 };
 
 // A named tensor the trainer owns, for checkpoints: weights, biases, batch-norm running statistics and
@@ -105,6 +115,7 @@ struct ProfileEvent {
         // compute: waiting for other processes
         wait_halo, wait_shuffle, wait_halo_back, wait_shuffle_back, wait_sum, wait_allreduces,
         wait_others,  // the performance model's: processes drifting apart, in proportion to the compute
+        wait_read,    // for a read of the data that was not done ahead of the step in time (--prefetch)
         // communication
         halo, shuffle, halo_back, shuffle_back, sum, allreduce,
     };
@@ -124,6 +135,7 @@ double profile_clock();
 struct StepProfile {
     std::vector<LayerTime> layers;
     double update = 0.0, update_wait = 0.0;
+    double read_wait = 0.0;  // the waits for reads ahead of the step (--prefetch), within the layers' waits
     std::vector<ProfileEvent> events;
     double start = 0.0, end = 0.0;     // the step's, on profile_clock()
 };

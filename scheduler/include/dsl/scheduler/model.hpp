@@ -74,7 +74,12 @@ struct Prediction {
     double allreduce = 0.0;               // every weight-gradient allreduce, end to end
     double allreduce_exposed = 0.0;       // the part that backward does not hide
     double update = 0.0;                  // the SGD step
-    double step = 0.0;                    // forward + backward + exposed allreduce + update
+    double step = 0.0;                    // forward + backward + exposed allreduce + update + exposed read
+    // Reading the data: the bytes of its input and label tiles the busiest process reads from files each step,
+    // and the seconds they take at the platform's io_bandwidth (`io_bandwidth`, its default where not given).
+    // `dsl run` reads them ahead of the step (--prefetch, on by default), overlapped with the step's compute:
+    // `read_exposed` is what the read takes beyond the rest of the step. Synthetic data is made, not read.
+    double read_bytes = 0.0, read = 0.0, read_exposed = 0.0, io_bandwidth = 0.0;
     std::int64_t halo_bytes = 0;          // the busiest process's, summed over layers and shuffles
     // Bytes per process. `kept` is what activations would be with nothing recomputed.
     // `scratch`: the kernels' and the trainer's scratch buffers (LayerCost::scratch), each one's largest over

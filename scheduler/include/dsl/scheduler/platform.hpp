@@ -39,6 +39,9 @@ struct Platform {
     double kernel_latency = 0.0;          // seconds every kernel call costs beyond its work
     std::int64_t compute_units = 0;       // a GPU's SMs, over which convolutions' tiles run in waves; 0: no waves
     double workspace = 0.0;               // bytes per process for kernel scratch and runtimes
+    // Bytes per second one process reads of the data set's files (its input and label tiles); 0: not given,
+    // default_io_bandwidth.
+    double io_bandwidth = 0.0;
     Link node;                            // between processes of one node
     Link network;                         // between nodes
     std::map<std::string, double> times;  // measured seconds, by time_key()
@@ -46,6 +49,10 @@ struct Platform {
     // do not. Not a file's: set for `local`, this machine, from its kernels.
     std::string planar_why;
 };
+
+// The read rate a platform without `io_bandwidth` is taken to have, per process: 1 GB/s, a stated assumption
+// (not a measurement): about one SATA SSD's sequential reads, or a share of a parallel file system's.
+inline constexpr double default_io_bandwidth = 1e9;
 
 // One field of a measured time: `x=1x18x65x65` is {"x", {1, 18, 65, 65}}.
 using TimeField = std::pair<std::string, std::vector<std::int64_t>>;
