@@ -10,7 +10,7 @@ syn keyword dslplatformTime time nextgroup=dslplatformKernel skipwhite
 syn match dslplatformKernel '\h\w*\%(\.\h\w*\)*' contained
 syn keyword dslplatformSetting device procs_per_node nodes memory flops efficiency memory_bandwidth
 syn keyword dslplatformSetting kernel_latency compute_units workspace latency bandwidth node_latency
-syn keyword dslplatformSetting node_bandwidth bfloat16_flops float16_flops
+syn keyword dslplatformSetting node_bandwidth bfloat16_flops float16_flops io_bandwidth
 syn keyword dslplatformValue cpu gpu
 syn match dslplatformNumber '\<\d\+\%(\.\d*\%([eE][+-]\=\d\+\)\=\|[eE][+-]\=\d\+\)\=' nextgroup=dslplatformUnit skipwhite
 syn match dslplatformUnit '\a\+\%(/\a\+\)\=\>' contained
