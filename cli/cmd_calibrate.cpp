@@ -379,7 +379,8 @@ void setup_calibrate(CLI::App& app, Action& action) {
     sub->add_option("NET", o->net, "The network whose candidate schedules' tiles are timed (.net)")->required();
     sub->add_option("-o,--output", o->output,
                     "The platform file to write (its times are kept and added to; default: this machine's 'local', "
-                    "in the cache)");
+                    "in the cache)")
+        ->check(file_name());
     sub->add_option("--procs", o->procs,
                     "Process counts to calibrate for (default: 1, 2, 4, ... up to this machine's cores)")
         ->delimiter(',')

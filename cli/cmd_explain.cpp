@@ -105,7 +105,8 @@ void setup_explain(CLI::App& app, Action& action) {
     add_dump_after(*sub, o->dump_after);
     sub->add_option("--trace", o->trace,
                     "Also write the predicted step as a timeline, in the format of 'dsl run --trace' (Chrome "
-                    "trace-event JSON, for Perfetto or chrome://tracing)");
+                    "trace-event JSON, for Perfetto or chrome://tracing)")
+        ->check(file_name());
     sub->footer(
         "Example:\n  dsl explain samples/mesh_tiny.net samples/mesh_tiny_hybrid_4.sched\n"
         "  dsl explain stdlib/mesh1k.net my.sched --platform lassen --json\n"

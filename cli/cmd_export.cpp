@@ -82,7 +82,9 @@ void setup_export(CLI::App& app, Action& action) {
                     "checkpoints (DIR/step-N)")
         ->required()
         ->check(folder_name());
-    sub->add_option("-o,--output", o->output, "The file to write (model.pt, weights.npz)")->required();
+    sub->add_option("-o,--output", o->output, "The file to write (model.pt, weights.npz)")
+        ->required()
+        ->check(file_name());
     sub->add_option("--format", o->format,
                     "pt (torch.save's zip) or npz (default: npz for a name ending .npz, else pt)")
         ->check(CLI::IsMember({"pt", "npz"}));

@@ -238,7 +238,8 @@ void setup_predict(CLI::App& app, Action& action) {
     cmd->add_option("--output", p->output,
                     "OUT.npy or OUT.h5:/dataset: an [S, ...] float32 array; with '{stem}' in it, one per file of a "
                     "collection the input reads (out/{stem}.npy)")
-        ->required();
+        ->required()
+        ->check(file_name());
     cmd->add_option("--layer", p->layer, "The layer whose output is written (default: the last that is not a loss)");
     cmd->add_flag("--force", p->force, "Replace the output file (or HDF5 dataset) if it exists");
     cmd->footer("Example:\n  dsl predict samples/mesh_tiny.net --load ckpt --data x=x.npy --output pred.npy");

@@ -569,7 +569,7 @@ void setup_run(CLI::App& app, Action& action) {
             "SCALE"));
     run->add_option("--seed", o->seed, "Seed for initialization and synthetic data (default 0)")
         ->check(nonnegative_count());
-    run->add_option("--log", o->log, "Write one JSON object per step to this file");
+    run->add_option("--log", o->log, "Write one JSON object per step to this file")->check(file_name());
     CLI::Option* save = run->add_option("--save", o->save,
                                         "Write a checkpoint at the end into the series in this folder "
                                         "(DIR/step-N, and DIR/latest naming the newest)")
@@ -633,10 +633,12 @@ void setup_run(CLI::App& app, Action& action) {
     run->add_option("--platform", o->platform,
                     "With --auto-schedule: the platform it plans for, whose device the run uses unless --device "
                     "says otherwise (default: the schedule's, else 'local')");
-    CLI::Option* trace = run->add_option(
-        "--trace", o->trace,
-        "Write a timeline of the steps (Chrome trace-event JSON: open it in Perfetto or chrome://tracing): a "
-        "track per process, each layer's kernels, halo exchanges, shuffles, sums, allreduces and waits");
+    CLI::Option* trace =
+        run->add_option(
+               "--trace", o->trace,
+               "Write a timeline of the steps (Chrome trace-event JSON: open it in Perfetto or chrome://tracing): a "
+               "track per process, each layer's kernels, halo exchanges, shuffles, sums, allreduces and waits")
+            ->check(file_name());
     run->add_option("--trace-steps", o->trace_steps, "With --trace: only the last K steps (default: every step)")
         ->check(positive_count())
         ->needs(trace);

@@ -108,7 +108,7 @@ void setup_schedule(CLI::App& app, Action& action) {
     sub->add_option("--platform", o->platform,
                     "Platform name (stdlib/platforms) or file (default: the schedule's, else 'local': this machine, "
                     "measured on first use)");
-    sub->add_option("-o,--output", o->output, "The .sched file to write (default: print it)");
+    sub->add_option("-o,--output", o->output, "The .sched file to write (default: print it)")->check(file_name());
     add_dump_after(*sub, o->dump_after);
     sub->add_option("--batch", o->batch, "Mini-batch size N (default: the schedule's batch, else procs)")
         ->check(positive_count());

@@ -43,6 +43,8 @@ CLI::Validator positive_count(std::int64_t most = std::numeric_limits<std::int64
 CLI::Validator nonnegative_count(std::int64_t most = std::numeric_limits<std::int64_t>::max());  // 0 to most
 // A folder's name (--save, --load): an empty one would silently mean none.
 CLI::Validator folder_name();
+// A file's name (--log, --trace, -o): the same for a file.
+CLI::Validator file_name();
 
 // Whether stderr is a terminal that takes colour and progress lines (never with NO_COLOR set).
 bool stderr_color();

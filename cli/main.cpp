@@ -62,6 +62,11 @@ CLI::Validator folder_name() {
         [](std::string& text) -> std::string { return text.empty() ? "an empty name names no folder" : ""; }, "DIR");
 }
 
+CLI::Validator file_name() {
+    return CLI::Validator(
+        [](std::string& text) -> std::string { return text.empty() ? "an empty name names no file" : ""; }, "FILE");
+}
+
 }  // namespace dsl::cli
 
 namespace {

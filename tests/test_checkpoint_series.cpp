@@ -254,6 +254,22 @@ TEST_CASE("run --save and --load refuse an empty folder name", "[cli][run]") {
     CHECK(e.exit_code == 2);
 }
 
+TEST_CASE("every file a command writes refuses an empty name, rather than write none", "[cli]") {
+    for (const std::string& words :
+         {common + "--steps 1 --log ''", common + "--steps 1 --trace ''",
+          std::string("explain samples/mesh_tiny.net samples/mesh_tiny_serial_1.sched --trace ''"),
+          std::string("schedule samples/mesh_tiny.net --procs 2 -o ''"),
+          std::string("calibrate samples/mesh_tiny.net -o ''"),
+          std::string("export samples/mesh_tiny.net --load ck -o ''"),
+          std::string("predict samples/mesh_tiny.net --load ck --output ''")}) {
+        const Result r = run_dsl(words);
+        INFO(words << "\n" << r.out << r.err);
+        CHECK(r.exit_code == 2);
+        CHECK(r.err.find("an empty name names no file") != std::string::npos);
+        CHECK(r.out.find("step") == std::string::npos);
+    }
+}
+
 TEST_CASE(
     "run: a save killed at each of its steps, on a file system without RENAME_EXCHANGE, loses no whole "
     "checkpoint",
