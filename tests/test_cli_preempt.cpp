@@ -114,6 +114,18 @@ void same_checkpoints(const std::string& a_dir, const std::string& b_dir) {
     CHECK(step(a) == step(b));
 }
 
+// The run stopped in `dir` (its checkpoint series `ck`, its losses `before`) resumed by `run` for `steps` steps:
+// its losses and its checkpoint those of the run never stopped, `whole`, to the bit.
+void resumes_bitwise(const std::string& run, const dsl::test::TempDir& dir, std::vector<double> before, int steps) {
+    const Result resumed = run_dsl(run + "--steps " + std::to_string(steps) + " --load " + (dir / "ck") + " --save " +
+                                   (dir / "ck") + " --log " + (dir / "resumed.jsonl"));
+    INFO(resumed.err);
+    REQUIRE(resumed.exit_code == 0);
+    for (double l : logged_losses(dir / "resumed.jsonl")) before.push_back(l);
+    CHECK(before == logged_losses(dir / "whole.jsonl"));
+    same_checkpoints(dir / "ck", dir / "whole");
+}
+
 // The schedule of mesh_tiny on `procs` processes (none for one).
 std::string schedule_for(int procs) {
     return procs == 1 ? "" : procs == 2 ? "samples/mesh_tiny_spatial_h_2.sched" : "samples/mesh_tiny_hybrid_4.sched";
@@ -184,15 +196,7 @@ TEST_CASE("run: SIGTERM and SIGUSR1 stop every process at one step and save it, 
         const auto before = logged_losses(dir / "stopped.jsonl");
         REQUIRE(before.size() == static_cast<std::size_t>(at));
         CHECK(!job.any_left());
-
-        const Result resumed = run_dsl(run + "--steps " + std::to_string(total - at) + " --load " + (dir / "ck") +
-                                       " --save " + (dir / "ck") + " --log " + (dir / "resumed.jsonl"));
-        INFO(resumed.err);
-        REQUIRE(resumed.exit_code == 0);
-        auto all = before;
-        for (double l : logged_losses(dir / "resumed.jsonl")) all.push_back(l);
-        CHECK(all == logged_losses(dir / "whole.jsonl"));
-        same_checkpoints(dir / "ck", dir / "whole");
+        resumes_bitwise(run, dir, before, total - at);
     }
 }
 
@@ -232,14 +236,7 @@ TEST_CASE(
                                  (dir / "whole.jsonl"));
     INFO(whole.err);
     REQUIRE(whole.exit_code == 0);
-    const Result resumed = run_dsl(run + "--steps 3 --load " + (dir / "ck") + " --save " + (dir / "ck") + " --log " +
-                                   (dir / "resumed.jsonl"));
-    INFO(resumed.err);
-    REQUIRE(resumed.exit_code == 0);
-    auto all = before;
-    for (double l : logged_losses(dir / "resumed.jsonl")) all.push_back(l);
-    CHECK(all == logged_losses(dir / "whole.jsonl"));
-    same_checkpoints(dir / "ck", dir / "whole");
+    resumes_bitwise(run, dir, before, 3);
 }
 
 TEST_CASE("run: a stop without --save says that nothing is saved, with the same exit code", "[cli][run][preempt]") {
