@@ -388,6 +388,7 @@ struct Stream {
     std::unique_ptr<Array> array;
     FileGuard guard;
     std::vector<Transform> transforms;  // in order, before the normalization; empty: none
+    TransformTable transformed;         // their results for each value of a small integer type
     std::string transforms_text;        // as the command line gave them
     std::vector<float> mean, stddev;    // per channel; empty: as they are
     Index whole;                        // a sample's spatial extents (an input's after its channels)
@@ -425,7 +426,9 @@ public:
             read(s, first + n, i, at, v);
             if (!s.transforms.empty())
                 for_each_row(v, [&](std::int64_t, std::int64_t c, const Index&, float* row) {
-                    const BadValue bad = apply_transforms(s.transforms, row, row_length(v.dims));
+                    const BadValue bad = s.transformed.empty()
+                                             ? apply_transforms(s.transforms, row, row_length(v.dims))
+                                             : s.transformed.apply(s.transforms, row, row_length(v.dims));
                     if (bad.at < 0) return;
                     throw UserError(fmt::format(
                         "{}: sample {}, channel {}: --transform {}={} turns {} into {}; give transforms that keep "
@@ -791,6 +794,7 @@ std::unique_ptr<DataSource> make_data_source(const frontend::Network& net, std::
                 return nullptr;
             }
             s.transforms = *parsed;
+            s.transformed = TransformTable(s.transforms, s.array->type_name());
             s.transforms_text = t->second;
         }
         if (input && !files.normalize.empty() &&

@@ -5,6 +5,8 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <optional>
+#include <utility>
 
 namespace dsl::backend {
 
@@ -77,9 +79,10 @@ std::optional<std::vector<Transform>> parse_transforms(const std::string& text, 
             }
             t.kind = Transform::Kind::clip, t.lo = *lo, t.hi = *hi;
         } else {
-            error = fmt::format("'{}' is not a transform: give log1p, sqrt or clip(A, B), comma-separated, applied "
-                                "in order",
-                                w);
+            error = fmt::format(
+                "'{}' is not a transform: give log1p, sqrt or clip(A, B), comma-separated, applied "
+                "in order",
+                w);
             return std::nullopt;
         }
         out.push_back(t);
@@ -87,10 +90,51 @@ std::optional<std::vector<Transform>> parse_transforms(const std::string& text, 
     return out;
 }
 
+namespace {
+
+// The values of a stored integer type of at most 16 bits, [least, most], by its .npy or HDF5 name.
+std::optional<std::pair<std::int64_t, std::int64_t>> small_integers(const std::string& type_name) {
+    if (type_name == "int8" || type_name == "|i1") return std::pair{-128, 127};
+    if (type_name == "uint8" || type_name == "|u1") return std::pair{0, 255};
+    if (type_name == "int16" || type_name == "<i2") return std::pair{-32768, 32767};
+    if (type_name == "uint16" || type_name == "<u2") return std::pair{0, 65535};
+    return std::nullopt;
+}
+
+float transformed(const std::vector<Transform>& fs, float v) {
+    for (const Transform& f : fs) v = f(v);
+    return v;
+}
+
+}  // namespace
+
+TransformTable::TransformTable(const std::vector<Transform>& fs, const std::string& type_name) {
+    const auto range = small_integers(type_name);
+    if (!range || fs.empty()) return;
+    least_ = range->first;
+    results_.resize(static_cast<std::size_t>(range->second - range->first + 1));
+    for (std::size_t i = 0; i < results_.size(); ++i)
+        results_[i] = transformed(fs, static_cast<float>(least_ + static_cast<std::int64_t>(i)));
+}
+
+BadValue TransformTable::apply(const std::vector<Transform>& fs, float* row, std::int64_t n) const {
+    const auto size = static_cast<std::int64_t>(results_.size());
+    for (std::int64_t i = 0; i < n; ++i) {
+        const float v = row[i];
+        const std::int64_t at = static_cast<std::int64_t>(v) - least_;
+        // A value outside the type's (never from the file itself) is computed.
+        const float r = at >= 0 && at < size && static_cast<float>(at + least_) == v
+                            ? results_[static_cast<std::size_t>(at)]
+                            : transformed(fs, v);
+        if (!std::isfinite(r)) return {i, v, r};
+        row[i] = r;
+    }
+    return {};
+}
+
 BadValue apply_transforms(const std::vector<Transform>& fs, float* row, std::int64_t n) {
     for (std::int64_t i = 0; i < n; ++i) {
-        float v = row[i];
-        for (const Transform& f : fs) v = f(v);
+        const float v = transformed(fs, row[i]);
         if (!std::isfinite(v)) return {i, row[i], v};
         row[i] = v;
     }
