@@ -3,8 +3,9 @@
 #
 #   read    each process's read throughput of its tile (a half of the depth with a margin of 1, on 2
 #           processes; the whole sample on 1) from a folder of FILES one-sample HDF5 files of 128^3 x 4 int16
-#           (LBANN's CosmoFlow layout, 16 MiB each), through dsl's data source with --transform log1p
-#           (bench_data_read), against h5py reading the same hyperslabs in as many processes at once.
+#           (LBANN's CosmoFlow layout, 16 MiB each), through dsl's data source as float32, as stored and with
+#           --transform log1p (bench_data_read), against h5py reading the same hyperslabs as int16 in as many
+#           processes at once.
 #   step    the share of a training step that reading from those files costs: dsl run of
 #           bench/cosmoflow_128.net at batch 2 on its files, and of bench/mesh_stack_512.net at batch 1 on a
 #           folder of one-sample .npy files, against synthetic data; the median of each run's steps after its
@@ -101,11 +102,13 @@ for part in "${parts[@]}"; do
         echo
         echo "read: $FILES one-sample HDF5 files, 4 x 128^3 int16, --transform log1p"
         for procs in 1 2; do
+            for transform in - log1p; do
+                echo "  $(drop_cache) --transform: $transform"
+                "${MPIRUN[@]}" -np $procs "$READER" bench/cosmoflow_128.net "$boxes/*.h5:/full" "$boxes/*.h5:/unitPar" 2 \
+                    $transform | sed 's/^/  /'
+            done
             echo "  $(drop_cache)"
-            "${MPIRUN[@]}" -np $procs "$READER" bench/cosmoflow_128.net "$boxes/*.h5:/full" "$boxes/*.h5:/unitPar" 2 log1p |
-                sed 's/^/  /'
-            echo "  $(drop_cache)"
-            echo "  h5py, $procs process(es): MB/s per process: $(h5py_read $procs)"
+            echo "  h5py, $procs process(es), int16 as stored: MB/s per process: $(h5py_read $procs)"
         done
         ;;
     step)

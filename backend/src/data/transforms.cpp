@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <optional>
@@ -118,16 +119,34 @@ TransformTable::TransformTable(const std::vector<Transform>& fs, const std::stri
 }
 
 BadValue TransformTable::apply(const std::vector<Transform>& fs, float* row, std::int64_t n) const {
-    const auto size = static_cast<std::int64_t>(results_.size());
-    for (std::int64_t i = 0; i < n; ++i) {
-        const float v = row[i];
-        const std::int64_t at = static_cast<std::int64_t>(v) - least_;
-        // A value outside the type's (never from the file itself) is computed.
-        const float r = at >= 0 && at < size && static_cast<float>(at + least_) == v
-                            ? results_[static_cast<std::size_t>(at)]
-                            : transformed(fs, v);
-        if (!std::isfinite(r)) return {i, v, r};
-        row[i] = r;
+    const auto size = static_cast<std::uint32_t>(results_.size());
+    const float* results = results_.data();
+    // In chunks: each looked up without a branch, then, where one was outside the table (never a value of the
+    // stored type) or became a NaN or an infinity, again one by one from a copy of the chunk as it was read.
+    constexpr std::int64_t chunk = 256;
+    float in[chunk];
+    for (std::int64_t i0 = 0; i0 < n; i0 += chunk) {
+        const std::int64_t m = std::min(chunk, n - i0);
+        float* out = row + i0;
+        std::copy_n(out, m, in);
+        bool ok = true;
+        for (std::int64_t j = 0; j < m; ++j) {
+            const auto at = static_cast<std::uint32_t>(static_cast<std::int32_t>(in[j]) - least_);
+            const bool inside = at < size;
+            const float r = results[inside ? at : 0];
+            ok &= inside & std::isfinite(r);
+            out[j] = r;
+        }
+        if (ok) continue;
+        for (std::int64_t j = 0; j < m; ++j) {
+            const float v = in[j];
+            const std::int64_t at = static_cast<std::int64_t>(v) - least_;
+            const float r = at >= 0 && at < static_cast<std::int64_t>(size) && static_cast<float>(at + least_) == v
+                                ? results[at]
+                                : transformed(fs, v);
+            if (!std::isfinite(r)) return {i0 + j, v, r};
+            out[j] = r;
+        }
     }
     return {};
 }
