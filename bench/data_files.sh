@@ -7,10 +7,11 @@
 #           --transform log1p (bench_data_read), against h5py reading the same hyperslabs as int16 in as many
 #           processes at once.
 #   step    the share of a training step that reading from those files costs: dsl run of
-#           bench/cosmoflow_128.net at batch 2 on its files, and of bench/mesh_stack_512.net at batch 1 on a
-#           folder of one-sample .npy files, against synthetic data; the median of each run's steps after its
-#           first two. Where this user may, the page cache is dropped before each run that reads files (as
-#           root: /proc/sys/vm/drop_caches), so they come from the disk.
+#           bench/cosmoflow_128.net at batch 2 on its files (with log1p), and of bench/mesh_stack_512.net at
+#           batch 1 on a folder of one-sample .npy files, against synthetic data, reading ahead (--prefetch 2)
+#           and not (0); the median of each run's steps after its first two, the runs alternated over ROUNDS
+#           rounds. Where this user may, the page cache is dropped before each run that reads files (as root:
+#           /proc/sys/vm/drop_caches), so they come from the disk.
 #   many    a folder of MANY small files (one [1, 8, 8] float32 sample each): the time to the first step
 #           (`dsl run --steps 1`, start to end) and the peak memory, against the same samples in one file; the
 #           difference is what listing the files costs.
@@ -26,6 +27,7 @@ PY=/usr/bin/python3
 FILES=${FILES:-1024}
 MANY=${MANY:-100000}
 STEPS=${STEPS:-12}
+ROUNDS=${ROUNDS:-3}
 CACHE=${CACHE:-/tmp/dsl_data_bench}
 MPIRUN=(mpirun --oversubscribe --bind-to none)
 [[ $(id -u) == 0 ]] && MPIRUN+=(--allow-run-as-root)
@@ -129,20 +131,35 @@ os.rename(folder + ".part", folder)
 PY
         fi
         echo
-        echo "step: the median of each run's steps after its first two ($STEPS steps)"
-        run() {  # NAME NET BATCH ARGS...
+        echo "step: the median of each run's steps after its first two ($STEPS steps), runs alternated, $ROUNDS rounds"
+        run() {  # NAME NET BATCH ARGS...: prints the run's median step
             local name=$1 net=$2 batch=$3
             shift 3
             "$DSL" run "$net" --batch "$batch" --steps "$STEPS" --log "$CACHE/$name.jsonl" "$@" >/dev/null 2>&1
-            echo "  $name: $(median_step "$CACHE/$name.jsonl") s per step"
+            median_step "$CACHE/$name.jsonl"
         }
-        run "cosmoflow_128 synthetic" bench/cosmoflow_128.net 2
-        echo "  $(drop_cache)"
-        run "cosmoflow_128 files" bench/cosmoflow_128.net 2 --data "x=$boxes/*.h5:/full" \
-            --data "y=$boxes/*.h5:/unitPar" --transform x=log1p
-        run "mesh_stack_512 synthetic" bench/mesh_stack_512.net 1
-        echo "  $(drop_cache)"
-        run "mesh_stack_512 files" bench/mesh_stack_512.net 1 --data "x=$mesh/x" --data "y=$mesh/y"
+        for net in cosmoflow_128 mesh_stack_512; do
+            if [[ $net == cosmoflow_128 ]]; then
+                batch=2 files=(--data "x=$boxes/*.h5:/full" --data "y=$boxes/*.h5:/unitPar" --transform x=log1p)
+            else
+                batch=1 files=(--data "x=$mesh/x" --data "y=$mesh/y")
+            fi
+            synthetic=() ahead=() asked=()
+            for ((r = 0; r < ROUNDS; r++)); do
+                synthetic+=("$(run synthetic "bench/$net.net" $batch)")
+                drop_cache >/dev/null
+                ahead+=("$(run ahead "bench/$net.net" $batch "${files[@]}")")
+                drop_cache >/dev/null
+                asked+=("$(run asked "bench/$net.net" $batch "${files[@]}" --prefetch 0)")
+            done
+            $PY - "$net" "${synthetic[*]}" "${ahead[*]}" "${asked[*]}" "$(drop_cache)" <<'PY'
+import statistics, sys
+net, runs, note = sys.argv[1], [list(map(float, a.split())) for a in sys.argv[2:5]], sys.argv[5]
+s, a, q = (statistics.median(r) for r in runs)
+print(f"  {net}: synthetic {s:.4f} s per step {runs[0]}; files {note}, --prefetch 2: {a:.4f} s {runs[1]}, "
+      f"{100 * (a / s - 1):+.1f}%; --prefetch 0: {q:.4f} s {runs[2]}, {100 * (q / s - 1):+.1f}%")
+PY
+        done
         ;;
     many)
         many=$CACHE/many_$MANY
