@@ -82,6 +82,10 @@ std::vector<Target> output_targets(const std::string& output, const frontend::Ne
     }
     const auto input = std::find_if(net.layers.begin(), net.layers.end(),
                                     [](const frontend::Layer& l) { return l.op == frontend::OpKind::input; });
+    if (input == net.layers.end()) {
+        error = fmt::format("--output '{}' names an output per input file, but the network has no input", output);
+        return {};
+    }
     const auto files = backend::source_files(data, input->name);
     if (files.empty()) {
         error = fmt::format(
