@@ -5,6 +5,7 @@
 // each process's MB/s of stored bytes (the file's element size) and the slowest's seconds per sample.
 //   mpirun -np 2 bench_data_read NET 'boxes/*.h5:/full' 'boxes/*.h5:/unitPar' [log1p] [NCDHW|NDHWC]
 #include "common.hpp"
+#include "read_times.hpp"
 
 #include <dsl/backend/data.hpp>
 #include <dsl/backend/tensor.hpp>
@@ -33,11 +34,7 @@ int main(int argc, char** argv) {
         return 2;
     }
     const frontend::Network net = bench::load(argv[1]);
-    int input = -1, label = -1;
-    for (std::size_t i = 0; i < net.layers.size(); ++i) {
-        if (net.layers[i].op == frontend::OpKind::input && input < 0) input = static_cast<int>(i);
-        if (net.layers[i].op == frontend::OpKind::label && label < 0) label = static_cast<int>(i);
-    }
+    const auto [input, label] = bench::first_input_and_label(net);
     const frontend::Layer& x = net.layers[static_cast<std::size_t>(input)];
     backend::DataFiles files{
         {{x.name, argv[2]}, {net.layers[static_cast<std::size_t>(label)].name, argv[3]}}, false, ""};
@@ -71,19 +68,13 @@ int main(int argc, char** argv) {
     for (std::int64_t s = 0; s < samples; ++s) data->inputs(x, s, at, tile.interior());
     const double seconds = bench::seconds_since(t0);
     const double bytes = static_cast<double>(samples * d.elements()) * element_bytes;
-    std::vector<double> all(static_cast<std::size_t>(size));
-    const double rate = bytes / seconds / 1e6;
-    MPI_Gather(&rate, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-    double slowest = 0.0;
-    MPI_Reduce(&seconds, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    const bench::ReadTimes times = bench::gather_read_times(bytes, seconds);
     if (rank == 0) {
-        std::string each;
-        for (double v : all) each += fmt::format("{}{:.0f}", each.empty() ? "" : " ", v);
         std::printf(
             "dsl, %d process%s: %lld samples, a tile of %.1f MB stored per process; MB/s per process: %s; "
             "%.4f s per sample (slowest); open and check %.3f s\n",
-            size, size == 1 ? "" : "es", static_cast<long long>(samples), bytes / samples / 1e6, each.c_str(),
-            slowest / static_cast<double>(samples), open_seconds);
+            size, size == 1 ? "" : "es", static_cast<long long>(samples), bytes / samples / 1e6, times.rates.c_str(),
+            times.slowest / static_cast<double>(samples), open_seconds);
     }
     data.reset();
     MPI_Finalize();

@@ -4,6 +4,7 @@
 //   mpirun -np 4 bench_h5_read NET FILE.h5 ROWS COLS
 // The network's input is read from FILE.h5:/x, its label from FILE.h5:/y.
 #include "common.hpp"
+#include "read_times.hpp"
 
 #include <dsl/backend/data.hpp>
 #include <dsl/backend/tensor.hpp>
@@ -35,14 +36,10 @@ int main(int argc, char** argv) {
         MPI_Finalize();
         return 2;
     }
-    int input = -1, label = -1;
-    for (std::size_t i = 0; i < net.layers.size(); ++i) {
-        if (net.layers[i].op == frontend::OpKind::input && input < 0) input = static_cast<int>(i);
-        if (net.layers[i].op == frontend::OpKind::label && label < 0) label = static_cast<int>(i);
-    }
+    const auto [input, label] = bench::first_input_and_label(net);
     const frontend::Layer& x = net.layers[static_cast<std::size_t>(input)];
-    backend::DataFiles files{{{x.name, file + ":/x"}, {net.layers[static_cast<std::size_t>(label)].name, file + ":/y"}},
-                             false, ""};
+    backend::DataFiles files{
+        {{x.name, file + ":/x"}, {net.layers[static_cast<std::size_t>(label)].name, file + ":/y"}}, false, ""};
     std::string error;
     const auto t_open = bench::Clock::now();
     auto data = backend::make_data_source(net, 0, files, error);
@@ -55,7 +52,8 @@ int main(int argc, char** argv) {
     const std::int64_t samples = data->samples(), C = x.shape.dims[0], H = x.shape.dims[1], W = x.shape.dims[2];
     const int r = rank / cols, c = rank % cols;
     auto part = [](std::int64_t n, int parts, int p) {  // with a margin of 1 inside the image
-        return std::pair{std::max<std::int64_t>(0, n * p / parts - 1), std::min<std::int64_t>(n, n * (p + 1) / parts + 1)};
+        return std::pair{std::max<std::int64_t>(0, n * p / parts - 1),
+                         std::min<std::int64_t>(n, n * (p + 1) / parts + 1)};
     };
     const auto [y0, y1] = part(H, rows, r);
     const auto [x0, x1] = part(W, cols, c);
@@ -65,19 +63,14 @@ int main(int argc, char** argv) {
     for (std::int64_t s = 0; s < samples; ++s) data->inputs(x, s, backend::Index{y0, x0}, tile.interior());
     const double seconds = bench::seconds_since(t0);
     const double bytes = static_cast<double>(samples * C * (y1 - y0) * (x1 - x0)) * 4.0;
-    std::vector<double> all(static_cast<std::size_t>(size));
-    const double rate = bytes / seconds / 1e6;
-    MPI_Gather(&rate, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-    double slowest = 0.0;
-    MPI_Reduce(&seconds, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    const bench::ReadTimes times = bench::gather_read_times(bytes, seconds);
     if (rank == 0) {
-        std::string each;
-        for (double v : all) each += fmt::format("{}{:.0f}", each.empty() ? "" : " ", v);
-        std::printf("dsl %dx%d: %lld samples, tile %lldx%lldx%lld float32 (%.1f MB) per process; MB/s per process: %s; "
-                    "%.4f s per sample (slowest); open and check %.3f s\n",
-                    rows, cols, static_cast<long long>(samples), static_cast<long long>(C),
-                    static_cast<long long>(y1 - y0), static_cast<long long>(x1 - x0), bytes / samples / 1e6,
-                    each.c_str(), slowest / static_cast<double>(samples), open_seconds);
+        std::printf(
+            "dsl %dx%d: %lld samples, tile %lldx%lldx%lld float32 (%.1f MB) per process; MB/s per process: %s; "
+            "%.4f s per sample (slowest); open and check %.3f s\n",
+            rows, cols, static_cast<long long>(samples), static_cast<long long>(C), static_cast<long long>(y1 - y0),
+            static_cast<long long>(x1 - x0), bytes / samples / 1e6, times.rates.c_str(),
+            times.slowest / static_cast<double>(samples), open_seconds);
     }
     data.reset();
     MPI_Finalize();

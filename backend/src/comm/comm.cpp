@@ -200,7 +200,10 @@ public:
     // Until every message has gone and come, the watchdog knows the processes of those that have not: a
     // neighbour that stopped is named by the processes waiting for it, on any node.
     void finish_exchange() override {
-        std::vector<int> missing, done(exchanges_.size());
+        // Kept between exchanges, so that a halo exchange allocates nothing once the first has run.
+        std::vector<int>& missing = missing_peers_;
+        std::vector<int>& done = completed_indices_;
+        done.resize(exchanges_.size());
         for (;;) {
             missing.clear();
             for (std::size_t i = 0; i < exchanges_.size(); ++i)
@@ -256,10 +259,11 @@ private:
     bool owned_;
     int rank_ = 0, size_ = 1;
     std::vector<MPI_Request> allreduces_, exchanges_;
-    std::vector<int> exchange_peers_;                  // the process of each of exchanges_
-    std::vector<bool> completed_;                      // of allreduces_, as far as test_allreduces saw
-    std::vector<std::unique_ptr<NodeSum>> node_sums_;  // the summing spaces handed out
-    std::vector<NodeSum*> started_;                    // by each allreduce started: null over MPI
+    std::vector<int> exchange_peers_;                     // the process of each of exchanges_
+    std::vector<int> missing_peers_, completed_indices_;  // finish_exchange's, kept for their room
+    std::vector<bool> completed_;                         // of allreduces_, as far as test_allreduces saw
+    std::vector<std::unique_ptr<NodeSum>> node_sums_;     // the summing spaces handed out
+    std::vector<NodeSum*> started_;                       // by each allreduce started: null over MPI
 };
 
 }  // namespace
