@@ -11,11 +11,9 @@ Exit status: 0 when every check passed, 1 when one failed, 77 when this Python c
 python3-numpy, which scripts/test installs: /usr/bin/python3).
 """
 
-import argparse
 import os
-import tempfile
 
-from common import ROOT, check, close, finish, losses as run_losses, need
+from common import arguments, check, close, finish, losses as run_losses, need, ROOT, scratch
 
 np, = need("numpy")
 
@@ -42,14 +40,9 @@ def symmetric(rng, samples, channels, extent):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--dsl", required=True)
-    args = parser.parse_args()
+    args = arguments()
     rng = np.random.default_rng(3)
-    with tempfile.TemporaryDirectory(prefix="dsl-augment-") as folder:
-        def path(name):
-            return os.path.join(folder, name)
-
+    with scratch("augment") as (folder, path):
         x = rng.standard_normal((8, 2, 16, 16, 16)).astype(np.float32)
         y = rng.integers(0, 2, size=(8, 8, 8, 8)).astype(np.int32)
         np.save(path("x.npy"), x)

@@ -17,14 +17,12 @@ Exit status: 0 when every check passed, 1 when one failed, 77 when this Python c
 (Debian's python3-numpy and python3-h5py, which scripts/test installs: /usr/bin/python3).
 """
 
-import argparse
 import json
 import os
 import subprocess
-import tempfile
 import time
 
-from common import ROOT, check, close, dsl, errors, finish, losses as run_losses, need
+from common import arguments, check, close, dsl, errors, finish, losses as run_losses, need, ROOT, scratch
 
 h5py, np = need("h5py", "numpy")
 
@@ -42,14 +40,9 @@ def losses(args, folder, name, sched, *extra, steps=3):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--dsl", required=True)
-    args = parser.parse_args()
+    args = arguments()
     rng = np.random.default_rng(5)
-    with tempfile.TemporaryDirectory(prefix="dsl-collections-") as folder:
-        def path(*names):
-            return os.path.join(folder, *names)
-
+    with scratch("collections") as (folder, path):
         S = 8
         counts = rng.integers(0, 500, size=(S, 2, 16, 16, 16)).astype(np.int16)  # [S, C, D, H, W]
         labels = rng.integers(0, 2, size=(S, 8, 8, 8)).astype(np.int32)

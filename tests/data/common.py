@@ -1,13 +1,30 @@
 """What the data tests share (tests/data/*.py): their checks, dsl runs and the losses of a run's log, compared
 with a relative tolerance. Each test exits 77 (skipped) where /usr/bin/python3 lacks numpy or h5py."""
 
+import argparse
+import contextlib
 import json
 import os
 import subprocess
 import sys
+import tempfile
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 failures = []
+
+
+def arguments():
+    """The data tests' command line: --dsl, the binary under test."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--dsl", required=True)
+    return parser.parse_args()
+
+
+@contextlib.contextmanager
+def scratch(name):
+    """A folder of test `name`'s own, removed after it, and a function that joins names onto it."""
+    with tempfile.TemporaryDirectory(prefix=f"dsl-{name}-") as folder:
+        yield folder, lambda *names: os.path.join(folder, *names)
 
 
 def need(*modules):

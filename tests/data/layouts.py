@@ -11,11 +11,9 @@ Exit status: 0 when every check passed, 1 when one failed, 77 when this Python c
 (Debian's python3-numpy and python3-h5py, which scripts/test installs: /usr/bin/python3).
 """
 
-import argparse
 import os
-import tempfile
 
-from common import ROOT, check, close, errors, finish, losses as run_losses, need
+from common import arguments, check, close, errors, finish, losses as run_losses, need, ROOT, scratch
 
 h5py, np = need("h5py", "numpy")
 VOLUME = os.path.join(ROOT, "samples", "volume_tiny.net")
@@ -33,14 +31,9 @@ def losses(args, folder, name, net, sched, *extra):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--dsl", required=True)
-    args = parser.parse_args()
+    args = arguments()
     rng = np.random.default_rng(11)
-    with tempfile.TemporaryDirectory(prefix="dsl-layouts-") as folder:
-        def path(name):
-            return os.path.join(folder, name)
-
+    with scratch("layouts") as (folder, path):
         # Volumes: [S, D, H, W, C] int16 counts, as CosmoFlow stores them, in .npy and HDF5.
         counts = rng.integers(0, 500, size=(8, 16, 16, 16, 2)).astype(np.int16)
         np.save(path("last.npy"), counts)

@@ -14,12 +14,10 @@ Exit status: 0 when every check passed, 1 when one failed, 77 when this Python c
 (Debian's python3-numpy and python3-h5py, which scripts/test installs: /usr/bin/python3).
 """
 
-import argparse
 import json
 import os
-import tempfile
 
-from common import ROOT, check, dsl, finish, need
+from common import arguments, check, dsl, finish, need, ROOT, scratch
 
 h5py, np = need("h5py", "numpy")
 
@@ -76,14 +74,9 @@ def same_runs(args, folder, name, net, sched, *extra):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--dsl", required=True)
-    args = parser.parse_args()
+    args = arguments()
     rng = np.random.default_rng(49)
-    with tempfile.TemporaryDirectory(prefix="dsl-prefetch-") as folder:
-        def path(*names):
-            return os.path.join(folder, *names)
-
+    with scratch("prefetch") as (folder, path):
         # A .npy file: 10 samples, 5 steps an epoch, so that 7 steps cross into a second shuffled epoch.
         S = 10
         np.save(path("x.npy"), rng.standard_normal((S, 18, 64, 64)).astype(np.float32))

@@ -15,12 +15,10 @@ Exit status: 0 when every check passed, 1 when one failed, 77 when this Python c
 python3-numpy, which scripts/test installs: /usr/bin/python3).
 """
 
-import argparse
 import json
 import os
-import tempfile
 
-from common import ROOT, check, close, dsl, errors, finish, losses as run_losses, need
+from common import arguments, check, close, dsl, errors, finish, losses as run_losses, need, ROOT, scratch
 
 np, = need("numpy")
 
@@ -38,14 +36,9 @@ def losses(args, folder, name, sched, data, *extra):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--dsl", required=True)
-    args = parser.parse_args()
+    args = arguments()
     rng = np.random.default_rng(7)
-    with tempfile.TemporaryDirectory(prefix="dsl-transforms-") as folder:
-        def path(name):
-            return os.path.join(folder, name)
-
+    with scratch("transforms") as (folder, path):
         # Counts as CosmoFlow stores them, int16, and labels.
         counts = rng.integers(0, 3000, size=(8, 18, 64, 64)).astype(np.int16)
         np.save(path("counts.npy"), counts)
