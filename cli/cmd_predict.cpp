@@ -98,8 +98,7 @@ std::vector<Target> output_targets(const std::string& output, const frontend::Ne
     std::int64_t first = 0;
     for (const auto& [spec, samples] : files) {
         if (first >= count) break;
-        const auto h5 = backend::hdf5_dataset_name(spec);
-        const std::string stem = std::filesystem::path(h5 ? h5->first : spec).stem().string();
+        const std::string stem = std::filesystem::path(backend::data_file_name(spec)).stem().string();
         std::string text = output;
         for (std::size_t at; (at = text.find(stem_field)) != std::string::npos;)
             text.replace(at, stem_field.size(), stem);

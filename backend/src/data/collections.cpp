@@ -34,12 +34,6 @@ std::pair<std::string, std::string> split_dataset(const std::string& spec) {
 
 bool has_glob(const std::string& path) { return path.find_first_of("*?[") != std::string::npos; }
 
-// The file of a member's spec ("b0001.h5:/full" -> "b0001.h5").
-std::string file_of(const std::string& spec) {
-    const auto h5 = hdf5_dataset_name(spec);
-    return h5 ? h5->first : spec;
-}
-
 }  // namespace
 
 bool is_collection(const std::string& spec) {
@@ -161,7 +155,7 @@ private:
         std::string error;
         auto array = open_array(m.spec, error, m.one_sample);
         if (!array) throw UserError(error + " (it could be read before the first step)");
-        open_.push_front(Open{&m, std::move(array), FileGuard(file_of(m.spec), m.checked)});
+        open_.push_front(Open{&m, std::move(array), FileGuard(data_file_name(m.spec), m.checked)});
         if (open_.size() > kept_open) open_.pop_back();
         return open_.front();
     }
@@ -209,7 +203,7 @@ std::unique_ptr<Array> open_collection(const std::string& spec, const std::vecto
         }
         const std::int64_t samples = one ? 1 : shape[0];
         members.push_back({file, total, samples, one, {}});
-        ::stat(file_of(file).c_str(), &members.back().checked);
+        ::stat(data_file_name(file).c_str(), &members.back().checked);
         total += samples;
     }
     std::vector<std::int64_t> shape{total};

@@ -605,6 +605,11 @@ std::optional<std::pair<std::string, std::string>> hdf5_dataset_name(const std::
     return std::nullopt;
 }
 
+std::string data_file_name(const std::string& spec) {
+    const auto h5 = hdf5_dataset_name(spec);
+    return h5 ? h5->first : spec;
+}
+
 std::unique_ptr<DataSource> make_data_source(const frontend::Network& net, std::uint64_t seed, const DataFiles& files,
                                              std::string& error) {
     std::vector<int> layers;  // the inputs, then the labels, in the network's order
@@ -723,8 +728,7 @@ std::unique_ptr<DataSource> make_data_source(const frontend::Network& net, std::
         } else {
             s.array = data::open_array(s.spec, error);
             if (!s.array) return nullptr;
-            const auto h5 = hdf5_dataset_name(s.spec);
-            s.guard = FileGuard(h5 ? h5->first : s.spec);  // a regular file (open_array said so)
+            s.guard = FileGuard(data_file_name(s.spec));  // a regular file (open_array said so)
         }
         const auto& shape = s.array->shape();
         std::vector<std::int64_t> want{shape.empty() ? 0 : shape[0]};

@@ -94,5 +94,7 @@ std::vector<std::int64_t> shuffle_order(std::int64_t samples, std::uint64_t seed
 // An HDF5 data set named as `FILE.h5:/path`: its file and path, or nothing when `spec` names a .npy file
 // (or anything without ':/' after an HDF5 extension).
 std::optional<std::pair<std::string, std::string>> hdf5_dataset_name(const std::string& spec);
+// The file `spec` names: FILE of `FILE.h5:/path`, or `spec` itself.
+std::string data_file_name(const std::string& spec);
 
 }  // namespace dsl::backend
