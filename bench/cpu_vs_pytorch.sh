@@ -10,6 +10,12 @@
 #   STEPS=10 bench/cpu_vs_pytorch.sh samples/mesh_tiny.net
 #   BATCHES="1 2 4" bench/cpu_vs_pytorch.sh bench/cosmoflow_128.net bench/volume_stack_128.net
 #   DSL=build/cli/dsl PYTHON=/usr/bin/python3 bench/cpu_vs_pytorch.sh
+#   bench/cpu_vs_pytorch.sh --bf16 bench/mesh_stack_512.net   # 16 bits (issue 48's targets), below
+#
+# --bf16: dsl with every layer of precision=bfloat16 (one process) against PyTorch's forward under
+# torch.autocast("cpu", torch.bfloat16), and dsl's own float32 step beside them, in one run: ms per step, the
+# ratios bf16/autocast (target <= 0.8) and bf16/float32 (<= 0.6); then the peak memory of each dsl run and the
+# activations `dsl explain` counts under each (target: bfloat16's <= 0.55 of float32's).
 #
 # Step times are medians over the steps after the first WARMUP (oneDNN's primitive creation, first touch).
 set -euo pipefail
@@ -19,7 +25,14 @@ PYTHON=${PYTHON:-/usr/bin/python3}
 STEPS=${STEPS:-8}
 WARMUP=${WARMUP:-2}
 BATCHES=${BATCHES:-1}
-nets=("$@")
+bf16=false nets=()
+for arg in "$@"; do
+    case $arg in
+        --bf16) bf16=true ;;
+        -*) echo "bench/cpu_vs_pytorch.sh: unknown option '$arg' (--bf16 is the one there is)" >&2; exit 2 ;;
+        *) nets+=("$arg") ;;
+    esac
+done
 ((${#nets[@]})) || nets=(bench/unet_512.net samples/regression_tiny.net)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -44,6 +57,39 @@ spatial_rank() {
     dims=$(sed -n 's/^input [^[]*\[\([^]]*\)\].*/\1/p' "$1" | head -n 1 | tr -cd ',' | wc -c)
     echo $((dims - 1))
 }
+# median_ms JSONL: the median step of a dsl step log after the first WARMUP, in ms.
+median_ms() { calc "$(sed -n 's/.*"seconds":\([-0-9.e+]*\).*/\1/p' "$1" | tail -n +$((WARMUP + 1)) | median) * 1000"; }
+# activations NET SCHED: what `dsl explain` counts as activations per process, in bytes.
+activations() {
+    "$DSL" explain "$1" "$2" --json | "$PYTHON" -c 'import json, sys; print(json.load(sys.stdin)["memory"]["activations"])'
+}
+
+if $bf16; then
+    printf '\n  %-30s %5s %10s %9s %9s %9s %8s %11s %11s %8s %9s\n' network batch "autocast" "dsl f32" "dsl bf16" \
+        "bf16/PyT" "bf16/f32" "f32 MiB" "bf16 MiB" ratio "act ratio"
+    for net in "${nets[@]}"; do
+        for batch in $BATCHES; do
+            "$PYTHON" bench/pytorch_mesh.py "$net" --device cpu --batch "$batch" --steps "$STEPS" --warmup "$WARMUP" \
+                --autocast bfloat16 --json >"$tmp/torch.json" 2>"$tmp/torch.err" ||
+                { cat "$tmp/torch.err" >&2; die "PyTorch failed on $net"; }
+            torch_ms=$("$PYTHON" -c 'import json, sys; print(json.load(open(sys.argv[1]))["median_ms"])' "$tmp/torch.json")
+            printf 'procs = 1\nbatch = %s\ndefault N=1\n' "$batch" >"$tmp/f32.sched"
+            printf 'procs = 1\nbatch = %s\ndefault N=1 precision=bfloat16\n' "$batch" >"$tmp/bf16.sched"
+            for p in f32 bf16; do
+                "$DSL" run "$net" "$tmp/$p.sched" --steps $((WARMUP + STEPS)) --log "$tmp/$p.jsonl" >"$tmp/$p.out"
+            done
+            f32_ms=$(median_ms "$tmp/f32.jsonl") bf16_ms=$(median_ms "$tmp/bf16.jsonl")
+            f32_mib=$(peak "$tmp/f32.out") bf16_mib=$(peak "$tmp/bf16.out")
+            act=$(calc "$(activations "$net" "$tmp/bf16.sched") / $(activations "$net" "$tmp/f32.sched")")
+            printf '  %-30s %5s %10.1f %9.1f %9.1f %9.3f %8.3f %11s %11s %8.3f %9.3f\n' "$net" "$batch" "$torch_ms" \
+                "$f32_ms" "$bf16_ms" "$(calc "$bf16_ms / $torch_ms")" "$(calc "$bf16_ms / $f32_ms")" "$f32_mib" \
+                "$bf16_mib" "$(calc "$bf16_mib / $f32_mib")" "$act"
+        done
+    done
+    echo "  targets: bf16/PyT (autocast) <= 0.8; bf16/f32 <= 0.6; bfloat16's activations <= 0.55 of float32's"
+    exit 0
+fi
+
 printf '\n  %-30s %5s %12s %10s %8s %14s %16s %8s\n' network batch "PyTorch ms" "dsl ms" "dsl/PyT" "dsl MiB, 1" \
     "MiB/proc, split" ratio
 for net in "${nets[@]}"; do

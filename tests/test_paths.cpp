@@ -95,19 +95,42 @@ TEST_CASE("paths: blocked tiles and fused ReLUs where the kernels and the tiles 
     }
 }
 
-TEST_CASE("paths: a recomputed or 16-bit layer's tile is planar, and its ReLU runs apart", "[paths]") {
+TEST_CASE("paths: a 16-bit layer's tile is blocked, and its ReLU runs apart", "[paths]") {
     Planned p("samples/mesh_tiny.net", "procs = 1\nbatch = 4\ndefault N=1\nlayer block2.0.bn precision=bfloat16\n");
     const auto paths = p.paths(cpu());
-    const scheduler::Path* bn = path(paths, p.index("block2.0.bn"), PathKind::blocked);
-    REQUIRE(bn);
-    CHECK_FALSE(bn->on);
-    CHECK(bn->why == "it is kept in 16 bits between forward and backward");
-    // Its ReLU and convolution, whose tiles must be of its layout, are planar too.
-    CHECK_FALSE(paths[p.index("block2.0.relu")].on(PathKind::blocked));
+    // Kept in 16 bits between forward and backward, in blocks of 16 channels as float32 tiles are.
+    for (const char* layer : {"block2.0.conv", "block2.0.bn", "block2.0.relu"})
+        CHECK(paths[p.index(layer)].on(PathKind::blocked));
     const scheduler::Path* fused = path(paths, p.index("block2.0.bn"), PathKind::relu_fused);
     REQUIRE(fused);
     CHECK_FALSE(fused->on);
-    CHECK(fused->why == "it or the ReLU is recomputed or kept in 16 bits");
+    CHECK(fused->why == "it is kept in 16 bits, and the ReLU is not, or in another type, or leaky");
+}
+
+TEST_CASE("paths: a ReLU kept in 16 bits as the layer it reads is, runs in that layer's forward", "[paths]") {
+    // Rounding commutes with a plain ReLU, so the two fused give the values of the two apart.
+    Planned p("samples/mesh_tiny.net", "procs = 1\nbatch = 4\ndefault N=1 precision=bfloat16\n");
+    const auto paths = p.paths(cpu());
+    CHECK(paths[p.index("block2.0.bn")].on(PathKind::relu_fused));
+    Planned leaky("samples/mesh_tiny.net",
+                  "procs = 1\nbatch = 4\ndefault N=1 precision=bfloat16\nlayer block2.0.relu precision=float16\n");
+    CHECK_FALSE(leaky.paths(cpu())[leaky.index("block2.0.bn")].on(PathKind::relu_fused));
+    Planned recomputed("samples/mesh_tiny.net", "procs = 1\nbatch = 4\ndefault N=1 recompute=on\n");
+    const auto recomputed_paths = recomputed.paths(cpu());
+    const scheduler::Path* fused = path(recomputed_paths, recomputed.index("block2.0.bn"), PathKind::relu_fused);
+    REQUIRE(fused);
+    CHECK_FALSE(fused->on);
+    CHECK(fused->why == "it or the ReLU is recomputed");
+}
+
+TEST_CASE("paths: a convolution that multiplies in 16 bits reads and writes blocked tiles", "[paths]") {
+    Planned p("samples/mesh_tiny.net", "procs = 1\nbatch = 4\ndefault N=1 precision=bfloat16\n");
+    scheduler::RunFacts facts = cpu();
+    facts.bfloat16_products = true;
+    const auto paths = p.paths(facts);
+    CHECK(paths[p.index("block2.0.conv")].on(PathKind::products16));
+    CHECK(paths[p.index("block2.0.conv")].on(PathKind::blocked));
+    CHECK(paths[p.index("block2.0.bn")].on(PathKind::blocked));
 }
 
 TEST_CASE("paths: filter-block weight gradients where the processes share the weights, and why not elsewhere",

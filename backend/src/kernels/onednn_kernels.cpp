@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -326,8 +327,10 @@ void add_slot(Planned& p, const Context& ctx, int arg, bool input, const memory:
 }
 
 // Runs `p` on the caller's buffers, one pointer per slot, in the slots' order. `held`: bit i set where slot i's
-// arena holds its input already, as the last run left it.
-void run(Context& ctx, Planned& p, const std::vector<const void*>& pointers, const float* bias, unsigned held = 0) {
+// arena holds its input already, as the last run left it. `made`: where not null, slot i's input in the layout
+// the primitive chose, made already (the kept 16-bit weights), which the primitive reads there.
+void run(Context& ctx, Planned& p, const std::vector<const void*>& pointers, const float* bias, unsigned held = 0,
+         const std::array<const void*, 3>& made = {}) {
     ++ctx.runs;
     DSL_INTERNAL_CHECK(pointers.size() == p.slots.size(), "oneDNN kernel: wrong number of arguments");
     DSL_INTERNAL_CHECK(p.slots.size() <= ctx.arenas.size(), "oneDNN kernel: too many arguments");
@@ -336,6 +339,10 @@ void run(Context& ctx, Planned& p, const std::vector<const void*>& pointers, con
         // oneDNN takes void* for every buffer; inputs are only read.
         s.user_memory.set_data_handle(const_cast<void*>(pointers[i]));
         if (!s.via_buffer) continue;
+        if (made[i]) {
+            s.buffer_memory.set_data_handle(const_cast<void*>(made[i]));
+            continue;
+        }
         // The arena may have grown (and moved) for another problem since this one last ran.
         void* buffer = ctx.arenas[i].get(s.chosen.get_size());
         if (s.buffer_memory.get_data_handle() != buffer) s.buffer_memory.set_data_handle(buffer);
@@ -388,6 +395,50 @@ enum Op : std::int64_t {
     fc_backward_weights
 };
 
+// A 16-bit layout of convolution weights in 16 x 16 blocks of filters and channels (what oneDNN's bfloat16
+// kernels choose on blocked tiles: ABcd8b16a2b for forward, BAcd8a16b2a for backward-data and the like) as
+// narrow_weight_blocks writes it; none for any other. oneDNN's reorder into them from our float32 blocks ran
+// at 4.5 GB/s: 60 ms of each ResNet-50 step at batch 4 went to rounding its 25M weights for forward and
+// backward-data.
+std::optional<WeightBlocks16> weight_blocks16(const memory::desc& d) {
+    const dnnl_memory_desc_t& m = d.data;
+    if (m.format_kind != dnnl_blocked || m.ndims < 3 || m.offset0 != 0 ||
+        (m.data_type != dnnl_bf16 && m.data_type != dnnl_f16))
+        return std::nullopt;
+    const auto& b = m.format_desc.blocking;
+    std::array<std::int64_t, DNNL_MAX_NDIMS> block{};
+    block.fill(1);
+    for (int i = 0; i < b.inner_nblks; ++i) block[static_cast<std::size_t>(b.inner_idxs[i])] *= b.inner_blks[i];
+    for (int k = 0; k < m.ndims; ++k)
+        if (m.padded_dims[k] != m.dims[k] || block[static_cast<std::size_t>(k)] != (k < 2 ? 16 : 1)) return std::nullopt;
+    WeightBlocks16 out;
+    out.block_f = b.strides[0];
+    out.block_c = b.strides[1];
+    // Within a block, the inner blocks outermost first: element (f, c)'s index in each, from the inner
+    // blocks of its dimension that follow it.
+    for (std::int64_t f = 0; f < 16; ++f)
+        for (std::int64_t c = 0; c < 16; ++c) {
+            std::int64_t at = 0;
+            for (int i = 0; i < b.inner_nblks; ++i) {
+                const int dim = b.inner_idxs[i];
+                std::int64_t below = 1;
+                for (int j = i + 1; j < b.inner_nblks; ++j)
+                    if (b.inner_idxs[j] == dim) below *= b.inner_blks[j];
+                at = at * b.inner_blks[i] + (dim == 0 ? f : c) / below % b.inner_blks[i];
+            }
+            out.inner[static_cast<std::size_t>(f * 16 + c)] = at;
+        }
+    // The taps in the plain order, the last spatial dimension fastest.
+    out.taps.assign(1, 0);
+    for (int k = 2; k < m.ndims; ++k) {
+        std::vector<std::int64_t> next;
+        for (std::int64_t t : out.taps)
+            for (std::int64_t i = 0; i < m.dims[k]; ++i) next.push_back(t + i * b.strides[k]);
+        out.taps = std::move(next);
+    }
+    return out;
+}
+
 // `in` is the type of the tensors each pass multiplies (x and w forward, dy and w backward-data, x and dy
 // backward-weights): f32, or bf16 on CPUs with AVX-512 BF16 instructions (rounded to it, nearest and ties to
 // even, by the reorder from the caller's f32 views, which it needs anyway), whose products are exact in f32
@@ -439,7 +490,7 @@ public:
             add_slot(q, ctx_, DNNL_ARG_DIFF_SRC, false, view_desc(dxs), pd.diff_src_desc());
             return q;
         });
-        run(ctx_, p, {dy.base, w.base, dxs.base}, nullptr);
+        run(ctx_, p, {dy.base, w.base, dxs.base}, nullptr, 0, {nullptr, kept(p.slots[1], w, window)});
         const Slot& first = p.slots.front();
         held_ = Held::left(dy.base, first, ctx_.runs);
         if (!window.zeros_outside) zero_margins(whole, u.window.zeros);
@@ -455,8 +506,7 @@ public:
     // on mesh_stack_512 at batch 1 these passes over the 7.9M weights took about 8 ms of a 165 ms step with
     // two threads, and 10 to 13 of each process's under H=2 (all three skipped, a measurement only).
     bool blocks_weights(const Dims& w) const override {
-        return in_ == memory::data_type::f32 && w.rank() >= 1 && w.rank() < 3 && has_weight_blocks(w) &&
-               onednn_blocks16();
+        return w.rank() >= 1 && w.rank() < 3 && has_weight_blocks(w) && onednn_blocks16();
     }
 
     void backward_weights(ConstView x, ConstView dy, View dw, float* db, const Window& window) override {
@@ -578,7 +628,12 @@ private:
             return q;
         });
         if (p.declined) return false;
-        const Slot& weights = p.slots[1];
+        Slot& weights = p.slots[1];
+        if (const void* made = kept(weights, w, window)) {
+            run(ctx_, p, {xs.base, w.base, y.base}, bias, 0, {nullptr, made});
+            held_weights_ = Held{};
+            return true;
+        }
         const bool again = window.same_weights && held_weights_.holds(w.base, weights, ctx_.runs);
         run(ctx_, p, {xs.base, w.base, y.base}, bias, again ? 2u : 0u);
         held_weights_ = Held::left(w.base, weights, ctx_.runs);
@@ -718,6 +773,60 @@ private:
         }
     };
     Held held_, held_weights_;
+
+    // The 16-bit copies of the weights in the layouts forward and backward-data read them, kept from one call
+    // to the next while the caller's Window::weights_version says they are unchanged: made once a step by the
+    // first call that reads them (after the update), rather than reordered from the float32 weights by every
+    // call, three times a step where overlapped layers compute by parts. (ResNet-50's 25M weights at batch 4:
+    // TODO figure.) Float32 weights are read in place or reordered as before: a copy would double them.
+    struct KeptWeights {
+        memory::desc chosen;
+        std::uint64_t version = 0;
+        std::unique_ptr<void, decltype(&std::free)> data{nullptr, &std::free};
+    };
+    std::unordered_map<const void*, std::vector<KeptWeights>> kept_;  // by the weights' base
+    std::uint64_t version_ = 0;                                       // the last version a call had
+
+    // Slot `s`'s input, the weights at `w`, in the layout its primitive chose: the copy kept for the window's
+    // version of them, made now where it is of an older one; null where the window promises nothing, the
+    // weights are float32, or the primitive reads them in place. A new version drops the copies that no call
+    // read in the last one (layers no longer run, weights freed).
+    const void* kept(Slot& s, const ConstView& w, const Window& window) {
+        const std::uint64_t version = window.weights_version;
+        if (version == 0 || in_ == memory::data_type::f32 || !s.via_buffer) return nullptr;
+        if (version != version_) {
+            for (auto it = kept_.begin(); it != kept_.end();) {
+                std::vector<KeptWeights>& copies = it->second;
+                copies.erase(std::remove_if(copies.begin(), copies.end(),
+                                            [&](const KeptWeights& k) { return k.version != version_; }),
+                             copies.end());
+                it = copies.empty() ? kept_.erase(it) : std::next(it);
+            }
+            version_ = version;
+        }
+        std::vector<KeptWeights>& copies = kept_[w.base];
+        auto it =
+            std::find_if(copies.begin(), copies.end(), [&](const KeptWeights& k) { return k.chosen == s.chosen; });
+        if (it == copies.end()) {
+            const std::size_t bytes = (s.chosen.get_size() + 63) / 64 * 64;
+            KeptWeights k{s.chosen, 0, {std::aligned_alloc(64, bytes), &std::free}};
+            if (!k.data) throw std::bad_alloc();
+            copies.push_back(std::move(k));
+            it = std::prev(copies.end());
+        }
+        if (it->version != version) {
+            if (const std::optional<WeightBlocks16> to = window.blocked_weights ? weight_blocks16(s.chosen) : std::nullopt) {
+                narrow_weight_blocks(w.dims, w.base, *to, in_ == memory::data_type::bf16,
+                                     static_cast<std::uint16_t*>(it->data.get()));
+            } else {
+                s.user_memory.set_data_handle(const_cast<float*>(w.base));
+                s.buffer_memory.set_data_handle(it->data.get());
+                s.reorder.execute(ctx_.stream, s.reorder_args);
+            }
+            it->version = version;
+        }
+        return it->data.get();
+    }
 };
 
 // x is {N, C, H, W} (or {N, C, D, H, W}) and flattens in c, h, w order, which is how oneDNN's inner product

@@ -39,6 +39,7 @@ public:
         const ConstView x = view_of(in.y, in, c.box);
         Window w = c.window;
         w.same_weights = again;
+        w.weights_version = t.weights_version;
         ConvKernels& conv = t.conv_of(own.spec.layer);
         t.forward_fused(
             s, out, t.step_training,
@@ -50,7 +51,8 @@ public:
         ConvKernels& conv = t.conv_of(index);
         Impl::Tile& in = *s.operands[0];
         const Impl::ConvInput c = t.conv_input(s, in, t.plan_of(index).read);
-        const Window& w = c.window;
+        Window w = c.window;
+        w.weights_version = t.weights_version;
         if (!t.is_input(&in))
             t.tiles.input_gradient(in, c.box,
                                    [&](View dx) { conv.backward_data(s.own().dy.interior(), s.w.interior(), dx, w); });

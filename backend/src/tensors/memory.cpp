@@ -65,18 +65,21 @@ private:
 
     // f(row, bits, w) for every row of `v` and its w 16-bit values, which lie densely in v's order from
     // `bits`: each sample's channels on OpenMP's threads (a U-Net's 64 channels of 512 x 512 took longer to
-    // round on one thread, through the conversions' pointers, than to convolve: 47 ms, now 17).
+    // round on one thread, through the conversions' pointers, than to convolve: 47 ms, now 17). A blocked
+    // view's rows are its runs (for_each_run): a block of channels at each place of a row, in memory order.
     template <typename Bits, typename F>
     static void each_row(View v, Bits* bits, F&& f) {
+        if (v.dims.elements() == 0) return;
+        const std::int64_t lanes = v.lanes;
+        if (v.blocked()) v.dims.c /= lanes, v.lanes = 1;  // a block's place as a single element
         const Dims& d = v.dims;
-        if (d.elements() == 0) return;
-        const std::int64_t w = row_length(d), plane = d.points();
+        const std::int64_t w = row_length(d) * lanes, plane = d.points() * lanes;
 #pragma omp parallel for collapse(2) schedule(static)
         for (std::int64_t n = 0; n < d.n; ++n)
             for (std::int64_t c = 0; c < d.c; ++c) {
                 Bits* at = bits + (n * d.c + c) * plane;
                 if (d.rank() == 0) {
-                    f(&v.at(n, c, Index{}), at, 1);
+                    f(&v.at(n, c, Index{}), at, lanes);
                     continue;
                 }
                 for_each_row_start(d.space, [&](const Index& i) {

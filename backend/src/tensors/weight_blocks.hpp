@@ -7,6 +7,10 @@
 
 #include <dsl/base/space.hpp>
 
+#include <array>
+#include <cstdint>
+#include <vector>
+
 namespace dsl::backend {
 
 // Whether weights of `w` have a blocked form: F and C multiples of 16.
@@ -17,5 +21,19 @@ bool has_weight_blocks(const Dims& w);
 // filters and channels per thread of OpenMP's team, its source in cache.
 void block_weights(const Dims& w, const float* plain, float* blocked);
 void unblock_weights(const Dims& w, const float* blocked, float* plain);
+
+// A layout of 16-bit weights {F, C, kernel} in 16 x 16 blocks of filters and channels, in any order within a
+// block and between blocks (the layouts oneDNN's bfloat16 kernels read, ABcd8b16a2b and the like): element
+// (f, c, tap) at f / 16 * block_f + c / 16 * block_c + taps[tap] + inner[f % 16 * 16 + c % 16].
+struct WeightBlocks16 {
+    std::int64_t block_f = 0, block_c = 0;
+    std::vector<std::int64_t> taps;
+    std::array<std::int64_t, 256> inner{};
+};
+
+// Blocked float32 weights (block_weights') rounded to bfloat16 (`bfloat`) or float16 into layout `to`, a
+// block per thread of OpenMP's team.
+void narrow_weight_blocks(const Dims& w, const float* blocked, const WeightBlocks16& to, bool bfloat,
+                          std::uint16_t* out);
 
 }  // namespace dsl::backend

@@ -18,6 +18,7 @@ double Trainer::Impl::forward(DataSource& data, std::int64_t first, bool trainin
     step_first = first;
     step_training = training;
     step_data = &data;
+    weights_version = next_weights_version();
     exchanges.begin_step();
     timeline.begin_step(slots.size());
     if (training) tiles.clear_gradients(-1);  // a loss writes its logits' gradient in forward
@@ -36,17 +37,23 @@ void Trainer::Impl::forward_layer(DataSource& data, std::int64_t first, bool tra
     Slot& s = slots[i];
     const Layer& l = *s.layer;
     const int index = static_cast<int>(i);
-    // A recomputed layer's values go where the plan puts them in forward (backward moved them).
-    if (!recomputing)
+    // A recomputed layer's values go where the plan puts them in forward (backward moved them), and so do those
+    // of a ReLU that this layer's forward writes (fusion.cpp), whose span starts here.
+    if (!recomputing) {
         for (Tile* t : s.tiles)
             if (t->forward_buffer >= 0) bind(*t, t->forward_buffer);
+        if (writes_relu(s, training))
+            for (Tile* t : slots[static_cast<std::size_t>(s.fused_relu)].tiles)
+                if (t->forward_buffer >= 0) bind(*t, t->forward_buffer);
+    }
     const bool overlapped = overlaps(index);
     for (Tile* t : s.operands)
         if (t && !overlapped) ready(&data, first, *t);
     rules_of(l.op).forward(*this, s, index, ForwardPass{data, first, training, loss});
     // Rounded to its precision before anyone reads it, and kept so until backward widens it again (where no
-    // backward reads it, the 16 bits go to scratch and only the rounding stays).
-    if (plan_of(index).narrowed) {
+    // backward reads it, the 16 bits go to scratch and only the rounding stays). A layer whose ReLU ran in its
+    // forward wrote nothing of its own (fusion.cpp): the ReLU's output is rounded in its turn.
+    if (plan_of(index).narrowed && !writes_relu(s, training)) {
         const View y = s.own().y.interior();
         mem.narrow(y, precision_of(index),
                    plan_of(index).stored

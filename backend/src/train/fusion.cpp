@@ -10,9 +10,9 @@ namespace dsl::backend {
 
 // Slot::fused_relu of each convolution, batch norm and add that its ReLU reads alone, as the plan's paths say
 // (scheduler/src/paths.cpp): the ReLU comes next, reads their own tile (no copy in another split, nor a sum of
-// partial ones) over the same box, and neither layer's values are dropped between forward and backward
-// (recomputed or kept in 16 bits, their tiles in memory others share): a recomputed ReLU would read what the
-// fused forward never wrote, and 16 bits round in between.
+// partial ones) over the same box, and neither is recomputed (a recomputed ReLU would read what the fused
+// forward never wrote); a layer kept in 16 bits only with a plain ReLU kept in the same type, whose rounded
+// values are then those of the two apart (relu_fuses_keeping).
 void Trainer::Impl::fuse_relus() {
     for (std::size_t r = 1; r < slots.size(); ++r)
         if (paths[r - 1].on(scheduler::PathKind::relu_fused)) slots[r - 1].fused_relu = static_cast<int>(r);

@@ -78,7 +78,7 @@ OutputTile Trainer::output_tile(int layer) {
     out.dims = t.y.dims();
     if (t.stored) {
         // Its float32 values' memory is shared: the 16-bit copy holds them.
-        const View wide = dense_view(m.tiles.scratch(out.dims.elements()), out.dims);
+        const View wide = dense_view(m.tiles.scratch(out.dims.elements()), out.dims, t.y.lanes());
         m.mem.widen(t.stored_bits(), m.precision_of(layer), wide);
         m.to_host(wide, out.values);
     } else {

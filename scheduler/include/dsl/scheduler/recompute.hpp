@@ -57,6 +57,20 @@ struct RecomputeTimeline {
     bool dropped(std::size_t i) const { return recomputed[i] || narrowed[i]; }
 };
 
+// Whether a ReLU that reads a layer alone may run in that layer's forward (the trainer's fusion.cpp), as far as
+// what is kept of the two goes: neither is recomputed (a recomputed ReLU would read what the fused forward
+// never wrote); and where the layer is kept in 16 bits (`narrowed`, of `precision`), so is the ReLU, in the same
+// type, and it is a plain one (`plain`, slope 0): rounding keeps order and 0, so it commutes with max(x, 0), and
+// the ReLU's 16-bit values are those of the two apart. A leaky ReLU's slope would multiply the unrounded values.
+struct Keeping {
+    bool recomputed = false, narrowed = false;
+    Precision precision = Precision::float32;
+};
+inline bool relu_fuses_keeping(const Keeping& layer, const Keeping& relu, bool plain) {
+    if (layer.recomputed || relu.recomputed) return false;
+    return !layer.narrowed || (plain && relu.narrowed && relu.precision == layer.precision);
+}
+
 // The timeline of recomputing the layers `recompute` marks and of keeping those `narrow` marks in 16 bits
 // (others, and those that are not recomputable, are ignored; recomputation wins where both are marked). A
 // layer's values in forward live from its step to its last reader's (the end of forward when nobody reads
