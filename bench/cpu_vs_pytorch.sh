@@ -61,7 +61,8 @@ spatial_rank() {
 median_ms() { calc "$(sed -n 's/.*"seconds":\([-0-9.e+]*\).*/\1/p' "$1" | tail -n +$((WARMUP + 1)) | median) * 1000"; }
 # activations NET SCHED: what `dsl explain` counts as activations per process, in bytes.
 activations() {
-    "$DSL" explain "$1" "$2" --json | "$PYTHON" -c 'import json, sys; print(json.load(sys.stdin)["memory"]["activations"])'
+    "$DSL" explain "$1" "$2" --json 2>"$tmp/explain.err" |
+        "$PYTHON" -c 'import json, sys; print(json.load(sys.stdin)["memory_bytes"]["activations"])'
 }
 
 if $bf16; then

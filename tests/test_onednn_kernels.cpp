@@ -557,45 +557,6 @@ TEST_CASE("oneDNN convolution reads and writes weights in blocks where its windo
         for (const Layout layout : {Layout::dense, Layout::interior}) check_conv(p, layout, rng, pair, true);
 }
 
-TEST_CASE("oneDNN convolution with bfloat16 products keeps its 16-bit weights while their version holds", "[onednn]") {
-    // The trainer numbers its weights' values (Window::weights_version, a new number per forward pass): the
-    // kernels round them to bfloat16 in their layouts once per number, for forward and backward-data alike,
-    // and each set of weights (a layer's) keeps its own copy.
-    ConvKernels* bf16 = onednn_conv_bfloat16();
-    if (!bf16) return skip(no_bf16);
-    ConvKernels& ref = *reference_kernels().conv_bfloat16;
-    std::mt19937 rng(29);
-    Window win = window(3, 3, 1, 1);
-    const Dims yd{2, 32, {6, 5}}, xd{2, 16, {8, 7}}, wd{32, 16, win.kernel};
-    Operand x = make_operand(xd, Layout::interior, true, rng), dy = make_operand(yd, Layout::interior, true, rng);
-    Operand w = make_operand(wd, Layout::dense, true, rng), other = make_operand(wd, Layout::dense, true, rng);
-    Operand first = w, second = make_operand(wd, Layout::dense, true, rng);
-    // Forward and backward-data with the weights in w's buffer now, against the reference's with `expected`.
-    auto passes = [&](const Window& window, Operand& weights, Operand& expected, const std::string& what) {
-        INFO(what);
-        Operand y = make_operand(yd, Layout::interior, false, rng), y_ref = y;
-        bf16->forward(x.view(), weights.view(), nullptr, y.view(), window);
-        ref.forward(x.view(), expected.view(), nullptr, y_ref.view(), win);
-        require_close(y, y_ref, "forward");
-        Operand dx = make_operand(xd, Layout::interior, false, rng), dx_ref = dx;
-        bf16->backward_data(dy.view(), weights.view(), dx.view(), window);
-        ref.backward_data(dy.view(), expected.view(), dx_ref.view(), win);
-        require_close(dx, dx_ref, "backward_data");
-    };
-    Window kept = win;
-    kept.weights_version = next_weights_version();
-    passes(kept, w, first, "the first version");
-    passes(kept, other, other, "another layer's weights in the same version");
-    w = second;  // the values change without a new number (what the trainer never does): the copy shows
-    passes(kept, w, first, "the first version kept");
-    passes(kept, other, other, "the other layer's kept");
-    kept.weights_version = next_weights_version();
-    passes(kept, w, second, "a new version");
-    passes(win, w, second, "no version: read as they are");
-    w = first;
-    passes(win, w, first, "no version, changed: read as they are");
-}
-
 TEST_CASE("oneDNN convolution rejects an input that does not match its window", "[onednn]") {
     Tensor x(Dims{1, 2, {6, 6}}), w(Dims{3, 2, {3, 3}}), y(Dims{1, 3, {5, 4}});  // 6x6 input gives 4x4 outputs
     const Window win = window(3, 3, 1, 1, 1, 1);

@@ -139,6 +139,41 @@ TEST_CASE("the host's memory narrows a view in place and widens it back, margins
     }
 }
 
+TEST_CASE("the host's memory narrows a blocked view and a part of it, and widens them back", "[precision]") {
+    // A blocked tile (16 channels a block, as the trainer keeps them): each element rounded in place, its 16 bits
+    // written in the view's memory order, and widened back into another tile's view of the same part.
+    using dsl::backend::Index;
+    const dsl::Dims dims{2, 32, {3, 4}};
+    std::mt19937 rng(9);
+    std::normal_distribution<float> normal(0.0f, 10.0f);
+    for (const Precision p : {Precision::bfloat16, Precision::float16}) {
+        const bool bfloat = p == Precision::bfloat16;
+        dsl::backend::Tensor t(dims, dsl::backend::Margins::filled(2, {0, 0}), dsl::backend::host_memory(), 16);
+        for (float* v = t.data(); v != t.data() + t.size(); ++v) *v = normal(rng);
+        const dsl::backend::Tensor before = t;
+        // The whole tile, and the rows from 1 and columns from 2 of it (a halo's part).
+        for (const bool part : {false, true}) {
+            const Index at = part ? Index{1, 2} : Index{0, 0};
+            const dsl::Dims sub{2, 32, part ? Index{2, 2} : dims.space};
+            dsl::backend::Tensor u = before;
+            std::vector<std::uint16_t> bits(static_cast<std::size_t>(sub.elements()));
+            dsl::backend::host_memory().narrow(u.interior().sub(0, 0, at, sub), p, bits.data());
+            dsl::backend::Tensor w(dims, dsl::backend::Margins::filled(2, {0, 0}), dsl::backend::host_memory(), 16);
+            dsl::backend::host_memory().widen(bits.data(), p, w.interior().sub(0, 0, at, sub));
+            for (std::int64_t n = 0; n < dims.n; ++n)
+                for (std::int64_t c = 0; c < dims.c; ++c)
+                    for (std::int64_t i = 0; i < 3; ++i)
+                        for (std::int64_t j = 0; j < 4; ++j) {
+                            const Index x{i, j};
+                            const float was = before.at(n, c, x);
+                            const bool inside = i >= at[0] && j >= at[1];
+                            CHECK(u.at(n, c, x) == (inside ? from_16(to_16(was, bfloat), bfloat) : was));
+                            CHECK(w.at(n, c, x) == (inside ? u.at(n, c, x) : 0.0f));
+                        }
+        }
+    }
+}
+
 TEST_CASE("precision takes float32, bfloat16, float16 or ?: data and losses keep float32", "[precision]") {
     const Result bad = run_dsl("check samples/mesh_tiny.net " + schedule_with("", "default precision=half"));
     CHECK(bad.exit_code != 0);

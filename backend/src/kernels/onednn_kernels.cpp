@@ -267,6 +267,55 @@ Context& context() {
     return ctx;
 }
 
+// A 16-bit layout of convolution weights in 16 x 16 blocks of filters and channels (what oneDNN's bfloat16
+// kernels choose on blocked tiles: ABcd8b16a2b for forward, BAcd8a16b2a for backward-data and the like) as
+// narrow_weight_blocks writes it; none for any other. oneDNN 2.6's reorder into them from float32 (plain or
+// in 16 x 16 blocks) ran at 4.5 GB/s: 60 ms of each ResNet-50 step at batch 4 went to rounding its 25M
+// weights for forward and backward-data, 1.8% of a run's time with narrow_weight_blocks (perf).
+std::optional<WeightBlocks16> weight_blocks16(const memory::desc& d) {
+    const dnnl_memory_desc_t& m = d.data;
+    if (m.format_kind != dnnl_blocked || m.ndims < 3 || m.offset0 != 0 ||
+        (m.data_type != dnnl_bf16 && m.data_type != dnnl_f16))
+        return std::nullopt;
+    const auto& b = m.format_desc.blocking;
+    std::array<std::int64_t, DNNL_MAX_NDIMS> block{};
+    block.fill(1);
+    for (int i = 0; i < b.inner_nblks; ++i) block[static_cast<std::size_t>(b.inner_idxs[i])] *= b.inner_blks[i];
+    for (int k = 0; k < m.ndims; ++k)
+        if (m.padded_dims[k] != m.dims[k] || block[static_cast<std::size_t>(k)] != (k < 2 ? 16 : 1))
+            return std::nullopt;
+    WeightBlocks16 out;
+    out.block_f = b.strides[0];
+    out.block_c = b.strides[1];
+    // Within a block, the inner blocks outermost first: element (f, c)'s index in each, from the inner
+    // blocks of its dimension that follow it.
+    for (std::int64_t f = 0; f < 16; ++f)
+        for (std::int64_t c = 0; c < 16; ++c) {
+            std::int64_t at = 0;
+            for (int i = 0; i < b.inner_nblks; ++i) {
+                const int dim = b.inner_idxs[i];
+                std::int64_t below = 1;
+                for (int j = i + 1; j < b.inner_nblks; ++j)
+                    if (b.inner_idxs[j] == dim) below *= b.inner_blks[j];
+                at = at * b.inner_blks[i] + (dim == 0 ? f : c) / below % b.inner_blks[i];
+            }
+            out.inner[static_cast<std::size_t>(f * 16 + c)] = at;
+        }
+    // The inner blocks cover 16 x 16 (checked above), so a block's places are 256 in a row.
+    const std::int64_t inner_size = 256;
+    for (int k = 0; k < m.ndims; ++k)
+        if (b.strides[k] % inner_size != 0) return std::nullopt;
+    // The taps in the plain order, the last spatial dimension fastest.
+    out.taps.assign(1, 0);
+    for (int k = 2; k < m.ndims; ++k) {
+        std::vector<std::int64_t> next;
+        for (std::int64_t t : out.taps)
+            for (std::int64_t i = 0; i < m.dims[k]; ++i) next.push_back(t + i * b.strides[k]);
+        out.taps = std::move(next);
+    }
+    return out;
+}
+
 // One tensor argument of a primitive. Views are strided (a tile's interior skips its margins), and oneDNN 2.6
 // runs only its reference kernel ("ref:any", many times slower) on a non-dense layout, so the primitive is
 // created with format_tag::any and the view is reordered into or out of a buffer in the layout it chose. A
@@ -284,6 +333,9 @@ struct Slot {
     // every call.
     memory user_memory, buffer_memory;
     std::unordered_map<int, memory> reorder_args;
+    // Of weights rounded to 16 bits into 16 x 16 blocks of filters and channels: where each element goes
+    // (weight_blocks16), for narrow_weight_blocks.
+    std::optional<WeightBlocks16> blocks16;
 };
 
 // A primitive ready to run a problem: its tensor arguments in the order `run` receives the pointers, and the
@@ -313,7 +365,8 @@ bool unblockable(const memory::desc& blocked, const memory::desc& plain) {
 
 void add_slot(Planned& p, const Context& ctx, int arg, bool input, const memory::desc& user,
               const memory::desc& chosen) {
-    Slot s{arg, input, user, chosen, user != chosen, !input && unblockable(chosen, user), {}, {}, {}, {}};
+    Slot s{arg, input, user, chosen, user != chosen, !input && unblockable(chosen, user), {}, {}, {}, {}, {}};
+    if (input && arg == DNNL_ARG_WEIGHTS) s.blocks16 = weight_blocks16(chosen);
     s.user_memory = memory(user, ctx.engine, DNNL_MEMORY_NONE);
     if (s.via_buffer) {
         s.reorder = input ? dnnl::reorder(dnnl::reorder::primitive_desc(ctx.engine, user, ctx.engine, chosen))
@@ -395,50 +448,6 @@ enum Op : std::int64_t {
     fc_backward_weights
 };
 
-// A 16-bit layout of convolution weights in 16 x 16 blocks of filters and channels (what oneDNN's bfloat16
-// kernels choose on blocked tiles: ABcd8b16a2b for forward, BAcd8a16b2a for backward-data and the like) as
-// narrow_weight_blocks writes it; none for any other. oneDNN's reorder into them from our float32 blocks ran
-// at 4.5 GB/s: 60 ms of each ResNet-50 step at batch 4 went to rounding its 25M weights for forward and
-// backward-data.
-std::optional<WeightBlocks16> weight_blocks16(const memory::desc& d) {
-    const dnnl_memory_desc_t& m = d.data;
-    if (m.format_kind != dnnl_blocked || m.ndims < 3 || m.offset0 != 0 ||
-        (m.data_type != dnnl_bf16 && m.data_type != dnnl_f16))
-        return std::nullopt;
-    const auto& b = m.format_desc.blocking;
-    std::array<std::int64_t, DNNL_MAX_NDIMS> block{};
-    block.fill(1);
-    for (int i = 0; i < b.inner_nblks; ++i) block[static_cast<std::size_t>(b.inner_idxs[i])] *= b.inner_blks[i];
-    for (int k = 0; k < m.ndims; ++k)
-        if (m.padded_dims[k] != m.dims[k] || block[static_cast<std::size_t>(k)] != (k < 2 ? 16 : 1)) return std::nullopt;
-    WeightBlocks16 out;
-    out.block_f = b.strides[0];
-    out.block_c = b.strides[1];
-    // Within a block, the inner blocks outermost first: element (f, c)'s index in each, from the inner
-    // blocks of its dimension that follow it.
-    for (std::int64_t f = 0; f < 16; ++f)
-        for (std::int64_t c = 0; c < 16; ++c) {
-            std::int64_t at = 0;
-            for (int i = 0; i < b.inner_nblks; ++i) {
-                const int dim = b.inner_idxs[i];
-                std::int64_t below = 1;
-                for (int j = i + 1; j < b.inner_nblks; ++j)
-                    if (b.inner_idxs[j] == dim) below *= b.inner_blks[j];
-                at = at * b.inner_blks[i] + (dim == 0 ? f : c) / below % b.inner_blks[i];
-            }
-            out.inner[static_cast<std::size_t>(f * 16 + c)] = at;
-        }
-    // The taps in the plain order, the last spatial dimension fastest.
-    out.taps.assign(1, 0);
-    for (int k = 2; k < m.ndims; ++k) {
-        std::vector<std::int64_t> next;
-        for (std::int64_t t : out.taps)
-            for (std::int64_t i = 0; i < m.dims[k]; ++i) next.push_back(t + i * b.strides[k]);
-        out.taps = std::move(next);
-    }
-    return out;
-}
-
 // `in` is the type of the tensors each pass multiplies (x and w forward, dy and w backward-data, x and dy
 // backward-weights): f32, or bf16 on CPUs with AVX-512 BF16 instructions (rounded to it, nearest and ties to
 // even, by the reorder from the caller's f32 views, which it needs anyway), whose products are exact in f32
@@ -490,7 +499,7 @@ public:
             add_slot(q, ctx_, DNNL_ARG_DIFF_SRC, false, view_desc(dxs), pd.diff_src_desc());
             return q;
         });
-        run(ctx_, p, {dy.base, w.base, dxs.base}, nullptr, 0, {nullptr, kept(p.slots[1], w, window)});
+        run(ctx_, p, {dy.base, w.base, dxs.base}, nullptr, 0, {nullptr, narrowed_weights(p.slots[1], 1, w, window)});
         const Slot& first = p.slots.front();
         held_ = Held::left(dy.base, first, ctx_.runs);
         if (!window.zeros_outside) zero_margins(whole, u.window.zeros);
@@ -500,7 +509,8 @@ public:
         }
     }
 
-    // Images' weights of 16-channel blocks in and out, f32: kept blocked, the forward kernel reorders them
+    // Images' weights of 16-channel blocks in and out, kept in float32 (with bfloat16 products too, whose passes
+    // round them from there, narrowed_weights): kept blocked, the forward kernel reorders them
     // from its blocks into its own layout and backward-data into its, and backward-weights writes them as
     // they are. Kept plain, each call reordered them from OIHW, and backward-weights' blocks were unblocked:
     // on mesh_stack_512 at batch 1 these passes over the 7.9M weights took about 8 ms of a 165 ms step with
@@ -628,14 +638,10 @@ private:
             return q;
         });
         if (p.declined) return false;
-        Slot& weights = p.slots[1];
-        if (const void* made = kept(weights, w, window)) {
-            run(ctx_, p, {xs.base, w.base, y.base}, bias, 0, {nullptr, made});
-            held_weights_ = Held{};
-            return true;
-        }
+        const Slot& weights = p.slots[1];
         const bool again = window.same_weights && held_weights_.holds(w.base, weights, ctx_.runs);
-        run(ctx_, p, {xs.base, w.base, y.base}, bias, again ? 2u : 0u);
+        run(ctx_, p, {xs.base, w.base, y.base}, bias, again ? 2u : 0u,
+            {nullptr, again ? nullptr : narrowed_weights(weights, 1, w, window)});
         held_weights_ = Held::left(w.base, weights, ctx_.runs);
         return true;
     }
@@ -774,58 +780,14 @@ private:
     };
     Held held_, held_weights_;
 
-    // The 16-bit copies of the weights in the layouts forward and backward-data read them, kept from one call
-    // to the next while the caller's Window::weights_version says they are unchanged: made once a step by the
-    // first call that reads them (after the update), rather than reordered from the float32 weights by every
-    // call, three times a step where overlapped layers compute by parts. (ResNet-50's 25M weights at batch 4:
-    // TODO figure.) Float32 weights are read in place or reordered as before: a copy would double them.
-    struct KeptWeights {
-        memory::desc chosen;
-        std::uint64_t version = 0;
-        std::unique_ptr<void, decltype(&std::free)> data{nullptr, &std::free};
-    };
-    std::unordered_map<const void*, std::vector<KeptWeights>> kept_;  // by the weights' base
-    std::uint64_t version_ = 0;                                       // the last version a call had
-
-    // Slot `s`'s input, the weights at `w`, in the layout its primitive chose: the copy kept for the window's
-    // version of them, made now where it is of an older one; null where the window promises nothing, the
-    // weights are float32, or the primitive reads them in place. A new version drops the copies that no call
-    // read in the last one (layers no longer run, weights freed).
-    const void* kept(Slot& s, const ConstView& w, const Window& window) {
-        const std::uint64_t version = window.weights_version;
-        if (version == 0 || in_ == memory::data_type::f32 || !s.via_buffer) return nullptr;
-        if (version != version_) {
-            for (auto it = kept_.begin(); it != kept_.end();) {
-                std::vector<KeptWeights>& copies = it->second;
-                copies.erase(std::remove_if(copies.begin(), copies.end(),
-                                            [&](const KeptWeights& k) { return k.version != version_; }),
-                             copies.end());
-                it = copies.empty() ? kept_.erase(it) : std::next(it);
-            }
-            version_ = version;
-        }
-        std::vector<KeptWeights>& copies = kept_[w.base];
-        auto it =
-            std::find_if(copies.begin(), copies.end(), [&](const KeptWeights& k) { return k.chosen == s.chosen; });
-        if (it == copies.end()) {
-            const std::size_t bytes = (s.chosen.get_size() + 63) / 64 * 64;
-            KeptWeights k{s.chosen, 0, {std::aligned_alloc(64, bytes), &std::free}};
-            if (!k.data) throw std::bad_alloc();
-            copies.push_back(std::move(k));
-            it = std::prev(copies.end());
-        }
-        if (it->version != version) {
-            if (const std::optional<WeightBlocks16> to = window.blocked_weights ? weight_blocks16(s.chosen) : std::nullopt) {
-                narrow_weight_blocks(w.dims, w.base, *to, in_ == memory::data_type::bf16,
-                                     static_cast<std::uint16_t*>(it->data.get()));
-            } else {
-                s.user_memory.set_data_handle(const_cast<float*>(w.base));
-                s.buffer_memory.set_data_handle(it->data.get());
-                s.reorder.execute(ctx_.stream, s.reorder_args);
-            }
-            it->version = version;
-        }
-        return it->data.get();
+    // The weights of slot `s` (a 16-bit pass's), rounded from float32's 16 x 16 blocks (`window.blocked_weights`)
+    // into the layout its primitive chose, in the slot's arena (position `i`) by narrow_weight_blocks; null where
+    // they are of another layout either side, which the slot's reorder makes.
+    const void* narrowed_weights(const Slot& s, std::size_t i, const ConstView& w, const Window& window) {
+        if (in_ == memory::data_type::f32 || !s.via_buffer || !window.blocked_weights || !s.blocks16) return nullptr;
+        auto* out = static_cast<std::uint16_t*>(ctx_.arenas[i].get(s.chosen.get_size()));
+        narrow_weight_blocks(w.dims, w.base, *s.blocks16, in_ == memory::data_type::bf16, out);
+        return out;
     }
 };
 

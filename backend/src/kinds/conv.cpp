@@ -39,7 +39,6 @@ public:
         const ConstView x = view_of(in.y, in, c.box);
         Window w = c.window;
         w.same_weights = again;
-        w.weights_version = t.weights_version;
         ConvKernels& conv = t.conv_of(own.spec.layer);
         t.forward_fused(
             s, out, t.step_training,
@@ -51,8 +50,7 @@ public:
         ConvKernels& conv = t.conv_of(index);
         Impl::Tile& in = *s.operands[0];
         const Impl::ConvInput c = t.conv_input(s, in, t.plan_of(index).read);
-        Window w = c.window;
-        w.weights_version = t.weights_version;
+        const Window& w = c.window;
         if (!t.is_input(&in))
             t.tiles.input_gradient(in, c.box,
                                    [&](View dx) { conv.backward_data(s.own().dy.interior(), s.w.interior(), dx, w); });

@@ -1,6 +1,7 @@
 // The host's memory, and the fill of what lies outside a box through any memory.
 #include <dsl/backend/memory.hpp>
 
+#include "../kernels/avx512_clone.hpp"
 #include "narrow.hpp"
 #include "planes.hpp"
 
@@ -10,6 +11,36 @@
 namespace dsl::backend {
 
 namespace {
+
+// A run of `w` values rounded in place and their 16 bits written to `bits`, or widened from them: loops that
+// vectorize (each element alone, branch-free), with AVX-512 where the CPU has it. Scalar, rounding took 10% of
+// a ResNet-50 step at batch 4 in bfloat16.
+template <bool bfloat>
+inline void narrow_span(float* __restrict row, std::uint16_t* __restrict bits, std::int64_t w) {
+#pragma omp simd
+    for (std::int64_t x = 0; x < w; ++x) {
+        const std::uint16_t h = to_16(row[x], bfloat);
+        bits[x] = h;
+        row[x] = from_16(h, bfloat);
+    }
+}
+template <bool bfloat>
+inline void widen_span(const std::uint16_t* __restrict bits, float* __restrict row, std::int64_t w) {
+#pragma omp simd
+    for (std::int64_t x = 0; x < w; ++x) row[x] = from_16(bits[x], bfloat);
+}
+DSL_AVX512_CLONE void narrow_bfloat16(float* row, std::uint16_t* bits, std::int64_t w) {
+    narrow_span<true>(row, bits, w);
+}
+DSL_AVX512_CLONE void narrow_float16(float* row, std::uint16_t* bits, std::int64_t w) {
+    narrow_span<false>(row, bits, w);
+}
+DSL_AVX512_CLONE void widen_bfloat16(const std::uint16_t* bits, float* row, std::int64_t w) {
+    widen_span<true>(bits, row, w);
+}
+DSL_AVX512_CLONE void widen_float16(const std::uint16_t* bits, float* row, std::int64_t w) {
+    widen_span<false>(bits, row, w);
+}
 
 // The host's memory: plain loops, row by row.
 class HostMemory final : public Memory {
@@ -50,16 +81,13 @@ private:
     template <bool bfloat>
     static void narrow_rows(View v, std::uint16_t* out) {
         each_row(v, out, [](float* row, std::uint16_t* bits, std::int64_t w) {
-            for (std::int64_t x = 0; x < w; ++x) {
-                bits[x] = to_16(row[x], bfloat);
-                row[x] = from_16(bits[x], bfloat);
-            }
+            bfloat ? narrow_bfloat16(row, bits, w) : narrow_float16(row, bits, w);
         });
     }
     template <bool bfloat>
     static void widen_rows(const std::uint16_t* in, View v) {
         each_row(v, in, [](float* row, const std::uint16_t* bits, std::int64_t w) {
-            for (std::int64_t x = 0; x < w; ++x) row[x] = from_16(bits[x], bfloat);
+            bfloat ? widen_bfloat16(bits, row, w) : widen_float16(bits, row, w);
         });
     }
 

@@ -1,5 +1,6 @@
 #include "weight_blocks.hpp"
 
+#include "../kernels/avx512_clone.hpp"
 #include "narrow.hpp"
 
 #include <dsl/base/error.hpp>
@@ -38,22 +39,50 @@ void unblock_weights(const Dims& w, const float* blocked, float* plain) {
     each_block(w, [&](std::int64_t p, std::int64_t b) { plain[p] = blocked[b]; });
 }
 
+namespace {
+
+// One block: the 256 values of `from` (channel-major, filters innermost) rounded into `block` in its layout,
+// each written place read from `source[place]`: gathers within the block, vectorized.
+template <bool bfloat>
+inline void narrow_block(const float* __restrict from, const std::int32_t* __restrict source,
+                         std::uint16_t* __restrict block) {
+#pragma omp simd
+    for (std::int32_t d = 0; d < 256; ++d) block[d] = to_16(from[source[d]], bfloat);
+}
+DSL_AVX512_CLONE void narrow_block_bfloat16(const float* from, const std::int32_t* source, std::uint16_t* block) {
+    narrow_block<true>(from, source, block);
+}
+DSL_AVX512_CLONE void narrow_block_float16(const float* from, const std::int32_t* source, std::uint16_t* block) {
+    narrow_block<false>(from, source, block);
+}
+
+}  // namespace
+
 void narrow_weight_blocks(const Dims& w, const float* blocked, const WeightBlocks16& to, bool bfloat,
                           std::uint16_t* out) {
     DSL_INTERNAL_CHECK(has_weight_blocks(w), "weight blocks: F and C must be multiples of 16");
     const std::int64_t taps = w.points(), in_blocks = w.c / 16, blocks = w.n / 16 * in_blocks;
     DSL_INTERNAL_CHECK(static_cast<std::int64_t>(to.taps.size()) == taps, "16-bit weight blocks of other taps");
-    // Where each of a block's elements goes, in the source's order (channel-major, the filters innermost).
-    std::array<std::int64_t, 256> place{};
-    for (std::int64_t c = 0; c < 16; ++c)
-        for (std::int64_t f = 0; f < 16; ++f) place[static_cast<std::size_t>(c * 16 + f)] = to.inner[f * 16 + c];
+    // For each place of a block in `to`, the element of the source's block (channel-major, the filters
+    // innermost) that goes there: a block's places are 256 in a row.
+    std::array<std::int32_t, 256> source{};
+    std::array<bool, 256> seen{};
+    for (std::int64_t f = 0; f < 16; ++f)
+        for (std::int64_t c = 0; c < 16; ++c) {
+            const std::int64_t d = to.inner[static_cast<std::size_t>(f * 16 + c)];
+            DSL_INTERNAL_CHECK(d >= 0 && d < 256 && !seen[static_cast<std::size_t>(d)],
+                               "16-bit weight blocks whose places are not a block's 256");
+            seen[static_cast<std::size_t>(d)] = true;
+            source[static_cast<std::size_t>(d)] = static_cast<std::int32_t>(c * 16 + f);
+        }
 #pragma omp parallel for schedule(static)
     for (std::int64_t b = 0; b < blocks; ++b) {
         const std::int64_t outer = b / in_blocks * to.block_f + b % in_blocks * to.block_c;
         for (std::int64_t t = 0; t < taps; ++t) {
             const float* from = blocked + (b * taps + t) * 256;
             std::uint16_t* block = out + outer + to.taps[static_cast<std::size_t>(t)];
-            for (std::size_t e = 0; e < 256; ++e) block[place[e]] = to_16(from[e], bfloat);
+            bfloat ? narrow_block_bfloat16(from, source.data(), block)
+                   : narrow_block_float16(from, source.data(), block);
         }
     }
 }

@@ -18,7 +18,6 @@ double Trainer::Impl::forward(DataSource& data, std::int64_t first, bool trainin
     step_first = first;
     step_training = training;
     step_data = &data;
-    weights_version = next_weights_version();
     exchanges.begin_step();
     timeline.begin_step(slots.size());
     if (training) tiles.clear_gradients(-1);  // a loss writes its logits' gradient in forward

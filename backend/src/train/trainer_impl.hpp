@@ -125,9 +125,6 @@ struct Trainer::Impl {
     bool step_training = false;       // and whether it was a training step's
     DataSource* step_data = nullptr;  // and its data, which backward's recomputations read again
     bool recomputing = false;         // a forward run again in backward (recompute=on)
-    // The weights' values in this forward pass and its backward (Window::weights_version): a new number per
-    // pass, as the weights change only between passes (the update, a load).
-    std::uint64_t weights_version = 0;
 
     using Kind = ProfileEvent::Kind;
     using Phase = ProfileEvent::Phase;

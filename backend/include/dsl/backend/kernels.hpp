@@ -23,7 +23,6 @@
 #include <dsl/scheduler/window.hpp>
 
 #include <array>
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -45,12 +44,6 @@ struct Window {
     // Of a convolution's forward: the weights are those of this kernel set's previous call, unchanged since
     // (an overlapped layer's strips after its interior), so a kernel may use again what it made of them.
     bool same_weights = false;
-    // Of a convolution: nonzero where the caller numbers its weights' values. Calls with the same weights (the
-    // same base) and the same number see the same values, and no two sets of weights share a number (the
-    // trainer's: a fresh one from next_weights_version for each forward pass, its weights changing only between
-    // passes), so a kernel may keep what it made of them (a 16-bit copy in its own layout) for the next call.
-    // 0 promises nothing.
-    std::uint64_t weights_version = 0;
     // w and dw (and nothing else) lie in 16 x 16 blocks of filters and channels (backend/src/tensors/
     // weight_blocks.hpp), where the caller keeps them so because these kernels asked (ConvKernels::blocks_weights).
     bool blocked_weights = false;
@@ -60,12 +53,6 @@ struct Window {
         return scheduler::window_extent(out, kernel[d], stride[d], dilation[d]);
     }
 };
-
-// A number for Window::weights_version that no caller has had before (thread-safe, never 0).
-inline std::uint64_t next_weights_version() {
-    static std::atomic<std::uint64_t> last{0};
-    return ++last;
-}
 
 class ConvKernels {
 public:
