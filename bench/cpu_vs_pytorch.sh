@@ -49,7 +49,7 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
 echo "bench/cpu_vs_pytorch.sh: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'); $(nproc) cores;" \
     "load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "  $("$PYTHON" -c 'import torch; print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")');" \
-    "dsl $(git rev-parse --short HEAD 2>/dev/null || echo '(no git)'); $STEPS timed steps after $WARMUP"
+    "dsl $(git rev-parse --short HEAD 2>/dev/null || echo "(no git)") at $DSL; $STEPS timed steps after $WARMUP"
 
 # spatial_rank NET: 3 when its first input is a volume [N, C, D, H, W], else 2.
 spatial_rank() {
