@@ -112,9 +112,14 @@ TEST_CASE("paths: a ReLU kept in 16 bits as the layer it reads is, runs in that 
     Planned p("samples/mesh_tiny.net", "procs = 1\nbatch = 4\ndefault N=1 precision=bfloat16\n");
     const auto paths = p.paths(cpu());
     CHECK(paths[p.index("block2.0.bn")].on(PathKind::relu_fused));
-    Planned leaky("samples/mesh_tiny.net",
+    // Not with the ReLU in another type, nor a leaky one, whose slope multiplies the values unrounded.
+    Planned other("samples/mesh_tiny.net",
                   "procs = 1\nbatch = 4\ndefault N=1 precision=bfloat16\nlayer block2.0.relu precision=float16\n");
-    CHECK_FALSE(leaky.paths(cpu())[leaky.index("block2.0.bn")].on(PathKind::relu_fused));
+    CHECK_FALSE(other.paths(cpu())[other.index("block2.0.bn")].on(PathKind::relu_fused));
+    Planned leaky("samples/cosmoflow_tiny.net", "procs = 1\nbatch = 2\ndefault N=1\n");
+    CHECK(leaky.paths(cpu())[leaky.index("c2.conv")].on(PathKind::relu_fused));
+    Planned leaky16("samples/cosmoflow_tiny.net", "procs = 1\nbatch = 2\ndefault N=1 precision=bfloat16\n");
+    CHECK_FALSE(leaky16.paths(cpu())[leaky16.index("c2.conv")].on(PathKind::relu_fused));
     Planned recomputed("samples/mesh_tiny.net", "procs = 1\nbatch = 4\ndefault N=1 recompute=on\n");
     const auto recomputed_paths = recomputed.paths(cpu());
     const scheduler::Path* fused = path(recomputed_paths, recomputed.index("block2.0.bn"), PathKind::relu_fused);
