@@ -82,7 +82,7 @@ struct Decider {
         return (*p == Precision::bfloat16 ? facts.bfloat16_products : facts.float16_products) ? p : std::nullopt;
     }
 
-    // Why a layer's tile could not be blocked for what it is (its kind's kernels, its precision), or empty.
+    // Why a layer's tile could not be blocked for what it is (its kind's kernels), or empty.
     std::string planar_kernels(std::size_t i) const {
         if (!kinds.of(layer(i).op).runs_blocked()) return "its kernels take planar tiles";
         return "";

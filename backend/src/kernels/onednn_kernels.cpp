@@ -17,7 +17,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <functional>
-#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -333,7 +332,7 @@ void add_slot(Planned& p, const Context& ctx, int arg, bool input, const memory:
 
 // Runs `p` on the caller's buffers, one pointer per slot, in the slots' order. `held`: bit i set where slot i's
 // arena holds its input already, as the last run left it. `made`: where not null, slot i's input in the layout
-// the primitive chose, made already (the kept 16-bit weights), which the primitive reads there.
+// the primitive chose, made already (16-bit weights, narrowed_weights), which the primitive reads there.
 void run(Context& ctx, Planned& p, const std::vector<const void*>& pointers, const float* bias, unsigned held = 0,
          const std::array<const void*, 3>& made = {}) {
     ++ctx.runs;
