@@ -59,6 +59,14 @@ spatial_rank() {
 }
 # median_ms JSONL: the median step of a dsl step log after the first WARMUP, in ms.
 median_ms() { calc "$(sed -n 's/.*"seconds":\([-0-9.e+]*\).*/\1/p' "$1" | tail -n +$((WARMUP + 1)) | median) * 1000"; }
+# pytorch_ms NET BATCH [ARGS...]: PyTorch's median step on the CPU, in ms (ARGS: pytorch_mesh.py's, --autocast).
+pytorch_ms() {
+    local net=$1 batch=$2
+    shift 2
+    "$PYTHON" bench/pytorch_mesh.py "$net" --device cpu --batch "$batch" --steps "$STEPS" --warmup "$WARMUP" "$@" \
+        --json >"$tmp/torch.json" 2>"$tmp/torch.err" || { cat "$tmp/torch.err" >&2; die "PyTorch failed on $net"; }
+    "$PYTHON" -c 'import json, sys; print(json.load(open(sys.argv[1]))["median_ms"])' "$tmp/torch.json"
+}
 # activations NET SCHED: what `dsl explain` counts as activations per process, in bytes.
 activations() {
     "$DSL" explain "$1" "$2" --json 2>"$tmp/explain.err" |
@@ -70,10 +78,7 @@ if $bf16; then
         "bf16/PyT" "bf16/f32" "f32 MiB" "bf16 MiB" ratio "act ratio"
     for net in "${nets[@]}"; do
         for batch in $BATCHES; do
-            "$PYTHON" bench/pytorch_mesh.py "$net" --device cpu --batch "$batch" --steps "$STEPS" --warmup "$WARMUP" \
-                --autocast bfloat16 --json >"$tmp/torch.json" 2>"$tmp/torch.err" ||
-                { cat "$tmp/torch.err" >&2; die "PyTorch failed on $net"; }
-            torch_ms=$("$PYTHON" -c 'import json, sys; print(json.load(open(sys.argv[1]))["median_ms"])' "$tmp/torch.json")
+            torch_ms=$(pytorch_ms "$net" "$batch" --autocast bfloat16)
             printf 'procs = 1\nbatch = %s\ndefault N=1\n' "$batch" >"$tmp/f32.sched"
             printf 'procs = 1\nbatch = %s\ndefault N=1 precision=bfloat16\n' "$batch" >"$tmp/bf16.sched"
             for p in f32 bf16; do
@@ -96,12 +101,9 @@ printf '\n  %-30s %5s %12s %10s %8s %14s %16s %8s\n' network batch "PyTorch ms" 
 for net in "${nets[@]}"; do
     if (($(spatial_rank "$net") == 3)); then procs=8 split="D=2 H=2 W=2"; else procs=4 split="H=2 W=2"; fi
     for batch in $BATCHES; do
-        "$PYTHON" bench/pytorch_mesh.py "$net" --device cpu --batch "$batch" --steps "$STEPS" --warmup "$WARMUP" \
-            --json >"$tmp/torch.json" 2>"$tmp/torch.err" || { cat "$tmp/torch.err" >&2; die "PyTorch failed on $net"; }
-        torch_ms=$("$PYTHON" -c 'import json, sys; print(json.load(open(sys.argv[1]))["median_ms"])' "$tmp/torch.json")
+        torch_ms=$(pytorch_ms "$net" "$batch")
         "$DSL" run "$net" --batch "$batch" --steps $((WARMUP + STEPS)) --log "$tmp/one.jsonl" >"$tmp/one.out"
-        dsl_ms=$(calc "$(sed -n 's/.*"seconds":\([-0-9.e+]*\).*/\1/p' "$tmp/one.jsonl" | tail -n +$((WARMUP + 1)) |
-            median) * 1000")
+        dsl_ms=$(median_ms "$tmp/one.jsonl")
         printf 'procs = %s\nbatch = %s\ndefault %s overlap=on\n' "$procs" "$batch" "$split" >"$tmp/split.sched"
         "$DSL" run "$net" "$tmp/split.sched" --steps 2 >"$tmp/split.out"
         one_mib=$(peak "$tmp/one.out") split_mib=$(peak "$tmp/split.out")

@@ -60,6 +60,15 @@ const scheduler::Path* path(const std::vector<scheduler::LayerPaths>& paths, std
     return paths[layer].find(kind);
 }
 
+// Layer `layer`'s path `kind` is there, off, for `why`.
+void check_off(const std::vector<scheduler::LayerPaths>& paths, std::size_t layer, PathKind kind,
+               const std::string& why) {
+    const scheduler::Path* p = path(paths, layer, kind);
+    REQUIRE(p);
+    CHECK_FALSE(p->on);
+    CHECK(p->why == why);
+}
+
 }  // namespace
 
 TEST_CASE("paths: blocked tiles and fused ReLUs where the kernels and the tiles allow, and why not elsewhere",
@@ -74,10 +83,7 @@ TEST_CASE("paths: blocked tiles and fused ReLUs where the kernels and the tiles 
     }
     CHECK(paths[p.index("block2.1.bn")].on(PathKind::relu_fused));
     // The prediction's 2 channels are not a block of 16.
-    const scheduler::Path* pred = path(paths, p.index("pred"), PathKind::blocked);
-    REQUIRE(pred);
-    CHECK_FALSE(pred->on);
-    CHECK(pred->why == "its 2 channels are not whole blocks of 16");
+    check_off(paths, p.index("pred"), PathKind::blocked, "its 2 channels are not whole blocks of 16");
     // One process: nothing is shared, nor summed.
     CHECK_FALSE(path(paths, p.index("block1.0.conv"), PathKind::shared_weights));
 
@@ -88,10 +94,7 @@ TEST_CASE("paths: blocked tiles and fused ReLUs where the kernels and the tiles 
     for (const auto& [facts, why] : {std::pair{evaluation, "evaluation and prediction keep planar tiles"},
                                      std::pair{reference, "the kernels take planar tiles"}}) {
         const auto planar = p.paths(facts);
-        const scheduler::Path* conv = path(planar, p.index("block1.0.conv"), PathKind::blocked);
-        REQUIRE(conv);
-        CHECK_FALSE(conv->on);
-        CHECK(conv->why == why);
+        check_off(planar, p.index("block1.0.conv"), PathKind::blocked, why);
     }
 }
 
@@ -101,10 +104,8 @@ TEST_CASE("paths: a 16-bit layer's tile is blocked, and its ReLU runs apart", "[
     // Kept in 16 bits between forward and backward, in blocks of 16 channels as float32 tiles are.
     for (const char* layer : {"block2.0.conv", "block2.0.bn", "block2.0.relu"})
         CHECK(paths[p.index(layer)].on(PathKind::blocked));
-    const scheduler::Path* fused = path(paths, p.index("block2.0.bn"), PathKind::relu_fused);
-    REQUIRE(fused);
-    CHECK_FALSE(fused->on);
-    CHECK(fused->why == "it is kept in 16 bits, and the ReLU is not, or in another type, or leaky");
+    check_off(paths, p.index("block2.0.bn"), PathKind::relu_fused,
+              "it is kept in 16 bits, and the ReLU is not, or in another type, or leaky");
 }
 
 TEST_CASE("paths: a ReLU kept in 16 bits as the layer it reads is, runs in that layer's forward", "[paths]") {
@@ -122,10 +123,7 @@ TEST_CASE("paths: a ReLU kept in 16 bits as the layer it reads is, runs in that 
     CHECK_FALSE(leaky16.paths(cpu())[leaky16.index("c2.conv")].on(PathKind::relu_fused));
     Planned recomputed("samples/mesh_tiny.net", "procs = 1\nbatch = 4\ndefault N=1 recompute=on\n");
     const auto recomputed_paths = recomputed.paths(cpu());
-    const scheduler::Path* fused = path(recomputed_paths, recomputed.index("block2.0.bn"), PathKind::relu_fused);
-    REQUIRE(fused);
-    CHECK_FALSE(fused->on);
-    CHECK(fused->why == "it or the ReLU is recomputed");
+    check_off(recomputed_paths, recomputed.index("block2.0.bn"), PathKind::relu_fused, "it or the ReLU is recomputed");
 }
 
 TEST_CASE("paths: a convolution that multiplies in 16 bits reads and writes blocked tiles", "[paths]") {
@@ -156,18 +154,13 @@ TEST_CASE("paths: filter-block weight gradients where the processes share the we
          {std::pair{scaled, "loss scaling reads every process's whole gradient"},
           std::pair{apart, "its weights are not shared on the node"}}) {
         const auto paths = p.paths(facts);
-        const scheduler::Path* b = path(paths, p.index("b"), PathKind::filter_blocks);
-        REQUIRE(b);
-        CHECK_FALSE(b->on);
-        CHECK(b->why == why);
+        check_off(paths, p.index("b"), PathKind::filter_blocks, why);
     }
     // Samples split: the processes hold different samples.
     Planned samples("tests/dist/filters.net", "procs = 2\nbatch = 2\ndefault N=2\n");
     const auto split_samples = samples.paths(cpu());
-    const scheduler::Path* b = path(split_samples, samples.index("b"), PathKind::filter_blocks);
-    REQUIRE(b);
-    CHECK_FALSE(b->on);
-    CHECK(b->why == "the processes split more than each sample's space");
+    check_off(split_samples, samples.index("b"), PathKind::filter_blocks,
+              "the processes split more than each sample's space");
 }
 
 TEST_CASE("paths: every process decides alike", "[paths]") {

@@ -387,8 +387,7 @@ struct Stream {
     std::string spec;
     std::unique_ptr<Array> array;
     FileGuard guard;
-    std::vector<Transform> transforms;  // in order, before the normalization; empty: none
-    TransformTable transformed;         // their results for each value of a small integer type
+    InputTransforms transforms;         // in order, before the normalization; empty: none
     std::string transforms_text;        // as the command line gave them
     std::vector<float> mean, stddev;    // per channel; empty: as they are
     Index whole;                        // a sample's spatial extents (an input's after its channels)
@@ -426,9 +425,7 @@ public:
             read(s, first + n, i, at, v);
             if (!s.transforms.empty())
                 for_each_row(v, [&](std::int64_t, std::int64_t c, const Index&, float* row) {
-                    const BadValue bad = s.transformed.empty()
-                                             ? apply_transforms(s.transforms, row, row_length(v.dims))
-                                             : s.transformed.apply(s.transforms, row, row_length(v.dims));
+                    const BadValue bad = s.transforms.apply(row, row_length(v.dims));
                     if (bad.at < 0) return;
                     throw UserError(fmt::format(
                         "{}: sample {}, channel {}: --transform {}={} turns {} into {}; give transforms that keep "
@@ -797,8 +794,7 @@ std::unique_ptr<DataSource> make_data_source(const frontend::Network& net, std::
                 error = fmt::format("--transform {}={}: {}", layer.name, t->second, error);
                 return nullptr;
             }
-            s.transforms = *parsed;
-            s.transformed = TransformTable(s.transforms, s.array->type_name());
+            s.transforms = InputTransforms(std::move(*parsed), s.array->type_name());
             s.transforms_text = t->second;
         }
         if (input && !files.normalize.empty() &&

@@ -109,16 +109,17 @@ float transformed(const std::vector<Transform>& fs, float v) {
 
 }  // namespace
 
-TransformTable::TransformTable(const std::vector<Transform>& fs, const std::string& type_name) {
+InputTransforms::InputTransforms(std::vector<Transform> fs, const std::string& type_name) : fs_(std::move(fs)) {
     const auto range = small_integers(type_name);
-    if (!range || fs.empty()) return;
+    if (!range || fs_.empty()) return;
     least_ = range->first;
     results_.resize(static_cast<std::size_t>(range->second - range->first + 1));
     for (std::size_t i = 0; i < results_.size(); ++i)
-        results_[i] = transformed(fs, static_cast<float>(least_ + static_cast<std::int64_t>(i)));
+        results_[i] = transformed(fs_, static_cast<float>(least_ + static_cast<std::int64_t>(i)));
 }
 
-BadValue TransformTable::apply(const std::vector<Transform>& fs, float* row, std::int64_t n) const {
+BadValue InputTransforms::apply(float* row, std::int64_t n) const {
+    if (results_.empty()) return apply_transforms(fs_, row, n);
     const auto size = static_cast<std::uint32_t>(results_.size());
     const float* results = results_.data();
     // In chunks: each looked up without a branch, then, where one was outside the table (never a value of the
@@ -143,7 +144,7 @@ BadValue TransformTable::apply(const std::vector<Transform>& fs, float* row, std
             const std::int64_t at = static_cast<std::int64_t>(v) - least_;
             const float r = at >= 0 && at < static_cast<std::int64_t>(size) && static_cast<float>(at + least_) == v
                                 ? results[at]
-                                : transformed(fs, v);
+                                : transformed(fs_, v);
             if (!std::isfinite(r)) return {i0 + j, v, r};
             out[j] = r;
         }

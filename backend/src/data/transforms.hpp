@@ -31,21 +31,23 @@ struct BadValue {
 };
 BadValue apply_transforms(const std::vector<Transform>& fs, float* row, std::int64_t n);
 
-// The transforms' results for every value of a stored integer type of at most 16 bits (int8, uint8, int16,
-// uint16: the .npy and HDF5 names of `type_name`), computed once, so that a read looks each value up instead
-// of computing it again (log1p costs some 15 ns a value; the lookup a few): the same floats, the same
-// BadValue. Empty for any other type, whose values are computed as they are read.
-class TransformTable {
+// An input's transforms as its reads apply them: for a stored integer type of at most 16 bits (int8, uint8,
+// int16, uint16: the .npy and HDF5 names of `type_name`) by a table of their results for every value of the
+// type, made once, so that a read looks each value up instead of computing it again (log1p costs some 15 ns a
+// value; the lookup a few); for any other type value by value (apply_transforms). The same floats and the same
+// BadValue either way.
+class InputTransforms {
 public:
-    TransformTable() = default;
-    TransformTable(const std::vector<Transform>& fs, const std::string& type_name);
-    bool empty() const { return results_.empty(); }
-    // apply_transforms(fs, row, n), by lookup: each value a whole number of the stored type.
-    BadValue apply(const std::vector<Transform>& fs, float* row, std::int64_t n) const;
+    InputTransforms() = default;
+    InputTransforms(std::vector<Transform> fs, const std::string& type_name);
+    bool empty() const { return fs_.empty(); }
+    // apply_transforms(fs, row, n).
+    BadValue apply(float* row, std::int64_t n) const;
 
 private:
+    std::vector<Transform> fs_;
     std::int64_t least_ = 0;
-    std::vector<float> results_;  // of least_, least_ + 1, ...
+    std::vector<float> results_;  // of least_, least_ + 1, ...; empty: computed as read
 };
 
 }  // namespace dsl::backend

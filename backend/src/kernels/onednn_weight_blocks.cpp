@@ -23,7 +23,9 @@ std::optional<WeightBlocks16> weight_blocks16(const dnnl::memory::desc& d) {
     out.block_f = b.strides[0];
     out.block_c = b.strides[1];
     // Within a block, the inner blocks outermost first: element (f, c)'s index in each, from the inner
-    // blocks of its dimension that follow it.
+    // blocks of its dimension that follow it. The inner blocks cover 16 x 16 (checked above), so a block's
+    // places are 256 in a row, each of one element.
+    std::array<bool, 256> taken{};
     for (std::int64_t f = 0; f < 16; ++f)
         for (std::int64_t c = 0; c < 16; ++c) {
             std::int64_t at = 0;
@@ -34,12 +36,13 @@ std::optional<WeightBlocks16> weight_blocks16(const dnnl::memory::desc& d) {
                     if (b.inner_idxs[j] == dim) below *= b.inner_blks[j];
                 at = at * b.inner_blks[i] + (dim == 0 ? f : c) / below % b.inner_blks[i];
             }
-            out.inner[static_cast<std::size_t>(f * 16 + c)] = at;
+            const auto place = static_cast<std::size_t>(at);
+            if (place >= taken.size() || taken[place]) return std::nullopt;
+            taken[place] = true;
+            out.source[place] = static_cast<std::int32_t>(c * 16 + f);
         }
-    // The inner blocks cover 16 x 16 (checked above), so a block's places are 256 in a row.
-    const std::int64_t inner_size = 256;
     for (int k = 0; k < m.ndims; ++k)
-        if (b.strides[k] % inner_size != 0) return std::nullopt;
+        if (b.strides[k] % 256 != 0) return std::nullopt;
     // The taps in the plain order, the last spatial dimension fastest.
     out.taps.assign(1, 0);
     for (int k = 2; k < m.ndims; ++k) {

@@ -63,26 +63,14 @@ void narrow_weight_blocks(const Dims& w, const float* blocked, const WeightBlock
     DSL_INTERNAL_CHECK(has_weight_blocks(w), "weight blocks: F and C must be multiples of 16");
     const std::int64_t taps = w.points(), in_blocks = w.c / 16, blocks = w.n / 16 * in_blocks;
     DSL_INTERNAL_CHECK(static_cast<std::int64_t>(to.taps.size()) == taps, "16-bit weight blocks of other taps");
-    // For each place of a block in `to`, the element of the source's block (channel-major, the filters
-    // innermost) that goes there: a block's places are 256 in a row.
-    std::array<std::int32_t, 256> source{};
-    std::array<bool, 256> seen{};
-    for (std::int64_t f = 0; f < 16; ++f)
-        for (std::int64_t c = 0; c < 16; ++c) {
-            const std::int64_t d = to.inner[static_cast<std::size_t>(f * 16 + c)];
-            DSL_INTERNAL_CHECK(d >= 0 && d < 256 && !seen[static_cast<std::size_t>(d)],
-                               "16-bit weight blocks whose places are not a block's 256");
-            seen[static_cast<std::size_t>(d)] = true;
-            source[static_cast<std::size_t>(d)] = static_cast<std::int32_t>(c * 16 + f);
-        }
 #pragma omp parallel for schedule(static)
     for (std::int64_t b = 0; b < blocks; ++b) {
         const std::int64_t outer = b / in_blocks * to.block_f + b % in_blocks * to.block_c;
         for (std::int64_t t = 0; t < taps; ++t) {
             const float* from = blocked + (b * taps + t) * 256;
             std::uint16_t* block = out + outer + to.taps[static_cast<std::size_t>(t)];
-            bfloat ? narrow_block_bfloat16(from, source.data(), block)
-                   : narrow_block_float16(from, source.data(), block);
+            bfloat ? narrow_block_bfloat16(from, to.source.data(), block)
+                   : narrow_block_float16(from, to.source.data(), block);
         }
     }
 }

@@ -23,12 +23,13 @@ void block_weights(const Dims& w, const float* plain, float* blocked);
 void unblock_weights(const Dims& w, const float* blocked, float* plain);
 
 // A layout of 16-bit weights {F, C, kernel} in 16 x 16 blocks of filters and channels, in any order within a
-// block and between blocks (the layouts oneDNN's bfloat16 kernels read, ABcd8b16a2b and the like): element
-// (f, c, tap) at f / 16 * block_f + c / 16 * block_c + taps[tap] + inner[f % 16 * 16 + c % 16].
+// block and between blocks (the layouts oneDNN's bfloat16 kernels read, ABcd8b16a2b and the like): the block of
+// filters f / 16, channels c / 16 and tap t at f / 16 * block_f + c / 16 * block_c + taps[t], its 256 places
+// in a row, place d holding element source[d] of float32's block (block_weights': c % 16 * 16 + f % 16).
 struct WeightBlocks16 {
     std::int64_t block_f = 0, block_c = 0;
     std::vector<std::int64_t> taps;
-    std::array<std::int64_t, 256> inner{};
+    std::array<std::int32_t, 256> source{};
 };
 
 // Blocked float32 weights (block_weights') rounded to bfloat16 (`bfloat`) or float16 into layout `to`, a
