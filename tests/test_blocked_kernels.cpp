@@ -1,6 +1,6 @@
 // The CPU kernel set over blocked views (channels in blocks of 16: view.hpp, blocked_kernels.hpp) against the
-// same kernels over planar ones: batch norm, the leaky ReLU, add, copy and accumulate bit for bit (the
-// statistics' sums within double rounding), on tiles with margins and without, of images and volumes; and
+// same kernels over planar ones: batch norm, the leaky ReLU, add, copy, accumulate and pooling bit for bit
+// (the statistics' sums within double rounding), on tiles with margins and without, of images and volumes; and
 // oneDNN's convolutions of blocked tiles without margins, which pad them themselves (Window::zeros_outside),
 // against the planar tiles whose margins hold the padding.
 #include "../backend/src/kernels/halide_kernels.hpp"
@@ -263,4 +263,84 @@ TEST_CASE("blocked: oneDNN's convolutions of blocked tiles without margins equal
     }
     CHECK(error <= 1e-5 * scale);
     for (std::size_t f = 0; f < bias.size(); ++f) CHECK(dbb[f] == Approx(dbp[f]).epsilon(1e-5));
+}
+
+TEST_CASE("blocked: pooling of blocked tiles, padded by the kernel or by margins, equals planar pooling bit for bit",
+          "[blocked]") {
+    struct Case {
+        Dims x;
+        std::int64_t kernel, stride, pad;
+    };
+    // ResNet's max pooling, windows that tile, CosmoFlow's, windows with gaps between them (stride > kernel),
+    // and a last window short of the end.
+    const Case k =
+        GENERATE(Case{{2, 16, {9, 7}}, 3, 2, 1}, Case{{1, 32, {8, 10}}, 2, 2, 0}, Case{{1, 16, {5, 6, 7}}, 3, 2, 1},
+                 Case{{2, 16, {4, 6, 5}}, 2, 2, 0}, Case{{1, 16, {7, 9}}, 2, 3, 0});
+    const PoolKind kind = GENERATE(PoolKind::max, PoolKind::average);
+    const bool margins = GENERATE(false, true);
+    const int rank = k.x.rank();
+    INFO("x " << k.x.n << "x" << k.x.c << " rank " << rank << ", kernel " << k.kernel << " stride " << k.stride
+              << " pad " << k.pad << (kind == PoolKind::max ? ", max" : ", average")
+              << (margins ? ", blocked tiles with margins" : ", blocked tiles without margins"));
+    Dims yd{k.x.n, k.x.c, k.x.space};
+    Window planar{Index::filled(rank, k.kernel), Index::filled(rank, k.stride), Index::filled(rank, 1),
+                  Margins::filled(rank, {})};
+    for (int d = 0; d < rank; ++d) {
+        yd.space[d] = (k.x.space[d] + 2 * k.pad - k.kernel) / k.stride + 1;
+        const std::int64_t after = (yd.space[d] - 1) * k.stride + k.kernel - k.pad - k.x.space[d];
+        planar.zeros[d] = {k.pad, std::max<std::int64_t>(after, 0)};
+    }
+    const Margins halo = planar.zeros;
+    // Where the margins are left out, the kernel pads; else the margins hold the padding, as planar ones do.
+    Window blocked = planar;
+    blocked.zeros_outside = !margins;
+    const float padding = kind == PoolKind::max ? -std::numeric_limits<float>::infinity() : 0.0f;
+
+    std::mt19937 rng(29);
+    Pair x = random_pair(k.x, halo, rng);
+    // Values on a grid of halves, so that windows hold ties (max sends dy to the first of them).
+    for (Tensor* t : {&x.planar, &x.blocked}) {
+        const View v = t->interior();
+        for_each_element(v.dims, [&](std::int64_t n, std::int64_t c, const Index& i) {
+            v.at(n, c, i) = std::round(v.at(n, c, i) * 2.0f) / 2.0f;
+        });
+    }
+    x.planar.fill_margins(padding);
+    if (margins) {
+        x.blocked.fill_margins(padding);
+    } else {
+        Tensor t(k.x, {}, host_memory(), blocked_lanes);
+        const View to = t.interior();
+        const ConstView from = x.blocked.interior();
+        for_each_element(to.dims,
+                         [&](std::int64_t n, std::int64_t c, const Index& i) { to.at(n, c, i) = from.at(n, c, i); });
+        x.blocked = std::move(t);
+    }
+    const Pair dy = random_pair(yd, {}, rng);
+
+    // What the windows read of x: the planar tile's padded view (less any places past the end that no window
+    // reads), the blocked one's too where it has margins, else its interior.
+    const Index origin = Index::filled(rank, 0);
+    Dims read = k.x, inside = k.x;
+    for (int d = 0; d < rank; ++d) {
+        read.space[d] = planar.input_extent(d, yd.space[d]);
+        inside.space[d] = read.space[d] - planar.zeros[d].before - planar.zeros[d].after;
+    }
+    const auto window_of = [&](Tensor& t, bool blocked_tile) {
+        return blocked_tile && !margins ? t.interior().sub(0, 0, origin, inside) : t.padded().sub(0, 0, origin, read);
+    };
+    PoolKernels& pool = halide_pool();
+    Pair y = random_pair(yd, {}, rng, true);
+    pool.forward(kind, window_of(x.planar, false), y.planar.interior(), planar);
+    pool.forward(kind, window_of(x.blocked, true), y.blocked.interior(), blocked);
+    CHECK(same_values(y));
+    CHECK(margins_kept(y.blocked));
+
+    // dx over what the windows read, as x; what no window reads keeps the sentinel in both.
+    Pair dx{Tensor(k.x, halo, host_memory()), Tensor(k.x, margins ? halo : Margins{}, host_memory(), blocked_lanes)};
+    dx.planar.fill(sentinel);
+    dx.blocked.fill(sentinel);
+    pool.backward(kind, window_of(x.planar, false), dy.planar.interior(), window_of(dx.planar, false), planar);
+    pool.backward(kind, window_of(x.blocked, true), dy.blocked.interior(), window_of(dx.blocked, true), blocked);
+    CHECK(same_values(dx));
 }

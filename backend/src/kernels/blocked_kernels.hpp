@@ -1,4 +1,4 @@
-// The CPU kernels of batch norm, the (leaky) ReLU, add and copy over views whose channels lie in blocks
+// The CPU kernels of batch norm, the (leaky) ReLU, add, copy and pooling over views whose channels lie in blocks
 // (view.hpp: lanes, oneDNN's nChw16c), in which the trainer keeps the tensors between oneDNN's convolutions
 // so that these need no reorder (trainer: blocked tiles). Each takes views of one layout, all blocked, and
 // computes what the planar kernels (Halide's) compute, element by element in the same arithmetic: the
@@ -6,6 +6,7 @@
 // here; nothing else takes one.
 #pragma once
 
+#include <dsl/backend/kernels.hpp>
 #include <dsl/backend/view.hpp>
 
 #include <optional>
@@ -30,5 +31,11 @@ void leaky_relu_backward(ConstView x, ConstView dy, float slope, View dx);
 void add(const std::vector<ConstView>& xs, std::optional<float> relu, View y);
 void copy(ConstView x, View y);
 void accumulate(ConstView x, View y);  // y += x
+
+// Max and average pooling (blocked_pool.cpp), as PoolKernels' (kernels.hpp). Where the window's zeros lie
+// outside x's view (Window::zeros_outside, a tile without margins at the tensor's border), they pad in their
+// place with the pooling's padding; dx is x's view, and the places outside it get no gradient.
+void pool_forward(PoolKind kind, ConstView x, View y, const Window& window);
+void pool_backward(PoolKind kind, ConstView x, ConstView dy, View dx, const Window& window);
 
 }  // namespace dsl::backend::blocked

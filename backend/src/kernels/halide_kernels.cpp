@@ -313,6 +313,7 @@ private:
 class HalidePool final : public PoolKernels {
 public:
     void forward(PoolKind kind, ConstView x, View y, const Window& window) override {
+        if (y.blocked()) return blocked::pool_forward(kind, x, y, window);
         check(x.dims, y.dims, window);
         if (empty(y.dims)) return;
         if (x.dims.rank() == 3) return forward_volume(kind, x, y, window);
@@ -325,6 +326,7 @@ public:
     }
 
     void backward(PoolKind kind, ConstView x, ConstView dy, View dx, const Window& window) override {
+        if (dx.blocked()) return blocked::pool_backward(kind, x, dy, dx, window);
         check(x.dims, dy.dims, window);
         check_same_dims(x.dims, dx.dims, "pool backward");
         if (empty(dx.dims)) return;
@@ -368,6 +370,7 @@ public:
 
 private:
     static void check(const Dims& x, const Dims& y, const Window& window) {
+        DSL_INTERNAL_CHECK(!window.zeros_outside, "pool: planar views given a window whose padding lies outside them");
         for (int d = 0; d < window.dilation.rank(); ++d)
             DSL_INTERNAL_CHECK(window.dilation[d] == 1, "pool: dilation is not supported");
         check_pool(x, y, window);

@@ -35,7 +35,7 @@ public:
         const Box read = scheduler::window_input(*s.layer, out, in.box.c);
         const View y = view_of(own.y, own, out);
         t.tiles.set_padding(in, 0.0f);
-        const Impl::ConvInput c = t.conv_input(s, in, read);
+        const Impl::WindowRead c = t.window_read(s, in, read);
         const ConstView x = view_of(in.y, in, c.box);
         Window w = c.window;
         w.same_weights = again;
@@ -49,7 +49,7 @@ public:
     void backward(Impl& t, Slot& s, int index, bool speaks) const override {
         ConvKernels& conv = t.conv_of(index);
         Impl::Tile& in = *s.operands[0];
-        const Impl::ConvInput c = t.conv_input(s, in, t.plan_of(index).read);
+        const Impl::WindowRead c = t.window_read(s, in, t.plan_of(index).read);
         const Window& w = c.window;
         if (!t.is_input(&in))
             t.tiles.input_gradient(in, c.box,

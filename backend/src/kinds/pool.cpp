@@ -30,11 +30,10 @@ public:
         const Layer& l = *s.layer;
         Impl::Tile& in = *s.operands[0];
         Impl::Tile& own = s.own();
-        const Box read = scheduler::window_input(l, out, in.box.c);
         const View y = view_of(own.y, own, out);
-        const ConstView x = view_of(in.y, in, read);
         t.tiles.set_padding(in, padding());
-        t.k.pool->forward(kind_, x, y, window_of(l));
+        const Impl::WindowRead r = t.window_read(s, in, scheduler::window_input(l, out, in.box.c));
+        t.k.pool->forward(kind_, view_of(in.y, in, r.box), y, r.window);
     }
 
     float padding() const override { return kind_ == PoolKind::max ? -std::numeric_limits<float>::infinity() : 0.0f; }
@@ -44,10 +43,14 @@ public:
         const Layer& l = *s.layer;
         Impl::Tile& in = *s.operands[0];
         if (t.is_input(&in)) return;
-        const ConstView x = t.windowed_input(l, index, t.plan_of(index).read);
-        t.tiles.input_gradient(in, t.plan_of(index).read,
-                               [&](View dx) { t.k.pool->backward(kind_, x, s.own().dy.interior(), dx, window_of(l)); });
+        const Impl::WindowRead r = t.window_read(s, in, t.plan_of(index).read);
+        const ConstView x = t.windowed_input(l, index, r.box);
+        t.tiles.input_gradient(in, r.box,
+                               [&](View dx) { t.k.pool->backward(kind_, x, s.own().dy.interior(), dx, r.window); });
     }
+
+    // Its kernels take blocked tiles too (blocked_pool.cpp), and pad them at the tensor's border.
+    bool runs_blocked() const override { return true; }
 
     // A read of the window per output; backward reads the input and the output's gradient and writes the
     // input's.

@@ -7,7 +7,7 @@
 namespace dsl::backend {
 
 // `read` of a windowed layer's input tile (for its whole own tile, the plan's `read`; a convolution's of a
-// blocked tile, conv_input's box), its padding set.
+// blocked tile, window_read's box), its padding set.
 ConstView Trainer::Impl::windowed_input(const Layer& l, int index, const Box& read) {
     Tile& in = *slots[static_cast<std::size_t>(index)].operands[0];
     tiles.set_padding(in, rules_of(l.op).padding());

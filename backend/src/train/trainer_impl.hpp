@@ -137,15 +137,15 @@ struct Trainer::Impl {
     // Whether a windowed layer overlaps its input's halo exchange with the interior's compute, as the plan says.
     bool overlaps(int index) const { return plan_of(index).overlapped; }
 
-    // What a convolution reads of its input tile for `read`: the box of the tile and the window. A blocked
-    // tile (layouts.cpp) has margins only where halos lie: at the tensor's border the box leaves out the
-    // padding, which the window says lies outside it.
-    struct ConvInput {
+    // What a convolution or a pooling reads of its input tile for `read`: the box of the tile and the window. A
+    // blocked tile (layouts.cpp) has margins only where halos lie: at the tensor's border the box leaves out
+    // the padding, which the window says lies outside it.
+    struct WindowRead {
         Box box;
         Window window;
     };
-    ConvInput conv_input(const Slot& s, const Tile& in, const Box& read) const {
-        ConvInput c{read, conv_window(s, in, read)};
+    WindowRead window_read(const Slot& s, const Tile& in, const Box& read) const {
+        WindowRead c{read, conv_window(s, in, read)};
         if (in.lanes == 1) return c;
         for (int d = 0; d < read.space.rank(); ++d) {
             Range& r = c.box.space[d];

@@ -32,13 +32,13 @@ namespace dsl::backend {
 // Kernel size, stride and dilation of a convolution or pooling, per spatial dimension.
 struct Window {
     Index kernel{1, 1}, stride{1, 1}, dilation{1, 1};
-    // Of a convolution: how many of x's places at each end of each spatial dimension are padding outside the
-    // tensor, which the margins hold as zeros. A kernel may leave them out and pad in their place (oneDNN's
-    // direct kernels run a 7x7 image a third faster than the 9x9 view with its margins); it still writes
-    // them in dx. Rank 0: none known (a tile whose margins are halos, or periodic padding).
+    // Of a convolution (or a pooling): how many of x's places at each end of each spatial dimension are padding
+    // outside the tensor, which the margins hold as zeros (a pooling's: its padding). A kernel may leave them out and
+    // pad in their place (oneDNN's direct kernels run a 7x7 image a third faster than the 9x9 view with its margins);
+    // it still writes them in dx. Rank 0: none known (a tile whose margins are halos, or periodic padding).
     Margins zeros;
-    // Of a convolution: x's view (dx's) leaves the `zeros` out, as they lie beyond its tile (one without
-    // margins: the trainer's blocked tiles), and the kernel pads in their place. Only kernels that take blocked
+    // Of a convolution or a pooling: x's view (dx's) leaves the `zeros` out, as they lie beyond its tile (one
+    // without margins: the trainer's blocked tiles), and the kernel pads in their place. Only kernels that take blocked
     // views (Kernels::blocked) take such a window.
     bool zeros_outside = false;
     // Of a convolution's forward: the weights are those of this kernel set's previous call, unchanged since
@@ -219,6 +219,7 @@ public:
     // be -infinity for max pooling and zero for average (which divides by the taps, as PyTorch's default
     // count_include_pad does).
     virtual void forward(PoolKind kind, ConstView x, View y, const Window& window) = 0;
+    // Of blocked views, the window may leave the padding outside x (Window::zeros_outside).
     // dx (x's dims, overwritten): max routes each dy to the first maximum of its window (in the order of the
     // taps, the last dimension fastest); average spreads dy / taps over the window.
     virtual void backward(PoolKind kind, ConstView x, ConstView dy, View dx, const Window& window) = 0;
