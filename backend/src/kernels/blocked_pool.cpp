@@ -87,8 +87,9 @@ inline bool inside(const Geometry& g, int d, std::int64_t p, std::int64_t& q) {
 }
 
 // A row of outputs (o0, o1, every o2) of one sample's block of channels: x and y at that block's first place.
-DSL_AVX512_CLONE void forward_row(bool average, const Geometry& g, const float* __restrict x, const Strides& xs,
-                                  float* __restrict y, std::int64_t y_step, std::int64_t o0, std::int64_t o1) {
+template <bool average>
+DSL_AVX512_CLONE void forward_row(const Geometry& g, const float* __restrict x, const Strides& xs, float* __restrict y,
+                                  std::int64_t y_step, std::int64_t o0, std::int64_t o1) {
     const double taps = static_cast<double>(g.taps);
     constexpr float none = -std::numeric_limits<float>::infinity();
     for (std::int64_t o2 = 0; o2 < g.out[2]; ++o2, y += y_step) {
@@ -107,7 +108,7 @@ DSL_AVX512_CLONE void forward_row(bool average, const Geometry& g, const float* 
                 for (std::int64_t b = 0; b < g.kernel[2]; ++b) {
                     if (!inside(g, 2, o2 * g.stride[2] + b, q2)) continue;
                     const float* v = x + q0 * xs.at[0] + q1 * xs.at[1] + q2 * xs.at[2];
-                    if (average) {
+                    if constexpr (average) {
 #pragma omp simd
                         for (std::int64_t l = 0; l < L; ++l) sum[l] += static_cast<double>(v[l]);
                     } else {
@@ -117,7 +118,7 @@ DSL_AVX512_CLONE void forward_row(bool average, const Geometry& g, const float* 
                 }
             }
         }
-        if (average) {
+        if constexpr (average) {
 #pragma omp simd
             for (std::int64_t l = 0; l < L; ++l) y[l] = static_cast<float>(sum[l] / taps);
         } else {
@@ -187,7 +188,8 @@ struct Windows {
 // A row of input places (q0, q1, every q2 of the view) of one sample's block: the sum over its windows of what
 // each sends, `sent` (average: dy / taps in double, per window and lane) or dy where the window's first
 // maximum (`at`) is this place.
-DSL_AVX512_CLONE void backward_row(bool average, const Geometry& g, const Windows& w, const double* __restrict sent,
+template <bool average>
+DSL_AVX512_CLONE void backward_row(const Geometry& g, const Windows& w, const double* __restrict sent,
                                    const std::int32_t* __restrict at, const float* __restrict dy, const Strides& dys,
                                    float* __restrict dx, std::int64_t dx_step, std::int64_t q0, std::int64_t q1) {
     const std::int64_t p0 = q0 + g.before[0], p1 = q1 + g.before[1];
@@ -202,7 +204,7 @@ DSL_AVX512_CLONE void backward_row(bool average, const Geometry& g, const Window
             for (std::int64_t o1 = first1; o1 <= last1; ++o1)
                 for (std::int64_t o2 = first2[q2]; o2 <= last2[q2]; ++o2) {
                     const std::int64_t window = (o0 * g.out[1] + o1) * g.out[2] + o2;
-                    if (average) {
+                    if constexpr (average) {
                         const double* v = sent + window * L;
 #pragma omp simd
                         for (std::int64_t l = 0; l < L; ++l) sum[l] += v[l];
@@ -212,9 +214,12 @@ DSL_AVX512_CLONE void backward_row(bool average, const Geometry& g, const Window
                             (p2 - o2 * g.stride[2]));
                         const std::int32_t* where = at + window * L;
                         const float* v = dy + o0 * dys.at[0] + o1 * dys.at[1] + o2 * dys.at[2];
+                        // Chosen in floats, then widened: the same values, and loops of one width each.
+                        float taken[L];
 #pragma omp simd
-                        for (std::int64_t l = 0; l < L; ++l)
-                            sum[l] += where[l] == tap ? static_cast<double>(v[l]) : 0.0;
+                        for (std::int64_t l = 0; l < L; ++l) taken[l] = where[l] == tap ? v[l] : 0.0f;
+#pragma omp simd
+                        for (std::int64_t l = 0; l < L; ++l) sum[l] += static_cast<double>(taken[l]);
                     }
                 }
 #pragma omp simd
@@ -253,8 +258,10 @@ void pool_forward(PoolKind kind, ConstView x, View y, const Window& window) {
     const Strides xs = strides_of(x), ys = strides_of(y);
     const bool average = kind == PoolKind::average;
     each_row(g, g.out, [&](std::int64_t n, std::int64_t b, std::int64_t o0, std::int64_t o1) {
-        forward_row(average, g, x.base + n * xs.n + b * xs.block, xs,
-                    y.base + n * ys.n + b * ys.block + o0 * ys.at[0] + o1 * ys.at[1], ys.at[2], o0, o1);
+        (average ? forward_row<true>
+                 : forward_row<false>)(g, x.base + n * xs.n + b * xs.block, xs,
+                                       y.base + n * ys.n + b * ys.block + o0 * ys.at[0] + o1 * ys.at[1], ys.at[2], o0,
+                                       o1);
     });
 }
 
@@ -286,9 +293,11 @@ void pool_backward(PoolKind kind, ConstView x, ConstView dy, View dx, const Wind
     const Windows w(g);
     each_row(g, g.in, [&](std::int64_t n, std::int64_t b, std::int64_t q0, std::int64_t q1) {
         const std::int64_t block = (n * g.blocks + b) * per_block;
-        backward_row(average, g, w, average ? sent + block : nullptr, average ? nullptr : at + block,
-                     dy.base + n * dys.n + b * dys.block, dys,
-                     dx.base + n * dxs.n + b * dxs.block + q0 * dxs.at[0] + q1 * dxs.at[1], dxs.at[2], q0, q1);
+        (average ? backward_row<true>
+                 : backward_row<false>)(g, w, average ? sent + block : nullptr, average ? nullptr : at + block,
+                                        dy.base + n * dys.n + b * dys.block, dys,
+                                        dx.base + n * dxs.n + b * dxs.block + q0 * dxs.at[0] + q1 * dxs.at[1],
+                                        dxs.at[2], q0, q1);
     });
 }
 

@@ -85,10 +85,8 @@ public:
         c.forward = t.run(t.kernel(Phase::forward), {{"x", x}, {"y", y}}, flops, bytes);
         if (!t.data_in) c.backward_data = t.run(t.kernel(Phase::backward_data), {{"x", x}, {"y", y}}, flops, bytes);
         c.backward_weights = t.run(t.kernel(Phase::backward_weights), {{"x", x}, {"y", y}}, flops, bytes);
-        const double w = t.held_params * word, in = scheduler::blocked(t.x, word), out = scheduler::elements(y) * word;
-        t.layouts(c, in, w, out);
-        if (!t.data_in) t.layouts(c, out, w, in);
-        t.layouts(c, in, out, w);
+        // oneDNN's gemm kernels read and write every argument in place (onednn_kernels.cpp, OnednnFc): no
+        // scratch in oneDNN's layouts.
     }
 
     void probe(KernelProbe& p) const override {
