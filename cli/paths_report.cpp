@@ -30,14 +30,17 @@ std::string paths_off_text(const frontend::Network& net, const std::vector<sched
             it->second.push_back(net.layers[i].name);
         }
     std::string out;
-    constexpr std::size_t shown = 4;
-    for (const auto& [key, layers] : off) {
-        std::string names;
-        for (std::size_t k = 0; k < layers.size() && k < shown; ++k) names += (k ? ", " : "") + layers[k];
-        if (layers.size() > shown) names += fmt::format(" and {} more", layers.size() - shown);
-        out += fmt::format("{}{} off for {} ({}): {}\n", indent, scheduler::path_name(key.first), names,
+    for (const auto& [key, layers] : off)
+        out += fmt::format("{}{} off for {} ({}): {}\n", indent, scheduler::path_name(key.first), some_names(layers),
                            layers.size() == 1 ? "1 layer" : fmt::format("{} layers", layers.size()), key.second);
-    }
+    return out;
+}
+
+std::string some_names(const std::vector<std::string>& names) {
+    constexpr std::size_t shown = 4;
+    std::string out;
+    for (std::size_t k = 0; k < names.size() && k < shown; ++k) out += (k ? ", " : "") + names[k];
+    if (names.size() > shown) out += fmt::format(" and {} more", names.size() - shown);
     return out;
 }
 

@@ -20,6 +20,9 @@ nlohmann::json paths_json(const scheduler::LayerPaths& paths);
 std::string paths_off_text(const frontend::Network& net, const std::vector<scheduler::LayerPaths>& paths,
                            const std::string& indent);
 
+// Layers' names, the first few of them: "a, b, c, d and 3 more".
+std::string some_names(const std::vector<std::string>& names);
+
 // How many layers take each path, of those it concerns: "blocked 12 of 14, relu fused 8 of 8".
 std::string paths_count_text(const std::vector<scheduler::LayerPaths>& paths);
 

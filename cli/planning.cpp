@@ -242,6 +242,45 @@ std::string does_not_fit(const scheduler::Prediction& p) {
 
 namespace {
 
+// Where a layer's values change type in a training step: its output rounded to 16 bits after forward and
+// widened again before backward (precision=bfloat16 or float16), and a convolution's float32 input, output
+// gradient and weights rounded to 16 bits on each pass (where the kernels multiply in them, the 16-bit products
+// path; elsewhere multiplied in float32, the same values).
+nlohmann::json conversions_json(const scheduler::Prediction& p, std::size_t i, frontend::OpKind op) {
+    nlohmann::json out = nlohmann::json::array();
+    const scheduler::LayerPrediction& lp = p.layers[i];
+    if (lp.dist.narrowed()) {
+        const std::string type = scheduler::precision_name(*lp.dist.precision);
+        out.push_back("output rounded to " + type + " after forward, widened before backward");
+    }
+    if (const auto q = lp.dist.products16(op))
+        out.push_back("input, output gradient and weights rounded to " + std::string(scheduler::precision_name(*q)) +
+                      " on each pass");
+    return out;
+}
+
+// The conversions of the step's layers, as `dsl explain` says them (a line each kind, none where there is none).
+std::string conversions_text(const frontend::Network& net, const scheduler::Prediction& p) {
+    std::vector<std::string> rounded, multiplied;
+    for (std::size_t i = 0; i < net.layers.size(); ++i) {
+        if (p.layers[i].dist.narrowed()) rounded.push_back(net.layers[i].name);
+        if (p.layers[i].dist.products16(net.layers[i].op)) multiplied.push_back(net.layers[i].name);
+    }
+    std::string out;
+    const auto plural = [](std::size_t n, const char* one, const char* many) {
+        return fmt::format("{} {}", n, n == 1 ? one : many);
+    };
+    if (!rounded.empty())
+        out += fmt::format("conversions       {} to 16 bits after forward and widened before backward: {}\n",
+                           plural(rounded.size(), "output rounded", "outputs rounded"), some_names(rounded));
+    if (!multiplied.empty())
+        out += fmt::format("{}{} input, output gradient and weights to 16 bits on each pass: {}\n",
+                           rounded.empty() ? "conversions       " : "                  ",
+                           plural(multiplied.size(), "convolution rounds its", "convolutions round their"),
+                           some_names(multiplied));
+    return out;
+}
+
 // Recomputation's segments, as a phrase after the recomputation's time: how many, and each one's layers (at most
 // `shown` of them, the first and the last of each).
 std::string segments_text(const frontend::Network& net, const scheduler::Prediction& p, std::size_t shown = 6) {
@@ -371,6 +410,7 @@ std::string explain_table(const frontend::Network& net, const scheduler::Predict
             "(cuDNN's); float32\n                  on CPUs (the model: float16's times where the platform has "
             "them measured, else float32's)\n",
             float16_convs, float16_convs == 1 ? "" : "s");
+    out += conversions_text(net, p);
     if (!p.paths.empty()) {
         out += fmt::format("paths             {} (layers that take each, of those it concerns)\n",
                            paths_count_text(p.paths));
@@ -398,6 +438,7 @@ nlohmann::json explain_json(const frontend::Network& net, const scheduler::Predi
              {"segment_start", lp.segment_start},
              {"path", i < p.paths.size() ? paths_json(p.paths[i]) : nlohmann::json::array()},
              {"precision", scheduler::precision_name(lp.dist.precision.value_or(scheduler::Precision::float32))},
+             {"conversions", conversions_json(p, i, l.op)},
              {"tile", lp.tile},
              {"halo_bytes", lp.bytes_moved()},
              {"seconds",

@@ -10,12 +10,15 @@
 #include <dsl/backend/memory.hpp>
 #include <dsl/backend/tensor.hpp>
 
+#include <fmt/format.h>
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -211,6 +214,40 @@ TEST_CASE("dsl explain counts the convolutions that multiply in 16 bits", "[prec
     CHECK(none.out.find("products") == std::string::npos);
 }
 
+TEST_CASE("dsl explain says where a step's values change type", "[precision]") {
+    // Each layer's conversions in --json, and a line of each kind in the text, with as many layers.
+    const std::string settings = "default precision=bfloat16\nlayer block1.* precision=float32";
+    const Result text = run_dsl("explain samples/mesh_tiny.net " + schedule_with("", settings));
+    const Result json = run_dsl("explain samples/mesh_tiny.net " + schedule_with("", settings) + " --json");
+    INFO(text.out << text.err << json.err);
+    REQUIRE(text.exit_code == 0);
+    REQUIRE(json.exit_code == 0);
+    std::int64_t rounded = 0, multiplied = 0;
+    const auto explained = nlohmann::json::parse(json.out);
+    for (const auto& l : explained["layers"]) {
+        CAPTURE(l["name"], l["conversions"]);
+        const bool in_block1 = l["name"].get<std::string>().rfind("block1.", 0) == 0;
+        for (const auto& c : l["conversions"]) {
+            const std::string what = c;
+            CHECK_FALSE(in_block1);
+            const bool output = what == "output rounded to bfloat16 after forward, widened before backward";
+            const bool products = what == "input, output gradient and weights rounded to bfloat16 on each pass";
+            CHECK((output || products));
+            rounded += output, multiplied += products;
+            if (products) CHECK(l["kind"] == "conv");
+        }
+    }
+    CHECK(rounded > multiplied);
+    CHECK(multiplied > 0);
+    CHECK(text.out.find(fmt::format("conversions       {} outputs rounded to 16 bits after forward", rounded)) !=
+          std::string::npos);
+    CHECK(text.out.find(fmt::format("{} convolutions round their input, output gradient and weights", multiplied)) !=
+          std::string::npos);
+    const Result wide = run_dsl("explain samples/mesh_tiny.net " + schedule_with("", ""));
+    CHECK(wide.exit_code == 0);
+    CHECK(wide.out.find("conversions") == std::string::npos);
+}
+
 TEST_CASE("float16 trains with dynamic loss scaling, said, logged and kept by checkpoints", "[precision]") {
     const std::string half = schedule_with("", "default precision=float16");
     // From 65536 (GradScaler's) by default: a power of two, so on the CPU, whose gradients are float32, the
@@ -262,6 +299,70 @@ TEST_CASE("float16 trains with dynamic loss scaling, said, logged and kept by ch
     }
     CHECK(i == 6);
     fs::remove_all(dir);
+}
+
+TEST_CASE("a checkpoint of any precision resumes under any other, its weights float32", "[precision]") {
+    // Checkpoints hold the float32 master weights and the optimizer's state whatever the layers keep, so a run
+    // goes on under another precision from where the first stopped: its first step's loss is the checkpoint's
+    // weights' under the new rounding, and its next ten follow float32's continuation as the 16-bit runs follow
+    // float32's curve (docs/language.md). float16's loss scale is kept by its checkpoints and starts afresh
+    // (from 65536) where the checkpoint had none.
+    const dsl::test::TempDir dir;
+    const std::string net = "run samples/mesh_tiny.net --seed 7 --batch 4 ";
+    const auto under = [](const char* precision) {
+        return schedule_with("", std::string("default precision=") + precision) + " ";
+    };
+    const auto losses = [](const fs::path& log) {
+        std::vector<double> out;
+        std::ifstream in(log);
+        for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line)["loss"]);
+        return out;
+    };
+    const auto mean = [](const std::vector<double>& v) {
+        double m = 0.0;
+        for (double x : v) m += x / static_cast<double>(v.size());
+        return m;
+    };
+    for (const char* first : {"float32", "bfloat16", "float16"}) {
+        const fs::path ck = dir / (std::string(first) + ".ck");
+        Result r = run_dsl(net + under(first) + "--steps 10 --save " + ck.string());
+        INFO(r.out << r.err);
+        REQUIRE(r.exit_code == 0);
+        std::map<std::string, std::vector<double>> next;
+        for (const char* then : {"float32", "bfloat16", "float16"}) {
+            CAPTURE(first, then);
+            const fs::path log = dir / (std::string(first) + "-" + then + ".jsonl"),
+                           saved = dir / (std::string(first) + "-" + then + ".ck");
+            r = run_dsl(net + under(then) + "--steps 10 --load " + ck.string() + " --log " + log.string() + " --save " +
+                        saved.string());
+            INFO(r.out << r.err);
+            REQUIRE(r.exit_code == 0);
+            next[then] = losses(log);
+            REQUIRE(next[then].size() == 10);
+            std::string error;
+            const auto state = dsl::backend::load_checkpoint(saved.string(), error);
+            INFO(error);
+            REQUIRE(state);
+            // float32 weights: some of their values lie off bfloat16's grid (their low 16 bits not zero).
+            std::int64_t off_grid = 0;
+            for (const auto& t : state->tensors)
+                for (float v : t.data) {
+                    std::uint32_t bits;
+                    std::memcpy(&bits, &v, sizeof bits);
+                    off_grid += (bits & 0xffffu) != 0;
+                }
+            CHECK(off_grid > 0);
+            const bool scaled = std::string(then) == "float16";
+            CHECK(state->meta.contains("loss_scale") == scaled);
+            if (scaled && std::string(first) != "float16")
+                CHECK(r.out.find("loss scaling from 65536") != std::string::npos);
+        }
+        for (const char* then : {"bfloat16", "float16"}) {
+            CAPTURE(first, then);
+            CHECK(next[then].front() == Approx(next["float32"].front()).epsilon(0.01));
+            CHECK(mean(next[then]) == Approx(mean(next["float32"])).epsilon(0.10).margin(0.02));
+        }
+    }
 }
 
 TEST_CASE("16-bit storage on several processes trains as on one", "[precision][mpi]") {
