@@ -86,6 +86,33 @@ inline bool inside(const Geometry& g, int d, std::int64_t p, std::int64_t& q) {
     return q >= 0 && q < g.in[d];
 }
 
+// The window of output (o0, o1, o2): its first tap's block of L channels, or null where it is padding; and
+// f(v, tap) for each of its taps within the view, in scan order (the last dimension fastest), v the tap's block
+// and tap its number in the window, (e * kh + a) * kw + b.
+[[gnu::always_inline]] inline const float* first_tap(const Geometry& g, const float* x, const Strides& xs,
+                                                     std::int64_t o0, std::int64_t o1, std::int64_t o2) {
+    std::int64_t q0 = 0, q1 = 0, q2 = 0;
+    const bool in =
+        inside(g, 0, o0 * g.stride[0], q0) && inside(g, 1, o1 * g.stride[1], q1) && inside(g, 2, o2 * g.stride[2], q2);
+    return in ? x + q0 * xs.at[0] + q1 * xs.at[1] + q2 * xs.at[2] : nullptr;
+}
+template <typename F>
+[[gnu::always_inline]] inline void each_tap(const Geometry& g, const float* x, const Strides& xs, std::int64_t o0,
+                                            std::int64_t o1, std::int64_t o2, F&& f) {
+    std::int64_t q0 = 0, q1 = 0, q2 = 0;
+    for (std::int64_t e = 0; e < g.kernel[0]; ++e) {
+        if (!inside(g, 0, o0 * g.stride[0] + e, q0)) continue;
+        for (std::int64_t a = 0; a < g.kernel[1]; ++a) {
+            if (!inside(g, 1, o1 * g.stride[1] + a, q1)) continue;
+            for (std::int64_t b = 0; b < g.kernel[2]; ++b) {
+                if (!inside(g, 2, o2 * g.stride[2] + b, q2)) continue;
+                f(x + q0 * xs.at[0] + q1 * xs.at[1] + q2 * xs.at[2],
+                  static_cast<std::int32_t>((e * g.kernel[1] + a) * g.kernel[2] + b));
+            }
+        }
+    }
+}
+
 // A row of outputs (o0, o1, every o2) of one sample's block of channels: x and y at that block's first place.
 template <bool average>
 DSL_AVX512_CLONE void forward_row(const Geometry& g, const float* __restrict x, const Strides& xs, float* __restrict y,
@@ -95,29 +122,18 @@ DSL_AVX512_CLONE void forward_row(const Geometry& g, const float* __restrict x, 
     for (std::int64_t o2 = 0; o2 < g.out[2]; ++o2, y += y_step) {
         double sum[L] = {};
         float best[L];
-        std::int64_t q0 = 0, q1 = 0, q2 = 0;
-        const bool first_in = inside(g, 0, o0 * g.stride[0], q0) && inside(g, 1, o1 * g.stride[1], q1) &&
-                              inside(g, 2, o2 * g.stride[2], q2);
-        const float* first = x + q0 * xs.at[0] + q1 * xs.at[1] + q2 * xs.at[2];
+        const float* first = first_tap(g, x, xs, o0, o1, o2);
 #pragma omp simd
-        for (std::int64_t l = 0; l < L; ++l) best[l] = first_in ? first[l] : none;
-        for (std::int64_t e = 0; e < g.kernel[0]; ++e) {
-            if (!inside(g, 0, o0 * g.stride[0] + e, q0)) continue;
-            for (std::int64_t a = 0; a < g.kernel[1]; ++a) {
-                if (!inside(g, 1, o1 * g.stride[1] + a, q1)) continue;
-                for (std::int64_t b = 0; b < g.kernel[2]; ++b) {
-                    if (!inside(g, 2, o2 * g.stride[2] + b, q2)) continue;
-                    const float* v = x + q0 * xs.at[0] + q1 * xs.at[1] + q2 * xs.at[2];
-                    if constexpr (average) {
+        for (std::int64_t l = 0; l < L; ++l) best[l] = first ? first[l] : none;
+        each_tap(g, x, xs, o0, o1, o2, [&](const float* v, std::int32_t) {
+            if constexpr (average) {
 #pragma omp simd
-                        for (std::int64_t l = 0; l < L; ++l) sum[l] += static_cast<double>(v[l]);
-                    } else {
+                for (std::int64_t l = 0; l < L; ++l) sum[l] += static_cast<double>(v[l]);
+            } else {
 #pragma omp simd
-                        for (std::int64_t l = 0; l < L; ++l) best[l] = best[l] > v[l] ? best[l] : v[l];
-                    }
-                }
+                for (std::int64_t l = 0; l < L; ++l) best[l] = best[l] > v[l] ? best[l] : v[l];
             }
-        }
+        });
         if constexpr (average) {
 #pragma omp simd
             for (std::int64_t l = 0; l < L; ++l) y[l] = static_cast<float>(sum[l] / taps);
@@ -136,29 +152,17 @@ DSL_AVX512_CLONE void first_max_row(const Geometry& g, const float* __restrict x
     for (std::int64_t o2 = 0; o2 < g.out[2]; ++o2, at += L) {
         float best[L];
         std::int32_t where[L];
-        std::int64_t q0 = 0, q1 = 0, q2 = 0;
-        const bool first_in = inside(g, 0, o0 * g.stride[0], q0) && inside(g, 1, o1 * g.stride[1], q1) &&
-                              inside(g, 2, o2 * g.stride[2], q2);
-        const float* first = x + q0 * xs.at[0] + q1 * xs.at[1] + q2 * xs.at[2];
+        const float* first = first_tap(g, x, xs, o0, o1, o2);
 #pragma omp simd
-        for (std::int64_t l = 0; l < L; ++l) best[l] = first_in ? first[l] : none, where[l] = 0;
-        for (std::int64_t e = 0; e < g.kernel[0]; ++e) {
-            if (!inside(g, 0, o0 * g.stride[0] + e, q0)) continue;
-            for (std::int64_t a = 0; a < g.kernel[1]; ++a) {
-                if (!inside(g, 1, o1 * g.stride[1] + a, q1)) continue;
-                for (std::int64_t b = 0; b < g.kernel[2]; ++b) {
-                    if (!inside(g, 2, o2 * g.stride[2] + b, q2)) continue;
-                    const float* v = x + q0 * xs.at[0] + q1 * xs.at[1] + q2 * xs.at[2];
-                    const auto tap = static_cast<std::int32_t>((e * g.kernel[1] + a) * g.kernel[2] + b);
+        for (std::int64_t l = 0; l < L; ++l) best[l] = first ? first[l] : none, where[l] = 0;
+        each_tap(g, x, xs, o0, o1, o2, [&](const float* v, std::int32_t tap) {
 #pragma omp simd
-                    for (std::int64_t l = 0; l < L; ++l) {
-                        const bool better = v[l] > best[l];
-                        where[l] = better ? tap : where[l];
-                        best[l] = better ? v[l] : best[l];
-                    }
-                }
+            for (std::int64_t l = 0; l < L; ++l) {
+                const bool better = v[l] > best[l];
+                where[l] = better ? tap : where[l];
+                best[l] = better ? v[l] : best[l];
             }
-        }
+        });
         std::copy_n(where, L, at);
     }
 }
