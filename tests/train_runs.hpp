@@ -59,17 +59,20 @@ inline Run train(const std::string& net, const std::string& sched, std::int64_t 
     return out;
 }
 
-// A 16-bit run's 50 losses against float32's, as docs/language.md says: the mean loss of every ten steps within
-// 10% of float32's (or 0.02, where the loss is small), and of the last ten within 3% (or 0.005).
+// A 16-bit run's losses (of a whole number of tens of steps) against float32's, as docs/language.md says: the
+// mean loss of every ten steps within 10% of float32's (or 0.02, where the loss is small), and of the last ten
+// within 3% (or 0.005).
 inline void check_follows(const std::vector<double>& wide, const std::vector<double>& narrow) {
-    REQUIRE(wide.size() == 50);
-    REQUIRE(narrow.size() == 50);
+    REQUIRE(!wide.empty());
+    REQUIRE(wide.size() % 10 == 0);
+    REQUIRE(narrow.size() == wide.size());
     CHECK(wide.back() < 0.5 * wide.front());  // it learned
     for (std::size_t from = 0; from < wide.size(); from += 10) {
         double w = 0.0, n = 0.0;
         for (std::size_t i = from; i < from + 10; ++i) w += wide[i] / 10, n += narrow[i] / 10;
+        const bool last = from + 10 == wide.size();
         CAPTURE(from, w, n);
-        CHECK(n == Approx(w).epsilon(from == 40 ? 0.03 : 0.10).margin(from == 40 ? 0.005 : 0.02));
+        CHECK(n == Approx(w).epsilon(last ? 0.03 : 0.10).margin(last ? 0.005 : 0.02));
     }
 }
 
