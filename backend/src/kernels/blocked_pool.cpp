@@ -167,6 +167,15 @@ DSL_AVX512_CLONE void first_max_row(const Geometry& g, const float* __restrict x
     }
 }
 
+// What a row of average windows sends each place it covers: dy / taps, in double.
+DSL_AVX512_CLONE void sent_row(const Geometry& g, const float* __restrict dy, std::int64_t dy_step,
+                               double* __restrict sent) {
+    const double taps = static_cast<double>(g.taps);
+    for (std::int64_t o2 = 0; o2 < g.out[2]; ++o2, dy += dy_step, sent += L)
+#pragma omp simd
+        for (std::int64_t l = 0; l < L; ++l) sent[l] = static_cast<double>(dy[l]) / taps;
+}
+
 // The windows along each dimension that contain each place q of the view (input place p = q + before): from
 // p / s - (ceil(k / s) - 1) to p / s, those within the output and not in a gap between windows. Worked out
 // once per call, so that no place divides.
@@ -282,17 +291,13 @@ void pool_backward(PoolKind kind, ConstView x, ConstView dy, View dx, const Wind
     const auto all = static_cast<std::size_t>(g.samples * g.blocks * per_block);
     double* sent = average ? scratch<double>(all) : nullptr;
     std::int32_t* at = average ? nullptr : scratch<std::int32_t>(all);
-    const double taps = static_cast<double>(g.taps);
     each_row(g, g.out, [&](std::int64_t n, std::int64_t b, std::int64_t o0, std::int64_t o1) {
         const std::int64_t row = (n * g.blocks + b) * per_block + (o0 * g.out[1] + o1) * g.out[2] * L;
         if (!average) {
             first_max_row(g, x.base + n * xs.n + b * xs.block, xs, at + row, o0, o1);
             return;
         }
-        const float* d = dy.base + n * dys.n + b * dys.block + o0 * dys.at[0] + o1 * dys.at[1];
-        double* s = sent + row;
-        for (std::int64_t o2 = 0; o2 < g.out[2]; ++o2, d += dys.at[2], s += L)
-            for (std::int64_t l = 0; l < L; ++l) s[l] = static_cast<double>(d[l]) / taps;
+        sent_row(g, dy.base + n * dys.n + b * dys.block + o0 * dys.at[0] + o1 * dys.at[1], dys.at[2], sent + row);
     });
     const Windows w(g);
     each_row(g, g.in, [&](std::int64_t n, std::int64_t b, std::int64_t q0, std::int64_t q1) {
