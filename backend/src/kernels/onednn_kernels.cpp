@@ -523,9 +523,8 @@ public:
             };
             const bool blocked = xs.blocked() || dy.blocked();
             auto pd = pd_of(!blocked && channels_last_backward_weights(x.dims));
-            // Where the layouts leave oneDNN only its reference kernel, channels-last (x planar and dy blocked:
-            // a first layer's, reading data; on CosmoFlow's, 66 s a step, against 28 ms channels-last with
-            // 9 ms of reorders).
+            // Where the layouts leave oneDNN only its reference kernel, channels-last (x planar, dy blocked: on
+            // CosmoFlow's first layer 66 s a step, against 28 ms channels-last and 9 ms of reorders).
             if (!xs.blocked() && std::string(pd.impl_info_str()).rfind("ref", 0) == 0) pd = pd_of(true);
             Planned q;
             q.primitive = dnnl::convolution_backward_weights(pd);
@@ -751,11 +750,9 @@ private:
 // x is {N, C, H, W} (or {N, C, D, H, W}) and flattens in c, h, w order, which is how oneDNN's inner product
 // reads a 4-D source against 4-D weights {K, C, H, W}: so w {K, C*H*W} is described as {K, C, H, W} over the
 // same memory (and alike for volumes, in 5-D).
-// Every pass takes the weights (their gradient) as the caller keeps them, and oneDNN then runs its gemm
-// kernels, which read every argument in place. Given its choice of layout, it reordered the weights into its
-// blocked ones on each call, and out of them for the gradient: CosmoFlow's fc1 (2048 x 16384) took 19 ms to
-// transpose them for backward-data, whose gemm then took 4 (now 3); ResNet-50's fc (1000 x 2048, batch 4)
-// took 4.6 ms a step over its three passes, now 1.1.
+// Every pass takes the weights (their gradient) as the caller keeps them: oneDNN's gemm kernels read them in
+// place, where given its choice it reordered them on each call (CosmoFlow's fc1, 2048 x 16384: 19 ms of its
+// 23 ms backward-data, now 3; ResNet-50's fc at batch 4: 4.6 ms a step over its three passes, now 1.1).
 class OnednnFc final : public FcKernels {
 public:
     void forward(ConstView x, ConstView w, const float* bias, View y) override {
